@@ -1,0 +1,75 @@
+# tracecost: one Makefile drives setup, the C/BPF build, the Rust runtime and the Python package.
+#   make run    setup + build, then `tracecost run` (every suite, report.html)
+#   make test   setup + build, then the whole test suite
+SHELL   := /bin/bash
+BUILD   := build
+VENV    := .venv
+CC      := gcc
+CLANG   := clang
+BPFTOOL := bpftool
+CFLAGS  := -O2 -g -Wall -Wextra -Werror -fno-omit-frame-pointer
+BPF_CFLAGS := -O2 -g -Wall -target bpf -D__TARGET_ARCH_x86 -I$(BUILD) -Iprobes
+
+LIB := $(BUILD)/lib
+BIN := $(BUILD)/bin
+BPF := $(BUILD)/bpf
+SKEL := $(BUILD)/skel
+
+SETUP_STAMP := $(VENV)/.setup-stamp
+
+.PHONY: all setup build run test clean
+# BPF objects and skeletons are products too (uebpf loads the .bpf.o files): keep them.
+.SECONDARY:
+all: build
+
+setup: $(SETUP_STAMP)
+	@scripts/setup.sh --check-packages
+
+$(SETUP_STAMP): pyproject.toml scripts/setup.sh
+	scripts/setup.sh
+	touch $@
+
+build: setup workloads tracers
+
+run: build
+	$(VENV)/bin/tracecost run
+
+test: build
+	$(VENV)/bin/pytest -q tests
+
+clean:
+	rm -rf $(BUILD)
+
+$(LIB) $(BIN) $(BPF) $(SKEL):
+	mkdir -p $@
+
+# --- workloads -----------------------------------------------------------------------------
+.PHONY: workloads
+workloads: $(LIB)/libmylib.so $(BIN)/sample_app
+
+$(LIB)/libmylib.so: workloads/mylib/mylib.c workloads/mylib/mylib.h | $(LIB)
+	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
+
+$(BIN)/sample_app: workloads/sample_app/sample_app.c workloads/mylib/mylib.h $(LIB)/libmylib.so | $(BIN)
+	$(CC) $(CFLAGS) -Iworkloads/mylib -o $@ $< -L$(LIB) -lmylib -Wl,-rpath,'$$ORIGIN/../lib'
+
+# --- BPF probes: vmlinux.h from this kernel's BTF, one object and skeleton per probe --------
+$(BUILD)/vmlinux.h: /sys/kernel/btf/vmlinux | $(BPF)
+	$(BPFTOOL) btf dump file $< format c > $@.tmp && mv $@.tmp $@
+
+$(BPF)/%.bpf.o: probes/%.bpf.c probes/%.h $(BUILD)/vmlinux.h | $(BPF)
+	$(CLANG) $(BPF_CFLAGS) -c $< -o $@
+
+$(SKEL)/%.skel.h: $(BPF)/%.bpf.o | $(SKEL)
+	$(BPFTOOL) gen skeleton $< > $@.tmp && mv $@.tmp $@
+
+# --- tracers ----------------------------------------------------------------------------------
+.PHONY: tracers
+tracers: $(BIN)/functrace $(LIB)/libmylib_lttng.so
+
+$(BIN)/%: tracers/ebpf/%.c $(SKEL)/%.skel.h probes/%.h | $(BIN)
+	$(CC) $(CFLAGS) -Iprobes -I$(SKEL) -o $@ $< $$(pkg-config --cflags --libs libbpf)
+
+LTTNG_SRC := tracers/lttng/mylib_wrapper.c tracers/lttng/mylib_tp.c
+$(LIB)/libmylib_lttng.so: $(LTTNG_SRC) tracers/lttng/mylib_tp.h workloads/mylib/mylib.h | $(LIB)
+	$(CC) $(CFLAGS) -fPIC -shared -Itracers/lttng -Iworkloads/mylib -o $@ $(LTTNG_SRC) -llttng-ust -ldl
