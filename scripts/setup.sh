@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what tracecost needs and is missing on this machine.
+#   scripts/setup.sh                   Debian packages, then the .venv with the tracecost package
+#   scripts/setup.sh --check-packages  Debian packages only (fast when nothing is missing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config    # BPF objects, skeletons, loaders
+  lttng-tools liblttng-ust-dev babeltrace2                          # LTTng-UST tracer and trace reader
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  if [[ $EUID -ne 0 ]]; then
+    echo "setup: missing Debian packages (${missing[*]}); run as root to install them" >&2
+    exit 1
+  fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+for tool in cargo python3; do
+  command -v "$tool" >/dev/null || { echo "setup: $tool is required but not installed" >&2; exit 1; }
+done
+[[ ${1:-} == --check-packages ]] && exit 0
+
+python3 -m venv .venv
+.venv/bin/pip install -q --upgrade pip
+.venv/bin/pip install -q -e '.[test]'

@@ -1,0 +1,63 @@
+"""Shared fixtures. The tests run as root on the real kernel and the real LTTng (see README)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BUILD = REPO / "build"
+TRACECOST = [sys.executable, "-m", "tracecost"]
+
+
+def run_tracecost(*args: str, env: dict | None = None, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([*TRACECOST, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, **kwargs)
+
+
+def bpftool_json(*args: str) -> list:
+    result = subprocess.run(["bpftool", *args, "-j"], capture_output=True, text=True, check=True)
+    return json.loads(result.stdout or "[]")
+
+
+def uprobes_in(binary: Path) -> list:
+    target = os.path.realpath(binary)
+    return [e for e in bpftool_json("perf") if e.get("filename") and os.path.realpath(e["filename"]) == target]
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """PIDs whose command line mentions `text` (to find leftovers; nothing is killed by it)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return [pid for pid in found if pid != os.getpid()]
+
+
+def tracecost_sessions() -> list[str]:
+    result = subprocess.run(["lttng", "list"], capture_output=True, text=True)
+    return [line for line in result.stdout.splitlines() if "tracecost-" in line]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def require_root_and_build():
+    if os.geteuid() != 0:
+        pytest.exit("the tracecost tests drive the real kernel eBPF and LTTng: run them as root (make test)", 2)
+    if not (BUILD / "bin" / "functrace").exists():
+        pytest.exit("build products missing: run `make build` (make test does)", 2)
+
+
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch):
+    """Point TMPDIR at a test-owned folder, so anything tracecost leaves behind is visible."""
+    work = tmp_path / "tmp"
+    work.mkdir()
+    return work

@@ -1,0 +1,81 @@
+"""Failure paths: a clear one-line error, and nothing left attached, running or on disk."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import BUILD, REPO, bpftool_json, processes_mentioning, run_tracecost, tracecost_sessions, uprobes_in
+
+LIBMYLIB = BUILD / "lib" / "libmylib.so"
+FUNCTRACE = BUILD / "bin" / "functrace"
+
+
+def test_wrong_symbol_is_a_clear_error_and_attaches_nothing(tmp_path):
+    links_before = len(bpftool_json("link"))
+    result = subprocess.run([str(FUNCTRACE), "--binary", str(LIBMYLIB), "--symbol", "no_such_function",
+                             "--output", str(tmp_path / "t.bin")], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no_such_function" in lines[0], result.stderr
+    assert "READY" not in result.stdout
+    assert uprobes_in(LIBMYLIB) == []
+    assert len(bpftool_json("link")) == links_before
+
+
+def test_missing_binary_is_a_clear_error(tmp_path):
+    result = subprocess.run([str(FUNCTRACE), "--binary", str(tmp_path / "nope.so"), "--symbol", "f",
+                             "--output", str(tmp_path / "t.bin")], capture_output=True, text=True)
+    assert result.returncode == 1 and "cannot read binary" in result.stderr
+
+
+def test_unprivileged_user_gets_one_line_error(private_tmp):
+    os.chmod(private_tmp, 0o777)
+    result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+                             sys.executable, "-m", "tracecost", "validate", "--method", "ebpf"],
+                            capture_output=True, text=True, cwd=REPO, timeout=60,
+                            env={**os.environ, "TMPDIR": str(private_tmp), "PYTHONPATH": str(REPO)})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "needs root or CAP_BPF+CAP_PERFMON" in result.stdout + result.stderr
+
+
+def test_missing_build_product_is_named(tmp_path):
+    result = run_tracecost("validate", "--method", "ebpf", env={"TRACECOST_BUILD": str(tmp_path)})
+    assert result.returncode == 1
+    output = result.stdout + result.stderr
+    assert "missing build product" in output and "make build" in output
+
+
+def wait_until(condition, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("method", ["ebpf", "lttng"])
+def test_ctrl_c_mid_run_leaves_nothing_behind(private_tmp, method):
+    # Enough calls that the run is still going when the interrupt arrives.
+    calls = "3000000" if method == "ebpf" else "10000000"
+    proc = subprocess.Popen([sys.executable, "-m", "tracecost", "validate", "--method", method, "--calls", calls],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(private_tmp)})
+    try:
+        tracing = (lambda: uprobes_in(LIBMYLIB)) if method == "ebpf" else tracecost_sessions
+        assert wait_until(lambda: tracing() and processes_mentioning("sample_app")), "the run never started"
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr
+    assert uprobes_in(LIBMYLIB) == []
+    assert tracecost_sessions() == []
+    assert processes_mentioning(str(private_tmp)) == []
+    assert list(private_tmp.iterdir()) == []

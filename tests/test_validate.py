@@ -1,0 +1,68 @@
+"""`tracecost validate`: the checker itself, then both tracers on the real kernel and LTTng."""
+
+import json
+
+import pytest
+
+from conftest import run_tracecost
+from tracecost.tracers.base import Event
+from tracecost.validate import check_events
+from tracecost.workload import call_args, expected_return
+
+PID = 4242
+
+
+def perfect_events(calls):
+    events = []
+    for i in range(calls):
+        args = call_args(i)
+        events.append(Event("entry", 2 * i, PID, a=args.a, b=args.b, c=args.c, s=args.s))
+        events.append(Event("exit", 2 * i + 1, PID, ret=expected_return(args)))
+    return events
+
+
+def test_checker_accepts_perfect_events():
+    check = check_events(perfect_events(50), 50, PID, {})
+    assert (check.entry, check.exit, check.mismatches) == (50, 50, 0)
+
+
+@pytest.mark.parametrize("field,value", [("a", 1), ("b", 5), ("c", 0.5), ("s", "call-x"), ("tid", 1)])
+def test_checker_catches_a_wrong_entry_value(field, value):
+    events = perfect_events(10)
+    setattr(events[6], field, value)
+    check = check_events(events, 10, PID, {})
+    assert check.mismatches == 1 and "call 3" in check.examples[0]
+
+
+def test_checker_catches_wrong_return_and_order():
+    events = perfect_events(10)
+    events[3].ret += 1
+    events[4], events[5] = events[5], events[4]
+    check = check_events(events, 10, PID, {})
+    assert check.mismatches >= 3
+
+
+def test_checker_skips_only_declared_unobservable_fields():
+    events = perfect_events(5)
+    for event in events:
+        event.c = None if event.kind == "entry" else event.c
+    assert check_events(events, 5, PID, {"c": "no SSE registers"}).mismatches == 0
+    assert check_events(events, 5, PID, {}).mismatches == 5
+
+
+def test_validate_passes_for_both_tracers(private_tmp):
+    result = run_tracecost("validate", "--calls", "1000", "--json", env={"TMPDIR": str(private_tmp)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    verdict = json.loads(result.stdout)
+    assert verdict["calls"] == 1000 and verdict["passed"] is True
+    for name in ("lttng", "ebpf"):
+        tracer = verdict["tracers"][name]
+        assert (tracer["entry"], tracer["exit"], tracer["dropped"], tracer["mismatches"]) == (1000, 1000, 0, 0)
+        assert tracer["passed"] is True
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_validate_table_output(private_tmp):
+    result = run_tracecost("validate", "--calls", "200", "--method", "lttng", env={"TMPDIR": str(private_tmp)})
+    assert result.returncode == 0, result.stderr
+    assert "lttng" in result.stdout and "pass" in result.stdout

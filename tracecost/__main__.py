@@ -1,0 +1,3 @@
+from tracecost.cli import main
+
+main()

@@ -1,0 +1,216 @@
+"""Processes tracecost starts: readiness handshake, resource usage, stop by their own PID.
+
+Every child runs in a session of its own, so that Ctrl-C on the terminal reaches
+tracecost alone; tracecost then stops each child it started, by the PID it got
+from spawning it (never by name), before it exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracecost.errors import TracecostError
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What one process cost, from its exit status and rusage (os.wait4)."""
+
+    exit_code: int
+    wall_s: float
+    user_s: float
+    sys_s: float
+    max_rss_kb: int
+    timed_out: bool = False
+
+    @property
+    def cpu_s(self) -> float:
+        return self.user_s + self.sys_s
+
+
+def _exit_code(status: int) -> int:
+    return os.waitstatus_to_exitcode(status)
+
+
+def install_termination_handler() -> None:
+    """SIGTERM and SIGHUP unwind like Ctrl-C, so the same clean-up paths run."""
+
+    def interrupt(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGHUP, interrupt)
+
+
+@contextlib.contextmanager
+def interrupts_deferred():
+    """Hold SIGINT/SIGTERM while clean-up runs so a second Ctrl-C cannot cut it short."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous = {sig: signal.signal(sig, lambda s, _f: pending.append(s)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if pending:
+            raise KeyboardInterrupt(f"signal {pending[0]}")
+
+
+class Child:
+    """A process tracecost started. stdout is a pipe (for handshakes and summaries);
+    stderr goes to a file so that a chatty child can never block on it."""
+
+    def __init__(self, argv: list[str], *, stderr_path: Path, env: dict[str, str] | None = None,
+                 name: str | None = None, stdout_path: Path | None = None):
+        """stdout_path: send stdout to a file instead (for daemons nobody reads)."""
+        self.name = name or Path(argv[0]).name
+        self.stderr_path = stderr_path
+        self._stderr = open(stderr_path, "wb")
+        stdout = open(stdout_path, "wb") if stdout_path else subprocess.PIPE
+        self.started = time.monotonic()
+        try:
+            self.popen = subprocess.Popen(argv, stdout=stdout, stderr=self._stderr, env=env,
+                                          start_new_session=True)
+        except OSError as err:
+            self._stderr.close()
+            raise TracecostError(f"cannot start {self.name}: {err.strerror}") from err
+        finally:
+            if stdout_path:
+                stdout.close()
+        self.pid = self.popen.pid
+        self.usage: Usage | None = None
+        self._stdout_rest = b""
+
+    # -- handshake and output ---------------------------------------------------------------
+    def wait_for_line(self, expected: str, timeout_s: float) -> None:
+        """Block until the child prints `expected` on a line of its own (its readiness signal)."""
+        deadline = time.monotonic() + timeout_s
+        fd = self.popen.stdout.fileno()
+        buffered = b""
+        while True:
+            lines = buffered.split(b"\n")
+            for index, line in enumerate(lines[:-1]):
+                if line.decode(errors="replace").strip() == expected:
+                    self._stdout_rest = b"\n".join(lines[index + 1:])
+                    return
+            buffered = lines[-1] if len(lines) > 1 else buffered
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.kill()
+                raise TracecostError(f"{self.name} did not become ready within {timeout_s:g} s{self._stderr_hint()}")
+            readable, _, _ = select.select([fd], [], [], remaining)
+            if readable:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    self.wait(timeout_s=5)
+                    raise TracecostError(f"{self.name} exited before it was ready{self._stderr_hint()}")
+                buffered += chunk
+
+    def read_stdout(self) -> str:
+        """Everything the child printed after its ready line (call once it has exited)."""
+        rest = self.popen.stdout.read() if self.popen.stdout else b""
+        return (self._stdout_rest + rest).decode(errors="replace")
+
+    def stderr_text(self) -> str:
+        self._stderr.flush()
+        try:
+            return self.stderr_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def _stderr_hint(self) -> str:
+        lines = [line for line in self.stderr_text().splitlines() if line.strip()]
+        return f": {lines[-1].strip()}" if lines else ""
+
+    def error_line(self) -> str:
+        """The child's last stderr line, for one-line error messages."""
+        return self._stderr_hint().removeprefix(": ")
+
+    # -- lifetime ---------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self.usage is None
+
+    def has_exited(self) -> bool:
+        """True once the child has exited; it is not reaped, so wait() still gets its rusage."""
+        if not self.running:
+            return True
+        info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        return info is not None
+
+    def send(self, sig: int) -> None:
+        if self.running:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send(signal.SIGKILL)
+        self.wait(timeout_s=10)
+
+    def wait(self, timeout_s: float | None = None) -> Usage:
+        """Reap the child with os.wait4 (so its rusage is its own); SIGKILL it after timeout_s."""
+        if self.usage is not None:
+            return self.usage
+        timer = None
+        expired = threading.Event()
+        if timeout_s is not None:
+            def expire():
+                expired.set()
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+            timer = threading.Timer(timeout_s, expire)
+            timer.start()
+        try:
+            _, status, rusage = os.wait4(self.pid, 0)
+        finally:
+            if timer:
+                timer.cancel()
+        wall = time.monotonic() - self.started
+        self.popen.returncode = _exit_code(status)  # keep Popen from reaping a second time
+        self._stderr.close()
+        self.usage = Usage(exit_code=_exit_code(status), wall_s=wall, user_s=rusage.ru_utime,
+                           sys_s=rusage.ru_stime, max_rss_kb=rusage.ru_maxrss, timed_out=expired.is_set())
+        return self.usage
+
+    def stop(self, sig: int = signal.SIGINT, timeout_s: float = 60) -> Usage:
+        """Ask the child to finish (by its PID), wait for it, kill it if it will not."""
+        self.send(sig)
+        return self.wait(timeout_s=timeout_s)
+
+    def close(self) -> None:
+        """Whatever happened, leave no process behind."""
+        if self.running:
+            self.send(signal.SIGKILL)
+            self.wait()
+        if self.popen.stdout:
+            self.popen.stdout.close()
+
+
+@contextlib.contextmanager
+def started(child_factory):
+    """`with started(lambda: Child(...)) as child:` guarantees the child is gone afterwards."""
+    child = child_factory()
+    try:
+        yield child
+    finally:
+        with interrupts_deferred():
+            child.close()
+
+
+def run_to_completion(argv: list[str], *, stderr_path: Path, env: dict[str, str] | None = None,
+                      timeout_s: float = 3600) -> tuple[Usage, str, Child]:
+    """Run a workload to its end; return its usage, its stdout and the Child (for pid, stderr)."""
+    with started(lambda: Child(argv, stderr_path=stderr_path, env=env)) as child:
+        usage = child.wait(timeout_s=timeout_s)
+        return usage, child.read_stdout(), child

@@ -1,0 +1,24 @@
+"""The tracing methods a suite can compare, by name."""
+
+from __future__ import annotations
+
+from tracecost.errors import TracecostError
+from tracecost.system import require_nothing_attached
+from tracecost.tracers.base import Baseline, Method
+from tracecost.tracers.ebpf import Ebpf
+from tracecost.tracers.lttng import Lttng
+from tracecost.workload import traced_library
+
+TRACERS = {"lttng": Lttng, "ebpf": Ebpf}
+
+
+def baseline() -> Baseline:
+    return Baseline(guard=lambda: require_nothing_attached(traced_library()))
+
+
+def make_method(name: str) -> Method:
+    if name == "baseline":
+        return baseline()
+    if name not in TRACERS:
+        raise TracecostError(f"unknown method {name!r} (one of baseline, {', '.join(TRACERS)})")
+    return TRACERS[name]()

@@ -1,0 +1,97 @@
+"""Kernel eBPF: the functrace loader (tracers/ebpf/functrace.c) and its trace file."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+from tracecost import paths, system
+from tracecost.errors import TracecostError
+from tracecost.procs import Child, started
+from tracecost.tracers.base import Capture, Event, Method, ProcessCost, Say, TracedRun
+from tracecost.workload import TRACED_SYMBOL, traced_library
+
+# Mirrors probes/functrace.h (FUNCTRACE_FORMAT_VERSION 1).
+HEADER = struct.Struct("<8sII")
+RECORD = struct.Struct("<QIIIiQq64s")
+MAGIC, FORMAT_VERSION = b"TCFTRACE", 1
+KINDS = {1: "entry", 2: "exit"}
+
+DEFAULT_RINGBUF_BYTES = 16 << 20
+WAKEUPS = ("adaptive", "force", "none")
+READY_TIMEOUT_S = 30
+DRAIN_TIMEOUT_S = 120
+
+
+def read_functrace(path: Path) -> list[Event]:
+    """Parse a functrace output file; a malformed file is an error, never a partial result."""
+    data = path.read_bytes()
+    if len(data) < HEADER.size:
+        raise TracecostError(f"{path}: truncated functrace file ({len(data)} bytes)")
+    magic, version, record_size = HEADER.unpack_from(data)
+    if magic != MAGIC or version != FORMAT_VERSION or record_size != RECORD.size:
+        raise TracecostError(f"{path}: not a functrace v{FORMAT_VERSION} file "
+                             f"(magic {magic!r}, version {version}, record size {record_size})")
+    body = memoryview(data)[HEADER.size:]
+    if len(body) % RECORD.size:
+        raise TracecostError(f"{path}: {len(body)} bytes of records is not a whole number of records")
+    events = []
+    for ts, _pid, tid, kind, a, b, ret, raw in RECORD.iter_unpack(body):
+        if kind not in KINDS:
+            raise TracecostError(f"{path}: unknown record kind {kind}")
+        if KINDS[kind] == "entry":
+            events.append(Event("entry", ts, tid, a=a, b=b, s=raw.split(b"\0", 1)[0].decode(errors="replace")))
+        else:
+            events.append(Event("exit", ts, tid, ret=ret))
+    return events
+
+
+def parse_summary(text: str) -> dict[str, int]:
+    """functrace's last stdout line: {"received","entry","exit","submitted","dropped","bytes"}."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    try:
+        summary = json.loads(lines[-1])
+        return {key: int(summary[key]) for key in ("received", "entry", "exit", "submitted", "dropped", "bytes")}
+    except (IndexError, ValueError, KeyError, TypeError) as err:
+        raise TracecostError(f"functrace printed no valid summary ({text.strip()[-80:]!r})") from err
+
+
+class Ebpf(Method):
+    name, label = "ebpf", "eBPF (kernel uprobes)"
+    unobservable = {"c": "a double travels in xmm0, and a kernel uprobe's pt_regs holds no SSE registers"}
+
+    def __init__(self, ringbuf_bytes: int = DEFAULT_RINGBUF_BYTES, wakeup: str = "adaptive"):
+        if wakeup not in WAKEUPS:
+            raise TracecostError(f"unknown wakeup policy {wakeup!r} (one of {', '.join(WAKEUPS)})")
+        self.ringbuf_bytes, self.wakeup = ringbuf_bytes, wakeup
+
+    def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
+        system.require_kernel_bpf()
+        self.loader = paths.artifact("bin/functrace")
+        self.library = traced_library()
+
+    @contextlib.contextmanager
+    def trace(self, workdir: Path) -> Iterator[TracedRun]:
+        output = workdir / "functrace.bin"
+        argv = [str(self.loader), "--binary", str(self.library), "--symbol", TRACED_SYMBOL,
+                "--output", str(output), "--ringbuf-bytes", str(self.ringbuf_bytes), "--wakeup", self.wakeup]
+        with started(lambda: Child(argv, stderr_path=workdir / "functrace.stderr")) as tracer:
+            tracer.wait_for_line("READY", READY_TIMEOUT_S)
+            run = TracedRun(app_env={}, read_events=lambda: read_functrace(output))
+            yield run
+            usage = tracer.stop(signal.SIGINT, timeout_s=DRAIN_TIMEOUT_S)
+            if usage.exit_code != 0 or usage.timed_out:
+                reason = "did not stop" if usage.timed_out else f"exit status {usage.exit_code}"
+                raise TracecostError(f"functrace failed ({reason}): {tracer.error_line() or 'no message'}")
+            summary = parse_summary(tracer.read_stdout())
+        if summary["received"] != summary["submitted"]:
+            raise TracecostError(f"functrace consumer received {summary['received']} of "
+                                 f"{summary['submitted']} submitted records")
+        run.capture = Capture(captured=summary["received"], dropped=summary["dropped"],
+                              trace_bytes=output.stat().st_size,
+                              costs=[ProcessCost("consumer", usage.cpu_s, usage.max_rss_kb)],
+                              details={"entries": summary["entry"], "exits": summary["exit"]})

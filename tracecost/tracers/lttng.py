@@ -1,0 +1,254 @@
+"""LTTng-UST: the session daemon, one recording session per run, and babeltrace2 to read it.
+
+The traced app gets the LD_PRELOAD wrapper (tracers/lttng/mylib_wrapper.c), which
+emits mylib:func_entry / mylib:func_exit around the real function.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracecost import paths, system
+from tracecost.errors import TracecostError
+from tracecost.procs import Child, interrupts_deferred
+from tracecost.tracers.base import Capture, Event, Method, ProcessCost, Say, TracedRun
+
+# 2 MiB x 4 sub-buffers per CPU: on 2 CPUs the same 16 MiB total as functrace's ring buffer.
+DEFAULT_SUBBUF_BYTES = 2 << 20
+DEFAULT_NUM_SUBBUF = 4
+CHANNEL = "tracecost"
+EVENTS = "mylib:*"
+DAEMON_READY_TIMEOUT_S = 15
+PIDFILES = (Path("/var/run/lttng/lttng-sessiond.pid"), Path.home() / ".lttng/lttng-sessiond.pid")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def lttng(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run(["lttng", *args], capture_output=True, text=True)
+    if check and result.returncode != 0:
+        message = (result.stderr.strip() or result.stdout.strip()).splitlines()
+        raise TracecostError(f"lttng {args[0]} failed: {message[-1] if message else 'no message'}")
+    return result
+
+
+def daemon_reachable() -> bool:
+    return lttng("list", check=False).returncode == 0
+
+
+# --- the session daemon and what it costs -------------------------------------------------
+
+def _descendants(pid: int) -> list[int]:
+    found, pending = [], [pid]
+    while pending:
+        parent = pending.pop()
+        for children in Path(f"/proc/{parent}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                for child in children.read_text().split():
+                    found.append(int(child))
+                    pending.append(int(child))
+    return found
+
+
+def _cpu_ticks(pid: int) -> int:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        # Fields after the parenthesised comm: utime and stime are the 12th and 13th.
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    return 0
+
+
+def _peak_rss_kb(pid: int) -> int:
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _reset_peak_rss(pid: int) -> None:
+    # Writing 5 to clear_refs resets VmHWM, so each run reports its own peak.
+    with contextlib.suppress(OSError):
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+@dataclass
+class SessionDaemon:
+    pid: int
+
+    def processes(self) -> dict[int, str]:
+        """pid -> role: the daemon itself, and its consumer daemons (helpers count with their parent)."""
+        roles = {self.pid: "sessiond"}
+        for pid in _descendants(self.pid):
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "lttng-consumerd":
+                    roles[pid] = "consumerd"
+        return roles
+
+    def snapshot(self) -> dict[int, int]:
+        """Reset peak RSS and read CPU ticks of every daemon process, at the start of a run."""
+        ticks = {}
+        for pid in self.processes():
+            _reset_peak_rss(pid)
+            ticks[pid] = _cpu_ticks(pid)
+        return ticks
+
+    def costs_since(self, before: dict[int, int]) -> list[ProcessCost]:
+        totals: dict[str, list] = {}
+        for pid, role in self.processes().items():
+            cpu = (_cpu_ticks(pid) - before.get(pid, 0)) / CLOCK_TICKS
+            total = totals.setdefault(role, [0.0, 0])
+            total[0] += cpu
+            total[1] += _peak_rss_kb(pid)
+        return [ProcessCost(role, cpu, rss) for role, (cpu, rss) in sorted(totals.items())]
+
+
+def _running_daemon_pid() -> int:
+    for pidfile in PIDFILES:
+        with contextlib.suppress(OSError, ValueError):
+            return int(pidfile.read_text().strip())
+    raise TracecostError("an lttng-sessiond answers but its pid file is missing")
+
+
+@contextlib.contextmanager
+def session_daemon(workspace: Path, say: Say) -> Iterator[SessionDaemon]:
+    """Use the running lttng-sessiond, or start one that stops when tracecost does."""
+    if daemon_reachable():
+        yield SessionDaemon(_running_daemon_pid())
+        return
+    daemon = Child(["lttng-sessiond", "--no-kernel"], stderr_path=workspace / "lttng-sessiond.log",
+                   stdout_path=workspace / "lttng-sessiond.out")
+    try:
+        deadline = time.monotonic() + DAEMON_READY_TIMEOUT_S
+        while not daemon_reachable():  # readiness: the daemon answers a client command
+            if daemon.has_exited():
+                raise TracecostError(f"lttng-sessiond exited at start: {daemon.error_line() or 'no message'}")
+            if time.monotonic() > deadline:
+                raise TracecostError(f"lttng-sessiond did not answer within {DAEMON_READY_TIMEOUT_S} s")
+            time.sleep(0.02)
+        say(f"started lttng-sessiond (pid {daemon.pid}); tracecost stops it when it finishes")
+        yield SessionDaemon(daemon.pid)
+    finally:
+        with interrupts_deferred():
+            daemon.stop(signal.SIGTERM, timeout_s=30)
+            daemon.close()
+
+
+# --- reading a trace ------------------------------------------------------------------------
+
+EVENT_LINE = re.compile(r"^\[(\d+)\.(\d{9})\] \S+ mylib:(func_entry|func_exit): "
+                        r"\{ cpu_id = \d+ \}, \{ vtid = (\d+) \}, \{ (.*) \}$")
+ENTRY_FIELDS = re.compile(r'^a = (-?\d+), b = (\d+), c = (\S+), s = "(.*)"$')
+EXIT_FIELDS = re.compile(r"^ret = (-?\d+)$")
+DISCARDED = re.compile(r"discarded (\d+) events", re.IGNORECASE)
+
+
+def parse_babeltrace(text: str) -> tuple[list[Event], int]:
+    """Events from `babeltrace2 --clock-seconds --no-delta` text, and the discarded-event total
+    that babeltrace2 reports from the trace's own discarded-event records."""
+    events, discarded = [], 0
+    for line in text.splitlines():
+        match = EVENT_LINE.match(line)
+        if not match:
+            for found in DISCARDED.finditer(line):
+                discarded += int(found.group(1))
+            continue
+        seconds, nanos, name, tid, fields = match.groups()
+        ts = int(seconds) * 1_000_000_000 + int(nanos)
+        if name == "func_entry":
+            entry = ENTRY_FIELDS.match(fields)
+            if not entry:
+                raise TracecostError(f"unexpected mylib:func_entry fields: {fields[:80]!r}")
+            a, b, c, s = entry.groups()
+            events.append(Event("entry", ts, int(tid), a=int(a), b=int(b), c=float(c), s=s))
+        else:
+            exit_ = EXIT_FIELDS.match(fields)
+            if not exit_:
+                raise TracecostError(f"unexpected mylib:func_exit fields: {fields[:80]!r}")
+            events.append(Event("exit", ts, int(tid), ret=int(exit_.group(1))))
+    return events, discarded
+
+
+def read_trace(trace_dir: Path) -> list[Event]:
+    result = subprocess.run(["babeltrace2", "--clock-seconds", "--no-delta", str(trace_dir)],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise TracecostError(f"babeltrace2 cannot read {trace_dir}: {result.stderr.strip()[-200:]}")
+    events, _ = parse_babeltrace(result.stdout)
+    return events
+
+
+COUNTER_LINE = re.compile(r"^\s*(\d+) Event messages?$", re.MULTILINE)
+
+
+def count_events(trace_dir: Path) -> int:
+    """Events in the trace, counted by babeltrace2's counter sink."""
+    result = subprocess.run(["babeltrace2", str(trace_dir), "--component=sink.utils.counter",
+                             "--params=step=+0"], capture_output=True, text=True)
+    match = COUNTER_LINE.search(result.stdout)
+    if result.returncode != 0 or not match:
+        raise TracecostError(f"babeltrace2 cannot count events in {trace_dir}: {result.stderr.strip()[-200:]}")
+    return int(match.group(1))
+
+
+def channel_losses(session: str) -> tuple[int, int]:
+    """(discarded events, lost packets) of our channel, as the session daemon counted them."""
+    root = ET.fromstring(lttng("--mi", "xml", "list", session).stdout)
+    ns = {"mi": root.tag.split("}")[0].strip("{")}
+    for channel in root.iterfind(".//mi:channel", ns):
+        if channel.findtext("mi:name", namespaces=ns) == CHANNEL:
+            attrs = channel.find("mi:attributes", ns)
+            return (int(attrs.findtext("mi:discarded_events", "0", ns)),
+                    int(attrs.findtext("mi:lost_packets", "0", ns)))
+    raise TracecostError(f"LTTng session {session} has no channel {CHANNEL}")
+
+
+def _tree_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+class Lttng(Method):
+    name, label = "lttng", "LTTng-UST"
+
+    def __init__(self, subbuf_bytes: int = DEFAULT_SUBBUF_BYTES, num_subbuf: int = DEFAULT_NUM_SUBBUF):
+        self.subbuf_bytes, self.num_subbuf = subbuf_bytes, num_subbuf
+
+    def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
+        system.require_tool("lttng", "lttng-tools")
+        system.require_tool("lttng-sessiond", "lttng-tools")
+        system.require_tool("babeltrace2", "babeltrace2")
+        self.wrapper = paths.artifact("lib/libmylib_lttng.so")
+        self.daemon = stack.enter_context(session_daemon(workspace, say))
+
+    @contextlib.contextmanager
+    def trace(self, workdir: Path) -> Iterator[TracedRun]:
+        session = f"tracecost-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        trace_dir = workdir / "lttng-trace"
+        lttng("create", session, f"--output={trace_dir}")
+        try:
+            lttng("enable-channel", "--userspace", f"--session={session}", f"--subbuf-size={self.subbuf_bytes}",
+                  f"--num-subbuf={self.num_subbuf}", "--discard", CHANNEL)
+            lttng("add-context", "--userspace", f"--session={session}", f"--channel={CHANNEL}", "--type=vtid")
+            lttng("enable-event", "--userspace", f"--session={session}", f"--channel={CHANNEL}", EVENTS)
+            before = self.daemon.snapshot()
+            lttng("start", session)
+            run = TracedRun(app_env={"LD_PRELOAD": str(self.wrapper)}, read_events=lambda: read_trace(trace_dir))
+            yield run
+            lttng("stop", session)  # waits until the consumer has written every sub-buffer
+            costs = self.daemon.costs_since(before)
+            discarded, lost_packets = channel_losses(session)
+        finally:
+            with interrupts_deferred():
+                lttng("destroy", session, check=False)
+        run.capture = Capture(captured=count_events(trace_dir), dropped=discarded,
+                              trace_bytes=_tree_bytes(trace_dir), costs=costs,
+                              details={"lost_packets": lost_packets})
