@@ -7,7 +7,7 @@ VENV    := .venv
 CC      := gcc
 CLANG   := clang
 BPFTOOL := bpftool
-CFLAGS  := -O2 -g -Wall -Wextra -Werror -fno-omit-frame-pointer
+CFLAGS  := -O2 -g -Wall -Wextra -Werror -fno-omit-frame-pointer -Iworkloads/common
 BPF_CFLAGS := -O2 -g -Wall -target bpf -D__TARGET_ARCH_x86 -I$(BUILD) -Iprobes
 
 LIB := $(BUILD)/lib
@@ -29,7 +29,12 @@ $(SETUP_STAMP): pyproject.toml scripts/setup.sh
 	scripts/setup.sh
 	touch $@
 
-build: setup workloads tracers
+build: setup workloads tracers $(BUILD)/buildinfo.json
+
+# Build flags, recorded with every result (DESIGN rule 6).
+$(BUILD)/buildinfo.json: Makefile | $(BIN)
+	printf '{"cflags": "%s", "bpf_cflags": "%s", "cc": "%s", "clang": "%s"}\n' '$(CFLAGS)' '$(BPF_CFLAGS)' \
+	  "$$($(CC) --version | head -1)" "$$($(CLANG) --version | head -1)" > $@
 
 run: build
 	$(VENV)/bin/tracecost run
@@ -50,7 +55,7 @@ workloads: $(LIB)/libmylib.so $(BIN)/sample_app
 $(LIB)/libmylib.so: workloads/mylib/mylib.c workloads/mylib/mylib.h | $(LIB)
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
 
-$(BIN)/sample_app: workloads/sample_app/sample_app.c workloads/mylib/mylib.h $(LIB)/libmylib.so | $(BIN)
+$(BIN)/sample_app: workloads/sample_app/sample_app.c workloads/mylib/mylib.h workloads/common/peak_rss.h $(LIB)/libmylib.so | $(BIN)
 	$(CC) $(CFLAGS) -Iworkloads/mylib -o $@ $< -L$(LIB) -lmylib -Wl,-rpath,'$$ORIGIN/../lib'
 
 # --- BPF probes: vmlinux.h from this kernel's BTF, one object and skeleton per probe --------
@@ -67,7 +72,7 @@ $(SKEL)/%.skel.h: $(BPF)/%.bpf.o | $(SKEL)
 .PHONY: tracers
 tracers: $(BIN)/functrace $(LIB)/libmylib_lttng.so
 
-$(BIN)/%: tracers/ebpf/%.c $(SKEL)/%.skel.h probes/%.h | $(BIN)
+$(BIN)/%: tracers/ebpf/%.c $(SKEL)/%.skel.h probes/%.h workloads/common/peak_rss.h | $(BIN)
 	$(CC) $(CFLAGS) -Iprobes -I$(SKEL) -o $@ $< $$(pkg-config --cflags --libs libbpf)
 
 LTTNG_SRC := tracers/lttng/mylib_wrapper.c tracers/lttng/mylib_tp.c

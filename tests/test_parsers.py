@@ -68,7 +68,7 @@ def test_babeltrace_unexpected_fields_are_an_error():
 
 
 def test_loader_summary():
-    text = '{"received":4,"entry":2,"exit":2,"submitted":4,"dropped":0,"bytes":432}\n'
+    text = '{"received":4,"entry":2,"exit":2,"submitted":4,"dropped":0,"bytes":432,"peak_rss_kb":9}\n'
     assert parse_summary(text)["received"] == 4
     with pytest.raises(TracecostError):
         parse_summary("READY\n")

@@ -73,5 +73,5 @@ def test_malformed_app_output_is_an_error(text):
 
 
 def test_app_output_parses():
-    line = json.dumps({"calls": 2, "total_ns": 100, "ns_per_call": 50.0, "checksum": 7})
+    line = json.dumps({"calls": 2, "total_ns": 100, "ns_per_call": 50.0, "checksum": 7, "peak_rss_kb": 900})
     assert parse_app_output(line).ns_per_call == 50.0

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import random
 import sys
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -11,15 +13,46 @@ from rich.table import Table
 
 from tracecost import __version__, tracers
 from tracecost.errors import TracecostError
+from tracecost.execute import default_out_dir, execute
 from tracecost.procs import install_termination_handler
+from tracecost.suites import duration as duration_suite
+from tracecost.suites import SUITES
 from tracecost.workspace import workspace
 
-out = Console()
-err = Console(stderr=True)
+# Piped output gets a wide fixed width: summary tables stay one row per line in logs.
+out = Console() if sys.stdout.isatty() else Console(width=160)
+err = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=160)
+# Options that take several values separated by spaces, as in seed 000 (`-s 3 4 5`).
+MULTI_VALUE_OPTIONS = {"-s", "--scenarios"}
 
 
 def say(message: str) -> None:
     err.print(f"[dim]tracecost:[/dim] {message}", highlight=False)
+
+
+def join_multi_values(argv: list[str]) -> list[str]:
+    """`-s 0 3 5` becomes `-s 0,3,5`, which click parses as one value."""
+    joined: list[str] = []
+    after_option = after_value = False
+    for token in argv:
+        if after_value and not token.startswith("-"):
+            joined[-1] += f",{token}"
+            continue
+        after_value = after_option and not token.startswith("-")
+        after_option = token in MULTI_VALUE_OPTIONS
+        joined.append(token)
+    return joined
+
+
+def comma_list(kind):
+    def parse(_ctx, param, value):
+        if value is None:
+            return None
+        try:
+            return [kind(item) for item in str(value).split(",") if item.strip()]
+        except ValueError as error:
+            raise click.BadParameter(f"{value!r} is not a comma-separated list", param=param) from error
+    return parse
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -65,10 +98,49 @@ def print_validation(result: dict) -> None:
             out.print(f"{name}: argument {field_name} not checked: {reason}", highlight=False)
 
 
+def print_scenarios() -> None:
+    table = Table(title="duration scenarios")
+    for column in ("index", "scenario", "work (us)", "calls", "represents"):
+        table.add_column(column)
+    for s in duration_suite.SCENARIOS:
+        table.add_row(str(s.index), s.name, str(s.work_us), f"{s.calls:,}", s.represents)
+    out.print(table)
+
+
+@cli.command()
+@click.option("--list-scenarios", is_flag=True, help="List the scenarios and exit.")
+@click.option("-s", "--scenarios", callback=comma_list(int), metavar="N [N ...]",
+              help="Scenario indexes (default: all).")
+@click.option("-r", "--runs", default=10, show_default=True, type=click.IntRange(1, 1000),
+              help="Measured repetitions (after one discarded warm-up).")
+@click.option("--methods", default=",".join(duration_suite.METHODS), show_default=True,
+              callback=comma_list(str), help="Comma-separated methods.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
+@click.option("--seed", type=int, help="Seed of the run order (default: random, recorded).")
+@click.option("--quick", is_flag=True, help=f"1/{duration_suite.QUICK_DIVISOR} of the calls, for smoke runs.")
+def duration(list_scenarios, scenarios, runs, methods, out_dir, seed, quick) -> None:
+    """Overhead vs the traced function's duration (0 us to 1 ms)."""
+    if list_scenarios:
+        print_scenarios()
+        return
+    for index in scenarios or []:
+        try:
+            duration_suite.scenario_by_index(index)
+        except TracecostError as error:
+            raise click.BadParameter(str(error), param_hint="'-s' / '--scenarios'") from error
+    for name in methods:
+        if name != "baseline" and name not in tracers.TRACERS:
+            raise click.BadParameter(f"unknown method {name!r}", param_hint="'--methods'")
+    config = duration_suite.DurationConfig(
+        scenarios=scenarios or [s.index for s in duration_suite.SCENARIOS], methods=methods, runs=runs,
+        seed=seed if seed is not None else random.SystemRandom().randrange(2**31), quick=quick)
+    sys.exit(execute([(SUITES["duration"], config)], out_dir or default_out_dir("duration"), out, err, say))
+
+
 def main() -> None:
     install_termination_handler()
     try:
-        code = cli(standalone_mode=False)
+        code = cli(args=join_multi_values(sys.argv[1:]), standalone_mode=False)
     except click.ClickException as error:
         error.show()
         sys.exit(error.exit_code)

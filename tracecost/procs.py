@@ -22,13 +22,16 @@ from tracecost.errors import TracecostError
 
 @dataclass(frozen=True)
 class Usage:
-    """What one process cost, from its exit status and rusage (os.wait4)."""
+    """What one process cost, from its exit status and rusage (os.wait4).
+
+    No peak memory here: ru_maxrss includes the image replaced at exec, so every
+    child of this (large) Python process would report Python's RSS. Programs
+    tracecost builds report their own VmHWM instead (workloads/common/peak_rss.h)."""
 
     exit_code: int
     wall_s: float
     user_s: float
     sys_s: float
-    max_rss_kb: int
     timed_out: bool = False
 
     @property
@@ -123,7 +126,6 @@ class Child:
         return (self._stdout_rest + rest).decode(errors="replace")
 
     def stderr_text(self) -> str:
-        self._stderr.flush()
         try:
             return self.stderr_path.read_text(errors="replace")
         except OSError:
@@ -180,7 +182,7 @@ class Child:
         self.popen.returncode = _exit_code(status)  # keep Popen from reaping a second time
         self._stderr.close()
         self.usage = Usage(exit_code=_exit_code(status), wall_s=wall, user_s=rusage.ru_utime,
-                           sys_s=rusage.ru_stime, max_rss_kb=rusage.ru_maxrss, timed_out=expired.is_set())
+                           sys_s=rusage.ru_stime, timed_out=expired.is_set())
         return self.usage
 
     def stop(self, sig: int = signal.SIGINT, timeout_s: float = 60) -> Usage:

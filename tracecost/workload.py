@@ -48,17 +48,19 @@ class AppResult:
     total_ns: int
     ns_per_call: float
     checksum: int
+    peak_rss_kb: int
 
 
 def parse_app_output(text: str) -> AppResult:
-    """sample_app prints one JSON line: {"calls":N,"total_ns":T,"ns_per_call":X,"checksum":C}."""
+    """sample_app prints one JSON line: {"calls","total_ns","ns_per_call","checksum","peak_rss_kb"}."""
     lines = [line for line in text.splitlines() if line.strip()]
     if len(lines) != 1:
         raise TracecostError(f"sample_app printed {len(lines)} lines, expected one JSON line")
     try:
         fields = json.loads(lines[0])
         return AppResult(calls=int(fields["calls"]), total_ns=int(fields["total_ns"]),
-                         ns_per_call=float(fields["ns_per_call"]), checksum=int(fields["checksum"]))
+                         ns_per_call=float(fields["ns_per_call"]), checksum=int(fields["checksum"]),
+                         peak_rss_kb=int(fields["peak_rss_kb"]))
     except (ValueError, KeyError, TypeError) as err:
         raise TracecostError(f"malformed sample_app output {lines[0][:80]!r}: {err}") from err
 

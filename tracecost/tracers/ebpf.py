@@ -20,6 +20,7 @@ HEADER = struct.Struct("<8sII")
 RECORD = struct.Struct("<QIIIiQq64s")
 MAGIC, FORMAT_VERSION = b"TCFTRACE", 1
 KINDS = {1: "entry", 2: "exit"}
+SUMMARY_KEYS = ("received", "entry", "exit", "submitted", "dropped", "bytes", "peak_rss_kb")
 
 DEFAULT_RINGBUF_BYTES = 16 << 20
 WAKEUPS = ("adaptive", "force", "none")
@@ -51,11 +52,11 @@ def read_functrace(path: Path) -> list[Event]:
 
 
 def parse_summary(text: str) -> dict[str, int]:
-    """functrace's last stdout line: {"received","entry","exit","submitted","dropped","bytes"}."""
+    """functrace's last stdout line: {"received","entry","exit","submitted","dropped","bytes","peak_rss_kb"}."""
     lines = [line for line in text.splitlines() if line.strip()]
     try:
         summary = json.loads(lines[-1])
-        return {key: int(summary[key]) for key in ("received", "entry", "exit", "submitted", "dropped", "bytes")}
+        return {key: int(summary[key]) for key in SUMMARY_KEYS}
     except (IndexError, ValueError, KeyError, TypeError) as err:
         raise TracecostError(f"functrace printed no valid summary ({text.strip()[-80:]!r})") from err
 
@@ -91,7 +92,9 @@ class Ebpf(Method):
         if summary["received"] != summary["submitted"]:
             raise TracecostError(f"functrace consumer received {summary['received']} of "
                                  f"{summary['submitted']} submitted records")
+        if not output.is_file():
+            raise TracecostError(f"functrace wrote no trace file {output}")
         run.capture = Capture(captured=summary["received"], dropped=summary["dropped"],
                               trace_bytes=output.stat().st_size,
-                              costs=[ProcessCost("consumer", usage.cpu_s, usage.max_rss_kb)],
+                              costs=[ProcessCost("consumer", usage.cpu_s, summary["peak_rss_kb"])],
                               details={"entries": summary["entry"], "exits": summary["exit"]})

@@ -7,7 +7,7 @@
  * Protocol with the harness (tracecost/tracers/ebpf.py): the line "READY" on
  * stdout once both probes are attached; on SIGINT/SIGTERM it drains the ring
  * buffer, detaches and prints one JSON summary line
- *   {"received":R,"entry":E,"exit":X,"submitted":S,"dropped":D,"bytes":B}
+ *   {"received":R,"entry":E,"exit":X,"submitted":S,"dropped":D,"bytes":B,"peak_rss_kb":K}
  * where submitted and dropped (ring-buffer reserve failures) are counted by
  * the BPF program itself. Errors are one line on stderr and exit status 1.
  *
@@ -28,6 +28,7 @@
 
 #include "functrace.h"
 #include "functrace.skel.h"
+#include "peak_rss.h"
 
 /* Default 16 MiB: the same total as the LTTng channel tracecost configures
  * (2 CPUs x 4 sub-buffers x 2 MiB), so that both tracers face the same
@@ -252,11 +253,12 @@ int main(int argc, char **argv)
 	if (fclose(consumer.out) || consumer.write_error)
 		die("cannot write %s: %s", output, strerror(consumer.write_error ? consumer.write_error : errno));
 
-	printf("{\"received\":%llu,\"entry\":%llu,\"exit\":%llu,\"submitted\":%llu,\"dropped\":%llu,\"bytes\":%llu}\n",
+	printf("{\"received\":%llu,\"entry\":%llu,\"exit\":%llu,\"submitted\":%llu,\"dropped\":%llu,\"bytes\":%llu,"
+	       "\"peak_rss_kb\":%lu}\n",
 	       (unsigned long long)consumer.received, (unsigned long long)consumer.entries,
 	       (unsigned long long)consumer.exits, (unsigned long long)stats[FUNCTRACE_STAT_SUBMITTED],
 	       (unsigned long long)stats[FUNCTRACE_STAT_RESERVE_FAILED],
-	       (unsigned long long)(consumer.bytes + sizeof(header)));
+	       (unsigned long long)(consumer.bytes + sizeof(header)), peak_rss_kb());
 	ring_buffer__free(rb);
 	functrace_bpf__destroy(skel);
 	return 0;

@@ -1,12 +1,13 @@
 /* sample_app N: calls my_traced_function N times and prints one JSON line
- *   {"calls":N,"total_ns":T,"ns_per_call":X,"checksum":C}
+ *   {"calls":N,"total_ns":T,"ns_per_call":X,"checksum":C,"peak_rss_kb":K}
  * Arguments are derived from the call index i (0-based) so that a validator
  * can recompute every value a tracer captured (tracecost/workload.py):
  *   a = (i mod 2001) - 1000
  *   b = i * 0x9E3779B97F4A7C15 (mod 2^64)
  *   c = (i mod 1000) * 0.5 - 100.25
  *   s = "call-<i>"
- * checksum is the sum of all return values modulo 2^64.
+ * checksum is the sum of all return values modulo 2^64; peak_rss_kb is the
+ * process's own peak resident memory (see peak_rss.h).
  * SIMULATED_WORK_US (environment) sets the busy-wait of every call. */
 #include <errno.h>
 #include <inttypes.h>
@@ -16,6 +17,7 @@
 #include <time.h>
 
 #include "mylib.h"
+#include "peak_rss.h"
 
 #define MAX_CALLS 100000000ull
 #define ARG_STRING_LEN 32
@@ -80,8 +82,9 @@ int main(int argc, char **argv)
 	}
 	total = now_ns() - start;
 
-	printf("{\"calls\":%" PRIu64 ",\"total_ns\":%" PRIu64 ",\"ns_per_call\":%.3f,\"checksum\":%" PRIu64 "}\n",
-	       calls, total, (double)total / (double)calls, checksum);
+	printf("{\"calls\":%" PRIu64 ",\"total_ns\":%" PRIu64 ",\"ns_per_call\":%.3f,\"checksum\":%" PRIu64
+	       ",\"peak_rss_kb\":%lu}\n",
+	       calls, total, (double)total / (double)calls, checksum, peak_rss_kb());
 	free(strings);
 	return 0;
 }

@@ -1,0 +1,130 @@
+"""`tracecost duration` on the real kernel and LTTng, and its failure paths."""
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from conftest import BUILD, run_tracecost, tracecost_sessions, uprobes_in
+from tracecost import results
+from tracecost.suites.duration import QUICK_DIVISOR, QUICK_MIN_CALLS, SCENARIOS
+
+LIBMYLIB = BUILD / "lib" / "libmylib.so"
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("duration")
+    result = run_tracecost("duration", "--quick", "-s", "0", "3", "-r", "2", "--seed", "11", "--out", str(out))
+    return result, out
+
+
+def test_quick_run_succeeds_with_schema_valid_results(quick_run):
+    result, out = quick_run
+    assert result.returncode == 0, result.stderr
+    doc = results.load(out)  # validates against the schema
+    suite = doc["suites"]["duration"]
+    assert suite["failures"] == []
+    assert {(r["scenario"], r["method"]) for r in suite["runs"]} == \
+        {(s, m) for s in (0, 3) for m in ("baseline", "lttng", "ebpf")}
+    assert len(suite["runs"]) == 3 * 2 * 3  # (warm-up + 2) x 2 scenarios x 3 methods
+    assert "Empty function" in result.stdout and "ebpf" in result.stdout
+
+
+def test_every_traced_run_captured_every_event(quick_run):
+    suite = results.load(quick_run[1])["suites"]["duration"]
+    for run in suite["runs"]:
+        calls = max(QUICK_MIN_CALLS, SCENARIOS[run["scenario"]].calls // QUICK_DIVISOR)
+        assert run["calls"] == calls
+        if run["method"] == "baseline":
+            assert run["events_expected"] == 0 and run["events_captured"] == 0
+        else:
+            assert run["events_expected"] == 2 * calls
+            assert run["events_captured"] == run["events_expected"], run
+            assert run["trace_bytes"] > 0 and run["tracer"]
+
+
+def test_kernel_uprobes_cost_microseconds_per_call(quick_run):
+    suite = results.load(quick_run[1])["suites"]["duration"]
+    ebpf = next(a for a in suite["aggregates"] if a["scenario"] == 0 and a["method"] == "ebpf")
+    assert ebpf["n"] == 2
+    assert ebpf["overhead_ns_per_call"]["value"] > 1000
+
+
+def test_lttng_costs_include_its_daemons(quick_run):
+    suite = results.load(quick_run[1])["suites"]["duration"]
+    lttng_run = next(r for r in suite["runs"] if r["method"] == "lttng")
+    assert {"sessiond", "consumerd"} <= set(lttng_run["tracer"])
+    assert lttng_run["tracer"]["consumerd"]["peak_rss_kb"] > 0
+
+
+def test_nothing_left_attached_after_the_run(quick_run):
+    assert uprobes_in(LIBMYLIB) == [] and tracecost_sessions() == []
+
+
+def test_unknown_scenario_is_a_usage_error(tmp_path):
+    result = run_tracecost("duration", "-s", "0", "7", "--out", str(tmp_path))
+    assert result.returncode == 2 and "unknown scenario 7" in result.stderr
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_unknown_method_is_a_usage_error(tmp_path):
+    result = run_tracecost("duration", "--methods", "baseline,dtrace", "--out", str(tmp_path))
+    assert result.returncode == 2 and "dtrace" in result.stderr
+
+
+def fake_build(tmp_path, functrace_script):
+    """A build tree identical to the real one but for a functrace stand-in."""
+    fake = tmp_path / "build"
+    for folder in ("bin", "lib"):
+        (fake / folder).mkdir(parents=True)
+        for item in (BUILD / folder).iterdir():
+            (fake / folder / item.name).symlink_to(item)
+    (fake / "bin" / "functrace").unlink()
+    script = fake / "bin" / "functrace"
+    script.write_text("#!/bin/sh\n" + functrace_script)
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return fake
+
+
+@pytest.mark.parametrize("script,reason", [
+    ("echo 'functrace: cannot attach uprobe to lib:f: No such process' >&2; exit 1", "cannot attach uprobe"),
+    ("printf 'TCFTRACE\\001\\000\\000\\000h\\000\\000\\000' > \"$6\"; echo READY; trap 'echo {\\\"received\\\":0,\\\"entry\\\":0,\\\"exit\\\":0,\\\"submitted\\\":0,"
+     "\\\"dropped\\\":0,\\\"bytes\\\":16,\\\"peak_rss_kb\\\":1}; exit 0' INT; while :; do sleep 0.05; done",
+     "captured no event"),
+])
+def test_a_failing_tracer_fails_its_runs_by_name(tmp_path, script, reason):
+    out = tmp_path / "out"
+    result = run_tracecost("duration", "--quick", "-s", "0", "-r", "1", "--methods", "baseline,ebpf",
+                           "--out", str(out), env={"TRACECOST_BUILD": str(fake_build(tmp_path, script))})
+    assert result.returncode == 1, result.stderr
+    assert reason in result.stderr and "ebpf" in result.stderr
+    suite = results.load(out)["suites"]["duration"]
+    assert len(suite["failures"]) == 2 and all(reason in f["error"] for f in suite["failures"])
+    assert all(r["status"] == "ok" for r in suite["runs"] if r["method"] == "baseline")
+
+
+def test_ctrl_c_keeps_finished_runs_as_partial_results(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "tracecost", "duration", "-s", "0", "5", "-r", "3", "--quick",
+                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # Interrupt once a traced run is under way (after at least the first run).
+        import time
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (uprobes_in(LIBMYLIB) or tracecost_sessions()):
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    partial = json.loads((out / "results.partial.json").read_text())
+    results.check(partial)
+    assert not (out / "results.json").exists()
+    assert uprobes_in(LIBMYLIB) == [] and tracecost_sessions() == []

@@ -1,0 +1,100 @@
+"""The shared runner, with a stand-in suite: interleaving, warm-up, failures, Ctrl-C."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from rich.table import Table
+
+from tracecost.errors import TracecostError
+from tracecost.runner import Interrupted, planned_runs, run_suite
+from tracecost.suites.base import Group, Suite
+
+
+@dataclass
+class Config:
+    runs: int = 3
+    seed: int = 7
+
+
+class Probe:
+    def __init__(self, name):
+        self.name = name
+        self.opened = 0
+
+    def open(self, stack, workspace, say):
+        self.opened += 1
+
+
+class StandIn(Suite):
+    name, title = "standin", "stand-in"
+
+    def __init__(self, fail_on=None, interrupt_after=None):
+        self.methods_ = [Probe("a"), Probe("b"), Probe("c")]
+        self.fail_on, self.interrupt_after, self.calls = fail_on, interrupt_after, []
+
+    def groups(self, config):
+        return [Group({"g": 1}, "one"), Group({"g": 2}, "two")]
+
+    def methods(self, config):
+        return self.methods_
+
+    def measure(self, group, method, workdir, config):
+        self.calls.append((group.key["g"], method.name))
+        assert workdir.is_dir() and not any(workdir.iterdir())
+        if self.interrupt_after is not None and len(self.calls) > self.interrupt_after:
+            raise KeyboardInterrupt
+        if (group.key["g"], method.name) == self.fail_on:
+            raise TracecostError("tracer died")
+        return {"value": len(self.calls)}
+
+    def aggregate(self, runs, config):
+        return [{"n": len(runs)}]
+
+    def summary(self, aggregates):
+        return Table()
+
+    def config_record(self, config):
+        return {"runs": config.runs, "seed": config.seed}
+
+
+def test_every_repetition_runs_every_method_once_per_group(tmp_path):
+    suite = StandIn()
+    result = run_suite(suite, Config(), tmp_path, print)
+    assert len(result["runs"]) == planned_runs(suite, Config()) == 4 * 2 * 3
+    for repetition in range(4):
+        for g in (1, 2):
+            methods = [r["method"] for r in result["runs"] if r["repetition"] == repetition and r["g"] == g]
+            assert sorted(methods) == ["a", "b", "c"]
+    assert [m.opened for m in suite.methods_] == [1, 1, 1]
+
+
+def test_order_is_shuffled_and_reproducible_from_the_seed(tmp_path):
+    orders = [StandIn(), StandIn(), StandIn()]
+    run_suite(orders[0], Config(seed=7), tmp_path, print)
+    run_suite(orders[1], Config(seed=7), tmp_path, print)
+    run_suite(orders[2], Config(seed=8), tmp_path, print)
+    assert orders[0].calls == orders[1].calls
+    assert orders[0].calls != orders[2].calls
+    first_of_each_pass = {tuple(orders[0].calls[i:i + 3]) for i in range(0, len(orders[0].calls), 3)}
+    assert len(first_of_each_pass) > 1  # not the same order every time
+
+
+def test_warmup_is_kept_but_not_counted(tmp_path):
+    result = run_suite(StandIn(), Config(runs=2), tmp_path, print)
+    assert sum(r["warmup"] for r in result["runs"]) == 6
+    assert result["aggregates"] == [{"n": 12}]
+
+
+def test_failed_runs_are_recorded_with_their_reason_and_left_out(tmp_path):
+    result = run_suite(StandIn(fail_on=(2, "b")), Config(runs=2), tmp_path, print)
+    assert len(result["failures"]) == 3
+    assert all(f["error"] == "tracer died" and f["status"] == "failed" for f in result["failures"])
+    assert result["aggregates"] == [{"n": 12 - 2}]
+
+
+def test_ctrl_c_carries_what_finished(tmp_path):
+    with pytest.raises(Interrupted) as caught:
+        run_suite(StandIn(interrupt_after=5), Config(), tmp_path, print)
+    assert len(caught.value.partial["runs"]) == 5

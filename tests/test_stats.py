@@ -1,0 +1,54 @@
+"""Statistics against values worked out by hand or by the textbook formula."""
+
+import math
+
+import pytest
+
+from tracecost.stats import difference, overhead_percent, summarize
+
+
+def test_summary_of_known_values():
+    s = summarize([2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0])
+    assert s["n"] == 8 and s["mean"] == 5.0 and s["median"] == 4.5
+    assert s["min"] == 2.0 and s["max"] == 9.0
+    assert s["sd"] == pytest.approx(2.138089935, rel=1e-9)
+    # t(0.975, 7) = 2.364624252; half-width = t * sd / sqrt(8)
+    half = 2.364624252 * 2.138089935 / math.sqrt(8)
+    assert s["ci95_low"] == pytest.approx(5 - half, rel=1e-8)
+    assert s["ci95_high"] == pytest.approx(5 + half, rel=1e-8)
+
+
+def test_t_interval_is_wider_than_normal_at_small_n():
+    s = summarize([10.0, 12.0, 14.0])
+    half = s["ci95_high"] - s["mean"]
+    # t(0.975, 2) = 4.302652730 against the normal's 1.96
+    assert half == pytest.approx(4.302652730 * 2.0 / math.sqrt(3), rel=1e-8)
+
+
+def test_single_and_empty_samples_give_null_not_nan():
+    one = summarize([3.0])
+    assert one["mean"] == 3.0 and one["sd"] is None and one["ci95_low"] is None
+    assert summarize([])["mean"] is None
+
+
+def test_difference_uses_welch():
+    a, b = [10.0, 11.0, 12.0], [1.0, 2.0, 3.0, 4.0]
+    d = difference(a, b)
+    assert d["value"] == pytest.approx(8.5)
+    va, vb = 1.0 / 3, (5 / 3) / 4
+    df = (va + vb) ** 2 / (va ** 2 / 2 + vb ** 2 / 3)
+    from scipy.stats import t
+    half = t.ppf(0.975, df) * math.sqrt(va + vb)
+    assert d["ci95_low"] == pytest.approx(8.5 - half) and d["ci95_high"] == pytest.approx(8.5 + half)
+
+
+def test_overhead_percent_value_and_interval():
+    o = overhead_percent([150.0, 150.0, 150.0], [100.0, 100.0, 100.0])
+    assert o["value"] == pytest.approx(50.0)
+    assert o["ci95_low"] == pytest.approx(50.0) and o["ci95_high"] == pytest.approx(50.0)
+    noisy = overhead_percent([140.0, 150.0, 160.0], [95.0, 100.0, 105.0])
+    assert noisy["ci95_low"] < 50.0 < noisy["ci95_high"]
+
+
+def test_overhead_against_zero_baseline_is_null():
+    assert overhead_percent([1.0], [0.0])["value"] is None

@@ -1,0 +1,66 @@
+"""Run suites into one results directory: progress, results.json, summaries, failures."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tracecost import environment, results
+from tracecost.runner import Interrupted, planned_runs, run_suite
+from tracecost.suites.base import Suite
+from tracecost.tracers.base import Say
+from tracecost.workspace import workspace
+
+
+def default_out_dir(name: str) -> Path:
+    return Path("results") / f"{name}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+@contextlib.contextmanager
+def progress_bar(console: Console, total: int) -> Iterator[Any]:
+    """A progress bar on a terminal; silent when stderr is not one."""
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=console, disable=not console.is_terminal, transient=True)
+    with progress:
+        task = progress.add_task("starting", total=total)
+        yield lambda label: progress.update(task, advance=1, description=label)
+
+
+def execute(entries: list[tuple[Suite, Any]], out_dir: Path, console: Console, err: Console, say: Say) -> int:
+    """Run every (suite, config) entry; write results.json (results.partial.json on Ctrl-C).
+    Returns the exit status: 0, or 1 if any run failed."""
+    env = environment.capture()
+    finished: dict[str, dict] = {}
+    total = sum(planned_runs(suite, config) for suite, config in entries)
+    with workspace() as work, progress_bar(err, total) as advance:
+        for suite, config in entries:
+            try:
+                finished[suite.name] = run_suite(suite, config, work, say, advance)
+            except Interrupted as interrupted:
+                finished[suite.name] = interrupted.partial
+                path = results.write(results.document(finished, env), out_dir / results.PARTIAL_NAME)
+                say(f"kept the runs that finished in {path}")
+                raise
+    path = results.write(results.document(finished, env), out_dir / results.RESULTS_NAME)
+    for suite, _ in entries:
+        console.print(suite.summary(finished[suite.name]["aggregates"]))
+    say(f"results: {path}")
+    failures = [(name, run) for name, result in finished.items() for run in result["failures"]]
+    for name, run in failures:
+        err.print(f"[red]failed[/red] {name} {describe(run)}: {run['error']}", highlight=False)
+    if failures:
+        err.print(f"tracecost: {len(failures)} run(s) failed; they are in results.json and left out of every "
+                  "statistic", highlight=False)
+    return 1 if failures else 0
+
+
+def describe(run: dict) -> str:
+    skip = {"method", "repetition", "warmup", "position", "status", "error"}
+    where = ", ".join(f"{k}={v}" for k, v in run.items() if k not in skip and not isinstance(v, (dict, list)))
+    return f"[{where}] method={run['method']} repetition={run['repetition']}"

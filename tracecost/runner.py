@@ -1,0 +1,69 @@
+"""The one runner every suite plugs into: warm-up, seeded interleaving, failures, Ctrl-C."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tracecost.errors import TracecostError
+from tracecost.suites.base import Suite
+from tracecost.tracers.base import Say
+from tracecost.workspace import fresh_dir
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a suite; carries what finished, for results.partial.json."""
+
+    def __init__(self, partial: dict):
+        super().__init__("interrupted")
+        self.partial = partial
+
+
+def planned_runs(suite: Suite, config: Any) -> int:
+    return (config.runs + 1) * len(suite.groups(config)) * len(suite.methods(config))
+
+
+def run_suite(suite: Suite, config: Any, workspace: Path, say: Say,
+              advance: Callable[[str], None] = lambda label: None) -> dict:
+    """Run the whole matrix and return the suite's results: {config, runs, aggregates, failures}.
+
+    Repetition 0 is a warm-up: measured like the others, kept in `runs` with
+    "warmup": true, and left out of every statistic."""
+    rng = random.Random(config.seed)
+    groups, methods = suite.groups(config), suite.methods(config)
+    runs: list[dict] = []
+
+    def result() -> dict:
+        counted = [run for run in runs if run["status"] == "ok" and not run["warmup"]]
+        return {"config": suite.config_record(config), "runs": runs,
+                "aggregates": suite.aggregate(counted, config),
+                "failures": [run for run in runs if run["status"] != "ok"]}
+
+    try:
+        with contextlib.ExitStack() as stack:
+            for method in methods:
+                method.open(stack, workspace, say)  # preflight: fails fast, before any run
+            for repetition in range(config.runs + 1):
+                for group in groups:
+                    order = list(methods)
+                    rng.shuffle(order)
+                    for position, method in enumerate(order):
+                        runs.append(_one_run(suite, config, group, method, workspace, repetition, position))
+                        advance(f"{group.label} / {method.name}")
+    except KeyboardInterrupt as interrupt:
+        raise Interrupted(result()) from interrupt
+    return result()
+
+
+def _one_run(suite, config, group, method, workspace, repetition, position) -> dict:
+    record = {**group.key, "method": method.name, "repetition": repetition, "warmup": repetition == 0,
+              "position": position}
+    try:
+        record.update(suite.measure(group, method, fresh_dir(workspace, "run"), config))
+        record["status"] = "ok"
+    except TracecostError as error:
+        record.update(status="failed", error=str(error))
+    return record

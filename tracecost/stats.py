@@ -1,0 +1,84 @@
+"""Statistics every suite reports (DESIGN rule 5).
+
+Spread is always labelled: `sd` is the sample standard deviation, `ci95` the
+95% confidence interval of the mean from Student's t-distribution (not 1.96).
+Comparisons of two methods use Welch's t for a difference of means and the
+delta method (with Welch-Satterthwaite degrees of freedom) for a ratio.
+Undefined values are None, never NaN, so the JSON stays valid.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+CONFIDENCE = 0.95
+
+
+def _t_quantile(df: float) -> float:
+    return float(scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, df))
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
+def summarize(values: Sequence[float]) -> dict:
+    """n, mean, sd, median, min, max and the t-based 95% CI of the mean."""
+    data = np.asarray(values, dtype=float)
+    n = len(data)
+    if n == 0:
+        return {"n": 0, "mean": None, "sd": None, "median": None, "min": None, "max": None,
+                "ci95_low": None, "ci95_high": None}
+    mean = float(data.mean())
+    sd = float(data.std(ddof=1)) if n > 1 else None
+    half = _t_quantile(n - 1) * sd / math.sqrt(n) if sd is not None else None
+    return {"n": n, "mean": mean, "sd": sd, "median": float(np.median(data)), "min": float(data.min()),
+            "max": float(data.max()),
+            "ci95_low": _finite(mean - half) if half is not None else None,
+            "ci95_high": _finite(mean + half) if half is not None else None}
+
+
+def _welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float] | None:
+    """(variance of mean a, variance of mean b, Welch-Satterthwaite df), or None if undefined."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    if va + vb == 0:
+        return va, vb, math.inf
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    return va, vb, df
+
+
+def difference(treated: Sequence[float], control: Sequence[float]) -> dict:
+    """mean(treated) - mean(control) with a Welch 95% CI."""
+    a, b = np.asarray(treated, dtype=float), np.asarray(control, dtype=float)
+    if len(a) == 0 or len(b) == 0:
+        return {"value": None, "ci95_low": None, "ci95_high": None}
+    value = float(a.mean() - b.mean())
+    welch = _welch(a, b)
+    if welch is None:
+        return {"value": value, "ci95_low": None, "ci95_high": None}
+    va, vb, df = welch
+    half = (_t_quantile(df) if math.isfinite(df) else 0.0) * math.sqrt(va + vb)
+    return {"value": value, "ci95_low": value - half, "ci95_high": value + half}
+
+
+def overhead_percent(treated: Sequence[float], control: Sequence[float]) -> dict:
+    """(mean(treated) / mean(control) - 1) x 100, 95% CI by the delta method."""
+    a, b = np.asarray(treated, dtype=float), np.asarray(control, dtype=float)
+    if len(a) == 0 or len(b) == 0 or b.mean() == 0:
+        return {"value": None, "ci95_low": None, "ci95_high": None}
+    ratio = float(a.mean() / b.mean())
+    value = (ratio - 1) * 100
+    welch = _welch(a, b)
+    if welch is None:
+        return {"value": value, "ci95_low": None, "ci95_high": None}
+    va, vb, df = welch
+    # Var(R) ~ R^2 (Var(mean a)/mean a^2 + Var(mean b)/mean b^2)
+    se = ratio * math.sqrt(va / a.mean() ** 2 + vb / b.mean() ** 2) if a.mean() else 0.0
+    half = (_t_quantile(df) if math.isfinite(df) else 0.0) * se * 100
+    return {"value": value, "ci95_low": value - half, "ci95_high": value + half}

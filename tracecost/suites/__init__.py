@@ -1,0 +1,5 @@
+"""The suite table: `tracecost run` runs every entry; each also has a command of its own."""
+
+from tracecost.suites.duration import DurationSuite
+
+SUITES = {suite.name: suite for suite in (DurationSuite(),)}

@@ -1,0 +1,168 @@
+"""The duration study (seed 000, done right): how tracing overhead depends on how long the
+traced function runs, per call and for the whole application."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.table import Table
+
+from tracecost import stats
+from tracecost.errors import TracecostError
+from tracecost.suites.base import Group, Suite
+from tracecost.traced_app import run_sample_app
+from tracecost.tracers import make_method
+from tracecost.tracers.base import Method
+
+
+@dataclass(frozen=True)
+class Scenario:
+    index: int
+    name: str
+    work_us: int
+    calls: int
+    represents: str
+
+
+SCENARIOS = (
+    Scenario(0, "Empty function", 0, 100_000, "worst case: minimal work"),
+    Scenario(1, "5 us function", 5, 100_000, "ultra-fast API"),
+    Scenario(2, "50 us function", 50, 50_000, "fast API"),
+    Scenario(3, "100 us function", 100, 10_000, "typical API"),
+    Scenario(4, "500 us function", 500, 5_000, "medium API"),
+    Scenario(5, "1000 us function", 1000, 2_000, "slow API"),
+)
+METHODS = ("baseline", "lttng", "ebpf")
+QUICK_DIVISOR = 50          # --quick: a fiftieth of the calls ...
+QUICK_MIN_CALLS = 40        # ... but never fewer than this
+
+
+def scenario_by_index(index: int) -> Scenario:
+    for scenario in SCENARIOS:
+        if scenario.index == index:
+            return scenario
+    raise TracecostError(f"unknown scenario {index} (scenarios are {SCENARIOS[0].index}..{SCENARIOS[-1].index}; "
+                         "see --list-scenarios)")
+
+
+@dataclass
+class DurationConfig:
+    scenarios: list[int] = field(default_factory=lambda: [s.index for s in SCENARIOS])
+    methods: list[str] = field(default_factory=lambda: list(METHODS))
+    runs: int = 10
+    seed: int = 0
+    quick: bool = False
+
+    def calls(self, scenario: Scenario) -> int:
+        return max(QUICK_MIN_CALLS, scenario.calls // QUICK_DIVISOR) if self.quick else scenario.calls
+
+
+def _process_costs(costs) -> dict:
+    return {cost.role: {"cpu_s": cost.cpu_s, "peak_rss_kb": cost.peak_rss_kb} for cost in costs}
+
+
+class DurationSuite(Suite):
+    name = "duration"
+    title = "Overhead vs traced-function duration"
+
+    def groups(self, config: DurationConfig) -> list[Group]:
+        groups = []
+        for index in config.scenarios:
+            scenario = scenario_by_index(index)
+            groups.append(Group(key={"scenario": scenario.index, "scenario_name": scenario.name,
+                                     "work_us": scenario.work_us, "calls": config.calls(scenario)},
+                                label=scenario.name))
+        return groups
+
+    def methods(self, config: DurationConfig) -> list[Method]:
+        if "baseline" not in config.methods:
+            raise TracecostError("the duration study needs the baseline method: overheads are relative to it")
+        return [make_method(name) for name in config.methods]
+
+    def measure(self, group: Group, method: Method, workdir: Path, config: DurationConfig) -> dict:
+        calls = group.key["calls"]
+        run = run_sample_app(method, workdir, calls, group.key["work_us"])
+        capture = run.traced.capture
+        expected = 0 if capture is None else 2 * calls
+        captured = capture.captured if capture else 0
+        dropped = capture.dropped if capture else 0
+        if capture is not None:
+            if captured == 0:
+                raise TracecostError(f"{method.name} captured no event of the {expected} expected")
+            if captured + dropped != expected:
+                raise TracecostError(f"{method.name} accounts for {captured} captured + {dropped} dropped events, "
+                                     f"but sample_app made {expected}")
+        return {
+            "wall_s": run.usage.wall_s, "user_s": run.usage.user_s, "sys_s": run.usage.sys_s,
+            "app_peak_rss_kb": run.app.peak_rss_kb, "app_exit_code": run.usage.exit_code,
+            "ns_per_call": run.app.ns_per_call, "loop_ns": run.app.total_ns,
+            "events_expected": expected, "events_captured": captured, "events_dropped": dropped,
+            "trace_bytes": capture.trace_bytes if capture else 0,
+            "tracer": _process_costs(capture.costs) if capture else {},
+            "tracer_details": capture.details if capture else {},
+        }
+
+    def aggregate(self, runs: list[dict], config: DurationConfig) -> list[dict]:
+        aggregates = []
+        for group in self.groups(config):
+            scenario = group.key["scenario"]
+            baseline = [r for r in runs if r["scenario"] == scenario and r["method"] == "baseline"]
+            for method in config.methods:
+                mine = [r for r in runs if r["scenario"] == scenario and r["method"] == method]
+                aggregates.append(_aggregate(group.key, method, mine, baseline))
+        return aggregates
+
+    def summary(self, aggregates: list[dict]) -> Table:
+        table = Table(title="duration: per-call and whole-application overhead (95% CI)")
+        for column in ("scenario", "method", "n", "ns/call", "abs. overhead ns/call", "per-call %", "app %",
+                       "dropped"):
+            table.add_column(column, justify="left" if column in ("scenario", "method") else "right")
+        for agg in aggregates:
+            ns = agg["ns_per_call"]
+            table.add_row(agg["scenario_name"], agg["method"], str(agg["n"]), _with_ci(ns["mean"], ns),
+                          _with_ci(agg["overhead_ns_per_call"]["value"], agg["overhead_ns_per_call"]),
+                          _with_ci(agg["overhead_per_call_pct"]["value"], agg["overhead_per_call_pct"]),
+                          _with_ci(agg["overhead_app_pct"]["value"], agg["overhead_app_pct"]),
+                          str(agg["events"]["dropped"]))
+        return table
+
+    def config_record(self, config: DurationConfig) -> dict:
+        return {"scenarios": [{"index": s.index, "name": s.name, "work_us": s.work_us, "calls": config.calls(s),
+                               "represents": s.represents} for s in map(scenario_by_index, config.scenarios)],
+                "methods": config.methods, "runs": config.runs, "seed": config.seed, "quick": config.quick,
+                "overhead_ci_method": "delta method with Welch-Satterthwaite df (ratios); Welch t (differences)"}
+
+
+def _aggregate(key: dict, method: str, runs: list[dict], baseline: list[dict]) -> dict:
+    def column(rows, name):
+        return [r[name] for r in rows]
+
+    def tracer_total(run, quantity):
+        return sum(cost[quantity] for cost in run["tracer"].values())
+
+    return {
+        **key, "method": method, "n": len(runs),
+        "ns_per_call": stats.summarize(column(runs, "ns_per_call")),
+        "wall_s": stats.summarize(column(runs, "wall_s")),
+        "user_s": stats.summarize(column(runs, "user_s")),
+        "sys_s": stats.summarize(column(runs, "sys_s")),
+        "app_peak_rss_kb": stats.summarize(column(runs, "app_peak_rss_kb")),
+        "tracer_cpu_s": stats.summarize([tracer_total(r, "cpu_s") for r in runs]),
+        "tracer_peak_rss_kb": stats.summarize([tracer_total(r, "peak_rss_kb") for r in runs]),
+        "trace_bytes": stats.summarize(column(runs, "trace_bytes")),
+        "events": {"expected": sum(column(runs, "events_expected")),
+                   "captured": sum(column(runs, "events_captured")),
+                   "dropped": sum(column(runs, "events_dropped"))},
+        "overhead_per_call_pct": stats.overhead_percent(column(runs, "ns_per_call"), column(baseline, "ns_per_call")),
+        "overhead_app_pct": stats.overhead_percent(column(runs, "wall_s"), column(baseline, "wall_s")),
+        "overhead_ns_per_call": stats.difference(column(runs, "ns_per_call"), column(baseline, "ns_per_call")),
+    }
+
+
+def _with_ci(value, interval: dict) -> str:
+    if value is None:
+        return "-"
+    low, high = interval.get("ci95_low"), interval.get("ci95_high")
+    text = f"{value:,.1f}"
+    return text if low is None else f"{text} ±{(high - low) / 2:,.1f}"
