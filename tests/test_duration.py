@@ -6,6 +6,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -110,11 +111,10 @@ def test_a_failing_tracer_fails_its_runs_by_name(tmp_path, script, reason):
 
 def test_ctrl_c_keeps_finished_runs_as_partial_results(tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "tracecost", "duration", "-s", "0", "5", "-r", "3", "--quick",
+    # Scenario 5 at full size: each traced run lasts over 2 s, a wide window to interrupt in.
+    proc = subprocess.Popen([sys.executable, "-m", "tracecost", "duration", "-s", "5", "-r", "2",
                              "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        # Interrupt once a traced run is under way (after at least the first run).
-        import time
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (uprobes_in(LIBMYLIB) or tracecost_sessions()):
             time.sleep(0.02)
