@@ -79,3 +79,15 @@ def test_ctrl_c_mid_run_leaves_nothing_behind(private_tmp, method):
     assert tracecost_sessions() == []
     assert processes_mentioning(str(private_tmp)) == []
     assert list(private_tmp.iterdir()) == []
+
+
+def test_a_second_measuring_tracecost_stops_at_once_naming_the_first(tmp_path, monkeypatch):
+    lock = tmp_path / "tracecost.lock"
+    monkeypatch.setattr("tracecost.machine_lock.LOCK_PATH", lock)
+    from tracecost.machine_lock import exclusive_machine
+
+    with exclusive_machine():
+        result = run_tracecost("validate", "--method", "ebpf", env={"TRACECOST_LOCK": str(lock)}, timeout=60)
+    assert result.returncode == 1
+    assert f"another tracecost (pid {os.getpid()}) is measuring" in result.stderr
+    assert uprobes_in(LIBMYLIB) == []

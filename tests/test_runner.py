@@ -55,6 +55,9 @@ class StandIn(Suite):
     def summary(self, aggregates):
         return Table()
 
+    def run_config(self, seed):
+        return Config(seed=seed)
+
     def config_record(self, config):
         return {"runs": config.runs, "seed": config.seed}
 

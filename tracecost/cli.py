@@ -14,6 +14,7 @@ from rich.table import Table
 from tracecost import __version__, tracers
 from tracecost.errors import TracecostError
 from tracecost.execute import default_out_dir, execute
+from tracecost.machine_lock import exclusive_machine
 from tracecost.procs import install_termination_handler
 from tracecost.suites import duration as duration_suite
 from tracecost.suites import SUITES
@@ -72,7 +73,7 @@ def validate(calls: int, method_name: str, as_json: bool) -> None:
     from tracecost.validate import validate as run_validation
 
     names = list(tracers.TRACERS) if method_name == "all" else [method_name]
-    with workspace() as work:
+    with exclusive_machine(), workspace() as work:
         result = run_validation([tracers.make_method(name) for name in names], calls, work, say)
     if as_json:
         click.echo(json.dumps(result, indent=2))
@@ -135,6 +136,38 @@ def duration(list_scenarios, scenarios, runs, methods, out_dir, seed, quick) -> 
         scenarios=scenarios or [s.index for s in duration_suite.SCENARIOS], methods=methods, runs=runs,
         seed=seed if seed is not None else random.SystemRandom().randrange(2**31), quick=quick)
     sys.exit(execute([(SUITES["duration"], config)], out_dir or default_out_dir("duration"), out, err, say))
+
+
+@cli.command()
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
+@click.option("--seed", type=int, help="Seed of the run order (default: random, recorded).")
+@click.option("--suites", "suite_names", callback=comma_list(str), default=",".join(SUITES), show_default=True,
+              help="Comma-separated suites to run.")
+def run(out_dir: Path | None, seed: int | None, suite_names: list[str]) -> None:
+    """Every suite at its default size, into one results.json and one report.html."""
+    unknown = [name for name in suite_names if name not in SUITES]
+    if unknown:
+        raise click.BadParameter(f"unknown suite(s) {', '.join(unknown)} (one of {', '.join(SUITES)})",
+                                 param_hint="'--suites'")
+    seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+    entries = [(SUITES[name], SUITES[name].run_config(seed)) for name in suite_names]
+    sys.exit(execute(entries, out_dir or default_out_dir("run"), out, err, say))
+
+
+@cli.command()
+@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Report file (default: report.html beside a single results file, else ./report.html).")
+def report(sources: tuple[Path, ...], output: Path | None) -> None:
+    """Re-render report.html from results.json files alone (one section per suite)."""
+    from tracecost import results
+    from tracecost.report.render import REPORT_NAME, write_report
+
+    docs = [results.load(source) for source in sources]
+    if output is None:
+        only = sources[0]
+        output = (only if only.is_dir() else only.parent) / REPORT_NAME if len(sources) == 1 else Path(REPORT_NAME)
+    say(f"report: {write_report(docs, output)}")
 
 
 def main() -> None:

@@ -9,9 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tracecost import environment, results
+from tracecost.report.render import REPORT_NAME, write_report
+from tracecost.machine_lock import exclusive_machine
 from tracecost.runner import Interrupted, planned_runs, run_suite
 from tracecost.suites.base import Suite
 from tracecost.tracers.base import Say
@@ -38,7 +41,7 @@ def execute(entries: list[tuple[Suite, Any]], out_dir: Path, console: Console, e
     env = environment.capture()
     finished: dict[str, dict] = {}
     total = sum(planned_runs(suite, config) for suite, config in entries)
-    with workspace() as work, progress_bar(err, total) as advance:
+    with exclusive_machine(), workspace() as work, progress_bar(err, total) as advance:
         for suite, config in entries:
             try:
                 finished[suite.name] = run_suite(suite, config, work, say, advance)
@@ -47,13 +50,16 @@ def execute(entries: list[tuple[Suite, Any]], out_dir: Path, console: Console, e
                 path = results.write(results.document(finished, env), out_dir / results.PARTIAL_NAME)
                 say(f"kept the runs that finished in {path}")
                 raise
-    path = results.write(results.document(finished, env), out_dir / results.RESULTS_NAME)
+    doc = results.document(finished, env)
+    path = results.write(doc, out_dir / results.RESULTS_NAME)
+    report = write_report([results.without_nan(doc)], out_dir / REPORT_NAME)
     for suite, _ in entries:
         console.print(suite.summary(finished[suite.name]["aggregates"]))
     say(f"results: {path}")
+    say(f"report:  {report}")
     failures = [(name, run) for name, result in finished.items() for run in result["failures"]]
     for name, run in failures:
-        err.print(f"[red]failed[/red] {name} {describe(run)}: {run['error']}", highlight=False)
+        err.print(f"[red]failed[/red] {escape(name + ' ' + describe(run) + ': ' + run['error'])}", highlight=False)
     if failures:
         err.print(f"tracecost: {len(failures)} run(s) failed; they are in results.json and left out of every "
                   "statistic", highlight=False)

@@ -56,5 +56,9 @@ class Suite(ABC):
     def summary(self, aggregates: list[dict]) -> Table: ...
 
     @abstractmethod
+    def run_config(self, seed: int) -> Any:
+        """The size `tracecost run` uses: all suites together finish in under 10 minutes on 2 cores."""
+
+    @abstractmethod
     def config_record(self, config: Any) -> dict[str, Any]:
         """The configuration as stored in results.json (must include runs and seed)."""

@@ -36,6 +36,7 @@ SCENARIOS = (
 METHODS = ("baseline", "lttng", "ebpf")
 QUICK_DIVISOR = 50          # --quick: a fiftieth of the calls ...
 QUICK_MIN_CALLS = 40        # ... but never fewer than this
+RUN_REPETITIONS = 5         # in `tracecost run`: about 3 minutes on 2 cores
 
 
 def scenario_by_index(index: int) -> Scenario:
@@ -126,6 +127,9 @@ class DurationSuite(Suite):
                           _with_ci(agg["overhead_app_pct"]["value"], agg["overhead_app_pct"]),
                           str(agg["events"]["dropped"]))
         return table
+
+    def run_config(self, seed: int) -> DurationConfig:
+        return DurationConfig(runs=RUN_REPETITIONS, seed=seed)
 
     def config_record(self, config: DurationConfig) -> dict:
         return {"scenarios": [{"index": s.index, "name": s.name, "work_us": s.work_us, "calls": config.calls(s),

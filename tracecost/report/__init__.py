@@ -1,0 +1,1 @@
+"""The HTML report: sections per suite, rendered from results.json alone."""

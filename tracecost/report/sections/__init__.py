@@ -1,0 +1,7 @@
+"""One renderer per suite: a new suite adds its module here and touches no other section."""
+
+from tracecost.report.sections import duration
+
+RENDERERS = {
+    "duration": duration.render,
+}

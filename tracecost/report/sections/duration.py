@@ -1,0 +1,168 @@
+"""Report section of the duration study (seed 000's five charts, plus absolute overhead with CIs)."""
+
+from __future__ import annotations
+
+from tracecost.report import fmt, style
+from tracecost.report.figures import CI_NOTE, Series, grouped_bars, lines
+from tracecost.report.model import Chart, Section, TableBlock
+
+ACCEPTABLE_OVERHEAD_PCT = 5.0
+X_TITLE = "traced function's simulated work"
+
+
+def _by_key(aggregates: list[dict]) -> dict[tuple[int, str], dict]:
+    return {(agg["scenario"], agg["method"]): agg for agg in aggregates}
+
+
+def _summary_series(table, scenarios, methods, metric, scale=1.0) -> list[Series]:
+    """Mean and 95% CI of a summarised metric ({"mean","ci95_low","ci95_high"})."""
+    def scaled(value):
+        return None if value is None else value * scale
+    out = []
+    for method in methods:
+        stats = [table.get((s, method), {}).get(metric, {}) for s in scenarios]
+        out.append(Series(method, [scaled(x.get("mean")) for x in stats], [scaled(x.get("ci95_low")) for x in stats],
+                          [scaled(x.get("ci95_high")) for x in stats]))
+    return out
+
+
+def _estimate_series(table, scenarios, methods, metric) -> list[Series]:
+    """Value and 95% CI of an estimate ({"value","ci95_low","ci95_high"})."""
+    out = []
+    for method in methods:
+        est = [table.get((s, method), {}).get(metric, {}) for s in scenarios]
+        out.append(Series(method, [x.get("value") for x in est], [x.get("ci95_low") for x in est],
+                          [x.get("ci95_high") for x in est]))
+    return out
+
+
+def _tracer_total(runs: list[dict], scenario: int, method: str, quantity: str) -> list[float]:
+    return [sum(cost[quantity] for cost in run["tracer"].values()) for run in runs
+            if run["scenario"] == scenario and run["method"] == method]
+
+
+def findings(config: dict, table: dict, tracers: list[str], failures: list[dict]) -> list[str]:
+    scenarios = sorted(config["scenarios"], key=lambda s: s["work_us"])
+    out = []
+    for tracer in tracers:
+        per_call = [(s, table.get((s["index"], tracer), {}).get("overhead_per_call_pct", {}).get("value"))
+                    for s in scenarios]
+        measured = [(s, v) for s, v in per_call if v is not None]
+        if not measured:
+            continue
+        # The shortest duration from which every longer one is also under the threshold.
+        threshold = next(((s, v) for position, (s, v) in enumerate(measured)
+                          if all(later < ACCEPTABLE_OVERHEAD_PCT for _, later in measured[position:])), None)
+        name = style.label(tracer)
+        if threshold is None:
+            out.append(f"{name} stays above {ACCEPTABLE_OVERHEAD_PCT:g}% per-call overhead at every measured duration "
+                       f"(longest: {measured[-1][0]['work_us']} us, {measured[-1][1]:,.1f}%).")
+        else:
+            scenario, value = threshold
+            out.append(f"{name} stays under {ACCEPTABLE_OVERHEAD_PCT:g}% per-call overhead from {scenario['work_us']} us "
+                       f"of work per call on ({scenario['name']}: {value:,.1f}%).")
+        absolute = [table.get((s["index"], tracer), {}).get("overhead_ns_per_call", {}) for s in scenarios]
+        values = [a["value"] for a in absolute if a.get("value") is not None]
+        if values:
+            empty = absolute[0]
+            out.append(f"{name} adds {fmt.with_ci(empty, digits=0)} ns per call to the shortest function "
+                       f"({scenarios[0]['name']}); across all durations the measured absolute overhead ranges "
+                       f"from {min(values):,.0f} to {max(values):,.0f} ns per call.")
+        drops = sum(table.get((s["index"], tracer), {}).get("events", {}).get("dropped", 0) for s in scenarios)
+        captured = sum(table.get((s["index"], tracer), {}).get("events", {}).get("captured", 0) for s in scenarios)
+        out.append(f"{name} captured {captured:,} events and dropped {drops:,} over all measured runs.")
+    if failures:
+        out.append(f"{len(failures)} run(s) failed and are left out of every figure (see results.json).")
+    return out
+
+
+def render(suite: dict, environment: dict) -> Section:
+    config, aggregates = suite["config"], suite["aggregates"]
+    table = _by_key(aggregates)
+    scenarios = [s["index"] for s in config["scenarios"]]
+    x = [f"{s['work_us']} us" for s in config["scenarios"]]
+    methods = config["methods"]
+    tracers = [m for m in methods if m != "baseline"]
+    ok_runs = [r for r in suite["runs"] if r["status"] == "ok" and not r["warmup"]]
+
+    def resource(metric_runs, quantity, scale):
+        series = []
+        for method in tracers:
+            values = [metric_runs(s, method, quantity) for s in scenarios]
+            means = [sum(v) / len(v) * scale if v else None for v in values]
+            series.append(Series(method, means))
+        return series
+
+    charts = [
+        Chart("Per-call overhead by function duration",
+              lines("Per-call overhead (%)", x, _estimate_series(table, scenarios, tracers, "overhead_per_call_pct"),
+                    x_title=X_TITLE, y_title="overhead per call (%, log)", log_y=True),
+              f"(traced ns/call ÷ baseline ns/call − 1) × 100. {CI_NOTE} Values at or below 0 (within noise) "
+              "cannot be drawn on a log axis; the table has them."),
+        Chart("Whole-application overhead",
+              lines("Whole-application overhead (%)", x, _estimate_series(table, scenarios, tracers, "overhead_app_pct"),
+                    x_title=X_TITLE, y_title="wall-time overhead (%)"),
+              f"(traced wall time ÷ baseline wall time − 1) × 100, process start to exit. {CI_NOTE}"),
+        Chart("Total execution time",
+              grouped_bars("Total execution time (s)", x, _summary_series(table, scenarios, methods, "wall_s"),
+                           x_title=X_TITLE, y_title="wall time (s, log)", log_y=True), CI_NOTE),
+        Chart("Per-call time",
+              grouped_bars("Time per call (ns)", x, _summary_series(table, scenarios, methods, "ns_per_call"),
+                           x_title=X_TITLE, y_title="ns per call (log)", log_y=True),
+              f"Measured by sample_app around its call loop. {CI_NOTE}"),
+        Chart("Absolute overhead per call",
+              lines("Absolute overhead per call (ns)", x,
+                    _estimate_series(table, scenarios, tracers, "overhead_ns_per_call"),
+                    x_title=X_TITLE, y_title="ns added per call (log)", log_y=True),
+              "Traced minus baseline ns per call; a constant overhead is a flat line. "
+              f"{CI_NOTE} (Welch t)"),
+        Chart("Application memory",
+              grouped_bars("Application peak RSS (MiB)", x,
+                           _summary_series(table, scenarios, methods, "app_peak_rss_kb", scale=1 / 1024),
+                           x_title=X_TITLE, y_title="MiB"),
+              f"VmHWM of sample_app (LTTng's in-process buffers count here). {CI_NOTE}"),
+        Chart("Tracer memory",
+              grouped_bars("Tracer peak RSS (MiB)", x, resource(lambda s, m, q: _tracer_total(ok_runs, s, m, q),
+                                                                 "peak_rss_kb", 1 / 1024),
+                           x_title=X_TITLE, y_title="MiB"),
+              "Mean over runs of the tracer-side processes' peak RSS: eBPF's consumer; LTTng's session "
+              "and consumer daemons."),
+        Chart("Tracer CPU",
+              grouped_bars("Tracer CPU time per run (s)", x, resource(lambda s, m, q: _tracer_total(ok_runs, s, m, q),
+                                                                      "cpu_s", 1.0),
+                           x_title=X_TITLE, y_title="CPU seconds"),
+              "Mean over runs of user + system CPU of the tracer-side processes."),
+    ]
+
+    columns = ["Scenario", "Method", "n", "Wall time (s)", "App overhead %", "Avg time/call (ns)", "±95% CI (ns)",
+               "Per-call overhead %", "Abs. overhead (ns/call)", "Captured / expected", "Dropped",
+               "App peak RSS (MiB)", "Tracer CPU (s)", "Tracer peak RSS (MiB)"]
+    rows = []
+    for scenario in config["scenarios"]:
+        for method in methods:
+            agg = table.get((scenario["index"], method))
+            if not agg:
+                continue
+            baseline = method == "baseline"
+            rows.append([
+                scenario["name"], style.label(method), str(agg["n"]), fmt.number(agg["wall_s"]["mean"], 3),
+                "–" if baseline else fmt.with_ci(agg["overhead_app_pct"]),
+                fmt.number(agg["ns_per_call"]["mean"]), fmt.ci_half({"ci95_low": agg["ns_per_call"]["ci95_low"],
+                                                                      "ci95_high": agg["ns_per_call"]["ci95_high"]}),
+                "–" if baseline else fmt.with_ci(agg["overhead_per_call_pct"]),
+                "–" if baseline else fmt.with_ci(agg["overhead_ns_per_call"]),
+                f"{agg['events']['captured']:,} / {agg['events']['expected']:,}", f"{agg['events']['dropped']:,}",
+                fmt.number(fmt.mib(agg["app_peak_rss_kb"]["mean"])),
+                "–" if baseline else fmt.number(agg["tracer_cpu_s"]["mean"], 3),
+                "–" if baseline else fmt.number(fmt.mib(agg["tracer_peak_rss_kb"]["mean"])),
+            ])
+    note = (f"{config['runs']} measured runs per cell after a discarded warm-up, methods in a seeded random order "
+            f"(seed {config['seed']}). ± is the 95% CI: t-distribution for means; "
+            f"{config.get('overhead_ci_method', 'see results.json')}.")
+    return Section(
+        suite="duration", title="Overhead vs traced-function duration",
+        intro="sample_app calls my_traced_function, which busy-waits for the scenario's simulated work, under each "
+              "tracing method. Per-call figures come from the application's own timing of its call loop; "
+              "whole-application figures from its wall time, start to exit.",
+        findings=findings(config, table, tracers, suite["failures"]), charts=charts,
+        tables=[TableBlock("Every scenario and method", columns, rows, note)])
