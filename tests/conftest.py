@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,30 @@ TRACECOST = [sys.executable, "-m", "tracecost"]
 def run_tracecost(*args: str, env: dict | None = None, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([*TRACECOST, *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})}, **kwargs)
+
+
+def wait_until(condition, timeout: float = 60.0, interval: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return False
+
+
+def interrupt_when(args: list[str], condition, env: dict | None = None) -> tuple[int, str]:
+    """Start `tracecost ARGS`, press Ctrl-C (SIGINT) once `condition()` holds; (exit status, stderr)."""
+    proc = subprocess.Popen([*TRACECOST, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+    try:
+        assert wait_until(lambda: proc.poll() is None and condition()), "the run never reached the interrupt point"
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, stderr
 
 
 def bpftool_json(*args: str) -> list:
