@@ -12,10 +12,14 @@ mod environment;
 mod error;
 pub mod insn;
 mod interp;
+#[cfg(target_arch = "x86_64")]
+mod jit;
 mod program;
 mod verify;
 
 pub use environment::{Environment, HelperFn, MapResolver, MemoryRegion};
 pub use error::{LoadError, LoadErrorKind, RunError, RunErrorKind};
+#[cfg(target_arch = "x86_64")]
+pub use jit::{JitError, JitFunction, JitProgram};
 pub use program::Program;
 pub use verify::MAX_INSNS;

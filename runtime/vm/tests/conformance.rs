@@ -8,7 +8,7 @@
 mod corpus;
 
 use corpus::{corpus, Case};
-use uebpf_vm::{Environment, Program};
+use uebpf_vm::{Environment, JitProgram, Program};
 
 /// What one engine made of one case.
 #[derive(Debug, PartialEq, Eq)]
@@ -30,6 +30,14 @@ fn run_interpreter(program: &Program, packet: &[u8]) -> Result<Outcome, String> 
     Ok(Outcome { r0, packet })
 }
 
+fn run_jit(program: &Program, packet: &[u8]) -> Result<Outcome, String> {
+    let jit = JitProgram::compile(program).map_err(|e| e.to_string())?;
+    let mut packet = packet.to_vec();
+    // SAFETY: corpus programs access only their packet and stack (the kernel verified them).
+    let r0 = unsafe { jit.run(&mut packet) };
+    Ok(Outcome { r0, packet })
+}
+
 fn compare(case: &Case) -> Result<(), String> {
     let bytecode = case.asm.build()?;
     let program = Program::load(&bytecode, &Environment::new()).map_err(|e| format!("uebpf load: {e}"))?;
@@ -37,6 +45,10 @@ fn compare(case: &Case) -> Result<(), String> {
     let interp = run_interpreter(&program, &case.packet).map_err(|e| format!("interpreter: {e}"))?;
     if interp.r0 as u32 as u64 != kernel.r0 || interp.packet != kernel.packet {
         return Err(format!("interpreter disagrees with the kernel\n kernel:      {kernel:x?}\n interpreter: {interp:x?}"));
+    }
+    let jit = run_jit(&program, &case.packet).map_err(|e| format!("jit: {e}"))?;
+    if jit != interp {
+        return Err(format!("JIT disagrees with the interpreter (and kernel)\n interpreter: {interp:x?}\n jit:         {jit:x?}"));
     }
     Ok(())
 }

@@ -37,8 +37,49 @@ fn store_results(a: &mut Asm, regs: &[Reg]) {
     a.mov64(R0, regs[0]).exit();
 }
 
+type CondJump = for<'a> fn(&'a mut Asm, Reg, Src, &str) -> &'a mut Asm;
+
+/// Every condition in 64- and 32-bit width, register and immediate form, over operand pairs at
+/// the boundaries (equal, one apart, signed vs unsigned, differing only above bit 31). Result bit
+/// `5 * condition + pair` of the accumulator for the form is set when the jump is not taken.
+fn all_conditions(a: &mut Asm) {
+    let conditions: [(CondJump, CondJump); 11] = [
+        (Asm::jeq, Asm::jeq32),
+        (Asm::jne, Asm::jne32),
+        (Asm::jgt, Asm::jgt32),
+        (Asm::jge, Asm::jge32),
+        (Asm::jlt, Asm::jlt32),
+        (Asm::jle, Asm::jle32),
+        (Asm::jset, Asm::jset32),
+        (Asm::jsgt, Asm::jsgt32),
+        (Asm::jsge, Asm::jsge32),
+        (Asm::jslt, Asm::jslt32),
+        (Asm::jsle, Asm::jsle32),
+    ];
+    let pairs: [(u64, i32); 5] = [(5, 5), (5, 6), (6, 5), (u64::MAX, 1), (0x1_0000_0005, 5)];
+    let accumulators = [R7, R8, R9, R0];
+    for acc in accumulators {
+        a.mov64(acc, 0);
+    }
+    for (c, (jump64, jump32)) in conditions.iter().enumerate() {
+        for (p, &(left, right)) in pairs.iter().enumerate() {
+            let bit = (5 * c + p) as i32;
+            for (form, acc) in accumulators.iter().enumerate() {
+                let jump = if form % 2 == 0 { jump64 } else { jump32 };
+                let operand = if form < 2 { Src::Reg(R2) } else { Src::Imm(right) };
+                let skip = format!("skip_{c}_{p}_{form}");
+                a.lddw(R1, left).mov64(R2, right);
+                jump(a, R1, operand, &skip);
+                a.mov64(R3, 1).lsh64(R3, bit).or64(*acc, R3).label(&skip);
+            }
+        }
+    }
+    store_results(a, &[R7, R8, R9, R0]);
+}
+
 pub fn corpus() -> Vec<Case> {
     vec![
+        case("all_conditions_at_boundaries", all_conditions),
         case("alu64_add_sub_mul_wrap", |a| {
             a.lddw(R1, 0xffff_ffff_ffff_fff0).add64(R1, 0x20);
             a.lddw(R2, 0x8000_0000_0000_0000).sub64(R2, 1);
