@@ -29,16 +29,17 @@ $(SETUP_STAMP): pyproject.toml scripts/setup.sh
 	scripts/setup.sh
 	touch $@
 
-build: setup workloads tracers
+build: setup workloads tracers runtime
 
 run: build
 	$(VENV)/bin/tracecost run
 
-test: build
+test: build runtime-test
 	$(VENV)/bin/pytest -q tests
 
 clean:
 	rm -rf $(BUILD)
+	rm -rf runtime/target
 
 $(LIB) $(BIN) $(BPF) $(SKEL):
 	mkdir -p $@
@@ -73,3 +74,16 @@ $(BIN)/%: tracers/ebpf/%.c $(SKEL)/%.skel.h probes/%.h | $(BIN)
 LTTNG_SRC := tracers/lttng/mylib_wrapper.c tracers/lttng/mylib_tp.c
 $(LIB)/libmylib_lttng.so: $(LTTNG_SRC) tracers/lttng/mylib_tp.h workloads/mylib/mylib.h | $(LIB)
 	$(CC) $(CFLAGS) -fPIC -shared -Itracers/lttng -Iworkloads/mylib -o $@ $(LTTNG_SRC) -llttng-ust -ldl
+
+# --- uebpf runtime (Rust workspace; cargo tracks its own dependencies, so these are phony) ----
+RUNTIME_OUT := runtime/target/release
+.PHONY: runtime runtime-test
+runtime: | $(BIN) $(LIB)
+	cargo build --release --manifest-path runtime/Cargo.toml
+	cp $(RUNTIME_OUT)/uebpf-vmbench $(BIN)/
+	cp $(RUNTIME_OUT)/libuebpf_vm.so $(RUNTIME_OUT)/libuebpf_vm.a $(LIB)/
+	mkdir -p $(BUILD)/include && cp runtime/vm/include/uebpf_vm.h $(BUILD)/include/
+
+# Conformance tests load programs into the kernel: run as root.
+runtime-test:
+	cargo test --release --manifest-path runtime/Cargo.toml

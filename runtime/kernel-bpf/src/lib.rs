@@ -119,6 +119,33 @@ fn adapter(data_len: usize) -> Vec<u8> {
     code.concat()
 }
 
+/// BPF_PROG_LOAD of `code` as XDP; with `log`, the verifier writes its log there (the kernel
+/// keeps the log's tail when it does not fit).
+fn prog_load(code: &[u8], log: Option<&mut [u8]>) -> Result<OwnedFd, std::io::Error> {
+    let license = c"GPL";
+    let (log_level, log_size, log_buf) = match log {
+        Some(log) => (1, log.len() as u32, log.as_mut_ptr() as u64),
+        None => (0, 0, 0),
+    };
+    let mut attr = ProgLoadAttr {
+        prog_type: BPF_PROG_TYPE_XDP,
+        insn_cnt: (code.len() / 8) as u32,
+        insns: code.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        log_level,
+        log_size,
+        log_buf,
+        ..Default::default()
+    };
+    attr.prog_name[..6].copy_from_slice(b"uebpf\0");
+    let fd = bpf(BPF_PROG_LOAD, &mut attr);
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: bpf(BPF_PROG_LOAD) returned a new file descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
 /// Outcome of one BPF_PROG_TEST_RUN.
 #[derive(Clone, Copy, Debug)]
 pub struct TestRun {
@@ -142,30 +169,26 @@ impl XdpProgram {
         XdpProgram::load_raw(&code)
     }
 
-    /// Loads `code` as an XDP program as is.
+    /// Loads `code` as an XDP program as is. The first attempt asks for no verifier log (a log of
+    /// a program with loops can outgrow any buffer, which itself fails the load with ENOSPC);
+    /// only a rejected program is loaded again to fetch the log's tail for the error.
     pub fn load_raw(code: &[u8]) -> Result<XdpProgram, KernelError> {
-        let license = c"GPL";
-        let mut log = vec![0u8; 1 << 20];
-        let mut attr = ProgLoadAttr {
-            prog_type: BPF_PROG_TYPE_XDP,
-            insn_cnt: (code.len() / 8) as u32,
-            insns: code.as_ptr() as u64,
-            license: license.as_ptr() as u64,
-            log_level: 1,
-            log_size: log.len() as u32,
-            log_buf: log.as_mut_ptr() as u64,
-            ..Default::default()
+        let fd = match prog_load(code, None) {
+            Ok(fd) => fd,
+            Err(errno) => {
+                let mut log = vec![0u8; 1 << 20];
+                let verifier_log = match prog_load(code, Some(&mut log)) {
+                    // Accepted the second time: nothing to explain beyond the first errno.
+                    Ok(_) => String::new(),
+                    Err(_) => {
+                        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+                        String::from_utf8_lossy(&log[..end]).into_owned()
+                    }
+                };
+                return Err(KernelError { command: "BPF_PROG_LOAD", errno, verifier_log });
+            }
         };
-        attr.prog_name[..6].copy_from_slice(b"uebpf\0");
-        let fd = bpf(BPF_PROG_LOAD, &mut attr);
-        if fd < 0 {
-            let errno = std::io::Error::last_os_error();
-            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-            let verifier_log = String::from_utf8_lossy(&log[..end]).into_owned();
-            return Err(KernelError { command: "BPF_PROG_LOAD", errno, verifier_log });
-        }
-        // SAFETY: bpf(BPF_PROG_LOAD) returned a new file descriptor that nothing else owns.
-        Ok(XdpProgram { fd: unsafe { OwnedFd::from_raw_fd(fd as i32) } })
+        Ok(XdpProgram { fd })
     }
 
     /// Runs the program `repeat` times (at least once) on `data`; afterwards `data` holds the

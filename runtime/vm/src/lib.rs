@@ -10,6 +10,8 @@ pub mod asm;
 pub mod disasm;
 mod environment;
 mod error;
+#[cfg(target_arch = "x86_64")]
+pub mod ffi;
 pub mod insn;
 mod interp;
 #[cfg(target_arch = "x86_64")]
