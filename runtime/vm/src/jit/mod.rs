@@ -1,6 +1,7 @@
 //! The x86-64 JIT: compiles a loaded [`Program`] to native code in W^X memory.
 
 mod exec_memory;
+mod layout;
 mod x86;
 
 use std::fmt;
@@ -37,9 +38,7 @@ pub struct JitProgram {
 
 impl JitProgram {
     pub fn compile(program: &Program) -> Result<JitProgram, JitError> {
-        let bytes = x86::Compiler::new(program)
-            .and_then(|compiler| compiler.compile())
-            .map_err(|e| JitError::Assembler(e.to_string()))?;
+        let bytes = layout::compile(program).map_err(|e| JitError::Assembler(e.to_string()))?;
         Ok(JitProgram { code: ExecutableCode::new(&bytes).map_err(JitError::Memory)? })
     }
 
@@ -60,8 +59,8 @@ impl JitProgram {
         (self.function())(ctx.as_mut_ptr(), ctx.len() as u64)
     }
 
-    /// Size of the generated machine code in bytes.
-    pub fn code_len(&self) -> usize {
-        self.code.bytes().len()
+    /// The generated machine code (for disassembly and size reports).
+    pub fn code(&self) -> &[u8] {
+        self.code.bytes()
     }
 }

@@ -12,6 +12,7 @@
 //! No memory access is checked here: the JIT relies on the load-time checks (see README).
 
 use iced_x86::code_asm::*;
+use iced_x86::BlockEncoderOptions;
 
 use crate::insn::*;
 use crate::program::{lddw_value, Program};
@@ -72,7 +73,19 @@ macro_rules! ri {
     };
 }
 
-type Result<T = ()> = std::result::Result<T, IcedError>;
+pub(crate) type Result<T = ()> = std::result::Result<T, IcedError>;
+
+/// Machine code and the addresses of the slots that were asked for.
+pub(crate) struct Emitted {
+    pub code: Vec<u8>,
+    pub addresses: Vec<u64>,
+}
+
+/// The slot a jump at `index` lands on (None for anything but a jump).
+pub(crate) fn jump_target(index: usize, insn: &Insn) -> Option<usize> {
+    let is_jump = matches!(insn.class(), CLASS_JMP | CLASS_JMP32) && !matches!(insn.op(), JMP_CALL | JMP_EXIT);
+    is_jump.then(|| (index as i64 + 1 + i64::from(insn.off)) as usize)
+}
 
 pub(crate) struct Compiler<'p> {
     a: CodeAssembler,
@@ -96,24 +109,28 @@ impl<'p> Compiler<'p> {
     /// Binds `label` to the next instruction, separating it with a nop from a label bound to the
     /// same spot (two labels on one place happen after instructions that emit nothing).
     fn bind(&mut self, mut label: CodeLabel) -> Result {
+        self.bind_mut(&mut label)
+    }
+
+    /// As `bind`, leaving the bound label (whose address can be asked after assembly) in `label`.
+    fn bind_mut(&mut self, label: &mut CodeLabel) -> Result {
         let here = self.a.instructions().len();
         if self.last_label_at == Some(here) {
             self.a.nop()?;
         }
-        self.a.set_label(&mut label)?;
+        self.a.set_label(label)?;
         self.last_label_at = Some(self.a.instructions().len());
         Ok(())
     }
 
-    /// Compiles the whole program; the entry function is at offset 0 of the result.
-    pub(crate) fn compile(mut self) -> Result<Vec<u8>> {
+    /// Emits the whole program, the entry function at offset 0, with `padding[slot]` bytes of
+    /// nops before each slot. Returns the code and the address of each slot in `report`.
+    pub(crate) fn emit(mut self, padding: &[usize], report: &[usize]) -> Result<Emitted> {
         let insns = &self.program.insns;
         let mut is_target = vec![false; insns.len()];
         for (index, insn) in insns.iter().enumerate() {
-            let is_jump =
-                matches!(insn.class(), CLASS_JMP | CLASS_JMP32) && !matches!(insn.op(), JMP_CALL | JMP_EXIT);
-            if is_jump {
-                is_target[(index as i64 + 1 + i64::from(insn.off)) as usize] = true;
+            if let Some(target) = jump_target(index, insn) {
+                is_target[target] = true;
             }
         }
         let functions = self.program.functions.clone();
@@ -123,13 +140,21 @@ impl<'p> Compiler<'p> {
             self.prologue(f == 0)?;
             let mut index = start;
             while index < end {
-                if is_target[index] {
-                    self.bind(self.slot_labels[index])?;
+                if padding[index] > 0 {
+                    self.a.nops_with_size(padding[index])?;
                 }
-                index += self.instruction(index)?;
+                if is_target[index] || report.contains(&index) {
+                    let mut label = self.slot_labels[index];
+                    self.bind_mut(&mut label)?;
+                    self.slot_labels[index] = label;
+                }
+                self.instruction(index)?;
+                index += if insns[index].opcode == OP_LDDW { 2 } else { 1 };
             }
         }
-        self.a.assemble(0)
+        let assembled = self.a.assemble_options(0, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
+        let addresses = report.iter().map(|&slot| assembled.label_ip(&self.slot_labels[slot])).collect::<Result<_>>()?;
+        Ok(Emitted { code: assembled.inner.code_buffer, addresses })
     }
 
     fn prologue(&mut self, is_entry: bool) -> Result {
@@ -157,8 +182,8 @@ impl<'p> Compiler<'p> {
         a.ret()
     }
 
-    /// Emits the slot at `index`; returns how many slots it took.
-    fn instruction(&mut self, index: usize) -> Result<usize> {
+    /// Emits the instruction starting at slot `index`.
+    fn instruction(&mut self, index: usize) -> Result {
         let insn = self.program.insns[index];
         match insn.class() {
             CLASS_ALU | CLASS_ALU64 => self.alu(&insn)?,
@@ -166,12 +191,9 @@ impl<'p> Compiler<'p> {
             CLASS_LDX => self.load(&insn)?,
             CLASS_ST | CLASS_STX if insn.mode() == MODE_ATOMIC => self.atomic(&insn)?,
             CLASS_ST | CLASS_STX => self.store(&insn)?,
-            _ => {
-                self.a.mov(REGS[insn.dst as usize].q, lddw_value(&self.program.insns, index) as i64)?;
-                return Ok(2);
-            }
+            _ => self.a.mov(REGS[insn.dst as usize].q, lddw_value(&self.program.insns, index) as i64)?,
         }
-        Ok(1)
+        Ok(())
     }
 
     /// Loads a 64-bit register with a sign-extended immediate, using the short encoding when the
