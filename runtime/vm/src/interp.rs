@@ -35,46 +35,35 @@ struct Frame {
     frame_pointer: u64,
 }
 
-fn alu64(op: u8, dst: u64, src: u64) -> u64 {
-    match op {
-        ALU_ADD => dst.wrapping_add(src),
-        ALU_SUB => dst.wrapping_sub(src),
-        ALU_MUL => dst.wrapping_mul(src),
-        // The kernel defines division by zero as 0 and modulo by zero as "dst unchanged".
-        ALU_DIV => dst.checked_div(src).unwrap_or(0),
-        ALU_MOD => dst.checked_rem(src).unwrap_or(dst),
-        ALU_OR => dst | src,
-        ALU_AND => dst & src,
-        ALU_XOR => dst ^ src,
-        // wrapping_sh* masks the shift amount to the operand width, as the ISA specifies.
-        ALU_LSH => dst.wrapping_shl(src as u32),
-        ALU_RSH => dst.wrapping_shr(src as u32),
-        ALU_ARSH => (dst as i64).wrapping_shr(src as u32) as u64,
-        ALU_NEG => dst.wrapping_neg(),
-        ALU_MOV => src,
-        _ => unreachable!("load-time checks admit only known ALU operations"),
-    }
+/// One ALU operation at one width; `$signed` is the signed type of that width (for arsh).
+macro_rules! alu {
+    ($name:ident, $unsigned:ty, $signed:ty) => {
+        fn $name(op: u8, dst: $unsigned, src: $unsigned) -> $unsigned {
+            match op {
+                ALU_ADD => dst.wrapping_add(src),
+                ALU_SUB => dst.wrapping_sub(src),
+                ALU_MUL => dst.wrapping_mul(src),
+                // The kernel defines division by zero as 0 and modulo by zero as "dst unchanged"
+                // (for ALU32 that is the truncated dst, as the result is zero-extended).
+                ALU_DIV => dst.checked_div(src).unwrap_or(0),
+                ALU_MOD => dst.checked_rem(src).unwrap_or(dst),
+                ALU_OR => dst | src,
+                ALU_AND => dst & src,
+                ALU_XOR => dst ^ src,
+                // wrapping_sh* masks the shift amount to the operand width, as the ISA specifies.
+                ALU_LSH => dst.wrapping_shl(src as u32),
+                ALU_RSH => dst.wrapping_shr(src as u32),
+                ALU_ARSH => (dst as $signed).wrapping_shr(src as u32) as $unsigned,
+                ALU_NEG => dst.wrapping_neg(),
+                ALU_MOV => src,
+                _ => unreachable!("load-time checks admit only known ALU operations"),
+            }
+        }
+    };
 }
 
-fn alu32(op: u8, dst: u32, src: u32) -> u32 {
-    match op {
-        ALU_ADD => dst.wrapping_add(src),
-        ALU_SUB => dst.wrapping_sub(src),
-        ALU_MUL => dst.wrapping_mul(src),
-        ALU_DIV => dst.checked_div(src).unwrap_or(0),
-        // For ALU32 "unchanged" still means truncated to 32 bits (the result is zero-extended).
-        ALU_MOD => dst.checked_rem(src).unwrap_or(dst),
-        ALU_OR => dst | src,
-        ALU_AND => dst & src,
-        ALU_XOR => dst ^ src,
-        ALU_LSH => dst.wrapping_shl(src),
-        ALU_RSH => dst.wrapping_shr(src),
-        ALU_ARSH => (dst as i32).wrapping_shr(src) as u32,
-        ALU_NEG => dst.wrapping_neg(),
-        ALU_MOV => src,
-        _ => unreachable!("load-time checks admit only known ALU operations"),
-    }
-}
+alu!(alu64, u64, i64);
+alu!(alu32, u32, i32);
 
 /// `le`/`be` conversion of the low `width` bits (x86-64 is little-endian, so `le` only truncates).
 fn byte_swap(value: u64, width: i32, to_big_endian: bool) -> u64 {

@@ -43,10 +43,6 @@ impl Program {
     pub fn is_empty(&self) -> bool {
         self.insns.is_empty()
     }
-
-    pub fn instructions(&self) -> &[Insn] {
-        &self.insns
-    }
 }
 
 /// Asks the map hook for the value of every `lddw` with a map source and stores it as a plain

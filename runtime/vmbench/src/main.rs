@@ -201,3 +201,33 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every program runs, with results matching the uebpf interpreter, on the uebpf engines, the
+    /// kernel (needs root) and the native twins; rbpf may legitimately decline (it is a peer).
+    #[test]
+    fn every_program_runs_and_agrees_on_our_engines() {
+        let options = Options { runs: 1, iterations: 3, programs: None, engines: None, seed: 7 };
+        let document = run(&options).expect("benchmark runs");
+        let unsupported = document["unsupported"].as_array().unwrap();
+        let ours: Vec<&Value> = unsupported.iter().filter(|u| !u["engine"].as_str().unwrap().starts_with("rbpf")).collect();
+        assert!(ours.is_empty(), "engines that should run every program did not: {ours:#?}");
+        let samples = document["samples"].as_array().unwrap();
+        assert_eq!(samples.len() + unsupported.len(), programs::all().len() * ENGINES.len());
+        for sample in samples {
+            let runs = sample["ns_per_run"].as_array().unwrap();
+            assert_eq!(runs.len(), 1);
+            assert!(runs[0].as_f64().unwrap() > 0.0, "{sample}");
+        }
+    }
+
+    #[test]
+    fn unknown_names_are_refused() {
+        let options = Options { runs: 1, iterations: 1, programs: Some(vec!["nope".into()]), engines: None, seed: 1 };
+        let err = run(&options).unwrap_err();
+        assert!(err.contains("unknown program `nope`"), "{err}");
+    }
+}
