@@ -20,3 +20,12 @@ uint64_t embed_run_loop(struct uebpf_vm *vm, void *ctx, size_t ctx_len, uint64_t
 	}
 	return fold;
 }
+
+/* Calls the JIT entry point from uebpf_vm_jit_function `iterations` times: a C host's hot path. */
+uint64_t embed_jit_fn_loop(uebpf_jit_fn fn, void *ctx, size_t ctx_len, uint64_t iterations)
+{
+	uint64_t fold = 0;
+	for (uint64_t i = 0; i < iterations; i++)
+		fold ^= fn(ctx, ctx_len);
+	return fold;
+}

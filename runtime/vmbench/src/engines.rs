@@ -7,14 +7,15 @@ use std::hint::black_box;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
-use uebpf_vm::{ffi, JitProgram, Program};
+use uebpf_vm::{ffi, JitFunction, JitProgram, Program};
 
 use crate::programs::BenchProgram;
 
-pub const ENGINES: [(&str, &str); 7] = [
+pub const ENGINES: [(&str, &str); 8] = [
     ("uebpf-interpreter", "uebpf interpreter through the Rust API (Program::interpret, every access checked)"),
     ("uebpf-jit", "uebpf x86-64 JIT through the Rust API (JitProgram::run)"),
     ("uebpf-c-api-jit", "uebpf JIT called from C through uebpf_vm_run (the C embedding API)"),
+    ("uebpf-c-jit-fn", "uebpf JIT called from C through the pointer uebpf_vm_jit_function returns"),
     ("rbpf-interpreter", "rbpf 0.4 interpreter (EbpfVmRaw::execute_program)"),
     ("rbpf-jit", "rbpf 0.4 x86-64 JIT (EbpfVmRaw::execute_program_jit)"),
     ("kernel-jit", "Linux BPF JIT via BPF_PROG_TEST_RUN (XDP, repeat=N); kernel-measured mean ns per run"),
@@ -43,6 +44,7 @@ fn time_loop(iterations: u64, mut call: impl FnMut() -> u64) -> Timed {
 extern "C" {
     /// `vm` is a `struct uebpf_vm *`, opaque on both sides.
     fn embed_run_loop(vm: *mut c_void, ctx: *mut c_void, ctx_len: usize, iterations: u64, failed: *mut c_int) -> u64;
+    fn embed_jit_fn_loop(jit: JitFunction, ctx: *mut c_void, ctx_len: usize, iterations: u64) -> u64;
 }
 
 /// A VM created through the C API, freed on drop.
@@ -63,25 +65,51 @@ impl Drop for CVm {
     }
 }
 
-fn c_api_jit<'a>(program: &BenchProgram) -> Result<Runner<'a>, String> {
+/// A VM loaded for the JIT through the C API.
+fn c_vm_with_jit(program: &BenchProgram) -> Result<CVm, String> {
     let vm = CVm(ffi::uebpf_vm_new());
     // SAFETY: vm is live; the bytecode slice is valid for its length.
-    let loaded = unsafe { ffi::uebpf_vm_load(vm.0, program.bytecode.as_ptr(), program.bytecode.len(), 1) };
+    let loaded = unsafe { ffi::uebpf_vm_load(vm.ptr(), program.bytecode.as_ptr(), program.bytecode.len(), 1) };
     if loaded != 0 {
         // SAFETY: vm is live; last_error is a NUL-terminated string it owns.
-        let why = unsafe { CStr::from_ptr(ffi::uebpf_vm_last_error(vm.0)) };
+        let why = unsafe { CStr::from_ptr(ffi::uebpf_vm_last_error(vm.ptr())) };
         return Err(format!("uebpf_vm_load failed: {}", why.to_string_lossy()));
     }
+    Ok(vm)
+}
+
+/// Times a C loop (`c_loop(iterations) -> folded r0`) around all iterations at once.
+fn time_c_loop(iterations: u64, c_loop: impl FnOnce() -> u64) -> Timed {
+    let start = Instant::now();
+    let r0 = c_loop();
+    Timed { ns_per_run: start.elapsed().as_nanos() as f64 / iterations as f64, r0 }
+}
+
+fn c_jit_fn<'a>(program: &BenchProgram) -> Result<Runner<'a>, String> {
+    let vm = c_vm_with_jit(program)?;
+    // SAFETY: vm is live and was loaded for the JIT.
+    let jit = unsafe { ffi::uebpf_vm_jit_function(vm.ptr()) }.ok_or("no JIT function after a JIT load")?;
+    Ok(Box::new(move |packet: &mut [u8], iterations| {
+        let _owner = &vm; // the entry point lives as long as the VM
+        // SAFETY: jit is live while vm is; packet is valid for its length.
+        Ok(time_c_loop(iterations, || unsafe {
+            embed_jit_fn_loop(jit, packet.as_mut_ptr().cast(), packet.len(), iterations)
+        }))
+    }))
+}
+
+fn c_api_jit<'a>(program: &BenchProgram) -> Result<Runner<'a>, String> {
+    let vm = c_vm_with_jit(program)?;
     Ok(Box::new(move |packet: &mut [u8], iterations| {
         let mut failed = 0;
-        let start = Instant::now();
         // SAFETY: vm is live and loaded; packet is valid for its length.
-        let r0 = unsafe { embed_run_loop(vm.ptr().cast(), packet.as_mut_ptr().cast(), packet.len(), iterations, &mut failed) };
-        let elapsed = start.elapsed().as_nanos() as f64;
+        let timed = time_c_loop(iterations, || unsafe {
+            embed_run_loop(vm.ptr().cast(), packet.as_mut_ptr().cast(), packet.len(), iterations, &mut failed)
+        });
         if failed != 0 {
             return Err("uebpf_vm_run failed".into());
         }
-        Ok(Timed { ns_per_run: elapsed / iterations as f64, r0 })
+        Ok(timed)
     }))
 }
 
@@ -128,6 +156,7 @@ pub fn prepare<'a>(engine: &str, program: &'a BenchProgram, loaded: &'a Program)
             Ok(Box::new(move |packet: &mut [u8], iterations| Ok(time_loop(iterations, || unsafe { jit.run(packet) }))))
         }
         "uebpf-c-api-jit" => c_api_jit(program),
+        "uebpf-c-jit-fn" => c_jit_fn(program),
         "rbpf-interpreter" => {
             let vm = rbpf_guard("load", || rbpf::EbpfVmRaw::new(Some(&program.bytecode)))?;
             Ok(Box::new(move |packet: &mut [u8], iterations| {
