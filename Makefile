@@ -29,7 +29,7 @@ $(SETUP_STAMP): pyproject.toml scripts/setup.sh
 	scripts/setup.sh
 	touch $@
 
-build: setup workloads tracers $(BUILD)/buildinfo.json
+build: setup workloads tracers runtime $(BUILD)/buildinfo.json
 
 # Build flags, recorded with every result (DESIGN rule 6).
 $(BUILD)/buildinfo.json: Makefile | $(BIN)
@@ -39,11 +39,12 @@ $(BUILD)/buildinfo.json: Makefile | $(BIN)
 run: build
 	$(VENV)/bin/tracecost run
 
-test: build
+test: build runtime-test
 	$(VENV)/bin/pytest -q tests
 
 clean:
 	rm -rf $(BUILD)
+	rm -rf runtime/target
 
 $(LIB) $(BIN) $(BPF) $(SKEL):
 	mkdir -p $@
@@ -78,3 +79,16 @@ $(BIN)/%: tracers/ebpf/%.c $(SKEL)/%.skel.h probes/%.h workloads/common/peak_rss
 LTTNG_SRC := tracers/lttng/mylib_wrapper.c tracers/lttng/mylib_tp.c
 $(LIB)/libmylib_lttng.so: $(LTTNG_SRC) tracers/lttng/mylib_tp.h workloads/mylib/mylib.h | $(LIB)
 	$(CC) $(CFLAGS) -fPIC -shared -Itracers/lttng -Iworkloads/mylib -o $@ $(LTTNG_SRC) -llttng-ust -ldl
+
+# --- uebpf runtime (Rust workspace; cargo tracks its own dependencies, so these are phony) ----
+RUNTIME_OUT := runtime/target/release
+.PHONY: runtime runtime-test
+runtime: | $(BIN) $(LIB)
+	cargo build --release --manifest-path runtime/Cargo.toml
+	cp $(RUNTIME_OUT)/uebpf-vmbench $(BIN)/
+	cp $(RUNTIME_OUT)/libuebpf_vm.so $(RUNTIME_OUT)/libuebpf_vm.a $(LIB)/
+	mkdir -p $(BUILD)/include && cp runtime/vm/include/uebpf_vm.h $(BUILD)/include/
+
+# Conformance tests load programs into the kernel: run as root.
+runtime-test:
+	cargo test --release --manifest-path runtime/Cargo.toml

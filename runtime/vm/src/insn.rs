@@ -1,0 +1,162 @@
+//! eBPF instruction encoding (Linux "BPF Instruction Set Architecture", v1-v3).
+//!
+//! An instruction is 8 bytes: opcode, dst (low nibble) / src (high nibble) register, a signed 16-bit
+//! offset and a signed 32-bit immediate, little-endian. `lddw` takes two slots.
+
+/// Size of one instruction slot in bytes.
+pub const INSN_SIZE: usize = 8;
+/// Bytes of stack each call frame owns (`r10` points at its top).
+pub const STACK_SIZE: usize = 512;
+/// Frames a program may nest, the entry function included (the kernel's MAX_CALL_FRAMES).
+pub const MAX_CALL_FRAMES: usize = 8;
+
+// Instruction classes (opcode & 0x07).
+pub const CLASS_LD: u8 = 0x00;
+pub const CLASS_LDX: u8 = 0x01;
+pub const CLASS_ST: u8 = 0x02;
+pub const CLASS_STX: u8 = 0x03;
+pub const CLASS_ALU: u8 = 0x04;
+pub const CLASS_JMP: u8 = 0x05;
+pub const CLASS_JMP32: u8 = 0x06;
+pub const CLASS_ALU64: u8 = 0x07;
+
+/// Source operand bit of ALU and JMP opcodes: register (X) instead of immediate (K).
+pub const SRC_X: u8 = 0x08;
+
+// ALU operations (opcode & 0xf0).
+pub const ALU_ADD: u8 = 0x00;
+pub const ALU_SUB: u8 = 0x10;
+pub const ALU_MUL: u8 = 0x20;
+pub const ALU_DIV: u8 = 0x30;
+pub const ALU_OR: u8 = 0x40;
+pub const ALU_AND: u8 = 0x50;
+pub const ALU_LSH: u8 = 0x60;
+pub const ALU_RSH: u8 = 0x70;
+pub const ALU_NEG: u8 = 0x80;
+pub const ALU_MOD: u8 = 0x90;
+pub const ALU_XOR: u8 = 0xa0;
+pub const ALU_MOV: u8 = 0xb0;
+pub const ALU_ARSH: u8 = 0xc0;
+/// Byte swap; the source bit selects the target order (K: to little-endian, X: to big-endian).
+pub const ALU_END: u8 = 0xd0;
+
+// Jump operations (opcode & 0xf0).
+pub const JMP_JA: u8 = 0x00;
+pub const JMP_JEQ: u8 = 0x10;
+pub const JMP_JGT: u8 = 0x20;
+pub const JMP_JGE: u8 = 0x30;
+pub const JMP_JSET: u8 = 0x40;
+pub const JMP_JNE: u8 = 0x50;
+pub const JMP_JSGT: u8 = 0x60;
+pub const JMP_JSGE: u8 = 0x70;
+pub const JMP_CALL: u8 = 0x80;
+pub const JMP_EXIT: u8 = 0x90;
+pub const JMP_JLT: u8 = 0xa0;
+pub const JMP_JLE: u8 = 0xb0;
+pub const JMP_JSLT: u8 = 0xc0;
+pub const JMP_JSLE: u8 = 0xd0;
+
+// Load/store size (opcode & 0x18) and mode (opcode & 0xe0).
+pub const SIZE_W: u8 = 0x00;
+pub const SIZE_H: u8 = 0x08;
+pub const SIZE_B: u8 = 0x10;
+pub const SIZE_DW: u8 = 0x18;
+pub const MODE_IMM: u8 = 0x00;
+pub const MODE_MEM: u8 = 0x60;
+pub const MODE_ATOMIC: u8 = 0xc0;
+
+// Atomic operations (imm of a `BPF_STX | BPF_ATOMIC` instruction).
+pub const ATOMIC_ADD: i32 = 0x00;
+pub const ATOMIC_OR: i32 = 0x40;
+pub const ATOMIC_AND: i32 = 0x50;
+pub const ATOMIC_XOR: i32 = 0xa0;
+/// Flag: the old memory value is returned in the source register.
+pub const ATOMIC_FETCH: i32 = 0x01;
+pub const ATOMIC_XCHG: i32 = 0xe0 | ATOMIC_FETCH;
+pub const ATOMIC_CMPXCHG: i32 = 0xf0 | ATOMIC_FETCH;
+
+/// `lddw` opcode (BPF_LD | BPF_IMM | BPF_DW).
+pub const OP_LDDW: u8 = CLASS_LD | MODE_IMM | SIZE_DW;
+/// `lddw` src values: plain 64-bit immediate, map by fd, address of a map value (fd, offset).
+pub const PSEUDO_NONE: u8 = 0;
+pub const PSEUDO_MAP_FD: u8 = 1;
+pub const PSEUDO_MAP_VALUE: u8 = 2;
+/// `call` src values: helper by id, bpf-to-bpf call (imm = relative target).
+pub const CALL_HELPER: u8 = 0;
+pub const CALL_LOCAL: u8 = 1;
+
+/// Frame pointer register: read-only, points at the top of the current frame's stack.
+pub const FRAME_POINTER: u8 = 10;
+
+/// One decoded instruction slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Insn {
+    pub opcode: u8,
+    pub dst: u8,
+    pub src: u8,
+    pub off: i16,
+    pub imm: i32,
+}
+
+impl Insn {
+    pub fn decode(bytes: &[u8; INSN_SIZE]) -> Insn {
+        Insn {
+            opcode: bytes[0],
+            dst: bytes[1] & 0x0f,
+            src: bytes[1] >> 4,
+            off: i16::from_le_bytes([bytes[2], bytes[3]]),
+            imm: i32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]),
+        }
+    }
+
+    pub fn encode(&self) -> [u8; INSN_SIZE] {
+        let off = self.off.to_le_bytes();
+        let imm = self.imm.to_le_bytes();
+        [self.opcode, (self.src << 4) | (self.dst & 0x0f), off[0], off[1], imm[0], imm[1], imm[2], imm[3]]
+    }
+
+    pub fn class(&self) -> u8 {
+        self.opcode & 0x07
+    }
+
+    /// ALU or JMP operation bits.
+    pub fn op(&self) -> u8 {
+        self.opcode & 0xf0
+    }
+
+    pub fn uses_src_reg(&self) -> bool {
+        self.opcode & SRC_X != 0
+    }
+
+    /// Load/store access size in bytes.
+    pub fn access_size(&self) -> u8 {
+        match self.opcode & 0x18 {
+            SIZE_W => 4,
+            SIZE_H => 2,
+            SIZE_B => 1,
+            _ => 8,
+        }
+    }
+
+    pub fn mode(&self) -> u8 {
+        self.opcode & 0xe0
+    }
+}
+
+/// Splits bytecode into instruction slots; `None` if the length is not a multiple of 8.
+pub fn decode_all(bytecode: &[u8]) -> Option<Vec<Insn>> {
+    if bytecode.len() % INSN_SIZE != 0 {
+        return None;
+    }
+    Some(
+        bytecode
+            .chunks_exact(INSN_SIZE)
+            .map(|c| Insn::decode(c.try_into().expect("chunks_exact yields 8-byte chunks")))
+            .collect(),
+    )
+}
+
+/// Concatenates the encodings of `insns`.
+pub fn encode_all(insns: &[Insn]) -> Vec<u8> {
+    insns.iter().flat_map(|i| i.encode()).collect()
+}

@@ -1,0 +1,66 @@
+//! The x86-64 JIT: compiles a loaded [`Program`] to native code in W^X memory.
+
+mod exec_memory;
+mod layout;
+mod x86;
+
+use std::fmt;
+
+use crate::program::Program;
+use exec_memory::ExecutableCode;
+
+/// Signature of compiled code: System V, r1 = context address, r2 = context length, returns r0.
+pub type JitFunction = unsafe extern "C" fn(ctx: *mut u8, ctx_len: u64) -> u64;
+
+#[derive(Debug)]
+pub enum JitError {
+    /// iced-x86 could not encode the generated code (a JIT bug: the checks admit only what it emits).
+    Assembler(String),
+    /// Executable memory could not be mapped.
+    Memory(std::io::Error),
+}
+
+impl fmt::Display for JitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JitError::Assembler(why) => write!(f, "x86-64 code generation failed: {why}"),
+            JitError::Memory(why) => write!(f, "cannot map executable memory: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for JitError {}
+
+/// A program compiled to native code. It owns its code; helper addresses are embedded in it.
+pub struct JitProgram {
+    code: ExecutableCode,
+}
+
+impl JitProgram {
+    pub fn compile(program: &Program) -> Result<JitProgram, JitError> {
+        let bytes = layout::compile(program).map_err(|e| JitError::Assembler(e.to_string()))?;
+        Ok(JitProgram { code: ExecutableCode::new(&bytes).map_err(JitError::Memory)? })
+    }
+
+    /// The native entry point, for callers that keep it in their own hot path.
+    pub fn function(&self) -> JitFunction {
+        // SAFETY: the mapping holds code compiled with the JitFunction calling convention at
+        // offset 0, and it lives as long as self (callers must not outlive it).
+        unsafe { std::mem::transmute::<*const u8, JitFunction>(self.code.bytes().as_ptr()) }
+    }
+
+    /// Runs the compiled program with `ctx` as its context (r1 = address, r2 = length).
+    ///
+    /// # Safety
+    /// The JIT does not check memory accesses: it relies on the load-time checks, which bound
+    /// frame-pointer accesses only. The program must be trusted to access nothing but its
+    /// context, its stack and the memory its environment allows (see the runtime README).
+    pub unsafe fn run(&self, ctx: &mut [u8]) -> u64 {
+        (self.function())(ctx.as_mut_ptr(), ctx.len() as u64)
+    }
+
+    /// The generated machine code (for disassembly and size reports).
+    pub fn code(&self) -> &[u8] {
+        self.code.bytes()
+    }
+}

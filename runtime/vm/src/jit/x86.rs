@@ -1,0 +1,502 @@
+//! Translation of a checked program into x86-64 machine code with iced-x86's CodeAssembler.
+//!
+//! Register mapping (as the Linux x86-64 BPF JIT, so helper calls need no shuffling: r1-r5 are
+//! the System V argument registers, r0 is the return register, r6-r9 are callee-saved):
+//! r0 rax, r1 rdi, r2 rsi, r3 rdx, r4 rcx, r5 r8, r6 rbx, r7 r13, r8 r14, r9 r15, r10 rbp.
+//! r9, r10 and r11 of x86 are scratch.
+//!
+//! Every eBPF function (the entry and each bpf-to-bpf callee) becomes a native function with the
+//! same frame: push rbp, rbx, r13-r15 (this saves the caller's r6-r9 and r10), reserve 512 bytes,
+//! point rbp at their top. The stack stays 16-byte aligned for helper calls.
+//!
+//! No memory access is checked here: the JIT relies on the load-time checks (see README).
+
+use iced_x86::code_asm::*;
+use iced_x86::BlockEncoderOptions;
+
+use crate::insn::*;
+use crate::program::{lddw_value, Program};
+
+/// The x86-64 names of one register at each width.
+#[derive(Clone, Copy)]
+struct X86 {
+    q: AsmRegister64,
+    d: AsmRegister32,
+    w: AsmRegister16,
+    b: AsmRegister8,
+}
+
+const fn x86(q: AsmRegister64, d: AsmRegister32, w: AsmRegister16, b: AsmRegister8) -> X86 {
+    X86 { q, d, w, b }
+}
+
+/// eBPF register n lives in REGS[n].
+const REGS: [X86; 11] = [
+    x86(rax, eax, ax, al),
+    x86(rdi, edi, di, dil),
+    x86(rsi, esi, si, sil),
+    x86(rdx, edx, dx, dl),
+    x86(rcx, ecx, cx, cl),
+    x86(r8, r8d, r8w, r8b),
+    x86(rbx, ebx, bx, bl),
+    x86(r13, r13d, r13w, r13b),
+    x86(r14, r14d, r14w, r14b),
+    x86(r15, r15d, r15w, r15b),
+    x86(rbp, ebp, bp, bpl),
+];
+const RAX: usize = 0;
+const RDX: usize = 3;
+const RCX: usize = 4;
+const SCRATCH1: X86 = x86(r9, r9d, r9w, r9b);
+const SCRATCH2: X86 = x86(r10, r10d, r10w, r10b);
+const SCRATCH3: X86 = x86(r11, r11d, r11w, r11b);
+
+/// Applies a two-operand instruction at the width of the operation.
+macro_rules! rr {
+    ($a:expr, $wide:expr, $method:ident, $x:expr, $y:expr) => {
+        if $wide {
+            $a.$method($x.q, $y.q)
+        } else {
+            $a.$method($x.d, $y.d)
+        }
+    };
+}
+
+/// Applies a register-immediate instruction at the width of the operation.
+macro_rules! ri {
+    ($a:expr, $wide:expr, $method:ident, $x:expr, $imm:expr) => {
+        if $wide {
+            $a.$method($x.q, $imm)
+        } else {
+            $a.$method($x.d, $imm)
+        }
+    };
+}
+
+pub(crate) type Result<T = ()> = std::result::Result<T, IcedError>;
+
+/// Machine code and the addresses of the slots that were asked for.
+pub(crate) struct Emitted {
+    pub code: Vec<u8>,
+    pub addresses: Vec<u64>,
+}
+
+/// The slot a jump at `index` lands on (None for anything but a jump).
+pub(crate) fn jump_target(index: usize, insn: &Insn) -> Option<usize> {
+    let is_jump = matches!(insn.class(), CLASS_JMP | CLASS_JMP32) && !matches!(insn.op(), JMP_CALL | JMP_EXIT);
+    is_jump.then(|| (index as i64 + 1 + i64::from(insn.off)) as usize)
+}
+
+pub(crate) struct Compiler<'p> {
+    a: CodeAssembler,
+    program: &'p Program,
+    /// Label of each slot, bound only where a jump lands.
+    slot_labels: Vec<CodeLabel>,
+    /// Label of each function's prologue, the target of bpf-to-bpf calls.
+    function_labels: Vec<CodeLabel>,
+    /// Instruction count when the last label was bound: iced allows one label per instruction.
+    last_label_at: Option<usize>,
+}
+
+impl<'p> Compiler<'p> {
+    pub(crate) fn new(program: &'p Program) -> Result<Compiler<'p>> {
+        let mut a = CodeAssembler::new(64)?;
+        let slot_labels = (0..program.insns.len()).map(|_| a.create_label()).collect();
+        let function_labels = (0..program.functions.len()).map(|_| a.create_label()).collect();
+        Ok(Compiler { a, program, slot_labels, function_labels, last_label_at: None })
+    }
+
+    /// Binds `label` to the next instruction, separating it with a nop from a label bound to the
+    /// same spot (two labels on one place happen after instructions that emit nothing).
+    fn bind(&mut self, mut label: CodeLabel) -> Result {
+        self.bind_mut(&mut label)
+    }
+
+    /// As `bind`, leaving the bound label (whose address can be asked after assembly) in `label`.
+    fn bind_mut(&mut self, label: &mut CodeLabel) -> Result {
+        let here = self.a.instructions().len();
+        if self.last_label_at == Some(here) {
+            self.a.nop()?;
+        }
+        self.a.set_label(label)?;
+        self.last_label_at = Some(self.a.instructions().len());
+        Ok(())
+    }
+
+    /// Emits the whole program, the entry function at offset 0, with `padding[slot]` bytes of
+    /// nops before each slot. Returns the code and the address of each slot in `report`.
+    pub(crate) fn emit(mut self, padding: &[usize], report: &[usize]) -> Result<Emitted> {
+        let insns = &self.program.insns;
+        let mut is_target = vec![false; insns.len()];
+        for (index, insn) in insns.iter().enumerate() {
+            if let Some(target) = jump_target(index, insn) {
+                is_target[target] = true;
+            }
+        }
+        let functions = self.program.functions.clone();
+        for (f, &start) in functions.iter().enumerate() {
+            let end = functions.get(f + 1).copied().unwrap_or(insns.len());
+            self.bind(self.function_labels[f])?;
+            self.prologue(f == 0)?;
+            let mut index = start;
+            while index < end {
+                if padding[index] > 0 {
+                    self.a.nops_with_size(padding[index])?;
+                }
+                if is_target[index] || report.contains(&index) {
+                    let mut label = self.slot_labels[index];
+                    self.bind_mut(&mut label)?;
+                    self.slot_labels[index] = label;
+                }
+                self.instruction(index)?;
+                index += if insns[index].opcode == OP_LDDW { 2 } else { 1 };
+            }
+        }
+        let assembled = self.a.assemble_options(0, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
+        let addresses = report.iter().map(|&slot| assembled.label_ip(&self.slot_labels[slot])).collect::<Result<_>>()?;
+        Ok(Emitted { code: assembled.inner.code_buffer, addresses })
+    }
+
+    fn prologue(&mut self, is_entry: bool) -> Result {
+        let a = &mut self.a;
+        for reg in [rbp, rbx, r13, r14, r15] {
+            a.push(reg)?;
+        }
+        a.sub(rsp, STACK_SIZE as i32)?;
+        a.lea(rbp, rsp + STACK_SIZE as i32)?;
+        if is_entry {
+            // r1 and r2 arrive as arguments; the others start at zero as in the interpreter.
+            for reg in [0, 3, 4, 5, 6, 7, 8, 9] {
+                a.xor(REGS[reg].d, REGS[reg].d)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn epilogue(&mut self) -> Result {
+        let a = &mut self.a;
+        a.lea(rsp, rbp - 0)?;
+        for reg in [r15, r14, r13, rbx, rbp] {
+            a.pop(reg)?;
+        }
+        a.ret()
+    }
+
+    /// Emits the instruction starting at slot `index`.
+    fn instruction(&mut self, index: usize) -> Result {
+        let insn = self.program.insns[index];
+        match insn.class() {
+            CLASS_ALU | CLASS_ALU64 => self.alu(&insn)?,
+            CLASS_JMP | CLASS_JMP32 => self.jump(index, &insn)?,
+            CLASS_LDX => self.load(&insn)?,
+            CLASS_ST | CLASS_STX if insn.mode() == MODE_ATOMIC => self.atomic(&insn)?,
+            CLASS_ST | CLASS_STX => self.store(&insn)?,
+            _ => self.a.mov(REGS[insn.dst as usize].q, lddw_value(&self.program.insns, index) as i64)?,
+        }
+        Ok(())
+    }
+
+    /// Loads a 64-bit register with a sign-extended immediate, using the short encoding when the
+    /// value is non-negative (a 32-bit move zero-extends).
+    fn mov_imm(&mut self, reg: X86, wide: bool, imm: i32) -> Result {
+        if wide && imm < 0 {
+            self.a.mov(reg.q, i64::from(imm))
+        } else {
+            self.a.mov(reg.d, imm as u32)
+        }
+    }
+
+    fn alu(&mut self, insn: &Insn) -> Result {
+        let wide = insn.class() == CLASS_ALU64;
+        let d = REGS[insn.dst as usize];
+        let s = REGS[insn.src as usize];
+        let imm = insn.imm;
+        let a = &mut self.a;
+        match (insn.op(), insn.uses_src_reg()) {
+            (ALU_MOV, true) => rr!(a, wide, mov, d, s),
+            (ALU_MOV, false) => self.mov_imm(d, wide, imm),
+            (ALU_ADD, true) => rr!(a, wide, add, d, s),
+            (ALU_ADD, false) => ri!(a, wide, add, d, imm),
+            (ALU_SUB, true) => rr!(a, wide, sub, d, s),
+            (ALU_SUB, false) => ri!(a, wide, sub, d, imm),
+            (ALU_OR, true) => rr!(a, wide, or, d, s),
+            (ALU_OR, false) => ri!(a, wide, or, d, imm),
+            (ALU_AND, true) => rr!(a, wide, and, d, s),
+            (ALU_AND, false) => ri!(a, wide, and, d, imm),
+            (ALU_XOR, true) => rr!(a, wide, xor, d, s),
+            (ALU_XOR, false) => ri!(a, wide, xor, d, imm),
+            (ALU_MUL, true) => rr!(a, wide, imul_2, d, s),
+            (ALU_MUL, false) if wide => a.imul_3(d.q, d.q, imm),
+            (ALU_MUL, false) => a.imul_3(d.d, d.d, imm),
+            (ALU_NEG, _) if wide => a.neg(d.q),
+            (ALU_NEG, _) => a.neg(d.d),
+            (ALU_LSH | ALU_RSH | ALU_ARSH, false) => self.shift_by_immediate(insn.op(), wide, d, imm as u32),
+            (ALU_LSH | ALU_RSH | ALU_ARSH, true) => self.shift_by_register(insn.op(), wide, insn.dst as usize, insn.src as usize),
+            (ALU_DIV | ALU_MOD, _) => self.divide(insn, wide),
+            (ALU_END, to_big_endian) => self.byte_swap(d, imm, to_big_endian),
+            _ => unreachable!("load-time checks admit only known ALU operations"),
+        }
+    }
+
+    /// Shift by an immediate (the checks keep it below the width).
+    fn shift_by_immediate(&mut self, op: u8, wide: bool, d: X86, count: u32) -> Result {
+        let a = &mut self.a;
+        match op {
+            ALU_LSH => ri!(a, wide, shl, d, count),
+            ALU_RSH => ri!(a, wide, shr, d, count),
+            _ => ri!(a, wide, sar, d, count),
+        }
+    }
+
+    /// Shift by a register. x86 takes the count from cl (the hardware masks it to 63 or 31, as
+    /// the ISA wants), and cl is eBPF r4, so r4 is parked in r11 unless it is the count.
+    fn shift_by_register(&mut self, op: u8, wide: bool, dst: usize, src: usize) -> Result {
+        let emit = |a: &mut CodeAssembler, target: X86| match op {
+            ALU_LSH => ri!(a, wide, shl, target, cl),
+            ALU_RSH => ri!(a, wide, shr, target, cl),
+            _ => ri!(a, wide, sar, target, cl),
+        };
+        let a = &mut self.a;
+        if src == RCX {
+            return emit(a, REGS[dst]);
+        }
+        a.mov(SCRATCH3.q, rcx)?;
+        a.mov(rcx, REGS[src].q)?;
+        if dst == RCX {
+            // The value to shift is the parked r4.
+            emit(a, SCRATCH3)?;
+            a.mov(rcx, SCRATCH3.q)
+        } else {
+            emit(a, REGS[dst])?;
+            a.mov(rcx, SCRATCH3.q)
+        }
+    }
+
+    /// Unsigned division and modulo with the kernel's zero rules: x / 0 = 0, x % 0 = x (truncated
+    /// to 32 bits for ALU32). x86 `div` works on rdx:rax, which hold eBPF r3 and r0, so those are
+    /// saved in r10/r9 around it unless they are the destination.
+    fn divide(&mut self, insn: &Insn, wide: bool) -> Result {
+        let dst = insn.dst as usize;
+        let d = REGS[dst];
+        let divisor = SCRATCH3;
+        let done = self.a.create_label();
+        if insn.uses_src_reg() {
+            rr!(self.a, wide, mov, divisor, REGS[insn.src as usize])?;
+            let nonzero = self.a.create_label();
+            rr!(self.a, wide, test, divisor, divisor)?;
+            self.a.jne(nonzero)?;
+            if insn.op() == ALU_DIV {
+                self.a.xor(d.d, d.d)?;
+            } else if !wide {
+                self.a.mov(d.d, d.d)?;
+            }
+            self.a.jmp(done)?;
+            self.bind(nonzero)?;
+        } else {
+            self.mov_imm(divisor, wide, insn.imm)?;
+        }
+        let a = &mut self.a;
+        if dst != RAX {
+            a.mov(SCRATCH1.q, rax)?;
+            rr!(a, wide, mov, REGS[RAX], d)?;
+        }
+        if dst != RDX {
+            a.mov(SCRATCH2.q, rdx)?;
+        }
+        a.xor(edx, edx)?;
+        if wide {
+            a.div(divisor.q)?;
+        } else {
+            a.div(divisor.d)?;
+        }
+        let result = if insn.op() == ALU_DIV { RAX } else { RDX };
+        if dst != result {
+            rr!(a, wide, mov, d, REGS[result])?;
+        }
+        if dst != RAX {
+            a.mov(rax, SCRATCH1.q)?;
+        }
+        if dst != RDX {
+            a.mov(rdx, SCRATCH2.q)?;
+        }
+        self.bind(done)
+    }
+
+    fn byte_swap(&mut self, d: X86, width: i32, to_big_endian: bool) -> Result {
+        let a = &mut self.a;
+        match (width, to_big_endian) {
+            (16, false) => a.movzx(d.d, d.w),
+            (32, false) => a.mov(d.d, d.d),
+            (64, false) => Ok(()), // little-endian host: nothing to do
+            (16, true) => {
+                a.ror(d.w, 8u32)?;
+                a.movzx(d.d, d.w)
+            }
+            (32, true) => a.bswap(d.d),
+            _ => a.bswap(d.q),
+        }
+    }
+
+    fn jump(&mut self, index: usize, insn: &Insn) -> Result {
+        let target = (index as i64 + 1 + i64::from(insn.off)) as usize;
+        let wide = insn.class() == CLASS_JMP;
+        let d = REGS[insn.dst as usize];
+        let s = REGS[insn.src as usize];
+        let a = &mut self.a;
+        match insn.op() {
+            JMP_EXIT => return self.epilogue(),
+            JMP_JA => return a.jmp(self.slot_labels[target]),
+            JMP_CALL if insn.src == CALL_LOCAL => {
+                let callee = (index as i64 + 1 + i64::from(insn.imm)) as usize;
+                let f = self.program.functions.binary_search(&callee).expect("call targets start functions");
+                return a.call(self.function_labels[f]);
+            }
+            JMP_CALL => {
+                let helper = self.program.helper_at[index].expect("load-time checks bind every helper call");
+                a.mov(SCRATCH3.q, helper as usize as i64)?;
+                return a.call(SCRATCH3.q);
+            }
+            JMP_JSET if insn.uses_src_reg() => rr!(a, wide, test, d, s)?,
+            JMP_JSET => ri!(a, wide, test, d, insn.imm)?,
+            _ if insn.uses_src_reg() => rr!(a, wide, cmp, d, s)?,
+            _ => ri!(a, wide, cmp, d, insn.imm)?,
+        }
+        let label = self.slot_labels[target];
+        match insn.op() {
+            JMP_JEQ => a.je(label),
+            JMP_JNE | JMP_JSET => a.jne(label),
+            JMP_JGT => a.ja(label),
+            JMP_JGE => a.jae(label),
+            JMP_JLT => a.jb(label),
+            JMP_JLE => a.jbe(label),
+            JMP_JSGT => a.jg(label),
+            JMP_JSGE => a.jge(label),
+            JMP_JSLT => a.jl(label),
+            _ => a.jle(label),
+        }
+    }
+
+    fn load(&mut self, insn: &Insn) -> Result {
+        let d = REGS[insn.dst as usize];
+        let addr = REGS[insn.src as usize].q + i32::from(insn.off);
+        let a = &mut self.a;
+        match insn.access_size() {
+            1 => a.movzx(d.d, byte_ptr(addr)),
+            2 => a.movzx(d.d, word_ptr(addr)),
+            4 => a.mov(d.d, dword_ptr(addr)),
+            _ => a.mov(d.q, qword_ptr(addr)),
+        }
+    }
+
+    fn store(&mut self, insn: &Insn) -> Result {
+        let addr = REGS[insn.dst as usize].q + i32::from(insn.off);
+        let a = &mut self.a;
+        if insn.class() == CLASS_ST {
+            // Truncate first: iced checks that an immediate fits the operand.
+            let imm = insn.imm;
+            return match insn.access_size() {
+                1 => a.mov(byte_ptr(addr), i32::from(imm as i8)),
+                2 => a.mov(word_ptr(addr), i32::from(imm as i16)),
+                4 => a.mov(dword_ptr(addr), imm),
+                _ => a.mov(qword_ptr(addr), imm),
+            };
+        }
+        let s = REGS[insn.src as usize];
+        match insn.access_size() {
+            1 => a.mov(byte_ptr(addr), s.b),
+            2 => a.mov(word_ptr(addr), s.w),
+            4 => a.mov(dword_ptr(addr), s.d),
+            _ => a.mov(qword_ptr(addr), s.q),
+        }
+    }
+
+    fn atomic(&mut self, insn: &Insn) -> Result {
+        let wide = insn.access_size() == 8;
+        let (src, s) = (insn.src as usize, REGS[insn.src as usize]);
+        let addr = REGS[insn.dst as usize].q + i32::from(insn.off);
+        let mem = if wide { qword_ptr(addr) } else { dword_ptr(addr) };
+        let a = &mut self.a;
+        match insn.imm {
+            ATOMIC_ADD => rr_mem(a.lock(), wide, Op::Add, mem, s),
+            ATOMIC_OR => rr_mem(a.lock(), wide, Op::Or, mem, s),
+            ATOMIC_AND => rr_mem(a.lock(), wide, Op::And, mem, s),
+            ATOMIC_XOR => rr_mem(a.lock(), wide, Op::Xor, mem, s),
+            op if op == ATOMIC_ADD | ATOMIC_FETCH => rr_mem(a.lock(), wide, Op::Xadd, mem, s),
+            ATOMIC_XCHG => rr_mem(a, wide, Op::Xchg, mem, s),
+            ATOMIC_CMPXCHG => {
+                rr_mem(a.lock(), wide, Op::Cmpxchg, mem, s)?;
+                if !wide {
+                    // On success cmpxchg leaves rax untouched; eBPF wants r0 = (u32)old.
+                    a.mov(eax, eax)?;
+                }
+                Ok(())
+            }
+            op => self.fetch_bitwise(op & !ATOMIC_FETCH, wide, src, addr),
+        }
+    }
+
+    /// Fetching and/or/xor have no single x86 instruction: a cmpxchg loop. rax (eBPF r0) is the
+    /// comparand, so r0 is kept in r9 and the address in r10.
+    fn fetch_bitwise(&mut self, op: i32, wide: bool, src: usize, addr: AsmMemoryOperand) -> Result {
+        let (saved_r0, address, update) = (SCRATCH1, SCRATCH2, SCRATCH3);
+        // r0 as the operand means its saved copy.
+        let operand = if src == RAX { saved_r0 } else { REGS[src] };
+        let mem = |m: AsmMemoryOperand| if wide { qword_ptr(m) } else { dword_ptr(m) };
+        let retry = self.a.create_label();
+        self.a.lea(address.q, addr)?;
+        self.a.mov(saved_r0.q, rax)?;
+        if wide {
+            self.a.mov(rax, qword_ptr(address.q))?;
+        } else {
+            self.a.mov(eax, dword_ptr(address.q))?;
+        }
+        self.bind(retry)?;
+        let a = &mut self.a;
+        rr!(a, wide, mov, update, REGS[RAX])?;
+        match op {
+            ATOMIC_OR => rr!(a, wide, or, update, operand)?,
+            ATOMIC_AND => rr!(a, wide, and, update, operand)?,
+            _ => rr!(a, wide, xor, update, operand)?,
+        }
+        rr_mem(a.lock(), wide, Op::Cmpxchg, mem(address.q + 0), update)?;
+        a.jne(retry)?;
+        if src != RAX {
+            rr!(a, wide, mov, REGS[src], REGS[RAX])?;
+            a.mov(rax, saved_r0.q)?;
+        }
+        Ok(())
+    }
+}
+
+/// Memory-destination operations used by the atomics.
+enum Op {
+    Add,
+    Or,
+    And,
+    Xor,
+    Xadd,
+    Xchg,
+    Cmpxchg,
+}
+
+/// `op [mem], reg` at the width of the operation.
+fn rr_mem(a: &mut CodeAssembler, wide: bool, op: Op, mem: AsmMemoryOperand, reg: X86) -> Result {
+    macro_rules! emit {
+        ($method:ident) => {
+            if wide {
+                a.$method(mem, reg.q)
+            } else {
+                a.$method(mem, reg.d)
+            }
+        };
+    }
+    match op {
+        Op::Add => emit!(add),
+        Op::Or => emit!(or),
+        Op::And => emit!(and),
+        Op::Xor => emit!(xor),
+        Op::Xadd => emit!(xadd),
+        Op::Xchg => emit!(xchg),
+        Op::Cmpxchg => emit!(cmpxchg),
+    }
+}

@@ -1,0 +1,74 @@
+//! A loaded program: bytecode that passed the load-time checks, with `lddw` map references
+//! resolved and helper calls bound, ready for the interpreter or the JIT.
+
+use crate::environment::{Environment, HelperFn, MemoryRegion};
+use crate::error::{LoadError, LoadErrorKind};
+use crate::insn::*;
+use crate::verify;
+
+pub struct Program {
+    /// Checked instructions; `lddw` map references are rewritten to plain 64-bit immediates.
+    pub(crate) insns: Vec<Insn>,
+    /// Helper bound at each `call` slot (None for every other slot), so calls need no lookup.
+    pub(crate) helper_at: Vec<Option<HelperFn>>,
+    /// Start slot of every function, ascending; the entry function starts at 0.
+    pub(crate) functions: Vec<usize>,
+    pub(crate) regions: Vec<MemoryRegion>,
+}
+
+impl Program {
+    /// Checks `bytecode` against `env` and prepares it for execution.
+    pub fn load(bytecode: &[u8], env: &Environment) -> Result<Program, LoadError> {
+        let mut insns = decode_all(bytecode).ok_or_else(|| {
+            LoadError::whole(bytecode.len() / INSN_SIZE, LoadErrorKind::Truncated { len: bytecode.len() })
+        })?;
+        let layout = verify::check(&insns, env)?;
+        resolve_map_references(&mut insns, env)?;
+        let helper_at = insns
+            .iter()
+            .map(|insn| {
+                let is_helper_call = insn.opcode == CLASS_JMP | JMP_CALL && insn.src == CALL_HELPER;
+                // The checks guarantee the id is registered.
+                is_helper_call.then(|| env.helper(insn.imm as u32)).flatten()
+            })
+            .collect();
+        Ok(Program { insns, helper_at, functions: layout.functions, regions: env.regions.clone() })
+    }
+
+    /// Number of instruction slots.
+    pub fn len(&self) -> usize {
+        self.insns.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.insns.is_empty()
+    }
+}
+
+/// Asks the map hook for the value of every `lddw` with a map source and stores it as a plain
+/// immediate, so the engines only ever see `lddw dst, imm64`.
+fn resolve_map_references(insns: &mut [Insn], env: &Environment) -> Result<(), LoadError> {
+    let mut index = 0;
+    while index < insns.len() {
+        let insn = insns[index];
+        if insn.opcode == OP_LDDW && insn.src != PSEUDO_NONE {
+            let fail = |why: String| LoadError::at(index, insn, LoadErrorKind::MapReference(why));
+            let resolver = env.maps.as_ref().ok_or_else(|| fail("no map resolver installed".into()))?;
+            let value = match insn.src {
+                PSEUDO_MAP_FD => resolver.map_handle(insn.imm),
+                _ => resolver.map_value_address(insn.imm, insns[index + 1].imm as u32),
+            }
+            .map_err(fail)?;
+            insns[index].src = PSEUDO_NONE;
+            insns[index].imm = value as u32 as i32;
+            insns[index + 1].imm = (value >> 32) as u32 as i32;
+        }
+        index += if insn.opcode == OP_LDDW { 2 } else { 1 };
+    }
+    Ok(())
+}
+
+/// The 64-bit value of the `lddw` at `index`.
+pub(crate) fn lddw_value(insns: &[Insn], index: usize) -> u64 {
+    u64::from(insns[index].imm as u32) | (u64::from(insns[index + 1].imm as u32) << 32)
+}

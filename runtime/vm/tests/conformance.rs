@@ -1,0 +1,66 @@
+//! Differential conformance: every corpus program runs on the kernel (BPF_PROG_LOAD +
+//! BPF_PROG_TEST_RUN, the oracle), the uebpf interpreter and the uebpf JIT with the same packet.
+//! Return values (the low 32 bits the kernel reports) and the packets afterwards must agree, and
+//! the two uebpf engines must agree on all 64 bits of r0.
+//!
+//! Needs root and bpf(2): without them the test fails with that reason (it does not skip).
+
+mod corpus;
+
+use corpus::{corpus, Case};
+use uebpf_vm::{Environment, JitProgram, Program};
+
+/// What one engine made of one case.
+#[derive(Debug, PartialEq, Eq)]
+struct Outcome {
+    r0: u64,
+    packet: Vec<u8>,
+}
+
+fn run_kernel(bytecode: &[u8], packet: &[u8]) -> Result<Outcome, String> {
+    let program = kernel_bpf::XdpProgram::load(bytecode, packet.len()).map_err(|e| e.to_string())?;
+    let mut packet = packet.to_vec();
+    let run = program.test_run(&mut packet, 1).map_err(|e| e.to_string())?;
+    Ok(Outcome { r0: u64::from(run.retval), packet })
+}
+
+fn run_interpreter(program: &Program, packet: &[u8]) -> Result<Outcome, String> {
+    let mut packet = packet.to_vec();
+    let r0 = program.interpret(&mut packet, None).map_err(|e| e.to_string())?;
+    Ok(Outcome { r0, packet })
+}
+
+fn run_jit(program: &Program, packet: &[u8]) -> Result<Outcome, String> {
+    let jit = JitProgram::compile(program).map_err(|e| e.to_string())?;
+    let mut packet = packet.to_vec();
+    // SAFETY: corpus programs access only their packet and stack (the kernel verified them).
+    let r0 = unsafe { jit.run(&mut packet) };
+    Ok(Outcome { r0, packet })
+}
+
+fn compare(case: &Case) -> Result<(), String> {
+    let bytecode = case.asm.build()?;
+    let program = Program::load(&bytecode, &Environment::new()).map_err(|e| format!("uebpf load: {e}"))?;
+    let kernel = run_kernel(&bytecode, &case.packet).map_err(|e| format!("kernel: {e}"))?;
+    let interp = run_interpreter(&program, &case.packet).map_err(|e| format!("interpreter: {e}"))?;
+    if interp.r0 as u32 as u64 != kernel.r0 || interp.packet != kernel.packet {
+        return Err(format!("interpreter disagrees with the kernel\n kernel:      {kernel:x?}\n interpreter: {interp:x?}"));
+    }
+    let jit = run_jit(&program, &case.packet).map_err(|e| format!("jit: {e}"))?;
+    if jit != interp {
+        return Err(format!("JIT disagrees with the interpreter (and kernel)\n interpreter: {interp:x?}\n jit:         {jit:x?}"));
+    }
+    Ok(())
+}
+
+#[test]
+fn corpus_agrees_with_kernel() {
+    if let Err(why) = kernel_bpf::check_access() {
+        panic!("conformance needs the kernel as oracle, and it is not usable: {why}");
+    }
+    let cases = corpus();
+    assert!(cases.len() >= 30, "corpus has only {} programs", cases.len());
+    let failures: Vec<String> =
+        cases.iter().filter_map(|case| compare(case).err().map(|e| format!("[{}] {e}", case.name))).collect();
+    assert!(failures.is_empty(), "{} of {} programs disagree:\n{}", failures.len(), cases.len(), failures.join("\n"));
+}

@@ -1,0 +1,102 @@
+//! The embedding API: helpers by id, the map hook for `lddw` pseudo forms, allowed regions. The
+//! kernel cannot judge these (its helpers and maps are its own), so interpreter and JIT are checked
+//! against expected values and against each other.
+
+use std::sync::{Arc, Mutex};
+
+use uebpf_vm::asm::*;
+use uebpf_vm::{Environment, JitProgram, MapResolver, MemoryRegion, Program};
+
+/// Runs `program` on both engines with copies of `ctx`; asserts they agree and returns r0.
+fn run_both(program: &Program, ctx: &[u8]) -> (u64, Vec<u8>) {
+    let mut by_interp = ctx.to_vec();
+    let r0 = program.interpret(&mut by_interp, None).expect("interpreter run");
+    let jit = JitProgram::compile(program).expect("JIT compile");
+    let mut by_jit = ctx.to_vec();
+    // SAFETY: the test programs only touch their context, stack and allowed regions.
+    let jit_r0 = unsafe { jit.run(&mut by_jit) };
+    assert_eq!((r0, &by_interp), (jit_r0, &by_jit), "interpreter and JIT disagree");
+    (r0, by_interp)
+}
+
+extern "C" fn weighted_sum(a: u64, b: u64, c: u64, d: u64, e: u64) -> u64 {
+    a + 10 * b + 100 * c + 1000 * d + 10000 * e
+}
+
+extern "C" fn read_u64_at(addr: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    // SAFETY: the test passes the address of its own context.
+    unsafe { (addr as *const u64).read_unaligned() }
+}
+
+#[test]
+fn helpers_get_r1_to_r5_and_keep_r6_to_r9() {
+    let mut env = Environment::new();
+    env.register_helper(1, weighted_sum).register_helper(7, read_u64_at);
+    let mut a = Asm::new();
+    a.mov64(R6, 6).mov64(R7, 7).mov64(R8, 8).mov64(R9, 9).stx(8, R10, -8, R1);
+    a.mov64(R1, 1).mov64(R2, 2).mov64(R3, 3).mov64(R4, 4).mov64(R5, 5).call_helper(1);
+    a.mov64(R5, R0).ldx(8, R1, R10, -8).call_helper(7);
+    a.add64(R0, R5).add64(R0, R6).add64(R0, R7).add64(R0, R8).add64(R0, R9).exit();
+    let program = Program::load(&a.build().unwrap(), &env).unwrap();
+    let ctx = 1_000_000u64.to_le_bytes();
+    let (r0, _) = run_both(&program, &ctx);
+    assert_eq!(r0, 54321 + 1_000_000 + 6 + 7 + 8 + 9);
+}
+
+/// A stand-in for the maps layer: one map (fd 5) whose value is a 32-byte buffer.
+struct OneMap {
+    value: Arc<Mutex<[u64; 4]>>,
+}
+
+const MAP_HANDLE: u64 = 0x5eed;
+
+impl MapResolver for OneMap {
+    fn map_handle(&self, fd: i32) -> Result<u64, String> {
+        (fd == 5).then_some(MAP_HANDLE).ok_or_else(|| format!("no map with fd {fd}"))
+    }
+    fn map_value_address(&self, fd: i32, offset: u32) -> Result<u64, String> {
+        if fd != 5 || offset >= 32 {
+            return Err(format!("no value at fd {fd} offset {offset}"));
+        }
+        Ok(self.value.lock().unwrap().as_ptr() as u64 + u64::from(offset))
+    }
+}
+
+#[test]
+fn lddw_map_references_resolve_through_the_hook() {
+    let value = Arc::new(Mutex::new([0u64; 4]));
+    let address = value.lock().unwrap().as_ptr() as u64;
+    let mut env = Environment::new();
+    env.set_map_resolver(Arc::new(OneMap { value: value.clone() }));
+    env.allow_memory(MemoryRegion { start: address, len: 32, writable: true });
+
+    let mut a = Asm::new();
+    a.lddw_map_value(R2, 5, 8).st(8, R2, 0, 41).ldx(8, R3, R2, 0).add64(R3, 1).stx(8, R2, 8, R3);
+    a.lddw_map_fd(R0, 5).exit();
+    let program = Program::load(&a.build().unwrap(), &env).unwrap();
+    let (r0, _) = run_both(&program, &[]);
+    assert_eq!(r0, MAP_HANDLE);
+    assert_eq!(*value.lock().unwrap(), [0, 41, 42, 0]);
+
+    // Past the value: the interpreter stops it at the offending instruction.
+    let mut a = Asm::new();
+    a.lddw_map_value(R2, 5, 24).ldx(8, R0, R2, 8).exit();
+    let program = Program::load(&a.build().unwrap(), &env).unwrap();
+    assert_eq!(program.interpret(&mut [], None).unwrap_err().index, 2);
+
+    // Unknown fds are rejected at load time with the hook's reason.
+    let mut a = Asm::new();
+    a.lddw_map_fd(R1, 9).mov64(R0, 0).exit();
+    let err = Program::load(&a.build().unwrap(), &env).err().unwrap();
+    assert!(err.to_string().contains("no map with fd 9"), "{err}");
+}
+
+#[test]
+fn context_and_length_arrive_in_r1_and_r2() {
+    let mut a = Asm::new();
+    a.ldx(4, R0, R1, 0).add64(R0, R2).st(2, R1, 4, 0x1234).exit();
+    let program = Program::load(&a.build().unwrap(), &Environment::new()).unwrap();
+    let (r0, ctx) = run_both(&program, &[1, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(r0, 1 + 10);
+    assert_eq!(&ctx[4..6], &[0x34, 0x12]);
+}

@@ -1,0 +1,191 @@
+//! The engines a benchmark program runs on. Preparing a program for an engine either gives a
+//! runner (run the program N times on a packet, report mean ns per run and the last r0) or the
+//! reason the engine cannot run it.
+
+use std::ffi::{c_int, c_void, CStr};
+use std::hint::black_box;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Instant;
+
+use uebpf_vm::{ffi, JitFunction, JitProgram, Program};
+
+use crate::programs::BenchProgram;
+
+pub const ENGINES: [(&str, &str); 8] = [
+    ("uebpf-interpreter", "uebpf interpreter through the Rust API (Program::interpret, every access checked)"),
+    ("uebpf-jit", "uebpf x86-64 JIT through the Rust API (JitProgram::run)"),
+    ("uebpf-c-api-jit", "uebpf JIT called from C through uebpf_vm_run (the C embedding API)"),
+    ("uebpf-c-jit-fn", "uebpf JIT called from C through the pointer uebpf_vm_jit_function returns"),
+    ("rbpf-interpreter", "rbpf 0.4 interpreter (EbpfVmRaw::execute_program)"),
+    ("rbpf-jit", "rbpf 0.4 x86-64 JIT (EbpfVmRaw::execute_program_jit)"),
+    ("kernel-jit", "Linux BPF JIT via BPF_PROG_TEST_RUN (XDP, repeat=N); kernel-measured mean ns per run"),
+    ("native-c", "the same algorithm in C, cc -O2, called through a function pointer"),
+];
+
+/// One timed batch: mean nanoseconds per run, and r0 of the batch (for result checks).
+pub struct Timed {
+    pub ns_per_run: f64,
+    pub r0: u64,
+}
+
+pub type Runner<'a> = Box<dyn FnMut(&mut [u8], u64) -> Result<Timed, String> + 'a>;
+
+/// Times `iterations` calls of `call` and returns the mean and the last result.
+fn time_loop(iterations: u64, mut call: impl FnMut() -> u64) -> Timed {
+    let mut r0 = 0;
+    let start = Instant::now();
+    for _ in 0..iterations {
+        r0 = black_box(call());
+    }
+    let elapsed = start.elapsed().as_nanos() as f64;
+    Timed { ns_per_run: elapsed / iterations as f64, r0 }
+}
+
+extern "C" {
+    /// `vm` is a `struct uebpf_vm *`, opaque on both sides.
+    fn embed_run_loop(vm: *mut c_void, ctx: *mut c_void, ctx_len: usize, iterations: u64, failed: *mut c_int) -> u64;
+    fn embed_jit_fn_loop(jit: JitFunction, ctx: *mut c_void, ctx_len: usize, iterations: u64) -> u64;
+}
+
+/// A VM created through the C API, freed on drop.
+struct CVm(*mut ffi::UebpfVm);
+
+impl CVm {
+    /// Closures must call this rather than read `.0`: a closure that names only the field
+    /// captures a copy of the pointer and lets the owner (and the VM) be dropped.
+    fn ptr(&self) -> *mut ffi::UebpfVm {
+        self.0
+    }
+}
+
+impl Drop for CVm {
+    fn drop(&mut self) {
+        // SAFETY: created by uebpf_vm_new and not used after this.
+        unsafe { ffi::uebpf_vm_free(self.0) }
+    }
+}
+
+/// A VM loaded for the JIT through the C API.
+fn c_vm_with_jit(program: &BenchProgram) -> Result<CVm, String> {
+    let vm = CVm(ffi::uebpf_vm_new());
+    // SAFETY: vm is live; the bytecode slice is valid for its length.
+    let loaded = unsafe { ffi::uebpf_vm_load(vm.ptr(), program.bytecode.as_ptr(), program.bytecode.len(), 1) };
+    if loaded != 0 {
+        // SAFETY: vm is live; last_error is a NUL-terminated string it owns.
+        let why = unsafe { CStr::from_ptr(ffi::uebpf_vm_last_error(vm.ptr())) };
+        return Err(format!("uebpf_vm_load failed: {}", why.to_string_lossy()));
+    }
+    Ok(vm)
+}
+
+/// Times a C loop (`c_loop(iterations) -> folded r0`) around all iterations at once.
+fn time_c_loop(iterations: u64, c_loop: impl FnOnce() -> u64) -> Timed {
+    let start = Instant::now();
+    let r0 = c_loop();
+    Timed { ns_per_run: start.elapsed().as_nanos() as f64 / iterations as f64, r0 }
+}
+
+fn c_jit_fn<'a>(program: &BenchProgram) -> Result<Runner<'a>, String> {
+    let vm = c_vm_with_jit(program)?;
+    // SAFETY: vm is live and was loaded for the JIT.
+    let jit = unsafe { ffi::uebpf_vm_jit_function(vm.ptr()) }.ok_or("no JIT function after a JIT load")?;
+    Ok(Box::new(move |packet: &mut [u8], iterations| {
+        let _owner = &vm; // the entry point lives as long as the VM
+        // SAFETY: jit is live while vm is; packet is valid for its length.
+        Ok(time_c_loop(iterations, || unsafe {
+            embed_jit_fn_loop(jit, packet.as_mut_ptr().cast(), packet.len(), iterations)
+        }))
+    }))
+}
+
+fn c_api_jit<'a>(program: &BenchProgram) -> Result<Runner<'a>, String> {
+    let vm = c_vm_with_jit(program)?;
+    Ok(Box::new(move |packet: &mut [u8], iterations| {
+        let mut failed = 0;
+        // SAFETY: vm is live and loaded; packet is valid for its length.
+        let timed = time_c_loop(iterations, || unsafe {
+            embed_run_loop(vm.ptr().cast(), packet.as_mut_ptr().cast(), packet.len(), iterations, &mut failed)
+        });
+        if failed != 0 {
+            return Err("uebpf_vm_run failed".into());
+        }
+        Ok(timed)
+    }))
+}
+
+/// rbpf reports some unsupported instructions by panicking (`unimplemented!`): turn that into a reason.
+fn rbpf_guard<T>(what: &str, f: impl FnOnce() -> Result<T, std::io::Error>) -> Result<T, String> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(format!("rbpf {what}: {e}")),
+        Err(_) => Err(format!("rbpf {what} panicked (instruction not implemented)")),
+    }
+}
+
+fn kernel_jit<'a>(program: &BenchProgram) -> Result<Runner<'a>, String> {
+    kernel_bpf::check_access()?;
+    let jit_enabled = std::fs::read_to_string("/proc/sys/net/core/bpf_jit_enable").unwrap_or_default();
+    if jit_enabled.trim() == "0" {
+        return Err("the kernel BPF JIT is disabled (net.core.bpf_jit_enable = 0)".into());
+    }
+    let loaded = kernel_bpf::XdpProgram::load(&program.bytecode, program.packet.len()).map_err(|e| e.to_string())?;
+    Ok(Box::new(move |packet: &mut [u8], iterations| {
+        let repeat = u32::try_from(iterations).map_err(|_| "BPF_PROG_TEST_RUN repeat is 32-bit".to_string())?;
+        let run = loaded.test_run(packet, repeat).map_err(|e| e.to_string())?;
+        Ok(Timed { ns_per_run: f64::from(run.duration_ns), r0: u64::from(run.retval) })
+    }))
+}
+
+/// Prepares `program` (already loaded into uebpf as `loaded`) for `engine`.
+pub fn prepare<'a>(engine: &str, program: &'a BenchProgram, loaded: &'a Program) -> Result<Runner<'a>, String> {
+    match engine {
+        "uebpf-interpreter" => Ok(Box::new(move |packet: &mut [u8], iterations| {
+            let mut error = None;
+            let timed = time_loop(iterations, || {
+                loaded.interpret(packet, None).unwrap_or_else(|e| {
+                    error = Some(e.to_string());
+                    0
+                })
+            });
+            error.map_or(Ok(timed), Err)
+        })),
+        "uebpf-jit" => {
+            let jit = JitProgram::compile(loaded).map_err(|e| e.to_string())?;
+            // SAFETY: benchmark programs touch only their packet and stack (checked by the kernel
+            // verifier too when the kernel engine runs).
+            Ok(Box::new(move |packet: &mut [u8], iterations| Ok(time_loop(iterations, || unsafe { jit.run(packet) }))))
+        }
+        "uebpf-c-api-jit" => c_api_jit(program),
+        "uebpf-c-jit-fn" => c_jit_fn(program),
+        "rbpf-interpreter" => {
+            let vm = rbpf_guard("load", || rbpf::EbpfVmRaw::new(Some(&program.bytecode)))?;
+            Ok(Box::new(move |packet: &mut [u8], iterations| {
+                let mut error = None;
+                let timed = time_loop(iterations, || {
+                    vm.execute_program(packet).unwrap_or_else(|e| {
+                        error = Some(format!("rbpf interpreter: {e}"));
+                        0
+                    })
+                });
+                error.map_or(Ok(timed), Err)
+            }))
+        }
+        "rbpf-jit" => {
+            let mut vm = rbpf_guard("load", || rbpf::EbpfVmRaw::new(Some(&program.bytecode)))?;
+            rbpf_guard("JIT compile", || vm.jit_compile())?;
+            Ok(Box::new(move |packet: &mut [u8], iterations| {
+                // SAFETY: as for uebpf-jit; rbpf's JIT does not check accesses either.
+                Ok(time_loop(iterations, || unsafe { vm.execute_program_jit(packet).unwrap_or(u64::MAX) }))
+            }))
+        }
+        "kernel-jit" => kernel_jit(program),
+        "native-c" => {
+            let native = program.native;
+            // SAFETY: the native twins access only the packet they are given, within its length.
+            Ok(Box::new(move |packet: &mut [u8], iterations| {
+                Ok(time_loop(iterations, || unsafe { native(packet.as_mut_ptr(), packet.len() as u64) }))
+            }))
+        }
+        other => Err(format!("unknown engine {other}")),
+    }
+}
