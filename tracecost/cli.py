@@ -139,6 +139,40 @@ def duration(list_scenarios, scenarios, runs, methods, out_dir, seed, quick) -> 
 
 
 @cli.command()
+@click.option("--list", "list_only", is_flag=True, help="List the programs and engines and exit.")
+@click.option("--programs", callback=comma_list(str), help="Comma-separated programs (default: all).")
+@click.option("--engines", callback=comma_list(str), help="Comma-separated engines (default: all).")
+@click.option("-r", "--runs", default=10, show_default=True, type=click.IntRange(1, 1000),
+              help="Measured repetitions (after one discarded warm-up).")
+@click.option("--iterations", default=10_000, show_default=True, type=click.IntRange(1, 10_000_000),
+              help="Program runs timed together in one measurement.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
+@click.option("--seed", type=int, help="Seed of the run order (default: random, recorded).")
+def vm(list_only, programs, engines, runs, iterations, out_dir, seed) -> None:
+    """eBPF execution engines: uebpf interpreter and JIT, rbpf, the kernel JIT, native C."""
+    from tracecost.suites import vm as vm_suite
+
+    if list_only:
+        table = Table(title="vm programs and engines")
+        table.add_column("kind")
+        table.add_column("name")
+        table.add_column("description")
+        for kind in ("programs", "engines"):
+            for name, description in vm_suite.catalogue()[kind].items():
+                table.add_row(kind[:-1], name, description)
+        out.print(table)
+        return
+    for kind, names in (("programs", programs), ("engines", engines)):
+        try:
+            vm_suite.check_names(kind, names)
+        except TracecostError as error:
+            raise click.BadParameter(str(error), param_hint=f"'--{kind}'") from error
+    config = vm_suite.VmConfig(programs=programs, engines=engines, runs=runs, iterations=iterations,
+                               seed=seed if seed is not None else random.SystemRandom().randrange(2**31))
+    sys.exit(execute([(SUITES["vm"], config)], out_dir or default_out_dir("vm"), out, err, say))
+
+
+@cli.command()
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
 @click.option("--seed", type=int, help="Seed of the run order (default: random, recorded).")
 @click.option("--suites", "suite_names", callback=comma_list(str), default=",".join(SUITES), show_default=True,

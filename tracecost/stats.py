@@ -67,18 +67,22 @@ def difference(treated: Sequence[float], control: Sequence[float]) -> dict:
     return {"value": value, "ci95_low": value - half, "ci95_high": value + half}
 
 
-def overhead_percent(treated: Sequence[float], control: Sequence[float]) -> dict:
-    """(mean(treated) / mean(control) - 1) x 100, 95% CI by the delta method."""
+def ratio(treated: Sequence[float], control: Sequence[float]) -> dict:
+    """mean(treated) / mean(control), 95% CI by the delta method (Welch-Satterthwaite df)."""
     a, b = np.asarray(treated, dtype=float), np.asarray(control, dtype=float)
     if len(a) == 0 or len(b) == 0 or b.mean() == 0:
         return {"value": None, "ci95_low": None, "ci95_high": None}
-    ratio = float(a.mean() / b.mean())
-    value = (ratio - 1) * 100
+    value = float(a.mean() / b.mean())
     welch = _welch(a, b)
     if welch is None:
         return {"value": value, "ci95_low": None, "ci95_high": None}
     va, vb, df = welch
     # Var(R) ~ R^2 (Var(mean a)/mean a^2 + Var(mean b)/mean b^2)
-    se = ratio * math.sqrt(va / a.mean() ** 2 + vb / b.mean() ** 2) if a.mean() else 0.0
-    half = (_t_quantile(df) if math.isfinite(df) else 0.0) * se * 100
+    se = value * math.sqrt(va / a.mean() ** 2 + vb / b.mean() ** 2) if a.mean() else 0.0
+    half = (_t_quantile(df) if math.isfinite(df) else 0.0) * se
     return {"value": value, "ci95_low": value - half, "ci95_high": value + half}
+
+
+def overhead_percent(treated: Sequence[float], control: Sequence[float]) -> dict:
+    """(mean(treated) / mean(control) - 1) x 100, with the ratio's 95% CI."""
+    return {key: None if value is None else (value - 1) * 100 for key, value in ratio(treated, control).items()}

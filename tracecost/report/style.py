@@ -8,6 +8,15 @@ METHOD_COLORS = {
     "ebpf": "#3498db",
     "kernel": "#3498db",
     "uebpf": "#009e73",
+    # Execution engines (vm suite): uebpf in greens, the kernel in its blue, rbpf in pinks.
+    "native-c": "#000000",
+    "kernel-jit": "#3498db",
+    "uebpf-jit": "#009e73",
+    "uebpf-c-jit-fn": "#1b7837",
+    "uebpf-c-api-jit": "#5aae61",
+    "uebpf-interpreter": "#a6dba0",
+    "rbpf-jit": "#cc79a7",
+    "rbpf-interpreter": "#e7b8d3",
 }
 FALLBACK_COLORS = ["#cc79a7", "#d55e00", "#56b4e9", "#f0e442", "#0072b2", "#000000"]
 
@@ -17,6 +26,14 @@ METHOD_LABELS = {
     "ebpf": "eBPF",
     "kernel": "Kernel eBPF",
     "uebpf": "uebpf",
+    "native-c": "native C",
+    "kernel-jit": "kernel JIT",
+    "uebpf-jit": "uebpf JIT",
+    "uebpf-c-jit-fn": "uebpf JIT (C, function pointer)",
+    "uebpf-c-api-jit": "uebpf JIT (C API)",
+    "uebpf-interpreter": "uebpf interpreter",
+    "rbpf-jit": "rbpf JIT",
+    "rbpf-interpreter": "rbpf interpreter",
 }
 
 

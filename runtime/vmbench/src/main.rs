@@ -4,6 +4,7 @@
 //! statistics are the caller's job.
 //!
 //! Usage: uebpf-vmbench [--runs R] [--iterations N] [--programs a,b] [--engines x,y] [--seed S]
+//!        uebpf-vmbench --list   (the programs and engines, with descriptions, as JSON)
 
 mod engines;
 mod programs;
@@ -23,13 +24,14 @@ struct Options {
     programs: Option<Vec<String>>,
     engines: Option<Vec<String>>,
     seed: u64,
+    list: bool,
 }
 
-const USAGE: &str = "usage: uebpf-vmbench [--runs R] [--iterations N] [--programs a,b,...] [--engines x,y,...] [--seed S]";
+const USAGE: &str = "usage: uebpf-vmbench [--runs R] [--iterations N] [--programs a,b,...] [--engines x,y,...] [--seed S] | --list";
 
 fn parse_options() -> Result<Options, lexopt::Error> {
     use lexopt::prelude::*;
-    let mut options = Options { runs: 10, iterations: 10_000, programs: None, engines: None, seed: 1 };
+    let mut options = Options { runs: 10, iterations: 10_000, programs: None, engines: None, seed: 1, list: false };
     let list = |value: std::ffi::OsString| -> Result<Vec<String>, lexopt::Error> {
         Ok(value.string()?.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect())
     };
@@ -41,6 +43,7 @@ fn parse_options() -> Result<Options, lexopt::Error> {
             Long("programs") => options.programs = Some(list(parser.value()?)?),
             Long("engines") => options.engines = Some(list(parser.value()?)?),
             Long("seed") => options.seed = parser.value()?.parse()?,
+            Long("list") => options.list = true,
             Long("help") | Short('h') => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -104,6 +107,15 @@ fn environment_notes() -> Value {
         "cpus": std::thread::available_parallelism().map(|n| n.get()).ok(),
         "bpf_jit_enable": read("/proc/sys/net/core/bpf_jit_enable"),
     })
+}
+
+/// What can be asked for, in the order the benchmark defines, so that a driver can plan its
+/// matrix without running anything.
+fn listing() -> Value {
+    let entry = |name: &str, description: &str| json!({"name": name, "description": description});
+    let programs: Vec<Value> = programs::all().iter().map(|p| entry(p.name, p.description)).collect();
+    let engines: Vec<Value> = ENGINES.iter().map(|(name, description)| entry(name, description)).collect();
+    json!({"programs": programs, "engines": engines})
 }
 
 fn run(options: &Options) -> Result<Value, String> {
@@ -190,6 +202,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if options.list {
+        println!("{:#}", listing());
+        return ExitCode::SUCCESS;
+    }
     match run(&options) {
         Ok(document) => {
             println!("{document:#}");
@@ -210,7 +226,7 @@ mod tests {
     /// kernel (needs root) and the native twins; rbpf may legitimately decline (it is a peer).
     #[test]
     fn every_program_runs_and_agrees_on_our_engines() {
-        let options = Options { runs: 1, iterations: 3, programs: None, engines: None, seed: 7 };
+        let options = Options { runs: 1, iterations: 3, programs: None, engines: None, seed: 7, list: false };
         let document = run(&options).expect("benchmark runs");
         let unsupported = document["unsupported"].as_array().unwrap();
         let ours: Vec<&Value> = unsupported.iter().filter(|u| !u["engine"].as_str().unwrap().starts_with("rbpf")).collect();
@@ -226,7 +242,7 @@ mod tests {
 
     #[test]
     fn unknown_names_are_refused() {
-        let options = Options { runs: 1, iterations: 1, programs: Some(vec!["nope".into()]), engines: None, seed: 1 };
+        let options = Options { runs: 1, iterations: 1, programs: Some(vec!["nope".into()]), engines: None, seed: 1, list: false };
         let err = run(&options).unwrap_err();
         assert!(err.contains("unknown program `nope`"), "{err}");
     }

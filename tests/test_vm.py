@@ -1,0 +1,54 @@
+"""`tracecost vm`: engines on the same programs, through the shared runner, results and report."""
+
+import pytest
+
+from browser import chromium, console_errors, open_report
+from conftest import run_tracecost
+from tracecost import results
+
+ENGINES = ["uebpf-interpreter", "uebpf-jit", "rbpf-jit", "kernel-jit", "native-c"]
+
+
+@pytest.fixture(scope="module")
+def vm_results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("vm")
+    result = run_tracecost("vm", "--programs", "empty,memcpy,prime_sieve", "--engines", ",".join(ENGINES),
+                           "-r", "2", "--iterations", "200", "--seed", "4", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    return out, result
+
+
+def test_every_engine_times_every_program(vm_results):
+    out, result = vm_results
+    suite = results.load(out)["suites"]["vm"]
+    cells = {(a["program"], a["engine"]): a for a in suite["aggregates"]}
+    assert set(cells) == {(p, e) for p in ("empty", "memcpy", "prime_sieve") for e in ENGINES}
+    for agg in cells.values():
+        assert agg["supported"] and agg["n"] == 2 and agg["ns_per_run"]["mean"] > 0, agg
+    assert cells[("memcpy", "kernel-jit")]["relative_to_kernel_jit"]["value"] == pytest.approx(1.0)
+    # The interpreter checks every access: on real work it is slower than the JIT of the same runtime.
+    assert cells[("prime_sieve", "uebpf-interpreter")]["ns_per_run"]["mean"] > \
+        cells[("prime_sieve", "uebpf-jit")]["ns_per_run"]["mean"]
+    assert "uebpf-jit" in result.stdout
+
+
+def test_vm_section_draws_in_headless_chromium(vm_results, tmp_path):
+    out, _ = vm_results
+    with chromium(tmp_path / "profile") as driver:
+        charts = open_report(driver, out / "report.html")
+        errors = console_errors(driver)
+    assert [c["title"] for c in charts] == ["Time per program run", "Relative to the kernel JIT"]
+    for chart in charts:
+        assert chart["traces"] == chart["expected"] == len(ENGINES) and chart["points"] > 0, chart
+    assert errors == []
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--engines", "uebpf-jit,turbo-jit"], "unknown engine turbo-jit"),
+    (["--programs", "nope"], "unknown program nope"),
+    (["--iterations", "0"], "--iterations"),
+])
+def test_bad_input_is_a_usage_error(args, message, tmp_path):
+    result = run_tracecost("vm", *args, "--out", str(tmp_path))
+    assert result.returncode == 2 and message in result.stderr
+    assert not (tmp_path / "results.json").exists()

@@ -1,0 +1,136 @@
+"""Execution-engine efficiency (seed 004, experiment 1 part 2): the same eBPF programs on the
+uebpf interpreter and JIT, rbpf, the kernel JIT and native C, timed by build/bin/uebpf-vmbench.
+
+Each run of the matrix is one uebpf-vmbench process measuring one (program, engine) pair over
+`iterations` calls after its own warm-up; the shared runner interleaves engines and repeats."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+from rich.table import Table
+
+from tracecost import paths, stats, system
+from tracecost.errors import TracecostError
+from tracecost.suites.base import Group, Suite
+
+REFERENCE_ENGINE = "kernel-jit"
+RUN_TIMEOUT_S = 600
+
+
+def vmbench() -> Path:
+    return paths.artifact("bin/uebpf-vmbench")
+
+
+@cache
+def catalogue() -> dict:
+    """{"programs": {name: description}, "engines": {name: description}} as vmbench lists them."""
+    result = subprocess.run([str(vmbench()), "--list"], capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        raise TracecostError(f"uebpf-vmbench --list failed: {result.stderr.strip()[-200:]}")
+    listing = json.loads(result.stdout)
+    return {kind: {entry["name"]: entry["description"] for entry in listing[kind]} for kind in ("programs", "engines")}
+
+
+def check_names(kind: str, names: list[str] | None) -> list[str]:
+    known = list(catalogue()[kind])
+    if names is None:
+        return known
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise TracecostError(f"unknown {kind[:-1]} {', '.join(unknown)} (known: {', '.join(known)})")
+    return names
+
+
+@dataclass
+class VmConfig:
+    programs: list[str] | None = None      # None: every program vmbench has
+    engines: list[str] | None = None       # None: every engine
+    runs: int = 10
+    iterations: int = 10_000
+    seed: int = 0
+
+
+@dataclass
+class Engine:
+    name: str
+    description: str = field(default="")
+
+    def open(self, stack: contextlib.ExitStack, workspace: Path, say) -> None:
+        if self.name == REFERENCE_ENGINE:
+            system.require_kernel_bpf()
+
+
+class VmSuite(Suite):
+    name = "vm"
+    title = "eBPF execution engines"
+
+    def groups(self, config: VmConfig) -> list[Group]:
+        descriptions = catalogue()["programs"]
+        return [Group({"program": name, "description": descriptions[name]}, name)
+                for name in check_names("programs", config.programs)]
+
+    def methods(self, config: VmConfig) -> list[Engine]:
+        descriptions = catalogue()["engines"]
+        return [Engine(name, descriptions[name]) for name in check_names("engines", config.engines)]
+
+    def measure(self, group: Group, method: Engine, workdir: Path, config: VmConfig) -> dict:
+        argv = [str(vmbench()), "--runs", "1", "--iterations", str(config.iterations),
+                "--programs", group.key["program"], "--engines", method.name]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        if result.returncode != 0:
+            raise TracecostError(f"uebpf-vmbench failed: {result.stderr.strip().splitlines()[-1:] or 'no message'}")
+        document = json.loads(result.stdout)
+        if document["unsupported"]:
+            # Not a failure: an engine that cannot run a program says so, with its reason.
+            return {"supported": False, "reason": document["unsupported"][0]["reason"]}
+        (sample,) = document["samples"]
+        (ns,) = sample["ns_per_run"]
+        return {"supported": True, "ns_per_run": ns, "iterations": config.iterations}
+
+    def aggregate(self, runs: list[dict], config: VmConfig) -> list[dict]:
+        aggregates = []
+        for group in self.groups(config):
+            program = group.key["program"]
+            mine = [r for r in runs if r["program"] == program]
+            reference = [r["ns_per_run"] for r in mine if r["method"] == REFERENCE_ENGINE and r["supported"]]
+            for engine in self.methods(config):
+                cell = [r for r in mine if r["method"] == engine.name]
+                timed = [r["ns_per_run"] for r in cell if r["supported"]]
+                reasons = sorted({r["reason"] for r in cell if not r["supported"]})
+                aggregates.append({
+                    "program": program, "engine": engine.name, "n": len(timed),
+                    "supported": not reasons, "reason": "; ".join(reasons) or None,
+                    "ns_per_run": stats.summarize(timed),
+                    "relative_to_kernel_jit": stats.ratio(timed, reference),
+                })
+        return aggregates
+
+    def summary(self, aggregates: list[dict]) -> Table:
+        table = Table(title="vm: ns per program run (95% CI) and time relative to the kernel JIT")
+        for column in ("program", "engine", "n", "ns/run", "× kernel JIT"):
+            table.add_column(column, justify="left" if column in ("program", "engine") else "right")
+        for agg in aggregates:
+            if not agg["supported"]:
+                table.add_row(agg["program"], agg["engine"], "0", f"not supported: {agg['reason']}", "-")
+                continue
+            ns, rel = agg["ns_per_run"], agg["relative_to_kernel_jit"]
+            half = "" if ns["ci95_low"] is None else f" ±{(ns['ci95_high'] - ns['ci95_low']) / 2:,.1f}"
+            table.add_row(agg["program"], agg["engine"], str(agg["n"]), f"{ns['mean']:,.1f}{half}",
+                          "-" if rel["value"] is None else f"{rel['value']:.2f}")
+        return table
+
+    def run_config(self, seed: int) -> VmConfig:
+        return VmConfig(runs=5, iterations=1000, seed=seed)
+
+    def config_record(self, config: VmConfig) -> dict:
+        return {"programs": check_names("programs", config.programs), "engines": check_names("engines", config.engines),
+                "program_descriptions": catalogue()["programs"], "engine_descriptions": catalogue()["engines"],
+                "runs": config.runs, "iterations": config.iterations, "seed": config.seed,
+                "reference_engine": REFERENCE_ENGINE,
+                "ratio_ci_method": "delta method with Welch-Satterthwaite df"}
