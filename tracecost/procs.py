@@ -100,14 +100,13 @@ class Child:
         """Block until the child prints `expected` on a line of its own (its readiness signal)."""
         deadline = time.monotonic() + timeout_s
         fd = self.popen.stdout.fileno()
-        buffered = b""
+        pending = b""
         while True:
-            lines = buffered.split(b"\n")
-            for index, line in enumerate(lines[:-1]):
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
                 if line.decode(errors="replace").strip() == expected:
-                    self._stdout_rest = b"\n".join(lines[index + 1:])
+                    self._stdout_rest = pending
                     return
-            buffered = lines[-1] if len(lines) > 1 else buffered
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.kill()
@@ -118,7 +117,7 @@ class Child:
                 if not chunk:
                     self.wait(timeout_s=5)
                     raise TracecostError(f"{self.name} exited before it was ready{self._stderr_hint()}")
-                buffered += chunk
+                pending += chunk
 
     def read_stdout(self) -> str:
         """Everything the child printed after its ready line (call once it has exited)."""
