@@ -91,8 +91,7 @@ class Kernel(Runtime):
     def unavailable(self, op: Op) -> str | None:
         lockdown = system.kernel_lockdown()
         if op.writes_user_memory and lockdown in LOCKED_DOWN:
-            return (f"not available on this kernel: lockdown ({lockdown}) forbids bpf_probe_write_user "
-                    "(LOCKDOWN_BPF_WRITE_USER)")
+            return f"kernel lockdown ({lockdown}) forbids bpf_probe_write_user (LOCKDOWN_BPF_WRITE_USER)"
         return None
 
     def loader_argv(self, op: Op, victim_pid: int, ops_per_hit: int) -> list[str]:

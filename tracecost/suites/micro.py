@@ -30,7 +30,7 @@ RUN_ITER = 5000
 RUN_REPETITIONS = 3
 
 PER_OP_BASIS = {
-    HELPER: "(ns/call - the same runtime's empty uprobe ns/call) / ops per hit",
+    HELPER: "(ns/call - empty uprobe ns/call) / ops per hit",
     "probe": "ns/call - untraced ns/call",
     "syscall": "ns/call - untraced ns/call",
 }
@@ -78,23 +78,23 @@ class MicroSuite(Suite):
         aggregates = []
         for group in self.groups(config):
             op = op_by_name(group.key["op"])
-            per_op: dict[str, dict] = {}
             for runtime in config.runtimes:
                 mine = [r for r in runs if r["op"] == op.name and r["method"] == runtime]
                 agg = {**group.key, "runtime": runtime, "label": op.label, "n": len(mine),
                        "ns_per_call": stats.summarize(ns(op.name, runtime)),
                        "calls_per_run": config.warmup + config.iter,
-                       "unavailable": self.unavailable(group, RUNTIMES[runtime](), config),
                        "unsupported": next((r["unsupported"] for r in mine if r["unsupported"]), None),
                        "helper_results": _summed_results(mine),
-                       "added_ns_per_call": None, "per_op_ns": None, "per_op_basis": None,
+                       "added_ns_per_call": None, "per_op_ns": None, "refused_call_ns": None, "per_op_basis": None,
                        "speedup_vs_kernel": None}
                 if runtime != UNTRACED:
                     agg["added_ns_per_call"] = stats.scaled_difference(ns(op.name, runtime), ns(op.name, UNTRACED))
                     agg["per_op_basis"] = PER_OP_BASIS[op.kind]
-                    agg["per_op_ns"] = per_op[runtime] = (
-                        stats.scaled_difference(ns(op.name, runtime), ns(EMPTY_PROBE_OP, runtime), config.ops_per_hit)
-                        if op.kind == HELPER else agg["added_ns_per_call"])
+                    cost = (stats.scaled_difference(ns(op.name, runtime), ns(EMPTY_PROBE_OP, runtime),
+                                                    config.ops_per_hit)
+                            if op.kind == HELPER else agg["added_ns_per_call"])
+                    # A call the runtime refuses is no operation: its cost is kept apart, never as per_op_ns.
+                    agg["refused_call_ns" if agg["unsupported"] else "per_op_ns"] = cost
                 aggregates.append(agg)
             _add_speedups(aggregates[-len(config.runtimes):], op.kind, ns(op.name, UNTRACED))
         return aggregates
@@ -154,12 +154,9 @@ def _add_speedups(cells: list[dict], kind: str, untraced_ns: list[float]) -> Non
 
 
 def per_op_text(agg: dict) -> str:
-    if agg["unavailable"]:
-        return "not available"
-    if agg["per_op_ns"] is None:
-        return "-"
-    cost = fmt.with_ci(agg["per_op_ns"])
-    return f"not supported ({agg['unsupported']}); refused call: {cost}" if agg["unsupported"] else cost
+    if agg["unsupported"]:
+        return f"not supported ({agg['unsupported']}); refused call {fmt.with_ci(agg['refused_call_ns'])}"
+    return fmt.with_ci(agg["per_op_ns"]) if agg["per_op_ns"] else "–"
 
 
 def results_text(agg: dict) -> str:

@@ -9,28 +9,35 @@ from tracecost.report.model import Chart, Section, TableBlock
 UNTRACED, KERNEL = "untraced", "kernel"
 NOT_MEASURED = "not measured yet"
 COMPARED_BY_DEFAULT = ("uebpf",)   # the userspace runtime's column is there before its data is
+RUNTIME_NOUNS = {KERNEL: "the kernel"}
+SYSCALL_SCOPES = {"syscall_pid": "when it returns at once for other processes",
+                  "syscall_all": "when it counts every process's system calls"}
+SHORT_BASIS = {"probe": "traced − untraced", "syscall": "traced − untraced",
+               "helper": "(call − empty uprobe) ÷ ops per hit"}
+
+
+def runtime_noun(runtime: str) -> str:
+    return RUNTIME_NOUNS.get(runtime, style.label(runtime))
 
 
 def _cell(table: dict, op: str, runtime: str) -> dict:
     return table.get((op, runtime), {})
 
 
-def per_op_cell(agg: dict) -> str:
+def per_op_cell(agg: dict, unavailable: set) -> str:
     """A runtime's cost per operation, or why there is none."""
     if not agg:
         return NOT_MEASURED
-    if agg.get("unavailable"):
-        return f"not available ({agg['unavailable']})"
+    if (agg["op"], agg["runtime"]) in unavailable:
+        return "not available here (see the findings)"
     if agg.get("unsupported"):
-        return f"not supported by the {style.label(agg['runtime'])} runtime ({agg['unsupported']})"
+        return f"not supported by {runtime_noun(agg['runtime'])} ({agg['unsupported']})"
     return fmt.with_ci(agg.get("per_op_ns") or {})
 
 
 def _drawable(agg: dict, metric: str) -> dict:
-    """The estimate to draw; none for a refused or unavailable operation."""
-    if not agg or agg.get("unsupported") or agg.get("unavailable"):
-        return {}
-    return agg.get(metric) or {}
+    """The estimate to draw; none for an operation that was not measured."""
+    return (agg or {}).get(metric) or {}
 
 
 def _series(table: dict, ops: list[str], runtimes: list[str], metric: str, key: str) -> list[Series]:
@@ -52,13 +59,11 @@ def findings(config: dict, table: dict, traced: list[str], suite: dict) -> list[
         measured = [f"{ops[op]['label'].lower()} {fmt.with_ci(est, digits=0)} ns" for op, est in probes
                     if est and est.get("value") is not None]
         if measured:
-            out.append(f"{name}: per call, an {', an '.join(measured)} (each minus the untraced call).")
-        syscalls = {op: _cell(table, op, runtime) for op in ("syscall_pid", "syscall_all") if op in ops}
-        if all(agg.get("per_op_ns", {}) and agg["per_op_ns"].get("value") is not None for agg in syscalls.values()) \
-                and syscalls:
-            parts = [f"{fmt.with_ci(agg['per_op_ns'], digits=0)} ns when "
-                     + ("filtered to the victim's PID" if op == "syscall_pid" else "it counts every process's calls")
-                     for op, agg in syscalls.items()]
+            out.append(f"{name}, per call: {'; '.join(measured)} (each minus the untraced call).")
+        syscalls = [(op, _cell(table, op, runtime).get("per_op_ns")) for op in SYSCALL_SCOPES if op in ops]
+        parts = [f"{fmt.with_ci(est, digits=0)} ns {SYSCALL_SCOPES[op]}" for op, est in syscalls
+                 if est and est.get("value") is not None]
+        if parts:
             out.append(f"{name}: an empty sys_enter tracepoint program adds {' and '.join(parts)} to a getppid() "
                        "system call.")
         helpers = [(op, _cell(table, op, runtime)) for op in ops if ops[op]["kind"] == "helper"]
@@ -70,15 +75,16 @@ def findings(config: dict, table: dict, traced: list[str], suite: dict) -> list[
                        f"{dearest[1]:,.1f} ns ({ops[dearest[0]]['label']}), with the probe's own cost subtracted.")
         refused = [(op, agg["unsupported"]) for op, agg in helpers if agg.get("unsupported")]
         if refused:
-            listed = ", ".join(f"{ops[op]['label']} ({code})" for op, code in refused)
-            out.append(f"{name} refuses {listed} by design: every call failed, counted BPF-side; these are not "
-                       "deletes, and the tables show only what the refused call costs.")
+            listed = " and ".join(f"{ops[op]['label']} ({code})" for op, code in refused)
+            out.append(f"Not supported by {runtime_noun(runtime)}: {listed}. Every call failed with that error "
+                       "(counted BPF-side): these are not deletes, and no cost per delete is reported.")
     for cell in suite.get("unavailable", []):
-        out.append(f"{ops.get(cell['op'], {}).get('label', cell['op'])} was not measured on the "
-                   f"{style.label(cell['method'])} runtime: {cell['reason']}.")
+        out.append(f"{ops.get(cell['op'], {}).get('label', cell['op'])} was not measured on "
+                   f"{runtime_noun(cell['method'])}: {cell['reason']}.")
     for runtime in COMPARED_BY_DEFAULT:
         if runtime not in config["runtimes"]:
-            out.append(f"The {style.label(runtime)} column is {NOT_MEASURED}: the userspace runtime cannot attach yet.")
+            out.append(f"The {style.label(runtime)} column is {NOT_MEASURED}: these results hold no "
+                       f"{style.label(runtime)} runs.")
     if suite["failures"]:
         out.append(f"{len(suite['failures'])} run(s) failed and are left out of every figure (see results.json).")
     return out
@@ -87,8 +93,10 @@ def findings(config: dict, table: dict, traced: list[str], suite: dict) -> list[
 def render(suite: dict, environment: dict) -> Section:
     config, aggregates = suite["config"], suite["aggregates"]
     table = {(agg["op"], agg["runtime"]): agg for agg in aggregates}
+    unavailable = {(cell["op"], cell["method"]) for cell in suite.get("unavailable", [])}
     ops = [op["name"] for op in config["ops"]]
     labels = {op["name"]: op["label"] for op in config["ops"]}
+    kind = {op["name"]: op["kind"] for op in config["ops"]}
     runtimes = config["runtimes"]
     traced = [r for r in runtimes if r != UNTRACED]
     probe_ops = [op["name"] for op in config["ops"] if op["kind"] != "helper"]
@@ -125,12 +133,12 @@ def render(suite: dict, environment: dict) -> Section:
     summary_rows = []
     for op in ops:
         kernel = _cell(table, op, KERNEL)
-        row = [labels[op], (kernel.get("per_op_basis") or "–"), str(kernel.get("ops_per_hit") or 1),
-               per_op_cell(kernel)]
+        row = [labels[op], SHORT_BASIS.get(kind[op], "–"), str(kernel.get("ops_per_hit") or 1),
+               per_op_cell(kernel, unavailable)]
         for runtime in compared:
             other = _cell(table, op, runtime)
             speedup = other.get("speedup_vs_kernel")
-            row += [per_op_cell(other),
+            row += [per_op_cell(other, unavailable),
                     NOT_MEASURED if not other else (f"{fmt.with_ci(speedup, digits=2)}×" if speedup else "–")]
         summary_rows.append(row)
 
@@ -147,7 +155,7 @@ def render(suite: dict, environment: dict) -> Section:
                 labels[op], style.label(runtime), str(agg["n"]), fmt.number(ns["min"]), fmt.number(ns["max"]),
                 fmt.number(ns["mean"]), fmt.number(ns["sd"]), fmt.ci_half(ns),
                 fmt.with_ci(agg["added_ns_per_call"]) if agg["added_ns_per_call"] else "–",
-                "–" if runtime == UNTRACED else per_op_cell(agg),
+                "–" if runtime == UNTRACED else per_op_cell(agg, unavailable),
                 "–" if runtime == UNTRACED else f"{agg['calls_per_run']:,} per program",
                 "; ".join(f"{program}: " + ", ".join(f"{code} {calls:,}" for code, calls in codes.items())
                           for program, codes in agg["helper_results"].items()) or "–"])
