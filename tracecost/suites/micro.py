@@ -26,8 +26,8 @@ DEFAULT_OPS_PER_HIT = 1000
 WARMUP_CALLS = 1000            # untimed calls before the timed ones (at most --iter)
 # `tracecost run`: ~1.5 minutes on 2 cores. A run's fixed cost (starting the victim, loading and
 # verifying the programs) dominates at this size, so fewer calls cost little precision per operation.
-RUN_ITER = 5000
-RUN_REPETITIONS = 3
+RUN_ITER = 10_000
+RUN_REPETITIONS = 5
 
 PER_OP_BASIS = {
     HELPER: "(ns/call - empty uprobe ns/call) / ops per hit",
