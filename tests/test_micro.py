@@ -2,16 +2,12 @@
 
 import json
 import re
-import signal
-import stat
 import subprocess
-import sys
-import time
 
 import pytest
 
 from browser import chromium, console_errors, open_report
-from conftest import BUILD, bpftool_json, run_tracecost, uprobes_in
+from conftest import BUILD, bpftool_json, fake_build, interrupted_tracecost, run_tracecost, uprobes_in
 from tracecost import results, system
 from tracecost.micro.ops import OPS
 from tracecost.report.sections.micro import render
@@ -175,19 +171,6 @@ def test_victim_rejects_an_unknown_function_in_one_line():
     assert "__bench_nothing" in result.stderr
 
 
-def fake_build(tmp_path, loader_script):
-    """The real build, but for a stand-in micro loader."""
-    fake = tmp_path / "build"
-    (fake / "bin").mkdir(parents=True)
-    for item in (BUILD / "bin").iterdir():
-        (fake / "bin" / item.name).symlink_to(item)
-    (fake / "bin" / "micro").unlink()
-    script = fake / "bin" / "micro"
-    script.write_text("#!/bin/sh\n" + loader_script)
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    return fake
-
-
 def test_a_probe_that_never_fires_fails_its_runs_with_the_reason(tmp_path):
     # Attaches nothing, then reports what it counted: nothing.
     counts = tmp_path / "counts.json"
@@ -195,7 +178,7 @@ def test_a_probe_that_never_fires_fails_its_runs_with_the_reason(tmp_path):
     script = f"echo READY; trap 'cat {counts}; exit 0' INT; while :; do sleep 0.05; done"
     out = tmp_path / "out"
     result = run_tracecost("micro", "--ops", "uprobe", "--iter", "50", "--runs", "1", "--out", str(out),
-                           env={"TRACECOST_BUILD": str(fake_build(tmp_path, script))})
+                           env={"TRACECOST_BUILD": str(fake_build(tmp_path, "micro", script))})
     assert result.returncode == 1, result.stderr
     suite = results.load(out)["suites"]["micro"]
     assert len(suite["failures"]) == 2  # warm-up and measured kernel runs
@@ -206,20 +189,9 @@ def test_a_probe_that_never_fires_fails_its_runs_with_the_reason(tmp_path):
 
 def test_ctrl_c_mid_run_detaches_everything(tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "tracecost", "micro", "--ops", "hash_delete", "--iter", "1000000",
-                             "--runs", "1", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not uprobes_in(MICROBENCH):
-            time.sleep(0.02)
-        assert uprobes_in(MICROBENCH), "the run never attached"
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, stderr
+    returncode, stderr = interrupted_tracecost("micro", "--ops", "hash_delete", "--iter", "1000000", "--runs", "1",
+                                               "--out", str(out), when=lambda: uprobes_in(MICROBENCH))
+    assert returncode == 130, stderr
     results.check(json.loads((out / "results.partial.json").read_text()))
     assert uprobes_in(MICROBENCH) == [] and our_programs_still_loaded() == []
 

@@ -10,7 +10,6 @@ the same error every time ("not supported").
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from pathlib import Path
 from tracecost.errors import TracecostError
 from tracecost.micro.ops import HELPER, Op
 from tracecost.micro.runtimes import Counts, Runtime, victim_binary
-from tracecost.procs import Child, started
+from tracecost.procs import Child, json_fields, started
 
 READY_TIMEOUT_S = 30
 VICTIM_TIMEOUT_S = 3600
@@ -40,16 +39,9 @@ class VictimResult:
 
 def parse_victim_output(text: str) -> VictimResult:
     """microbench prints one JSON line per function; a run times exactly one."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    if len(lines) != 1:
-        raise TracecostError(f"microbench printed {len(lines)} lines, expected one JSON line")
-    try:
-        fields = json.loads(lines[0])
-        return VictimResult(function=str(fields["function"]), iter=int(fields["iter"]),
-                            warmup=int(fields["warmup"]), total_ns=int(fields["total_ns"]),
-                            ns_per_call=float(fields["ns_per_call"]), buffer=str(fields["buffer"]))
-    except (ValueError, KeyError, TypeError) as err:
-        raise TracecostError(f"malformed microbench output {lines[0][:80]!r}: {err}") from err
+    return json_fields(text, "microbench", lambda fields: VictimResult(
+        function=str(fields["function"]), iter=int(fields["iter"]), warmup=int(fields["warmup"]),
+        total_ns=int(fields["total_ns"]), ns_per_call=float(fields["ns_per_call"]), buffer=str(fields["buffer"])))
 
 
 def run_op(op: Op, runtime: Runtime, workdir: Path, iterations: int, warmup: int, ops_per_hit: int) -> dict:
