@@ -9,7 +9,10 @@ import pytest
 from browser import chromium, console_errors, open_report
 from conftest import BUILD, bpftool_json, fake_build, interrupted_tracecost, run_tracecost, uprobes_in
 from tracecost import results, system
+from tracecost.errors import TracecostError
+from tracecost.micro.bench import UNTOUCHED_BUFFER, WRITTEN_BUFFER, checked_counts
 from tracecost.micro.ops import OPS
+from tracecost.micro.runtimes import Counts
 from tracecost.report.sections.micro import render
 from tracecost.suites.micro import MicroConfig, MicroSuite
 
@@ -227,3 +230,35 @@ def test_speedup_is_computed_when_a_second_runtime_has_data():
     summary = render(suite, {}).tables[0]
     assert summary.columns[-2:] == ["uebpf (ns/op)", "Speedup (kernel ÷ uebpf)"]
     assert re.match(r"10\.00 ±[\d.]+×", summary.rows[0][-1]) and "not measured yet" not in str(summary.rows)
+
+
+def counts(hits: dict, results: dict | None = None) -> Counts:
+    return Counts(hits=hits, results=results or {}, syscalls_seen=0, loader_cpu_s=0.0, loader_peak_rss_kb=1)
+
+
+@pytest.mark.parametrize("op,kernel_counts,buffer,reason", [
+    ("hash_delete", counts({"hash_delete": 10, "hash_refill": 10},
+                           {"hash_delete": {"ok": 15, "ENOENT": 5}, "hash_refill": {"ok": 20}}),
+     UNTOUCHED_BUFFER, "of 20 helper calls by hash_delete, 5 returned ENOENT; each one must succeed"),
+    ("hash_delete", counts({"hash_delete": 10, "hash_refill": 9}), UNTOUCHED_BUFFER, "hash_refill ran 9 times"),
+    ("array_delete", counts({"array_delete": 10}, {"array_delete": {"EINVAL": 19}}), UNTOUCHED_BUFFER,
+     "made 19 helper calls, not 10 hits x 2 per hit"),
+    ("array_delete", counts({"array_delete": 10}, {"array_delete": {"EINVAL": 10, "E2BIG": 10}}), UNTOUCHED_BUFFER,
+     "10 returned EINVAL, 10 returned E2BIG"),
+    ("uprobe", counts({"empty_uprobe": 10, "empty_uretprobe": 3}), UNTOUCHED_BUFFER, "were not attached ran"),
+    ("write", counts({"probe_write": 10}, {"probe_write": {"ok": 20}}), UNTOUCHED_BUFFER,
+     "does not hold what it wrote"),
+])
+def test_a_run_whose_counts_do_not_add_up_fails_with_the_reason(op, kernel_counts, buffer, reason):
+    with pytest.raises(TracecostError, match=re.escape(reason)):
+        checked_counts(OPS[op], "kernel", kernel_counts, calls=10, ops_per_hit=2, buffer=buffer)
+
+
+def test_counts_that_add_up_are_kept():
+    refused = checked_counts(OPS["array_delete"], "kernel", counts({"array_delete": 10},
+                                                                   {"array_delete": {"EINVAL": 20}}),
+                             calls=10, ops_per_hit=2, buffer=UNTOUCHED_BUFFER)
+    assert refused["unsupported"] == "EINVAL" and refused["hits"] == {"array_delete": 10}
+    written = checked_counts(OPS["write"], "kernel", counts({"probe_write": 10}, {"probe_write": {"ok": 20}}),
+                             calls=10, ops_per_hit=2, buffer=WRITTEN_BUFFER)
+    assert written["unsupported"] is None and written["helper_results"] == {"probe_write": {"ok": 20}}

@@ -30,6 +30,7 @@ RUN_ITER = 10_000
 RUN_REPETITIONS = 5
 
 PER_OP_BASIS = {
+    # Includes the program's loop and the tally of each return code (a compare and an increment).
     HELPER: "(ns/call - empty uprobe ns/call) / ops per hit",
     "probe": "ns/call - untraced ns/call",
     "syscall": "ns/call - untraced ns/call",
@@ -44,6 +45,7 @@ class MicroConfig:
     ops_per_hit: int = DEFAULT_OPS_PER_HIT
     runs: int = 5
     seed: int = 0
+    size: str = "as asked for"
 
     @property
     def warmup(self) -> int:
@@ -110,14 +112,16 @@ class MicroSuite(Suite):
         return table
 
     def run_config(self, seed: int) -> MicroConfig:
-        return MicroConfig(iter=RUN_ITER, runs=RUN_REPETITIONS, seed=seed)
+        return MicroConfig(iter=RUN_ITER, runs=RUN_REPETITIONS, seed=seed,
+                           size=f"tracecost run's size (~1.5 minutes on 2 cores): {RUN_ITER:,} timed calls per run "
+                                f"instead of the micro command's {DEFAULT_ITER:,}, {RUN_REPETITIONS} runs")
 
     def config_record(self, config: MicroConfig) -> dict:
         ops = [op_by_name(name) for name in with_baselines(config.ops)]
         return {"ops": [{"name": op.name, "label": op.label, "kind": op.kind, "function": op.function,
                          "programs": list(op.programs), "refill": op.refill, "prefill": op.prefill} for op in ops],
                 "runtimes": config.runtimes, "iter": config.iter, "warmup": config.warmup,
-                "ops_per_hit": config.ops_per_hit, "runs": config.runs, "seed": config.seed,
+                "ops_per_hit": config.ops_per_hit, "runs": config.runs, "seed": config.seed, "size": config.size,
                 "kernel_lockdown": system.kernel_lockdown(),
                 "timing": "each call timed on its own (CLOCK_MONOTONIC before and after); untraced ns/call is "
                           "the call plus one clock read",

@@ -40,6 +40,12 @@ def _drawable(agg: dict, metric: str) -> dict:
     return (agg or {}).get(metric) or {}
 
 
+def _bars(title: str, ops: list[str], series: list[Series], y_title: str) -> dict:
+    figure = grouped_bars(title, ops, series, x_title="operation", y_title=y_title, log_y=True)
+    figure["layout"]["showlegend"] = True  # name the runtime even when only one is drawn
+    return figure
+
+
 def _series(table: dict, ops: list[str], runtimes: list[str], metric: str, key: str) -> list[Series]:
     out = []
     for runtime in runtimes:
@@ -106,23 +112,23 @@ def render(suite: dict, environment: dict) -> Section:
     if probe_ops:
         charts.append(Chart(
             "Probe and tracepoint cost per call",
-            grouped_bars("Cost per call: probe or tracepoint (ns)", probe_ops,
-                         _series(table, probe_ops, traced, "per_op_ns", "value"),
-                         x_title="operation", y_title="ns added per call (log)", log_y=True),
+            _bars("Cost per call: probe or tracepoint (ns)", probe_ops,
+                  _series(table, probe_ops, traced, "per_op_ns", "value"), "ns added per call (log)"),
             f"The runtime's ns per call minus the untraced ns per call of the same victim function. {CI_NOTE} "
             "(Welch t)"))
     if helper_ops:
         charts.append(Chart(
             "Helper and map operation cost",
-            grouped_bars("Cost per helper call (ns)", helper_ops, _series(table, helper_ops, traced, "per_op_ns", "value"),
-                         x_title="operation", y_title="ns per helper call (log)", log_y=True),
+            _bars("Cost per helper call (ns)", helper_ops, _series(table, helper_ops, traced, "per_op_ns", "value"),
+                  "ns per helper call (log)"),
             f"(ns per call - the same runtime's empty-uprobe ns per call) / {config['ops_per_hit']} helper calls per "
-            f"hit. Operations a runtime refuses (array deletes: EINVAL) are not drawn. {CI_NOTE} (Welch t) Values at "
-            "or below 0 cannot be drawn on a log axis; the tables have them."))
+            f"hit; it includes the program's loop and the tally of each return code. Operations a runtime refuses "
+            f"(array deletes: EINVAL) are not drawn. {CI_NOTE} (Welch t) Values at or below 0 cannot be drawn on a "
+            "log axis; the tables have them."))
     charts.append(Chart(
         "Time per call",
-        grouped_bars("Victim time per call (ns)", ops, _series(table, ops, runtimes, "ns_per_call", "mean"),
-                     x_title="operation", y_title="ns per call (log)", log_y=True),
+        _bars("Victim time per call (ns)", ops, _series(table, ops, runtimes, "ns_per_call", "mean"),
+              "ns per call (log)"),
         f"As the victim measured it: mean over runs of (timed ns / {config['iter']:,} calls). Each call is timed "
         f"on its own, so untraced it is the call plus one clock read. {CI_NOTE}"))
 
@@ -163,7 +169,8 @@ def render(suite: dict, environment: dict) -> Section:
             f"(seed {config['seed']}); each run: {config['warmup']:,} warm-up calls, then {config['iter']:,} timed "
             f"calls. SD: sample standard deviation over runs; ±: 95% CI of the mean (t-distribution); per-operation "
             f"CIs by Welch's t, speedups by the delta method. Every traced run's programs ran exactly once per call "
-            f"(warm-up included), counted BPF-side, or the run failed. Hash deletes: {config['hash_delete']}.")
+            f"(warm-up included), counted BPF-side, or the run failed. Hash deletes: {config['hash_delete']}. "
+            f"Size: {config['size']}.")
     return Section(
         suite="micro", title="Probe micro-benchmarks",
         intro="What one probe, one helper call and one map operation cost, per runtime (seed 002). The victim "
