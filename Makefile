@@ -51,10 +51,14 @@ $(LIB) $(BIN) $(BPF) $(SKEL):
 
 # --- workloads -----------------------------------------------------------------------------
 .PHONY: workloads
-workloads: $(LIB)/libmylib.so $(BIN)/sample_app
+workloads: $(LIB)/libmylib.so $(BIN)/sample_app $(BIN)/microbench
 
 $(LIB)/libmylib.so: workloads/mylib/mylib.c workloads/mylib/mylib.h | $(LIB)
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
+
+# The micro-benchmark victim: its probe sites must stay separate, real calls (see its comments).
+$(BIN)/microbench: workloads/microbench/microbench.c | $(BIN)
+	$(CC) $(CFLAGS) -o $@ $<
 
 $(BIN)/sample_app: workloads/sample_app/sample_app.c workloads/mylib/mylib.h workloads/common/peak_rss.h $(LIB)/libmylib.so | $(BIN)
 	$(CC) $(CFLAGS) -Iworkloads/mylib -o $@ $< -L$(LIB) -lmylib -Wl,-rpath,'$$ORIGIN/../lib'
@@ -71,7 +75,7 @@ $(SKEL)/%.skel.h: $(BPF)/%.bpf.o | $(SKEL)
 
 # --- tracers ----------------------------------------------------------------------------------
 .PHONY: tracers
-tracers: $(BIN)/functrace $(LIB)/libmylib_lttng.so
+tracers: $(BIN)/functrace $(BIN)/micro $(LIB)/libmylib_lttng.so
 
 $(BIN)/%: tracers/ebpf/%.c $(SKEL)/%.skel.h probes/%.h workloads/common/peak_rss.h | $(BIN)
 	$(CC) $(CFLAGS) -Iprobes -I$(SKEL) -o $@ $< $$(pkg-config --cflags --libs libbpf)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -22,28 +23,35 @@ def run_tracecost(*args: str, env: dict | None = None, timeout: float = 600, **k
                           env={**os.environ, **(env or {})}, **kwargs)
 
 
-def wait_until(condition, timeout: float = 60.0, interval: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return False
-
-
-def interrupt_when(args: list[str], condition, env: dict | None = None) -> tuple[int, str]:
-    """Start `tracecost ARGS`, press Ctrl-C (SIGINT) once `condition()` holds; (exit status, stderr)."""
+def interrupted_tracecost(*args: str, when, env: dict | None = None, timeout: float = 60) -> tuple[int, str]:
+    """Run tracecost, press Ctrl-C (SIGINT) once `when()` holds, return its exit status and stderr."""
     proc = subprocess.Popen([*TRACECOST, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **(env or {})})
     try:
-        assert wait_until(lambda: proc.poll() is None and condition()), "the run never reached the interrupt point"
+        deadline = time.monotonic() + timeout
+        while not when():
+            assert time.monotonic() < deadline, "the run never got to where it was to be interrupted"
+            time.sleep(0.02)
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
     return proc.returncode, stderr
+
+
+def fake_build(tmp_path: Path, program: str, script: str) -> Path:
+    """A build tree identical to the real one but for a shell-script stand-in of bin/<program>."""
+    fake = tmp_path / "build"
+    for folder in ("bin", "lib"):
+        (fake / folder).mkdir(parents=True)
+        for item in (BUILD / folder).iterdir():
+            (fake / folder / item.name).symlink_to(item)
+    stand_in = fake / "bin" / program
+    stand_in.unlink()
+    stand_in.write_text("#!/bin/sh\n" + script)
+    stand_in.chmod(stand_in.stat().st_mode | stat.S_IXUSR)
+    return fake
 
 
 def bpftool_json(*args: str) -> list:

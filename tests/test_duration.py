@@ -1,11 +1,10 @@
 """`tracecost duration` on the real kernel and LTTng, and its failure paths."""
 
 import json
-import stat
 
 import pytest
 
-from conftest import BUILD, interrupt_when, run_tracecost, tracecost_sessions, uprobes_in
+from conftest import BUILD, fake_build, interrupted_tracecost, run_tracecost, tracecost_sessions, uprobes_in
 from tracecost import results
 from tracecost.suites.duration import QUICK_DIVISOR, QUICK_MIN_CALLS, SCENARIOS
 
@@ -73,20 +72,6 @@ def test_unknown_method_is_a_usage_error(tmp_path):
     assert result.returncode == 2 and "dtrace" in result.stderr
 
 
-def fake_build(tmp_path, functrace_script):
-    """A build tree identical to the real one but for a functrace stand-in."""
-    fake = tmp_path / "build"
-    for folder in ("bin", "lib"):
-        (fake / folder).mkdir(parents=True)
-        for item in (BUILD / folder).iterdir():
-            (fake / folder / item.name).symlink_to(item)
-    (fake / "bin" / "functrace").unlink()
-    script = fake / "bin" / "functrace"
-    script.write_text("#!/bin/sh\n" + functrace_script)
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    return fake
-
-
 @pytest.mark.parametrize("script,reason", [
     ("echo 'functrace: cannot attach uprobe to lib:f: No such process' >&2; exit 1", "cannot attach uprobe"),
     ("printf 'TCFTRACE\\001\\000\\000\\000h\\000\\000\\000' > \"$6\"; echo READY; trap 'echo {\\\"received\\\":0,\\\"entry\\\":0,\\\"exit\\\":0,\\\"submitted\\\":0,"
@@ -96,7 +81,7 @@ def fake_build(tmp_path, functrace_script):
 def test_a_failing_tracer_fails_its_runs_by_name(tmp_path, script, reason):
     out = tmp_path / "out"
     result = run_tracecost("duration", "--quick", "-s", "0", "-r", "1", "--methods", "baseline,ebpf",
-                           "--out", str(out), env={"TRACECOST_BUILD": str(fake_build(tmp_path, script))})
+                           "--out", str(out), env={"TRACECOST_BUILD": str(fake_build(tmp_path, "functrace", script))})
     assert result.returncode == 1, result.stderr
     assert reason in result.stderr and "ebpf" in result.stderr
     suite = results.load(out)["suites"]["duration"]
@@ -107,9 +92,9 @@ def test_a_failing_tracer_fails_its_runs_by_name(tmp_path, script, reason):
 def test_ctrl_c_keeps_finished_runs_as_partial_results(tmp_path):
     out = tmp_path / "out"
     # Scenario 5 at full size: each traced run lasts over 2 s, a wide window to interrupt in.
-    status, stderr = interrupt_when(["duration", "-s", "5", "-r", "2", "--out", str(out)],
-                                    lambda: uprobes_in(LIBMYLIB) or tracecost_sessions())
-    assert status == 130, stderr
+    returncode, stderr = interrupted_tracecost("duration", "-s", "5", "-r", "2", "--out", str(out),
+                                               when=lambda: uprobes_in(LIBMYLIB) or tracecost_sessions())
+    assert returncode == 130, stderr
     partial = json.loads((out / "results.partial.json").read_text())
     results.check(partial)
     assert not (out / "results.json").exists()

@@ -101,3 +101,17 @@ def test_ctrl_c_carries_what_finished(tmp_path):
     with pytest.raises(Interrupted) as caught:
         run_suite(StandIn(interrupt_after=5), Config(), tmp_path, print)
     assert len(caught.value.partial["runs"]) == 5
+
+
+class WithUnavailableCell(StandIn):
+    def unavailable(self, group, method, config):
+        return "the kernel forbids it" if (group.key["g"], method.name) == (1, "c") else None
+
+
+def test_unavailable_cells_are_listed_with_the_reason_never_run_and_not_failures(tmp_path):
+    suite = WithUnavailableCell()
+    result = run_suite(suite, Config(runs=2), tmp_path, print)
+    assert (1, "c") not in suite.calls
+    assert result["unavailable"] == [{"g": 1, "method": "c", "reason": "the kernel forbids it"}]
+    assert result["failures"] == []
+    assert len(result["runs"]) == planned_runs(suite, Config(runs=2)) == 3 * (2 * 3 - 1)

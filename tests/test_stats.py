@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from tracecost.stats import difference, overhead_percent, summarize
+from tracecost.stats import difference, overhead_percent, ratio, summarize
 
 
 def test_summary_of_known_values():
@@ -52,3 +52,35 @@ def test_overhead_percent_value_and_interval():
 
 def test_overhead_against_zero_baseline_is_null():
     assert overhead_percent([1.0], [0.0])["value"] is None
+
+
+def test_difference_with_a_divisor_divides_value_interval_and_standard_error():
+    treated, control = [110.0, 130.0, 120.0], [10.0, 12.0, 14.0]
+    whole, per_op = difference(treated, control), difference(treated, control, 10.0)
+    assert per_op["value"] == pytest.approx(whole["value"] / 10)
+    assert per_op["ci95_low"] == pytest.approx(whole["ci95_low"] / 10)
+    assert per_op["ci95_high"] == pytest.approx(whole["ci95_high"] / 10)
+    assert per_op["se"] == pytest.approx(math.sqrt(100 / 3 + 4 / 3) / 10)
+    assert 2 <= per_op["df"] <= 4
+
+
+def test_ratio_by_the_delta_method():
+    a = {"value": 100.0, "se": 4.0, "df": 10.0}
+    b = {"value": 10.0, "se": 1.0, "df": 20.0}
+    r = ratio(a, b)
+    # Var = (16 + 100 * 1) / 100 = 1.16; t(0.975, 10) = 2.228138852
+    half = 2.228138852 * math.sqrt(1.16)
+    assert r["value"] == 10.0
+    assert r["ci95_low"] == pytest.approx(10 - half, rel=1e-8) and r["ci95_high"] == pytest.approx(10 + half, rel=1e-8)
+    # A shared term (positive covariance) narrows the interval of the ratio.
+    assert ratio(a, b, covariance=2.0)["ci95_high"] < r["ci95_high"]
+    assert ratio(a, {"value": 0.0, "se": 1.0, "df": 5.0})["value"] is None
+
+
+def test_ratio_of_means_by_the_delta_method():
+    from tracecost.stats import ratio_of_means
+    r = ratio_of_means([20.0, 22.0, 24.0], [10.0, 10.0, 10.0])
+    assert r["value"] == pytest.approx(2.2)
+    # Var(mean a) = 4/3, Var(mean b) = 0: se = 2.2 * sqrt((4/3) / 22^2); df = 2
+    half = 4.302652730 * 2.2 * math.sqrt((4 / 3) / 22 ** 2)
+    assert r["ci95_low"] == pytest.approx(2.2 - half) and r["ci95_high"] == pytest.approx(2.2 + half)

@@ -16,7 +16,9 @@ from tracecost.errors import TracecostError
 from tracecost.execute import default_out_dir, execute
 from tracecost.machine_lock import exclusive_machine
 from tracecost.procs import install_termination_handler
+from tracecost.micro.ops import MAX_OPS_PER_HIT, OPS, op_by_name, with_baselines
 from tracecost.suites import duration as duration_suite
+from tracecost.suites import micro as micro_suite
 from tracecost.suites import SUITES
 from tracecost.workspace import workspace
 
@@ -138,6 +140,46 @@ def duration(list_scenarios, scenarios, runs, methods, out_dir, seed, quick) -> 
     sys.exit(execute([(SUITES["duration"], config)], out_dir or default_out_dir("duration"), out, err, say))
 
 
+def print_ops() -> None:
+    table = Table(title="micro operations")
+    for column in ("operation", "what", "kind", "victim function", "programs"):
+        table.add_column(column)
+    for op in OPS.values():
+        programs = ", ".join([*op.programs, *([f"{op.refill} (untimed refill)"] if op.refill else [])])
+        table.add_row(op.name, op.label, op.kind, op.function, programs)
+    out.print(table)
+
+
+@cli.command()
+@click.option("--list-ops", is_flag=True, help="List the operations and exit.")
+@click.option("--ops", callback=comma_list(str), metavar="OP[,OP...]",
+              help="Operations (default: all). Helper operations also measure the empty uprobe they are "
+                   "measured against.")
+@click.option("--iter", "iterations", default=micro_suite.DEFAULT_ITER, show_default=True,
+              type=click.IntRange(1, 100_000_000), help="Timed calls per run, after min(1000, N) warm-up calls.")
+@click.option("-r", "--runs", default=5, show_default=True, type=click.IntRange(1, 1000),
+              help="Measured repetitions (after one discarded warm-up).")
+@click.option("--ops-per-hit", default=micro_suite.DEFAULT_OPS_PER_HIT, show_default=True,
+              type=click.IntRange(1, MAX_OPS_PER_HIT),
+              help="Helper calls per probe hit (read, write, map operations); costs are reported per call.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
+@click.option("--seed", type=int, help="Seed of the run order (default: random, recorded).")
+def micro(list_ops, ops, iterations, runs, ops_per_hit, out_dir, seed) -> None:
+    """Probe micro-benchmarks: uprobe, uretprobe, helpers, map operations, syscall tracepoint."""
+    if list_ops:
+        print_ops()
+        return
+    for name in ops or []:
+        try:
+            op_by_name(name)
+        except TracecostError as error:
+            raise click.BadParameter(str(error), param_hint="'--ops'") from error
+    config = micro_suite.MicroConfig(
+        ops=with_baselines(ops) if ops else list(OPS), iter=iterations, runs=runs, ops_per_hit=ops_per_hit,
+        seed=seed if seed is not None else random.SystemRandom().randrange(2**31))
+    sys.exit(execute([(SUITES["micro"], config)], out_dir or default_out_dir("micro"), out, err, say))
+
+
 @cli.command()
 @click.option("--list", "list_only", is_flag=True, help="List the programs and engines and exit.")
 @click.option("--programs", callback=comma_list(str), help="Comma-separated programs (default: all).")
@@ -208,6 +250,11 @@ def main() -> None:
     install_termination_handler()
     try:
         code = cli(args=join_multi_values(sys.argv[1:]), standalone_mode=False)
+    except click.UsageError as error:
+        # One line, like every other error (click would add the usage and a hint on lines of their own).
+        hint = f" (see '{error.ctx.command_path} --help')" if error.ctx else ""
+        err.print(f"tracecost: error: {error.format_message()}{hint}", highlight=False, soft_wrap=True)
+        sys.exit(error.exit_code)
     except click.ClickException as error:
         error.show()
         sys.exit(error.exit_code)

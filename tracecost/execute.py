@@ -60,6 +60,10 @@ def execute(entries: list[tuple[Suite, Any]], out_dir: Path, console: Console, e
     failures = [(name, run) for name, result in finished.items() for run in result["failures"]]
     for name, run in failures:
         err.print(f"[red]failed[/red] {escape(name + ' ' + describe(run) + ': ' + run['error'])}", highlight=False)
+    for name, result in finished.items():
+        for cell in result.get("unavailable", []):
+            err.print(f"[yellow]not measured[/yellow] {escape(name + ' ' + describe(cell) + ': ' + cell['reason'])}",
+                      highlight=False, soft_wrap=True)
     if failures:
         err.print(f"tracecost: {len(failures)} run(s) failed; they are in results.json and left out of every "
                   "statistic", highlight=False)
@@ -67,6 +71,8 @@ def execute(entries: list[tuple[Suite, Any]], out_dir: Path, console: Console, e
 
 
 def describe(run: dict) -> str:
-    skip = {"method", "repetition", "warmup", "position", "status", "error"}
+    """A run (or an unavailable cell, which has no repetition) in one line."""
+    skip = {"method", "repetition", "warmup", "position", "status", "error", "reason"}
     where = ", ".join(f"{k}={v}" for k, v in run.items() if k not in skip and not isinstance(v, (dict, list)))
-    return f"[{where}] method={run['method']} repetition={run['repetition']}"
+    repetition = f" repetition={run['repetition']}" if "repetition" in run else ""
+    return f"[{where}] method={run['method']}{repetition}"

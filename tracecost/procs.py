@@ -8,6 +8,7 @@ from spawning it (never by name), before it exits.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import signal
@@ -215,3 +216,14 @@ def run_to_completion(argv: list[str], *, stderr_path: Path, env: dict[str, str]
     with started(lambda: Child(argv, stderr_path=stderr_path, env=env)) as child:
         usage = child.wait(timeout_s=timeout_s)
         return usage, child.read_stdout(), child
+
+
+def json_fields(text: str, program: str, parse):
+    """`parse(fields)` of the one JSON object line `program` printed; any deviation is a clear error."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) != 1:
+        raise TracecostError(f"{program} printed {len(lines)} lines, expected one JSON line")
+    try:
+        return parse(json.loads(lines[0]))
+    except (ValueError, KeyError, TypeError) as err:
+        raise TracecostError(f"malformed {program} output {lines[0][:80]!r}: {err}") from err

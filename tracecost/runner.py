@@ -23,24 +23,29 @@ class Interrupted(KeyboardInterrupt):
 
 
 def planned_runs(suite: Suite, config: Any) -> int:
-    return (config.runs + 1) * len(suite.groups(config)) * len(suite.methods(config))
+    groups, methods = suite.groups(config), suite.methods(config)
+    cells = sum(1 for group in groups for method in methods if not suite.unavailable(group, method, config))
+    return (config.runs + 1) * cells
 
 
 def run_suite(suite: Suite, config: Any, workspace: Path, say: Say,
               advance: Callable[[str], None] = lambda label: None) -> dict:
-    """Run the whole matrix and return the suite's results: {config, runs, aggregates, failures}.
+    """Run the whole matrix and return the suite's results: {config, runs, aggregates, failures, unavailable}.
 
     Repetition 0 is a warm-up: measured like the others, kept in `runs` with
-    "warmup": true, and left out of every statistic."""
+    "warmup": true, and left out of every statistic. Cells the suite calls
+    unavailable on this machine are listed with the reason and never run."""
     rng = random.Random(config.seed)
     groups, methods = suite.groups(config), suite.methods(config)
     runs: list[dict] = []
+    unavailable = [{**group.key, "method": method.name, "reason": reason} for group in groups for method in methods
+                   if (reason := suite.unavailable(group, method, config))]
 
     def result() -> dict:
         counted = [run for run in runs if run["status"] == "ok" and not run["warmup"]]
         return {"config": suite.config_record(config), "runs": runs,
                 "aggregates": suite.aggregate(counted, config),
-                "failures": [run for run in runs if run["status"] != "ok"]}
+                "failures": [run for run in runs if run["status"] != "ok"], "unavailable": unavailable}
 
     try:
         with contextlib.ExitStack() as stack:
@@ -48,7 +53,7 @@ def run_suite(suite: Suite, config: Any, workspace: Path, say: Say,
                 method.open(stack, workspace, say)  # preflight: fails fast, before any run
             for repetition in range(config.runs + 1):
                 for group in groups:
-                    order = list(methods)
+                    order = [method for method in methods if not suite.unavailable(group, method, config)]
                     rng.shuffle(order)
                     for position, method in enumerate(order):
                         runs.append(_one_run(suite, config, group, method, workspace, repetition, position))

@@ -53,22 +53,43 @@ def _welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float] | None:
     return va, vb, df
 
 
-def difference(treated: Sequence[float], control: Sequence[float]) -> dict:
-    """mean(treated) - mean(control) with a Welch 95% CI."""
+def difference(treated: Sequence[float], control: Sequence[float], divisor: float = 1.0) -> dict:
+    """(mean(treated) - mean(control)) / divisor with a Welch 95% CI, and its standard error `se`
+    and Welch-Satterthwaite `df` (for ratios of such estimates: see `ratio`)."""
     a, b = np.asarray(treated, dtype=float), np.asarray(control, dtype=float)
+    undefined = {"ci95_low": None, "ci95_high": None, "se": None, "df": None}
     if len(a) == 0 or len(b) == 0:
-        return {"value": None, "ci95_low": None, "ci95_high": None}
-    value = float(a.mean() - b.mean())
+        return {"value": None, **undefined}
+    value = float(a.mean() - b.mean()) / divisor
     welch = _welch(a, b)
     if welch is None:
-        return {"value": value, "ci95_low": None, "ci95_high": None}
+        return {"value": value, **undefined}
     va, vb, df = welch
-    half = (_t_quantile(df) if math.isfinite(df) else 0.0) * math.sqrt(va + vb)
+    se = math.sqrt(va + vb) / abs(divisor)
+    half = (_t_quantile(df) if math.isfinite(df) else 0.0) * se
+    return {"value": value, "ci95_low": value - half, "ci95_high": value + half, "se": se,
+            "df": df if math.isfinite(df) else None}
+
+
+def ratio(numerator: dict, denominator: dict, covariance: float = 0.0) -> dict:
+    """numerator / denominator of two estimates with `se` and `df` (see `difference`), 95% CI by the
+    delta method: Var(a/b) ~ (Var a + r^2 Var b - 2 r Cov(a, b)) / b^2, with the smaller df.
+    `covariance`: Cov(a, b), when both estimates share a term (e.g. the same baseline)."""
+    a, b = numerator.get("value"), denominator.get("value")
+    if a is None or b is None or b == 0:
+        return {"value": None, "ci95_low": None, "ci95_high": None}
+    value = a / b
+    se_a, se_b = numerator.get("se"), denominator.get("se")
+    if se_a is None or se_b is None:
+        return {"value": value, "ci95_low": None, "ci95_high": None}
+    variance = max(0.0, (se_a ** 2 + value ** 2 * se_b ** 2 - 2 * value * covariance) / b ** 2)
+    dfs = [df for df in (numerator.get("df"), denominator.get("df")) if df is not None]
+    half = (_t_quantile(min(dfs)) if dfs else 0.0) * math.sqrt(variance)
     return {"value": value, "ci95_low": value - half, "ci95_high": value + half}
 
 
-def ratio(treated: Sequence[float], control: Sequence[float]) -> dict:
-    """mean(treated) / mean(control), 95% CI by the delta method (Welch-Satterthwaite df)."""
+def ratio_of_means(treated: Sequence[float], control: Sequence[float]) -> dict:
+    """mean(treated) / mean(control), 95% CI by the delta method with Welch-Satterthwaite df."""
     a, b = np.asarray(treated, dtype=float), np.asarray(control, dtype=float)
     if len(a) == 0 or len(b) == 0 or b.mean() == 0:
         return {"value": None, "ci95_low": None, "ci95_high": None}
@@ -85,4 +106,11 @@ def ratio(treated: Sequence[float], control: Sequence[float]) -> dict:
 
 def overhead_percent(treated: Sequence[float], control: Sequence[float]) -> dict:
     """(mean(treated) / mean(control) - 1) x 100, with the ratio's 95% CI."""
-    return {key: None if value is None else (value - 1) * 100 for key, value in ratio(treated, control).items()}
+    return {key: None if value is None else (value - 1) * 100
+            for key, value in ratio_of_means(treated, control).items()}
+
+
+def variance_of_mean(values: Sequence[float]) -> float:
+    """s^2 / n (0 for fewer than two values)."""
+    data = np.asarray(values, dtype=float)
+    return float(data.var(ddof=1) / len(data)) if len(data) > 1 else 0.0

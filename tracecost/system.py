@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from tracecost.errors import TracecostError
+from tracecost.procs import interrupts_deferred
 
 TRACEFS = Path("/sys/kernel/tracing")
+LOCKDOWN = Path("/sys/kernel/security/lockdown")
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
 
 
@@ -47,22 +51,67 @@ def ensure_tracefs(say=print) -> None:
     say(f"mounted tracefs at {TRACEFS}")
 
 
-def uprobes_attached_to(binary: Path) -> list[dict]:
-    """Perf-event uprobes (any process's) placed in `binary`, as `bpftool perf` lists them."""
+@functools.cache
+def kernel_lockdown() -> str | None:
+    """The kernel's lockdown mode ("none", "integrity" or "confidentiality"); None if unknown.
+
+    Lockdown decides, among others, whether bpf_probe_write_user is allowed. If
+    securityfs is not mounted, it is mounted on a private folder for the read
+    and unmounted again."""
+    if LOCKDOWN.exists():
+        return _selected_mode(LOCKDOWN.read_text())
+    with interrupts_deferred(), tempfile.TemporaryDirectory(prefix="tracecost-securityfs-") as folder:
+        mounted = subprocess.run(["mount", "-t", "securityfs", "securityfs", folder], capture_output=True)
+        if mounted.returncode != 0:
+            return None
+        try:
+            lockdown = Path(folder) / "lockdown"
+            return _selected_mode(lockdown.read_text()) if lockdown.exists() else None
+        finally:
+            subprocess.run(["umount", folder], capture_output=True)
+
+
+def _selected_mode(text: str) -> str | None:
+    """"none [integrity] confidentiality" -> "integrity"."""
+    return next((word.strip("[]") for word in text.split() if word.startswith("[")), None)
+
+
+def _bpftool_perf() -> list[dict]:
     bpftool = require_tool("bpftool", "bpftool")
     result = subprocess.run([bpftool, "perf", "-j"], capture_output=True, text=True)
     if result.returncode != 0:
         raise TracecostError(f"bpftool perf failed: {result.stderr.strip()}")
+    return json.loads(result.stdout or "[]")
+
+
+def uprobes_attached_to(binary: Path) -> list[dict]:
+    """Perf-event uprobes (any process's) placed in `binary`, as `bpftool perf` lists them."""
     target = os.path.realpath(binary)
-    entries = json.loads(result.stdout or "[]")
-    return [entry for entry in entries
+    return [entry for entry in _bpftool_perf()
             if entry.get("filename") and os.path.realpath(entry["filename"]) == target]
+
+
+def programs_on_syscall_entry() -> list[dict]:
+    """BPF programs (any process's) on the system call entry tracepoints, as `bpftool perf` lists them."""
+    return [entry for entry in _bpftool_perf()
+            if str(entry.get("tracepoint", "")).startswith("sys_enter")]
+
+
+def _holders(entries: list[dict]) -> str:
+    return ", ".join(f"pid {entry.get('pid')} prog {entry.get('prog_id')}" for entry in entries)
 
 
 def require_nothing_attached(binary: Path) -> None:
     """A baseline is only a baseline if no probe sits in the traced binary (DESIGN rule 3)."""
     attached = uprobes_attached_to(binary)
     if attached:
-        holders = ", ".join(f"pid {entry.get('pid')} prog {entry.get('prog_id')}" for entry in attached)
-        raise TracecostError(f"{len(attached)} probe(s) still attached to {binary} ({holders}): "
+        raise TracecostError(f"{len(attached)} probe(s) still attached to {binary} ({_holders(attached)}): "
                              "a baseline run would measure them")
+
+
+def require_no_syscall_entry_programs() -> None:
+    """A system call baseline is only one if no BPF program runs at every system call entry."""
+    attached = programs_on_syscall_entry()
+    if attached:
+        raise TracecostError(f"{len(attached)} BPF program(s) attached to the system call entry tracepoint "
+                             f"({_holders(attached)}): an untraced system call would run them")

@@ -6,13 +6,12 @@ a validator recomputes every argument and return value from the call index alone
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from tracecost import paths
-from tracecost.errors import TracecostError
+from tracecost.procs import json_fields
 
 U64 = 1 << 64
 GOLDEN = 0x9E3779B97F4A7C15
@@ -53,16 +52,9 @@ class AppResult:
 
 def parse_app_output(text: str) -> AppResult:
     """sample_app prints one JSON line: {"calls","total_ns","ns_per_call","checksum","peak_rss_kb"}."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    if len(lines) != 1:
-        raise TracecostError(f"sample_app printed {len(lines)} lines, expected one JSON line")
-    try:
-        fields = json.loads(lines[0])
-        return AppResult(calls=int(fields["calls"]), total_ns=int(fields["total_ns"]),
-                         ns_per_call=float(fields["ns_per_call"]), checksum=int(fields["checksum"]),
-                         peak_rss_kb=int(fields["peak_rss_kb"]))
-    except (ValueError, KeyError, TypeError) as err:
-        raise TracecostError(f"malformed sample_app output {lines[0][:80]!r}: {err}") from err
+    return json_fields(text, "sample_app", lambda fields: AppResult(
+        calls=int(fields["calls"]), total_ns=int(fields["total_ns"]), ns_per_call=float(fields["ns_per_call"]),
+        checksum=int(fields["checksum"]), peak_rss_kb=int(fields["peak_rss_kb"])))
 
 
 def sample_app() -> Path:

@@ -4,6 +4,7 @@
 # which stays distinct from the other three under the common colour-vision deficiencies.
 METHOD_COLORS = {
     "baseline": "#7f8c8d",
+    "untraced": "#7f8c8d",
     "lttng": "#e67e22",
     "ebpf": "#3498db",
     "kernel": "#3498db",
@@ -22,6 +23,7 @@ FALLBACK_COLORS = ["#cc79a7", "#d55e00", "#56b4e9", "#f0e442", "#0072b2", "#0000
 
 METHOD_LABELS = {
     "baseline": "Baseline",
+    "untraced": "Untraced",
     "lttng": "LTTng",
     "ebpf": "eBPF",
     "kernel": "Kernel eBPF",

@@ -48,6 +48,11 @@ class Suite(ABC):
     def measure(self, group: Group, method: Runnable, workdir: Path, config: Any) -> dict[str, Any]:
         """Measure one run; raise TracecostError (with the reason) if it cannot count as a result."""
 
+    def unavailable(self, group: Group, method: Runnable, config: Any) -> str | None:
+        """Why this cell cannot be measured on this machine (it is then recorded with the reason and
+        never run; not a failure), or None."""
+        return None
+
     @abstractmethod
     def aggregate(self, runs: list[dict], config: Any) -> list[dict]:
         """Statistics per (group, method) from the successful, non-warm-up runs."""

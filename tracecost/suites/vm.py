@@ -107,7 +107,7 @@ class VmSuite(Suite):
                     "program": program, "engine": engine.name, "n": len(timed),
                     "supported": not reasons, "reason": "; ".join(reasons) or None,
                     "ns_per_run": stats.summarize(timed),
-                    "relative_to_kernel_jit": stats.ratio(timed, reference),
+                    "relative_to_kernel_jit": stats.ratio_of_means(timed, reference),
                 })
         return aggregates
 

@@ -1,8 +1,9 @@
 """One renderer per suite: a new suite adds its module here and touches no other section."""
 
-from tracecost.report.sections import duration, vm
+from tracecost.report.sections import duration, micro, vm
 
 RENDERERS = {
     "duration": duration.render,
+    "micro": micro.render,
     "vm": vm.render,
 }

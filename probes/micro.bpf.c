@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: GPL-2.0
+/* micro: the programs of the probe micro-benchmarks (tracecost micro; seed 002).
+ *
+ * Each program counts its hits (a per-CPU counter, the same in every program,
+ * so subtracting the empty uprobe's cost removes it). Programs that benchmark
+ * a helper call it ops_per_hit times per hit, on keys 0..ops_per_hit-1, and
+ * tally every return code: a compare and an increment per call. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "micro.h"
+
+#define ENOENT 2
+
+/* Set by the loader before load. */
+const volatile __u32 ops_per_hit = 1000;
+const volatile __u32 target_tgid = 0;      /* the victim's PID */
+const volatile long bench_syscall_nr = -1; /* the victim's benchmarked system call */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MICRO_SLOT_MAX);
+	__type(key, __u32);
+	__type(value, struct micro_counts);
+} counters SEC(".maps");
+
+#define MAP(name, map_type)                                   \
+	struct {                                              \
+		__uint(type, map_type);                       \
+		__uint(max_entries, MICRO_MAX_OPS_PER_HIT);   \
+		__type(key, __u32);                           \
+		__type(value, __u64);                         \
+	} name SEC(".maps")
+
+MAP(array, BPF_MAP_TYPE_ARRAY);
+MAP(hash, BPF_MAP_TYPE_HASH);
+MAP(percpu_array, BPF_MAP_TYPE_PERCPU_ARRAY);
+MAP(percpu_hash, BPF_MAP_TYPE_PERCPU_HASH);
+
+/* This CPU's counters of a slot: no atomic operations needed, as a program is
+ * not migrated while it runs, uprobes count the victim's one thread only, and
+ * tracepoint programs run with preemption disabled. */
+static __always_inline struct micro_counts *counts_of(enum micro_slot slot)
+{
+	__u32 key = slot;
+
+	return bpf_map_lookup_elem(&counters, &key);
+}
+
+static __always_inline void hit(enum micro_slot slot)
+{
+	struct micro_counts *c = counts_of(slot);
+
+	if (c)
+		c->hits++;
+}
+
+static __always_inline void tally(struct micro_counts *c, long rc)
+{
+	__u64 index = -rc;
+
+	if (index >= MICRO_RESULT_SLOTS - 1)
+		index = MICRO_RESULT_SLOTS - 1;
+	c->results[index]++;
+}
+
+/* One hit that makes the helper call `op` (an expression of the index i)
+ * ops_per_hit times, tallying every return code. */
+#define OPS_PER_HIT(slot, op)                                                          \
+	do {                                                                           \
+		struct micro_counts *c = counts_of(slot);                              \
+		if (!c)                                                                \
+			return 0;                                                      \
+		c->hits++;                                                             \
+		for (__u32 i = 0; i < ops_per_hit && i < MICRO_MAX_OPS_PER_HIT; i++)   \
+			tally(c, (op));                                                \
+	} while (0)
+
+SEC("uprobe")
+int empty_uprobe(void *ctx)
+{
+	hit(MICRO_SLOT_empty_uprobe);
+	return 0;
+}
+
+SEC("uretprobe")
+int empty_uretprobe(void *ctx)
+{
+	hit(MICRO_SLOT_empty_uretprobe);
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(probe_read, const char *buffer)
+{
+	char copy[MICRO_BUFFER_BYTES];
+
+	OPS_PER_HIT(MICRO_SLOT_probe_read, bpf_probe_read_user(copy, sizeof(copy), buffer));
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(probe_write, char *buffer)
+{
+	char pattern[MICRO_BUFFER_BYTES];
+
+	__builtin_memset(pattern, MICRO_WRITE_BYTE, sizeof(pattern));
+	OPS_PER_HIT(MICRO_SLOT_probe_write, bpf_probe_write_user(buffer, pattern, sizeof(pattern)));
+	return 0;
+}
+
+/* Key i (value i). A lookup that finds nothing is counted as ENOENT. */
+#define UPDATE(map) ({ __u32 key = i; __u64 value = i; bpf_map_update_elem(&map, &key, &value, BPF_ANY); })
+#define LOOKUP(map) ({ __u32 key = i; bpf_map_lookup_elem(&map, &key) ? 0 : -ENOENT; })
+#define DELETE(map) ({ __u32 key = i; bpf_map_delete_elem(&map, &key); })
+
+#define MAP_PROGRAM(map, op, OP)                                 \
+	SEC("uprobe")                                            \
+	int map##_##op(void *ctx)                                \
+	{                                                        \
+		OPS_PER_HIT(MICRO_SLOT_##map##_##op, OP(map));   \
+		return 0;                                        \
+	}
+#define MAP_PROGRAMS(map)                          \
+	MAP_PROGRAM(map, update, UPDATE)           \
+	MAP_PROGRAM(map, lookup, LOOKUP)           \
+	MAP_PROGRAM(map, delete, DELETE)
+
+MAP_PROGRAMS(array)
+MAP_PROGRAMS(hash)
+MAP_PROGRAMS(percpu_array)
+MAP_PROGRAMS(percpu_hash)
+
+/* Attached to __bench_refill, which the victim calls untimed after every timed
+ * call: puts back the keys a hash delete benchmark deleted, so that every
+ * timed delete deletes an existing key (and nothing is deleted twice). */
+MAP_PROGRAM(hash, refill, UPDATE)
+MAP_PROGRAM(percpu_hash, refill, UPDATE)
+
+/* System call entry, for one process: the kernel runs a tracepoint's programs
+ * for every process (they cannot be attached to one), so "targeted" means
+ * the program returns at once for any other process. */
+SEC("tp/raw_syscalls/sys_enter")
+int sys_enter_pid(struct trace_event_raw_sys_enter *ctx)
+{
+	if (bpf_get_current_pid_tgid() >> 32 != target_tgid)
+		return 0;
+	if (ctx->id == bench_syscall_nr)
+		hit(MICRO_SLOT_sys_enter_pid);
+	return 0;
+}
+
+/* System call entry, untargeted: counts every process's system calls. */
+SEC("tp/raw_syscalls/sys_enter")
+int sys_enter_all(struct trace_event_raw_sys_enter *ctx)
+{
+	struct micro_counts *c = counts_of(MICRO_SLOT_sys_enter_all);
+
+	if (!c)
+		return 0;
+	c->seen++;
+	if (bpf_get_current_pid_tgid() >> 32 == target_tgid && ctx->id == bench_syscall_nr)
+		c->hits++;
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

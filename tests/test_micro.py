@@ -1,0 +1,264 @@
+"""`tracecost micro` on the real kernel: every operation runs, every probe is counted, nothing stays attached."""
+
+import json
+import re
+import subprocess
+
+import pytest
+
+from browser import chromium, console_errors, open_report
+from conftest import BUILD, bpftool_json, fake_build, interrupted_tracecost, run_tracecost, uprobes_in
+from tracecost import results, system
+from tracecost.errors import TracecostError
+from tracecost.micro.bench import UNTOUCHED_BUFFER, WRITTEN_BUFFER, checked_counts
+from tracecost.micro.ops import OPS
+from tracecost.micro.runtimes import Counts
+from tracecost.report.sections.micro import render
+from tracecost.suites.micro import MicroConfig, MicroSuite
+
+MICROBENCH = BUILD / "bin" / "microbench"
+ITER, OPS_PER_HIT = 600, 1000
+WARMUP = 600  # min(1000, ITER)
+# Every program name of probes/micro.bpf.c, as the kernel keeps it (15 characters).
+PROGRAMS = {name[:15] for op in OPS.values() for name in (*op.programs, op.refill) if name}
+
+
+def our_programs_still_loaded() -> list:
+    return [prog for prog in bpftool_json("prog") if prog.get("name") in PROGRAMS]
+
+
+@pytest.fixture(scope="module")
+def micro_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("micro")
+    result = run_tracecost("micro", "--iter", str(ITER), "--runs", "1", "--seed", "5", "--out", str(out))
+    return result, out
+
+
+def kernel_runs(suite):
+    return [r for r in suite["runs"] if r["method"] == "kernel"]
+
+
+def test_every_operation_runs_on_both_runtimes_with_schema_valid_results(micro_run):
+    result, out = micro_run
+    assert result.returncode == 0, result.stderr
+    suite = results.load(out)["suites"]["micro"]  # validates against the schema
+    assert suite["failures"] == []
+    unavailable = {(cell["op"], cell["method"]) for cell in suite["unavailable"]}
+    expected = {(op, runtime) for op in OPS for runtime in ("untraced", "kernel")} - unavailable
+    assert {(r["op"], r["method"]) for r in suite["runs"]} == expected
+    assert len(suite["runs"]) == 2 * len(expected)  # warm-up + 1 measured repetition
+    assert {(a["op"], a["runtime"]) for a in suite["aggregates"]} == \
+        {(op, runtime) for op in OPS for runtime in ("untraced", "kernel")}
+
+
+def test_every_program_ran_once_per_call_of_the_victim(micro_run):
+    suite = results.load(micro_run[1])["suites"]["micro"]
+    for run in suite["runs"]:
+        assert run["calls"] == WARMUP + ITER
+        op = OPS[run["op"]]
+        if run["method"] == "untraced":
+            assert run["hits"] == {} and run["loader"] is None
+            continue
+        attached = [*op.programs, *([op.refill] if op.refill else [])]
+        assert run["hits"] == {program: WARMUP + ITER for program in attached}, run
+
+
+def test_every_helper_call_is_counted_and_succeeded_or_is_marked_unsupported(micro_run):
+    suite = results.load(micro_run[1])["suites"]["micro"]
+    for run in kernel_runs(suite):
+        op = OPS[run["op"]]
+        if op.kind != "helper":
+            assert run["helper_results"] == {}
+            continue
+        for program, codes in run["helper_results"].items():
+            assert sum(codes.values()) == (WARMUP + ITER) * OPS_PER_HIT, (program, codes)
+        if op.may_be_unsupported:  # array deletes: the kernel refuses every one
+            assert run["unsupported"] == "EINVAL" and run["helper_results"][op.programs[0]] == {
+                "EINVAL": (WARMUP + ITER) * OPS_PER_HIT}
+        else:
+            assert run["unsupported"] is None
+            assert all(set(codes) == {"ok"} for codes in run["helper_results"].values()), run
+
+
+def test_hash_deletes_delete_existing_keys_refilled_between_calls(micro_run):
+    suite = results.load(micro_run[1])["suites"]["micro"]
+    for name in ("hash_delete", "percpu_hash_delete"):
+        run = next(r for r in kernel_runs(suite) if r["op"] == name)
+        refill = OPS[name].refill
+        assert run["helper_results"][name] == {"ok": (WARMUP + ITER) * OPS_PER_HIT}
+        assert run["helper_results"][refill] == {"ok": (WARMUP + ITER) * OPS_PER_HIT}
+
+
+def test_array_delete_is_reported_as_not_supported_not_as_a_delete(micro_run):
+    suite = results.load(micro_run[1])["suites"]["micro"]
+    for name in ("array_delete", "percpu_array_delete"):
+        agg = next(a for a in suite["aggregates"] if a["op"] == name and a["runtime"] == "kernel")
+        assert agg["unsupported"] == "EINVAL" and agg["per_op_ns"] is None
+        assert agg["refused_call_ns"]["value"] is not None
+    html = (micro_run[1] / "report.html").read_text()
+    assert "not supported by the kernel (EINVAL)" in html
+
+
+def test_write_runs_or_is_unavailable_with_the_lockdown_reason(micro_run):
+    suite = results.load(micro_run[1])["suites"]["micro"]
+    if system.kernel_lockdown() in ("integrity", "confidentiality"):
+        assert suite["unavailable"] == [{"op": "write", "kind": "helper", "function": "__bench_write",
+                                         "ops_per_hit": OPS_PER_HIT, "method": "kernel",
+                                         "reason": suite["unavailable"][0]["reason"]}]
+        assert "lockdown" in suite["unavailable"][0]["reason"]
+        assert "not measured micro [op=write" in micro_run[0].stderr
+    else:
+        run = next(r for r in kernel_runs(suite) if r["op"] == "write")
+        assert run["helper_results"]["probe_write"] == {"ok": (WARMUP + ITER) * OPS_PER_HIT}
+
+
+def test_untargeted_syscall_program_saw_at_least_the_victims_calls(micro_run):
+    suite = results.load(micro_run[1])["suites"]["micro"]
+    run = next(r for r in kernel_runs(suite) if r["op"] == "syscall_all")
+    assert run["syscalls_seen"] >= WARMUP + ITER
+
+
+def test_nothing_left_attached_or_loaded(micro_run):
+    assert micro_run[0].returncode == 0
+    assert uprobes_in(MICROBENCH) == []
+    assert system.programs_on_syscall_entry() == []
+    assert our_programs_still_loaded() == []
+
+
+def test_report_shows_the_kernel_column_and_room_for_uebpf(micro_run, tmp_path):
+    html = (micro_run[1] / "report.html").read_text()
+    for title in ("Probe and tracepoint cost per call", "Helper and map operation cost", "Time per call"):
+        assert f'data-title="{title}"' in html
+    assert "Kernel vs userspace eBPF, per operation" in html and "Speedup (kernel ÷ uebpf)" in html
+    assert html.count("not measured yet") >= len(OPS)
+    with chromium(tmp_path / "profile") as driver:
+        charts = open_report(driver, micro_run[1] / "report.html")
+        errors = console_errors(driver)
+    assert len(charts) == 3
+    for chart in charts:
+        assert chart["data"] == chart["traces"] == chart["expected"] > 0, chart
+        assert chart["points"] > 0, chart
+    assert errors == []
+
+
+def test_summary_is_printed(micro_run):
+    assert "hash_delete" in micro_run[0].stdout and "kernel" in micro_run[0].stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--ops", "uprobe,hash_frobnicate"], "unknown operation 'hash_frobnicate'"),
+    (["--iter", "0"], "--iter"),
+    (["--ops-per-hit", "1001"], "--ops-per-hit"),
+])
+def test_bad_input_is_a_one_line_usage_error(tmp_path, args, message):
+    result = run_tracecost("micro", *args, "--out", str(tmp_path / "out"))
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_victim_probe_sites_are_separate_functions():
+    # Identical code folding would make two sites one address, and one probe would fire for both.
+    symbols = subprocess.run(["nm", str(MICROBENCH)], capture_output=True, text=True, check=True).stdout
+    addresses = {name: address for address, kind, name in (line.split() for line in symbols.splitlines()
+                                                           if len(line.split()) == 3) if name.startswith("__bench_")}
+    listed = subprocess.run([str(MICROBENCH), "--list"], capture_output=True, text=True, check=True).stdout.split()
+    assert {op.function for op in OPS.values()} <= set(listed) <= set(addresses)
+    assert len(set(addresses.values())) == len(addresses)
+
+
+def test_victim_rejects_an_unknown_function_in_one_line():
+    result = subprocess.run([str(MICROBENCH), "--call", "__bench_nothing"], capture_output=True, text=True)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "__bench_nothing" in result.stderr
+
+
+def test_a_probe_that_never_fires_fails_its_runs_with_the_reason(tmp_path):
+    # Attaches nothing, then reports what it counted: nothing.
+    counts = tmp_path / "counts.json"
+    counts.write_text('{"hits":{"empty_uprobe":0},"results":{},"syscalls_seen":0,"peak_rss_kb":1}\n')
+    script = f"echo READY; trap 'cat {counts}; exit 0' INT; while :; do sleep 0.05; done"
+    out = tmp_path / "out"
+    result = run_tracecost("micro", "--ops", "uprobe", "--iter", "50", "--runs", "1", "--out", str(out),
+                           env={"TRACECOST_BUILD": str(fake_build(tmp_path, "micro", script))})
+    assert result.returncode == 1, result.stderr
+    suite = results.load(out)["suites"]["micro"]
+    assert len(suite["failures"]) == 2  # warm-up and measured kernel runs
+    assert all("empty_uprobe ran 0 times, but the victim made 100 calls" in f["error"] for f in suite["failures"])
+    assert all(r["status"] == "ok" for r in suite["runs"] if r["method"] == "untraced")
+    assert "ran 0 times" in result.stderr
+
+
+def test_ctrl_c_mid_run_detaches_everything(tmp_path):
+    out = tmp_path / "out"
+    returncode, stderr = interrupted_tracecost("micro", "--ops", "hash_delete", "--iter", "1000000", "--runs", "1",
+                                               "--out", str(out), when=lambda: uprobes_in(MICROBENCH))
+    assert returncode == 130, stderr
+    results.check(json.loads((out / "results.partial.json").read_text()))
+    assert uprobes_in(MICROBENCH) == [] and our_programs_still_loaded() == []
+
+
+def synthetic_runs(runtime_ns: dict[str, dict[str, list[float]]]) -> list[dict]:
+    """Measured runs as the runner keeps them: {runtime: {op: [ns per call, one per run]}}."""
+    runs = []
+    for runtime, by_op in runtime_ns.items():
+        for op, values in by_op.items():
+            for value in values:
+                runs.append({"op": op, "method": runtime, "ns_per_call": value, "unsupported": None,
+                             "helper_results": {}})
+    return runs
+
+
+def test_speedup_is_computed_when_a_second_runtime_has_data():
+    config = MicroConfig(ops=["uprobe", "hash_lookup"], runtimes=["untraced", "kernel", "uebpf"], iter=10,
+                         ops_per_hit=100)
+    runs = synthetic_runs({
+        "untraced": {"uprobe": [30, 31, 29], "hash_lookup": [30, 30, 30]},
+        "kernel": {"uprobe": [3030, 3031, 3029], "hash_lookup": [5030, 5031, 5029]},
+        "uebpf": {"uprobe": [330, 331, 329], "hash_lookup": [2330, 2331, 2329]},
+    })
+    aggregates = MicroSuite().aggregate(runs, config)
+    cell = {(a["op"], a["runtime"]): a for a in aggregates}
+    assert cell[("uprobe", "kernel")]["per_op_ns"]["value"] == pytest.approx(3000)
+    assert cell[("uprobe", "uebpf")]["speedup_vs_kernel"]["value"] == pytest.approx(10)
+    assert cell[("hash_lookup", "kernel")]["per_op_ns"]["value"] == pytest.approx(20)   # (5030 - 3030) / 100
+    assert cell[("hash_lookup", "uebpf")]["per_op_ns"]["value"] == pytest.approx(20)    # (2330 - 330) / 100
+    assert cell[("hash_lookup", "uebpf")]["speedup_vs_kernel"]["value"] == pytest.approx(1)
+    assert cell[("uprobe", "kernel")]["speedup_vs_kernel"] is None
+    suite = {"config": MicroSuite().config_record(config), "aggregates": aggregates, "runs": runs, "failures": []}
+    summary = render(suite, {}).tables[0]
+    assert summary.columns[-2:] == ["uebpf (ns/op)", "Speedup (kernel ÷ uebpf)"]
+    assert re.match(r"10\.00 ±[\d.]+×", summary.rows[0][-1]) and "not measured yet" not in str(summary.rows)
+
+
+def counts(hits: dict, results: dict | None = None) -> Counts:
+    return Counts(hits=hits, results=results or {}, syscalls_seen=0, loader_cpu_s=0.0, loader_peak_rss_kb=1)
+
+
+@pytest.mark.parametrize("op,kernel_counts,buffer,reason", [
+    ("hash_delete", counts({"hash_delete": 10, "hash_refill": 10},
+                           {"hash_delete": {"ok": 15, "ENOENT": 5}, "hash_refill": {"ok": 20}}),
+     UNTOUCHED_BUFFER, "of 20 helper calls by hash_delete, 5 returned ENOENT; each one must succeed"),
+    ("hash_delete", counts({"hash_delete": 10, "hash_refill": 9}), UNTOUCHED_BUFFER, "hash_refill ran 9 times"),
+    ("array_delete", counts({"array_delete": 10}, {"array_delete": {"EINVAL": 19}}), UNTOUCHED_BUFFER,
+     "made 19 helper calls, not 10 hits x 2 per hit"),
+    ("array_delete", counts({"array_delete": 10}, {"array_delete": {"EINVAL": 10, "E2BIG": 10}}), UNTOUCHED_BUFFER,
+     "10 returned EINVAL, 10 returned E2BIG"),
+    ("uprobe", counts({"empty_uprobe": 10, "empty_uretprobe": 3}), UNTOUCHED_BUFFER, "were not attached ran"),
+    ("write", counts({"probe_write": 10}, {"probe_write": {"ok": 20}}), UNTOUCHED_BUFFER,
+     "does not hold what it wrote"),
+])
+def test_a_run_whose_counts_do_not_add_up_fails_with_the_reason(op, kernel_counts, buffer, reason):
+    with pytest.raises(TracecostError, match=re.escape(reason)):
+        checked_counts(OPS[op], "kernel", kernel_counts, calls=10, ops_per_hit=2, buffer=buffer)
+
+
+def test_counts_that_add_up_are_kept():
+    refused = checked_counts(OPS["array_delete"], "kernel", counts({"array_delete": 10},
+                                                                   {"array_delete": {"EINVAL": 20}}),
+                             calls=10, ops_per_hit=2, buffer=UNTOUCHED_BUFFER)
+    assert refused["unsupported"] == "EINVAL" and refused["hits"] == {"array_delete": 10}
+    written = checked_counts(OPS["write"], "kernel", counts({"probe_write": 10}, {"probe_write": {"ok": 20}}),
+                             calls=10, ops_per_hit=2, buffer=WRITTEN_BUFFER)
+    assert written["unsupported"] is None and written["helper_results"] == {"probe_write": {"ok": 20}}

@@ -1,0 +1,109 @@
+"""One micro-benchmark run: the victim waits, the runtime attaches, the victim runs, every count is checked.
+
+The victim is started first and paused (--wait-go), so that the loader can
+attach to its PID and filter the syscall tracepoint on it; SIGUSR1 starts it.
+A run counts only if every attached program ran exactly once per call the
+victim made (warm-up included), every helper call is accounted for, and each
+one returned success, or, for an operation the runtime refuses by design,
+the same error every time ("not supported").
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracecost.errors import TracecostError
+from tracecost.micro.ops import HELPER, Op
+from tracecost.micro.runtimes import Counts, Runtime, victim_binary
+from tracecost.procs import Child, json_fields, started
+
+READY_TIMEOUT_S = 30
+VICTIM_TIMEOUT_S = 3600
+BUFFER_BYTES = 32                            # workloads/microbench BUFFER_BYTES = probes/micro.h MICRO_BUFFER_BYTES
+UNTOUCHED_BUFFER = "00" * BUFFER_BYTES
+WRITTEN_BUFFER = "a5" * BUFFER_BYTES         # probes/micro.h MICRO_WRITE_BYTE
+
+
+@dataclass(frozen=True)
+class VictimResult:
+    function: str
+    iter: int
+    warmup: int
+    total_ns: int
+    ns_per_call: float
+    buffer: str
+
+
+def parse_victim_output(text: str) -> VictimResult:
+    """microbench prints one JSON line per function; a run times exactly one."""
+    return json_fields(text, "microbench", lambda fields: VictimResult(
+        function=str(fields["function"]), iter=int(fields["iter"]), warmup=int(fields["warmup"]),
+        total_ns=int(fields["total_ns"]), ns_per_call=float(fields["ns_per_call"]), buffer=str(fields["buffer"])))
+
+
+def run_op(op: Op, runtime: Runtime, workdir: Path, iterations: int, warmup: int, ops_per_hit: int) -> dict:
+    argv = [str(victim_binary()), "--call", op.function, "--iter", str(iterations), "--warmup", str(warmup),
+            "--wait-go"]
+    env = {**os.environ, **runtime.victim_env}
+    with started(lambda: Child(argv, stderr_path=workdir / "microbench.stderr", env=env)) as victim:
+        victim.wait_for_line("READY", READY_TIMEOUT_S)
+        with runtime.attached(op, victim.pid, workdir, ops_per_hit) as attachment:
+            victim.send(signal.SIGUSR1)
+            usage = victim.wait(timeout_s=VICTIM_TIMEOUT_S)
+        if usage.timed_out or usage.exit_code != 0:
+            reason = f"did not finish within {VICTIM_TIMEOUT_S} s" if usage.timed_out else \
+                f"failed with exit status {usage.exit_code}: {victim.error_line() or 'no message'}"
+            raise TracecostError(f"microbench under {runtime.name} {reason}")
+        result = parse_victim_output(victim.read_stdout())
+    if (result.function, result.iter, result.warmup) != (op.function, iterations, warmup):
+        raise TracecostError(f"microbench ran {result.function} {result.warmup}+{result.iter} times, "
+                             f"{op.function} {warmup}+{iterations} were asked for")
+    record = {"ns_per_call": result.ns_per_call, "total_ns": result.total_ns, "iter": iterations,
+              "warmup_calls": warmup, "calls": warmup + iterations, "victim_cpu_s": usage.cpu_s}
+    if attachment.counts is None:
+        if result.buffer != UNTOUCHED_BUFFER:
+            raise TracecostError("something wrote into the untraced victim's buffer: a probe is still attached")
+        return {**record, "hits": {}, "helper_results": {}, "unsupported": None, "loader": None}
+    return {**record, **checked_counts(op, runtime.name, attachment.counts, warmup + iterations, ops_per_hit,
+                                       result.buffer)}
+
+
+def checked_counts(op: Op, runtime: str, counts: Counts, calls: int, ops_per_hit: int, buffer: str) -> dict:
+    """The counts of a traced run, or the reason the run cannot count."""
+    attached = [*op.programs, *([op.refill] if op.refill else [])]
+    for program in attached:
+        ran = counts.hits.get(program, 0)
+        if ran != calls:
+            raise TracecostError(f"{runtime}: program {program} ran {ran:,} times, but the victim made {calls:,} "
+                                 f"calls (warm-up included) to its probe site")
+    stray = {program: n for program, n in counts.hits.items() if n and program not in attached}
+    if stray:
+        raise TracecostError(f"{runtime}: programs that were not attached ran: {stray}")
+
+    helper_results, unsupported = {}, None
+    if op.kind == HELPER:
+        for program in attached:
+            results = counts.results.get(program, {})
+            made = sum(results.values())
+            if made != calls * ops_per_hit:
+                raise TracecostError(f"{runtime}: program {program} made {made:,} helper calls, not {calls:,} "
+                                     f"hits x {ops_per_hit} per hit")
+            failures = {code: n for code, n in results.items() if code != "ok"}
+            refused_by_design = (op.may_be_unsupported and program in op.programs and len(failures) == 1
+                                 and "ok" not in results)
+            if refused_by_design:
+                unsupported = next(iter(failures))
+            elif failures:
+                listed = ", ".join(f"{n:,} returned {code}" for code, n in failures.items())
+                raise TracecostError(f"{runtime}: of {made:,} helper calls by {program}, {listed}; "
+                                     "each one must succeed")
+            helper_results[program] = results
+    if op.writes_user_memory and buffer != WRITTEN_BUFFER:
+        raise TracecostError(f"{runtime}: bpf_probe_write_user reported success, but the victim's buffer does "
+                             "not hold what it wrote")
+    return {"hits": {program: counts.hits[program] for program in attached}, "helper_results": helper_results,
+            "unsupported": unsupported, "syscalls_seen": counts.syscalls_seen,
+            "loader": {"cpu_s": counts.loader_cpu_s, "peak_rss_kb": counts.loader_peak_rss_kb}}

@@ -1,0 +1,169 @@
+"""The probe micro-benchmarks (seeds 002 and 004, experiment 1 part 1): the cost of one uprobe,
+uretprobe, helper call, map operation and syscall tracepoint, per runtime.
+
+Groups are operations; methods are runtimes (untraced, kernel; uebpf joins later).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.table import Table
+
+from tracecost import stats, system
+from tracecost.errors import TracecostError
+from tracecost.micro.bench import run_op
+from tracecost.micro.ops import EMPTY_PROBE_OP, HELPER, OPS, op_by_name, with_baselines
+from tracecost.micro.runtimes import RUNTIMES, Runtime
+from tracecost.report import fmt
+from tracecost.suites.base import Group, Suite
+
+UNTRACED, KERNEL = "untraced", "kernel"
+DEFAULT_RUNTIMES = (UNTRACED, KERNEL)
+DEFAULT_ITER = 100_000
+DEFAULT_OPS_PER_HIT = 1000
+WARMUP_CALLS = 1000            # untimed calls before the timed ones (at most --iter)
+# `tracecost run`: ~1.5 minutes on 2 cores. A run's fixed cost (starting the victim, loading and
+# verifying the programs) dominates at this size, so fewer calls cost little precision per operation.
+RUN_ITER = 10_000
+RUN_REPETITIONS = 5
+
+PER_OP_BASIS = {
+    # Includes the program's loop and the tally of each return code (a compare and an increment).
+    HELPER: "(ns/call - empty uprobe ns/call) / ops per hit",
+    "probe": "ns/call - untraced ns/call",
+    "syscall": "ns/call - untraced ns/call",
+}
+
+
+@dataclass
+class MicroConfig:
+    ops: list[str] = field(default_factory=lambda: list(OPS))
+    runtimes: list[str] = field(default_factory=lambda: list(DEFAULT_RUNTIMES))
+    iter: int = DEFAULT_ITER
+    ops_per_hit: int = DEFAULT_OPS_PER_HIT
+    runs: int = 5
+    seed: int = 0
+    size: str = "as asked for"
+
+    @property
+    def warmup(self) -> int:
+        return min(WARMUP_CALLS, self.iter)
+
+
+class MicroSuite(Suite):
+    name = "micro"
+    title = "Probe micro-benchmarks"
+
+    def groups(self, config: MicroConfig) -> list[Group]:
+        return [Group(key={"op": op.name, "kind": op.kind, "function": op.function,
+                           "ops_per_hit": config.ops_per_hit if op.kind == HELPER else None},
+                      label=op.label)
+                for op in map(op_by_name, with_baselines(config.ops))]
+
+    def methods(self, config: MicroConfig) -> list[Runtime]:
+        if UNTRACED not in config.runtimes:
+            raise TracecostError("the micro-benchmarks need the untraced runtime: probe costs are relative to it")
+        return [RUNTIMES[name]() for name in config.runtimes]
+
+    def unavailable(self, group: Group, method: Runtime, config: MicroConfig) -> str | None:
+        return method.unavailable(op_by_name(group.key["op"]))
+
+    def measure(self, group: Group, method: Runtime, workdir: Path, config: MicroConfig) -> dict:
+        return run_op(op_by_name(group.key["op"]), method, workdir, config.iter, config.warmup, config.ops_per_hit)
+
+    def aggregate(self, runs: list[dict], config: MicroConfig) -> list[dict]:
+        def ns(op: str, runtime: str) -> list[float]:
+            return [r["ns_per_call"] for r in runs if r["op"] == op and r["method"] == runtime]
+
+        aggregates = []
+        for group in self.groups(config):
+            op = op_by_name(group.key["op"])
+            for runtime in config.runtimes:
+                mine = [r for r in runs if r["op"] == op.name and r["method"] == runtime]
+                agg = {**group.key, "runtime": runtime, "label": op.label, "n": len(mine),
+                       "ns_per_call": stats.summarize(ns(op.name, runtime)),
+                       "calls_per_run": config.warmup + config.iter,
+                       "unsupported": next((r["unsupported"] for r in mine if r["unsupported"]), None),
+                       "helper_results": _summed_results(mine),
+                       "added_ns_per_call": None, "per_op_ns": None, "refused_call_ns": None, "per_op_basis": None,
+                       "speedup_vs_kernel": None}
+                if runtime != UNTRACED:
+                    agg["added_ns_per_call"] = stats.difference(ns(op.name, runtime), ns(op.name, UNTRACED))
+                    agg["per_op_basis"] = PER_OP_BASIS[op.kind]
+                    cost = (stats.difference(ns(op.name, runtime), ns(EMPTY_PROBE_OP, runtime),
+                                                    config.ops_per_hit)
+                            if op.kind == HELPER else agg["added_ns_per_call"])
+                    # A call the runtime refuses is no operation: its cost is kept apart, never as per_op_ns.
+                    agg["refused_call_ns" if agg["unsupported"] else "per_op_ns"] = cost
+                aggregates.append(agg)
+            _add_speedups(aggregates[-len(config.runtimes):], op.kind, ns(op.name, UNTRACED))
+        return aggregates
+
+    def summary(self, aggregates: list[dict]) -> Table:
+        table = Table(title="micro: time per call and cost per operation (ns, ±95% CI)")
+        for column in ("operation", "runtime", "n", "ns/call", "per operation", "helper results"):
+            table.add_column(column, justify="left" if column in ("operation", "runtime", "helper results")
+                             else "right")
+        for agg in aggregates:
+            table.add_row(agg["op"], agg["runtime"], str(agg["n"]), fmt.with_ci(agg["ns_per_call"], key="mean"),
+                          per_op_text(agg), results_text(agg))
+        return table
+
+    def run_config(self, seed: int) -> MicroConfig:
+        return MicroConfig(iter=RUN_ITER, runs=RUN_REPETITIONS, seed=seed,
+                           size=f"tracecost run's size (~1.5 minutes on 2 cores): {RUN_ITER:,} timed calls per run "
+                                f"instead of the micro command's {DEFAULT_ITER:,}, {RUN_REPETITIONS} runs")
+
+    def config_record(self, config: MicroConfig) -> dict:
+        ops = [op_by_name(name) for name in with_baselines(config.ops)]
+        return {"ops": [{"name": op.name, "label": op.label, "kind": op.kind, "function": op.function,
+                         "programs": list(op.programs), "refill": op.refill, "prefill": op.prefill} for op in ops],
+                "runtimes": config.runtimes, "iter": config.iter, "warmup": config.warmup,
+                "ops_per_hit": config.ops_per_hit, "runs": config.runs, "seed": config.seed, "size": config.size,
+                "kernel_lockdown": system.kernel_lockdown(),
+                "timing": "each call timed on its own (CLOCK_MONOTONIC before and after); untraced ns/call is "
+                          "the call plus one clock read",
+                "maps": "array, hash (preallocated), per-CPU array, per-CPU hash: u32 key, u64 value, "
+                        f"{config.ops_per_hit} keys touched per hit (keys 0..ops_per_hit-1)",
+                "hash_delete": "refill between hits: after every timed call the victim calls __bench_refill "
+                               "untimed, where the same runtime re-inserts the deleted keys; hash maps are "
+                               "prefilled, so every lookup finds, every update replaces, every delete deletes",
+                "per_op_basis": PER_OP_BASIS,
+                "speedup": "kernel per-op cost / runtime per-op cost, 95% CI by the delta method"}
+
+
+def _summed_results(runs: list[dict]) -> dict[str, dict[str, int]]:
+    """Helper return codes per program, added up over the runs."""
+    total: dict[str, dict[str, int]] = {}
+    for run in runs:
+        for program, by_code in run["helper_results"].items():
+            for code, calls in by_code.items():
+                total.setdefault(program, {}).setdefault(code, 0)
+                total[program][code] += calls
+    return total
+
+
+def _add_speedups(cells: list[dict], kind: str, untraced_ns: list[float]) -> None:
+    """speedup_vs_kernel for every runtime besides untraced and kernel (uebpf): kernel per-op / its per-op.
+    Probe and syscall costs share the untraced baseline, hence the covariance term."""
+    kernel = next((c for c in cells if c["runtime"] == KERNEL), None)
+    if kernel is None or kernel["per_op_ns"] is None:
+        return
+    shared = stats.variance_of_mean(untraced_ns) if kind != HELPER else 0.0
+    for cell in cells:
+        if cell["runtime"] not in (UNTRACED, KERNEL) and cell["per_op_ns"] is not None:
+            cell["speedup_vs_kernel"] = stats.ratio(kernel["per_op_ns"], cell["per_op_ns"], covariance=shared)
+
+
+def per_op_text(agg: dict) -> str:
+    if agg["unsupported"]:
+        return f"not supported ({agg['unsupported']}); refused call {fmt.with_ci(agg['refused_call_ns'])}"
+    return fmt.with_ci(agg["per_op_ns"]) if agg["per_op_ns"] else "–"
+
+
+def results_text(agg: dict) -> str:
+    return "; ".join(f"{program}: " + ", ".join(f"{code} {calls:,}" for code, calls in by_code.items())
+                     for program, by_code in agg["helper_results"].items())
+
