@@ -235,6 +235,15 @@ impl RingBuf {
     /// (discarded records are skipped); stops at a record still being written. Returns the number
     /// of records handed out. A length that cannot be right (beyond the ring) stops consumption.
     pub fn consume(&self, mut on_record: impl FnMut(&[u8])) -> u64 {
+        self.consume_while(|record| {
+            on_record(record);
+            true
+        })
+    }
+
+    /// As `consume`, stopping after the first record for which `on_record` returns false (that
+    /// record counts as consumed, as with a libbpf callback that returns an error).
+    pub fn consume_while(&self, mut on_record: impl FnMut(&[u8]) -> bool) -> u64 {
         let mut count = 0;
         let mut consumer = self.consumer_pos().load(Ordering::Acquire);
         loop {
@@ -251,15 +260,19 @@ impl RingBuf {
             if record_len > self.size {
                 return count;
             }
+            consumer += record_len;
+            let mut go_on = true;
             if len & RINGBUF_DISCARD_BIT == 0 {
                 let payload = (header as *const RecordHeader as *const u8).wrapping_add(RINGBUF_HEADER_SIZE as usize);
                 // SAFETY: the record lies within the double mapping (start in the first copy,
                 // length at most the ring size).
-                on_record(unsafe { std::slice::from_raw_parts(payload, (len & !RINGBUF_DISCARD_BIT) as usize) });
+                go_on = on_record(unsafe { std::slice::from_raw_parts(payload, (len & !RINGBUF_DISCARD_BIT) as usize) });
                 count += 1;
             }
-            consumer += record_len;
             self.consumer_pos().store(consumer, Ordering::Release);
+            if !go_on {
+                return count;
+            }
         }
     }
 
