@@ -11,7 +11,7 @@ use std::path::Path;
 
 use aya_obj::maps::Map as ObjMap;
 use aya_obj::EbpfSectionKind;
-use object::{Object as _, ObjectSection as _};
+use object::{Object as _, ObjectSection as _, ObjectSymbol as _, SymbolKind};
 use uebpf_maps::{MapDef, ProgramKind};
 
 use crate::error::{chain, Error};
@@ -56,6 +56,8 @@ pub struct Object {
     pub(crate) obj: aya_obj::Object,
     pub(crate) name: String,
     pub(crate) sections: HashMap<usize, String>,
+    /// Size of every global variable (data symbols), for callers that set them by name.
+    globals: BTreeMap<String, usize>,
 }
 
 impl Object {
@@ -71,7 +73,12 @@ impl Object {
         let obj = aya_obj::Object::parse(data).map_err(|e| Error(format!("not a loadable BPF object: {}", chain(&e))))?;
         let elf = object::File::parse(data).map_err(|e| Error(format!("not an ELF object: {e}")))?;
         let sections = elf.sections().filter_map(|s| Some((s.index().0, s.name().ok()?.to_string()))).collect();
-        Ok(Object { obj, name: name.to_string(), sections })
+        let globals = elf
+            .symbols()
+            .filter(|s| s.kind() == SymbolKind::Data && s.is_definition())
+            .filter_map(|s| Some((s.name().ok()?.to_string(), s.size() as usize)))
+            .collect();
+        Ok(Object { obj, name: name.to_string(), sections, globals })
     }
 
     pub fn name(&self) -> &str {
@@ -101,6 +108,11 @@ impl Object {
 
     pub(crate) fn sorted_maps(&self) -> BTreeMap<&String, &ObjMap> {
         self.obj.maps.iter().collect()
+    }
+
+    /// Size in bytes of the global variable `name` (None if the object has no such variable).
+    pub fn global_size(&self, name: &str) -> Option<usize> {
+        self.globals.get(name).copied()
     }
 
     /// Sets a global variable before loading, like writing `skel->rodata->name` (or `->data`,
