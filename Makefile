@@ -91,7 +91,7 @@ runtime: | $(BIN) $(LIB)
 
 # The objects uebpf is checked with (cargo tests and tests/test_uebpf.py load them), and the
 # kernel-vs-uebpf cross-check harness (C: libbpf for the kernel side, uebpf.h for ours).
-UEBPF_OBJECTS := $(BPF)/functrace.bpf.o $(BPF)/uebpf_check.bpf.o
+UEBPF_OBJECTS := $(BPF)/functrace.bpf.o $(BPF)/uebpf_check.bpf.o $(BPF)/uebpf_stress.bpf.o $(BPF)/uebpf_embed.bpf.o
 .PHONY: runtime-tools
 runtime-tools: $(UEBPF_OBJECTS) $(BIN)/uebpf-crosscheck
 

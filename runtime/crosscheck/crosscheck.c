@@ -309,7 +309,7 @@ static void run_uebpf(const char *path, struct global *globals, int n_globals, i
 				die("%s", uebpf_last_error());
 	}
 
-	printf("{\"side\": \"%s\", ", engine == UEBPF_ENGINE_JIT ? "jit" : "interpreter");
+	printf("{\"side\": \"%s\", ", engine == UEBPF_JIT ? "jit" : "interpreter");
 	print_calls();
 	printf(", \"maps\": {");
 	for (size_t i = 0; i < uebpf_map_count(in); i++) {
@@ -433,7 +433,7 @@ int main(int argc, char **argv)
 			run_kernel(argv[optind], globals, n_globals);
 		else
 			run_uebpf(argv[optind], globals, n_globals,
-				  strcmp(side_names[i], "jit") ? UEBPF_ENGINE_INTERPRETER : UEBPF_ENGINE_JIT);
+				  strcmp(side_names[i], "jit") ? UEBPF_INTERPRETER : UEBPF_JIT);
 	}
 	printf("\n]\n");
 	return 0;

@@ -9,7 +9,7 @@
  *   struct uebpf_object *obj = uebpf_object_open("probe.bpf.o");
  *   uebpf_object_set_global(obj, "flags", &flags, sizeof(flags));   // like skel->rodata->flags
  *   struct uebpf_instance *in = uebpf_object_load(obj, "mytrace");  // /dev/shm/uebpf-mytrace
- *   struct uebpf_program *p = uebpf_program_load(in, "on_entry", UEBPF_ENGINE_JIT);
+ *   struct uebpf_program *p = uebpf_program_load(in, "on_entry", UEBPF_JIT);
  *   struct uebpf_pt_regs regs = { .di = 1, .si = 2 };
  *   uint64_t r0; uebpf_program_run(p, &regs, sizeof(regs), &r0);
  *   uebpf_ringbuf_consume(uebpf_map_find(in, "events"), on_record, NULL);
@@ -40,9 +40,10 @@ struct uebpf_instance; /* this process's view of a region: its maps and programs
 struct uebpf_program;  /* a program loaded for an engine */
 struct uebpf_map;      /* a map of an instance; valid while the instance lives */
 
-enum uebpf_engine {
-	UEBPF_ENGINE_INTERPRETER = 0,
-	UEBPF_ENGINE_JIT = 1,
+/* How a program runs (named apart from uebpf_vm.h's engine enum, so both headers can be used). */
+enum uebpf_program_engine {
+	UEBPF_INTERPRETER = 0,
+	UEBPF_JIT = 1,
 };
 
 /* Program kinds (from the section name). */

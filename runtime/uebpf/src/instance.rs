@@ -85,6 +85,12 @@ impl Instance {
         Ok(Instance { inner: Arc::new(Inner { maps, env, _registrations: registrations, region: region.clone() }) })
     }
 
+    /// Helpers, map handles and allowed memory: for loading this region's bytecode with
+    /// uebpf-vm directly (`Program::load`).
+    pub fn environment(&self) -> &Environment {
+        &self.inner.env
+    }
+
     pub fn region(&self) -> &Region {
         &self.inner.region
     }

@@ -53,6 +53,16 @@ fn loader_settings_are_checked() {
 }
 
 #[test]
+fn a_load_that_fails_leaves_no_region_behind() {
+    let name = format!("test-failed-{}", std::process::id());
+    let mut object = Object::open(object("functrace")).unwrap();
+    object.set_max_entries("events", 5000).unwrap();
+    let err = object.load(Target::Named(&name)).err().unwrap().0;
+    assert!(err.contains("map `events`") && err.contains("power of two"), "{err}");
+    assert!(!uebpf::maps::region_path(&name).exists());
+}
+
+#[test]
 fn a_named_region_is_removed_when_the_instance_goes() {
     let name = format!("test-objects-{}", std::process::id());
     let instance = Object::open(object("uebpf_stress")).unwrap().load(Target::Named(&name)).unwrap();
