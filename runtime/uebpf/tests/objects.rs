@@ -124,6 +124,26 @@ fn the_interpreter_stops_a_program_that_writes_outside_its_memory() {
 }
 
 #[test]
+fn the_interpreter_lets_programs_read_but_not_write_rodata() {
+    let region = Region::create_anonymous(RegionSpec::with_arena(1 << 16)).unwrap();
+    let rodata = uebpf::maps::MapDef { map_type: 2, key_size: 4, value_size: 8, max_entries: 1, map_flags: 1 << 7 };
+    let id = region.create_map(".rodata", &rodata, Some(&42u64.to_ne_bytes())).unwrap() as i32;
+    let mut read = Asm::new();
+    read.lddw_map_value(R1, id, 0).ldx(8, R0, R1, 0).exit();
+    let mut write = Asm::new();
+    write.lddw_map_value(R1, id, 0).st(8, R1, 0, 7).mov64(R0, 0).exit();
+    for (name, program) in [("read", &read), ("write", &write)] {
+        let bytecode = program.build().unwrap();
+        region.add_program(&ProgramSpec { name, section: "uprobe", kind: ProgramKind::Uprobe, license: "GPL", bytecode: &bytecode }).unwrap();
+    }
+    let instance = Instance::new(&region).unwrap();
+    let mut ctx = [0u8; 8];
+    assert_eq!(instance.program("read", Engine::Interpreter).unwrap().run(&mut ctx).unwrap(), 42);
+    let err = instance.program("write", Engine::Interpreter).unwrap().run(&mut ctx).unwrap_err().0;
+    assert!(err.contains("write of 8 bytes"), "{err}");
+}
+
+#[test]
 fn pid_tgid_is_the_kernels_and_not_cached_across_fork() {
     let instance = Object::open(object("uebpf_stress")).unwrap().load(Target::Anonymous).unwrap();
     for engine in ENGINES {
