@@ -1,8 +1,7 @@
 //! Map definitions: the kernel's map types and flags that uebpf supports, their validation (with
 //! the kernel's rules), and how much region storage each needs.
 
-use std::fmt;
-
+use crate::error::Error;
 use crate::layout::{align_up, Bucket, EntryHeader, HashControl, RingControl, PAGE_SIZE};
 
 /// Kernel `BPF_MAP_TYPE_*` values.
@@ -86,37 +85,40 @@ pub struct MapDef {
     pub map_flags: u32,
 }
 
-/// Why a map definition cannot be created; the message names the rule.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DefError(pub String);
-
-impl fmt::Display for DefError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for DefError {}
-
-/// Where each part of a map's storage lies, relative to the start of its area.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct StorageLayout {
+/// Where each part of a map's storage lies, relative to the start of its area (see `layout`
+/// for what each part holds per map type).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StorageLayout {
+    /// Bytes of the area (page-rounded).
     pub size: u64,
+    /// Array and hash: the value array. Ring buffer: the data.
     pub values: u64,
+    /// Hash: the buckets. Ring buffer: the consumer page.
     pub buckets: u64,
+    /// Hash: the entries. Ring buffer: the producer page.
     pub entries: u64,
+    /// Hash: HashControl. Ring buffer: the control page.
     pub control: u64,
     pub n_buckets: u32,
     pub entry_stride: u32,
+    /// Bytes between values: value_size rounded up to 8.
     pub value_stride: u32,
+    /// Value slots per element: possible CPUs for per-CPU maps, else 1.
     pub cpus: u32,
+}
+
+impl StorageLayout {
+    /// Bytes of the value array.
+    pub fn values_len(&self, max_entries: u32) -> u64 {
+        u64::from(max_entries) * u64::from(self.cpus) * u64::from(self.value_stride)
+    }
 }
 
 impl MapDef {
     /// Checks the definition as the kernel's map_alloc_check functions do, and that uebpf
     /// supports the type and flags.
-    pub fn validate(&self) -> Result<MapKind, DefError> {
-        let fail = |why: String| Err(DefError(why));
+    pub fn validate(&self) -> Result<MapKind, Error> {
+        let fail = |why: String| Err(Error(why));
         let Some(kind) = MapKind::of(self.map_type) else {
             return fail(format!(
                 "map type {} ({}) is not supported by uebpf (supported: array, percpu_array, hash, percpu_hash, ringbuf)",
@@ -169,11 +171,12 @@ impl MapDef {
     }
 
     /// Region bytes this map needs (page-rounded), given the per-CPU slot count.
-    pub fn storage_size(&self, possible_cpus: u32) -> Result<u64, DefError> {
+    pub fn storage_size(&self, possible_cpus: u32) -> Result<u64, Error> {
         Ok(self.layout(possible_cpus)?.size)
     }
 
-    pub(crate) fn layout(&self, possible_cpus: u32) -> Result<StorageLayout, DefError> {
+    /// How this map's storage is laid out, given the per-CPU slot count.
+    pub fn layout(&self, possible_cpus: u32) -> Result<StorageLayout, Error> {
         let kind = self.validate()?;
         let page = PAGE_SIZE as u64;
         let value_stride = align_up(u64::from(self.value_size), 8);

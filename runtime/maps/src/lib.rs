@@ -12,6 +12,7 @@
 mod array;
 pub mod current;
 pub mod def;
+mod error;
 mod hash;
 pub mod layout;
 mod lock;
@@ -19,9 +20,10 @@ mod map;
 mod region;
 pub mod ringbuf;
 
-pub use def::{MapDef, MapKind};
+pub use def::{MapDef, MapKind, StorageLayout};
+pub use error::Error;
 pub use map::{Map, ProgramMemory};
-pub use region::{region_path, MapInfo, ProgramInfo, ProgramKind, ProgramSpec, Region, RegionError, RegionSpec};
+pub use region::{region_path, MapInfo, ProgramInfo, ProgramKind, ProgramSpec, Region, RegionSpec};
 pub use ringbuf::RingBuf;
 
 /// A positive errno value, as the kernel returns (negated) for the same map operation.

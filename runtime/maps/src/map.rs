@@ -13,7 +13,8 @@ use crate::array::ArrayView;
 use crate::def::{MapDef, MapKind};
 use crate::hash::HashView;
 use crate::layout::{Bucket, HashControl, PAGE_SIZE};
-use crate::region::{MapInfo, Region, RegionError, Shared};
+use crate::error::Error;
+use crate::region::{MapInfo, Region, Shared};
 use crate::ringbuf::RingBuf;
 use crate::Errno;
 
@@ -49,7 +50,7 @@ pub(crate) fn initialise(shared: &Shared, info: &MapInfo, kind: MapKind, initial
         MapKind::Array => {
             if let Some(data) = initial {
                 // SAFETY: the values lie in the freshly allocated area; data fits one value.
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), shared.base.add(info.values as usize), data.len()) };
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), shared.base.add(info.values_offset() as usize), data.len()) };
             }
         }
         MapKind::Hash | MapKind::PercpuHash => {
@@ -59,18 +60,18 @@ pub(crate) fn initialise(shared: &Shared, info: &MapInfo, kind: MapKind, initial
     }
 }
 
-fn hash_view(shared: &Shared, info: &MapInfo) -> Result<HashView, RegionError> {
-    let d = &info.def;
+fn hash_view(shared: &Shared, info: &MapInfo) -> Result<HashView, Error> {
+    let (d, s, at) = (&info.def, &info.storage, |offset: u64| info.area + offset);
     Ok(HashView {
-        control: shared.at(info.control, std::mem::size_of::<HashControl>() as u64)? as *const HashControl,
-        buckets: shared.at(info.buckets, u64::from(info.n_buckets) * std::mem::size_of::<Bucket>() as u64)? as *const Bucket,
-        n_buckets: info.n_buckets,
-        entries: shared.at(info.entries, u64::from(d.max_entries) * u64::from(info.entry_stride))?,
-        entry_stride: info.entry_stride as usize,
-        values: shared.at(info.values, u64::from(d.max_entries) * u64::from(info.cpus) * u64::from(info.value_stride))?,
+        control: shared.at(at(s.control), std::mem::size_of::<HashControl>() as u64)? as *const HashControl,
+        buckets: shared.at(at(s.buckets), u64::from(s.n_buckets) * std::mem::size_of::<Bucket>() as u64)? as *const Bucket,
+        n_buckets: s.n_buckets,
+        entries: shared.at(at(s.entries), u64::from(d.max_entries) * u64::from(s.entry_stride))?,
+        entry_stride: s.entry_stride as usize,
+        values: shared.at(info.values_offset(), s.values_len(d.max_entries))?,
         value_size: d.value_size as usize,
-        stride: info.value_stride as usize,
-        cpus: info.cpus,
+        stride: s.value_stride as usize,
+        cpus: s.cpus,
         key_size: d.key_size as usize,
         max_entries: d.max_entries,
     })
@@ -78,45 +79,34 @@ fn hash_view(shared: &Shared, info: &MapInfo) -> Result<HashView, RegionError> {
 
 /// Checks that a map entry read from the region is what its definition implies (another process
 /// could have written anything there), so the views below never point outside the region.
-fn check_entry(region: &Region, info: &MapInfo) -> Result<MapKind, RegionError> {
-    let layout = info.def.layout(region.possible_cpus())?;
-    let consistent = info.area % PAGE_SIZE as u64 == 0
-        && info.area_size == layout.size
-        && info.values == info.area + layout.values
-        && info.buckets == info.area + layout.buckets
-        && info.entries == info.area + layout.entries
-        && info.control == info.area + layout.control
-        && info.n_buckets == layout.n_buckets
-        && info.entry_stride == layout.entry_stride
-        && info.value_stride == layout.value_stride
-        && info.cpus == layout.cpus;
-    region.shared.at(info.area, info.area_size)?;
+fn check_entry(region: &Region, info: &MapInfo) -> Result<MapKind, Error> {
+    let consistent = info.area % PAGE_SIZE as u64 == 0 && info.storage == info.def.layout(region.possible_cpus())?;
+    region.shared.at(info.area, info.storage.size)?;
     if !consistent {
-        return Err(RegionError(format!("map `{}` (id {}): its region entry is corrupt", info.name, info.id)));
+        return Err(Error(format!("map `{}` (id {}): its region entry is corrupt", info.name, info.id)));
     }
-    info.def.validate().map_err(Into::into)
+    info.def.validate()
 }
 
 impl Map {
-    pub(crate) fn new(region: &Region, info: MapInfo) -> Result<Map, RegionError> {
+    pub(crate) fn new(region: &Region, info: MapInfo) -> Result<Map, Error> {
         let kind = check_entry(region, &info)?;
-        let shared = &region.shared;
-        let d = info.def;
+        let (shared, d, s) = (&region.shared, info.def, info.storage);
         let storage = match kind {
             MapKind::Array | MapKind::PercpuArray => Storage::Array(ArrayView {
-                values: shared.at(info.values, u64::from(d.max_entries) * u64::from(info.cpus) * u64::from(info.value_stride))?,
+                values: shared.at(info.values_offset(), s.values_len(d.max_entries))?,
                 value_size: d.value_size as usize,
-                stride: info.value_stride as usize,
-                cpus: info.cpus,
+                stride: s.value_stride as usize,
+                cpus: s.cpus,
                 max_entries: d.max_entries,
             }),
             MapKind::Hash | MapKind::PercpuHash => Storage::Hash(hash_view(shared, &info)?),
             MapKind::RingBuf => Storage::Ring(RingBuf::map(
                 shared,
-                info.control,
-                info.buckets,
-                info.entries,
-                info.values,
+                info.area + s.control,
+                info.ringbuf_consumer_offset(),
+                info.ringbuf_producer_offset(),
+                info.values_offset(),
                 u64::from(d.max_entries),
             )?),
         };
@@ -150,10 +140,10 @@ impl Map {
     /// BPF_F_RDONLY_PROG, e.g. `.rodata`) or the ring buffer's data.
     pub fn program_memory(&self) -> ProgramMemory {
         let writable = self.info.def.map_flags & crate::def::BPF_F_RDONLY_PROG == 0;
-        let values_len = |max_entries: u32| u64::from(max_entries) * u64::from(self.info.cpus) * u64::from(self.info.value_stride);
+        let values_len = self.info.storage.values_len(self.info.def.max_entries);
         match &self.storage {
-            Storage::Array(a) => ProgramMemory { start: a.values, len: values_len(a.max_entries), writable },
-            Storage::Hash(h) => ProgramMemory { start: h.values, len: values_len(h.max_entries), writable },
+            Storage::Array(a) => ProgramMemory { start: a.values, len: values_len, writable },
+            Storage::Hash(h) => ProgramMemory { start: h.values, len: values_len, writable },
             Storage::Ring(r) => {
                 let (start, len) = r.data_mapping();
                 ProgramMemory { start, len, writable: true }
@@ -201,7 +191,7 @@ impl Map {
     /// for per-CPU maps.
     pub fn syscall_value_size(&self) -> usize {
         if self.kind.is_percpu() {
-            self.info.cpus as usize * self.info.value_stride as usize
+            self.info.storage.cpus as usize * self.info.storage.value_stride as usize
         } else {
             self.info.def.value_size as usize
         }

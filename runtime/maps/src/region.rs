@@ -13,30 +13,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::current;
-use crate::def::{DefError, MapDef, MapKind};
+use crate::def::{MapDef, MapKind, StorageLayout};
+use crate::error::Error;
 use crate::layout::*;
 use crate::map::Map;
 
-/// A failed region operation, with what was being done.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RegionError(pub String);
-
-impl fmt::Display for RegionError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for RegionError {}
-
-impl From<DefError> for RegionError {
-    fn from(e: DefError) -> Self {
-        RegionError(e.0)
-    }
-}
-
-fn os_error(what: impl fmt::Display) -> RegionError {
-    RegionError(format!("{what}: {}", std::io::Error::last_os_error()))
+fn os_error(what: impl fmt::Display) -> Error {
+    Error(format!("{what}: {}", std::io::Error::last_os_error()))
 }
 
 /// Where named regions live.
@@ -89,29 +72,27 @@ pub struct MapInfo {
     pub id: u32,
     pub name: String,
     pub def: MapDef,
-    /// Region file offsets (see `layout::MapEntry`).
+    /// Region file offset of the map's storage (page-aligned).
     pub area: u64,
-    pub area_size: u64,
-    pub values: u64,
-    pub buckets: u64,
-    pub entries: u64,
-    pub control: u64,
-    pub n_buckets: u32,
-    pub entry_stride: u32,
-    pub value_stride: u32,
-    pub cpus: u32,
+    /// The storage's parts, relative to `area`.
+    pub storage: StorageLayout,
 }
 
 impl MapInfo {
+    /// Region file offset of the value array (ring buffers: the data).
+    pub fn values_offset(&self) -> u64 {
+        self.area + self.storage.values
+    }
+
     /// Ring buffers: file offset of the consumer page (what libbpf maps at map-fd offset 0).
     pub fn ringbuf_consumer_offset(&self) -> u64 {
-        self.buckets
+        self.area + self.storage.buckets
     }
 
     /// Ring buffers: file offset of the producer page, followed by the data (libbpf maps it at
     /// map-fd offset one page, length page + 2 x size, the data twice).
     pub fn ringbuf_producer_offset(&self) -> u64 {
-        self.entries
+        self.area + self.storage.entries
     }
 }
 
@@ -155,10 +136,10 @@ impl Shared {
     }
 
     /// Pointer to byte `offset`, checked to leave `len` bytes inside the region.
-    pub(crate) fn at(&self, offset: u64, len: u64) -> Result<*mut u8, RegionError> {
+    pub(crate) fn at(&self, offset: u64, len: u64) -> Result<*mut u8, Error> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len as u64 => Ok(self.base.wrapping_add(offset as usize)),
-            _ => Err(RegionError(format!("offset {offset:#x} + {len} lies outside the {}-byte region", self.len))),
+            _ => Err(Error(format!("offset {offset:#x} + {len} lies outside the {}-byte region", self.len))),
         }
     }
 }
@@ -187,7 +168,7 @@ impl fmt::Debug for Region {
     }
 }
 
-fn check_name(name: &str) -> Result<(), RegionError> {
+fn check_name(name: &str) -> Result<(), Error> {
     let ok = !name.is_empty()
         && name.len() <= 200
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
@@ -195,7 +176,7 @@ fn check_name(name: &str) -> Result<(), RegionError> {
     if ok {
         Ok(())
     } else {
-        Err(RegionError(format!(
+        Err(Error(format!(
             "invalid region name {name:?}: use 1-200 characters from A-Z a-z 0-9 . _ - (not starting with .)"
         )))
     }
@@ -206,7 +187,7 @@ pub fn region_path(name: &str) -> PathBuf {
     Path::new(SHM_DIR).join(format!("{FILE_PREFIX}{name}"))
 }
 
-fn map_shared(fd: &OwnedFd, len: usize) -> Result<*mut u8, RegionError> {
+fn map_shared(fd: &OwnedFd, len: usize) -> Result<*mut u8, Error> {
     // SAFETY: a fresh shared mapping of a file we hold open.
     let base = unsafe {
         libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
@@ -217,11 +198,11 @@ fn map_shared(fd: &OwnedFd, len: usize) -> Result<*mut u8, RegionError> {
     Ok(base.cast())
 }
 
-fn check_page_size() -> Result<(), RegionError> {
+fn check_page_size() -> Result<(), Error> {
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if page as usize != PAGE_SIZE {
-        return Err(RegionError(format!("uebpf regions need {PAGE_SIZE}-byte pages; this system uses {page}")));
+        return Err(Error(format!("uebpf regions need {PAGE_SIZE}-byte pages; this system uses {page}")));
     }
     Ok(())
 }
@@ -229,7 +210,7 @@ fn check_page_size() -> Result<(), RegionError> {
 impl Region {
     /// Creates `/dev/shm/uebpf-<name>` (mode 0600; fails if it exists). The file is removed when
     /// the returned region (and every clone) is dropped.
-    pub fn create(name: &str, spec: RegionSpec) -> Result<Region, RegionError> {
+    pub fn create(name: &str, spec: RegionSpec) -> Result<Region, Error> {
         check_name(name)?;
         let path = region_path(name);
         let c_path = CString::new(path.as_os_str().as_encoded_bytes()).expect("checked name has no NUL");
@@ -247,7 +228,7 @@ impl Region {
     }
 
     /// Creates a region that has no name (a memfd): for a single process, nothing to clean up.
-    pub fn create_anonymous(spec: RegionSpec) -> Result<Region, RegionError> {
+    pub fn create_anonymous(spec: RegionSpec) -> Result<Region, Error> {
         // SAFETY: memfd_create with a static name.
         let fd = unsafe { libc::memfd_create(c"uebpf-anonymous".as_ptr(), libc::MFD_CLOEXEC) };
         if fd < 0 {
@@ -257,8 +238,8 @@ impl Region {
         Region::build(unsafe { OwnedFd::from_raw_fd(fd) }, None, spec)
     }
 
-    fn build(fd: OwnedFd, path: Option<PathBuf>, spec: RegionSpec) -> Result<Region, RegionError> {
-        let remove = |e: RegionError| {
+    fn build(fd: OwnedFd, path: Option<PathBuf>, spec: RegionSpec) -> Result<Region, Error> {
+        let remove = |e: Error| {
             if let Some(path) = &path {
                 let _ = std::fs::remove_file(path);
             }
@@ -296,7 +277,7 @@ impl Region {
     }
 
     /// Maps the existing region `name` (created by another process). It is not removed on drop.
-    pub fn open(name: &str) -> Result<Region, RegionError> {
+    pub fn open(name: &str) -> Result<Region, Error> {
         check_name(name)?;
         check_page_size()?;
         let path = region_path(name);
@@ -315,7 +296,7 @@ impl Region {
         }
         let len = stat.st_size as usize;
         if len < PAGE_SIZE {
-            return Err(RegionError(format!("{} is not a uebpf region (only {len} bytes)", path.display())));
+            return Err(Error(format!("{} is not a uebpf region (only {len} bytes)", path.display())));
         }
         let base = map_shared(&fd, len)?;
         let region = Region { shared: Arc::new(Shared { fd, base, len, path: Some(path), remove_on_drop: false }) };
@@ -323,20 +304,20 @@ impl Region {
         Ok(region)
     }
 
-    fn check_header(&self) -> Result<(), RegionError> {
+    fn check_header(&self) -> Result<(), Error> {
         let h = self.header();
         let path = self.path().map_or("region".into(), |p| p.display().to_string());
         std::sync::atomic::fence(Ordering::Acquire);
         if h.magic != MAGIC {
-            return Err(RegionError(format!("{path} is not a uebpf region (or is still being created)")));
+            return Err(Error(format!("{path} is not a uebpf region (or is still being created)")));
         }
         if h.version != VERSION || h.page_size as usize != PAGE_SIZE {
-            return Err(RegionError(format!("{path} has layout version {} (this uebpf reads {VERSION})", h.version)));
+            return Err(Error(format!("{path} has layout version {} (this uebpf reads {VERSION})", h.version)));
         }
         let tables_fit = self.shared.at(h.map_table, u64::from(h.map_capacity) * std::mem::size_of::<MapEntry>() as u64).is_ok()
             && self.shared.at(h.prog_table, u64::from(h.prog_capacity) * std::mem::size_of::<ProgEntry>() as u64).is_ok();
         if h.size != self.shared.len as u64 || !tables_fit || h.possible_cpus == 0 {
-            return Err(RegionError(format!("{path}: corrupt header (sizes or tables out of range)")));
+            return Err(Error(format!("{path}: corrupt header (sizes or tables out of range)")));
         }
         Ok(())
     }
@@ -374,12 +355,12 @@ impl Region {
     }
 
     /// Takes `len` bytes (page-aligned start) from the arena. Must hold `alloc_lock`.
-    fn allocate(&self, len: u64, what: &str) -> Result<u64, RegionError> {
+    fn allocate(&self, len: u64, what: &str) -> Result<u64, Error> {
         // SAFETY: alloc_next is only written under alloc_lock, which the caller holds.
         let header = unsafe { &mut *(self.shared.base as *mut RegionHeader) };
         let start = align_up(header.alloc_next, PAGE_SIZE as u64);
         let end = start.checked_add(len).filter(|&end| end <= header.size).ok_or_else(|| {
-            RegionError(format!(
+            Error(format!(
                 "region full: {what} needs {len} bytes, {} are left (create the region with a larger arena)",
                 header.size.saturating_sub(start)
             ))
@@ -400,8 +381,8 @@ impl Region {
 
     /// Creates a map and returns its id. `initial` fills the value of element 0 of an array map
     /// (global data: `.data`, `.rodata`).
-    pub fn create_map(&self, name: &str, def: &MapDef, initial: Option<&[u8]>) -> Result<u32, RegionError> {
-        let fail = |why: String| RegionError(format!("map `{name}`: {why}"));
+    pub fn create_map(&self, name: &str, def: &MapDef, initial: Option<&[u8]>) -> Result<u32, Error> {
+        let fail = |why: String| Error(format!("map `{name}`: {why}"));
         let kind = def.validate().map_err(|e| fail(e.0))?;
         let layout = def.layout(self.possible_cpus()).map_err(|e| fail(e.0))?;
         if let Some(data) = initial {
@@ -441,7 +422,7 @@ impl Region {
         };
         let mut entry = entry;
         write_name(&mut entry.name, name);
-        let info = entry_info(&entry);
+        let info = MapInfo { id: index + 1, name: name.to_string(), def: *def, area, storage: layout };
         crate::map::initialise(&self.shared, &info, kind, initial);
         // SAFETY: the slot is beyond map_count, so no reader looks at it until we publish.
         unsafe { self.map_entry_ptr(index).write(entry) };
@@ -456,31 +437,31 @@ impl Region {
         (0..count).map(|i| entry_info(unsafe { &*self.map_entry_ptr(i) })).collect()
     }
 
-    pub fn map_info(&self, id: u32) -> Result<MapInfo, RegionError> {
+    pub fn map_info(&self, id: u32) -> Result<MapInfo, Error> {
         let count = self.header().map_count.load(Ordering::Acquire).min(self.header().map_capacity);
         if id == 0 || id > count {
-            return Err(RegionError(format!("no map with id {id} (the region has {count})")));
+            return Err(Error(format!("no map with id {id} (the region has {count})")));
         }
         // SAFETY: as in maps().
         Ok(entry_info(unsafe { &*self.map_entry_ptr(id - 1) }))
     }
 
     /// The first map called `name`.
-    pub fn map_info_by_name(&self, name: &str) -> Result<MapInfo, RegionError> {
+    pub fn map_info_by_name(&self, name: &str) -> Result<MapInfo, Error> {
         self.maps()
             .into_iter()
             .find(|m| m.name == name)
-            .ok_or_else(|| RegionError(format!("no map named `{name}` in the region")))
+            .ok_or_else(|| Error(format!("no map named `{name}` in the region")))
     }
 
     /// This process's view of map `id`, for operations.
-    pub fn map(&self, id: u32) -> Result<Map, RegionError> {
+    pub fn map(&self, id: u32) -> Result<Map, Error> {
         Map::new(self, self.map_info(id)?)
     }
 
     /// Stores a program; returns its id.
-    pub fn add_program(&self, spec: &ProgramSpec) -> Result<u32, RegionError> {
-        let fail = |why: String| RegionError(format!("program `{}`: {why}", spec.name));
+    pub fn add_program(&self, spec: &ProgramSpec) -> Result<u32, Error> {
+        let fail = |why: String| Error(format!("program `{}`: {why}", spec.name));
         if spec.bytecode.is_empty() || spec.bytecode.len() % 8 != 0 {
             return Err(fail(format!("bytecode length {} is not a positive multiple of 8", spec.bytecode.len())));
         }
@@ -533,10 +514,10 @@ impl Region {
     }
 
     /// The bytecode of program `id` (copied out of the region).
-    pub fn program_bytecode(&self, id: u32) -> Result<Vec<u8>, RegionError> {
+    pub fn program_bytecode(&self, id: u32) -> Result<Vec<u8>, Error> {
         let count = self.header().prog_count.load(Ordering::Acquire).min(self.header().prog_capacity);
         if id == 0 || id > count {
-            return Err(RegionError(format!("no program with id {id} (the region has {count})")));
+            return Err(Error(format!("no program with id {id} (the region has {count})")));
         }
         // SAFETY: published entry.
         let e = unsafe { &*self.prog_entry_ptr(id - 1) };
@@ -559,14 +540,17 @@ fn entry_info(e: &MapEntry) -> MapInfo {
             map_flags: e.map_flags,
         },
         area: e.area,
-        area_size: e.area_size,
-        values: e.values,
-        buckets: e.buckets,
-        entries: e.entries,
-        control: e.control,
-        n_buckets: e.n_buckets,
-        entry_stride: e.entry_stride,
-        value_stride: e.value_stride,
-        cpus: e.cpus,
+        // Wrapping: a corrupt entry gives a layout that fails the check in `Map::new`.
+        storage: StorageLayout {
+            size: e.area_size,
+            values: e.values.wrapping_sub(e.area),
+            buckets: e.buckets.wrapping_sub(e.area),
+            entries: e.entries.wrapping_sub(e.area),
+            control: e.control.wrapping_sub(e.area),
+            n_buckets: e.n_buckets,
+            entry_stride: e.entry_stride,
+            value_stride: e.value_stride,
+            cpus: e.cpus,
+        },
     }
 }

@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::layout::*;
-use crate::region::{RegionError, Shared};
+use crate::error::Error;
+use crate::region::Shared;
 use crate::Errno;
 
 pub const BPF_RB_NO_WAKEUP: u64 = 1;
@@ -58,8 +59,8 @@ fn round_record(len: u32) -> u64 {
 impl RingBuf {
     /// Maps the ring whose control page, consumer page, producer page and data start at the
     /// given region offsets (validated by the caller).
-    pub(crate) fn map(shared: &Shared, control: u64, consumer: u64, producer: u64, data: u64, size: u64) -> Result<RingBuf, RegionError> {
-        let fail = |what: &str| RegionError(format!("cannot map the ring buffer's data twice ({what}): {}", std::io::Error::last_os_error()));
+    pub(crate) fn map(shared: &Shared, control: u64, consumer: u64, producer: u64, data: u64, size: u64) -> Result<RingBuf, Error> {
+        let fail = |what: &str| Error(format!("cannot map the ring buffer's data twice ({what}): {}", std::io::Error::last_os_error()));
         let len = 2 * size as usize;
         // SAFETY: reserve address space, then map the data file range into both halves.
         unsafe {

@@ -138,7 +138,7 @@ fn ring_buffer_keeps_the_kernel_record_layout_and_never_overwrites() {
     let ring = map.ringbuf().unwrap();
     let info = map.info();
     assert_eq!(info.ringbuf_producer_offset(), info.ringbuf_consumer_offset() + 4096);
-    assert_eq!(info.values, info.ringbuf_producer_offset() + 4096, "data follows the producer page");
+    assert_eq!(info.values_offset(), info.ringbuf_producer_offset() + 4096, "data follows the producer page");
 
     let first = ring.reserve(5);
     assert!(!first.is_null());

@@ -31,6 +31,18 @@ pub struct Timed {
 
 pub type Runner<'a> = Box<dyn FnMut(&mut [u8], u64) -> Result<Timed, String> + 'a>;
 
+/// As `time_loop` for calls that can fail; the last failure (if any) is the result.
+fn time_fallible(iterations: u64, mut call: impl FnMut() -> Result<u64, String>) -> Result<Timed, String> {
+    let mut error = None;
+    let timed = time_loop(iterations, || {
+        call().unwrap_or_else(|e| {
+            error = Some(e);
+            0
+        })
+    });
+    error.map_or(Ok(timed), Err)
+}
+
 /// Times `iterations` calls of `call` and returns the mean and the last result.
 fn time_loop(iterations: u64, mut call: impl FnMut() -> u64) -> Timed {
     let mut r0 = 0;
@@ -173,16 +185,7 @@ fn embedded_engine<'a>(engine: &str, embedded: &Embedded) -> Result<Runner<'a>, 
         "uebpf-interpreter" | "uebpf-jit" => {
             let mode = if engine == "uebpf-jit" { Engine::Jit } else { Engine::Interpreter };
             let program = embedded.instance.program(embedded.program, mode).map_err(|e| e.0)?;
-            Ok(Box::new(move |packet: &mut [u8], iterations| {
-                let mut error = None;
-                let timed = time_loop(iterations, || {
-                    program.run(packet).unwrap_or_else(|e| {
-                        error = Some(e.0);
-                        0
-                    })
-                });
-                error.map_or(Ok(timed), Err)
-            }))
+            Ok(Box::new(move |packet: &mut [u8], iterations| time_fallible(iterations, || program.run(packet).map_err(|e| e.0))))
         }
         "uebpf-c-api-jit" => {
             let program = CProgram::load(embedded, 1)?;
@@ -222,14 +225,7 @@ pub fn prepare<'a>(engine: &str, program: &'a BenchProgram, loaded: &'a Program)
     }
     match engine {
         "uebpf-interpreter" => Ok(Box::new(move |packet: &mut [u8], iterations| {
-            let mut error = None;
-            let timed = time_loop(iterations, || {
-                loaded.interpret(packet, None).unwrap_or_else(|e| {
-                    error = Some(e.to_string());
-                    0
-                })
-            });
-            error.map_or(Ok(timed), Err)
+            time_fallible(iterations, || loaded.interpret(packet, None).map_err(|e| e.to_string()))
         })),
         "uebpf-jit" => {
             let jit = JitProgram::compile(loaded).map_err(|e| e.to_string())?;
@@ -242,14 +238,7 @@ pub fn prepare<'a>(engine: &str, program: &'a BenchProgram, loaded: &'a Program)
         "rbpf-interpreter" => {
             let vm = rbpf_guard("load", || rbpf::EbpfVmRaw::new(Some(&program.bytecode)))?;
             Ok(Box::new(move |packet: &mut [u8], iterations| {
-                let mut error = None;
-                let timed = time_loop(iterations, || {
-                    vm.execute_program(packet).unwrap_or_else(|e| {
-                        error = Some(format!("rbpf interpreter: {e}"));
-                        0
-                    })
-                });
-                error.map_or(Ok(timed), Err)
+                time_fallible(iterations, || vm.execute_program(packet).map_err(|e| format!("rbpf interpreter: {e}")))
             }))
         }
         "rbpf-jit" => {
