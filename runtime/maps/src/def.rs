@@ -155,7 +155,7 @@ impl MapDef {
                     return fail("ring buffers have no key or value size (both must be 0)".into());
                 }
                 let size = self.max_entries as usize;
-                if !size.is_power_of_two() || size % PAGE_SIZE != 0 {
+                if !size.is_power_of_two() || !size.is_multiple_of(PAGE_SIZE) {
                     return fail(format!("ring buffer size {size} must be a power of two and a multiple of {PAGE_SIZE}"));
                 }
                 return Ok(kind);

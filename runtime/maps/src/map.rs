@@ -80,7 +80,7 @@ fn hash_view(shared: &Shared, info: &MapInfo) -> Result<HashView, Error> {
 /// Checks that a map entry read from the region is what its definition implies (another process
 /// could have written anything there), so the views below never point outside the region.
 fn check_entry(region: &Region, info: &MapInfo) -> Result<MapKind, Error> {
-    let consistent = info.area % PAGE_SIZE as u64 == 0 && info.storage == info.def.layout(region.possible_cpus())?;
+    let consistent = info.area.is_multiple_of(PAGE_SIZE as u64) && info.storage == info.def.layout(region.possible_cpus())?;
     region.shared.at(info.area, info.storage.size)?;
     if !consistent {
         return Err(Error(format!("map `{}` (id {}): its region entry is corrupt", info.name, info.id)));

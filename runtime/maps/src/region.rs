@@ -338,20 +338,9 @@ impl Region {
         self.shared.raw_fd()
     }
 
-    pub fn size(&self) -> u64 {
-        self.shared.len as u64
-    }
-
     /// Per-CPU slots of per-CPU maps in this region.
     pub fn possible_cpus(&self) -> u32 {
         self.header().possible_cpus
-    }
-
-    /// Bytes still free in the arena.
-    pub fn free_bytes(&self) -> u64 {
-        let h = self.header();
-        let _guard = h.alloc_lock.lock();
-        h.size - h.alloc_next
     }
 
     /// Takes `len` bytes (page-aligned start) from the arena. Must hold `alloc_lock`.
@@ -400,7 +389,7 @@ impl Region {
             return Err(fail(format!("the region's map table is full ({} maps)", h.map_capacity)));
         }
         let area = self.allocate(layout.size, &format!("map `{name}`")).map_err(|e| fail(e.0))?;
-        let entry = MapEntry {
+        let mut entry = MapEntry {
             id: index + 1,
             map_type: def.map_type,
             key_size: def.key_size,
@@ -420,7 +409,6 @@ impl Region {
             name: [0; NAME_LEN],
             _reserved: [0; 5],
         };
-        let mut entry = entry;
         write_name(&mut entry.name, name);
         let info = MapInfo { id: index + 1, name: name.to_string(), def: *def, area, storage: layout };
         crate::map::initialise(&self.shared, &info, kind, initial);
@@ -462,7 +450,7 @@ impl Region {
     /// Stores a program; returns its id.
     pub fn add_program(&self, spec: &ProgramSpec) -> Result<u32, Error> {
         let fail = |why: String| Error(format!("program `{}`: {why}", spec.name));
-        if spec.bytecode.is_empty() || spec.bytecode.len() % 8 != 0 {
+        if spec.bytecode.is_empty() || !spec.bytecode.len().is_multiple_of(8) {
             return Err(fail(format!("bytecode length {} is not a positive multiple of 8", spec.bytecode.len())));
         }
         let h = self.header();

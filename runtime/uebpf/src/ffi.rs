@@ -115,7 +115,7 @@ pub unsafe extern "C" fn uebpf_object_load(object: *mut Object, region_name: *co
 /// `region_name` NUL-terminated.
 #[no_mangle]
 pub unsafe extern "C" fn uebpf_instance_open(region_name: *const c_char) -> *mut Instance {
-    let opened = str_arg(region_name, "region name").and_then(|name| Ok(Region::open(name)?)).and_then(|r| Instance::new(&r));
+    let opened = str_arg(region_name, "region name").and_then(Region::open).and_then(|r| Instance::new(&r));
     match opened {
         Ok(instance) => Box::into_raw(Box::new(instance)),
         Err(e) => fail(e, std::ptr::null_mut()),
