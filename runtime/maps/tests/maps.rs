@@ -190,3 +190,52 @@ fn ring_buffer_records_wrap_contiguously() {
     }
     assert!(ring.query(BPF_RB_PROD_POS) > 4096 * 3, "the positions went around the ring several times");
 }
+
+/// Maps a ring the way libbpf's ring_buffer__add maps a kernel ring buffer's fd (consumer page
+/// read-write; producer page and the data twice, read-only, in one range), here from the region
+/// file at the offsets MapInfo gives, and consumes with libbpf's algorithm (ringbuf_process_ring).
+#[test]
+fn a_libbpf_style_consumer_reads_the_ring_from_the_region_file() {
+    let region = anonymous();
+    let size = 8192usize;
+    let map = region.map(region.create_map("rb", &def(BPF_MAP_TYPE_RINGBUF, 0, 0, size as u32), None).unwrap()).unwrap();
+    let ring = map.ringbuf().unwrap();
+    let info = map.info().clone();
+    let page = 4096usize;
+    // SAFETY: fresh shared mappings of the region file at page-aligned offsets.
+    let (consumer, producer) = unsafe {
+        let consumer = libc::mmap(std::ptr::null_mut(), page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, region.fd(), info.ringbuf_consumer_offset() as i64);
+        let producer = libc::mmap(std::ptr::null_mut(), page + 2 * size, libc::PROT_READ, libc::MAP_SHARED, region.fd(), info.ringbuf_producer_offset() as i64);
+        assert!(consumer != libc::MAP_FAILED && producer != libc::MAP_FAILED);
+        // The kernel maps the data twice; from a file that is a second mapping right after.
+        let again = libc::mmap((producer as *mut u8).add(page + size).cast(), size, libc::PROT_READ, libc::MAP_SHARED | libc::MAP_FIXED, region.fd(), info.values_offset() as i64);
+        assert!(again != libc::MAP_FAILED);
+        (consumer as *mut u64, producer as *const u8)
+    };
+    let mut produced = Vec::new();
+    let mut consumed = Vec::new();
+    for round in 0..40u32 {
+        let payload: Vec<u8> = (0..(500 + round * 37) as usize).map(|i| (i as u32 * 7 + round) as u8).collect();
+        unsafe { ring.output(payload.as_ptr(), payload.len() as u64, 0) }.unwrap();
+        produced.push(payload);
+        // libbpf: cons = load_acquire(consumer_pos); while cons < load_acquire(producer_pos) ...
+        unsafe {
+            let mut cons = std::ptr::read_volatile(consumer);
+            let prod = std::ptr::read_volatile(producer as *const u64);
+            while cons < prod {
+                let header = producer.add(page + (cons as usize & (size - 1)));
+                let len = std::ptr::read_volatile(header as *const u32);
+                assert_eq!(len & (RINGBUF_BUSY_BIT | RINGBUF_DISCARD_BIT), 0);
+                consumed.push(std::slice::from_raw_parts(header.add(8), len as usize).to_vec());
+                cons += ((len as u64 + 8) + 7) / 8 * 8;
+                std::ptr::write_volatile(consumer, cons);
+            }
+        }
+    }
+    assert_eq!(consumed, produced, "records that wrapped are contiguous in the double mapping too");
+    assert_eq!(ring.query(BPF_RB_CONS_POS), ring.query(BPF_RB_PROD_POS), "the producer sees the consumer's position");
+    unsafe {
+        libc::munmap(consumer.cast(), page);
+        libc::munmap(producer as *mut _, page + 2 * size);
+    }
+}
