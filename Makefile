@@ -29,7 +29,7 @@ $(SETUP_STAMP): pyproject.toml scripts/setup.sh
 	scripts/setup.sh
 	touch $@
 
-build: setup workloads tracers runtime $(BUILD)/buildinfo.json
+build: setup workloads tracers runtime runtime-tools $(BUILD)/buildinfo.json
 
 # Build flags, recorded with every result (DESIGN rule 6).
 $(BUILD)/buildinfo.json: Makefile | $(BIN)
@@ -89,10 +89,19 @@ RUNTIME_OUT := runtime/target/release
 .PHONY: runtime runtime-test
 runtime: | $(BIN) $(LIB)
 	cargo build --release --manifest-path runtime/Cargo.toml
-	cp $(RUNTIME_OUT)/uebpf-vmbench $(BIN)/
-	cp $(RUNTIME_OUT)/libuebpf_vm.so $(RUNTIME_OUT)/libuebpf_vm.a $(LIB)/
-	mkdir -p $(BUILD)/include && cp runtime/vm/include/uebpf_vm.h $(BUILD)/include/
+	cp $(RUNTIME_OUT)/uebpf-vmbench $(RUNTIME_OUT)/uebpf $(BIN)/
+	cp $(RUNTIME_OUT)/libuebpf_vm.so $(RUNTIME_OUT)/libuebpf_vm.a $(RUNTIME_OUT)/libuebpf.so $(RUNTIME_OUT)/libuebpf.a $(LIB)/
+	mkdir -p $(BUILD)/include && cp runtime/vm/include/uebpf_vm.h runtime/uebpf/include/uebpf.h $(BUILD)/include/
 
-# Conformance tests load programs into the kernel: run as root.
-runtime-test:
-	cargo test --release --manifest-path runtime/Cargo.toml
+# The objects uebpf is checked with (cargo tests and tests/test_uebpf.py load them), and the
+# kernel-vs-uebpf cross-check harness (C: libbpf for the kernel side, uebpf.h for ours).
+UEBPF_OBJECTS := $(BPF)/functrace.bpf.o $(BPF)/uebpf_check.bpf.o $(BPF)/uebpf_stress.bpf.o $(BPF)/uebpf_embed.bpf.o
+.PHONY: runtime-tools
+runtime-tools: $(UEBPF_OBJECTS) $(BIN)/uebpf-crosscheck
+
+$(BIN)/uebpf-crosscheck: runtime/crosscheck/crosscheck.c runtime/uebpf/include/uebpf.h | runtime $(BIN)
+	$(CC) $(CFLAGS) -Iruntime/uebpf/include -o $@ $< $$(pkg-config --cflags --libs libbpf) -L$(LIB) -luebpf -Wl,-rpath,'$$ORIGIN/../lib'
+
+# Conformance tests load programs into the kernel: run as root. Object tests load $(UEBPF_OBJECTS).
+runtime-test: $(UEBPF_OBJECTS)
+	UEBPF_OBJECTS=$(abspath $(BPF)) cargo test --release --manifest-path runtime/Cargo.toml

@@ -3,6 +3,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "uebpf.h"
 #include "uebpf_vm.h"
 
 /* Calls uebpf_vm_run `iterations` times. Returns the XOR of all results (so the calls cannot be
@@ -27,5 +28,21 @@ uint64_t embed_jit_fn_loop(uebpf_jit_fn fn, void *ctx, size_t ctx_len, uint64_t 
 	uint64_t fold = 0;
 	for (uint64_t i = 0; i < iterations; i++)
 		fold ^= fn(ctx, ctx_len);
+	return fold;
+}
+
+/* Calls uebpf_program_run (the runtime's C API, for programs loaded from an object) `iterations`
+ * times; as embed_run_loop otherwise. */
+uint64_t embed_program_loop(const struct uebpf_program *program, void *ctx, size_t ctx_len, uint64_t iterations, int *failed)
+{
+	uint64_t fold = 0, result = 0;
+	*failed = 0;
+	for (uint64_t i = 0; i < iterations; i++) {
+		if (uebpf_program_run(program, ctx, ctx_len, &result) != 0) {
+			*failed = 1;
+			return 0;
+		}
+		fold ^= result;
+	}
 	return fold;
 }

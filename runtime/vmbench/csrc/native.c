@@ -95,3 +95,17 @@ uint64_t native_arith_loop(uint8_t *packet, uint64_t len)
 	}
 	return x;
 }
+
+/* uebpf_embed.bpf.c `array_lookup`: values[di] of a 16-entry array (the packet is a struct
+ * pt_regs; di is at byte 112). */
+#define EMBED_VALUES 16
+uint64_t native_embed_values[EMBED_VALUES];
+
+uint64_t native_array_lookup(uint8_t *packet, uint64_t len)
+{
+	uint64_t index;
+
+	(void)len;
+	__builtin_memcpy(&index, packet + 112, sizeof(index));
+	return (uint32_t)index < EMBED_VALUES ? native_embed_values[(uint32_t)index] : 0;
+}

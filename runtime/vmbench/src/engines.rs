@@ -7,15 +7,16 @@ use std::hint::black_box;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
+use uebpf::{Engine, LoadedProgram};
 use uebpf_vm::{ffi, JitFunction, JitProgram, Program};
 
-use crate::programs::BenchProgram;
+use crate::programs::{BenchProgram, Embedded};
 
 pub const ENGINES: [(&str, &str); 8] = [
-    ("uebpf-interpreter", "uebpf interpreter through the Rust API (Program::interpret, every access checked)"),
-    ("uebpf-jit", "uebpf x86-64 JIT through the Rust API (JitProgram::run)"),
-    ("uebpf-c-api-jit", "uebpf JIT called from C through uebpf_vm_run (the C embedding API)"),
-    ("uebpf-c-jit-fn", "uebpf JIT called from C through the pointer uebpf_vm_jit_function returns"),
+    ("uebpf-interpreter", "uebpf interpreter through the Rust API (Program::interpret, every access checked; embed_* programs: uebpf::LoadedProgram::run)"),
+    ("uebpf-jit", "uebpf x86-64 JIT through the Rust API (JitProgram::run; embed_* programs: uebpf::LoadedProgram::run)"),
+    ("uebpf-c-api-jit", "uebpf JIT called from C through uebpf_vm_run (embed_* programs: uebpf_program_run), the C embedding APIs"),
+    ("uebpf-c-jit-fn", "uebpf JIT called from C through the pointer uebpf_vm_jit_function (embed_* programs: uebpf_program_jit_function) returns"),
     ("rbpf-interpreter", "rbpf 0.4 interpreter (EbpfVmRaw::execute_program)"),
     ("rbpf-jit", "rbpf 0.4 x86-64 JIT (EbpfVmRaw::execute_program_jit)"),
     ("kernel-jit", "Linux BPF JIT via BPF_PROG_TEST_RUN (XDP, repeat=N); kernel-measured mean ns per run"),
@@ -29,6 +30,18 @@ pub struct Timed {
 }
 
 pub type Runner<'a> = Box<dyn FnMut(&mut [u8], u64) -> Result<Timed, String> + 'a>;
+
+/// As `time_loop` for calls that can fail; the last failure (if any) is the result.
+fn time_fallible(iterations: u64, mut call: impl FnMut() -> Result<u64, String>) -> Result<Timed, String> {
+    let mut error = None;
+    let timed = time_loop(iterations, || {
+        call().unwrap_or_else(|e| {
+            error = Some(e);
+            0
+        })
+    });
+    error.map_or(Ok(timed), Err)
+}
 
 /// Times `iterations` calls of `call` and returns the mean and the last result.
 fn time_loop(iterations: u64, mut call: impl FnMut() -> u64) -> Timed {
@@ -45,6 +58,8 @@ extern "C" {
     /// `vm` is a `struct uebpf_vm *`, opaque on both sides.
     fn embed_run_loop(vm: *mut c_void, ctx: *mut c_void, ctx_len: usize, iterations: u64, failed: *mut c_int) -> u64;
     fn embed_jit_fn_loop(jit: JitFunction, ctx: *mut c_void, ctx_len: usize, iterations: u64) -> u64;
+    /// `program` is a `struct uebpf_program *`, opaque on both sides.
+    fn embed_program_loop(program: *const c_void, ctx: *mut c_void, ctx_len: usize, iterations: u64, failed: *mut c_int) -> u64;
 }
 
 /// A VM created through the C API, freed on drop.
@@ -136,18 +151,81 @@ fn kernel_jit<'a>(program: &BenchProgram) -> Result<Runner<'a>, String> {
     }))
 }
 
+/// A program of an object, loaded through the runtime's C API (`uebpf_program_load`), freed on drop.
+struct CProgram(*mut LoadedProgram);
+
+impl CProgram {
+    fn load(embedded: &Embedded, engine: c_int) -> Result<CProgram, String> {
+        let name = std::ffi::CString::new(embedded.program).expect("program names have no NUL");
+        // SAFETY: a live instance and a NUL-terminated name.
+        let program = unsafe { uebpf::ffi::uebpf_program_load(&embedded.instance, name.as_ptr(), engine) };
+        if program.is_null() {
+            // SAFETY: the thread's last error, NUL-terminated.
+            let why = unsafe { CStr::from_ptr(uebpf::ffi::uebpf_last_error()) };
+            return Err(format!("uebpf_program_load failed: {}", why.to_string_lossy()));
+        }
+        Ok(CProgram(program))
+    }
+
+    fn ptr(&self) -> *mut LoadedProgram {
+        self.0
+    }
+}
+
+impl Drop for CProgram {
+    fn drop(&mut self) {
+        // SAFETY: from uebpf_program_load, not used after this.
+        unsafe { uebpf::ffi::uebpf_program_free(self.0) }
+    }
+}
+
+/// Programs of an object through the uebpf runtime's embedding APIs (Rust and C).
+fn embedded_engine<'a>(engine: &str, embedded: &Embedded) -> Result<Runner<'a>, String> {
+    match engine {
+        "uebpf-interpreter" | "uebpf-jit" => {
+            let mode = if engine == "uebpf-jit" { Engine::Jit } else { Engine::Interpreter };
+            let program = embedded.instance.program(embedded.program, mode).map_err(|e| e.0)?;
+            Ok(Box::new(move |packet: &mut [u8], iterations| time_fallible(iterations, || program.run(packet).map_err(|e| e.0))))
+        }
+        "uebpf-c-api-jit" => {
+            let program = CProgram::load(embedded, 1)?;
+            Ok(Box::new(move |packet: &mut [u8], iterations| {
+                let mut failed = 0;
+                // SAFETY: a live program; the packet is valid for its length.
+                let timed = time_c_loop(iterations, || unsafe {
+                    embed_program_loop(program.ptr().cast(), packet.as_mut_ptr().cast(), packet.len(), iterations, &mut failed)
+                });
+                if failed != 0 {
+                    return Err("uebpf_program_run failed".into());
+                }
+                Ok(timed)
+            }))
+        }
+        _ => {
+            let program = CProgram::load(embedded, 1)?;
+            // SAFETY: a live program loaded for the JIT.
+            let jit = unsafe { uebpf::ffi::uebpf_program_jit_function(program.ptr()) }.ok_or("no JIT function after a JIT load")?;
+            Ok(Box::new(move |packet: &mut [u8], iterations| {
+                let _owner = &program; // the entry point lives as long as the program
+                // SAFETY: jit is live while the program is; packet is valid for its length.
+                Ok(time_c_loop(iterations, || unsafe { embed_jit_fn_loop(jit, packet.as_mut_ptr().cast(), packet.len(), iterations) }))
+            }))
+        }
+    }
+}
+
 /// Prepares `program` (already loaded into uebpf as `loaded`) for `engine`.
 pub fn prepare<'a>(engine: &str, program: &'a BenchProgram, loaded: &'a Program) -> Result<Runner<'a>, String> {
+    if let Some(embedded) = &program.embedded {
+        match engine {
+            "uebpf-interpreter" | "uebpf-jit" | "uebpf-c-api-jit" | "uebpf-c-jit-fn" => return embedded_engine(engine, embedded),
+            "kernel-jit" => return Err("a uprobe program: the kernel cannot run it with BPF_PROG_TEST_RUN".into()),
+            _ => {}
+        }
+    }
     match engine {
         "uebpf-interpreter" => Ok(Box::new(move |packet: &mut [u8], iterations| {
-            let mut error = None;
-            let timed = time_loop(iterations, || {
-                loaded.interpret(packet, None).unwrap_or_else(|e| {
-                    error = Some(e.to_string());
-                    0
-                })
-            });
-            error.map_or(Ok(timed), Err)
+            time_fallible(iterations, || loaded.interpret(packet, None).map_err(|e| e.to_string()))
         })),
         "uebpf-jit" => {
             let jit = JitProgram::compile(loaded).map_err(|e| e.to_string())?;
@@ -160,14 +238,7 @@ pub fn prepare<'a>(engine: &str, program: &'a BenchProgram, loaded: &'a Program)
         "rbpf-interpreter" => {
             let vm = rbpf_guard("load", || rbpf::EbpfVmRaw::new(Some(&program.bytecode)))?;
             Ok(Box::new(move |packet: &mut [u8], iterations| {
-                let mut error = None;
-                let timed = time_loop(iterations, || {
-                    vm.execute_program(packet).unwrap_or_else(|e| {
-                        error = Some(format!("rbpf interpreter: {e}"));
-                        0
-                    })
-                });
-                error.map_or(Ok(timed), Err)
+                time_fallible(iterations, || vm.execute_program(packet).map_err(|e| format!("rbpf interpreter: {e}")))
             }))
         }
         "rbpf-jit" => {

@@ -5,6 +5,9 @@
 //! Written so the kernel verifier accepts them as XDP programs: packet offsets are constants in
 //! every loop iteration, and loops have constant trip counts (the verifier walks them).
 
+use std::path::PathBuf;
+
+use uebpf::{Instance, Object, PtRegs, Target};
 use uebpf_vm::asm::*;
 
 /// A native implementation: `fn(packet, len) -> r0`.
@@ -17,6 +20,8 @@ extern "C" {
     fn native_strcmp(packet: *mut u8, len: u64) -> u64;
     fn native_switch(packet: *mut u8, len: u64) -> u64;
     fn native_arith_loop(packet: *mut u8, len: u64) -> u64;
+    fn native_array_lookup(packet: *mut u8, len: u64) -> u64;
+    static mut native_embed_values: [u64; 16];
 }
 
 pub struct BenchProgram {
@@ -26,6 +31,14 @@ pub struct BenchProgram {
     /// The packet every run starts from.
     pub packet: Vec<u8>,
     pub native: NativeFn,
+    /// Programs of a clang-built object, called through the uebpf runtime's embedding API.
+    pub embedded: Option<Embedded>,
+}
+
+/// A program of an object loaded into a uebpf instance.
+pub struct Embedded {
+    pub instance: Instance,
+    pub program: &'static str,
 }
 
 const SIEVE_N: i32 = 1024;
@@ -154,14 +167,15 @@ fn two_strings() -> Vec<u8> {
     packet
 }
 
-pub fn all() -> Vec<BenchProgram> {
-    vec![
+pub fn all() -> Result<Vec<BenchProgram>, String> {
+    let mut programs = vec![
         BenchProgram {
             name: "empty",
             description: "return 0: the cost of entering and leaving the engine",
             bytecode: empty(),
             packet: vec![0; kernel_bpf::MIN_DATA_LEN],
             native: native_empty,
+            embedded: None,
         },
         BenchProgram {
             name: "prime_sieve",
@@ -169,6 +183,7 @@ pub fn all() -> Vec<BenchProgram> {
             bytecode: prime_sieve(),
             packet: vec![0; SIEVE_N as usize],
             native: native_prime_sieve,
+            embedded: None,
         },
         BenchProgram {
             name: "memcpy",
@@ -176,6 +191,7 @@ pub fn all() -> Vec<BenchProgram> {
             bytecode: memcpy(),
             packet: pattern(2 * MEMCPY_BYTES as usize),
             native: native_memcpy,
+            embedded: None,
         },
         BenchProgram {
             name: "strcmp",
@@ -183,6 +199,7 @@ pub fn all() -> Vec<BenchProgram> {
             bytecode: strcmp(),
             packet: two_strings(),
             native: native_strcmp,
+            embedded: None,
         },
         BenchProgram {
             name: "switch",
@@ -190,6 +207,7 @@ pub fn all() -> Vec<BenchProgram> {
             bytecode: switch(),
             packet: pattern(SWITCH_BYTES as usize),
             native: native_switch,
+            embedded: None,
         },
         BenchProgram {
             name: "arith_loop",
@@ -197,6 +215,55 @@ pub fn all() -> Vec<BenchProgram> {
             bytecode: arith_loop(),
             packet: vec![0; kernel_bpf::MIN_DATA_LEN],
             native: native_arith_loop,
+            embedded: None,
         },
-    ]
+    ];
+    programs.extend(embedded()?);
+    Ok(programs)
+}
+
+/// build/bpf (UEBPF_OBJECTS if set, else next to this binary's build/bin, else the source tree's).
+fn objects_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("UEBPF_OBJECTS") {
+        return dir.into();
+    }
+    let beside = std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.parent()?.join("bpf")));
+    beside.filter(|dir| dir.is_dir()).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../build/bpf"))
+}
+
+const EMBED_VALUE: u64 = 42;
+
+/// The "embedding runtime" rows: programs of probes/uebpf_embed.bpf.o, on a struct pt_regs.
+fn embedded() -> Result<Vec<BenchProgram>, String> {
+    let path = objects_dir().join("uebpf_embed.bpf.o");
+    let failed = |e: uebpf::Error| format!("{}: {e} (make runtime-tools builds it)", path.display());
+    let instance = Object::open(&path).and_then(|o| o.load(Target::Anonymous)).map_err(failed)?;
+    let values = instance.map("values").map_err(failed)?;
+    values.update(&1u32.to_ne_bytes(), &EMBED_VALUE.to_ne_bytes(), 0).map_err(|e| format!("cannot fill `values`: errno {e}"))?;
+    // SAFETY: written once before any benchmark thread reads it.
+    unsafe { native_embed_values[1] = EMBED_VALUE };
+    let bytecode = |name: &str| -> Result<Vec<u8>, String> {
+        let id = instance.programs().iter().find(|p| p.name == name).map(|p| p.id).ok_or(format!("{name} missing"))?;
+        instance.region().program_bytecode(id).map_err(|e| e.0)
+    };
+    let mut regs = PtRegs::with_args(&[1]);
+    let packet = regs.as_bytes_mut().to_vec();
+    Ok(vec![
+        BenchProgram {
+            name: "embed_empty_uprobe",
+            description: "uebpf_embed.bpf.o `empty` (clang-built uprobe, return 0) called through the uebpf runtime API on a struct pt_regs: the embedded call itself",
+            bytecode: bytecode("empty")?,
+            packet: packet.clone(),
+            native: native_empty,
+            embedded: Some(Embedded { instance: instance.clone(), program: "empty" }),
+        },
+        BenchProgram {
+            name: "embed_array_lookup",
+            description: "uebpf_embed.bpf.o `array_lookup`: bpf_map_lookup_elem on an array map in the shared region, through the uebpf runtime API",
+            bytecode: bytecode("array_lookup")?,
+            packet,
+            native: native_array_lookup,
+            embedded: Some(Embedded { instance, program: "array_lookup" }),
+        },
+    ])
 }

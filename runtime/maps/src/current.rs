@@ -1,0 +1,119 @@
+//! Facts about the calling thread that helpers and locks need often: process and thread ids
+//! (cached, and invalidated in the child after `fork`), the CPU it runs on, and the number of
+//! possible CPUs.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Once, OnceLock};
+
+/// 0 until first asked for, and again in a forked child.
+static PID: AtomicU32 = AtomicU32::new(0);
+/// Bumped in every forked child, so threads re-read their tid.
+static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
+static ATFORK: Once = Once::new();
+
+thread_local! {
+    /// (fork generation it was read in, tid); tid 0 = not read yet.
+    static TID: Cell<(u64, u32)> = const { Cell::new((0, 0)) };
+}
+
+extern "C" fn after_fork_in_child() {
+    PID.store(0, Ordering::Relaxed);
+    FORK_GENERATION.fetch_add(1, Ordering::Relaxed);
+}
+
+fn watch_forks() {
+    // SAFETY: registers a plain function with no captured state.
+    ATFORK.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(after_fork_in_child));
+    });
+}
+
+/// The process id (the kernel's tgid). Cached: getpid() is a system call since glibc 2.25.
+pub fn pid() -> u32 {
+    let cached = PID.load(Ordering::Relaxed);
+    if cached != 0 {
+        return cached;
+    }
+    watch_forks();
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as u32;
+    PID.store(pid, Ordering::Relaxed);
+    pid
+}
+
+/// The thread id (the kernel's pid). Cached per thread, re-read after fork. Threads created with
+/// a raw clone(2) that bypasses pthread_atfork would keep a stale value; glibc's fork and
+/// pthread_create do not.
+pub fn tid() -> u32 {
+    watch_forks();
+    let generation = FORK_GENERATION.load(Ordering::Relaxed);
+    TID.with(|cell| {
+        let (seen, tid) = cell.get();
+        if tid != 0 && seen == generation {
+            return tid;
+        }
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        cell.set((generation, tid));
+        tid
+    })
+}
+
+/// Number of possible CPUs, as the kernel sizes per-CPU map values and libbpf's
+/// `libbpf_num_possible_cpus()` reads it: the highest id in /sys/devices/system/cpu/possible + 1.
+pub fn possible_cpus() -> u32 {
+    static CPUS: OnceLock<u32> = OnceLock::new();
+    *CPUS.get_or_init(|| {
+        std::fs::read_to_string("/sys/devices/system/cpu/possible")
+            .ok()
+            .and_then(|text| parse_cpu_list_max(text.trim()))
+            .map(|max| max + 1)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32))
+    })
+}
+
+/// Highest CPU number in a list such as `0-3,8-11` or `0`.
+fn parse_cpu_list_max(list: &str) -> Option<u32> {
+    list.split(',').map(|range| range.rsplit('-').next()?.parse::<u32>().ok()).try_fold(0, |max, n| Some(max.max(n?)))
+}
+
+/// The CPU the calling thread runs on (sched_getcpu, served by rseq/vDSO without a system call),
+/// folded into `[0, slots)`. The thread may migrate right after: per-CPU values in userspace are
+/// per-CPU at the moment of the lookup, not exclusive as in the kernel (which disables preemption).
+pub fn cpu(slots: u32) -> u32 {
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() };
+    (cpu.max(0) as u32) % slots.max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list_max("0"), Some(0));
+        assert_eq!(parse_cpu_list_max("0-1"), Some(1));
+        assert_eq!(parse_cpu_list_max("0-3,8-11"), Some(11));
+        assert_eq!(parse_cpu_list_max("x"), None);
+    }
+
+    #[test]
+    fn ids_match_the_kernel_and_change_in_a_forked_child() {
+        // SAFETY: plain system calls.
+        let (real_pid, real_tid) = unsafe { (libc::getpid() as u32, libc::gettid() as u32) };
+        assert_eq!((pid(), tid()), (real_pid, real_tid));
+        // SAFETY: fork in a test; the child only reads the caches, calls getpid/gettid and _exit.
+        unsafe {
+            let child = libc::fork();
+            if child == 0 {
+                let ok = pid() == libc::getpid() as u32 && tid() == libc::gettid() as u32 && pid() != real_pid;
+                libc::_exit(if ok { 0 } else { 1 });
+            }
+            let mut status = 0;
+            libc::waitpid(child, &mut status, 0);
+            assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child saw stale ids");
+        }
+    }
+}

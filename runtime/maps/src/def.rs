@@ -1,0 +1,243 @@
+//! Map definitions: the kernel's map types and flags that uebpf supports, their validation (with
+//! the kernel's rules), and how much region storage each needs.
+
+use crate::error::Error;
+use crate::layout::{align_up, Bucket, EntryHeader, HashControl, RingControl, PAGE_SIZE};
+
+/// Kernel `BPF_MAP_TYPE_*` values.
+pub const BPF_MAP_TYPE_HASH: u32 = 1;
+pub const BPF_MAP_TYPE_ARRAY: u32 = 2;
+pub const BPF_MAP_TYPE_PERCPU_HASH: u32 = 5;
+pub const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
+pub const BPF_MAP_TYPE_RINGBUF: u32 = 27;
+
+/// Map flags with a meaning here. `BPF_F_NO_PREALLOC` is accepted and changes nothing: hash maps
+/// are always preallocated in the region.
+pub const BPF_F_NO_PREALLOC: u32 = 1 << 0;
+pub const BPF_F_RDONLY: u32 = 1 << 3;
+pub const BPF_F_WRONLY: u32 = 1 << 4;
+pub const BPF_F_ZERO_SEED: u32 = 1 << 6;
+pub const BPF_F_RDONLY_PROG: u32 = 1 << 7;
+pub const BPF_F_WRONLY_PROG: u32 = 1 << 8;
+pub const BPF_F_MMAPABLE: u32 = 1 << 10;
+
+/// Update flags (`bpf_map_update_elem`).
+pub const BPF_ANY: u64 = 0;
+pub const BPF_NOEXIST: u64 = 1;
+pub const BPF_EXIST: u64 = 2;
+pub const BPF_F_LOCK: u64 = 4;
+
+/// Largest hash key the kernel accepts (MAX_BPF_STACK).
+const MAX_HASH_KEY: u32 = 512;
+/// The kernel refuses per-CPU values above PCPU_MIN_UNIT_SIZE.
+const MAX_PERCPU_VALUE: u32 = 32 << 10;
+/// Values larger than this would make one element exceed what the kernel allocates (KMALLOC_MAX_SIZE
+/// is larger; this bound keeps region sizes sane and is far above what tracing programs use).
+const MAX_VALUE: u32 = 1 << 24;
+
+/// The kind of storage a supported map type gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapKind {
+    Array,
+    PercpuArray,
+    Hash,
+    PercpuHash,
+    RingBuf,
+}
+
+impl MapKind {
+    pub fn of(map_type: u32) -> Option<MapKind> {
+        Some(match map_type {
+            BPF_MAP_TYPE_ARRAY => MapKind::Array,
+            BPF_MAP_TYPE_PERCPU_ARRAY => MapKind::PercpuArray,
+            BPF_MAP_TYPE_HASH => MapKind::Hash,
+            BPF_MAP_TYPE_PERCPU_HASH => MapKind::PercpuHash,
+            BPF_MAP_TYPE_RINGBUF => MapKind::RingBuf,
+            _ => return None,
+        })
+    }
+
+    pub fn is_percpu(self) -> bool {
+        matches!(self, MapKind::PercpuArray | MapKind::PercpuHash)
+    }
+}
+
+/// Name of a kernel map type for messages.
+pub fn map_type_name(map_type: u32) -> &'static str {
+    const NAMES: [&str; 34] = [
+        "unspec", "hash", "array", "prog_array", "perf_event_array", "percpu_hash", "percpu_array",
+        "stack_trace", "cgroup_array", "lru_hash", "lru_percpu_hash", "lpm_trie", "array_of_maps",
+        "hash_of_maps", "devmap", "sockmap", "cpumap", "xskmap", "sockhash", "cgroup_storage",
+        "reuseport_sockarray", "percpu_cgroup_storage", "queue", "stack", "sk_storage", "devmap_hash",
+        "struct_ops", "ringbuf", "inode_storage", "task_storage", "bloom_filter", "user_ringbuf",
+        "cgrp_storage", "arena",
+    ];
+    NAMES.get(map_type as usize).copied().unwrap_or("unknown")
+}
+
+/// What an object (or a bpf(2) caller) declares for a map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct MapDef {
+    pub map_type: u32,
+    pub key_size: u32,
+    pub value_size: u32,
+    pub max_entries: u32,
+    pub map_flags: u32,
+}
+
+/// Where each part of a map's storage lies, relative to the start of its area (see `layout`
+/// for what each part holds per map type).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StorageLayout {
+    /// Bytes of the area (page-rounded).
+    pub size: u64,
+    /// Array and hash: the value array. Ring buffer: the data.
+    pub values: u64,
+    /// Hash: the buckets. Ring buffer: the consumer page.
+    pub buckets: u64,
+    /// Hash: the entries. Ring buffer: the producer page.
+    pub entries: u64,
+    /// Hash: HashControl. Ring buffer: the control page.
+    pub control: u64,
+    pub n_buckets: u32,
+    pub entry_stride: u32,
+    /// Bytes between values: value_size rounded up to 8.
+    pub value_stride: u32,
+    /// Value slots per element: possible CPUs for per-CPU maps, else 1.
+    pub cpus: u32,
+}
+
+impl StorageLayout {
+    /// Bytes of the value array.
+    pub fn values_len(&self, max_entries: u32) -> u64 {
+        u64::from(max_entries) * u64::from(self.cpus) * u64::from(self.value_stride)
+    }
+}
+
+impl MapDef {
+    /// Checks the definition as the kernel's map_alloc_check functions do, and that uebpf
+    /// supports the type and flags.
+    pub fn validate(&self) -> Result<MapKind, Error> {
+        let fail = |why: String| Err(Error(why));
+        let Some(kind) = MapKind::of(self.map_type) else {
+            return fail(format!(
+                "map type {} ({}) is not supported by uebpf (supported: array, percpu_array, hash, percpu_hash, ringbuf)",
+                map_type_name(self.map_type),
+                self.map_type
+            ));
+        };
+        let known = BPF_F_NO_PREALLOC
+            | BPF_F_RDONLY
+            | BPF_F_WRONLY
+            | BPF_F_ZERO_SEED
+            | BPF_F_RDONLY_PROG
+            | BPF_F_WRONLY_PROG
+            | BPF_F_MMAPABLE;
+        if self.map_flags & !known != 0 {
+            return fail(format!("map flags {:#x} are not supported by uebpf", self.map_flags & !known));
+        }
+        if self.max_entries == 0 {
+            return fail("max_entries must be at least 1".into());
+        }
+        match kind {
+            MapKind::Array | MapKind::PercpuArray => {
+                if self.key_size != 4 {
+                    return fail(format!("array maps need a 4-byte key, not {}", self.key_size));
+                }
+            }
+            MapKind::Hash | MapKind::PercpuHash => {
+                if self.key_size == 0 || self.key_size > MAX_HASH_KEY {
+                    return fail(format!("hash keys must be 1 to {MAX_HASH_KEY} bytes, not {}", self.key_size));
+                }
+            }
+            MapKind::RingBuf => {
+                if self.key_size != 0 || self.value_size != 0 {
+                    return fail("ring buffers have no key or value size (both must be 0)".into());
+                }
+                let size = self.max_entries as usize;
+                if !size.is_power_of_two() || !size.is_multiple_of(PAGE_SIZE) {
+                    return fail(format!("ring buffer size {size} must be a power of two and a multiple of {PAGE_SIZE}"));
+                }
+                return Ok(kind);
+            }
+        }
+        if self.value_size == 0 || self.value_size > MAX_VALUE {
+            return fail(format!("value size must be 1 to {MAX_VALUE} bytes, not {}", self.value_size));
+        }
+        if kind.is_percpu() && self.value_size > MAX_PERCPU_VALUE {
+            return fail(format!("per-CPU values are limited to {MAX_PERCPU_VALUE} bytes, not {}", self.value_size));
+        }
+        Ok(kind)
+    }
+
+    /// Region bytes this map needs (page-rounded), given the per-CPU slot count.
+    pub fn storage_size(&self, possible_cpus: u32) -> Result<u64, Error> {
+        Ok(self.layout(possible_cpus)?.size)
+    }
+
+    /// How this map's storage is laid out, given the per-CPU slot count.
+    pub fn layout(&self, possible_cpus: u32) -> Result<StorageLayout, Error> {
+        let kind = self.validate()?;
+        let page = PAGE_SIZE as u64;
+        let value_stride = align_up(u64::from(self.value_size), 8);
+        let cpus = if kind.is_percpu() { possible_cpus.max(1) } else { 1 };
+        let entries = u64::from(self.max_entries);
+        let values_size = entries * u64::from(cpus) * value_stride;
+        let mut layout = StorageLayout { value_stride: value_stride as u32, cpus, ..Default::default() };
+        match kind {
+            MapKind::Array | MapKind::PercpuArray => {
+                layout.size = align_up(values_size, page);
+            }
+            MapKind::Hash | MapKind::PercpuHash => {
+                // A power of two at least max_entries, as the kernel sizes its buckets.
+                let n_buckets = u64::from(self.max_entries).next_power_of_two();
+                let entry_stride = std::mem::size_of::<EntryHeader>() as u64 + align_up(u64::from(self.key_size), 8);
+                layout.control = 0;
+                layout.buckets = align_up(std::mem::size_of::<HashControl>() as u64, 64);
+                layout.entries = align_up(layout.buckets + n_buckets * std::mem::size_of::<Bucket>() as u64, 64);
+                layout.values = align_up(layout.entries + entries * entry_stride, page);
+                layout.size = align_up(layout.values + values_size, page);
+                layout.n_buckets = n_buckets as u32;
+                layout.entry_stride = entry_stride as u32;
+            }
+            MapKind::RingBuf => {
+                const _: () = assert!(std::mem::size_of::<RingControl>() <= PAGE_SIZE);
+                layout.control = 0;
+                layout.buckets = page; // consumer page
+                layout.entries = 2 * page; // producer page
+                layout.values = 3 * page; // data, right after the producer page
+                layout.size = 3 * page + entries;
+                layout.value_stride = 0;
+            }
+        }
+        Ok(layout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn def(map_type: u32, key_size: u32, value_size: u32, max_entries: u32) -> MapDef {
+        MapDef { map_type, key_size, value_size, max_entries, map_flags: 0 }
+    }
+
+    #[test]
+    fn kernel_rules_are_enforced_with_reasons() {
+        assert_eq!(def(BPF_MAP_TYPE_ARRAY, 4, 8, 1).validate(), Ok(MapKind::Array));
+        assert!(def(BPF_MAP_TYPE_ARRAY, 8, 8, 1).validate().unwrap_err().0.contains("4-byte key"));
+        assert!(def(BPF_MAP_TYPE_HASH, 4, 8, 0).validate().unwrap_err().0.contains("max_entries"));
+        assert!(def(BPF_MAP_TYPE_RINGBUF, 0, 0, 5000).validate().unwrap_err().0.contains("power of two"));
+        let lru = def(9, 4, 8, 4).validate().unwrap_err().0;
+        assert!(lru.contains("lru_hash (9) is not supported"), "{lru}");
+        let flags = MapDef { map_flags: 1 << 12, ..def(BPF_MAP_TYPE_HASH, 4, 4, 4) };
+        assert!(flags.validate().unwrap_err().0.contains("0x1000"));
+    }
+
+    #[test]
+    fn ring_buffer_pages_follow_the_kernel_mmap_layout() {
+        let layout = def(BPF_MAP_TYPE_RINGBUF, 0, 0, 1 << 16).layout(2).unwrap();
+        assert_eq!((layout.buckets, layout.entries, layout.values), (4096, 8192, 12288));
+        assert_eq!(layout.size, 12288 + 65536);
+    }
+}

@@ -1,0 +1,334 @@
+//! Hash and per-CPU hash maps, preallocated in the region and safe for concurrent use by several
+//! processes.
+//!
+//! Buckets are chains of entries linked by index; each bucket has its own spin lock, taken by every
+//! operation on that bucket (lookups too: a chain never changes under a reader's feet). Free
+//! entries form a lock-free stack whose head carries a generation counter (no ABA). `count`
+//! reserves a slot before an insertion takes an entry, so at most max_entries keys exist.
+//!
+//! Differences from the kernel, all invisible to the error codes: values are updated in place
+//! under the bucket lock (the kernel swaps in a new element, so a program reading a value while
+//! another CPU updates it may here see a half-copied value); a value pointer a program got from a
+//! lookup may be reused for another key after a delete (as with the kernel's preallocated maps).
+//! Iteration order differs (the kernel's jhash seed is random anyway).
+
+use std::sync::atomic::Ordering;
+
+use crate::current;
+use crate::def::{BPF_EXIST, BPF_F_LOCK, BPF_NOEXIST};
+use crate::layout::{Bucket, EntryHeader, HashControl};
+use crate::Errno;
+
+pub(crate) struct HashView {
+    pub control: *const HashControl,
+    pub buckets: *const Bucket,
+    pub n_buckets: u32,
+    pub entries: *mut u8,
+    pub entry_stride: usize,
+    pub values: *mut u8,
+    pub value_size: usize,
+    pub stride: usize,
+    pub cpus: u32,
+    pub key_size: usize,
+    pub max_entries: u32,
+}
+
+/// Where a value to store comes from.
+#[derive(Clone, Copy)]
+enum Source {
+    /// One value for the calling CPU's slot (program helpers); other slots of a new per-CPU
+    /// element are zeroed, as the kernel does.
+    ThisCpu(*const u8),
+    /// cpus x stride bytes, one value per CPU (the syscall view).
+    AllCpus(*const u8),
+}
+
+/// 64-bit multiply-xorshift over the key's words, folded to 32 bits.
+///
+/// # Safety
+/// `key` readable for `len` bytes.
+unsafe fn hash_key(key: *const u8, len: usize) -> u32 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut h = len as u64 ^ K;
+    let mut offset = 0;
+    while offset + 8 <= len {
+        let word = (key.add(offset) as *const u64).read_unaligned();
+        h = (h ^ word).wrapping_mul(K).rotate_left(29);
+        offset += 8;
+    }
+    if offset < len {
+        let mut tail = [0u8; 8];
+        std::ptr::copy_nonoverlapping(key.add(offset), tail.as_mut_ptr(), len - offset);
+        h = (h ^ u64::from_le_bytes(tail)).wrapping_mul(K).rotate_left(29);
+    }
+    h ^= h >> 31;
+    (h ^ (h >> 32)) as u32
+}
+
+impl HashView {
+    fn control(&self) -> &HashControl {
+        // SAFETY: checked to lie in the region when the view was built.
+        unsafe { &*self.control }
+    }
+
+    fn bucket(&self, hash: u32) -> &Bucket {
+        // SAFETY: index masked below n_buckets (a power of two).
+        unsafe { &*self.buckets.add((hash & (self.n_buckets - 1)) as usize) }
+    }
+
+    /// Entry `index` (0-based).
+    fn entry(&self, index: u32) -> &EntryHeader {
+        // SAFETY: callers pass indexes below max_entries (links are range-checked on read).
+        unsafe { &*(self.entries.add(index as usize * self.entry_stride) as *const EntryHeader) }
+    }
+
+    fn key_of(&self, index: u32) -> *mut u8 {
+        self.entries.wrapping_add(index as usize * self.entry_stride + std::mem::size_of::<EntryHeader>())
+    }
+
+    fn value_of(&self, index: u32, cpu: u32) -> *mut u8 {
+        self.values.wrapping_add((index as usize * self.cpus as usize + cpu as usize) * self.stride)
+    }
+
+    /// Decodes a link (index + 1; 0 = end). A link out of range (a corrupt region) ends the chain.
+    fn link(&self, raw: u32) -> Option<u32> {
+        (raw != 0 && raw <= self.max_entries).then(|| raw - 1)
+    }
+
+    /// Walks `bucket`'s chain (caller holds its lock): (previous entry, entry) holding `key`.
+    ///
+    /// # Safety
+    /// `key` readable for key_size bytes.
+    unsafe fn find(&self, bucket: &Bucket, hash: u32, key: *const u8) -> Option<(Option<u32>, u32)> {
+        let mut previous = None;
+        let mut current = self.link(bucket.head.load(Ordering::Relaxed));
+        let mut steps = 0;
+        while let Some(index) = current {
+            let entry = self.entry(index);
+            if entry.hash.load(Ordering::Relaxed) == hash
+                && std::slice::from_raw_parts(self.key_of(index), self.key_size)
+                    == std::slice::from_raw_parts(key, self.key_size)
+            {
+                return Some((previous, index));
+            }
+            steps += 1;
+            if steps > self.max_entries {
+                return None; // a cycle: only a corrupted region can have one
+            }
+            previous = Some(index);
+            current = self.link(entry.next.load(Ordering::Relaxed));
+        }
+        None
+    }
+
+    fn pop_free(&self) -> Option<u32> {
+        let head = &self.control().free_head;
+        let mut current = head.load(Ordering::Acquire);
+        loop {
+            let index = self.link(current as u32)?;
+            let next = self.entry(index).next.load(Ordering::Relaxed);
+            let generation = (current >> 32).wrapping_add(1);
+            match head.compare_exchange_weak(current, generation << 32 | u64::from(next), Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Some(index),
+                Err(seen) => current = seen,
+            }
+        }
+    }
+
+    fn push_free(&self, index: u32) {
+        let head = &self.control().free_head;
+        let mut current = head.load(Ordering::Relaxed);
+        loop {
+            self.entry(index).next.store(current as u32, Ordering::Relaxed);
+            let generation = (current >> 32).wrapping_add(1);
+            match head.compare_exchange_weak(current, generation << 32 | u64::from(index + 1), Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(seen) => current = seen,
+            }
+        }
+    }
+
+    /// Links every entry into the free stack (a new map).
+    pub fn initialise(&self) {
+        for index in (0..self.max_entries).rev() {
+            self.push_free(index);
+        }
+    }
+
+    /// Program view: the value (the calling CPU's slot for per-CPU maps), or null.
+    ///
+    /// # Safety
+    /// `key` readable for key_size bytes.
+    pub unsafe fn lookup(&self, key: *const u8) -> *mut u8 {
+        let hash = hash_key(key, self.key_size);
+        let bucket = self.bucket(hash);
+        let found = {
+            let _guard = bucket.lock.lock();
+            self.find(bucket, hash, key)
+        };
+        match found {
+            Some((_, index)) => self.value_of(index, if self.cpus > 1 { current::cpu(self.cpus) } else { 0 }),
+            None => std::ptr::null_mut(),
+        }
+    }
+
+    /// Syscall view: copies every CPU's value out.
+    ///
+    /// # Safety
+    /// `key` readable for key_size; `value` writable for value_size (cpus x stride if per-CPU).
+    pub unsafe fn lookup_all(&self, key: *const u8, value: *mut u8) -> Result<(), Errno> {
+        let hash = hash_key(key, self.key_size);
+        let bucket = self.bucket(hash);
+        let _guard = bucket.lock.lock();
+        let (_, index) = self.find(bucket, hash, key).ok_or(libc::ENOENT)?;
+        for cpu in 0..self.cpus {
+            let out = value.add(cpu as usize * self.stride);
+            std::ptr::copy(self.value_of(index, cpu), out, self.value_size);
+            if self.cpus > 1 {
+                std::ptr::write_bytes(out.add(self.value_size), 0, self.stride - self.value_size);
+            }
+        }
+        Ok(())
+    }
+
+    /// # Safety
+    /// The source pointer is readable for what `source` says.
+    unsafe fn store(&self, index: u32, source: Source, new_element: bool) {
+        match source {
+            Source::AllCpus(value) => {
+                for cpu in 0..self.cpus {
+                    std::ptr::copy(value.add(cpu as usize * self.stride), self.value_of(index, cpu), self.value_size);
+                }
+            }
+            Source::ThisCpu(value) => {
+                let this = if self.cpus > 1 { current::cpu(self.cpus) } else { 0 };
+                for cpu in 0..self.cpus {
+                    if cpu == this {
+                        std::ptr::copy(value, self.value_of(index, cpu), self.value_size);
+                    } else if new_element {
+                        std::ptr::write_bytes(self.value_of(index, cpu), 0, self.value_size);
+                    }
+                }
+            }
+        }
+    }
+
+    /// As `htab_map_update_elem` with a preallocated map.
+    ///
+    /// # Safety
+    /// `key` readable for key_size; the source as `Source` says.
+    unsafe fn update(&self, key: *const u8, source: Source, flags: u64) -> Result<(), Errno> {
+        if flags & !BPF_F_LOCK > BPF_EXIST || flags & BPF_F_LOCK != 0 {
+            // BPF_F_LOCK needs a bpf_spin_lock in the value, which no uebpf map has.
+            return Err(libc::EINVAL);
+        }
+        let hash = hash_key(key, self.key_size);
+        let bucket = self.bucket(hash);
+        let _guard = bucket.lock.lock();
+        match self.find(bucket, hash, key) {
+            Some(_) if flags == BPF_NOEXIST => Err(libc::EEXIST),
+            Some((_, index)) => {
+                self.store(index, source, false);
+                Ok(())
+            }
+            None if flags == BPF_EXIST => Err(libc::ENOENT),
+            None => {
+                let count = &self.control().count;
+                if count.fetch_add(1, Ordering::AcqRel) >= self.max_entries {
+                    count.fetch_sub(1, Ordering::AcqRel);
+                    return Err(libc::E2BIG);
+                }
+                // count <= max_entries guarantees a free entry (deletes push before they uncount).
+                let Some(index) = self.pop_free() else {
+                    count.fetch_sub(1, Ordering::AcqRel);
+                    return Err(libc::E2BIG);
+                };
+                let entry = self.entry(index);
+                std::ptr::copy(key, self.key_of(index), self.key_size);
+                entry.hash.store(hash, Ordering::Relaxed);
+                self.store(index, source, true);
+                entry.next.store(bucket.head.load(Ordering::Relaxed), Ordering::Relaxed);
+                bucket.head.store(index + 1, Ordering::Release);
+                Ok(())
+            }
+        }
+    }
+
+    /// Program view of update.
+    ///
+    /// # Safety
+    /// `key` readable for key_size, `value` for value_size.
+    pub unsafe fn update_this_cpu(&self, key: *const u8, value: *const u8, flags: u64) -> Result<(), Errno> {
+        self.update(key, Source::ThisCpu(value), flags)
+    }
+
+    /// Syscall view of update.
+    ///
+    /// # Safety
+    /// `key` readable for key_size, `value` for value_size (cpus x stride if per-CPU).
+    pub unsafe fn update_all(&self, key: *const u8, value: *const u8, flags: u64) -> Result<(), Errno> {
+        self.update(key, Source::AllCpus(value), flags)
+    }
+
+    /// # Safety
+    /// `key` readable for key_size bytes.
+    pub unsafe fn delete(&self, key: *const u8) -> Result<(), Errno> {
+        let hash = hash_key(key, self.key_size);
+        let bucket = self.bucket(hash);
+        let _guard = bucket.lock.lock();
+        let (previous, index) = self.find(bucket, hash, key).ok_or(libc::ENOENT)?;
+        let next = self.entry(index).next.load(Ordering::Relaxed);
+        match previous {
+            Some(p) => self.entry(p).next.store(next, Ordering::Release),
+            None => bucket.head.store(next, Ordering::Release),
+        }
+        self.push_free(index);
+        self.control().count.fetch_sub(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// First key of the chain of bucket `from` or a later one.
+    ///
+    /// # Safety
+    /// `next` writable for key_size bytes.
+    unsafe fn first_from(&self, from: u32, next: *mut u8) -> Result<(), Errno> {
+        for b in from..self.n_buckets {
+            let bucket = &*self.buckets.add(b as usize);
+            let _guard = bucket.lock.lock();
+            if let Some(index) = self.link(bucket.head.load(Ordering::Relaxed)) {
+                std::ptr::copy(self.key_of(index), next, self.key_size);
+                return Ok(());
+            }
+        }
+        Err(libc::ENOENT)
+    }
+
+    /// As `htab_map_get_next_key`: no key, or a key that is not there, gives the first key.
+    ///
+    /// # Safety
+    /// `key` null or readable for key_size; `next` writable for key_size.
+    pub unsafe fn next_key(&self, key: *const u8, next: *mut u8) -> Result<(), Errno> {
+        if key.is_null() {
+            return self.first_from(0, next);
+        }
+        let hash = hash_key(key, self.key_size);
+        let bucket_index = hash & (self.n_buckets - 1);
+        let bucket = self.bucket(hash);
+        {
+            let _guard = bucket.lock.lock();
+            match self.find(bucket, hash, key) {
+                None => {
+                    drop(_guard);
+                    return self.first_from(0, next);
+                }
+                Some((_, index)) => {
+                    if let Some(following) = self.link(self.entry(index).next.load(Ordering::Relaxed)) {
+                        std::ptr::copy(self.key_of(following), next, self.key_size);
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        self.first_from(bucket_index + 1, next)
+    }
+}

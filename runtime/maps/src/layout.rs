@@ -1,0 +1,198 @@
+//! The region's on-disk (in-`/dev/shm`) layout: `#[repr(C)]` structures at fixed offsets, linked by
+//! byte offsets from the start of the region file, never by pointers, so that every process can
+//! map the file at any address. All multi-byte fields are little-endian (x86-64 native).
+//!
+//! ```text
+//! offset 0            RegionHeader (page 0)
+//! header.map_table    MapEntry[map_capacity]   (192 bytes each)
+//! header.prog_table   ProgEntry[prog_capacity] (448 bytes each)
+//! header.arena_start  arena: page-aligned storage of every map and program, bump-allocated
+//! ```
+//!
+//! Map storage (`MapEntry::area`, page-aligned; every offset below is absolute in the file):
+//!
+//! ```text
+//! array, percpu_array  values: max_entries x cpus x value_stride
+//! hash, percpu_hash    control: HashControl | buckets: Bucket[n_buckets]
+//!                      | entries: (EntryHeader + key rounded to 8)[max_entries]
+//!                      | values: max_entries x cpus x value_stride
+//! ringbuf              control page: RingControl | consumer page: u64 consumer_pos
+//!                      | producer page: u64 producer_pos | data: max_entries bytes
+//! ```
+//!
+//! The ring buffer's consumer page, producer page and data are page-aligned and the data follows
+//! the producer page directly, as in the kernel's `BPF_MAP_TYPE_RINGBUF` mmap layout, so a libbpf
+//! consumer can be handed `mmap(region, consumer)` and `mmap(region, producer)` (with the data
+//! mapped a second time right after it). Records keep the kernel's 8-byte header.
+
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+use crate::lock::SpinLock;
+
+pub const MAGIC: [u8; 8] = *b"UEBPFRGN";
+pub const VERSION: u32 = 1;
+/// The region is laid out in 4 KiB pages (x86-64); creation and opening check the system agrees.
+pub const PAGE_SIZE: usize = 4096;
+/// Names of maps and programs (longer than the kernel's 16 bytes: the full names survive).
+pub const NAME_LEN: usize = 64;
+/// Program section names, e.g. `uprobe//usr/lib/libc.so.6:malloc`.
+pub const SECTION_LEN: usize = 256;
+
+#[repr(C)]
+pub struct RegionHeader {
+    /// Written last by the creator (release), so an opener never sees a half-built header.
+    pub magic: [u8; 8],
+    pub version: u32,
+    pub page_size: u32,
+    /// Size of the region file in bytes.
+    pub size: u64,
+    /// Slots of every per-CPU value: the number of possible CPUs when the region was created.
+    pub possible_cpus: u32,
+    pub creator_pid: u32,
+    /// Serialises allocation and the publication of map and program entries.
+    pub alloc_lock: SpinLock,
+    pub _pad: u32,
+    /// Next free byte of the arena (page-aligned); only changed under `alloc_lock`.
+    pub alloc_next: u64,
+    pub arena_start: u64,
+    pub map_table: u64,
+    pub map_capacity: u32,
+    /// Entries `[0, map_count)` are complete; map id = index + 1. Stored with release.
+    pub map_count: AtomicU32,
+    pub prog_table: u64,
+    pub prog_capacity: u32,
+    pub prog_count: AtomicU32,
+}
+
+/// One map. Immutable once published (its storage is not).
+#[repr(C)]
+pub struct MapEntry {
+    /// Index in the map table + 1 (0 is never a valid id, as in the kernel).
+    pub id: u32,
+    /// Kernel `BPF_MAP_TYPE_*`.
+    pub map_type: u32,
+    pub key_size: u32,
+    pub value_size: u32,
+    pub max_entries: u32,
+    pub map_flags: u32,
+    /// Bytes between consecutive values: value_size rounded up to 8 (the kernel's element size).
+    pub value_stride: u32,
+    /// Value slots per element: `possible_cpus` for per-CPU maps, 1 otherwise.
+    pub cpus: u32,
+    /// The map's storage: `[area, area + area_size)`, page-aligned.
+    pub area: u64,
+    pub area_size: u64,
+    /// Array and hash: the value array. Ring buffer: the data pages.
+    pub values: u64,
+    /// Hash: the bucket array. Ring buffer: the consumer page.
+    pub buckets: u64,
+    /// Hash: the entry array (links and keys). Ring buffer: the producer page.
+    pub entries: u64,
+    /// Hash: `HashControl`. Ring buffer: `RingControl` (the control page).
+    pub control: u64,
+    pub n_buckets: u32,
+    pub entry_stride: u32,
+    /// NUL-padded UTF-8.
+    pub name: [u8; NAME_LEN],
+    pub _reserved: [u64; 5],
+}
+
+/// One loaded program: relocated bytecode in which `lddw` map references name region map ids
+/// (`src=1`: map id in `imm`; `src=2`: map id in `imm`, value offset in the next slot's `imm`).
+#[repr(C)]
+pub struct ProgEntry {
+    pub id: u32,
+    /// `ProgramKind` as u32.
+    pub kind: u32,
+    /// Bytecode: `insn_count` 8-byte instructions at this offset.
+    pub insns: u64,
+    pub insn_count: u32,
+    pub _pad: u32,
+    pub name: [u8; NAME_LEN],
+    /// The ELF section the program came from (holds the attach target, if any).
+    pub section: [u8; SECTION_LEN],
+    pub license: [u8; NAME_LEN],
+    pub _reserved: [u64; 5],
+}
+
+/// Hash map bookkeeping.
+#[repr(C)]
+pub struct HashControl {
+    /// Live keys plus insertions in progress; never above max_entries.
+    pub count: AtomicU32,
+    pub _pad: u32,
+    /// Free-entry stack: (generation << 32) | (entry index + 1); 0 in the low half = empty.
+    /// The generation makes the lock-free pop immune to ABA.
+    pub free_head: AtomicU64,
+}
+
+#[repr(C)]
+pub struct Bucket {
+    pub lock: SpinLock,
+    /// First entry of the chain: entry index + 1; 0 = empty.
+    pub head: AtomicU32,
+}
+
+/// Precedes each hash entry's key (the key is padded to 8 bytes).
+#[repr(C)]
+pub struct EntryHeader {
+    /// Next entry of the bucket chain or of the free stack: index + 1; 0 = end.
+    pub next: AtomicU32,
+    /// Written while the entry is private (popped, not yet linked); read under the bucket lock.
+    pub hash: AtomicU32,
+}
+
+/// Ring buffer bookkeeping that consumers must not be able to write, so it is not on the
+/// consumer page (which libbpf maps writable).
+#[repr(C)]
+pub struct RingControl {
+    /// Serialises reservations (commits are lock-free, as in the kernel).
+    pub lock: SpinLock,
+    /// Futex word: incremented on every wakeup-worthy commit.
+    pub wakeup_seq: AtomicU32,
+    /// Consumers currently sleeping on `wakeup_seq`; producers call FUTEX_WAKE only if > 0.
+    pub waiters: AtomicU32,
+    pub _pad: u32,
+    /// Oldest record not yet committed (the kernel's `pending_pos`): a reservation never
+    /// overtakes it by more than the ring size, whatever a consumer writes to consumer_pos.
+    /// Only changed under `lock`.
+    pub pending_pos: AtomicU64,
+    /// Reservations refused because the ring was full.
+    pub dropped: AtomicU64,
+}
+
+/// The kernel's ring buffer record header (`struct bpf_ringbuf_hdr`).
+#[repr(C)]
+pub struct RecordHeader {
+    /// Length of the payload, with BUSY_BIT while reserved and DISCARD_BIT if discarded.
+    pub len: AtomicU32,
+    /// Page offset of the header from the ring's control page.
+    pub pg_off: u32,
+}
+
+pub const RINGBUF_BUSY_BIT: u32 = 1 << 31;
+pub const RINGBUF_DISCARD_BIT: u32 = 1 << 30;
+pub const RINGBUF_HEADER_SIZE: u64 = 8;
+
+const _: () = assert!(std::mem::size_of::<RegionHeader>() == 88);
+const _: () = assert!(std::mem::size_of::<MapEntry>() == 192);
+const _: () = assert!(std::mem::size_of::<ProgEntry>() == 448);
+const _: () = assert!(std::mem::size_of::<RecordHeader>() == RINGBUF_HEADER_SIZE as usize);
+
+/// Rounds `value` up to a multiple of `align` (a power of two).
+pub const fn align_up(value: u64, align: u64) -> u64 {
+    (value + align - 1) & !(align - 1)
+}
+
+/// Copies `text` into a NUL-padded fixed field, truncated to leave one NUL.
+pub fn write_name<const N: usize>(field: &mut [u8; N], text: &str) {
+    *field = [0; N];
+    let len = text.len().min(N - 1);
+    field[..len].copy_from_slice(&text.as_bytes()[..len]);
+}
+
+/// Reads a NUL-padded fixed field (invalid UTF-8 is replaced, never trusted).
+pub fn read_name(field: &[u8]) -> String {
+    let end = field.iter().position(|&b| b == 0).unwrap_or(field.len());
+    String::from_utf8_lossy(&field[..end]).into_owned()
+}

@@ -1,0 +1,30 @@
+//! uebpf-maps: eBPF maps in shared memory, for uebpf, tracecost's userspace eBPF runtime.
+//!
+//! A [`Region`] is one file in /dev/shm (`uebpf-<name>`, mode 0600) that several processes map.
+//! It holds a table of maps, a table of loaded programs, and their storage, all linked by file
+//! offsets (see [`layout`] for the exact layout, which other processes and later layers read).
+//! [`Map`] is one process's view of a map, with the kernel's operations and error codes.
+//!
+//! Supported map types: array, percpu_array, hash, percpu_hash (both hashes preallocated),
+//! ringbuf (kernel record layout). "CPU" for per-CPU maps is `sched_getcpu()` folded into the
+//! number of possible CPUs (/sys/devices/system/cpu/possible), as many slots as the kernel has.
+
+mod array;
+pub mod current;
+pub mod def;
+mod error;
+mod hash;
+pub mod layout;
+mod lock;
+mod map;
+mod region;
+pub mod ringbuf;
+
+pub use def::{MapDef, MapKind, StorageLayout};
+pub use error::Error;
+pub use map::{Map, ProgramMemory};
+pub use region::{region_path, MapInfo, ProgramInfo, ProgramKind, ProgramSpec, Region, RegionSpec};
+pub use ringbuf::RingBuf;
+
+/// A positive errno value, as the kernel returns (negated) for the same map operation.
+pub type Errno = i32;

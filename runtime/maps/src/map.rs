@@ -1,0 +1,274 @@
+//! A process's view of one map of a region: kernel-compatible operations in two flavours.
+//!
+//! * Program view (what helpers call, with raw pointers from the program): per-CPU maps act on
+//!   the calling CPU's slot; lookups return a pointer into the region.
+//! * Syscall view (what a loader, consumer or bpf(2) emulation calls, with slices): per-CPU maps
+//!   copy every CPU's value, each in an 8-byte-aligned slot, as `bpf_map_lookup_elem(2)` does.
+//!
+//! Errors are errno values (positive), the same the kernel returns for the same operation.
+
+use std::sync::Arc;
+
+use crate::array::ArrayView;
+use crate::def::{MapDef, MapKind};
+use crate::hash::HashView;
+use crate::layout::{Bucket, HashControl, PAGE_SIZE};
+use crate::error::Error;
+use crate::region::{MapInfo, Region, Shared};
+use crate::ringbuf::RingBuf;
+use crate::Errno;
+
+enum Storage {
+    Array(ArrayView),
+    Hash(HashView),
+    Ring(RingBuf),
+}
+
+/// Memory a program may access directly: what map lookups and ring buffer reservations return.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProgramMemory {
+    pub start: *mut u8,
+    pub len: u64,
+    pub writable: bool,
+}
+
+pub struct Map {
+    info: MapInfo,
+    kind: MapKind,
+    storage: Storage,
+    /// Keeps the region mapped while the view (and pointers into it) live.
+    _shared: Arc<Shared>,
+}
+
+// SAFETY: storage is shared memory designed for concurrent use (locks and atomics).
+unsafe impl Send for Map {}
+unsafe impl Sync for Map {}
+
+/// Fills a new map's storage: initial data for arrays, the free stack for hashes.
+pub(crate) fn initialise(shared: &Shared, info: &MapInfo, kind: MapKind, initial: Option<&[u8]>) {
+    match kind {
+        MapKind::Array => {
+            if let Some(data) = initial {
+                // SAFETY: the values lie in the freshly allocated area; data fits one value.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), shared.base.add(info.values_offset() as usize), data.len()) };
+            }
+        }
+        MapKind::Hash | MapKind::PercpuHash => {
+            hash_view(shared, info).expect("a map we just laid out is inside the region").initialise();
+        }
+        MapKind::PercpuArray | MapKind::RingBuf => {}
+    }
+}
+
+fn hash_view(shared: &Shared, info: &MapInfo) -> Result<HashView, Error> {
+    let (d, s, at) = (&info.def, &info.storage, |offset: u64| info.area + offset);
+    Ok(HashView {
+        control: shared.at(at(s.control), std::mem::size_of::<HashControl>() as u64)? as *const HashControl,
+        buckets: shared.at(at(s.buckets), u64::from(s.n_buckets) * std::mem::size_of::<Bucket>() as u64)? as *const Bucket,
+        n_buckets: s.n_buckets,
+        entries: shared.at(at(s.entries), u64::from(d.max_entries) * u64::from(s.entry_stride))?,
+        entry_stride: s.entry_stride as usize,
+        values: shared.at(info.values_offset(), s.values_len(d.max_entries))?,
+        value_size: d.value_size as usize,
+        stride: s.value_stride as usize,
+        cpus: s.cpus,
+        key_size: d.key_size as usize,
+        max_entries: d.max_entries,
+    })
+}
+
+/// Checks that a map entry read from the region is what its definition implies (another process
+/// could have written anything there), so the views below never point outside the region.
+fn check_entry(region: &Region, info: &MapInfo) -> Result<MapKind, Error> {
+    let consistent = info.area.is_multiple_of(PAGE_SIZE as u64) && info.storage == info.def.layout(region.possible_cpus())?;
+    region.shared.at(info.area, info.storage.size)?;
+    if !consistent {
+        return Err(Error(format!("map `{}` (id {}): its region entry is corrupt", info.name, info.id)));
+    }
+    info.def.validate()
+}
+
+impl Map {
+    pub(crate) fn new(region: &Region, info: MapInfo) -> Result<Map, Error> {
+        let kind = check_entry(region, &info)?;
+        let (shared, d, s) = (&region.shared, info.def, info.storage);
+        let storage = match kind {
+            MapKind::Array | MapKind::PercpuArray => Storage::Array(ArrayView {
+                values: shared.at(info.values_offset(), s.values_len(d.max_entries))?,
+                value_size: d.value_size as usize,
+                stride: s.value_stride as usize,
+                cpus: s.cpus,
+                max_entries: d.max_entries,
+            }),
+            MapKind::Hash | MapKind::PercpuHash => Storage::Hash(hash_view(shared, &info)?),
+            MapKind::RingBuf => Storage::Ring(RingBuf::map(
+                shared,
+                info.area + s.control,
+                info.ringbuf_consumer_offset(),
+                info.ringbuf_producer_offset(),
+                info.values_offset(),
+                u64::from(d.max_entries),
+            )?),
+        };
+        Ok(Map { info, kind, storage, _shared: Arc::clone(&region.shared) })
+    }
+
+    pub fn info(&self) -> &MapInfo {
+        &self.info
+    }
+
+    pub fn def(&self) -> &MapDef {
+        &self.info.def
+    }
+
+    pub fn kind(&self) -> MapKind {
+        self.kind
+    }
+
+    pub fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    pub fn ringbuf(&self) -> Option<&RingBuf> {
+        match &self.storage {
+            Storage::Ring(ring) => Some(ring),
+            _ => None,
+        }
+    }
+
+    /// The memory programs reach through this map: the values (read-only for maps flagged
+    /// BPF_F_RDONLY_PROG, e.g. `.rodata`) or the ring buffer's data.
+    pub fn program_memory(&self) -> ProgramMemory {
+        let writable = self.info.def.map_flags & crate::def::BPF_F_RDONLY_PROG == 0;
+        let values_len = self.info.storage.values_len(self.info.def.max_entries);
+        match &self.storage {
+            Storage::Array(a) => ProgramMemory { start: a.values, len: values_len, writable },
+            Storage::Hash(h) => ProgramMemory { start: h.values, len: values_len, writable },
+            Storage::Ring(r) => {
+                let (start, len) = r.data_mapping();
+                ProgramMemory { start, len, writable: true }
+            }
+        }
+    }
+
+    /// Program view of `bpf_map_lookup_elem`: a pointer to the value, or null.
+    ///
+    /// # Safety
+    /// `key` readable for key_size bytes.
+    pub unsafe fn lookup_ptr(&self, key: *const u8) -> *mut u8 {
+        match &self.storage {
+            Storage::Array(a) => a.lookup(key),
+            Storage::Hash(h) => h.lookup(key),
+            Storage::Ring(_) => std::ptr::null_mut(),
+        }
+    }
+
+    /// Program view of `bpf_map_update_elem` (per-CPU maps: the calling CPU's slot).
+    ///
+    /// # Safety
+    /// `key` readable for key_size bytes, `value` for value_size bytes.
+    pub unsafe fn update_ptr(&self, key: *const u8, value: *const u8, flags: u64) -> Result<(), Errno> {
+        match &self.storage {
+            Storage::Array(a) => a.update(key, value, flags),
+            Storage::Hash(h) => h.update_this_cpu(key, value, flags),
+            Storage::Ring(_) => Err(libc::EINVAL),
+        }
+    }
+
+    /// `bpf_map_delete_elem`, both views.
+    ///
+    /// # Safety
+    /// `key` readable for key_size bytes.
+    pub unsafe fn delete_ptr(&self, key: *const u8) -> Result<(), Errno> {
+        match &self.storage {
+            Storage::Array(a) => a.delete(),
+            Storage::Hash(h) => h.delete(key),
+            Storage::Ring(_) => Err(libc::EINVAL),
+        }
+    }
+
+    /// Bytes of a value in the syscall view: value_size, or possible CPUs x 8-byte-rounded size
+    /// for per-CPU maps.
+    pub fn syscall_value_size(&self) -> usize {
+        if self.kind.is_percpu() {
+            self.info.storage.cpus as usize * self.info.storage.value_stride as usize
+        } else {
+            self.info.def.value_size as usize
+        }
+    }
+
+    fn check_sizes(&self, key: &[u8], value: Option<usize>) -> Result<(), Errno> {
+        if self.kind == MapKind::RingBuf
+            || key.len() != self.info.def.key_size as usize
+            || value.is_some_and(|len| len != self.syscall_value_size())
+        {
+            return Err(libc::EINVAL);
+        }
+        Ok(())
+    }
+
+    /// Syscall view of lookup: copies the value (every CPU's, for per-CPU maps) into `value`.
+    pub fn lookup(&self, key: &[u8], value: &mut [u8]) -> Result<(), Errno> {
+        self.check_sizes(key, Some(value.len()))?;
+        // SAFETY: sizes checked above.
+        unsafe {
+            match &self.storage {
+                Storage::Array(a) => a.lookup_all(key.as_ptr(), value.as_mut_ptr()),
+                Storage::Hash(h) => h.lookup_all(key.as_ptr(), value.as_mut_ptr()),
+                Storage::Ring(_) => Err(libc::EINVAL),
+            }
+        }
+    }
+
+    /// Syscall view of update: every CPU's value from `value` for per-CPU maps.
+    pub fn update(&self, key: &[u8], value: &[u8], flags: u64) -> Result<(), Errno> {
+        self.check_sizes(key, Some(value.len()))?;
+        // SAFETY: sizes checked above.
+        unsafe {
+            match &self.storage {
+                Storage::Array(a) => a.update_all(key.as_ptr(), value.as_ptr(), flags),
+                Storage::Hash(h) => h.update_all(key.as_ptr(), value.as_ptr(), flags),
+                Storage::Ring(_) => Err(libc::EINVAL),
+            }
+        }
+    }
+
+    pub fn delete(&self, key: &[u8]) -> Result<(), Errno> {
+        self.check_sizes(key, None)?;
+        // SAFETY: size checked.
+        unsafe { self.delete_ptr(key.as_ptr()) }
+    }
+
+    /// `BPF_MAP_GET_NEXT_KEY`: the key after `key` (the first one for None, or for a key that is
+    /// not in a hash map); ENOENT after the last.
+    pub fn next_key(&self, key: Option<&[u8]>, next: &mut [u8]) -> Result<(), Errno> {
+        let key_size = self.info.def.key_size as usize;
+        if self.kind == MapKind::RingBuf || next.len() != key_size || key.is_some_and(|k| k.len() != key_size) {
+            return Err(libc::EINVAL);
+        }
+        let key = key.map_or(std::ptr::null(), |k| k.as_ptr());
+        // SAFETY: sizes checked.
+        unsafe {
+            match &self.storage {
+                Storage::Array(a) => a.next_key(key, next.as_mut_ptr()),
+                Storage::Hash(h) => h.next_key(key, next.as_mut_ptr()),
+                Storage::Ring(_) => Err(libc::EINVAL),
+            }
+        }
+    }
+
+    /// Every key, in iteration order (for dumps and tests).
+    pub fn keys(&self) -> Vec<Vec<u8>> {
+        let mut keys = Vec::new();
+        let mut next = vec![0u8; self.info.def.key_size as usize];
+        let mut previous: Option<Vec<u8>> = None;
+        while self.next_key(previous.as_deref(), &mut next).is_ok() {
+            keys.push(next.clone());
+            previous = Some(next.clone());
+            if keys.len() > self.info.def.max_entries as usize {
+                break; // only a concurrent writer can make iteration longer than the map
+            }
+        }
+        keys
+    }
+}

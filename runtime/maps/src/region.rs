@@ -1,0 +1,544 @@
+//! The region: one file in /dev/shm (`uebpf-<name>`, mode 0600), or an anonymous memfd, mapped
+//! shared by every process that uses its maps. See `layout` for what lies where.
+//!
+//! The creator owns the file and removes it when its `Region` is dropped (also when creation
+//! fails half-way); processes that `open` it never remove it. Maps and programs are only ever
+//! added: a region lives as long as the embedding that created it.
+
+use std::ffi::CString;
+use std::fmt;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::current;
+use crate::def::{MapDef, MapKind, StorageLayout};
+use crate::error::Error;
+use crate::layout::*;
+use crate::map::Map;
+
+fn os_error(what: impl fmt::Display) -> Error {
+    Error(format!("{what}: {}", std::io::Error::last_os_error()))
+}
+
+/// Where named regions live.
+pub const SHM_DIR: &str = "/dev/shm";
+/// Prefix of every region file name.
+pub const FILE_PREFIX: &str = "uebpf-";
+
+/// How big a new region is.
+#[derive(Clone, Copy, Debug)]
+pub struct RegionSpec {
+    /// Bytes for map storage and program bytecode (see `MapDef::storage_size`).
+    pub arena_bytes: u64,
+    pub map_capacity: u32,
+    pub prog_capacity: u32,
+}
+
+impl RegionSpec {
+    /// Room for `arena_bytes` of storage and 64 maps and 64 programs.
+    pub fn with_arena(arena_bytes: u64) -> RegionSpec {
+        RegionSpec { arena_bytes, map_capacity: 64, prog_capacity: 64 }
+    }
+}
+
+/// What a program entry declares (the attach target is in the section name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum ProgramKind {
+    Other = 0,
+    Uprobe = 1,
+    Uretprobe = 2,
+    Tracepoint = 3,
+    RawTracepoint = 4,
+    Kprobe = 5,
+    Kretprobe = 6,
+}
+
+impl ProgramKind {
+    fn from_u32(value: u32) -> ProgramKind {
+        use ProgramKind::*;
+        [Other, Uprobe, Uretprobe, Tracepoint, RawTracepoint, Kprobe, Kretprobe]
+            .into_iter()
+            .find(|k| *k as u32 == value)
+            .unwrap_or(Other)
+    }
+}
+
+/// A published map, copied out of the map table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapInfo {
+    pub id: u32,
+    pub name: String,
+    pub def: MapDef,
+    /// Region file offset of the map's storage (page-aligned).
+    pub area: u64,
+    /// The storage's parts, relative to `area`.
+    pub storage: StorageLayout,
+}
+
+impl MapInfo {
+    /// Region file offset of the value array (ring buffers: the data).
+    pub fn values_offset(&self) -> u64 {
+        self.area + self.storage.values
+    }
+
+    /// Ring buffers: file offset of the consumer page (what libbpf maps at map-fd offset 0).
+    pub fn ringbuf_consumer_offset(&self) -> u64 {
+        self.area + self.storage.buckets
+    }
+
+    /// Ring buffers: file offset of the producer page, followed by the data (libbpf maps it at
+    /// map-fd offset one page, length page + 2 x size, the data twice).
+    pub fn ringbuf_producer_offset(&self) -> u64 {
+        self.area + self.storage.entries
+    }
+}
+
+/// A program to store in the region.
+pub struct ProgramSpec<'a> {
+    pub name: &'a str,
+    pub section: &'a str,
+    pub kind: ProgramKind,
+    pub license: &'a str,
+    /// Relocated bytecode whose `lddw` map references carry region map ids.
+    pub bytecode: &'a [u8],
+}
+
+/// A published program, copied out of the program table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProgramInfo {
+    pub id: u32,
+    pub name: String,
+    pub section: String,
+    pub kind: ProgramKind,
+    pub license: String,
+    pub insn_count: u32,
+}
+
+pub(crate) struct Shared {
+    fd: OwnedFd,
+    pub(crate) base: *mut u8,
+    pub(crate) len: usize,
+    path: Option<PathBuf>,
+    remove_on_drop: bool,
+}
+
+// SAFETY: the mapping is shared memory accessed through atomics and locks designed for
+// concurrent use by several processes, hence also by several threads.
+unsafe impl Send for Shared {}
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    pub(crate) fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Pointer to byte `offset`, checked to leave `len` bytes inside the region.
+    pub(crate) fn at(&self, offset: u64, len: u64) -> Result<*mut u8, Error> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len as u64 => Ok(self.base.wrapping_add(offset as usize)),
+            _ => Err(Error(format!("offset {offset:#x} + {len} lies outside the {}-byte region", self.len))),
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // SAFETY: base/len is our mapping; nothing derived from it outlives the Arc.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+        if self.remove_on_drop {
+            if let Some(path) = &self.path {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+}
+
+/// A mapped region. Cloning shares the mapping.
+#[derive(Clone)]
+pub struct Region {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Region {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Region").field("path", &self.shared.path).field("size", &self.shared.len).finish()
+    }
+}
+
+fn check_name(name: &str) -> Result<(), Error> {
+    let ok = !name.is_empty()
+        && name.len() <= 200
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && !name.starts_with('.');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error(format!(
+            "invalid region name {name:?}: use 1-200 characters from A-Z a-z 0-9 . _ - (not starting with .)"
+        )))
+    }
+}
+
+/// Path of the region file called `name`.
+pub fn region_path(name: &str) -> PathBuf {
+    Path::new(SHM_DIR).join(format!("{FILE_PREFIX}{name}"))
+}
+
+fn map_shared(fd: &OwnedFd, len: usize) -> Result<*mut u8, Error> {
+    // SAFETY: a fresh shared mapping of a file we hold open.
+    let base = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+    };
+    if base == libc::MAP_FAILED {
+        return Err(os_error("cannot map the region"));
+    }
+    Ok(base.cast())
+}
+
+fn check_page_size() -> Result<(), Error> {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if page as usize != PAGE_SIZE {
+        return Err(Error(format!("uebpf regions need {PAGE_SIZE}-byte pages; this system uses {page}")));
+    }
+    Ok(())
+}
+
+impl Region {
+    /// Creates `/dev/shm/uebpf-<name>` (mode 0600; fails if it exists). The file is removed when
+    /// the returned region (and every clone) is dropped.
+    pub fn create(name: &str, spec: RegionSpec) -> Result<Region, Error> {
+        check_name(name)?;
+        let path = region_path(name);
+        let c_path = CString::new(path.as_os_str().as_encoded_bytes()).expect("checked name has no NUL");
+        // SAFETY: plain open(2) with a valid path.
+        let fd = unsafe {
+            libc::open(c_path.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC, 0o600)
+        };
+        if fd < 0 {
+            return Err(os_error(format!("cannot create {}", path.display())));
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // From here on a failure must remove the file: build the Shared that owns it first.
+        Region::build(fd, Some(path), spec)
+    }
+
+    /// Creates a region that has no name (a memfd): for a single process, nothing to clean up.
+    pub fn create_anonymous(spec: RegionSpec) -> Result<Region, Error> {
+        // SAFETY: memfd_create with a static name.
+        let fd = unsafe { libc::memfd_create(c"uebpf-anonymous".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(os_error("cannot create an anonymous region"));
+        }
+        // SAFETY: fresh descriptor we own.
+        Region::build(unsafe { OwnedFd::from_raw_fd(fd) }, None, spec)
+    }
+
+    fn build(fd: OwnedFd, path: Option<PathBuf>, spec: RegionSpec) -> Result<Region, Error> {
+        let remove = |e: Error| {
+            if let Some(path) = &path {
+                let _ = std::fs::remove_file(path);
+            }
+            e
+        };
+        check_page_size().map_err(remove)?;
+        let page = PAGE_SIZE as u64;
+        let map_table = page;
+        let prog_table = align_up(map_table + u64::from(spec.map_capacity) * std::mem::size_of::<MapEntry>() as u64, 64);
+        let arena_start = align_up(prog_table + u64::from(spec.prog_capacity) * std::mem::size_of::<ProgEntry>() as u64, page);
+        let size = arena_start + align_up(spec.arena_bytes, page);
+        // SAFETY: ftruncate on our descriptor.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } != 0 {
+            return Err(remove(os_error(format!("cannot size the region to {size} bytes"))));
+        }
+        let base = map_shared(&fd, size as usize).map_err(remove)?;
+        let shared = Arc::new(Shared { fd, base, len: size as usize, path, remove_on_drop: true });
+        let region = Region { shared };
+        // SAFETY: the header lies at offset 0 of a fresh, zeroed mapping only we know about.
+        let header = unsafe { &mut *(base as *mut RegionHeader) };
+        header.version = VERSION;
+        header.page_size = PAGE_SIZE as u32;
+        header.size = size;
+        header.possible_cpus = current::possible_cpus();
+        header.creator_pid = current::pid();
+        header.alloc_next = arena_start;
+        header.arena_start = arena_start;
+        header.map_table = map_table;
+        header.map_capacity = spec.map_capacity;
+        header.prog_table = prog_table;
+        header.prog_capacity = spec.prog_capacity;
+        std::sync::atomic::fence(Ordering::Release);
+        header.magic = MAGIC;
+        Ok(region)
+    }
+
+    /// Maps the existing region `name` (created by another process). It is not removed on drop.
+    pub fn open(name: &str) -> Result<Region, Error> {
+        check_name(name)?;
+        check_page_size()?;
+        let path = region_path(name);
+        let c_path = CString::new(path.as_os_str().as_encoded_bytes()).expect("checked name has no NUL");
+        // SAFETY: plain open(2).
+        let fd = unsafe { libc::open(c_path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(os_error(format!("cannot open region {}", path.display())));
+        }
+        // SAFETY: fresh descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: fstat into a zeroed stat buffer.
+        let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0 {
+            return Err(os_error(format!("cannot stat {}", path.display())));
+        }
+        let len = stat.st_size as usize;
+        if len < PAGE_SIZE {
+            return Err(Error(format!("{} is not a uebpf region (only {len} bytes)", path.display())));
+        }
+        let base = map_shared(&fd, len)?;
+        let region = Region { shared: Arc::new(Shared { fd, base, len, path: Some(path), remove_on_drop: false }) };
+        region.check_header()?;
+        Ok(region)
+    }
+
+    fn check_header(&self) -> Result<(), Error> {
+        let h = self.header();
+        let path = self.path().map_or("region".into(), |p| p.display().to_string());
+        std::sync::atomic::fence(Ordering::Acquire);
+        if h.magic != MAGIC {
+            return Err(Error(format!("{path} is not a uebpf region (or is still being created)")));
+        }
+        if h.version != VERSION || h.page_size as usize != PAGE_SIZE {
+            return Err(Error(format!("{path} has layout version {} (this uebpf reads {VERSION})", h.version)));
+        }
+        let tables_fit = self.shared.at(h.map_table, u64::from(h.map_capacity) * std::mem::size_of::<MapEntry>() as u64).is_ok()
+            && self.shared.at(h.prog_table, u64::from(h.prog_capacity) * std::mem::size_of::<ProgEntry>() as u64).is_ok();
+        if h.size != self.shared.len as u64 || !tables_fit || h.possible_cpus == 0 {
+            return Err(Error(format!("{path}: corrupt header (sizes or tables out of range)")));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn header(&self) -> &RegionHeader {
+        // SAFETY: the region is at least one page and starts with the header.
+        unsafe { &*(self.shared.base as *const RegionHeader) }
+    }
+
+    /// The region file (None for anonymous regions).
+    pub fn path(&self) -> Option<&Path> {
+        self.shared.path.as_deref()
+    }
+
+    /// The region's file descriptor, for processes that map parts of it themselves (e.g. a ring
+    /// buffer's pages for a libbpf consumer). Valid while the region lives.
+    pub fn fd(&self) -> RawFd {
+        self.shared.raw_fd()
+    }
+
+    /// Per-CPU slots of per-CPU maps in this region.
+    pub fn possible_cpus(&self) -> u32 {
+        self.header().possible_cpus
+    }
+
+    /// Takes `len` bytes (page-aligned start) from the arena. Must hold `alloc_lock`.
+    fn allocate(&self, len: u64, what: &str) -> Result<u64, Error> {
+        // SAFETY: alloc_next is only written under alloc_lock, which the caller holds.
+        let header = unsafe { &mut *(self.shared.base as *mut RegionHeader) };
+        let start = align_up(header.alloc_next, PAGE_SIZE as u64);
+        let end = start.checked_add(len).filter(|&end| end <= header.size).ok_or_else(|| {
+            Error(format!(
+                "region full: {what} needs {len} bytes, {} are left (create the region with a larger arena)",
+                header.size.saturating_sub(start)
+            ))
+        })?;
+        header.alloc_next = end;
+        Ok(start)
+    }
+
+    fn map_entry_ptr(&self, index: u32) -> *mut MapEntry {
+        let h = self.header();
+        (self.shared.base.wrapping_add(h.map_table as usize) as *mut MapEntry).wrapping_add(index as usize)
+    }
+
+    fn prog_entry_ptr(&self, index: u32) -> *mut ProgEntry {
+        let h = self.header();
+        (self.shared.base.wrapping_add(h.prog_table as usize) as *mut ProgEntry).wrapping_add(index as usize)
+    }
+
+    /// Creates a map and returns its id. `initial` fills the value of element 0 of an array map
+    /// (global data: `.data`, `.rodata`).
+    pub fn create_map(&self, name: &str, def: &MapDef, initial: Option<&[u8]>) -> Result<u32, Error> {
+        let fail = |why: String| Error(format!("map `{name}`: {why}"));
+        let kind = def.validate().map_err(|e| fail(e.0))?;
+        let layout = def.layout(self.possible_cpus()).map_err(|e| fail(e.0))?;
+        if let Some(data) = initial {
+            if kind != MapKind::Array || data.len() > def.value_size as usize {
+                return Err(fail(format!(
+                    "initial data ({} bytes) needs an array map with values of at least that size",
+                    data.len()
+                )));
+            }
+        }
+        let h = self.header();
+        let _guard = h.alloc_lock.lock();
+        let index = h.map_count.load(Ordering::Relaxed);
+        if index >= h.map_capacity {
+            return Err(fail(format!("the region's map table is full ({} maps)", h.map_capacity)));
+        }
+        let area = self.allocate(layout.size, &format!("map `{name}`")).map_err(|e| fail(e.0))?;
+        let mut entry = MapEntry {
+            id: index + 1,
+            map_type: def.map_type,
+            key_size: def.key_size,
+            value_size: def.value_size,
+            max_entries: def.max_entries,
+            map_flags: def.map_flags,
+            value_stride: layout.value_stride,
+            cpus: layout.cpus,
+            area,
+            area_size: layout.size,
+            values: area + layout.values,
+            buckets: area + layout.buckets,
+            entries: area + layout.entries,
+            control: area + layout.control,
+            n_buckets: layout.n_buckets,
+            entry_stride: layout.entry_stride,
+            name: [0; NAME_LEN],
+            _reserved: [0; 5],
+        };
+        write_name(&mut entry.name, name);
+        let info = MapInfo { id: index + 1, name: name.to_string(), def: *def, area, storage: layout };
+        crate::map::initialise(&self.shared, &info, kind, initial);
+        // SAFETY: the slot is beyond map_count, so no reader looks at it until we publish.
+        unsafe { self.map_entry_ptr(index).write(entry) };
+        h.map_count.store(index + 1, Ordering::Release);
+        Ok(index + 1)
+    }
+
+    /// Every published map.
+    pub fn maps(&self) -> Vec<MapInfo> {
+        let count = self.header().map_count.load(Ordering::Acquire).min(self.header().map_capacity);
+        // SAFETY: entries below map_count are complete and immutable.
+        (0..count).map(|i| entry_info(unsafe { &*self.map_entry_ptr(i) })).collect()
+    }
+
+    pub fn map_info(&self, id: u32) -> Result<MapInfo, Error> {
+        let count = self.header().map_count.load(Ordering::Acquire).min(self.header().map_capacity);
+        if id == 0 || id > count {
+            return Err(Error(format!("no map with id {id} (the region has {count})")));
+        }
+        // SAFETY: as in maps().
+        Ok(entry_info(unsafe { &*self.map_entry_ptr(id - 1) }))
+    }
+
+    /// The first map called `name`.
+    pub fn map_info_by_name(&self, name: &str) -> Result<MapInfo, Error> {
+        self.maps()
+            .into_iter()
+            .find(|m| m.name == name)
+            .ok_or_else(|| Error(format!("no map named `{name}` in the region")))
+    }
+
+    /// This process's view of map `id`, for operations.
+    pub fn map(&self, id: u32) -> Result<Map, Error> {
+        Map::new(self, self.map_info(id)?)
+    }
+
+    /// Stores a program; returns its id.
+    pub fn add_program(&self, spec: &ProgramSpec) -> Result<u32, Error> {
+        let fail = |why: String| Error(format!("program `{}`: {why}", spec.name));
+        if spec.bytecode.is_empty() || !spec.bytecode.len().is_multiple_of(8) {
+            return Err(fail(format!("bytecode length {} is not a positive multiple of 8", spec.bytecode.len())));
+        }
+        let h = self.header();
+        let _guard = h.alloc_lock.lock();
+        let index = h.prog_count.load(Ordering::Relaxed);
+        if index >= h.prog_capacity {
+            return Err(fail(format!("the region's program table is full ({} programs)", h.prog_capacity)));
+        }
+        let len = spec.bytecode.len() as u64;
+        let insns = self.allocate(len, &format!("program `{}`", spec.name)).map_err(|e| fail(e.0))?;
+        // SAFETY: freshly allocated arena bytes, inside the region (allocate checked).
+        unsafe { std::ptr::copy_nonoverlapping(spec.bytecode.as_ptr(), self.shared.base.add(insns as usize), spec.bytecode.len()) };
+        let mut entry = ProgEntry {
+            id: index + 1,
+            kind: spec.kind as u32,
+            insns,
+            insn_count: (len / 8) as u32,
+            _pad: 0,
+            name: [0; NAME_LEN],
+            section: [0; SECTION_LEN],
+            license: [0; NAME_LEN],
+            _reserved: [0; 5],
+        };
+        write_name(&mut entry.name, spec.name);
+        write_name(&mut entry.section, spec.section);
+        write_name(&mut entry.license, spec.license);
+        // SAFETY: unpublished slot.
+        unsafe { self.prog_entry_ptr(index).write(entry) };
+        h.prog_count.store(index + 1, Ordering::Release);
+        Ok(index + 1)
+    }
+
+    pub fn programs(&self) -> Vec<ProgramInfo> {
+        let count = self.header().prog_count.load(Ordering::Acquire).min(self.header().prog_capacity);
+        (0..count)
+            .map(|i| {
+                // SAFETY: published entries are complete and immutable.
+                let e = unsafe { &*self.prog_entry_ptr(i) };
+                ProgramInfo {
+                    id: e.id,
+                    name: read_name(&e.name),
+                    section: read_name(&e.section),
+                    kind: ProgramKind::from_u32(e.kind),
+                    license: read_name(&e.license),
+                    insn_count: e.insn_count,
+                }
+            })
+            .collect()
+    }
+
+    /// The bytecode of program `id` (copied out of the region).
+    pub fn program_bytecode(&self, id: u32) -> Result<Vec<u8>, Error> {
+        let count = self.header().prog_count.load(Ordering::Acquire).min(self.header().prog_capacity);
+        if id == 0 || id > count {
+            return Err(Error(format!("no program with id {id} (the region has {count})")));
+        }
+        // SAFETY: published entry.
+        let e = unsafe { &*self.prog_entry_ptr(id - 1) };
+        let len = u64::from(e.insn_count) * 8;
+        let start = self.shared.at(e.insns, len)?;
+        // SAFETY: checked to lie inside the region.
+        Ok(unsafe { std::slice::from_raw_parts(start, len as usize) }.to_vec())
+    }
+}
+
+fn entry_info(e: &MapEntry) -> MapInfo {
+    MapInfo {
+        id: e.id,
+        name: read_name(&e.name),
+        def: MapDef {
+            map_type: e.map_type,
+            key_size: e.key_size,
+            value_size: e.value_size,
+            max_entries: e.max_entries,
+            map_flags: e.map_flags,
+        },
+        area: e.area,
+        // Wrapping: a corrupt entry gives a layout that fails the check in `Map::new`.
+        storage: StorageLayout {
+            size: e.area_size,
+            values: e.values.wrapping_sub(e.area),
+            buckets: e.buckets.wrapping_sub(e.area),
+            entries: e.entries.wrapping_sub(e.area),
+            control: e.control.wrapping_sub(e.area),
+            n_buckets: e.n_buckets,
+            entry_stride: e.entry_stride,
+            value_stride: e.value_stride,
+            cpus: e.cpus,
+        },
+    }
+}

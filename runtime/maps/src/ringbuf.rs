@@ -1,0 +1,296 @@
+//! The BPF ring buffer, with the kernel's algorithm and record layout (kernel/bpf/ringbuf.c):
+//! reservations are serialised by a lock and advance `producer_pos`; each record starts with an
+//! 8-byte header whose length carries BUSY_BIT until the record is submitted (or DISCARD_BIT if
+//! discarded); the consumer advances `consumer_pos` past submitted records only. A reservation
+//! that would overtake the consumer (or the oldest record still being written) fails: the ring
+//! never overwrites unread data, and every refusal is counted in `dropped`.
+//!
+//! Each process maps the data pages twice, back to back, so that a record that wraps around the
+//! end is contiguous in memory, as the kernel (and a libbpf consumer's mmap) sees it.
+//!
+//! Wakeups: a submit wakes sleeping consumers under the kernel's rules (always with
+//! BPF_RB_FORCE_WAKEUP, never with BPF_RB_NO_WAKEUP, otherwise only if the consumer had caught
+//! up to this record) through a futex on `RingControl::wakeup_seq`, which works across processes.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::layout::*;
+use crate::error::Error;
+use crate::region::Shared;
+use crate::Errno;
+
+pub const BPF_RB_NO_WAKEUP: u64 = 1;
+pub const BPF_RB_FORCE_WAKEUP: u64 = 2;
+pub const BPF_RB_AVAIL_DATA: u64 = 0;
+pub const BPF_RB_RING_SIZE: u64 = 1;
+pub const BPF_RB_CONS_POS: u64 = 2;
+pub const BPF_RB_PROD_POS: u64 = 3;
+
+/// The kernel's RINGBUF_MAX_RECORD_SZ.
+const MAX_RECORD: u64 = (u32::MAX / 4) as u64;
+/// Page offset of the data from the control page (control, consumer, producer pages precede it).
+const DATA_PAGE: u64 = 3;
+
+pub struct RingBuf {
+    control: *const RingControl,
+    consumer_pos: *const AtomicU64,
+    producer_pos: *const AtomicU64,
+    /// Start of the double mapping: `[data, data + 2 * size)`.
+    data: *mut u8,
+    size: u64,
+}
+
+// SAFETY: every shared field is accessed through atomics or under the ring's lock.
+unsafe impl Send for RingBuf {}
+unsafe impl Sync for RingBuf {}
+
+impl Drop for RingBuf {
+    fn drop(&mut self) {
+        // SAFETY: our double mapping, created in `map`.
+        unsafe { libc::munmap(self.data.cast(), 2 * self.size as usize) };
+    }
+}
+
+fn round_record(len: u32) -> u64 {
+    align_up(u64::from(len & !(RINGBUF_BUSY_BIT | RINGBUF_DISCARD_BIT)) + RINGBUF_HEADER_SIZE, 8)
+}
+
+impl RingBuf {
+    /// Maps the ring whose control page, consumer page, producer page and data start at the
+    /// given region offsets (validated by the caller).
+    pub(crate) fn map(shared: &Shared, control: u64, consumer: u64, producer: u64, data: u64, size: u64) -> Result<RingBuf, Error> {
+        let fail = |what: &str| Error(format!("cannot map the ring buffer's data twice ({what}): {}", std::io::Error::last_os_error()));
+        let len = 2 * size as usize;
+        // SAFETY: reserve address space, then map the data file range into both halves.
+        unsafe {
+            let base = libc::mmap(std::ptr::null_mut(), len, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0);
+            if base == libc::MAP_FAILED {
+                return Err(fail("reserve"));
+            }
+            for half in 0..2 {
+                let at = (base as *mut u8).add(half * size as usize);
+                let mapped = libc::mmap(at.cast(), size as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_FIXED, shared.raw_fd(), data as libc::off_t);
+                if mapped == libc::MAP_FAILED {
+                    libc::munmap(base, len);
+                    return Err(fail("map"));
+                }
+            }
+            Ok(RingBuf {
+                control: shared.at(control, PAGE_SIZE as u64)? as *const RingControl,
+                consumer_pos: shared.at(consumer, 8)? as *const AtomicU64,
+                producer_pos: shared.at(producer, 8)? as *const AtomicU64,
+                data: base.cast(),
+                size,
+            })
+        }
+    }
+
+    fn control(&self) -> &RingControl {
+        // SAFETY: inside the region, checked in `map`.
+        unsafe { &*self.control }
+    }
+
+    fn consumer_pos(&self) -> &AtomicU64 {
+        // SAFETY: as above.
+        unsafe { &*self.consumer_pos }
+    }
+
+    fn producer_pos(&self) -> &AtomicU64 {
+        // SAFETY: as above.
+        unsafe { &*self.producer_pos }
+    }
+
+    fn header_at(&self, pos: u64) -> &RecordHeader {
+        // SAFETY: masked into the first copy; 8-byte aligned since every record length is.
+        unsafe { &*(self.data.add((pos & (self.size - 1)) as usize) as *const RecordHeader) }
+    }
+
+    /// Data size in bytes (the map's max_entries).
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The process-local double mapping `[start, start + 2 * size)` programs write records into.
+    pub fn data_mapping(&self) -> (*mut u8, u64) {
+        (self.data, 2 * self.size)
+    }
+
+    /// True if `record` (a pointer from `reserve`) lies in this ring's mapping.
+    pub fn owns(&self, record: *const u8) -> bool {
+        let start = self.data as usize + RINGBUF_HEADER_SIZE as usize;
+        (start..self.data as usize + self.size as usize + RINGBUF_HEADER_SIZE as usize).contains(&(record as usize))
+    }
+
+    /// Reserves a record of `size` bytes; null if the ring is full (counted) or `size` too large.
+    pub fn reserve(&self, size: u64) -> *mut u8 {
+        if size > MAX_RECORD {
+            return std::ptr::null_mut();
+        }
+        let len = align_up(size + RINGBUF_HEADER_SIZE, 8);
+        if len > self.size {
+            return std::ptr::null_mut();
+        }
+        let control = self.control();
+        let _guard = control.lock.lock();
+        let consumer = self.consumer_pos().load(Ordering::Acquire);
+        let producer = self.producer_pos().load(Ordering::Relaxed);
+        let new_producer = producer + len;
+        // Move pending_pos past records that have been committed since.
+        let mut pending = control.pending_pos.load(Ordering::Relaxed);
+        while pending < producer {
+            let header_len = self.header_at(pending).len.load(Ordering::Acquire);
+            if header_len & RINGBUF_BUSY_BIT != 0 {
+                break;
+            }
+            pending += round_record(header_len);
+        }
+        control.pending_pos.store(pending, Ordering::Relaxed);
+        let mask = self.size - 1;
+        if new_producer.wrapping_sub(consumer) > mask || new_producer.wrapping_sub(pending) > mask {
+            control.dropped.fetch_add(1, Ordering::Relaxed);
+            return std::ptr::null_mut();
+        }
+        let header = self.header_at(producer);
+        header.len.store(size as u32 | RINGBUF_BUSY_BIT, Ordering::Relaxed);
+        let page = ((producer & mask) / PAGE_SIZE as u64 + DATA_PAGE) as u32;
+        // SAFETY: the header is ours until producer_pos is published below.
+        unsafe { (std::ptr::addr_of!(header.pg_off) as *mut u32).write(page) };
+        self.producer_pos().store(new_producer, Ordering::Release);
+        (header as *const RecordHeader as *mut u8).wrapping_add(RINGBUF_HEADER_SIZE as usize)
+    }
+
+    /// Submits (or discards) a reserved record. A pointer this ring did not hand out, or a record
+    /// already submitted, is ignored (the kernel's verifier rules both out; we cannot).
+    // Safe to call with any pointer: it is dereferenced only once `owns` placed it in our mapping.
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
+    pub fn commit(&self, record: *mut u8, flags: u64, discard: bool) {
+        if !self.owns(record) || !(record as usize - self.data as usize).is_multiple_of(8) {
+            return;
+        }
+        // SAFETY: inside our first copy (owns), 8-byte aligned.
+        let header = unsafe { &*(record.sub(RINGBUF_HEADER_SIZE as usize) as *const RecordHeader) };
+        let len = header.len.load(Ordering::Relaxed);
+        if len & RINGBUF_BUSY_BIT == 0 {
+            return;
+        }
+        let new_len = (len ^ RINGBUF_BUSY_BIT) | if discard { RINGBUF_DISCARD_BIT } else { 0 };
+        header.len.swap(new_len, Ordering::AcqRel);
+        let position = header as *const RecordHeader as u64 - self.data as u64;
+        let consumer = self.consumer_pos().load(Ordering::Acquire) & (self.size - 1);
+        if flags & BPF_RB_FORCE_WAKEUP != 0 || (consumer == position && flags & BPF_RB_NO_WAKEUP == 0) {
+            self.wake();
+        }
+    }
+
+    /// `bpf_ringbuf_output`: 0, -EINVAL for unknown flags, -EAGAIN if the ring is full.
+    ///
+    /// # Safety
+    /// `data` readable for `size` bytes.
+    pub unsafe fn output(&self, data: *const u8, size: u64, flags: u64) -> Result<(), Errno> {
+        if flags & !(BPF_RB_NO_WAKEUP | BPF_RB_FORCE_WAKEUP) != 0 {
+            return Err(libc::EINVAL);
+        }
+        let record = self.reserve(size);
+        if record.is_null() {
+            return Err(libc::EAGAIN);
+        }
+        std::ptr::copy(data, record, size as usize);
+        self.commit(record, flags, false);
+        Ok(())
+    }
+
+    /// `bpf_ringbuf_query`.
+    pub fn query(&self, flags: u64) -> u64 {
+        let consumer = self.consumer_pos().load(Ordering::Acquire);
+        let producer = self.producer_pos().load(Ordering::Acquire);
+        match flags {
+            BPF_RB_AVAIL_DATA => producer.wrapping_sub(consumer),
+            BPF_RB_RING_SIZE => self.size,
+            BPF_RB_CONS_POS => consumer,
+            BPF_RB_PROD_POS => producer,
+            _ => 0,
+        }
+    }
+
+    /// Reservations refused because the ring was full.
+    pub fn dropped(&self) -> u64 {
+        self.control().dropped.load(Ordering::Relaxed)
+    }
+
+    fn wake(&self) {
+        let control = self.control();
+        control.wakeup_seq.fetch_add(1, Ordering::SeqCst);
+        if control.waiters.load(Ordering::SeqCst) > 0 {
+            // SAFETY: FUTEX_WAKE on a word of a shared mapping (not FUTEX_PRIVATE: other processes wait on it).
+            unsafe { libc::syscall(libc::SYS_futex, &control.wakeup_seq as *const AtomicU32, libc::FUTEX_WAKE, i32::MAX, 0, 0, 0) };
+        }
+    }
+
+    /// True if the record at consumer_pos has been submitted or discarded.
+    fn record_ready(&self) -> bool {
+        let consumer = self.consumer_pos().load(Ordering::Acquire);
+        consumer < self.producer_pos().load(Ordering::Acquire)
+            && self.header_at(consumer).len.load(Ordering::Acquire) & RINGBUF_BUSY_BIT == 0
+    }
+
+    /// Hands every submitted record, in order, to `on_record`, advancing consumer_pos past each
+    /// (discarded records are skipped); stops at a record still being written. Returns the number
+    /// of records handed out. A length that cannot be right (beyond the ring) stops consumption.
+    pub fn consume(&self, mut on_record: impl FnMut(&[u8])) -> u64 {
+        self.consume_while(|record| {
+            on_record(record);
+            true
+        })
+    }
+
+    /// As `consume`, stopping after the first record for which `on_record` returns false (that
+    /// record counts as consumed, as with a libbpf callback that returns an error).
+    pub fn consume_while(&self, mut on_record: impl FnMut(&[u8]) -> bool) -> u64 {
+        let mut count = 0;
+        let mut consumer = self.consumer_pos().load(Ordering::Acquire);
+        loop {
+            let producer = self.producer_pos().load(Ordering::Acquire);
+            if consumer >= producer {
+                return count;
+            }
+            let header = self.header_at(consumer);
+            let len = header.len.load(Ordering::Acquire);
+            if len & RINGBUF_BUSY_BIT != 0 {
+                return count;
+            }
+            let record_len = round_record(len);
+            if record_len > self.size {
+                return count;
+            }
+            consumer += record_len;
+            let mut go_on = true;
+            if len & RINGBUF_DISCARD_BIT == 0 {
+                let payload = (header as *const RecordHeader as *const u8).wrapping_add(RINGBUF_HEADER_SIZE as usize);
+                // SAFETY: the record lies within the double mapping (start in the first copy,
+                // length at most the ring size).
+                go_on = on_record(unsafe { std::slice::from_raw_parts(payload, (len & !RINGBUF_DISCARD_BIT) as usize) });
+                count += 1;
+            }
+            self.consumer_pos().store(consumer, Ordering::Release);
+            if !go_on {
+                return count;
+            }
+        }
+    }
+
+    /// Sleeps until a producer wakes consumers or `timeout` passes; returns at once if a record
+    /// is ready. Any number of processes may wait.
+    pub fn wait(&self, timeout: Duration) {
+        let control = self.control();
+        control.waiters.fetch_add(1, Ordering::SeqCst);
+        let seen = control.wakeup_seq.load(Ordering::SeqCst);
+        if !self.record_ready() {
+            let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
+            // SAFETY: FUTEX_WAIT on a shared word with a relative timeout; returns on wake,
+            // value change, timeout or signal, all of which are fine.
+            unsafe { libc::syscall(libc::SYS_futex, &control.wakeup_seq as *const AtomicU32, libc::FUTEX_WAIT, seen, &ts as *const libc::timespec, 0, 0) };
+        }
+        control.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+}

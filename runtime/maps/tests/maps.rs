@@ -1,0 +1,241 @@
+//! Map semantics (the kernel's error codes), region lifecycle, and the ring buffer's record layout.
+
+use std::os::unix::fs::PermissionsExt;
+
+use uebpf_maps::def::*;
+use uebpf_maps::layout::{RINGBUF_BUSY_BIT, RINGBUF_DISCARD_BIT};
+use uebpf_maps::ringbuf::*;
+use uebpf_maps::{region_path, MapDef, Region, RegionSpec};
+
+fn def(map_type: u32, key_size: u32, value_size: u32, max_entries: u32) -> MapDef {
+    MapDef { map_type, key_size, value_size, max_entries, map_flags: 0 }
+}
+
+fn anonymous() -> Region {
+    Region::create_anonymous(RegionSpec::with_arena(4 << 20)).unwrap()
+}
+
+fn unique_name(test: &str) -> String {
+    format!("test-{test}-{}", std::process::id())
+}
+
+#[test]
+fn named_region_is_private_shared_and_removed_by_its_creator() {
+    let name = unique_name("lifecycle");
+    let path = region_path(&name);
+    {
+        let region = Region::create(&name, RegionSpec::with_arena(1 << 20)).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let id = region.create_map("counts", &def(BPF_MAP_TYPE_ARRAY, 4, 8, 4), None).unwrap();
+        region.map(id).unwrap().update(&1u32.to_ne_bytes(), &7u64.to_ne_bytes(), BPF_ANY).unwrap();
+
+        let other = Region::open(&name).unwrap();
+        let info = other.map_info_by_name("counts").unwrap();
+        assert_eq!((info.id, info.def.max_entries, info.def.value_size), (id, 4, 8));
+        let mut value = [0u8; 8];
+        other.map(id).unwrap().lookup(&1u32.to_ne_bytes(), &mut value).unwrap();
+        assert_eq!(u64::from_ne_bytes(value), 7);
+        assert!(Region::create(&name, RegionSpec::with_arena(4096)).unwrap_err().0.contains("File exists"));
+        drop(other);
+        assert!(path.exists(), "an opener must not remove the region");
+    }
+    assert!(!path.exists(), "the creator removes the region");
+    assert!(Region::open(&name).unwrap_err().0.contains("No such file"));
+}
+
+#[test]
+fn bad_names_and_full_regions_are_clear_errors() {
+    assert!(Region::create("../etc/x", RegionSpec::with_arena(4096)).unwrap_err().0.contains("invalid region name"));
+    let region = Region::create_anonymous(RegionSpec::with_arena(4096)).unwrap();
+    let err = region.create_map("big", &def(BPF_MAP_TYPE_ARRAY, 4, 4096, 4), None).unwrap_err().0;
+    assert!(err.contains("map `big`: region full"), "{err}");
+    let err = region.create_map("lru", &def(9, 4, 8, 4), None).unwrap_err().0;
+    assert!(err.contains("lru_hash (9) is not supported"), "{err}");
+}
+
+#[test]
+fn array_follows_the_kernel() {
+    let region = anonymous();
+    let map = region.map(region.create_map("a", &def(BPF_MAP_TYPE_ARRAY, 4, 4, 2), None).unwrap()).unwrap();
+    let key = |k: u32| k.to_ne_bytes();
+    assert_eq!(map.update(&key(2), &[1; 4], BPF_ANY), Err(libc::E2BIG));
+    assert_eq!(map.update(&key(0), &[1; 4], BPF_NOEXIST), Err(libc::EEXIST));
+    assert_eq!(map.update(&key(0), &[1; 4], 3), Err(libc::EINVAL));
+    assert_eq!(map.update(&key(0), &[1; 4], BPF_F_LOCK), Err(libc::EINVAL));
+    assert_eq!(map.update(&key(1), &[9; 4], BPF_EXIST), Ok(()));
+    assert_eq!(map.delete(&key(0)), Err(libc::EINVAL));
+    let mut value = [0; 4];
+    assert_eq!(map.lookup(&key(2), &mut value), Err(libc::ENOENT));
+    map.lookup(&key(1), &mut value).unwrap();
+    assert_eq!(value, [9; 4]);
+    let mut next = [0; 4];
+    assert_eq!(map.next_key(None, &mut next), Ok(()));
+    assert_eq!(u32::from_ne_bytes(next), 0);
+    assert_eq!(map.next_key(Some(&key(0)), &mut next), Ok(()));
+    assert_eq!(u32::from_ne_bytes(next), 1);
+    assert_eq!(map.next_key(Some(&key(1)), &mut next), Err(libc::ENOENT));
+    assert_eq!(map.next_key(Some(&key(7)), &mut next), Ok(()));
+    assert_eq!(u32::from_ne_bytes(next), 0);
+}
+
+#[test]
+fn hash_follows_the_kernel() {
+    let region = anonymous();
+    let map = region.map(region.create_map("h", &def(BPF_MAP_TYPE_HASH, 8, 8, 3), None).unwrap()).unwrap();
+    let key = |k: u64| k.to_ne_bytes();
+    assert_eq!(map.update(&key(1), &key(10), BPF_EXIST), Err(libc::ENOENT));
+    assert_eq!(map.update(&key(1), &key(10), BPF_NOEXIST), Ok(()));
+    assert_eq!(map.update(&key(1), &key(11), BPF_NOEXIST), Err(libc::EEXIST));
+    assert_eq!(map.update(&key(1), &key(12), BPF_EXIST), Ok(()));
+    assert_eq!(map.update(&key(1), &key(12), 3), Err(libc::EINVAL));
+    map.update(&key(2), &key(20), BPF_ANY).unwrap();
+    map.update(&key(3), &key(30), BPF_ANY).unwrap();
+    assert_eq!(map.update(&key(4), &key(40), BPF_ANY), Err(libc::E2BIG));
+    assert_eq!(map.update(&key(3), &key(31), BPF_ANY), Ok(()), "updating an existing key of a full map works");
+    let mut value = [0; 8];
+    map.lookup(&key(1), &mut value).unwrap();
+    assert_eq!(u64::from_ne_bytes(value), 12);
+    assert_eq!(map.delete(&key(9)), Err(libc::ENOENT));
+    map.delete(&key(2)).unwrap();
+    assert_eq!(map.lookup(&key(2), &mut value), Err(libc::ENOENT));
+    map.update(&key(4), &key(40), BPF_ANY).unwrap();
+    let mut keys: Vec<u64> = map.keys().iter().map(|k| u64::from_ne_bytes(k[..].try_into().unwrap())).collect();
+    keys.sort();
+    assert_eq!(keys, [1, 3, 4]);
+    // A missing key restarts iteration at the first key, as the kernel does.
+    let mut next = [0; 8];
+    map.next_key(Some(&key(99)), &mut next).unwrap();
+    assert_eq!(next.to_vec(), map.keys()[0]);
+}
+
+#[test]
+fn percpu_maps_expose_every_cpu_slot() {
+    let region = anonymous();
+    let cpus = region.possible_cpus() as usize;
+    for map_type in [BPF_MAP_TYPE_PERCPU_ARRAY, BPF_MAP_TYPE_PERCPU_HASH] {
+        let map = region.map(region.create_map("p", &def(map_type, 4, 4, 4), None).unwrap()).unwrap();
+        assert_eq!(map.syscall_value_size(), cpus * 8);
+        let values: Vec<u8> = (0..cpus).flat_map(|cpu| [cpu as u8 + 1, 0, 0, 0, 0xee, 0xee, 0xee, 0xee]).collect();
+        map.update(&0u32.to_ne_bytes(), &values, BPF_ANY).unwrap();
+        let mut back = vec![0xffu8; cpus * 8];
+        map.lookup(&0u32.to_ne_bytes(), &mut back).unwrap();
+        for cpu in 0..cpus {
+            assert_eq!(back[cpu * 8..cpu * 8 + 8], [cpu as u8 + 1, 0, 0, 0, 0, 0, 0, 0], "padding is zeroed");
+        }
+        // The program view sees the calling CPU's slot.
+        let here = unsafe { libc::sched_getcpu() } as usize % cpus;
+        let slot = unsafe { map.lookup_ptr(0u32.to_ne_bytes().as_ptr()) };
+        assert_eq!(unsafe { *slot }, here as u8 + 1);
+    }
+}
+
+#[test]
+fn ring_buffer_keeps_the_kernel_record_layout_and_never_overwrites() {
+    let region = anonymous();
+    let id = region.create_map("rb", &def(BPF_MAP_TYPE_RINGBUF, 0, 0, 4096), None).unwrap();
+    let map = region.map(id).unwrap();
+    let ring = map.ringbuf().unwrap();
+    let info = map.info();
+    assert_eq!(info.ringbuf_producer_offset(), info.ringbuf_consumer_offset() + 4096);
+    assert_eq!(info.values_offset(), info.ringbuf_producer_offset() + 4096, "data follows the producer page");
+
+    let first = ring.reserve(5);
+    assert!(!first.is_null());
+    // Header: length with the busy bit, then the page offset.
+    let header = unsafe { std::slice::from_raw_parts(first.sub(8), 8) };
+    assert_eq!(u32::from_ne_bytes(header[..4].try_into().unwrap()), 5 | RINGBUF_BUSY_BIT);
+    assert_eq!(ring.query(BPF_RB_PROD_POS), 16, "8-byte header + 5 bytes, rounded to 8");
+    let second = ring.reserve(3);
+    unsafe { std::ptr::copy_nonoverlapping(b"two".as_ptr(), second, 3) };
+    ring.commit(second, 0, false);
+    let mut seen = Vec::new();
+    assert_eq!(ring.consume(|r| seen.push(r.to_vec())), 0, "a busy first record blocks the ones after it");
+    unsafe { std::ptr::copy_nonoverlapping(b"first".as_ptr(), first, 5) };
+    ring.commit(first, 0, false);
+    let third = ring.reserve(8);
+    ring.commit(third, 0, true);
+    let discarded = unsafe { std::slice::from_raw_parts(third.sub(8), 4) };
+    assert_eq!(u32::from_ne_bytes(discarded.try_into().unwrap()), 8 | RINGBUF_DISCARD_BIT);
+    assert_eq!(ring.consume(|r| seen.push(r.to_vec())), 2);
+    assert_eq!(seen, [b"first".to_vec(), b"two".to_vec()]);
+    assert_eq!(ring.query(BPF_RB_AVAIL_DATA), 0);
+
+    // Fill: 4096-byte ring, 1000-byte records take 1008; the kernel refuses the one that would
+    // bring usage to the full size.
+    let mut kept = 0;
+    while !ring.reserve(1000).is_null() {
+        kept += 1;
+    }
+    assert_eq!(kept, 4);
+    assert_eq!(ring.dropped(), 1);
+    let big = [7u8; 100];
+    assert_eq!(unsafe { ring.output(big.as_ptr(), 100, 0) }, Err(libc::EAGAIN), "4032 + 108 bytes do not fit");
+    assert_eq!(unsafe { ring.output(big.as_ptr(), 1, 4) }, Err(libc::EINVAL));
+    assert_eq!(unsafe { ring.output(big.as_ptr(), 1, 0) }, Ok(()), "4032 + 16 bytes still fit");
+    assert_eq!(ring.dropped(), 2);
+}
+
+#[test]
+fn ring_buffer_records_wrap_contiguously() {
+    let region = anonymous();
+    let map = region.map(region.create_map("rb", &def(BPF_MAP_TYPE_RINGBUF, 0, 0, 4096), None).unwrap()).unwrap();
+    let ring = map.ringbuf().unwrap();
+    let mut received = Vec::new();
+    for round in 0..20u8 {
+        let payload: Vec<u8> = (0..700).map(|i| (i as u8).wrapping_add(round)).collect();
+        unsafe { ring.output(payload.as_ptr(), payload.len() as u64, BPF_RB_NO_WAKEUP) }.unwrap();
+        ring.consume(|r| received.push(r.to_vec()));
+        assert_eq!(received.last().unwrap(), &payload, "round {round}");
+    }
+    assert!(ring.query(BPF_RB_PROD_POS) > 4096 * 3, "the positions went around the ring several times");
+}
+
+/// Maps a ring the way libbpf's ring_buffer__add maps a kernel ring buffer's fd (consumer page
+/// read-write; producer page and the data twice, read-only, in one range), here from the region
+/// file at the offsets MapInfo gives, and consumes with libbpf's algorithm (ringbuf_process_ring).
+#[test]
+fn a_libbpf_style_consumer_reads_the_ring_from_the_region_file() {
+    let region = anonymous();
+    let size = 8192usize;
+    let map = region.map(region.create_map("rb", &def(BPF_MAP_TYPE_RINGBUF, 0, 0, size as u32), None).unwrap()).unwrap();
+    let ring = map.ringbuf().unwrap();
+    let info = map.info().clone();
+    let page = 4096usize;
+    // SAFETY: fresh shared mappings of the region file at page-aligned offsets.
+    let (consumer, producer) = unsafe {
+        let consumer = libc::mmap(std::ptr::null_mut(), page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, region.fd(), info.ringbuf_consumer_offset() as i64);
+        let producer = libc::mmap(std::ptr::null_mut(), page + 2 * size, libc::PROT_READ, libc::MAP_SHARED, region.fd(), info.ringbuf_producer_offset() as i64);
+        assert!(consumer != libc::MAP_FAILED && producer != libc::MAP_FAILED);
+        // The kernel maps the data twice; from a file that is a second mapping right after.
+        let again = libc::mmap((producer as *mut u8).add(page + size).cast(), size, libc::PROT_READ, libc::MAP_SHARED | libc::MAP_FIXED, region.fd(), info.values_offset() as i64);
+        assert!(again != libc::MAP_FAILED);
+        (consumer as *mut u64, producer as *const u8)
+    };
+    let mut produced = Vec::new();
+    let mut consumed = Vec::new();
+    for round in 0..40u32 {
+        let payload: Vec<u8> = (0..(500 + round * 37) as usize).map(|i| (i as u32 * 7 + round) as u8).collect();
+        unsafe { ring.output(payload.as_ptr(), payload.len() as u64, 0) }.unwrap();
+        produced.push(payload);
+        // libbpf: cons = load_acquire(consumer_pos); while cons < load_acquire(producer_pos) ...
+        unsafe {
+            let mut cons = std::ptr::read_volatile(consumer);
+            let prod = std::ptr::read_volatile(producer as *const u64);
+            while cons < prod {
+                let header = producer.add(page + (cons as usize & (size - 1)));
+                let len = std::ptr::read_volatile(header as *const u32);
+                assert_eq!(len & (RINGBUF_BUSY_BIT | RINGBUF_DISCARD_BIT), 0);
+                consumed.push(std::slice::from_raw_parts(header.add(8), len as usize).to_vec());
+                cons += ((len as u64 + 8) + 7) / 8 * 8;
+                std::ptr::write_volatile(consumer, cons);
+            }
+        }
+    }
+    assert_eq!(consumed, produced, "records that wrapped are contiguous in the double mapping too");
+    assert_eq!(ring.query(BPF_RB_CONS_POS), ring.query(BPF_RB_PROD_POS), "the producer sees the consumer's position");
+    unsafe {
+        libc::munmap(consumer.cast(), page);
+        libc::munmap(producer as *mut _, page + 2 * size);
+    }
+}

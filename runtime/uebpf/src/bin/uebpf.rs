@@ -1,0 +1,265 @@
+//! uebpf: load and run a clang-built .bpf.o in userspace, from the command line.
+//!
+//!   uebpf info OBJ                         programs and maps of an object (JSON)
+//!   uebpf run OBJ PROG [OPTIONS]           load OBJ (into /dev/shm/uebpf-NAME with --region NAME,
+//!                                          removed at exit), run PROG, print r0, maps and records
+//!   uebpf exec REGION PROG [OPTIONS]       run PROG of a region another process created
+//!   uebpf dump REGION                      print a region's maps and drain its ring buffers
+//!
+//! OPTIONS: --engine interpreter|jit (default interpreter)  --repeat N (default 1)
+//!          --regs di=1,si=0x10,dx=str:hello (struct pt_regs fields; str: passes a string's address)
+//!          --set NAME=VALUE (run: a global, before loading)  --region NAME (run)
+//!
+//! Output is one JSON document on stdout; errors are one line on stderr and exit status 1
+//! (2 for usage errors). SIGINT/SIGTERM during a run are deferred until the region is removed.
+
+use std::ffi::CString;
+use std::process::ExitCode;
+
+use serde_json::{json, Map as JsonMap, Value};
+use uebpf::maps::{def::map_type_name, Region};
+use uebpf::{Engine, Instance, Object, PtRegs, Target};
+
+const USAGE: &str = "usage: uebpf info OBJ | uebpf run OBJ PROG [--engine interpreter|jit] [--repeat N] [--regs R=V,...] [--set NAME=VALUE]... [--region NAME] | uebpf exec REGION PROG [--engine E] [--repeat N] [--regs R=V,...] | uebpf dump REGION";
+
+struct Options {
+    command: String,
+    positional: Vec<String>,
+    engine: Engine,
+    repeat: u64,
+    regs: Vec<(String, String)>,
+    sets: Vec<(String, String)>,
+    region: Option<String>,
+}
+
+fn usage(why: impl std::fmt::Display) -> String {
+    format!("{why}\n{USAGE}")
+}
+
+fn pairs(text: &str, what: &str) -> Result<Vec<(String, String)>, String> {
+    text.split(',')
+        .filter(|p| !p.is_empty())
+        .map(|p| p.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| usage(format!("invalid {what} `{p}` (want NAME=VALUE)"))))
+        .collect()
+}
+
+fn parse_options() -> Result<Options, String> {
+    use lexopt::prelude::*;
+    let mut options = Options { command: String::new(), positional: Vec::new(), engine: Engine::Interpreter, repeat: 1, regs: Vec::new(), sets: Vec::new(), region: None };
+    let mut parser = lexopt::Parser::from_env();
+    let text = |v: std::ffi::OsString| v.into_string().map_err(|_| usage("arguments must be UTF-8"));
+    while let Some(arg) = parser.next().map_err(usage)? {
+        match arg {
+            Long("engine") => {
+                options.engine = match text(parser.value().map_err(usage)?)?.as_str() {
+                    "interpreter" => Engine::Interpreter,
+                    "jit" => Engine::Jit,
+                    other => return Err(usage(format!("unknown engine `{other}` (interpreter or jit)"))),
+                }
+            }
+            Long("repeat") => {
+                options.repeat = text(parser.value().map_err(usage)?)?.parse().ok().filter(|&n| n > 0).ok_or_else(|| usage("--repeat needs a positive count"))?
+            }
+            Long("regs") => options.regs.extend(pairs(&text(parser.value().map_err(usage)?)?, "register")?),
+            Long("set") => options.sets.extend(pairs(&text(parser.value().map_err(usage)?)?, "global")?),
+            Long("region") => options.region = Some(text(parser.value().map_err(usage)?)?),
+            Long("help") | Short('h') => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            Value(value) if options.command.is_empty() => options.command = text(value)?,
+            Value(value) => options.positional.push(text(value)?),
+            _ => return Err(usage(arg.unexpected())),
+        }
+    }
+    let wanted = match options.command.as_str() {
+        "info" | "dump" => 1,
+        "run" | "exec" => 2,
+        "" => return Err(usage("no command")),
+        other => return Err(usage(format!("unknown command `{other}`"))),
+    };
+    if options.positional.len() != wanted {
+        return Err(usage(format!("`{}` takes {wanted} argument(s)", options.command)));
+    }
+    Ok(options)
+}
+
+fn integer(text: &str) -> Result<u64, String> {
+    let (negative, digits) = text.strip_prefix('-').map_or((false, text), |d| (true, d));
+    let value = match digits.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => digits.parse::<u64>(),
+    }
+    .map_err(|_| format!("invalid number `{text}`"))?;
+    Ok(if negative { value.wrapping_neg() } else { value })
+}
+
+/// Registers from `--regs`; the strings `str:` arguments point at are returned to keep them alive.
+fn registers(regs: &[(String, String)]) -> Result<(PtRegs, Vec<CString>), String> {
+    let mut pt = PtRegs::default();
+    let mut strings = Vec::new();
+    for (name, value) in regs {
+        let number = match value.strip_prefix("str:") {
+            Some(text) => {
+                strings.push(CString::new(text).map_err(|_| "a string argument cannot hold NUL".to_string())?);
+                strings.last().expect("just pushed").as_ptr() as u64
+            }
+            None => integer(value)?,
+        };
+        pt.set(name, number)?;
+    }
+    Ok((pt, strings))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Every map's entries (keys and values in hex) and every ring buffer's records (drained).
+fn dump(instance: &Instance) -> Value {
+    let mut maps = JsonMap::new();
+    let mut rings = JsonMap::new();
+    for map in instance.maps() {
+        let def = map.def();
+        if let Some(ring) = map.ringbuf() {
+            let mut records = Vec::new();
+            ring.consume(|r| records.push(json!(hex(r))));
+            rings.insert(map.name().into(), json!({"records": records, "dropped": ring.dropped()}));
+            continue;
+        }
+        let entries: Vec<Value> = map
+            .keys()
+            .iter()
+            .filter_map(|key| {
+                let mut value = vec![0u8; map.syscall_value_size()];
+                map.lookup(key, &mut value).ok().map(|()| json!([hex(key), hex(&value)]))
+            })
+            .collect();
+        maps.insert(
+            map.name().into(),
+            json!({"type": map_type_name(def.map_type), "key_size": def.key_size, "value_size": def.value_size,
+                   "max_entries": def.max_entries, "percpu": map.kind().is_percpu(), "entries": entries}),
+        );
+    }
+    json!({"maps": maps, "rings": rings})
+}
+
+fn info(path: &str) -> Result<Value, String> {
+    let object = Object::open(path).map_err(|e| e.0)?;
+    let programs: Vec<Value> = object
+        .programs()
+        .iter()
+        .map(|p| json!({"name": p.name, "section": p.section, "kind": format!("{:?}", p.kind).to_lowercase(), "attach_target": p.attach_target}))
+        .collect();
+    let maps: Vec<Value> = object
+        .maps()
+        .iter()
+        .map(|m| {
+            let supported = m.def.validate().map(|_| true).unwrap_or(false);
+            json!({"name": m.name, "type": map_type_name(m.def.map_type), "key_size": m.def.key_size, "value_size": m.def.value_size,
+                   "max_entries": m.def.max_entries, "flags": m.def.map_flags, "supported": supported})
+        })
+        .collect();
+    Ok(json!({"object": path, "programs": programs, "maps": maps}))
+}
+
+/// Runs `name` `repeat` times on the registers; returns (last r0, runs).
+fn run_program(instance: &Instance, name: &str, options: &Options) -> Result<Value, String> {
+    let program = instance.program(name, options.engine).map_err(|e| e.0)?;
+    let (regs, _strings) = registers(&options.regs)?;
+    let mut r0 = 0;
+    for _ in 0..options.repeat {
+        let mut ctx = regs;
+        r0 = program.run(ctx.as_bytes_mut()).map_err(|e| e.0)?;
+    }
+    Ok(json!({"program": name, "engine": format!("{:?}", options.engine).to_lowercase(), "runs": options.repeat, "r0": r0}))
+}
+
+fn run(options: &Options) -> Result<Value, String> {
+    let (path, program) = (&options.positional[0], &options.positional[1]);
+    let mut object = Object::open(path).map_err(|e| e.0)?;
+    for (name, value) in &options.sets {
+        let size = object.global_size(name).ok_or_else(|| format!("{path} has no global variable `{name}`"))?;
+        let bytes = integer(value)?.to_le_bytes();
+        if size > 8 {
+            return Err(format!("global `{name}` has {size} bytes; --set writes integers of up to 8"));
+        }
+        object.set_global(name, &bytes[..size]).map_err(|e| e.0)?;
+    }
+    let target = options.region.as_deref().map_or(Target::Anonymous, Target::Named);
+    let instance = object.load(target).map_err(|e| e.0)?;
+    let mut result = run_program(&instance, program, options)?;
+    let dumped = dump(&instance);
+    result["maps"] = dumped["maps"].clone();
+    result["rings"] = dumped["rings"].clone();
+    Ok(result)
+}
+
+fn open_region(name: &str) -> Result<Instance, String> {
+    let region = Region::open(name).map_err(|e| e.0)?;
+    Instance::new(&region).map_err(|e| e.0)
+}
+
+/// Blocks SIGINT and SIGTERM so that a named region is always removed; returns whether one
+/// arrived (the caller exits 130 then, as if interrupted after cleaning up).
+fn deferring_signals<T>(work: impl FnOnce() -> T) -> (T, bool) {
+    // SAFETY: plain signal mask manipulation on the calling (only) thread.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        let result = work();
+        let mut pending: libc::sigset_t = std::mem::zeroed();
+        libc::sigpending(&mut pending);
+        let interrupted = libc::sigismember(&pending, libc::SIGINT) == 1 || libc::sigismember(&pending, libc::SIGTERM) == 1;
+        (result, interrupted)
+    }
+}
+
+fn main() -> ExitCode {
+    let options = match parse_options() {
+        Ok(options) => options,
+        Err(e) => {
+            eprintln!("uebpf: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let (result, interrupted) = deferring_signals(|| match options.command.as_str() {
+        "info" => info(&options.positional[0]),
+        "run" => run(&options),
+        "exec" => open_region(&options.positional[0]).and_then(|i| run_program(&i, &options.positional[1], &options)),
+        _ => open_region(&options.positional[0]).map(|i| dump(&i)),
+    });
+    if interrupted {
+        eprintln!("uebpf: interrupted");
+        return ExitCode::from(130);
+    }
+    match result {
+        Ok(document) => {
+            println!("{document:#}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("uebpf: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_and_registers() {
+        assert_eq!(integer("0x10"), Ok(16));
+        assert_eq!(integer("-1"), Ok(u64::MAX));
+        assert!(integer("ten").is_err());
+        let (regs, strings) = registers(&[("di".into(), "7".into()), ("dx".into(), "str:hi".into())]).unwrap();
+        assert_eq!(regs.di, 7);
+        assert_eq!(regs.dx, strings[0].as_ptr() as u64);
+        assert!(registers(&[("rip".into(), "1".into())]).unwrap_err().contains("unknown register `rip`"));
+    }
+}

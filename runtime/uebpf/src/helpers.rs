@@ -1,0 +1,236 @@
+//! The kernel helpers uebpf provides, under the kernel's ids, with the kernel's results.
+//!
+//! Pointer arguments (keys, values, buffers) are used as the program passes them: the kernel's
+//! verifier proves them valid, uebpf does not (see the trust model in the runtime README). Map
+//! handles are checked (`handles`), and reads/writes of *traced* memory (probe_read/write) are
+//! fault-safe (`probe`).
+
+use std::cell::Cell;
+use std::io::Write as _;
+
+
+use uebpf_maps::current;
+use uebpf_vm::{Environment, HelperFn};
+
+use crate::handles::{map_of, ring_of};
+use crate::helper_names::HELPER_NAMES;
+use crate::probe;
+
+/// -errno as the u64 a helper returns.
+fn errno(e: i32) -> u64 {
+    (-i64::from(e)) as u64
+}
+
+fn result(r: Result<(), i32>) -> u64 {
+    r.map_or_else(errno, |()| 0)
+}
+
+extern "C" fn map_lookup_elem(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
+    // SAFETY: key points at key_size bytes of program memory (trusted, see module docs).
+    map_of(map).map_or(0, |m| unsafe { m.lookup_ptr(key as *const u8) } as u64)
+}
+
+extern "C" fn map_update_elem(map: u64, key: u64, value: u64, flags: u64, _: u64) -> u64 {
+    match map_of(map) {
+        // SAFETY: as above, for key and value.
+        Some(m) => result(unsafe { m.update_ptr(key as *const u8, value as *const u8, flags) }),
+        None => errno(libc::EINVAL),
+    }
+}
+
+extern "C" fn map_delete_elem(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
+    match map_of(map) {
+        // SAFETY: as above.
+        Some(m) => result(unsafe { m.delete_ptr(key as *const u8) }),
+        None => errno(libc::EINVAL),
+    }
+}
+
+/// Also serves bpf_probe_read_kernel: in userspace there is one address space, and programs use
+/// it (through BPF_CORE_READ) to read their own context.
+extern "C" fn probe_read_user(dst: u64, size: u64, src: u64, _: u64, _: u64) -> u64 {
+    // SAFETY: dst is program memory of `size` bytes (trusted); src is checked by the kernel.
+    unsafe { probe::read(dst as *mut u8, size as u32 as usize, src as *const u8) as u64 }
+}
+
+extern "C" fn probe_read_user_str(dst: u64, size: u64, src: u64, _: u64, _: u64) -> u64 {
+    // SAFETY: as above.
+    unsafe { probe::read_str(dst as *mut u8, size as u32 as usize, src as *const u8) as u64 }
+}
+
+extern "C" fn probe_write_user(dst: u64, src: u64, size: u64, _: u64, _: u64) -> u64 {
+    // SAFETY: src is program memory of `size` bytes (trusted); dst is checked by the kernel.
+    unsafe { probe::write(dst as *mut u8, src as *const u8, size as u32 as usize) as u64 }
+}
+
+/// CLOCK_MONOTONIC in ns, as the kernel's bpf_ktime_get_ns (vDSO: no system call).
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid timespec pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+extern "C" fn ktime_get_ns(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    monotonic_ns()
+}
+
+extern "C" fn get_prandom_u32(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    thread_local! {
+        static STATE: Cell<u64> = const { Cell::new(0) };
+    }
+    STATE.with(|state| {
+        let mut x = state.get();
+        if x == 0 {
+            let mut seed = [0u8; 8];
+            // SAFETY: getrandom into a local buffer; a failure leaves the tid-based seed below.
+            unsafe { libc::getrandom(seed.as_mut_ptr().cast(), 8, 0) };
+            x = u64::from_ne_bytes(seed) | u64::from(current::tid()) << 32 | 1;
+        }
+        // xorshift64*
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        state.set(x);
+        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32 as u64
+    })
+}
+
+extern "C" fn get_smp_processor_id(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    // SAFETY: no preconditions.
+    unsafe { libc::sched_getcpu() }.max(0) as u64
+}
+
+extern "C" fn get_current_pid_tgid(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    u64::from(current::pid()) << 32 | u64::from(current::tid())
+}
+
+extern "C" fn get_current_uid_gid(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    // SAFETY: no preconditions.
+    unsafe { u64::from(libc::getgid()) << 32 | u64::from(libc::getuid()) }
+}
+
+/// The calling thread's comm (16 bytes, NUL-padded).
+fn thread_comm() -> [u8; 16] {
+    let mut comm = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_GET_NAME, comm.as_mut_ptr()) };
+    comm
+}
+
+/// As the kernel (strscpy_pad): the thread's name, truncated to size - 1, NUL-padded; 0.
+extern "C" fn get_current_comm(buf: u64, size: u64, _: u64, _: u64, _: u64) -> u64 {
+    let size = size as u32 as usize;
+    if size == 0 {
+        return errno(libc::EINVAL);
+    }
+    let comm = thread_comm();
+    let len = comm.iter().position(|&b| b == 0).unwrap_or(16).min(size - 1);
+    // SAFETY: buf is program memory of `size` bytes (trusted).
+    unsafe {
+        std::ptr::copy_nonoverlapping(comm.as_ptr(), buf as *mut u8, len);
+        std::ptr::write_bytes((buf as *mut u8).add(len), 0, size - len);
+    }
+    0
+}
+
+extern "C" fn trace_printk(fmt: u64, fmt_size: u64, a1: u64, a2: u64, a3: u64) -> u64 {
+    // SAFETY: fmt is program memory of fmt_size bytes (trusted).
+    let format = unsafe { std::slice::from_raw_parts(fmt as *const u8, fmt_size as u32 as usize) };
+    let message = match crate::printk::format(format, &[a1, a2, a3]) {
+        Ok(message) => message,
+        Err(e) => return errno(e),
+    };
+    let comm = thread_comm();
+    let comm = String::from_utf8_lossy(&comm[..comm.iter().position(|&b| b == 0).unwrap_or(16)]).into_owned();
+    // The line trace_pipe would show; one write(2) so that concurrent lines do not interleave.
+    let mut line = format!("{comm}-{} [{:03}] bpf_trace_printk: ", current::tid(), get_smp_processor_id(0, 0, 0, 0, 0)).into_bytes();
+    line.extend_from_slice(&message);
+    if !message.ends_with(b"\n") {
+        line.push(b'\n');
+    }
+    let _ = std::io::stderr().lock().write_all(&line);
+    message.len() as u64
+}
+
+extern "C" fn ringbuf_output(map: u64, data: u64, size: u64, flags: u64, _: u64) -> u64 {
+    match map_of(map).and_then(|m| m.ringbuf()) {
+        // SAFETY: data is program memory of `size` bytes (trusted).
+        Some(ring) => result(unsafe { ring.output(data as *const u8, size, flags) }),
+        None => errno(libc::EINVAL),
+    }
+}
+
+extern "C" fn ringbuf_reserve(map: u64, size: u64, flags: u64, _: u64, _: u64) -> u64 {
+    if flags != 0 {
+        return 0;
+    }
+    map_of(map).and_then(|m| m.ringbuf()).map_or(0, |ring| ring.reserve(size) as u64)
+}
+
+fn commit(record: u64, flags: u64, discard: bool) -> u64 {
+    if let Some(ring) = ring_of(record as *const u8) {
+        ring.commit(record as *mut u8, flags, discard);
+    }
+    0
+}
+
+extern "C" fn ringbuf_submit(record: u64, flags: u64, _: u64, _: u64, _: u64) -> u64 {
+    commit(record, flags, false)
+}
+
+extern "C" fn ringbuf_discard(record: u64, flags: u64, _: u64, _: u64, _: u64) -> u64 {
+    commit(record, flags, true)
+}
+
+extern "C" fn ringbuf_query(map: u64, flags: u64, _: u64, _: u64, _: u64) -> u64 {
+    map_of(map).and_then(|m| m.ringbuf()).map_or(0, |ring| ring.query(flags))
+}
+
+/// Every helper uebpf provides: (kernel id, function).
+const HELPERS: &[(u32, HelperFn)] = &[
+    (1, map_lookup_elem),
+    (2, map_update_elem),
+    (3, map_delete_elem),
+    (4, probe_read_user), // probe_read: on x86-64 user and kernel reads are one address space here
+    (5, ktime_get_ns),
+    (6, trace_printk),
+    (7, get_prandom_u32),
+    (8, get_smp_processor_id),
+    (14, get_current_pid_tgid),
+    (15, get_current_uid_gid),
+    (16, get_current_comm),
+    (36, probe_write_user),
+    (45, probe_read_user_str), // probe_read_str
+    (112, probe_read_user),
+    (113, probe_read_user), // probe_read_kernel
+    (114, probe_read_user_str),
+    (115, probe_read_user_str), // probe_read_kernel_str
+    (130, ringbuf_output),
+    (131, ringbuf_reserve),
+    (132, ringbuf_submit),
+    (133, ringbuf_discard),
+    (134, ringbuf_query),
+];
+
+/// Registers every helper in `env`.
+pub(crate) fn register_all(env: &mut Environment) {
+    for &(id, helper) in HELPERS {
+        env.register_helper(id, helper);
+    }
+}
+
+pub(crate) fn is_provided(id: u32) -> bool {
+    HELPERS.iter().any(|&(known, _)| known == id)
+}
+
+/// `bpf_<name>` for a kernel helper id.
+pub(crate) fn helper_name(id: u32) -> String {
+    HELPER_NAMES.get(id as usize).map_or_else(|| format!("helper #{id}"), |name| format!("bpf_{name}"))
+}
+
+/// Names of the helpers uebpf provides (for messages).
+pub(crate) fn provided_names() -> String {
+    HELPERS.iter().map(|&(id, _)| helper_name(id)).collect::<Vec<_>>().join(", ")
+}
+

@@ -1,0 +1,192 @@
+//! One process's instance of a region: a view of every map, their handles, the helpers, and the
+//! programs of the region loaded for the interpreter or the JIT. Any process that opens the
+//! region can build one and run the same programs on the same maps.
+
+use std::sync::Arc;
+
+use uebpf_maps::{Map, MapKind, ProgramInfo, Region};
+use uebpf_vm::{Environment, JitFunction, JitProgram, MapResolver, MemoryRegion, Program};
+
+use crate::error::Error;
+use crate::handles::{register, Registration};
+use crate::helpers::register_all;
+use crate::load::check_program;
+
+/// How a program runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    /// Every memory access checked against the context, the stack and the maps' memory.
+    Interpreter,
+    /// Native code; checks nothing at run time. Choosing it is trusting the program (runtime README).
+    Jit,
+}
+
+struct Inner {
+    /// Map views by id - 1.
+    maps: Vec<Arc<Map>>,
+    env: Environment,
+    /// Dropped before `maps` and `region`: handles must die before what they point at.
+    _registrations: Vec<Registration>,
+    region: Region,
+}
+
+/// This process's instance of a region. Cheap to clone; programs keep it alive.
+#[derive(Clone)]
+pub struct Instance {
+    inner: Arc<Inner>,
+}
+
+/// Resolves `lddw` map references (region map ids) to handles and global-data addresses.
+struct Resolver {
+    handles: Vec<u64>,
+    /// For array maps: (address of element 0, value size).
+    values: Vec<Option<(u64, u32)>>,
+}
+
+impl MapResolver for Resolver {
+    fn map_handle(&self, id: i32) -> Result<u64, String> {
+        usize::try_from(id - 1)
+            .ok()
+            .and_then(|i| self.handles.get(i).copied())
+            .ok_or_else(|| format!("no map with id {id} in the region"))
+    }
+
+    fn map_value_address(&self, id: i32, offset: u32) -> Result<u64, String> {
+        let value = usize::try_from(id - 1).ok().and_then(|i| self.values.get(i).copied());
+        match value {
+            None => Err(format!("no map with id {id} in the region")),
+            Some(None) => Err(format!("map {id} is not an array map: it has no direct value address")),
+            Some(Some((_, size))) if offset >= size => Err(format!("offset {offset} is beyond map {id}'s {size}-byte value")),
+            Some(Some((address, _))) => Ok(address + u64::from(offset)),
+        }
+    }
+}
+
+impl Instance {
+    /// Views every map of `region` (maps added later need a new instance) and prepares the
+    /// environment programs load against: helpers, map handles, and the maps' memory as the
+    /// interpreter's allowed regions.
+    pub fn new(region: &Region) -> Result<Instance, Error> {
+        let mut maps = Vec::new();
+        let mut registrations = Vec::new();
+        let mut values = Vec::new();
+        let mut env = Environment::new();
+        register_all(&mut env);
+        for info in region.maps() {
+            let map = Arc::new(region.map(info.id)?);
+            let memory = map.program_memory();
+            env.allow_memory(MemoryRegion { start: memory.start as u64, len: memory.len, writable: memory.writable });
+            values.push((map.kind() == MapKind::Array).then_some((memory.start as u64, map.def().value_size)));
+            registrations.push(register(Arc::clone(&map))?);
+            maps.push(map);
+        }
+        let handles = registrations.iter().map(Registration::handle).collect();
+        env.set_map_resolver(Arc::new(Resolver { handles, values }));
+        Ok(Instance { inner: Arc::new(Inner { maps, env, _registrations: registrations, region: region.clone() }) })
+    }
+
+    /// Helpers, map handles and allowed memory: for loading this region's bytecode with
+    /// uebpf-vm directly (`Program::load`).
+    pub fn environment(&self) -> &Environment {
+        &self.inner.env
+    }
+
+    pub fn region(&self) -> &Region {
+        &self.inner.region
+    }
+
+    pub fn maps(&self) -> impl Iterator<Item = &Map> {
+        self.inner.maps.iter().map(|m| &**m)
+    }
+
+    /// The first map called `name`.
+    pub fn map(&self, name: &str) -> Result<&Map, Error> {
+        self.maps().find(|m| m.name() == name).ok_or_else(|| {
+            let names: Vec<&str> = self.maps().map(Map::name).collect();
+            Error(format!("no map `{name}` (the region has: {})", names.join(", ")))
+        })
+    }
+
+    pub fn map_by_id(&self, id: u32) -> Result<&Map, Error> {
+        usize::try_from(id)
+            .ok()
+            .and_then(|id| id.checked_sub(1))
+            .and_then(|i| self.inner.maps.get(i))
+            .map(|m| &**m)
+            .ok_or_else(|| Error(format!("no map with id {id}")))
+    }
+
+    pub fn programs(&self) -> Vec<ProgramInfo> {
+        self.inner.region.programs()
+    }
+
+    /// Loads the program called `name` from the region for `engine`.
+    pub fn program(&self, name: &str, engine: Engine) -> Result<LoadedProgram, Error> {
+        let programs = self.programs();
+        let info = programs.iter().find(|p| p.name == name).cloned().ok_or_else(|| {
+            let names: Vec<&str> = programs.iter().map(|p| p.name.as_str()).collect();
+            Error(format!("no program `{name}` (the region has: {})", names.join(", ")))
+        })?;
+        let bytecode = self.inner.region.program_bytecode(info.id)?;
+        check_program(name, &bytecode)?;
+        let program = Program::load(&bytecode, &self.inner.env).map_err(|e| Error(format!("program `{name}`: {e}")))?;
+        let code = match engine {
+            Engine::Interpreter => Code::Interpreter(program),
+            Engine::Jit => Code::Jit(JitProgram::compile(&program).map_err(|e| Error(format!("program `{name}`: {e}")))?),
+        };
+        Ok(LoadedProgram { info, code, budget: None, _instance: self.clone() })
+    }
+}
+
+enum Code {
+    Interpreter(Program),
+    Jit(JitProgram),
+}
+
+/// A program ready to run.
+pub struct LoadedProgram {
+    info: ProgramInfo,
+    code: Code,
+    budget: Option<u64>,
+    /// Maps, handles and the region stay alive while the program can run.
+    _instance: Instance,
+}
+
+impl LoadedProgram {
+    pub fn info(&self) -> &ProgramInfo {
+        &self.info
+    }
+
+    /// Interpreter only: stop a run after `budget` instructions (None: no limit).
+    pub fn set_budget(&mut self, budget: Option<u64>) {
+        self.budget = budget;
+    }
+
+    /// Runs the program with `ctx` as its context (r1 = address, r2 = length); returns r0.
+    pub fn run(&self, ctx: &mut [u8]) -> Result<u64, Error> {
+        // SAFETY: the slice is valid for reads and writes of its length.
+        unsafe { self.run_raw(ctx.as_mut_ptr(), ctx.len()) }
+    }
+
+    /// As `run`, with a raw context (e.g. a hook's saved registers).
+    ///
+    /// # Safety
+    /// `ctx` valid for reads and writes of `len` bytes. A JIT-loaded program is trusted.
+    pub unsafe fn run_raw(&self, ctx: *mut u8, len: usize) -> Result<u64, Error> {
+        match &self.code {
+            Code::Interpreter(program) => {
+                program.interpret_raw(ctx, len, self.budget).map_err(|e| Error(format!("program `{}`: {e}", self.info.name)))
+            }
+            Code::Jit(jit) => Ok((jit.function())(ctx, len as u64)),
+        }
+    }
+
+    /// The JIT's native entry point (None for the interpreter), for hot paths. Valid while this
+    /// program lives.
+    pub fn jit_function(&self) -> Option<JitFunction> {
+        match &self.code {
+            Code::Jit(jit) => Some(jit.function()),
+            Code::Interpreter(_) => None,
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! uebpf: tracecost's userspace eBPF runtime. The same clang-built `.bpf.o` the kernel loads is
+//! loaded here into a shared-memory region (maps that several processes share, programs any of
+//! them can run) and runs on uebpf-vm's interpreter or JIT with the kernel's helpers.
+//!
+//! ```no_run
+//! use uebpf::{Engine, Object, PtRegs, Target};
+//!
+//! let mut object = Object::open("build/bpf/functrace.bpf.o")?;
+//! object.set_global("submit_flags", &0u64.to_ne_bytes())?; // like skel->rodata->submit_flags
+//! object.set_max_entries("events", 1 << 20)?;
+//! let instance = object.load(Target::Named("functrace"))?; // /dev/shm/uebpf-functrace
+//! let entry = instance.program("functrace_entry", Engine::Jit)?;
+//! let mut regs = PtRegs::with_args(&[1, 2, 0]);
+//! entry.run(regs.as_bytes_mut())?;
+//! let ring = instance.map("events")?.ringbuf().unwrap();
+//! ring.consume(|record| println!("{} bytes", record.len()));
+//! # Ok::<(), uebpf::Error>(())
+//! ```
+
+mod error;
+pub mod ffi;
+mod handles;
+mod helper_names;
+mod helpers;
+mod instance;
+mod load;
+mod object;
+mod printk;
+mod probe;
+mod regs;
+
+pub use error::Error;
+pub use instance::{Engine, Instance, LoadedProgram};
+pub use load::{check_program, Target, VMLINUX_BTF};
+pub use object::{parse_section, MapDesc, Object, ProgramDesc};
+pub use regs::PtRegs;
+pub use uebpf_maps as maps;

@@ -1,0 +1,121 @@
+//! Loading an object into a region, in libbpf's order: CO-RE relocations against the target BTF,
+//! map creation, map relocations (map fd -> region map id, global data -> map value), bpf-to-bpf
+//! call linking; then each program's bytecode is checked for helpers uebpf lacks and stored.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+
+use uebpf_maps::{Region, RegionSpec};
+use uebpf_vm::insn::{decode_all, CLASS_JMP, JMP_CALL};
+
+use crate::error::{chain, Error};
+use crate::helpers::{helper_name, is_provided, provided_names};
+use crate::instance::Instance;
+use crate::object::{initial_data, map_def, Object};
+
+/// The kernel BTF CO-RE relocations are resolved against.
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+/// The call libbpf and aya-obj put where a CO-RE relocation found nothing in the target BTF.
+const CORE_POISON: i32 = 0xbad2310;
+
+/// Where `Object::load` puts the object's maps and programs.
+#[derive(Clone, Copy, Debug)]
+pub enum Target<'a> {
+    /// A memfd: visible to this process only, nothing to clean up.
+    Anonymous,
+    /// `/dev/shm/uebpf-<name>`, for other processes to open; removed when the instance is dropped.
+    Named(&'a str),
+}
+
+/// Rejects, with the program's name and a reason, bytecode that calls a helper uebpf does not
+/// provide or carries an unresolved CO-RE relocation.
+pub fn check_program(name: &str, bytecode: &[u8]) -> Result<(), Error> {
+    let insns = decode_all(bytecode).ok_or_else(|| Error(format!("program `{name}`: bytecode length {} is not a multiple of 8", bytecode.len())))?;
+    for (index, insn) in insns.iter().enumerate() {
+        if insn.opcode != CLASS_JMP | JMP_CALL || insn.src != 0 {
+            continue;
+        }
+        if insn.imm == CORE_POISON {
+            return Err(Error(format!(
+                "program `{name}`, instruction {index}: a CO-RE relocation found no matching field or type in the target BTF"
+            )));
+        }
+        let id = insn.imm as u32;
+        if !is_provided(id) {
+            return Err(Error(format!(
+                "program `{name}` calls {} ({id}), which uebpf does not provide (it provides {})",
+                helper_name(id),
+                provided_names()
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl Object {
+    /// Region size for this object: every map's storage and every program's bytecode.
+    pub fn region_spec(&self) -> Result<RegionSpec, Error> {
+        let cpus = uebpf_maps::current::possible_cpus();
+        let mut bytes = 0;
+        for (name, map) in self.sorted_maps() {
+            bytes += map_def(map).storage_size(cpus).map_err(|e| Error(format!("map `{name}`: {e}")))?;
+        }
+        let page = uebpf_maps::layout::PAGE_SIZE as u64;
+        let functions: u64 = self.obj.functions.values().map(|f| f.instructions.len() as u64 * 8).sum();
+        // Each program is stored with the functions it calls: at most every function per program.
+        bytes += self.obj.programs.len() as u64 * uebpf_maps::layout::align_up(functions, page);
+        let maps = self.obj.maps.len() as u32;
+        let programs = self.obj.programs.len() as u32;
+        Ok(RegionSpec { arena_bytes: bytes, map_capacity: maps.max(1), prog_capacity: programs.max(1) })
+    }
+
+    /// Creates this object's maps in `region` and stores its programs there.
+    pub fn load_into(mut self, region: &Region, target_btf: &Path) -> Result<(), Error> {
+        if self.obj.has_btf_relocations() {
+            let btf = aya_obj::btf::Btf::parse_file(target_btf, object::Endianness::default())
+                .map_err(|e| Error(format!("CO-RE: cannot read the target BTF {}: {}", target_btf.display(), chain(&e))))?;
+            self.obj.relocate_btf(&btf).map_err(|e| Error(format!("CO-RE relocation failed: {}", chain(&e))))?;
+        }
+        let mut ids = BTreeMap::new();
+        for (name, map) in self.sorted_maps() {
+            let id = region.create_map(name, &map_def(map), initial_data(map))?;
+            ids.insert(name.clone(), id);
+        }
+        let text_sections: HashSet<usize> = self.obj.functions.keys().map(|(section, _)| *section).collect();
+        let maps = self.obj.maps.clone();
+        self.obj
+            .relocate_maps(maps.iter().map(|(name, map)| (name.as_str(), ids[name] as i32, map)), &text_sections)
+            .map_err(|e| Error(format!("map relocation failed: {}", chain(&e))))?;
+        self.obj.relocate_calls(&text_sections).map_err(|e| Error(format!("call relocation failed: {}", chain(&e))))?;
+        for program in self.programs() {
+            let key = self.obj.programs[&program.name].function_key();
+            let insns = &self.obj.functions[&key].instructions;
+            // SAFETY: bpf_insn is the 8-byte kernel instruction, plain data.
+            let bytecode = unsafe { std::slice::from_raw_parts(insns.as_ptr().cast::<u8>(), insns.len() * 8) };
+            check_program(&program.name, bytecode)?;
+            let license = self.obj.license.to_string_lossy();
+            region.add_program(&uebpf_maps::ProgramSpec {
+                name: &program.name,
+                section: &program.section,
+                kind: program.kind,
+                license: &license,
+                bytecode,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Creates a region sized for this object, loads it there and returns this process's
+    /// instance of it. CO-RE relocations resolve against the running kernel's BTF.
+    pub fn load(self, target: Target) -> Result<Instance, Error> {
+        let spec = self.region_spec()?;
+        let region = match target {
+            Target::Anonymous => Region::create_anonymous(spec)?,
+            Target::Named(name) => Region::create(name, spec)?,
+        };
+        let name = self.name.clone();
+        self.load_into(&region, Path::new(VMLINUX_BTF)).map_err(|e| Error(format!("{name}: {}", e.0)))?;
+        Instance::new(&region)
+    }
+}
