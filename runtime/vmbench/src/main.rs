@@ -114,11 +114,11 @@ fn environment_notes() -> Value {
 
 /// What can be asked for, in the order the benchmark defines, so that a driver can plan its
 /// matrix without running anything.
-fn listing() -> Value {
+fn listing() -> Result<Value, String> {
     let entry = |name: &str, description: &str| json!({"name": name, "description": description});
-    let programs: Vec<Value> = programs::all().iter().map(|p| entry(p.name, p.description)).collect();
+    let programs: Vec<Value> = programs::all()?.iter().map(|p| entry(p.name, p.description)).collect();
     let engines: Vec<Value> = ENGINES.iter().map(|(name, description)| entry(name, description)).collect();
-    json!({"programs": programs, "engines": engines})
+    Ok(json!({"programs": programs, "engines": engines}))
 }
 
 fn run(options: &Options) -> Result<Value, String> {
@@ -208,11 +208,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if options.list {
-        println!("{:#}", listing());
-        return ExitCode::SUCCESS;
-    }
-    match run(&options) {
+    match if options.list { listing() } else { run(&options) } {
         Ok(document) => {
             println!("{document:#}");
             ExitCode::SUCCESS
