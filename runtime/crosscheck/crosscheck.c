@@ -3,7 +3,8 @@
  * what the programs left behind as one JSON document: every map's entries, every ring buffer's
  * records, and what the victim returned and had written to its `out` argument.
  *
- *   uebpf-crosscheck OBJ --sides kernel,interpreter,jit [--set NAME=VALUE]... --call K,V,STR,F ...
+ *   uebpf-crosscheck OBJ --sides kernel,interpreter,jit [--set NAME=VALUE]... [--programs A,B]
+ *                    --call K,V,STR,F ...
  *
  * prints a JSON array with one document per side, in the order given.
  *
@@ -18,7 +19,8 @@
  * C with the system libbpf (1.1, the library tracecost's tracers use) rather than a Rust crate:
  * it attaches exactly as our tracers do, and it exercises uebpf's C API at the same time.
  * --set writes a global variable before loading (the variable's size and place come from the
- * object's BTF), as a skeleton's rodata would. */
+ * object's BTF), as a skeleton's rodata would. --programs limits every side to the programs named
+ * (the others are not even loaded), e.g. to leave out one the kernel refuses on this machine. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
@@ -53,6 +55,7 @@ struct global {
 
 static struct call calls[MAX_CALLS];
 static int n_calls;
+static const char *only_programs; /* comma-separated, or NULL for all */
 
 static void die(const char *fmt, ...)
 {
@@ -156,6 +159,16 @@ static void print_calls(void)
 	printf("]");
 }
 
+static int selected(const char *name)
+{
+	size_t len = strlen(name);
+
+	for (const char *at = only_programs; at; at = strchr(at, ',') ? strchr(at, ',') + 1 : NULL)
+		if (!strncmp(at, name, len) && (at[len] == ',' || at[len] == '\0'))
+			return 1;
+	return !only_programs;
+}
+
 /* --- the kernel side ------------------------------------------------------------------------ */
 
 static int is_percpu(unsigned int type)
@@ -184,10 +197,15 @@ static void run_kernel(const char *path, struct global *globals, int n_globals)
 			die("cannot set `%s` in %s", globals[i].name, place.section);
 		memcpy(value + place.offset, &globals[i].value, place.size);
 	}
+	bpf_object__for_each_program(prog, obj)
+		bpf_program__set_autoload(prog, selected(bpf_program__name(prog)));
 	if (bpf_object__load(obj))
 		die("the kernel refuses %s: %s", path, strerror(errno));
 	bpf_object__for_each_program(prog, obj) {
 		const char *section = bpf_program__section_name(prog);
+
+		if (!bpf_program__autoload(prog))
+			continue;
 		int ret = !strncmp(section, "uretprobe", 9);
 		LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = "uebpf_check_victim", .retprobe = ret);
 
@@ -282,6 +300,8 @@ static void run_uebpf(const char *path, struct global *globals, int n_globals, i
 
 		if (uebpf_program_info(in, i, &info))
 			die("%s", uebpf_last_error());
+		if (!selected(info.name))
+			continue;
 		if (info.kind != UEBPF_PROGRAM_UPROBE && info.kind != UEBPF_PROGRAM_URETPROBE)
 			die("program %s (section %s): only uprobe and uretprobe programs can be cross-checked",
 			    info.name, info.section);
@@ -385,6 +405,7 @@ int main(int argc, char **argv)
 		{ "sides", required_argument, NULL, 's' },
 		{ "set", required_argument, NULL, 'g' },
 		{ "call", required_argument, NULL, 'c' },
+		{ "programs", required_argument, NULL, 'p' },
 		{ 0 },
 	};
 	struct global globals[MAX_SETS];
@@ -396,6 +417,7 @@ int main(int argc, char **argv)
 		switch (opt) {
 		case 's': sides = optarg; break;
 		case 'c': parse_call(optarg); break;
+		case 'p': only_programs = optarg; break;
 		case 'g': {
 			char *eq = strchr(optarg, '='), *end;
 
@@ -411,11 +433,11 @@ int main(int argc, char **argv)
 			break;
 		}
 		default:
-			die("usage: uebpf-crosscheck OBJ --sides kernel,interpreter,jit [--set NAME=VALUE]... --call K,V,STR,F...");
+			die("usage: uebpf-crosscheck OBJ --sides kernel,interpreter,jit [--set NAME=VALUE]... [--programs A,B] --call K,V,STR,F...");
 		}
 	}
 	if (optind != argc - 1 || !sides || !n_calls)
-		die("usage: uebpf-crosscheck OBJ --sides kernel,interpreter,jit [--set NAME=VALUE]... --call K,V,STR,F...");
+		die("usage: uebpf-crosscheck OBJ --sides kernel,interpreter,jit [--set NAME=VALUE]... [--programs A,B] --call K,V,STR,F...");
 	/* Same CPU for both sides: per-CPU slots and bpf_get_smp_processor_id() agree. */
 	CPU_ZERO(&cpu0);
 	CPU_SET(0, &cpu0);
