@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -42,9 +44,32 @@ def processes_mentioning(text: str) -> list[int]:
     return [pid for pid in found if pid != os.getpid()]
 
 
+def wait_until(condition, timeout=30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def tracecost_sessions() -> list[str]:
     result = subprocess.run(["lttng", "list"], capture_output=True, text=True)
     return [line for line in result.stdout.splitlines() if "tracecost-" in line]
+
+
+def fake_build(tmp_path: Path, program: str, script: str) -> Path:
+    """A build tree identical to the real one but for a shell-script stand-in for bin/<program>."""
+    fake = tmp_path / "build"
+    for folder in ("bin", "lib"):
+        (fake / folder).mkdir(parents=True)
+        for item in (BUILD / folder).iterdir():
+            (fake / folder / item.name).symlink_to(item)
+    stand_in = fake / "bin" / program
+    stand_in.unlink()
+    stand_in.write_text("#!/bin/sh\n" + script)
+    stand_in.chmod(stand_in.stat().st_mode | stat.S_IXUSR)
+    return fake
 
 
 @pytest.fixture(scope="session", autouse=True)

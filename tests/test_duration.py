@@ -3,14 +3,13 @@
 import json
 import os
 import signal
-import stat
 import subprocess
 import sys
 import time
 
 import pytest
 
-from conftest import BUILD, run_tracecost, tracecost_sessions, uprobes_in
+from conftest import BUILD, fake_build, run_tracecost, tracecost_sessions, uprobes_in
 from tracecost import results
 from tracecost.suites.duration import QUICK_DIVISOR, QUICK_MIN_CALLS, SCENARIOS
 
@@ -78,20 +77,6 @@ def test_unknown_method_is_a_usage_error(tmp_path):
     assert result.returncode == 2 and "dtrace" in result.stderr
 
 
-def fake_build(tmp_path, functrace_script):
-    """A build tree identical to the real one but for a functrace stand-in."""
-    fake = tmp_path / "build"
-    for folder in ("bin", "lib"):
-        (fake / folder).mkdir(parents=True)
-        for item in (BUILD / folder).iterdir():
-            (fake / folder / item.name).symlink_to(item)
-    (fake / "bin" / "functrace").unlink()
-    script = fake / "bin" / "functrace"
-    script.write_text("#!/bin/sh\n" + functrace_script)
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    return fake
-
-
 @pytest.mark.parametrize("script,reason", [
     ("echo 'functrace: cannot attach uprobe to lib:f: No such process' >&2; exit 1", "cannot attach uprobe"),
     ("printf 'TCFTRACE\\001\\000\\000\\000h\\000\\000\\000' > \"$6\"; echo READY; trap 'echo {\\\"received\\\":0,\\\"entry\\\":0,\\\"exit\\\":0,\\\"submitted\\\":0,"
@@ -101,7 +86,7 @@ def fake_build(tmp_path, functrace_script):
 def test_a_failing_tracer_fails_its_runs_by_name(tmp_path, script, reason):
     out = tmp_path / "out"
     result = run_tracecost("duration", "--quick", "-s", "0", "-r", "1", "--methods", "baseline,ebpf",
-                           "--out", str(out), env={"TRACECOST_BUILD": str(fake_build(tmp_path, script))})
+                           "--out", str(out), env={"TRACECOST_BUILD": str(fake_build(tmp_path, "functrace", script))})
     assert result.returncode == 1, result.stderr
     assert reason in result.stderr and "ebpf" in result.stderr
     suite = results.load(out)["suites"]["duration"]

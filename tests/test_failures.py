@@ -4,11 +4,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from conftest import BUILD, REPO, bpftool_json, processes_mentioning, run_tracecost, tracecost_sessions, uprobes_in
+from conftest import (BUILD, REPO, bpftool_json, processes_mentioning, run_tracecost, tracecost_sessions, uprobes_in,
+                      wait_until)
 
 LIBMYLIB = BUILD / "lib" / "libmylib.so"
 FUNCTRACE = BUILD / "bin" / "functrace"
@@ -47,15 +47,6 @@ def test_missing_build_product_is_named(tmp_path):
     assert result.returncode == 1
     output = result.stdout + result.stderr
     assert "missing build product" in output and "make build" in output
-
-
-def wait_until(condition, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.parametrize("method", ["ebpf", "lttng"])

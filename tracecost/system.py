@@ -47,22 +47,34 @@ def ensure_tracefs(say=print) -> None:
     say(f"mounted tracefs at {TRACEFS}")
 
 
-def uprobes_attached_to(binary: Path) -> list[dict]:
-    """Perf-event uprobes (any process's) placed in `binary`, as `bpftool perf` lists them."""
+def bpf_perf_attachments() -> list[dict]:
+    """Every BPF program attached through a perf event (uprobes, tracepoints...), as `bpftool perf` lists them."""
     bpftool = require_tool("bpftool", "bpftool")
     result = subprocess.run([bpftool, "perf", "-j"], capture_output=True, text=True)
     if result.returncode != 0:
         raise TracecostError(f"bpftool perf failed: {result.stderr.strip()}")
+    return json.loads(result.stdout or "[]")
+
+
+def uprobes_attached_to(binary: Path) -> list[dict]:
+    """Perf-event uprobes (any process's) placed in `binary`."""
     target = os.path.realpath(binary)
-    entries = json.loads(result.stdout or "[]")
-    return [entry for entry in entries
+    return [entry for entry in bpf_perf_attachments()
             if entry.get("filename") and os.path.realpath(entry["filename"]) == target]
+
+
+def programs_on_tracepoint(name: str) -> list[dict]:
+    """BPF programs (any process's) attached to the tracepoint `name`, e.g. sys_enter_getpgid."""
+    return [entry for entry in bpf_perf_attachments() if entry.get("tracepoint") == name]
+
+
+def describe_holders(entries: list[dict]) -> str:
+    return ", ".join(f"pid {entry.get('pid')} prog {entry.get('prog_id')}" for entry in entries)
 
 
 def require_nothing_attached(binary: Path) -> None:
     """A baseline is only a baseline if no probe sits in the traced binary (DESIGN rule 3)."""
     attached = uprobes_attached_to(binary)
     if attached:
-        holders = ", ".join(f"pid {entry.get('pid')} prog {entry.get('prog_id')}" for entry in attached)
-        raise TracecostError(f"{len(attached)} probe(s) still attached to {binary} ({holders}): "
+        raise TracecostError(f"{len(attached)} probe(s) still attached to {binary} ({describe_holders(attached)}): "
                              "a baseline run would measure them")
