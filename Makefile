@@ -75,7 +75,7 @@ $(SKEL)/%.skel.h: $(BPF)/%.bpf.o | $(SKEL)
 .PHONY: tracers
 tracers: $(BIN)/functrace $(BIN)/transport $(LIB)/libmylib_lttng.so
 
-$(BIN)/%: tracers/ebpf/%.c $(SKEL)/%.skel.h probes/%.h workloads/common/peak_rss.h | $(BIN)
+$(BIN)/%: tracers/ebpf/%.c $(SKEL)/%.skel.h probes/%.h tracers/ebpf/loader.h workloads/common/peak_rss.h | $(BIN)
 	$(CC) $(CFLAGS) -Iprobes -I$(SKEL) -o $@ $< $$(pkg-config --cflags --libs libbpf)
 
 $(BIN)/transport: tracers/ebpf/latency_histogram.h

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -20,6 +21,20 @@ TRACECOST = [sys.executable, "-m", "tracecost"]
 def run_tracecost(*args: str, env: dict | None = None, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([*TRACECOST, *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})}, **kwargs)
+
+
+def interrupt_tracecost(*args: str, when, env: dict | None = None, timeout: float = 60) -> tuple[int, str]:
+    """Run `tracecost ARGS`, press Ctrl-C (SIGINT) as soon as `when()` holds; return its exit status and stderr."""
+    proc = subprocess.Popen([*TRACECOST, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+    try:
+        assert wait_until(when, timeout), f"tracecost {' '.join(args)} never reached the point to interrupt"
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, stderr
 
 
 def bpftool_json(*args: str) -> list:

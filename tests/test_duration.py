@@ -1,15 +1,10 @@
 """`tracecost duration` on the real kernel and LTTng, and its failure paths."""
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
-from conftest import BUILD, fake_build, run_tracecost, tracecost_sessions, uprobes_in
+from conftest import BUILD, fake_build, interrupt_tracecost, run_tracecost, tracecost_sessions, uprobes_in
 from tracecost import results
 from tracecost.suites.duration import QUICK_DIVISOR, QUICK_MIN_CALLS, SCENARIOS
 
@@ -97,18 +92,9 @@ def test_a_failing_tracer_fails_its_runs_by_name(tmp_path, script, reason):
 def test_ctrl_c_keeps_finished_runs_as_partial_results(tmp_path):
     out = tmp_path / "out"
     # Scenario 5 at full size: each traced run lasts over 2 s, a wide window to interrupt in.
-    proc = subprocess.Popen([sys.executable, "-m", "tracecost", "duration", "-s", "5", "-r", "2",
-                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (uprobes_in(LIBMYLIB) or tracecost_sessions()):
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, stderr
+    returncode, stderr = interrupt_tracecost("duration", "-s", "5", "-r", "2", "--out", str(out),
+                                             when=lambda: uprobes_in(LIBMYLIB) or tracecost_sessions())
+    assert returncode == 130, stderr
     partial = json.loads((out / "results.partial.json").read_text())
     results.check(partial)
     assert not (out / "results.json").exists()

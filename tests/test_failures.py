@@ -1,14 +1,13 @@
 """Failure paths: a clear one-line error, and nothing left attached, running or on disk."""
 
 import os
-import signal
 import subprocess
 import sys
 
 import pytest
 
-from conftest import (BUILD, REPO, bpftool_json, processes_mentioning, run_tracecost, tracecost_sessions, uprobes_in,
-                      wait_until)
+from conftest import (BUILD, REPO, bpftool_json, interrupt_tracecost, processes_mentioning, run_tracecost,
+                      tracecost_sessions, uprobes_in)
 
 LIBMYLIB = BUILD / "lib" / "libmylib.so"
 FUNCTRACE = BUILD / "bin" / "functrace"
@@ -53,18 +52,11 @@ def test_missing_build_product_is_named(tmp_path):
 def test_ctrl_c_mid_run_leaves_nothing_behind(private_tmp, method):
     # Enough calls that the run is still going when the interrupt arrives.
     calls = "3000000" if method == "ebpf" else "10000000"
-    proc = subprocess.Popen([sys.executable, "-m", "tracecost", "validate", "--method", method, "--calls", calls],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "TMPDIR": str(private_tmp)})
-    try:
-        tracing = (lambda: uprobes_in(LIBMYLIB)) if method == "ebpf" else tracecost_sessions
-        assert wait_until(lambda: tracing() and processes_mentioning("sample_app")), "the run never started"
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, stderr
+    tracing = (lambda: uprobes_in(LIBMYLIB)) if method == "ebpf" else tracecost_sessions
+    returncode, stderr = interrupt_tracecost("validate", "--method", method, "--calls", calls,
+                                             when=lambda: tracing() and processes_mentioning("sample_app"),
+                                             env={"TMPDIR": str(private_tmp)})
+    assert returncode == 130, stderr
     assert "interrupted" in stderr
     assert uprobes_in(LIBMYLIB) == []
     assert tracecost_sessions() == []

@@ -1,20 +1,17 @@
 """`tracecost transport` on the real kernel: counts that add up, counted drops, clean-up, bad input, report."""
 
 import json
-import os
 import signal
 import subprocess
-import sys
-import time
 
 import pytest
 
 from browser import chromium, console_errors, open_report
-from conftest import BUILD, bpftool_json, fake_build, processes_mentioning, run_tracecost, wait_until
+from conftest import BUILD, bpftool_json, fake_build, interrupt_tracecost, processes_mentioning, run_tracecost
 from tracecost import results, system, transport
 from tracecost.errors import TracecostError
 from tracecost.latency import summarize_histogram
-from tracecost.report.sections.transport import COMPARED, compare
+from tracecost.report.sections.transport import RECEIVED, compare
 
 CONSUMER, PRODUCER = BUILD / "bin" / "transport", BUILD / "bin" / "syscall_load"
 # The kernel keeps 15 characters of a program's name; bpftool shows the full one from BTF.
@@ -70,6 +67,15 @@ def test_short_run_accounts_for_every_call(short_run):
     assert "ringbuf" in result.stdout and "perfbuf" in result.stdout
 
 
+def test_sampled_wakeups_account_for_every_call(tmp_path):
+    result = run_tracecost("transport", "--producers", "1", "--duration", "0.5", "--runs", "1", "--wakeup",
+                           "sampled:16", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    for run in traced_runs(tmp_path):
+        assert run["wakeup"] == "sampled:16"
+        assert run["received"] + run["dropped"] == run["produced"] == run["calls"] > 0, run
+
+
 def test_baseline_runs_have_no_tracer(short_run):
     suite = results.load(short_run[1])["suites"]["transport"]
     baseline = [r for r in suite["runs"] if r["mechanism"] == "baseline"]
@@ -77,6 +83,15 @@ def test_baseline_runs_have_no_tracer(short_run):
     assert all(r["calls"] > 0 and r["produced"] == r["received"] == 0 and r["latency_ns"] is None for r in baseline)
     cell = next(a for a in suite["aggregates"] if a["method"] == "ringbuf")
     assert cell["slowdown_pct"]["value"] is not None and cell["added_cpu_ns_per_call"]["value"] is not None
+
+
+@pytest.mark.parametrize("field", ["mechanism", "dropped", "latency_ns", "consumer_cpu_pct"])
+def test_schema_rejects_a_run_without_its_fields(short_run, field):
+    doc = results.load(short_run[1])
+    traced = next(r for r in doc["suites"]["transport"]["runs"] if r["mechanism"] == "ringbuf")
+    del traced[field]
+    with pytest.raises(TracecostError, match="does not match the results schema"):
+        results.check(doc)
 
 
 def test_drops_are_counted_and_add_up(overflowing_run):
@@ -142,19 +157,11 @@ def test_a_consumer_whose_counts_do_not_add_up_fails_the_run(tmp_path):
 
 def test_ctrl_c_mid_run_leaves_nothing_behind(private_tmp):
     out = private_tmp.parent / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "tracecost", "transport", "--producers", "2", "--duration", "5",
-                             "--runs", "1", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "TMPDIR": str(private_tmp)})
-    try:
-        assert wait_until(lambda: our_programs_loaded() and len(processes_mentioning(str(PRODUCER))) == 2, 120), \
-            "the traced run never started"
-        time.sleep(0.3)
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, stderr
+    returncode, stderr = interrupt_tracecost(
+        "transport", "--producers", "2", "--duration", "5", "--runs", "1", "--out", str(out),
+        when=lambda: system.programs_on_tracepoint(transport.TRACEPOINT) and
+        len(processes_mentioning(str(PRODUCER))) == 2, env={"TMPDIR": str(private_tmp)}, timeout=120)
+    assert returncode == 130, stderr
     assert "interrupted" in stderr
     results.check(json.loads((out / "results.partial.json").read_text()))
     nothing_left_behind()
@@ -174,9 +181,9 @@ def test_comparison_names_a_winner_only_outside_the_ci():
     def run(mechanism, received):
         return {"producers": 1, "method": mechanism, "received_per_s": received}
     clear = [run("ringbuf", v) for v in (100, 101, 99)] + [run("perfbuf", v) for v in (50, 51, 49)]
-    assert compare(clear, 1, COMPARED[0])["verdict"] == "ring buffer better"
+    assert compare(clear, 1, RECEIVED)["verdict"] == "ring buffer better"
     noisy = [run("ringbuf", v) for v in (100, 10, 190)] + [run("perfbuf", v) for v in (90, 95, 100)]
-    assert compare(noisy, 1, COMPARED[0])["verdict"] == "no significant difference"
+    assert compare(noisy, 1, RECEIVED)["verdict"] == "no significant difference"
 
 
 def test_report_draws_all_four_charts_in_headless_chromium(short_run, tmp_path):

@@ -103,6 +103,10 @@ class TransportSuite(Suite):
                 "wakeup": config.wakeup, "wakeup_mapping": WAKEUP_MAPPING[mode], "payload_bytes": config.payload_bytes,
                 "event_header_bytes": EVENT_HEADER_BYTES, "syscall": "getpgid", "tracepoint": f"syscalls/{TRACEPOINT}",
                 "consumer_poll_ms": CONSUMER_POLL_MS,
+                "consumer_cpu": "wait4 rusage (user + system) of the consumer minus the CPU it spent before READY "
+                                "(loading, attaching), as a percentage of the producers' window",
+                "slowdown": "traced vs untraced wall time per getpgid call of the producers (sum of their loop "
+                            "times over their calls); added CPU: the same with the producers' own CPU time",
                 "latency": "consumer CLOCK_MONOTONIC at receipt minus bpf_ktime_get_ns() at the call; percentiles "
                            "are the upper edge of a log-linear histogram bucket (at most 3.1% above the true value)",
                 "overhead_ci_method": "delta method with Welch-Satterthwaite df (ratios); Welch t (differences)"}

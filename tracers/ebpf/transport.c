@@ -55,6 +55,7 @@
 #include <bpf/libbpf.h>
 
 #include "latency_histogram.h"
+#include "loader.h"
 #include "peak_rss.h"
 #include "transport.h"
 #include "transport.skel.h"
@@ -73,34 +74,6 @@ struct consumer {
 	uint64_t received, markers, lost_reported, wakeups;
 	struct latency_histogram latency;
 };
-
-static volatile sig_atomic_t exiting;
-static int verbose;
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	exiting = 1;
-}
-
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("transport: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1);
-}
-
-static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
-{
-	if (!verbose || level == LIBBPF_DEBUG)
-		return 0;
-	return vfprintf(stderr, fmt, args);
-}
 
 static uint64_t clock_ns(clockid_t clock)
 {
@@ -229,35 +202,6 @@ static uint64_t send_markers(void)
 	return sent;
 }
 
-static void read_stats(struct transport_bpf *skel, uint64_t totals[TRANSPORT_STAT_MAX])
-{
-	int ncpus = libbpf_num_possible_cpus();
-	uint64_t *values = calloc((size_t)ncpus, sizeof(*values));
-
-	if (!values)
-		die("out of memory");
-	for (uint32_t key = 0; key < TRANSPORT_STAT_MAX; key++) {
-		totals[key] = 0;
-		if (bpf_map_lookup_elem(bpf_map__fd(skel->maps.stats), &key, values))
-			die("cannot read the stats map: %s", strerror(errno));
-		for (int cpu = 0; cpu < ncpus; cpu++)
-			totals[key] += values[cpu];
-	}
-	free(values);
-}
-
-static unsigned long parse_ulong(const char *name, const char *text, unsigned long min, unsigned long max)
-{
-	char *end;
-	unsigned long value;
-
-	errno = 0;
-	value = strtoul(text, &end, 10);
-	if (errno || !*text || *end || *text == '-' || value < min || value > max)
-		die("invalid %s '%s' (%lu..%lu)", name, text, min, max);
-	return value;
-}
-
 static enum wakeup_mode parse_wakeup(const char *text, unsigned long *every)
 {
 	if (!strcmp(text, "default"))
@@ -339,8 +283,7 @@ int main(int argc, char **argv)
 		die("--buffer-bytes must be a power of two of at least one page, got %lu", buffer_bytes);
 
 	libbpf_set_print(libbpf_print);
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	stop_on_signals();
 
 	skel = transport_bpf__open();
 	if (!skel)
@@ -393,7 +336,7 @@ int main(int argc, char **argv)
 			    (unsigned long long)sent);
 		poll_or_drain(c, (int)poll_ms);
 	}
-	read_stats(skel, stats);
+	read_percpu_totals(bpf_map__fd(skel->maps.stats), TRANSPORT_STAT_MAX, stats);
 	bpf_link__destroy(link);
 
 	printf("{\"mechanism\":\"%s\",\"produced\":%llu,\"submitted\":%llu,\"failed\":%llu,\"lost_reported\":%llu,"

@@ -27,12 +27,15 @@ class Metric:
     better: str | None      # "higher", "lower", or None where neither is better
 
 
+RECEIVED = Metric("Received events/s", lambda r: r["received_per_s"], 0, "higher")
+P50 = Metric("p50 latency (us)", lambda r: r["latency_ns"]["p50"] / 1e3, 1, "lower")
+P99 = Metric("p99 latency (us)", lambda r: r["latency_ns"]["p99"] / 1e3, 1, "lower")
 COMPARED = (
-    Metric("Received events/s", lambda r: r["received_per_s"], 0, "higher"),
+    RECEIVED,
     Metric("Drop %", lambda r: r["drop_pct"], 2, "lower"),
     Metric("Mean latency (us)", lambda r: r["latency_ns"]["mean"] / 1e3, 1, "lower"),
-    Metric("p50 latency (us)", lambda r: r["latency_ns"]["p50"] / 1e3, 1, "lower"),
-    Metric("p99 latency (us)", lambda r: r["latency_ns"]["p99"] / 1e3, 1, "lower"),
+    P50,
+    P99,
     Metric("Max latency (us)", lambda r: r["latency_ns"]["max"] / 1e3, 1, "lower"),
     Metric("Producer wall time per call (ns)", lambda r: r["ns_per_call"], 0, "lower"),
     Metric("Producer CPU time per call (ns)", lambda r: r["cpu_ns_per_call"], 0, "lower"),
@@ -50,21 +53,23 @@ def _runs_of(runs: list[dict], producers: int, method: str) -> list[dict]:
 
 
 def compare(runs: list[dict], producers: int, metric: Metric) -> dict:
-    """Ring buffer vs perf buffer on one metric: means, (ring ÷ perf − 1) × 100 with its CI, a verdict."""
+    """Ring buffer vs perf buffer on one metric: means, (ring ÷ perf − 1) × 100 with its CI, and a verdict
+    from Welch's t (the difference's 95% CI excludes 0), which stays sound when one mechanism's runs vary
+    so much that the delta method's ratio CI does not."""
     ring = [metric.value(r) for r in _runs_of(runs, producers, "ringbuf")]
     perf = [metric.value(r) for r in _runs_of(runs, producers, "perfbuf")]
-    relative = stats.overhead_percent(ring, perf)
+    relative, difference = stats.overhead_percent(ring, perf), stats.difference(ring, perf)
     ring_stats, perf_stats = stats.summarize(ring), stats.summarize(perf)
     if not ring or not perf:
         verdict = "not measured"
     elif ring_stats["mean"] == perf_stats["mean"]:
         verdict = "equal"
-    elif relative["ci95_low"] is None or relative["ci95_low"] <= 0 <= relative["ci95_high"]:
+    elif difference["ci95_low"] is None or difference["ci95_low"] <= 0 <= difference["ci95_high"]:
         verdict = "no significant difference"
     elif metric.better is None:
-        verdict = "ring buffer higher" if relative["value"] > 0 else "ring buffer lower"
+        verdict = "ring buffer higher" if difference["value"] > 0 else "ring buffer lower"
     else:
-        ring_better = (relative["value"] > 0) == (metric.better == "higher")
+        ring_better = (difference["value"] > 0) == (metric.better == "higher")
         verdict = "ring buffer better" if ring_better else "perf buffer better"
     return {"ringbuf": ring_stats, "perfbuf": perf_stats, "relative_pct": relative, "verdict": verdict}
 
@@ -84,7 +89,8 @@ def comparison_table(runs: list[dict], producer_counts: list[int]) -> TableBlock
     return TableBlock("Ring buffer vs perf buffer", ["Producers", "Metric", "Ring buffer", "Perf buffer",
                                                      "Ring vs perf (%)", "Verdict"], rows,
                       "Ring vs perf: (ring buffer mean ÷ perf buffer mean − 1) × 100 with a 95% CI (delta method). "
-                      "A verdict names a winner only where that CI excludes 0.")
+                      "A verdict names a winner only where the 95% CI of the difference of means (Welch's t) "
+                      "excludes 0.")
 
 
 def _by_key(aggregates: list[dict]) -> dict[tuple[int, str], dict]:
@@ -132,45 +138,50 @@ def _charts(table: dict, producer_counts: list[int]) -> list[Chart]:
     ]
 
 
+def _comparison_findings(runs: list[dict], producers: int) -> list[str]:
+    received, p50, p99 = (compare(runs, producers, metric) for metric in (RECEIVED, P50, P99))
+    if received["verdict"] == "not measured":
+        return []
+    return [f"With {producers} producer(s) the ring buffer delivered {fmt.number(received['ringbuf']['mean'], 0)} "
+            f"events/s and the perf buffer {fmt.number(received['perfbuf']['mean'], 0)} (ring vs perf "
+            f"{fmt.with_ci(received['relative_pct'])}%: {received['verdict']}).",
+            f"Latency with {producers} producer(s): median {fmt.number(p50['ringbuf']['mean'])} us (ring) vs "
+            f"{fmt.number(p50['perfbuf']['mean'])} us (perf), p99 {fmt.number(p99['ringbuf']['mean'])} vs "
+            f"{fmt.number(p99['perfbuf']['mean'])} us ({p99['verdict']} at p99)."]
+
+
+def _drop_finding(table: dict, runs: list[dict], counts: list[int], mechanism: str) -> list[str]:
+    cells = [table[(n, mechanism)] for n in counts if table.get((n, mechanism), {}).get("n")]
+    if not cells:
+        return []
+    produced = sum(c["events"]["produced"] for c in cells)
+    dropped = sum(c["events"]["dropped"] for c in cells)
+    worst = max(cells, key=lambda c: c["drop_pct"]["mean"] or 0)
+    mine = [r for r in runs if r["method"] == mechanism]
+    balanced = sum(r["received"] + r["dropped"] == r["produced"] == r["calls"] for r in mine)
+    return [f"{style.label(mechanism)}: {dropped:,} of {produced:,} records dropped over all measured runs "
+            f"({fmt.number(100 * dropped / produced if produced else None, 2)}%), at most "
+            f"{fmt.number(worst['drop_pct']['mean'], 2)}% on average with {worst['producers']} producer(s); in "
+            f"{balanced} of {len(mine)} runs received + dropped equalled the calls the program saw and the "
+            "producers made."]
+
+
+def _price_finding(cell: dict | None, producers: int) -> list[str]:
+    if not cell or not cell["n"]:
+        return []
+    return [f"{style.label(cell['method'])} with {producers} producer(s): each traced getpgid call took "
+            f"{fmt.with_ci(cell['slowdown_pct'])}% longer than untraced and cost the producer "
+            f"{fmt.with_ci(cell['added_cpu_ns_per_call'], digits=0)} ns more CPU; the consumer used "
+            f"{fmt.with_ci(cell['consumer_cpu_pct'], key='mean')}% of a CPU."]
+
+
 def findings(config: dict, table: dict, runs: list[dict], failures: list[dict]) -> list[str]:
     counts = config["producers"]
-    out = []
-    fewest, most = counts[0], counts[-1]
-    for producers in sorted({fewest, most}):
-        result = compare(runs, producers, COMPARED[0])
-        if result["verdict"] == "not measured":
-            continue
-        out.append(f"With {producers} producer(s) the ring buffer delivered {fmt.number(result['ringbuf']['mean'], 0)} "
-                   f"events/s and the perf buffer {fmt.number(result['perfbuf']['mean'], 0)} (ring vs perf "
-                   f"{fmt.with_ci(result['relative_pct'])}%: {result['verdict']}).")
+    out = [line for producers in sorted({counts[0], counts[-1]}) for line in _comparison_findings(runs, producers)]
     for mechanism in MECHANISMS:
-        cells = [table[(n, mechanism)] for n in counts if (n, mechanism) in table and table[(n, mechanism)]["n"]]
-        if not cells:
-            continue
-        produced = sum(c["events"]["produced"] for c in cells)
-        dropped = sum(c["events"]["dropped"] for c in cells)
-        worst = max(cells, key=lambda c: c["drop_pct"]["mean"] or 0)
-        out.append(f"{style.label(mechanism)}: {dropped:,} of {produced:,} records dropped over all measured runs "
-                   f"({fmt.number(100 * dropped / produced if produced else None, 2)}%), at most "
-                   f"{fmt.number(worst['drop_pct']['mean'], 2)}% on average with {worst['producers']} producer(s); "
-                   "in every run received + dropped equalled the calls the program saw, and those equalled the "
-                   "calls the producers made.")
-    for producers in sorted({fewest, most}):
-        p50 = compare(runs, producers, COMPARED[3])
-        p99 = compare(runs, producers, COMPARED[4])
-        if p50["verdict"] == "not measured":
-            continue
-        out.append(f"Latency with {producers} producer(s): median {fmt.number(p50['ringbuf']['mean'])} us (ring) vs "
-                   f"{fmt.number(p50['perfbuf']['mean'])} us (perf), p99 {fmt.number(p99['ringbuf']['mean'])} vs "
-                   f"{fmt.number(p99['perfbuf']['mean'])} us ({p99['verdict']} at p99).")
+        out += _drop_finding(table, runs, counts, mechanism)
     for mechanism in MECHANISMS:
-        cell = table.get((fewest, mechanism))
-        if not cell or not cell["n"]:
-            continue
-        out.append(f"{style.label(mechanism)} with {fewest} producer(s): each traced getpgid call took "
-                   f"{fmt.with_ci(cell['slowdown_pct'])}% longer than untraced and cost the producer "
-                   f"{fmt.with_ci(cell['added_cpu_ns_per_call'], digits=0)} ns more CPU; the consumer used "
-                   f"{fmt.with_ci(cell['consumer_cpu_pct'], key='mean')}% of a CPU.")
+        out += _price_finding(table.get((counts[0], mechanism)), counts[0])
     sizes = {size for key, agg in table.items() if key[1] in MECHANISMS for size in agg["buffer_bytes"]}
     if len(sizes) > 1:
         out.append(f"The buffers were not equal: {', '.join(f'{s:,}' for s in sorted(sizes))} bytes (perf buffers "
