@@ -15,11 +15,8 @@
 
 /* Set by the consumer before load; the verifier sees them as constants. */
 const volatile __u32 payload_bytes = sizeof(struct transport_event);
-const volatile __u32 wakeup_mode = 0;   /* enum wakeup_mode in transport.c */
+const volatile __u32 wakeup_mode = TRANSPORT_WAKEUP_DEFAULT;
 const volatile __u32 wakeup_every = 1;  /* sampled: every N-th record of a CPU wakes the consumer */
-
-#define WAKEUP_SAMPLED 1
-#define WAKEUP_NONE 2
 
 /* Padding bytes are copied from here (zeros), as bpf_perf_event_output copies
  * the whole record: both mechanisms move --payload bytes per event. */
@@ -115,9 +112,9 @@ static __always_inline __u64 ringbuf_wakeup(__u32 role, __u64 written_on_cpu)
 {
 	if (role == TRANSPORT_FLUSHER)
 		return BPF_RB_FORCE_WAKEUP;
-	if (wakeup_mode == WAKEUP_NONE)
+	if (wakeup_mode == TRANSPORT_WAKEUP_NONE)
 		return BPF_RB_NO_WAKEUP;
-	if (wakeup_mode != WAKEUP_SAMPLED)
+	if (wakeup_mode != TRANSPORT_WAKEUP_SAMPLED)
 		return 0; /* the kernel's default: wake only a consumer that has caught up */
 	return written_on_cpu % wakeup_every == 0 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 }

@@ -12,6 +12,13 @@ enum transport_kind {
 	TRANSPORT_FLUSH = 1,  /* the consumer's end-of-stream marker, one per CPU (see transport.c) */
 };
 
+/* --wakeup, as the program reads it from its read-only data (see transport.c for each mechanism). */
+enum transport_wakeup {
+	TRANSPORT_WAKEUP_DEFAULT = 0,
+	TRANSPORT_WAKEUP_SAMPLED = 1, /* every N-th record of a CPU */
+	TRANSPORT_WAKEUP_NONE = 2,
+};
+
 /* Who a tgid is, in the `roles` map the consumer fills before attaching. */
 enum transport_role {
 	TRANSPORT_PRODUCER = 1,

@@ -66,7 +66,14 @@
 #define MARKER_TIMEOUT_NS 10000000000ull
 
 enum mechanism { RINGBUF, PERFBUF };
-enum wakeup_mode { WAKEUP_DEFAULT = 0, WAKEUP_SAMPLED = 1, WAKEUP_NONE = 2 }; /* as in transport.bpf.c */
+
+struct options {
+	enum mechanism mechanism;
+	enum transport_wakeup wakeup;
+	unsigned long buffer_bytes, every, payload, poll_ms;
+	__u32 tgids[MAX_TGIDS];
+	size_t ntgids;
+};
 
 struct consumer {
 	struct ring_buffer *rb;
@@ -157,8 +164,7 @@ static void open_ringbuf(struct consumer *c, struct transport_bpf *skel)
 }
 
 /* Returns the bytes of all per-CPU buffers together. */
-static unsigned long open_perfbuf(struct consumer *c, struct transport_bpf *skel, unsigned long total_bytes,
-				  enum wakeup_mode mode, unsigned long every)
+static unsigned long open_perfbuf(struct consumer *c, struct transport_bpf *skel, const struct options *o)
 {
 	unsigned long page = (unsigned long)getpagesize(), cpus = (unsigned long)sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned long pages = 1;
@@ -168,15 +174,15 @@ static unsigned long open_perfbuf(struct consumer *c, struct transport_bpf *skel
 	};
 	LIBBPF_OPTS(perf_buffer_raw_opts, opts);
 
-	if (total_bytes / page / cpus == 0)
-		die("--buffer-bytes %lu is less than one page for each of the %lu CPUs' perf buffers", total_bytes, cpus);
-	while (pages * 2 <= total_bytes / page / cpus) /* perf needs a power-of-two page count */
+	if (o->buffer_bytes / page / cpus == 0)
+		die("--buffer-bytes %lu is less than one page for each of the %lu CPUs' perf buffers", o->buffer_bytes, cpus);
+	while (pages * 2 <= o->buffer_bytes / page / cpus) /* perf needs a power-of-two page count */
 		pages *= 2;
-	if (mode == WAKEUP_NONE) {
+	if (o->wakeup == TRANSPORT_WAKEUP_NONE) {
 		attr.watermark = 1;
 		attr.wakeup_watermark = (__u32)(pages * page);
 	} else {
-		attr.wakeup_events = mode == WAKEUP_SAMPLED ? (__u32)every : 1;
+		attr.wakeup_events = o->wakeup == TRANSPORT_WAKEUP_SAMPLED ? (__u32)o->every : 1;
 	}
 	c->pb = perf_buffer__new_raw(bpf_map__fd(skel->maps.perf), pages, &attr, on_perf_record, c, &opts);
 	if (!c->pb)
@@ -202,18 +208,18 @@ static uint64_t send_markers(void)
 	return sent;
 }
 
-static enum wakeup_mode parse_wakeup(const char *text, unsigned long *every)
+static enum transport_wakeup parse_wakeup(const char *text, unsigned long *every)
 {
 	if (!strcmp(text, "default"))
-		return WAKEUP_DEFAULT;
+		return TRANSPORT_WAKEUP_DEFAULT;
 	if (!strcmp(text, "none"))
-		return WAKEUP_NONE;
+		return TRANSPORT_WAKEUP_NONE;
 	if (!strncmp(text, "sampled:", 8)) {
 		*every = parse_ulong("--wakeup sampled:N", text + 8, 1, 1000000);
-		return WAKEUP_SAMPLED;
+		return TRANSPORT_WAKEUP_SAMPLED;
 	}
 	die("invalid --wakeup '%s' (default, sampled:N or none)", text);
-	return WAKEUP_DEFAULT;
+	return TRANSPORT_WAKEUP_DEFAULT;
 }
 
 static size_t parse_tgids(char *text, __u32 tgids[MAX_TGIDS])
@@ -236,7 +242,7 @@ static void usage(const char *prog)
 	exit(2);
 }
 
-int main(int argc, char **argv)
+static void parse_options(int argc, char **argv, struct options *o)
 {
 	static const struct option options[] = {
 		{ "mechanism", required_argument, NULL, 'm' }, { "tgids", required_argument, NULL, 't' },
@@ -244,89 +250,74 @@ int main(int argc, char **argv)
 		{ "payload", required_argument, NULL, 'p' }, { "poll-ms", required_argument, NULL, 'P' },
 		{ "verbose", no_argument, NULL, 'v' }, { 0 },
 	};
-	enum mechanism mechanism = RINGBUF;
-	enum wakeup_mode wakeup = WAKEUP_DEFAULT;
-	unsigned long buffer_bytes = DEFAULT_BUFFER_BYTES, every = 1, poll_ms = 10;
-	unsigned long payload = sizeof(struct transport_event);
-	__u32 tgids[MAX_TGIDS], producer = TRANSPORT_PRODUCER, flusher = TRANSPORT_FLUSHER, self = (__u32)getpid();
-	size_t ntgids = 0;
-	int opt, err, have_mechanism = 0;
-	struct consumer *c = calloc(1, sizeof(*c));
-	struct transport_bpf *skel;
-	struct bpf_link *link;
-	uint64_t stats[TRANSPORT_STAT_MAX], setup_cpu_ns, sent, deadline;
+	int opt, have_mechanism = 0;
 
-	if (!c)
-		die("out of memory");
+	*o = (struct options){ .buffer_bytes = DEFAULT_BUFFER_BYTES, .every = 1, .poll_ms = 10,
+			       .payload = sizeof(struct transport_event) };
 	while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
 		switch (opt) {
 		case 'm':
 			if (strcmp(optarg, "ringbuf") && strcmp(optarg, "perfbuf"))
 				die("invalid --mechanism '%s' (ringbuf or perfbuf)", optarg);
-			mechanism = strcmp(optarg, "ringbuf") ? PERFBUF : RINGBUF;
+			o->mechanism = strcmp(optarg, "ringbuf") ? PERFBUF : RINGBUF;
 			have_mechanism = 1;
 			break;
-		case 't': ntgids = parse_tgids(optarg, tgids); break;
-		case 'b': buffer_bytes = parse_ulong("--buffer-bytes", optarg, 1, MAX_BUFFER_BYTES); break;
-		case 'w': wakeup = parse_wakeup(optarg, &every); break;
+		case 't': o->ntgids = parse_tgids(optarg, o->tgids); break;
+		case 'b': o->buffer_bytes = parse_ulong("--buffer-bytes", optarg, 1, MAX_BUFFER_BYTES); break;
+		case 'w': o->wakeup = parse_wakeup(optarg, &o->every); break;
 		case 'p':
-			payload = parse_ulong("--payload", optarg, sizeof(struct transport_event), TRANSPORT_MAX_PAYLOAD);
+			o->payload = parse_ulong("--payload", optarg, sizeof(struct transport_event), TRANSPORT_MAX_PAYLOAD);
 			break;
-		case 'P': poll_ms = parse_ulong("--poll-ms", optarg, 1, 60000); break;
+		case 'P': o->poll_ms = parse_ulong("--poll-ms", optarg, 1, 60000); break;
 		case 'v': verbose = 1; break;
 		default: usage(argv[0]);
 		}
 	}
-	if (!have_mechanism || !ntgids || optind != argc)
+	if (!have_mechanism || !o->ntgids || optind != argc)
 		usage(argv[0]);
-	if (buffer_bytes < (unsigned long)getpagesize() || (buffer_bytes & (buffer_bytes - 1)))
-		die("--buffer-bytes must be a power of two of at least one page, got %lu", buffer_bytes);
+	if (o->buffer_bytes < (unsigned long)getpagesize() || (o->buffer_bytes & (o->buffer_bytes - 1)))
+		die("--buffer-bytes must be a power of two of at least one page, got %lu", o->buffer_bytes);
+}
 
-	libbpf_set_print(libbpf_print);
-	stop_on_signals();
+/* Load only the chosen mechanism's program and buffer, then register the producers and the consumer. */
+static struct transport_bpf *load(const struct options *o)
+{
+	__u32 producer = TRANSPORT_PRODUCER, flusher = TRANSPORT_FLUSHER, self = (__u32)getpid();
+	struct transport_bpf *skel = transport_bpf__open();
+	int err;
 
-	skel = transport_bpf__open();
 	if (!skel)
 		die("cannot open the BPF object: %s", strerror(errno));
-	skel->rodata->payload_bytes = (__u32)payload;
-	skel->rodata->wakeup_mode = wakeup;
-	skel->rodata->wakeup_every = (__u32)every;
-	/* Only the chosen mechanism's program and buffer exist in the kernel. */
-	bpf_program__set_autoload(mechanism == RINGBUF ? skel->progs.perfbuf_producer : skel->progs.ringbuf_producer,
-				  false);
-	if (mechanism == RINGBUF) {
+	skel->rodata->payload_bytes = (__u32)o->payload;
+	skel->rodata->wakeup_mode = o->wakeup;
+	skel->rodata->wakeup_every = (__u32)o->every;
+	if (o->mechanism == RINGBUF) {
+		bpf_program__set_autoload(skel->progs.perfbuf_producer, false);
 		bpf_map__set_autocreate(skel->maps.perf, false);
 		bpf_map__set_autocreate(skel->maps.perf_scratch, false);
-		if (bpf_map__set_max_entries(skel->maps.ring, (__u32)buffer_bytes))
+		if (bpf_map__set_max_entries(skel->maps.ring, (__u32)o->buffer_bytes))
 			die("cannot size the ring buffer: %s", strerror(errno));
 	} else {
+		bpf_program__set_autoload(skel->progs.ringbuf_producer, false);
 		bpf_map__set_autocreate(skel->maps.ring, false);
 	}
 	err = transport_bpf__load(skel);
 	if (err)
 		die("cannot load the BPF programs (%s)%s", strerror(-err),
 		    err == -EPERM ? ": kernel eBPF needs root or CAP_BPF+CAP_PERFMON" : "");
-	for (size_t i = 0; i < ntgids; i++)
-		if (bpf_map_update_elem(bpf_map__fd(skel->maps.roles), &tgids[i], &producer, BPF_ANY))
-			die("cannot register tgid %u: %s", tgids[i], strerror(errno));
+	for (size_t i = 0; i < o->ntgids; i++)
+		if (bpf_map_update_elem(bpf_map__fd(skel->maps.roles), &o->tgids[i], &producer, BPF_ANY))
+			die("cannot register tgid %u: %s", o->tgids[i], strerror(errno));
 	if (bpf_map_update_elem(bpf_map__fd(skel->maps.roles), &self, &flusher, BPF_ANY))
 		die("cannot register the consumer's tgid: %s", strerror(errno));
+	return skel;
+}
 
-	if (mechanism == RINGBUF)
-		open_ringbuf(c, skel);
-	else
-		buffer_bytes = open_perfbuf(c, skel, buffer_bytes, wakeup, every);
-	link = bpf_program__attach(mechanism == RINGBUF ? skel->progs.ringbuf_producer : skel->progs.perfbuf_producer);
-	if (!link)
-		die("cannot attach to syscalls:sys_enter_getpgid: %s", strerror(errno));
-	setup_cpu_ns = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
-	printf("READY\n");
-	fflush(stdout);
+/* The producers have exited: read what is left, then every CPU's marker. */
+static void read_to_end_of_stream(struct consumer *c, int poll_ms)
+{
+	uint64_t sent, deadline;
 
-	while (!exiting)
-		poll_or_drain(c, (int)poll_ms);
-
-	/* The producers have exited: read what is left, then every CPU's marker. */
 	drain(c);
 	sent = send_markers();
 	deadline = clock_ns(CLOCK_MONOTONIC) + MARKER_TIMEOUT_NS;
@@ -334,20 +325,60 @@ int main(int argc, char **argv)
 		if (clock_ns(CLOCK_MONOTONIC) > deadline)
 			die("received the end-of-stream marker of %llu of %llu CPUs", (unsigned long long)c->markers,
 			    (unsigned long long)sent);
-		poll_or_drain(c, (int)poll_ms);
+		poll_or_drain(c, poll_ms);
 	}
-	read_percpu_totals(bpf_map__fd(skel->maps.stats), TRANSPORT_STAT_MAX, stats);
-	bpf_link__destroy(link);
+}
 
+static void print_summary(const struct options *o, const struct consumer *c, const uint64_t stats[TRANSPORT_STAT_MAX],
+			  unsigned long buffer_bytes, uint64_t setup_cpu_ns)
+{
 	printf("{\"mechanism\":\"%s\",\"produced\":%llu,\"submitted\":%llu,\"failed\":%llu,\"lost_reported\":%llu,"
 	       "\"received\":%llu,\"markers\":%llu,\"wakeups\":%llu,\"buffer_bytes\":%lu,\"setup_cpu_ns\":%llu,"
 	       "\"peak_rss_kb\":%lu,\"latency\":",
-	       mechanism == RINGBUF ? "ringbuf" : "perfbuf", (unsigned long long)stats[TRANSPORT_STAT_PRODUCED],
+	       o->mechanism == RINGBUF ? "ringbuf" : "perfbuf", (unsigned long long)stats[TRANSPORT_STAT_PRODUCED],
 	       (unsigned long long)stats[TRANSPORT_STAT_SUBMITTED], (unsigned long long)stats[TRANSPORT_STAT_FAILED],
 	       (unsigned long long)c->lost_reported, (unsigned long long)c->received, (unsigned long long)c->markers,
 	       (unsigned long long)c->wakeups, buffer_bytes, (unsigned long long)setup_cpu_ns, peak_rss_kb());
 	histogram_print_json(&c->latency, stdout);
 	printf("}\n");
+}
+
+int main(int argc, char **argv)
+{
+	struct options o;
+	struct consumer *c = calloc(1, sizeof(*c));
+	struct transport_bpf *skel;
+	struct bpf_link *link;
+	unsigned long buffer_bytes;
+	uint64_t stats[TRANSPORT_STAT_MAX], setup_cpu_ns;
+
+	if (!c)
+		die("out of memory");
+	parse_options(argc, argv, &o);
+	libbpf_set_print(libbpf_print);
+	stop_on_signals();
+
+	skel = load(&o);
+	if (o.mechanism == RINGBUF) {
+		open_ringbuf(c, skel);
+		buffer_bytes = o.buffer_bytes;
+	} else {
+		buffer_bytes = open_perfbuf(c, skel, &o);
+	}
+	link = bpf_program__attach(o.mechanism == RINGBUF ? skel->progs.ringbuf_producer : skel->progs.perfbuf_producer);
+	if (!link)
+		die("cannot attach to syscalls:sys_enter_getpgid: %s", strerror(errno));
+	setup_cpu_ns = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+	printf("READY\n");
+	fflush(stdout);
+
+	while (!exiting)
+		poll_or_drain(c, (int)o.poll_ms);
+	read_to_end_of_stream(c, (int)o.poll_ms);
+	read_percpu_totals(bpf_map__fd(skel->maps.stats), TRANSPORT_STAT_MAX, stats);
+	bpf_link__destroy(link);
+	print_summary(&o, c, stats, buffer_bytes, setup_cpu_ns);
+
 	ring_buffer__free(c->rb);
 	perf_buffer__free(c->pb);
 	transport_bpf__destroy(skel);
