@@ -51,7 +51,7 @@ $(LIB) $(BIN) $(BPF) $(SKEL):
 
 # --- workloads -----------------------------------------------------------------------------
 .PHONY: workloads
-workloads: $(LIB)/libmylib.so $(BIN)/sample_app $(BIN)/microbench
+workloads: $(LIB)/libmylib.so $(BIN)/sample_app $(BIN)/microbench $(BIN)/syscall_load
 
 $(LIB)/libmylib.so: workloads/mylib/mylib.c workloads/mylib/mylib.h | $(LIB)
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
@@ -62,6 +62,9 @@ $(BIN)/microbench: workloads/microbench/microbench.c | $(BIN)
 
 $(BIN)/sample_app: workloads/sample_app/sample_app.c workloads/mylib/mylib.h workloads/common/peak_rss.h $(LIB)/libmylib.so | $(BIN)
 	$(CC) $(CFLAGS) -Iworkloads/mylib -o $@ $< -L$(LIB) -lmylib -Wl,-rpath,'$$ORIGIN/../lib'
+
+$(BIN)/syscall_load: workloads/syscall_load/syscall_load.c | $(BIN)
+	$(CC) $(CFLAGS) -o $@ $<
 
 # --- BPF probes: vmlinux.h from this kernel's BTF, one object and skeleton per probe --------
 $(BUILD)/vmlinux.h: /sys/kernel/btf/vmlinux | $(BPF)
@@ -75,10 +78,12 @@ $(SKEL)/%.skel.h: $(BPF)/%.bpf.o | $(SKEL)
 
 # --- tracers ----------------------------------------------------------------------------------
 .PHONY: tracers
-tracers: $(BIN)/functrace $(BIN)/micro $(LIB)/libmylib_lttng.so
+tracers: $(BIN)/functrace $(BIN)/micro $(BIN)/transport $(LIB)/libmylib_lttng.so
 
-$(BIN)/%: tracers/ebpf/%.c $(SKEL)/%.skel.h probes/%.h workloads/common/peak_rss.h | $(BIN)
+$(BIN)/%: tracers/ebpf/%.c $(SKEL)/%.skel.h probes/%.h tracers/ebpf/loader.h workloads/common/peak_rss.h | $(BIN)
 	$(CC) $(CFLAGS) -Iprobes -I$(SKEL) -o $@ $< $$(pkg-config --cflags --libs libbpf)
+
+$(BIN)/transport: tracers/ebpf/latency_histogram.h
 
 LTTNG_SRC := tracers/lttng/mylib_wrapper.c tracers/lttng/mylib_tp.c
 $(LIB)/libmylib_lttng.so: $(LTTNG_SRC) tracers/lttng/mylib_tp.h workloads/mylib/mylib.h | $(LIB)

@@ -23,35 +23,18 @@ def run_tracecost(*args: str, env: dict | None = None, timeout: float = 600, **k
                           env={**os.environ, **(env or {})}, **kwargs)
 
 
-def interrupted_tracecost(*args: str, when, env: dict | None = None, timeout: float = 60) -> tuple[int, str]:
-    """Run tracecost, press Ctrl-C (SIGINT) once `when()` holds, return its exit status and stderr."""
+def interrupt_tracecost(*args: str, when, env: dict | None = None, timeout: float = 60) -> tuple[int, str]:
+    """Run `tracecost ARGS`, press Ctrl-C (SIGINT) as soon as `when()` holds; return its exit status and stderr."""
     proc = subprocess.Popen([*TRACECOST, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **(env or {})})
     try:
-        deadline = time.monotonic() + timeout
-        while not when():
-            assert time.monotonic() < deadline, "the run never got to where it was to be interrupted"
-            time.sleep(0.02)
+        assert wait_until(when, timeout), f"tracecost {' '.join(args)} never reached the point to interrupt"
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
     return proc.returncode, stderr
-
-
-def fake_build(tmp_path: Path, program: str, script: str) -> Path:
-    """A build tree identical to the real one but for a shell-script stand-in of bin/<program>."""
-    fake = tmp_path / "build"
-    for folder in ("bin", "lib"):
-        (fake / folder).mkdir(parents=True)
-        for item in (BUILD / folder).iterdir():
-            (fake / folder / item.name).symlink_to(item)
-    stand_in = fake / "bin" / program
-    stand_in.unlink()
-    stand_in.write_text("#!/bin/sh\n" + script)
-    stand_in.chmod(stand_in.stat().st_mode | stat.S_IXUSR)
-    return fake
 
 
 def bpftool_json(*args: str) -> list:
@@ -76,9 +59,32 @@ def processes_mentioning(text: str) -> list[int]:
     return [pid for pid in found if pid != os.getpid()]
 
 
+def wait_until(condition, timeout=30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def tracecost_sessions() -> list[str]:
     result = subprocess.run(["lttng", "list"], capture_output=True, text=True)
     return [line for line in result.stdout.splitlines() if "tracecost-" in line]
+
+
+def fake_build(tmp_path: Path, program: str, script: str) -> Path:
+    """A build tree identical to the real one but for a shell-script stand-in for bin/<program>."""
+    fake = tmp_path / "build"
+    for folder in ("bin", "lib"):
+        (fake / folder).mkdir(parents=True)
+        for item in (BUILD / folder).iterdir():
+            (fake / folder / item.name).symlink_to(item)
+    stand_in = fake / "bin" / program
+    stand_in.unlink()
+    stand_in.write_text("#!/bin/sh\n" + script)
+    stand_in.chmod(stand_in.stat().st_mode | stat.S_IXUSR)
+    return fake
 
 
 @pytest.fixture(scope="session", autouse=True)

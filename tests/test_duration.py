@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import BUILD, fake_build, interrupted_tracecost, run_tracecost, tracecost_sessions, uprobes_in
+from conftest import BUILD, fake_build, interrupt_tracecost, run_tracecost, tracecost_sessions, uprobes_in
 from tracecost import results
 from tracecost.suites.duration import QUICK_DIVISOR, QUICK_MIN_CALLS, SCENARIOS
 
@@ -92,8 +92,8 @@ def test_a_failing_tracer_fails_its_runs_by_name(tmp_path, script, reason):
 def test_ctrl_c_keeps_finished_runs_as_partial_results(tmp_path):
     out = tmp_path / "out"
     # Scenario 5 at full size: each traced run lasts over 2 s, a wide window to interrupt in.
-    returncode, stderr = interrupted_tracecost("duration", "-s", "5", "-r", "2", "--out", str(out),
-                                               when=lambda: uprobes_in(LIBMYLIB) or tracecost_sessions())
+    returncode, stderr = interrupt_tracecost("duration", "-s", "5", "-r", "2", "--out", str(out),
+                                             when=lambda: uprobes_in(LIBMYLIB) or tracecost_sessions())
     assert returncode == 130, stderr
     partial = json.loads((out / "results.partial.json").read_text())
     results.check(partial)

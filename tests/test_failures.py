@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import (BUILD, REPO, bpftool_json, interrupted_tracecost, processes_mentioning, run_tracecost,
+from conftest import (BUILD, REPO, bpftool_json, interrupt_tracecost, processes_mentioning, run_tracecost,
                       tracecost_sessions, uprobes_in)
 
 LIBMYLIB = BUILD / "lib" / "libmylib.so"
@@ -53,9 +53,9 @@ def test_ctrl_c_mid_run_leaves_nothing_behind(private_tmp, method):
     # Enough calls that the run is still going when the interrupt arrives.
     calls = "3000000" if method == "ebpf" else "10000000"
     tracing = (lambda: uprobes_in(LIBMYLIB)) if method == "ebpf" else tracecost_sessions
-    returncode, stderr = interrupted_tracecost("validate", "--method", method, "--calls", calls,
-                                               when=lambda: tracing() and processes_mentioning("sample_app"),
-                                               env={"TMPDIR": str(private_tmp)}, timeout=30)
+    returncode, stderr = interrupt_tracecost("validate", "--method", method, "--calls", calls,
+                                             when=lambda: tracing() and processes_mentioning("sample_app"),
+                                             env={"TMPDIR": str(private_tmp)}, timeout=30)
     assert returncode == 130, stderr
     assert "interrupted" in stderr
     assert uprobes_in(LIBMYLIB) == []

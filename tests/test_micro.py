@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from browser import chromium, console_errors, open_report
-from conftest import BUILD, bpftool_json, fake_build, interrupted_tracecost, run_tracecost, uprobes_in
+from conftest import BUILD, bpftool_json, fake_build, interrupt_tracecost, run_tracecost, uprobes_in
 from tracecost import results, system
 from tracecost.errors import TracecostError
 from tracecost.micro.bench import UNTOUCHED_BUFFER, WRITTEN_BUFFER, checked_counts
@@ -192,7 +192,7 @@ def test_a_probe_that_never_fires_fails_its_runs_with_the_reason(tmp_path):
 
 def test_ctrl_c_mid_run_detaches_everything(tmp_path):
     out = tmp_path / "out"
-    returncode, stderr = interrupted_tracecost("micro", "--ops", "hash_delete", "--iter", "1000000", "--runs", "1",
+    returncode, stderr = interrupt_tracecost("micro", "--ops", "hash_delete", "--iter", "1000000", "--runs", "1",
                                                "--out", str(out), when=lambda: uprobes_in(MICROBENCH))
     assert returncode == 130, stderr
     results.check(json.loads((out / "results.partial.json").read_text()))

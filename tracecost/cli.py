@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from tracecost import __version__, tracers
+from tracecost import __version__, tracers, transport
 from tracecost.errors import TracecostError
 from tracecost.execute import default_out_dir, execute
 from tracecost.machine_lock import exclusive_machine
@@ -19,6 +20,7 @@ from tracecost.procs import install_termination_handler
 from tracecost.micro.ops import MAX_OPS_PER_HIT, OPS, op_by_name, with_baselines
 from tracecost.suites import duration as duration_suite
 from tracecost.suites import micro as micro_suite
+from tracecost.suites import transport as transport_suite
 from tracecost.suites import SUITES
 from tracecost.workspace import workspace
 
@@ -212,6 +214,51 @@ def vm(list_only, programs, engines, runs, iterations, out_dir, seed) -> None:
     config = vm_suite.VmConfig(programs=programs, engines=engines, runs=runs, iterations=iterations,
                                seed=seed if seed is not None else random.SystemRandom().randrange(2**31))
     sys.exit(execute([(SUITES["vm"], config)], out_dir or default_out_dir("vm"), out, err, say))
+def power_of_two_buffer(_ctx, param, value: int) -> int:
+    """A ring buffer's size: a power of two of at least one page per CPU (the perf buffer splits it per CPU)."""
+    cpus, page = os.sysconf("SC_NPROCESSORS_ONLN"), os.sysconf("SC_PAGE_SIZE")
+    if value & (value - 1) or not cpus * page <= value <= transport.MAX_BUFFER_BYTES:
+        raise click.BadParameter(f"{value} is not a power of two between {cpus * page} (a page for each of the "
+                                 f"{cpus} CPUs' perf buffers) and {transport.MAX_BUFFER_BYTES}", param=param)
+    return value
+
+
+def wakeup_mode(_ctx, param, value: str) -> str:
+    try:
+        return transport.check_wakeup(value)
+    except TracecostError as error:
+        raise click.BadParameter(str(error), param=param) from error
+
+
+def producer_counts(ctx, param, value: str) -> list[int]:
+    counts = comma_list(int)(ctx, param, value)
+    if not counts or any(not 1 <= n <= transport.MAX_PRODUCERS for n in counts):
+        raise click.BadParameter(f"{value!r}: every producer count must be 1..{transport.MAX_PRODUCERS}", param=param)
+    return sorted(set(counts))
+
+
+@cli.command("transport")
+@click.option("--producers", default=",".join(map(str, transport_suite.RUN_PRODUCERS)), show_default=True,
+              callback=producer_counts, help="Comma-separated numbers of producer processes.")
+@click.option("--duration", "duration_s", default=3.0, show_default=True, type=click.FloatRange(0.1, 3600),
+              help="Seconds each run's producers call getpgid.")
+@click.option("--runs", default=5, show_default=True, type=click.IntRange(1, 1000),
+              help="Measured repetitions (after one discarded warm-up).")
+@click.option("--buffer-bytes", default=transport_suite.DEFAULT_BUFFER_BYTES, show_default=True, type=int,
+              callback=power_of_two_buffer, help="Ring buffer bytes = perf buffer pages x page size x CPUs.")
+@click.option("--wakeup", default="default", show_default=True, callback=wakeup_mode,
+              help="default | sampled:N | none (see README for each mechanism's mapping).")
+@click.option("--payload", "payload_bytes", default=transport_suite.DEFAULT_PAYLOAD_BYTES, show_default=True,
+              type=click.IntRange(transport.EVENT_HEADER_BYTES, transport.MAX_PAYLOAD_BYTES),
+              help="Record bytes: the 40-byte event, padded with zeros.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
+@click.option("--seed", type=int, help="Seed of the run order (default: random, recorded).")
+def transport_command(producers, duration_s, runs, buffer_bytes, wakeup, payload_bytes, out_dir, seed) -> None:
+    """BPF ring buffer vs perf buffer under a getpgid load from N producers."""
+    config = transport_suite.TransportConfig(
+        producers=producers, duration_s=duration_s, runs=runs, buffer_bytes=buffer_bytes, wakeup=wakeup,
+        payload_bytes=payload_bytes, seed=seed if seed is not None else random.SystemRandom().randrange(2**31))
+    sys.exit(execute([(SUITES["transport"], config)], out_dir or default_out_dir("transport"), out, err, say))
 
 
 @cli.command()

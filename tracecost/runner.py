@@ -64,8 +64,8 @@ def run_suite(suite: Suite, config: Any, workspace: Path, say: Say,
 
 
 def _one_run(suite, config, group, method, workspace, repetition, position) -> dict:
-    record = {**group.key, "method": method.name, "repetition": repetition, "warmup": repetition == 0,
-              "position": position}
+    record = {**group.key, **suite.method_key(method), "method": method.name, "repetition": repetition,
+              "warmup": repetition == 0, "position": position}
     try:
         record.update(suite.measure(group, method, fresh_dir(workspace, "run"), config))
         record["status"] = "ok"

@@ -76,7 +76,8 @@ def _selected_mode(text: str) -> str | None:
     return next((word.strip("[]") for word in text.split() if word.startswith("[")), None)
 
 
-def _bpftool_perf() -> list[dict]:
+def bpf_perf_attachments() -> list[dict]:
+    """Every BPF program attached through a perf event (uprobes, tracepoints...), as `bpftool perf` lists them."""
     bpftool = require_tool("bpftool", "bpftool")
     result = subprocess.run([bpftool, "perf", "-j"], capture_output=True, text=True)
     if result.returncode != 0:
@@ -85,19 +86,23 @@ def _bpftool_perf() -> list[dict]:
 
 
 def uprobes_attached_to(binary: Path) -> list[dict]:
-    """Perf-event uprobes (any process's) placed in `binary`, as `bpftool perf` lists them."""
+    """Perf-event uprobes (any process's) placed in `binary`."""
     target = os.path.realpath(binary)
-    return [entry for entry in _bpftool_perf()
+    return [entry for entry in bpf_perf_attachments()
             if entry.get("filename") and os.path.realpath(entry["filename"]) == target]
 
 
+def programs_on_tracepoint(name: str) -> list[dict]:
+    """BPF programs (any process's) attached to the tracepoint `name`, e.g. sys_enter_getpgid."""
+    return [entry for entry in bpf_perf_attachments() if entry.get("tracepoint") == name]
+
+
 def programs_on_syscall_entry() -> list[dict]:
-    """BPF programs (any process's) on the system call entry tracepoints, as `bpftool perf` lists them."""
-    return [entry for entry in _bpftool_perf()
-            if str(entry.get("tracepoint", "")).startswith("sys_enter")]
+    """BPF programs (any process's) on the system call entry tracepoints."""
+    return [entry for entry in bpf_perf_attachments() if str(entry.get("tracepoint", "")).startswith("sys_enter")]
 
 
-def _holders(entries: list[dict]) -> str:
+def describe_holders(entries: list[dict]) -> str:
     return ", ".join(f"pid {entry.get('pid')} prog {entry.get('prog_id')}" for entry in entries)
 
 
@@ -105,7 +110,7 @@ def require_nothing_attached(binary: Path) -> None:
     """A baseline is only a baseline if no probe sits in the traced binary (DESIGN rule 3)."""
     attached = uprobes_attached_to(binary)
     if attached:
-        raise TracecostError(f"{len(attached)} probe(s) still attached to {binary} ({_holders(attached)}): "
+        raise TracecostError(f"{len(attached)} probe(s) still attached to {binary} ({describe_holders(attached)}): "
                              "a baseline run would measure them")
 
 
@@ -114,4 +119,4 @@ def require_no_syscall_entry_programs() -> None:
     attached = programs_on_syscall_entry()
     if attached:
         raise TracecostError(f"{len(attached)} BPF program(s) attached to the system call entry tracepoint "
-                             f"({_holders(attached)}): an untraced system call would run them")
+                             f"({describe_holders(attached)}): an untraced system call would run them")

@@ -17,6 +17,24 @@ class Series:
     y: list[float | None]
     low: list[float | None] | None = None    # 95% CI bounds, None where undefined
     high: list[float | None] | None = None
+    variant: str | None = None       # e.g. "p99": labelled "<method> <variant>", in a shade of the method's colour
+    shade: float = 0.0               # 0 = the method's colour; towards 1 = lighter (for variants)
+
+    @property
+    def label(self) -> str:
+        return f"{style.label(self.name)} {self.variant}" if self.variant else style.label(self.name)
+
+    def color(self, index: int) -> str:
+        return style.lighter(style.color(self.name, index), self.shade)
+
+
+def from_stats(name: str, points: list[dict], key: str = "mean", scale: float = 1.0, **options) -> Series:
+    """One series from a summary ({"mean", "ci95_low", "ci95_high"}) or an estimate (key="value") per x."""
+    def scaled(point: dict, field: str) -> float | None:
+        value = point.get(field)
+        return None if value is None else value * scale
+    return Series(name, [scaled(p, key) for p in points], [scaled(p, "ci95_low") for p in points],
+                  [scaled(p, "ci95_high") for p in points], **options)
 
 
 def _error_bars(series: Series) -> dict | None:
@@ -42,8 +60,8 @@ def lines(title: str, x: list[str], series: list[Series], *, x_title: str, y_tit
           log_y: bool = False) -> dict:
     figure = go.Figure(layout=_layout(title, x_title, y_title, log_y))
     for index, s in enumerate(series):
-        figure.add_trace(go.Scatter(x=x, y=s.y, name=style.label(s.name), mode="lines+markers",
-                                    line={"color": style.color(s.name, index), "width": 2},
+        figure.add_trace(go.Scatter(x=x, y=s.y, name=s.label, mode="lines+markers",
+                                    line={"color": s.color(index), "width": 2},
                                     marker={"size": 8}, error_y=_error_bars(s)))
     return _to_dict(figure)
 
@@ -52,6 +70,6 @@ def grouped_bars(title: str, x: list[str], series: list[Series], *, x_title: str
                  log_y: bool = False) -> dict:
     figure = go.Figure(layout={**_layout(title, x_title, y_title, log_y), "barmode": "group"})
     for index, s in enumerate(series):
-        figure.add_trace(go.Bar(x=x, y=s.y, name=style.label(s.name), marker={"color": style.color(s.name, index)},
+        figure.add_trace(go.Bar(x=x, y=s.y, name=s.label, marker={"color": s.color(index)},
                                 error_y=_error_bars(s)))
     return _to_dict(figure)

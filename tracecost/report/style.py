@@ -18,6 +18,10 @@ METHOD_COLORS = {
     "uebpf-interpreter": "#a6dba0",
     "rbpf-jit": "#cc79a7",
     "rbpf-interpreter": "#e7b8d3",
+    # The two kernel transports: the ring buffer in the kernel eBPF blue, the perf buffer in a purple that
+    # stays apart from it (and from LTTng's orange) under the common colour-vision deficiencies.
+    "ringbuf": "#3498db",
+    "perfbuf": "#8e44ad",
 }
 FALLBACK_COLORS = ["#cc79a7", "#d55e00", "#56b4e9", "#f0e442", "#0072b2", "#000000"]
 
@@ -36,6 +40,8 @@ METHOD_LABELS = {
     "uebpf-interpreter": "uebpf interpreter",
     "rbpf-jit": "rbpf JIT",
     "rbpf-interpreter": "rbpf interpreter",
+    "ringbuf": "Ring buffer",
+    "perfbuf": "Perf buffer",
 }
 
 
@@ -45,3 +51,11 @@ def color(name: str, index: int = 0) -> str:
 
 def label(name: str) -> str:
     return METHOD_LABELS.get(name, name)
+
+
+def lighter(hex_color: str, amount: float) -> str:
+    """The colour mixed with white: amount 0 keeps it, 1 gives white (shades of one method's colour)."""
+    if amount <= 0:
+        return hex_color
+    channels = [int(hex_color[i:i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(c + (255 - c) * amount):02x}" for c in channels)

@@ -2,6 +2,7 @@
 
 from tracecost.suites.duration import DurationSuite
 from tracecost.suites.micro import MicroSuite
+from tracecost.suites.transport import TransportSuite
 from tracecost.suites.vm import VmSuite
 
-SUITES = {suite.name: suite for suite in (DurationSuite(), MicroSuite(), VmSuite())}
+SUITES = {suite.name: suite for suite in (DurationSuite(), MicroSuite(), TransportSuite(), VmSuite())}

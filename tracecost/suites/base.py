@@ -44,6 +44,10 @@ class Suite(ABC):
     @abstractmethod
     def methods(self, config: Any) -> list[Runnable]: ...
 
+    def method_key(self, method: Runnable) -> dict[str, Any]:
+        """Keys copied into every run record of a method, failed runs included (e.g. the transport's mechanism)."""
+        return {}
+
     @abstractmethod
     def measure(self, group: Group, method: Runnable, workdir: Path, config: Any) -> dict[str, Any]:
         """Measure one run; raise TracecostError (with the reason) if it cannot count as a result."""

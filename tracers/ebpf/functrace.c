@@ -28,6 +28,7 @@
 
 #include "functrace.h"
 #include "functrace.skel.h"
+#include "loader.h"
 #include "peak_rss.h"
 
 /* Default 16 MiB: the same total as the LTTng channel tracecost configures
@@ -48,36 +49,6 @@ struct consumer {
 	int write_error;
 };
 
-static volatile sig_atomic_t exiting;
-static int verbose;
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	exiting = 1;
-}
-
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("functrace: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1);
-}
-
-/* libbpf's own messages are kept for --verbose; by default the harness gets
- * our single error line instead of libbpf's multi-line diagnostics. */
-static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
-{
-	if (!verbose || level == LIBBPF_DEBUG)
-		return 0;
-	return vfprintf(stderr, fmt, args);
-}
-
 static int on_event(void *ctx, void *data, size_t size)
 {
 	struct consumer *c = ctx;
@@ -94,38 +65,6 @@ static int on_event(void *ctx, void *data, size_t size)
 	else if (e->kind == FUNCTRACE_EXIT)
 		c->exits++;
 	return 0;
-}
-
-static void read_stats(int map_fd, uint64_t totals[FUNCTRACE_STAT_MAX])
-{
-	int ncpus = libbpf_num_possible_cpus();
-	uint64_t *values;
-
-	if (ncpus <= 0)
-		die("cannot count possible CPUs");
-	values = calloc((size_t)ncpus, sizeof(*values));
-	if (!values)
-		die("out of memory");
-	for (uint32_t key = 0; key < FUNCTRACE_STAT_MAX; key++) {
-		totals[key] = 0;
-		if (bpf_map_lookup_elem(map_fd, &key, values))
-			die("cannot read the stats map: %s", strerror(errno));
-		for (int cpu = 0; cpu < ncpus; cpu++)
-			totals[key] += values[cpu];
-	}
-	free(values);
-}
-
-static unsigned long parse_ulong(const char *name, const char *text, unsigned long max)
-{
-	char *end;
-	unsigned long value;
-
-	errno = 0;
-	value = strtoul(text, &end, 0);
-	if (errno || !*text || *end || *text == '-' || value > max)
-		die("invalid %s '%s'", name, text);
-	return value;
 }
 
 static __u64 parse_wakeup(const char *text)
@@ -192,10 +131,10 @@ int main(int argc, char **argv)
 		case 'b': binary = optarg; break;
 		case 's': symbol = optarg; break;
 		case 'o': output = optarg; break;
-		case 'p': pid = (pid_t)parse_ulong("--pid", optarg, INT32_MAX); break;
-		case 'r': ringbuf_bytes = parse_ulong("--ringbuf-bytes", optarg, 1ul << 30); break;
+		case 'p': pid = (pid_t)parse_ulong("--pid", optarg, 0, INT32_MAX); break;
+		case 'r': ringbuf_bytes = parse_ulong("--ringbuf-bytes", optarg, 0, 1ul << 30); break;
 		case 'w': wakeup = parse_wakeup(optarg); break;
-		case 't': poll_ms = parse_ulong("--poll-ms", optarg, 60000); break;
+		case 't': poll_ms = parse_ulong("--poll-ms", optarg, 0, 60000); break;
 		case 'v': verbose = 1; break;
 		default: usage(argv[0]);
 		}
@@ -208,8 +147,7 @@ int main(int argc, char **argv)
 		die("cannot read binary %s: %s", binary, strerror(errno));
 
 	libbpf_set_print(libbpf_print);
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	stop_on_signals();
 
 	skel = functrace_bpf__open();
 	if (!skel)
@@ -249,7 +187,7 @@ int main(int argc, char **argv)
 	err = ring_buffer__consume(rb);
 	if (err < 0)
 		die("ring buffer drain failed: %s", strerror(-err));
-	read_stats(bpf_map__fd(skel->maps.stats), stats);
+	read_percpu_totals(bpf_map__fd(skel->maps.stats), FUNCTRACE_STAT_MAX, stats);
 	if (fclose(consumer.out) || consumer.write_error)
 		die("cannot write %s: %s", output, strerror(consumer.write_error ? consumer.write_error : errno));
 

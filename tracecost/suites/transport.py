@@ -1,0 +1,149 @@
+"""The transport benchmark (seed 003, measured properly): BPF ring buffer vs perf
+buffer under a getpgid load from 1 to N producer processes, with equal buffers,
+the same record and the same wakeup policy, every event and drop counted, and
+the price the traced producers pay measured against the same producers untraced."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.table import Table
+
+from tracecost import stats
+from tracecost.latency import PERCENTILES
+from tracecost.suites.base import Group, Suite
+from tracecost.transport import (CONSUMER_POLL_MS, EVENT_HEADER_BYTES, MECHANISMS, TRACEPOINT, Baseline,
+                                 Mechanism, Settings, make_method, run_once)
+
+METHODS = ("baseline", *MECHANISMS)
+LATENCY_STATS = (*PERCENTILES, "max", "mean")
+DEFAULT_BUFFER_BYTES = 1 << 20     # the kernel selftests' ring buffer is 512 KiB; a perf buffer 2 x 128 pages here
+DEFAULT_PAYLOAD_BYTES = 64
+RUN_PRODUCERS = [1, 2, 4, 8]       # in `tracecost run`: 4 x 3 methods x 4 repetitions x ~1.8 s, about 2 minutes
+RUN_DURATION_S = 1.5
+RUN_REPETITIONS = 3
+
+WAKEUP_MAPPING = {
+    "default": {"ringbuf": "flags 0: the kernel wakes the consumer only for the record it reads next (adaptive)",
+                "perfbuf": "wakeup_events = 1: every record wakes the consumer (libbpf's perf_buffer__new default)"},
+    "sampled": {"ringbuf": "every N-th record of a CPU: BPF_RB_FORCE_WAKEUP, the others BPF_RB_NO_WAKEUP",
+                "perfbuf": "wakeup_events = N: every N-th record of a CPU's buffer wakes the consumer"},
+    "none": {"ringbuf": "BPF_RB_NO_WAKEUP on every record",
+             "perfbuf": "watermark = 1, wakeup_watermark = the per-CPU buffer size (a wakeup only when it is full)"},
+}
+
+
+@dataclass
+class TransportConfig:
+    producers: list[int] = field(default_factory=lambda: list(RUN_PRODUCERS))
+    duration_s: float = 3.0
+    runs: int = 5
+    buffer_bytes: int = DEFAULT_BUFFER_BYTES
+    wakeup: str = "default"
+    payload_bytes: int = DEFAULT_PAYLOAD_BYTES
+    seed: int = 0
+
+    def settings(self) -> Settings:
+        return Settings(buffer_bytes=self.buffer_bytes, wakeup=self.wakeup, payload_bytes=self.payload_bytes)
+
+
+class TransportSuite(Suite):
+    name = "transport"
+    title = "Transport: BPF ring buffer vs perf buffer"
+
+    def groups(self, config: TransportConfig) -> list[Group]:
+        return [Group(key={"producers": n}, label=f"{n} producer{'s' if n > 1 else ''}") for n in config.producers]
+
+    def methods(self, config: TransportConfig) -> list[Baseline | Mechanism]:
+        return [make_method(name) for name in METHODS]
+
+    def method_key(self, method: Baseline | Mechanism) -> dict:
+        return {"mechanism": method.name}
+
+    def measure(self, group: Group, method: Baseline | Mechanism, workdir: Path, config: TransportConfig) -> dict:
+        return run_once(method, group.key["producers"], config.duration_s, config.settings(), workdir)
+
+    def aggregate(self, runs: list[dict], config: TransportConfig) -> list[dict]:
+        aggregates = []
+        for producers in config.producers:
+            cell = [r for r in runs if r["producers"] == producers]
+            baseline = [r for r in cell if r["method"] == "baseline"]
+            for method in METHODS:
+                aggregates.append(_aggregate(producers, method, [r for r in cell if r["method"] == method], baseline))
+        return aggregates
+
+    def summary(self, aggregates: list[dict]) -> Table:
+        table = Table(title="transport: getpgid producers traced through a ring buffer or a perf buffer (mean ±95% CI)")
+        columns = ("producers", "method", "n", "syscalls/s", "received/s", "drop %", "p50 us", "p99 us",
+                   "slowdown %", "+CPU ns/call", "consumer CPU %")
+        for column in columns:
+            table.add_column(column, justify="left" if column == "method" else "right")
+        for agg in aggregates:
+            traced = agg["method"] != "baseline"
+            table.add_row(
+                str(agg["producers"]), agg["method"], str(agg["n"]), _with_ci(agg["calls_per_s"], digits=0),
+                _with_ci(agg["received_per_s"], digits=0) if traced else "-",
+                _with_ci(agg["drop_pct"], digits=2) if traced else "-",
+                _with_ci(agg["latency_ns"]["p50"], scale=1e-3) if traced else "-",
+                _with_ci(agg["latency_ns"]["p99"], scale=1e-3) if traced else "-",
+                _with_ci(agg["slowdown_pct"], key="value") if traced else "-",
+                _with_ci(agg["added_cpu_ns_per_call"], key="value", digits=0) if traced else "-",
+                _with_ci(agg["consumer_cpu_pct"]) if traced else "-")
+        return table
+
+    def run_config(self, seed: int) -> TransportConfig:
+        return TransportConfig(producers=list(RUN_PRODUCERS), duration_s=RUN_DURATION_S, runs=RUN_REPETITIONS,
+                               seed=seed)
+
+    def config_record(self, config: TransportConfig) -> dict:
+        mode = config.wakeup.split(":")[0]
+        return {"producers": config.producers, "methods": list(METHODS), "duration_s": config.duration_s,
+                "runs": config.runs, "seed": config.seed, "buffer_bytes": config.buffer_bytes,
+                "wakeup": config.wakeup, "wakeup_mapping": WAKEUP_MAPPING[mode], "payload_bytes": config.payload_bytes,
+                "event_header_bytes": EVENT_HEADER_BYTES, "syscall": "getpgid", "tracepoint": f"syscalls/{TRACEPOINT}",
+                "consumer_poll_ms": CONSUMER_POLL_MS,
+                "consumer_cpu": "wait4 rusage (user + system) of the consumer minus the CPU it spent before READY "
+                                "(loading, attaching), as a percentage of the producers' window",
+                "slowdown": "traced vs untraced wall time per getpgid call of the producers (sum of their loop "
+                            "times over their calls); added CPU: the same with the producers' own CPU time",
+                "latency": "consumer CLOCK_MONOTONIC at receipt minus bpf_ktime_get_ns() at the call; percentiles "
+                           "are the upper edge of a log-linear histogram bucket (at most 3.1% above the true value)",
+                "overhead_ci_method": "delta method with Welch-Satterthwaite df (ratios); Welch t (differences)"}
+
+
+def _aggregate(producers: int, method: str, runs: list[dict], baseline: list[dict]) -> dict:
+    def column(rows, name):
+        return [r[name] for r in rows]
+
+    traced = method != "baseline"
+    undefined = {"value": None, "ci95_low": None, "ci95_high": None}
+    mine = runs if traced else []   # transport-only figures are undefined for the baseline
+    return {
+        "producers": producers, "method": method, "mechanism": method, "n": len(runs),
+        "calls_per_s": stats.summarize(column(runs, "calls_per_s")),
+        "ns_per_call": stats.summarize(column(runs, "ns_per_call")),
+        "cpu_ns_per_call": stats.summarize(column(runs, "cpu_ns_per_call")),
+        "produced_per_s": stats.summarize(column(mine, "produced_per_s")),
+        "received_per_s": stats.summarize(column(mine, "received_per_s")),
+        "drop_pct": stats.summarize(column(mine, "drop_pct")),
+        "latency_ns": {name: stats.summarize([r["latency_ns"][name] for r in mine]) for name in LATENCY_STATS},
+        "consumer_cpu_pct": stats.summarize(column(mine, "consumer_cpu_pct")),
+        "wakeups_per_s": stats.summarize([r["consumer"]["wakeups_per_s"] for r in mine]),
+        "events": {key: sum(column(runs, key)) for key in ("produced", "received", "dropped")},
+        "buffer_bytes": sorted({r["buffer_bytes"] for r in mine}),
+        # The price the traced producers pay: wall time per call (slowdown) and CPU time per call.
+        "slowdown_pct": stats.overhead_percent(column(runs, "ns_per_call"), column(baseline, "ns_per_call"))
+        if traced else undefined,
+        "added_cpu_ns_per_call": stats.difference(column(runs, "cpu_ns_per_call"),
+                                                  column(baseline, "cpu_ns_per_call")) if traced else undefined,
+    }
+
+
+def _with_ci(estimate: dict, key: str = "mean", digits: int = 1, scale: float = 1.0) -> str:
+    value = estimate.get(key)
+    if value is None:
+        return "-"
+    low, high = estimate.get("ci95_low"), estimate.get("ci95_high")
+    text = f"{value * scale:,.{digits}f}"
+    return text if low is None or high is None else f"{text} ±{(high - low) / 2 * scale:,.{digits}f}"

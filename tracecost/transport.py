@@ -1,0 +1,223 @@
+"""One run of the transport benchmark: N syscall_load producers for a fixed time,
+untraced (baseline) or traced by the transport consumer through a BPF ring
+buffer or a perf buffer (tracers/ebpf/transport.c; its header says how each
+wakeup mode maps to each mechanism).
+
+Order of a run: producers start and report READY; the consumer registers their
+tgids, attaches and reports READY; the producers are started (SIGUSR1), run for
+the duration, and stopped (SIGINT), each printing its own count; only then is
+the consumer stopped, so that it drains everything they produced. Every count
+is checked against the others; a run that does not add up is an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracecost import paths, system
+from tracecost.errors import TracecostError
+from tracecost.latency import summarize_histogram
+from tracecost.procs import Child, Usage, started
+from tracecost.tracers.base import Say
+
+MECHANISMS = ("ringbuf", "perfbuf")
+TRACEPOINT = "sys_enter_getpgid"
+EVENT_HEADER_BYTES = 40          # struct transport_event (probes/transport.h)
+MAX_PAYLOAD_BYTES = 4096         # TRANSPORT_MAX_PAYLOAD
+MAX_BUFFER_BYTES = 256 << 20     # MAX_BUFFER_BYTES in transport.c
+MAX_PRODUCERS = 64
+CONSUMER_POLL_MS = 10            # the consumer drains on its own after this long without a wakeup
+READY_TIMEOUT_S = 30
+STOP_TIMEOUT_S = 30
+DRAIN_TIMEOUT_S = 120
+WAKEUP_PATTERN = re.compile(r"default|none|sampled:([1-9][0-9]{0,6})")
+
+
+def check_wakeup(text: str) -> str:
+    """default, none or sampled:N (1 <= N <= 1,000,000)."""
+    match = WAKEUP_PATTERN.fullmatch(text)
+    if not match or (match.group(1) and int(match.group(1)) > 1_000_000):
+        raise TracecostError(f"unknown wakeup mode {text!r} (default, sampled:N with N in 1..1000000, or none)")
+    return text
+
+
+@dataclass(frozen=True)
+class Settings:
+    buffer_bytes: int
+    wakeup: str
+    payload_bytes: int
+
+
+@dataclass(frozen=True)
+class ProducerReport:
+    calls: int
+    elapsed_ns: int
+    cpu_ns: int
+
+
+@dataclass(frozen=True)
+class ConsumerReport:
+    summary: dict
+    usage: Usage
+
+
+class Baseline:
+    """The producers untraced; first it proves that no program sits on the tracepoint."""
+
+    name = "baseline"
+
+    def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
+        paths.artifact("bin/syscall_load")
+
+    @contextlib.contextmanager
+    def traced(self, tgids: list[int], workdir: Path, settings: Settings) -> Iterator[None]:
+        attached = system.programs_on_tracepoint(TRACEPOINT)
+        if attached:
+            raise TracecostError(f"{len(attached)} BPF program(s) attached to {TRACEPOINT} "
+                                 f"({system.describe_holders(attached)}): a baseline run would measure them")
+        yield None
+
+
+class Mechanism:
+    """The transport consumer with one mechanism: ringbuf or perfbuf."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
+        system.require_kernel_bpf()
+        system.ensure_tracefs(say)
+        self.consumer = paths.artifact("bin/transport")
+        paths.artifact("bin/syscall_load")
+
+    @contextlib.contextmanager
+    def traced(self, tgids: list[int], workdir: Path, settings: Settings) -> Iterator[Child]:
+        argv = [str(self.consumer), "--mechanism", self.name, "--tgids", ",".join(map(str, tgids)),
+                "--buffer-bytes", str(settings.buffer_bytes), "--wakeup", settings.wakeup,
+                "--payload", str(settings.payload_bytes), "--poll-ms", str(CONSUMER_POLL_MS)]
+        with started(lambda: Child(argv, stderr_path=workdir / "consumer.stderr", name=f"transport {self.name}")) \
+                as consumer:
+            consumer.wait_for_line("READY", READY_TIMEOUT_S)
+            yield consumer
+
+
+def make_method(name: str) -> Baseline | Mechanism:
+    return Baseline() if name == "baseline" else Mechanism(name)
+
+
+def run_once(method: Baseline | Mechanism, producers: int, duration_s: float, settings: Settings,
+             workdir: Path) -> dict:
+    """Measure one run; the record's fields are described in tracecost/results.schema.json (transport_run)."""
+    load = str(paths.artifact("bin/syscall_load"))
+    with contextlib.ExitStack() as stack:
+        loads = [stack.enter_context(started(
+                     lambda i=i: Child([load], stderr_path=workdir / f"producer-{i}.stderr", name=f"producer {i}")))
+                 for i in range(producers)]
+        for child in loads:
+            child.wait_for_line("READY", READY_TIMEOUT_S)
+        consumer = stack.enter_context(method.traced([child.pid for child in loads], workdir, settings))
+        for child in loads:
+            child.send(signal.SIGUSR1)
+        time.sleep(duration_s)
+        for child in loads:
+            child.send(signal.SIGINT)
+        reports = [_producer_report(child) for child in loads]
+        consumed = _consumer_report(consumer) if consumer is not None else None
+    return _record(method.name, reports, consumed, settings)
+
+
+def _producer_report(child: Child) -> ProducerReport:
+    usage = child.wait(timeout_s=STOP_TIMEOUT_S)
+    if usage.exit_code != 0 or usage.timed_out:
+        reason = "did not stop" if usage.timed_out else f"exit status {usage.exit_code}"
+        raise TracecostError(f"{child.name} failed ({reason}): {child.error_line() or 'no message'}")
+    fields = _last_json_line(child.read_stdout(), child.name)
+    try:
+        report = ProducerReport(int(fields["calls"]), int(fields["elapsed_ns"]), int(fields["cpu_ns"]))
+    except (KeyError, TypeError, ValueError) as err:
+        raise TracecostError(f"{child.name} printed a malformed report: {err}") from err
+    if report.calls == 0 or report.elapsed_ns == 0:
+        raise TracecostError(f"{child.name} made no getpgid call")
+    return report
+
+
+def _consumer_report(consumer: Child) -> ConsumerReport:
+    usage = consumer.stop(signal.SIGINT, timeout_s=DRAIN_TIMEOUT_S)
+    if usage.exit_code != 0 or usage.timed_out:
+        reason = "did not stop" if usage.timed_out else f"exit status {usage.exit_code}"
+        raise TracecostError(f"{consumer.name} consumer failed ({reason}): {consumer.error_line() or 'no message'}")
+    return ConsumerReport(_last_json_line(consumer.read_stdout(), consumer.name), usage)
+
+
+def _last_json_line(text: str, who: str) -> dict:
+    lines = [line for line in text.splitlines() if line.strip()]
+    try:
+        fields = json.loads(lines[-1])
+    except (IndexError, ValueError) as err:
+        raise TracecostError(f"{who} printed no JSON report ({text.strip()[-80:]!r})") from err
+    if not isinstance(fields, dict):
+        raise TracecostError(f"{who} printed no JSON report ({lines[-1][:80]!r})")
+    return fields
+
+
+def _record(name: str, reports: list[ProducerReport], consumed: ConsumerReport | None, settings: Settings) -> dict:
+    calls = sum(r.calls for r in reports)
+    duration_s = max(r.elapsed_ns for r in reports) / 1e9
+    record = {
+        "wakeup": settings.wakeup, "payload_bytes": settings.payload_bytes,
+        "duration_s": duration_s, "calls": calls,
+        "calls_per_s": calls / duration_s,   # over the same window as produced/s and received/s
+        "producer_calls_per_s": [r.calls / (r.elapsed_ns / 1e9) for r in reports],
+        "ns_per_call": sum(r.elapsed_ns for r in reports) / calls,
+        "cpu_ns_per_call": sum(r.cpu_ns for r in reports) / calls,
+        "buffer_bytes": None, "produced": 0, "received": 0, "dropped": 0, "dropped_bpf": 0, "drop_pct": None,
+        "produced_per_s": None, "received_per_s": None, "latency_ns": None, "consumer_cpu_pct": None,
+        "consumer": None,
+    }
+    if consumed is None:
+        return record
+    counts = _checked_counts(name, consumed.summary, calls)
+    window_cpu_s = consumed.usage.cpu_s - counts["setup_cpu_ns"] / 1e9
+    record.update(
+        buffer_bytes=counts["buffer_bytes"], produced=counts["produced"], received=counts["received"],
+        dropped=counts["dropped"], dropped_bpf=counts["failed"],
+        drop_pct=100 * counts["dropped"] / counts["produced"],
+        produced_per_s=counts["produced"] / duration_s, received_per_s=counts["received"] / duration_s,
+        latency_ns=summarize_histogram(consumed.summary["latency"]),
+        consumer_cpu_pct=100 * window_cpu_s / duration_s,
+        consumer={"cpu_s": window_cpu_s, "setup_cpu_s": counts["setup_cpu_ns"] / 1e9,
+                  "wakeups": counts["wakeups"], "wakeups_per_s": counts["wakeups"] / duration_s,
+                  "peak_rss_kb": counts["peak_rss_kb"]})
+    return record
+
+
+def _checked_counts(name: str, summary: dict, calls: int) -> dict:
+    """The consumer's counts, once they add up with each other and with the producers' calls."""
+    keys = ("produced", "submitted", "failed", "lost_reported", "received", "buffer_bytes", "setup_cpu_ns",
+            "wakeups", "peak_rss_kb")
+    try:
+        counts = {key: int(summary[key]) for key in keys}
+    except (KeyError, TypeError, ValueError) as err:
+        raise TracecostError(f"the {name} consumer printed a malformed summary: {err}") from err
+    # ringbuf: reserve failures, counted by the program; perfbuf: the kernel's PERF_RECORD_LOST reports,
+    # which must equal the program's own count of failed outputs.
+    counts["dropped"] = counts["failed"] if name == "ringbuf" else counts["lost_reported"]
+    if counts["produced"] != calls:
+        raise TracecostError(f"the {name} program saw {counts['produced']:,} of the producers' {calls:,} getpgid "
+                             "calls")
+    if counts["received"] == 0:
+        raise TracecostError(f"the {name} consumer received no record")
+    if counts["received"] + counts["dropped"] != counts["produced"]:
+        raise TracecostError(f"{name}: received {counts['received']:,} + dropped {counts['dropped']:,} != produced "
+                             f"{counts['produced']:,}")
+    if counts["dropped"] != counts["failed"]:
+        raise TracecostError(f"{name}: the perf buffer reported {counts['lost_reported']:,} lost records, the "
+                             f"program counted {counts['failed']:,} failed outputs")
+    return counts
