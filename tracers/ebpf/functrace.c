@@ -9,7 +9,7 @@
  * buffer, detaches and prints one JSON summary line
  *   {"received":R,"entry":E,"exit":X,"submitted":S,"dropped":D,"bytes":B,"peak_rss_kb":K}
  * where submitted and dropped (ring-buffer reserve failures) are counted by
- * the BPF program itself. Errors are one line on stderr and exit status 1.
+ * the BPF program itself. Errors are one line on stderr and exit status 1 (2 for bad usage).
  *
  * Output file: the header {char magic[8] = "TCFTRACE"; u32 version; u32
  * record_size} followed by struct functrace_event records in arrival order. */
@@ -75,7 +75,7 @@ static __u64 parse_wakeup(const char *text)
 		return BPF_RB_FORCE_WAKEUP;
 	if (!strcmp(text, "none"))
 		return BPF_RB_NO_WAKEUP; /* the consumer finds records by polling */
-	die("invalid --wakeup '%s' (adaptive, force or none)", text);
+	die_usage("invalid --wakeup '%s' (adaptive, force or none)", text);
 	return 0;
 }
 
@@ -142,7 +142,7 @@ int main(int argc, char **argv)
 	if (!binary || !symbol || !output || optind != argc)
 		usage(argv[0]);
 	if (ringbuf_bytes < (unsigned long)getpagesize() || (ringbuf_bytes & (ringbuf_bytes - 1)))
-		die("--ringbuf-bytes must be a power of two of at least one page, got %lu", ringbuf_bytes);
+		die_usage("--ringbuf-bytes must be a power of two of at least one page, got %lu", ringbuf_bytes);
 	if (access(binary, R_OK))
 		die("cannot read binary %s: %s", binary, strerror(errno));
 

@@ -32,17 +32,31 @@ static inline void stop_on_signals(void)
 	signal(SIGTERM, on_signal);
 }
 
-/* One line on stderr, exit status 1: what the harness shows as the reason. */
-static inline void die(const char *fmt, ...)
+/* One line on stderr and exit `status`: the reason the harness shows. */
+static inline void __attribute__((format(printf, 2, 0), noreturn)) vdie(int status, const char *fmt, va_list ap)
+{
+	fprintf(stderr, "%s: ", program_invocation_short_name);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	exit(status);
+}
+
+/* A failure: exit status 1. */
+static inline void __attribute__((format(printf, 1, 2), noreturn)) die(const char *fmt, ...)
 {
 	va_list ap;
 
-	fprintf(stderr, "%s: ", program_invocation_short_name);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1);
+	vdie(1, fmt, ap);
+}
+
+/* Bad usage: exit status 2. */
+static inline void __attribute__((format(printf, 1, 2), noreturn)) die_usage(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vdie(2, fmt, ap);
 }
 
 /* libbpf's own messages are kept for --verbose; by default the harness gets
@@ -62,7 +76,7 @@ static inline unsigned long parse_ulong(const char *name, const char *text, unsi
 	errno = 0;
 	value = strtoul(text, &end, 0);
 	if (errno || !*text || *end || *text == '-' || value < min || value > max)
-		die("invalid %s '%s' (%lu..%lu)", name, text, min, max);
+		die_usage("invalid %s '%s' (%lu..%lu)", name, text, min, max);
 	return value;
 }
 

@@ -20,20 +20,11 @@
  *
  * A plain libbpf skeleton program on purpose: the same binary is meant to
  * run against uebpf, with uebpf's server library preloaded. */
-#include <errno.h>
 #include <getopt.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <bpf/bpf.h>
-#include <bpf/libbpf.h>
-
+#include "loader.h"
 #include "micro.h"
 #include "micro.skel.h"
 #include "peak_rss.h"
@@ -50,41 +41,6 @@ struct attachment {
 	struct bpf_program *prog;
 	struct bpf_link *link;
 };
-
-static int verbose;
-
-static void die(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
-static void die(int status, const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("micro: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(status);
-}
-
-/* libbpf's multi-line diagnostics only with --verbose; the harness wants our one line. */
-static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
-{
-	if (!verbose || level == LIBBPF_DEBUG)
-		return 0;
-	return vfprintf(stderr, fmt, args);
-}
-
-static unsigned long parse_ulong(const char *name, const char *text, unsigned long min, unsigned long max)
-{
-	char *end;
-	unsigned long value;
-
-	errno = 0;
-	value = strtoul(text, &end, 10);
-	if (errno || !*text || *end || *text == '-' || value < min || value > max)
-		die(2, "invalid %s '%s' (%lu..%lu)", name, text, min, max);
-	return value;
-}
 
 static struct attachment parse_attachment(char *text)
 {
@@ -106,18 +62,18 @@ static void prefill(struct micro_bpf *skel, const char *name, __u32 keys)
 	size_t size;
 
 	if (!map || (bpf_map__type(map) != BPF_MAP_TYPE_HASH && bpf_map__type(map) != BPF_MAP_TYPE_PERCPU_HASH))
-		die(2, "--prefill: no hash map named '%s'", name);
+		die_usage("--prefill: no hash map named '%s'", name);
 	if (ncpus <= 0)
-		die(1, "cannot count possible CPUs");
+		die("cannot count possible CPUs");
 	size = sizeof(__u64) * (bpf_map__type(map) == BPF_MAP_TYPE_PERCPU_HASH ? (size_t)ncpus : 1);
 	values = malloc(size);
 	if (!values)
-		die(1, "out of memory");
+		die("out of memory");
 	for (__u32 key = 0; key < keys; key++) {
 		for (size_t i = 0; i < size / sizeof(__u64); i++)
 			values[i] = key;
 		if (bpf_map__update_elem(map, &key, sizeof(key), values, size, BPF_ANY))
-			die(1, "cannot prefill %s with key %u: %s", name, key, strerror(errno));
+			die("cannot prefill %s with key %u: %s", name, key, strerror(errno));
 	}
 	free(values);
 }
@@ -133,7 +89,7 @@ static void attach(struct attachment *a, const char *binary, pid_t pid)
 		a->link = bpf_program__attach(a->prog);
 	}
 	if (!a->link)
-		die(1, "cannot attach %s to %s: %s", a->program, a->function ? a->function : "its tracepoint",
+		die("cannot attach %s to %s: %s", a->program, a->function ? a->function : "its tracepoint",
 		    strerror(errno));
 }
 
@@ -144,14 +100,14 @@ static void read_counts(int map_fd, struct micro_counts totals[MICRO_SLOT_MAX])
 	struct micro_counts *percpu;
 
 	if (ncpus <= 0)
-		die(1, "cannot count possible CPUs");
+		die("cannot count possible CPUs");
 	percpu = calloc((size_t)ncpus, sizeof(*percpu));
 	if (!percpu)
-		die(1, "out of memory");
+		die("out of memory");
 	memset(totals, 0, sizeof(*totals) * MICRO_SLOT_MAX);
 	for (__u32 slot = 0; slot < MICRO_SLOT_MAX; slot++) {
 		if (bpf_map_lookup_elem(map_fd, &slot, percpu))
-			die(1, "cannot read the counters: %s", strerror(errno));
+			die("cannot read the counters: %s", strerror(errno));
 		for (int cpu = 0; cpu < ncpus; cpu++) {
 			totals[slot].hits += percpu[cpu].hits;
 			totals[slot].seen += percpu[cpu].seen;
@@ -230,12 +186,12 @@ int main(int argc, char **argv)
 		case 'p': pid = (pid_t)parse_ulong("--pid", optarg, 1, INT32_MAX); break;
 		case 'a':
 			if (nattach == MAX_ATTACH)
-				die(2, "at most %d --attach options", MAX_ATTACH);
+				die_usage("at most %d --attach options", MAX_ATTACH);
 			attachments[nattach++] = parse_attachment(optarg);
 			break;
 		case 'f':
 			if (nprefill == MAX_PREFILL)
-				die(2, "at most %d --prefill options", MAX_PREFILL);
+				die_usage("at most %d --prefill options", MAX_PREFILL);
 			prefills[nprefill++] = optarg;
 			break;
 		case 'k': ops_per_hit = parse_ulong("--ops-per-hit", optarg, 1, MICRO_MAX_OPS_PER_HIT); break;
@@ -246,7 +202,7 @@ int main(int argc, char **argv)
 	if (!binary || !pid || !nattach || optind != argc)
 		usage(argv[0]);
 	if (access(binary, R_OK))
-		die(1, "cannot read binary %s: %s", binary, strerror(errno));
+		die("cannot read binary %s: %s", binary, strerror(errno));
 
 	/* Block the stop signals now: one that arrives early waits for sigwait below. */
 	sigemptyset(&stop);
@@ -257,7 +213,7 @@ int main(int argc, char **argv)
 
 	skel = micro_bpf__open();
 	if (!skel)
-		die(1, "cannot open the BPF object: %s", strerror(errno));
+		die("cannot open the BPF object: %s", strerror(errno));
 	skel->rodata->ops_per_hit = (__u32)ops_per_hit;
 	skel->rodata->target_tgid = (__u32)pid;
 	skel->rodata->bench_syscall_nr = SYS_getppid; /* what microbench's __bench_syscall calls */
@@ -266,12 +222,12 @@ int main(int argc, char **argv)
 	for (int i = 0; i < nattach; i++) {
 		attachments[i].prog = bpf_object__find_program_by_name(skel->obj, attachments[i].program);
 		if (!attachments[i].prog)
-			die(2, "no program named '%s' in micro.bpf.c", attachments[i].program);
+			die_usage("no program named '%s' in micro.bpf.c", attachments[i].program);
 		bpf_program__set_autoload(attachments[i].prog, true);
 	}
 	err = micro_bpf__load(skel);
 	if (err)
-		die(1, "cannot load the BPF programs (%s)%s", strerror(-err),
+		die("cannot load the BPF programs (%s)%s", strerror(-err),
 		    err == -EPERM ? ": kernel eBPF needs root or CAP_BPF+CAP_PERFMON" : "");
 	for (int i = 0; i < nprefill; i++)
 		prefill(skel, prefills[i], (__u32)ops_per_hit);
@@ -281,7 +237,7 @@ int main(int argc, char **argv)
 	fflush(stdout);
 
 	if (sigwait(&stop, &sig))
-		die(1, "cannot wait for a stop signal");
+		die("cannot wait for a stop signal");
 	/* Detach before reading, so that no hit lands after the counts are taken. */
 	for (int i = 0; i < nattach; i++)
 		bpf_link__destroy(attachments[i].link);

@@ -11,7 +11,7 @@
  * JSON line: the BPF-side counts (produced, submitted, failed), what it
  * received, the drops the perf buffer reported (lost_reported), the buffer
  * bytes it really got, its wakeups, the CPU it spent before READY, its peak
- * RSS and the latency histogram. Errors: one line on stderr, exit status 1.
+ * RSS and the latency histogram. Errors: one line on stderr, exit status 1 (2 for bad usage).
  *
  * Buffers: the ring buffer has --buffer-bytes; the perf buffer has one buffer
  * per online CPU of the largest power-of-two page count that keeps the total
@@ -218,7 +218,7 @@ static enum transport_wakeup parse_wakeup(const char *text, unsigned long *every
 		*every = parse_ulong("--wakeup sampled:N", text + 8, 1, 1000000);
 		return TRANSPORT_WAKEUP_SAMPLED;
 	}
-	die("invalid --wakeup '%s' (default, sampled:N or none)", text);
+	die_usage("invalid --wakeup '%s' (default, sampled:N or none)", text);
 	return TRANSPORT_WAKEUP_DEFAULT;
 }
 
@@ -258,7 +258,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 		switch (opt) {
 		case 'm':
 			if (strcmp(optarg, "ringbuf") && strcmp(optarg, "perfbuf"))
-				die("invalid --mechanism '%s' (ringbuf or perfbuf)", optarg);
+				die_usage("invalid --mechanism '%s' (ringbuf or perfbuf)", optarg);
 			o->mechanism = strcmp(optarg, "ringbuf") ? PERFBUF : RINGBUF;
 			have_mechanism = 1;
 			break;
@@ -276,7 +276,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 	if (!have_mechanism || !o->ntgids || optind != argc)
 		usage(argv[0]);
 	if (o->buffer_bytes < (unsigned long)getpagesize() || (o->buffer_bytes & (o->buffer_bytes - 1)))
-		die("--buffer-bytes must be a power of two of at least one page, got %lu", o->buffer_bytes);
+		die_usage("--buffer-bytes must be a power of two of at least one page, got %lu", o->buffer_bytes);
 }
 
 /* Load only the chosen mechanism's program and buffer, then register the producers and the consumer. */
