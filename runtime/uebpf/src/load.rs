@@ -67,7 +67,8 @@ impl Object {
         bytes += self.obj.programs.len() as u64 * uebpf_maps::layout::align_up(functions, page);
         let maps = self.obj.maps.len() as u32;
         let programs = self.obj.programs.len() as u32;
-        Ok(RegionSpec { arena_bytes: bytes, map_capacity: maps.max(1), prog_capacity: programs.max(1) })
+        // Room to attach every program once (e.g. from its section name).
+        Ok(RegionSpec { arena_bytes: bytes, map_capacity: maps.max(1), prog_capacity: programs.max(1), attach_capacity: programs.max(1) })
     }
 
     /// Creates this object's maps in `region` and stores its programs there.
@@ -99,6 +100,7 @@ impl Object {
                 name: &program.name,
                 section: &program.section,
                 kind: program.kind,
+                prog_type: program.kind.prog_type(),
                 license: &license,
                 bytecode,
             })?;
