@@ -357,6 +357,11 @@ impl Region {
         self.shared.raw_fd()
     }
 
+    /// The process that created the region (its owner: it removes the file when it exits).
+    pub fn creator_pid(&self) -> u32 {
+        self.header().creator_pid
+    }
+
     /// Per-CPU slots of per-CPU maps in this region.
     pub fn possible_cpus(&self) -> u32 {
         self.header().possible_cpus

@@ -53,6 +53,11 @@ pub fn check_program(name: &str, bytecode: &[u8]) -> Result<(), Error> {
     Ok(())
 }
 
+/// Checks that `data` is BTF uebpf can read (what a `BPF_BTF_LOAD` of it may be answered with).
+pub fn check_btf(data: &[u8]) -> Result<(), Error> {
+    aya_obj::btf::Btf::parse(data, object::Endianness::default()).map(drop).map_err(|e| Error(format!("BTF: {}", chain(&e))))
+}
+
 impl Object {
     /// Region size for this object: every map's storage and every program's bytecode.
     pub fn region_spec(&self) -> Result<RegionSpec, Error> {
