@@ -10,6 +10,8 @@
 //! runtime/README.md ("The bpf(2) server") lists what is served, what is refused and why.
 
 mod bpf;
+// Not in unit tests: the test binary would interpose its own C library calls.
+#[cfg(not(test))]
 mod interpose;
 mod lifetime;
 mod objects;

@@ -148,3 +148,36 @@ pub fn mmap(object: &MapObject, region: &Region, addr: *mut c_void, len: usize, 
         MapKind::Hash | MapKind::PercpuHash => Err(libc::ENODEV), // the kernel cannot mmap hashes either
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uebpf_maps::{MapDef, RegionSpec};
+
+    fn readable(fd: c_int, timeout_ms: c_int) -> bool {
+        let mut poll = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut poll, 1, timeout_ms) == 1 }
+    }
+
+    #[test]
+    fn the_eventfd_is_readable_while_records_wait() {
+        let region = Region::create_anonymous(RegionSpec::with_arena(1 << 20)).unwrap();
+        let def = MapDef { map_type: uebpf_maps::def::BPF_MAP_TYPE_RINGBUF, max_entries: 4096, ..Default::default() };
+        let map = Arc::new(region.map(region.create_map("ring", &def, None).unwrap()).unwrap());
+        // SAFETY: a fresh eventfd.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        let bridge = Bridge::start(Arc::clone(&map), fd).unwrap();
+        assert!(!readable(fd, 200), "nothing to read yet");
+        let ring = map.ringbuf().unwrap();
+        // SAFETY: 8 readable bytes.
+        unsafe { ring.output(b"record!!".as_ptr(), 8, 0) }.unwrap();
+        assert!(readable(fd, 5000), "a producer's wakeup reaches the eventfd");
+        assert!(readable(fd, 0), "level-triggered: still readable while the record waits");
+        assert_eq!(ring.consume(|_| {}), 1);
+        bridge.refresh(); // what our epoll_wait does before it waits
+        assert!(!readable(fd, 0), "drained: not readable, so the consumer sleeps");
+        drop(bridge);
+        real::close(fd);
+    }
+}

@@ -234,13 +234,14 @@ fn attachments(instance: &Instance) -> Value {
 /// What an agent does at a probed function, without the hook: for every enabled uprobe or
 /// uretprobe attachment whose pid filter admits this process, run its program on the
 /// registers (uretprobes: with the return value in ax). Syscall tracepoints are left out.
-fn fire(instance: &Instance, options: &Options) -> Result<Value, String> {
+fn fire(region: &str, options: &Options) -> Result<Value, String> {
     let (regs, _strings) = registers(&options.regs)?;
     if options.wait {
         println!("{}", json!({"pid": std::process::id()}));
         let mut line = String::new();
         std::io::stdin().read_line(&mut line).map_err(|e| format!("cannot read stdin: {e}"))?;
     }
+    let instance = &open_region(region)?;
     let me = std::process::id() as i32;
     let mut fired = Vec::new();
     for attachment in instance.region().attachments() {
@@ -301,7 +302,7 @@ fn main() -> ExitCode {
         "run" => run(&options),
         "exec" => open_region(&options.positional[0]).and_then(|i| run_program(&i, &options.positional[1], &options)),
         "attachments" => open_region(&options.positional[0]).map(|i| attachments(&i)),
-        "fire" => open_region(&options.positional[0]).and_then(|i| fire(&i, &options)),
+        "fire" => fire(&options.positional[0], &options),
         _ => open_region(&options.positional[0]).map(|i| dump(&i)),
     });
     if interrupted {
