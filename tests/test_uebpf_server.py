@@ -12,15 +12,17 @@ import contextlib
 import json
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import BUILD
+from conftest import BUILD, uprobes_in
 from tracecost.procs import Child, started
 from tracecost.tracers.ebpf import parse_summary, read_functrace
 
@@ -263,3 +265,103 @@ print("prog", fd, err, log.value.decode())
     assert "perf_event_array (4) is not supported by uebpf" in result.stderr
     assert lines[1].startswith("prog -1 13 uebpf: program `(unnamed)` calls bpf_get_current_task (35), which uebpf does not provide")
     assert not (SHM / f"uebpf-{region_name('refusals')}").exists()
+
+
+# A loader that leaves SIGTERM and SIGSEGV at their default actions: it creates one map (so the
+# region exists), says READY, then sleeps, or crashes if asked.
+SLEEPING_LOADER = r"""
+import ctypes, struct, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+attr = ctypes.create_string_buffer(struct.pack("<5I", 2, 4, 8, 1, 0).ljust(144, b"\0"), 144)
+fd = libc.syscall(321, 0, attr, 144)
+if fd < 0:
+    sys.exit(f"errno {ctypes.get_errno()}")
+print("READY", flush=True)
+if sys.argv[1] == "crash":
+    ctypes.string_at(0)
+time.sleep(60)
+"""
+
+
+def sleeping_loader(region: str, tmp_path: Path, action: str = "sleep") -> Child:
+    return Child([sys.executable, "-c", SLEEPING_LOADER, action], stderr_path=tmp_path / f"{action}.err",
+                 env=server_env(region))
+
+
+@pytest.mark.parametrize("end", ["SIGTERM", "crash"])
+def test_the_region_is_removed_when_the_loader_dies_of_a_signal(tmp_path, end):
+    region = region_name(end.lower())
+    path = SHM / f"uebpf-{region}"
+    with started(lambda: sleeping_loader(region, tmp_path, "crash" if end == "crash" else "sleep")) as child:
+        if end == "SIGTERM":
+            child.wait_for_line("READY", timeout_s=30)
+            assert path.exists()
+            child.send(signal.SIGTERM)
+        usage = child.wait(timeout_s=30)
+    expected = signal.SIGTERM if end == "SIGTERM" else signal.SIGSEGV
+    assert usage.exit_code == -expected, "the loader dies of the signal, as it would have without the server"
+    assert not path.exists()
+
+
+def test_a_live_region_is_never_shared_and_an_orphaned_one_is_replaced(tmp_path):
+    region = region_name("owner")
+    path = SHM / f"uebpf-{region}"
+    with started(lambda: sleeping_loader(region, tmp_path)) as first:
+        first.wait_for_line("READY", timeout_s=30)
+        with started(lambda: sleeping_loader(region, tmp_path, "second")) as second:
+            assert second.wait(timeout_s=30).exit_code == 1
+            assert f"region {path} belongs to the running process {first.pid}" in second.stderr_text()
+            assert second.stderr_text().splitlines()[-1] == "errno 17"  # EEXIST
+        first.kill()  # SIGKILL: nothing can remove the file
+    assert path.exists()
+    with started(lambda: sleeping_loader(region, tmp_path)) as third:
+        third.wait_for_line("READY", timeout_s=30)  # the orphan, whose creator is gone, was replaced
+        assert path.stat().st_size > 0
+        third.stop(signal.SIGTERM)
+    assert not path.exists()
+
+
+def test_two_loader_target_pairs_do_not_see_each_other(tmp_path):
+    first, second = region_name("pair-a"), region_name("pair-b")
+    with loader(functrace_argv(tmp_path / "a.bin"), first, tmp_path) as a, \
+         loader(functrace_argv(tmp_path / "b.bin"), second, tmp_path) as b:
+        uebpf("fire", first, "--regs", "di=1,si=1,dx=str:a", "--repeat", "3")
+        assert a.stop().exit_code == 0 and b.stop().exit_code == 0
+        summaries = parse_summary(a.read_stdout()), parse_summary(b.read_stdout())
+    assert [s["received"] for s in summaries] == [6, 0]
+
+
+def unused_uid() -> int:
+    for uid in range(61000, 65000):
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return uid
+    raise AssertionError("no unused uid between 61000 and 65000")
+
+
+def test_an_unprivileged_user_loads_attaches_and_consumes(tmp_path):
+    """An ordinary user (an unused uid, no capabilities, private HOME and TMPDIR) runs the loader
+    and the stand-in target: nothing reaches the kernel, so nothing needs privilege."""
+    uid = unused_uid()
+    home = Path(tempfile.mkdtemp(prefix="tracecost-unprivileged-"))
+    try:
+        os.chown(home, uid, uid)
+        as_user = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all"]
+        region, output = region_name("unprivileged"), home / "trace.bin"
+        env = {"HOME": str(home), "TMPDIR": str(home)}
+        with loader([*as_user, *functrace_argv(output)], region, tmp_path, **env) as child:
+            path = SHM / f"uebpf-{region}"
+            assert (path.stat().st_uid, path.stat().st_mode & 0o777) == (uid, 0o600)
+
+            assert uprobes_in(LIBRARY) == [], "no kernel uprobe: the attach went to the region"
+            fired = subprocess.run([*as_user, str(UEBPF), "fire", region, "--regs", "di=3,si=4,dx=str:user", "--ret", "7"],
+                                   capture_output=True, text=True, env={**os.environ, **env}, timeout=60)
+            assert fired.returncode == 0, fired.stderr
+            assert child.stop().exit_code == 0, child.stderr_text()
+            summary = parse_summary(child.read_stdout())
+            assert "Operation not permitted" not in child.stderr_text()
+        assert (summary["entry"], summary["exit"]) == (1, 1)
+        assert [(e.kind, e.a, e.s, e.ret) for e in read_functrace(output)] == [("entry", 3, "user", None), ("exit", None, None, 7)]
+    finally:
+        shutil.rmtree(home)
