@@ -9,6 +9,9 @@
 //! programs. No privilege is needed. Calls that are not for uebpf go to the kernel untouched.
 //! runtime/README.md ("The bpf(2) server") lists what is served, what is refused and why.
 
+// Unit tests build without the interposers, which are what reach most of the code.
+#![cfg_attr(test, allow(dead_code))]
+
 mod bpf;
 // Not in unit tests: the test binary would interpose its own C library calls.
 #[cfg(not(test))]
