@@ -51,7 +51,7 @@ $(LIB) $(BIN) $(BPF) $(SKEL):
 
 # --- workloads -----------------------------------------------------------------------------
 .PHONY: workloads
-workloads: $(LIB)/libmylib.so $(BIN)/sample_app $(BIN)/microbench
+workloads: $(LIB)/libmylib.so $(BIN)/sample_app $(BIN)/microbench $(BIN)/compat_app
 
 $(LIB)/libmylib.so: workloads/mylib/mylib.c workloads/mylib/mylib.h | $(LIB)
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
@@ -59,6 +59,10 @@ $(LIB)/libmylib.so: workloads/mylib/mylib.c workloads/mylib/mylib.h | $(LIB)
 # The micro-benchmark victim: its probe sites must stay separate, real calls (see its comments).
 $(BIN)/microbench: workloads/microbench/microbench.c | $(BIN)
 	$(CC) $(CFLAGS) -o $@ $<
+
+# The compatibility corpus's workload (tests/test_compat.py); calls libmylib like sample_app.
+$(BIN)/compat_app: workloads/compat/compat_app.c workloads/mylib/mylib.h $(LIB)/libmylib.so | $(BIN)
+	$(CC) $(CFLAGS) -Iworkloads/mylib -o $@ $< -L$(LIB) -lmylib -Wl,-rpath,'$$ORIGIN/../lib'
 
 $(BIN)/sample_app: workloads/sample_app/sample_app.c workloads/mylib/mylib.h workloads/common/peak_rss.h $(LIB)/libmylib.so | $(BIN)
 	$(CC) $(CFLAGS) -Iworkloads/mylib -o $@ $< -L$(LIB) -lmylib -Wl,-rpath,'$$ORIGIN/../lib'
@@ -75,7 +79,11 @@ $(SKEL)/%.skel.h: $(BPF)/%.bpf.o | $(SKEL)
 
 # --- tracers ----------------------------------------------------------------------------------
 .PHONY: tracers
-tracers: $(BIN)/functrace $(BIN)/micro $(LIB)/libmylib_lttng.so
+# The compatibility corpus (seed 004, experiment 8) adds three small uprobe loaders.
+COMPAT_LOADERS := $(BIN)/malloc_sizes $(BIN)/func_latency $(BIN)/greet_printk
+tracers: $(BIN)/functrace $(BIN)/micro $(COMPAT_LOADERS) $(LIB)/libmylib_lttng.so
+
+$(COMPAT_LOADERS): tracers/ebpf/uprobe_loader.h
 
 $(BIN)/%: tracers/ebpf/%.c $(SKEL)/%.skel.h probes/%.h workloads/common/peak_rss.h | $(BIN)
 	$(CC) $(CFLAGS) -Iprobes -I$(SKEL) -o $@ $< $$(pkg-config --cflags --libs libbpf)
