@@ -179,6 +179,9 @@ out["wrong_program_type"] = ioctl(tfd, SET_BPF, kprobe)[1]
 out["tracepoint_link"] = bpf(28, struct.pack("<IIII", tracepoint, tfd, 41, 0))[0] > 0
 out["tracepoint_table"] = table()[-1]
 out["not_a_uebpf_fd"] = ioctl(1, ENABLE, 0)[1]
+log = ctypes.create_string_buffer(256)
+out["bad_btf"] = bpf(18, struct.pack("<QQIII", ptr(b"not BTF at all"), ctypes.addressof(log), 14, 256, 1))[1]
+out["bad_btf_log"] = log.value.decode()
 print(json.dumps(out))
 """
 
@@ -203,6 +206,7 @@ def test_raw_perf_event_calls_fill_the_attach_table(tmp_path):
     assert out["tracepoint_link"]
     assert out["tracepoint_table"] == ["syscall_tracepoint", "disabled", "syscalls/sys_enter_openat"]
     assert out["not_a_uebpf_fd"] == 25, "ioctl on other descriptors reaches the kernel (ENOTTY for a pipe)"
+    assert out["bad_btf"] == 22 and out["bad_btf_log"].startswith("uebpf: BTF: "), out["bad_btf_log"]
 
 
 def test_micro_loads_prefills_attaches_uprobes_and_a_syscall_tracepoint(tmp_path):
