@@ -159,8 +159,13 @@ fn map_create(a: &[u8]) -> Result<c_int, c_int> {
     }
     let region = region()?;
     let id = region.create_map(&name, &def, None).map_err(|e| {
-        eprintln!("uebpf: {}", e.0);
-        if e.0.contains("full") { libc::ENOMEM } else { libc::EINVAL }
+        if e.0.contains("region full") {
+            eprintln!("uebpf: {} (the server's region: set {})", e.0, crate::lifetime::SIZE_ENV);
+            libc::ENOMEM
+        } else {
+            eprintln!("uebpf: {}", e.0);
+            if e.0.contains("full") { libc::ENOSPC } else { libc::EINVAL }
+        }
     })?;
     let map = Arc::new(region.map(id).map_err(|e| {
         eprintln!("uebpf: {}", e.0);
