@@ -2,8 +2,8 @@
 loader, run against the kernel and against uebpf, must print the same thing for the same
 workload run.
 
-Every program traces build/bin/compat_app, which waits for a start line, makes a fixed
-sequence of calls and prints what it did; each program's output is first checked against that
+Every program traces build/bin/compat_app, which says READY, waits for a start line, makes a
+fixed sequence of calls and prints what it did; each program's output is first checked against that
 report (so the kernel side is right), then the uebpf side must equal the kernel side.
 
 The uebpf side needs the agent (libuebpf_agent.so, issue 9) in the target: until it exists the
@@ -128,6 +128,7 @@ def run_program(program: CorpusProgram, side: str, workdir: Path) -> Run:
     app = subprocess.Popen([str(APP)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, env=app_env)
     try:
+        assert app.stdout.readline().strip() == "READY", "compat_app did not start"
         argv = [str(a) for a in program.loader(app.pid, workdir)]
         with started(lambda: Child(argv, stderr_path=workdir / "loader.err", env=loader_env)) as loader:
             loader.wait_for_line("READY", timeout_s=30)

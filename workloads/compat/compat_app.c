@@ -1,8 +1,9 @@
 /* compat_app: the workload of the compatibility corpus (tests/test_compat.py), where one
  * .bpf.o and one loader run on the kernel and on uebpf and must print the same thing.
  *
- * It waits for a line on stdin (the harness sends one once every tracer is attached), then
- * makes a fixed sequence of calls, each with values a tracer's output can be checked against,
+ * It prints "READY" once it runs (its libraries are mapped: a tracer can resolve them in
+ * /proc/PID/maps), waits for a line on stdin (the harness sends one once every tracer is
+ * attached), then makes a fixed sequence of calls, each with values a tracer's output can be checked against,
  * and prints one JSON line saying what it did:
  *   {"mallocs":{SIZE:COUNT,...},"ticks":N,"timed_us":[US,...],"greets":[[NAME,N],...],
  *    "calls":[[A,B,C,S,RET],...]}
@@ -68,6 +69,8 @@ int main(void)
 	char line[16];
 	size_t slot = 0;
 
+	printf("READY\n");
+	fflush(stdout);
 	if (!fgets(line, sizeof(line), stdin)) {
 		fprintf(stderr, "compat_app: no start line on stdin\n");
 		return 1;
