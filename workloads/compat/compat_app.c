@@ -9,9 +9,10 @@
  *    "calls":[[A,B,C,S,RET],...]}
  *   malloc(SIZE)             sizes no C library call of this program uses (malloc counter)
  *   compat_tick()            an empty function (map operation programs)
- *   compat_timed(US)         busy-waits US microseconds: each just above a power of two, so a
- *                            log2 histogram puts it in one bucket even if the probes or the
- *                            scheduler add up to 90% (latency histogram)
+ *   compat_timed(US)         busy-waits US microseconds: each just above a power of two of at
+ *                            least 32 ms, so a log2 histogram puts it in one bucket even if the
+ *                            probes and the scheduler (another process on its CPU) add 32 ms
+ *                            (latency histogram)
  *   compat_greet(NAME, N)    bpf_printk probe
  *   my_traced_function(...)  libmylib's traced function (functrace) */
 #include <inttypes.h>
@@ -26,7 +27,7 @@
 #define COUNT(array) (sizeof(array) / sizeof((array)[0]))
 
 static const struct { size_t size; int count; } MALLOCS[] = { { 3001, 1 }, { 3002, 2 }, { 40003, 3 } };
-static const unsigned TIMED_US[] = { 1100, 1100, 1100, 4300, 4300, 17000 };
+static const unsigned TIMED_US[] = { 33500, 33500, 33500, 67000, 67000, 134000 };
 static const struct { const char *name; int n; } GREETS[] = { { "alice", 1 }, { "bob", 2 }, { "carol", 3 } };
 static const struct { int32_t a; uint64_t b; double c; const char *s; } CALLS[] = {
 	{ -7, 42, 1.5, "first" }, { 2147483647, 18446744073709551615ull, -2.25, "second call" }, { 0, 0, 0, "" },
