@@ -51,7 +51,7 @@ $(LIB) $(BIN) $(BPF) $(SKEL):
 
 # --- workloads -----------------------------------------------------------------------------
 .PHONY: workloads
-workloads: $(LIB)/libmylib.so $(BIN)/sample_app $(BIN)/microbench $(BIN)/syscall_load
+workloads: $(LIB)/libmylib.so $(BIN)/sample_app $(BIN)/microbench $(BIN)/syscall_load $(BIN)/compat_app
 
 $(LIB)/libmylib.so: workloads/mylib/mylib.c workloads/mylib/mylib.h | $(LIB)
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
@@ -59,6 +59,10 @@ $(LIB)/libmylib.so: workloads/mylib/mylib.c workloads/mylib/mylib.h | $(LIB)
 # The micro-benchmark victim: its probe sites must stay separate, real calls (see its comments).
 $(BIN)/microbench: workloads/microbench/microbench.c | $(BIN)
 	$(CC) $(CFLAGS) -o $@ $<
+
+# The compatibility corpus's workload (tests/test_compat.py); calls libmylib like sample_app.
+$(BIN)/compat_app: workloads/compat/compat_app.c workloads/mylib/mylib.h $(LIB)/libmylib.so | $(BIN)
+	$(CC) $(CFLAGS) -Iworkloads/mylib -o $@ $< -L$(LIB) -lmylib -Wl,-rpath,'$$ORIGIN/../lib'
 
 $(BIN)/sample_app: workloads/sample_app/sample_app.c workloads/mylib/mylib.h workloads/common/peak_rss.h $(LIB)/libmylib.so | $(BIN)
 	$(CC) $(CFLAGS) -Iworkloads/mylib -o $@ $< -L$(LIB) -lmylib -Wl,-rpath,'$$ORIGIN/../lib'
@@ -78,7 +82,11 @@ $(SKEL)/%.skel.h: $(BPF)/%.bpf.o | $(SKEL)
 
 # --- tracers ----------------------------------------------------------------------------------
 .PHONY: tracers
-tracers: $(BIN)/functrace $(BIN)/micro $(BIN)/transport $(LIB)/libmylib_lttng.so
+# The compatibility corpus (seed 004, experiment 8) adds three small uprobe loaders.
+COMPAT_LOADERS := $(BIN)/malloc_sizes $(BIN)/func_latency $(BIN)/greet_printk
+tracers: $(BIN)/functrace $(BIN)/micro $(BIN)/transport $(COMPAT_LOADERS) $(LIB)/libmylib_lttng.so
+
+$(COMPAT_LOADERS): tracers/ebpf/uprobe_loader.h
 
 $(BIN)/%: tracers/ebpf/%.c $(SKEL)/%.skel.h probes/%.h tracers/ebpf/loader.h workloads/common/peak_rss.h | $(BIN)
 	$(CC) $(CFLAGS) -Iprobes -I$(SKEL) -o $@ $< $$(pkg-config --cflags --libs libbpf)
@@ -96,6 +104,7 @@ runtime: | $(BIN) $(LIB)
 	cargo build --release --manifest-path runtime/Cargo.toml
 	cp $(RUNTIME_OUT)/uebpf-vmbench $(RUNTIME_OUT)/uebpf $(BIN)/
 	cp $(RUNTIME_OUT)/libuebpf_vm.so $(RUNTIME_OUT)/libuebpf_vm.a $(RUNTIME_OUT)/libuebpf.so $(RUNTIME_OUT)/libuebpf.a $(LIB)/
+	cp $(RUNTIME_OUT)/libuebpf_server.so $(LIB)/
 	mkdir -p $(BUILD)/include && cp runtime/vm/include/uebpf_vm.h runtime/uebpf/include/uebpf.h $(BUILD)/include/
 
 # The objects uebpf is checked with (cargo tests and tests/test_uebpf.py load them), and the

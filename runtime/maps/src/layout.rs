@@ -6,6 +6,7 @@
 //! offset 0            RegionHeader (page 0)
 //! header.map_table    MapEntry[map_capacity]   (192 bytes each)
 //! header.prog_table   ProgEntry[prog_capacity] (448 bytes each)
+//! header.attach_table AttachEntry[attach_capacity] (352 bytes each): where programs are attached
 //! header.arena_start  arena: page-aligned storage of every map and program, bump-allocated
 //! ```
 //!
@@ -30,7 +31,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 use crate::lock::SpinLock;
 
 pub const MAGIC: [u8; 8] = *b"UEBPFRGN";
-pub const VERSION: u32 = 1;
+/// 2: the attach table and `ProgEntry::prog_type`.
+pub const VERSION: u32 = 2;
 /// The region is laid out in 4 KiB pages (x86-64); creation and opening check the system agrees.
 pub const PAGE_SIZE: usize = 4096;
 /// Names of maps and programs (longer than the kernel's 16 bytes: the full names survive).
@@ -62,6 +64,15 @@ pub struct RegionHeader {
     pub prog_table: u64,
     pub prog_capacity: u32,
     pub prog_count: AtomicU32,
+    /// The attach table (see `AttachEntry`): entries `[0, attach_count)` are complete.
+    pub attach_table: u64,
+    pub attach_capacity: u32,
+    /// Stored with release after an entry is complete; entries are never removed or reused.
+    pub attach_count: AtomicU32,
+    /// Futex word: incremented (and FUTEX_WAKEd, shared) after every added entry and every
+    /// state change, so a target can poll it or sleep on it to notice later attaches.
+    pub attach_generation: AtomicU32,
+    pub _pad2: u32,
 }
 
 /// One map. Immutable once published (its storage is not).
@@ -107,13 +118,53 @@ pub struct ProgEntry {
     /// Bytecode: `insn_count` 8-byte instructions at this offset.
     pub insns: u64,
     pub insn_count: u32,
-    pub _pad: u32,
+    /// Kernel `BPF_PROG_TYPE_*` (2 kprobe, also for uprobes; 5 tracepoint; 17 raw tracepoint;
+    /// 1 socket filter...), 0 if unknown.
+    pub prog_type: u32,
     pub name: [u8; NAME_LEN],
     /// The ELF section the program came from (holds the attach target, if any).
     pub section: [u8; SECTION_LEN],
     pub license: [u8; NAME_LEN],
     pub _reserved: [u64; 5],
 }
+
+/// One attachment of a program to a probe point, written by whoever attaches (the bpf(2)
+/// server when a libbpf loader attaches a uprobe, uretprobe or syscall tracepoint) and read by
+/// the targets' agents. No pointers: everything a target needs to find the probe point itself.
+#[repr(C)]
+pub struct AttachEntry {
+    /// Index in the attach table + 1.
+    pub id: u32,
+    /// `AttachState` as u32: 1 attached but disabled, 2 enabled, 3 detached (final). Changed
+    /// with release after the generation-tagged `changed_at`.
+    pub state: AtomicU32,
+    /// `AttachKind` as u32: 1 uprobe (function entry), 2 uretprobe (function return),
+    /// 3 syscall tracepoint.
+    pub kind: u32,
+    /// The program (region program id) to run.
+    pub prog_id: u32,
+    /// Only this process (tgid) runs the program; -1 = every process.
+    pub pid: i32,
+    /// The value of `attach_generation` this entry's last change produced.
+    pub changed_at: AtomicU32,
+    /// Uprobes: byte offset of the probed instruction in the binary file (not a virtual address).
+    pub offset: u64,
+    /// Uprobes: offset of a USDT semaphore (reference counter) in the file, 0 if none.
+    pub ref_ctr_offset: u64,
+    /// The `bpf_cookie` the loader gave (`bpf_get_attach_cookie`), 0 if none.
+    pub cookie: u64,
+    /// Uprobes: `st_dev` and `st_ino` of the binary when it was attached (match mapped files
+    /// by these, not only by path: they survive symlinks and bind mounts).
+    pub dev: u64,
+    pub ino: u64,
+    /// Uprobes: the binary's canonical absolute path. Syscall tracepoints: `category/name`,
+    /// e.g. `syscalls/sys_enter_openat` or `raw_syscalls/sys_enter`. NUL-padded.
+    pub target: [u8; TARGET_LEN],
+    pub _reserved: [u64; 4],
+}
+
+/// Length of `AttachEntry::target` (PATH_MAX would be 4096; longer paths are refused).
+pub const TARGET_LEN: usize = 256;
 
 /// Hash map bookkeeping.
 #[repr(C)]
@@ -174,7 +225,8 @@ pub const RINGBUF_BUSY_BIT: u32 = 1 << 31;
 pub const RINGBUF_DISCARD_BIT: u32 = 1 << 30;
 pub const RINGBUF_HEADER_SIZE: u64 = 8;
 
-const _: () = assert!(std::mem::size_of::<RegionHeader>() == 88);
+const _: () = assert!(std::mem::size_of::<RegionHeader>() == 112);
+const _: () = assert!(std::mem::size_of::<AttachEntry>() == 352);
 const _: () = assert!(std::mem::size_of::<MapEntry>() == 192);
 const _: () = assert!(std::mem::size_of::<ProgEntry>() == 448);
 const _: () = assert!(std::mem::size_of::<RecordHeader>() == RINGBUF_HEADER_SIZE as usize);

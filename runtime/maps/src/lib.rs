@@ -5,11 +5,15 @@
 //! offsets (see [`layout`] for the exact layout, which other processes and later layers read).
 //! [`Map`] is one process's view of a map, with the kernel's operations and error codes.
 //!
+//! The region also holds an attach table: which program runs at which probe point (uprobe,
+//! uretprobe, syscall tracepoint), written by the bpf(2) server and read by the targets' agents.
+//!
 //! Supported map types: array, percpu_array, hash, percpu_hash (both hashes preallocated),
 //! ringbuf (kernel record layout). "CPU" for per-CPU maps is `sched_getcpu()` folded into the
 //! number of possible CPUs (/sys/devices/system/cpu/possible), as many slots as the kernel has.
 
 mod array;
+mod attach;
 pub mod current;
 pub mod def;
 mod error;
@@ -20,6 +24,7 @@ mod map;
 mod region;
 pub mod ringbuf;
 
+pub use attach::{AttachInfo, AttachKind, AttachSpec, AttachState};
 pub use def::{MapDef, MapKind, StorageLayout};
 pub use error::Error;
 pub use map::{Map, ProgramMemory};

@@ -34,12 +34,14 @@ pub struct RegionSpec {
     pub arena_bytes: u64,
     pub map_capacity: u32,
     pub prog_capacity: u32,
+    /// Entries of the attach table (attachments are never removed, only marked detached).
+    pub attach_capacity: u32,
 }
 
 impl RegionSpec {
-    /// Room for `arena_bytes` of storage and 64 maps and 64 programs.
+    /// Room for `arena_bytes` of storage and 64 maps, 64 programs and 64 attachments.
     pub fn with_arena(arena_bytes: u64) -> RegionSpec {
-        RegionSpec { arena_bytes, map_capacity: 64, prog_capacity: 64 }
+        RegionSpec { arena_bytes, map_capacity: 64, prog_capacity: 64, attach_capacity: 64 }
     }
 }
 
@@ -57,6 +59,16 @@ pub enum ProgramKind {
 }
 
 impl ProgramKind {
+    /// The kernel program type (`BPF_PROG_TYPE_*`) of this kind, 0 for `Other`.
+    pub fn prog_type(self) -> u32 {
+        match self {
+            ProgramKind::Uprobe | ProgramKind::Uretprobe | ProgramKind::Kprobe | ProgramKind::Kretprobe => 2,
+            ProgramKind::Tracepoint => 5,
+            ProgramKind::RawTracepoint => 17,
+            ProgramKind::Other => 0,
+        }
+    }
+
     fn from_u32(value: u32) -> ProgramKind {
         use ProgramKind::*;
         [Other, Uprobe, Uretprobe, Tracepoint, RawTracepoint, Kprobe, Kretprobe]
@@ -101,6 +113,8 @@ pub struct ProgramSpec<'a> {
     pub name: &'a str,
     pub section: &'a str,
     pub kind: ProgramKind,
+    /// Kernel `BPF_PROG_TYPE_*`, 0 if unknown.
+    pub prog_type: u32,
     pub license: &'a str,
     /// Relocated bytecode whose `lddw` map references carry region map ids.
     pub bytecode: &'a [u8],
@@ -113,6 +127,7 @@ pub struct ProgramInfo {
     pub name: String,
     pub section: String,
     pub kind: ProgramKind,
+    pub prog_type: u32,
     pub license: String,
     pub insn_count: u32,
 }
@@ -249,7 +264,8 @@ impl Region {
         let page = PAGE_SIZE as u64;
         let map_table = page;
         let prog_table = align_up(map_table + u64::from(spec.map_capacity) * std::mem::size_of::<MapEntry>() as u64, 64);
-        let arena_start = align_up(prog_table + u64::from(spec.prog_capacity) * std::mem::size_of::<ProgEntry>() as u64, page);
+        let attach_table = align_up(prog_table + u64::from(spec.prog_capacity) * std::mem::size_of::<ProgEntry>() as u64, 64);
+        let arena_start = align_up(attach_table + u64::from(spec.attach_capacity) * std::mem::size_of::<AttachEntry>() as u64, page);
         let size = arena_start + align_up(spec.arena_bytes, page);
         // SAFETY: ftruncate on our descriptor.
         if unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } != 0 {
@@ -271,6 +287,8 @@ impl Region {
         header.map_capacity = spec.map_capacity;
         header.prog_table = prog_table;
         header.prog_capacity = spec.prog_capacity;
+        header.attach_table = attach_table;
+        header.attach_capacity = spec.attach_capacity;
         std::sync::atomic::fence(Ordering::Release);
         header.magic = MAGIC;
         Ok(region)
@@ -315,7 +333,8 @@ impl Region {
             return Err(Error(format!("{path} has layout version {} (this uebpf reads {VERSION})", h.version)));
         }
         let tables_fit = self.shared.at(h.map_table, u64::from(h.map_capacity) * std::mem::size_of::<MapEntry>() as u64).is_ok()
-            && self.shared.at(h.prog_table, u64::from(h.prog_capacity) * std::mem::size_of::<ProgEntry>() as u64).is_ok();
+            && self.shared.at(h.prog_table, u64::from(h.prog_capacity) * std::mem::size_of::<ProgEntry>() as u64).is_ok()
+            && self.shared.at(h.attach_table, u64::from(h.attach_capacity) * std::mem::size_of::<AttachEntry>() as u64).is_ok();
         if h.size != self.shared.len as u64 || !tables_fit || h.possible_cpus == 0 {
             return Err(Error(format!("{path}: corrupt header (sizes or tables out of range)")));
         }
@@ -336,6 +355,11 @@ impl Region {
     /// buffer's pages for a libbpf consumer). Valid while the region lives.
     pub fn fd(&self) -> RawFd {
         self.shared.raw_fd()
+    }
+
+    /// The process that created the region (its owner: it removes the file when it exits).
+    pub fn creator_pid(&self) -> u32 {
+        self.header().creator_pid
     }
 
     /// Per-CPU slots of per-CPU maps in this region.
@@ -468,7 +492,7 @@ impl Region {
             kind: spec.kind as u32,
             insns,
             insn_count: (len / 8) as u32,
-            _pad: 0,
+            prog_type: spec.prog_type,
             name: [0; NAME_LEN],
             section: [0; SECTION_LEN],
             license: [0; NAME_LEN],
@@ -494,6 +518,7 @@ impl Region {
                     name: read_name(&e.name),
                     section: read_name(&e.section),
                     kind: ProgramKind::from_u32(e.kind),
+                    prog_type: e.prog_type,
                     license: read_name(&e.license),
                     insn_count: e.insn_count,
                 }

@@ -279,6 +279,26 @@ impl RingBuf {
         }
     }
 
+    /// The wakeup counter: it changes every time a producer wakes consumers.
+    pub fn wakeup_seq(&self) -> u32 {
+        self.control().wakeup_seq.load(Ordering::SeqCst)
+    }
+
+    /// Sleeps until the wakeup counter differs from `seen` (a producer woke consumers) or
+    /// `timeout` passes, whether or not records are waiting; returns the counter. For a thread
+    /// that turns wakeups into another signal (an eventfd for epoll), unlike `wait`.
+    pub fn wait_for_wakeup(&self, seen: u32, timeout: Duration) -> u32 {
+        let control = self.control();
+        control.waiters.fetch_add(1, Ordering::SeqCst);
+        if control.wakeup_seq.load(Ordering::SeqCst) == seen {
+            let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
+            // SAFETY: as in `wait`.
+            unsafe { libc::syscall(libc::SYS_futex, &control.wakeup_seq as *const AtomicU32, libc::FUTEX_WAIT, seen, &ts as *const libc::timespec, 0, 0) };
+        }
+        control.waiters.fetch_sub(1, Ordering::SeqCst);
+        control.wakeup_seq.load(Ordering::SeqCst)
+    }
+
     /// Sleeps until a producer wakes consumers or `timeout` passes; returns at once if a record
     /// is ready. Any number of processes may wait.
     pub fn wait(&self, timeout: Duration) {

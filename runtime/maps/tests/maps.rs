@@ -239,3 +239,44 @@ fn a_libbpf_style_consumer_reads_the_ring_from_the_region_file() {
         libc::munmap(producer as *mut _, page + 2 * size);
     }
 }
+
+#[test]
+fn attach_table_is_shared_append_only_and_signals_changes() {
+    use std::time::Duration;
+    use uebpf_maps::{AttachKind, AttachSpec, AttachState};
+    let name = unique_name("attach");
+    let server = Region::create(&name, RegionSpec::with_arena(4096)).unwrap();
+    let agent = Region::open(&name).unwrap();
+    assert!(agent.attachments().is_empty());
+    let seen = agent.attach_generation();
+    let spec = AttachSpec {
+        kind: AttachKind::Uprobe,
+        prog_id: 3,
+        pid: -1,
+        target: "/usr/bin/app".into(),
+        offset: 0x1139,
+        ref_ctr_offset: 0,
+        cookie: 7,
+        dev: 1,
+        ino: 2,
+        state: AttachState::Disabled,
+    };
+    // A waiter in another thread (as an agent would) notices the attach.
+    let waiter = std::thread::spawn(move || agent.wait_attach_change(seen, Duration::from_secs(10)));
+    std::thread::sleep(Duration::from_millis(50));
+    let id = server.add_attachment(&spec).unwrap();
+    assert_ne!(waiter.join().unwrap(), seen, "the waiter saw the new generation");
+    let agent = Region::open(&name).unwrap();
+    let found = agent.attachments();
+    assert_eq!(found.len(), 1);
+    assert_eq!((found[0].id, &found[0].spec), (id, &spec));
+    server.set_attachment_state(id, AttachState::Enabled).unwrap();
+    assert_eq!(agent.attachments()[0].spec.state, AttachState::Enabled);
+    assert_eq!(agent.attachments()[0].changed_at, agent.attach_generation());
+    server.set_attachment_state(id, AttachState::Detached).unwrap();
+    let err = server.set_attachment_state(id, AttachState::Enabled).unwrap_err().0;
+    assert!(err.contains("detached"), "{err}");
+    let tp = AttachSpec { kind: AttachKind::SyscallTracepoint, target: "raw_syscalls/sys_enter".into(), state: AttachState::Enabled, ..spec.clone() };
+    assert_eq!(server.add_attachment(&tp).unwrap(), id + 1, "ids are never reused");
+    assert!(server.add_attachment(&AttachSpec { target: "x".repeat(300), ..spec }).unwrap_err().0.contains("1 to 255 bytes"));
+}

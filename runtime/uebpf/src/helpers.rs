@@ -75,6 +75,14 @@ extern "C" fn ktime_get_ns(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
     monotonic_ns()
 }
 
+/// CLOCK_MONOTONIC_COARSE, as the kernel's bpf_ktime_get_coarse_ns.
+extern "C" fn ktime_get_coarse_ns(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid timespec pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 extern "C" fn get_prandom_u32(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
     thread_local! {
         static STATE: Cell<u64> = const { Cell::new(0) };
@@ -211,6 +219,7 @@ const HELPERS: &[(u32, HelperFn)] = &[
     (132, ringbuf_submit),
     (133, ringbuf_discard),
     (134, ringbuf_query),
+    (160, ktime_get_coarse_ns),
 ];
 
 /// Registers every helper in `env`.

@@ -127,6 +127,17 @@ impl Instance {
             let names: Vec<&str> = programs.iter().map(|p| p.name.as_str()).collect();
             Error(format!("no program `{name}` (the region has: {})", names.join(", ")))
         })?;
+        self.load_program(info, engine)
+    }
+
+    /// Loads program `id` (e.g. an attach table entry's `prog_id`) for `engine`.
+    pub fn program_by_id(&self, id: u32, engine: Engine) -> Result<LoadedProgram, Error> {
+        let info = self.programs().into_iter().find(|p| p.id == id).ok_or_else(|| Error(format!("no program with id {id} in the region")))?;
+        self.load_program(info, engine)
+    }
+
+    fn load_program(&self, info: ProgramInfo, engine: Engine) -> Result<LoadedProgram, Error> {
+        let name = info.name.as_str();
         let bytecode = self.inner.region.program_bytecode(info.id)?;
         check_program(name, &bytecode)?;
         let program = Program::load(&bytecode, &self.inner.env).map_err(|e| Error(format!("program `{name}`: {e}")))?;

@@ -31,7 +31,7 @@ mod regs;
 
 pub use error::Error;
 pub use instance::{Engine, Instance, LoadedProgram};
-pub use load::{check_program, Target, VMLINUX_BTF};
+pub use load::{check_btf, check_program, Target, VMLINUX_BTF};
 pub use object::{parse_section, MapDesc, Object, ProgramDesc};
 pub use regs::PtRegs;
 pub use uebpf_maps as maps;

@@ -53,6 +53,11 @@ pub fn check_program(name: &str, bytecode: &[u8]) -> Result<(), Error> {
     Ok(())
 }
 
+/// Checks that `data` is BTF uebpf can read (what a `BPF_BTF_LOAD` of it may be answered with).
+pub fn check_btf(data: &[u8]) -> Result<(), Error> {
+    aya_obj::btf::Btf::parse(data, object::Endianness::default()).map(drop).map_err(|e| Error(format!("BTF: {}", chain(&e))))
+}
+
 impl Object {
     /// Region size for this object: every map's storage and every program's bytecode.
     pub fn region_spec(&self) -> Result<RegionSpec, Error> {
@@ -67,7 +72,8 @@ impl Object {
         bytes += self.obj.programs.len() as u64 * uebpf_maps::layout::align_up(functions, page);
         let maps = self.obj.maps.len() as u32;
         let programs = self.obj.programs.len() as u32;
-        Ok(RegionSpec { arena_bytes: bytes, map_capacity: maps.max(1), prog_capacity: programs.max(1) })
+        // Room to attach every program once (e.g. from its section name).
+        Ok(RegionSpec { arena_bytes: bytes, map_capacity: maps.max(1), prog_capacity: programs.max(1), attach_capacity: programs.max(1) })
     }
 
     /// Creates this object's maps in `region` and stores its programs there.
@@ -99,6 +105,7 @@ impl Object {
                 name: &program.name,
                 section: &program.section,
                 kind: program.kind,
+                prog_type: program.kind.prog_type(),
                 license: &license,
                 bytecode,
             })?;

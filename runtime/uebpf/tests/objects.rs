@@ -78,7 +78,7 @@ fn a_named_region_is_removed_when_the_instance_goes() {
 /// An instance holding one hand-written program (for helpers no project object calls).
 fn with_program(bytecode: &[u8]) -> Instance {
     let region = Region::create_anonymous(RegionSpec::with_arena(1 << 16)).unwrap();
-    let spec = ProgramSpec { name: "test", section: "uprobe", kind: ProgramKind::Uprobe, license: "GPL", bytecode };
+    let spec = ProgramSpec { name: "test", section: "uprobe", kind: ProgramKind::Uprobe, prog_type: 2, license: "GPL", bytecode };
     region.add_program(&spec).unwrap();
     Instance::new(&region).unwrap()
 }
@@ -134,7 +134,7 @@ fn the_interpreter_lets_programs_read_but_not_write_rodata() {
     write.lddw_map_value(R1, id, 0).st(8, R1, 0, 7).mov64(R0, 0).exit();
     for (name, program) in [("read", &read), ("write", &write)] {
         let bytecode = program.build().unwrap();
-        region.add_program(&ProgramSpec { name, section: "uprobe", kind: ProgramKind::Uprobe, license: "GPL", bytecode: &bytecode }).unwrap();
+        region.add_program(&ProgramSpec { name, section: "uprobe", kind: ProgramKind::Uprobe, prog_type: 2, license: "GPL", bytecode: &bytecode }).unwrap();
     }
     let instance = Instance::new(&region).unwrap();
     let mut ctx = [0u8; 8];

@@ -5,6 +5,12 @@
 //!                                          removed at exit), run PROG, print r0, maps and records
 //!   uebpf exec REGION PROG [OPTIONS]       run PROG of a region another process created
 //!   uebpf dump REGION                      print a region's maps and drain its ring buffers
+//!   uebpf attachments REGION               print a region's attach table (what a server attached)
+//!   uebpf fire REGION [OPTIONS]            act as a target: run every enabled uprobe/uretprobe
+//!                                          attachment whose pid filter admits this process, as
+//!                                          the agent would at the probed function (--ret N: the
+//!                                          return value uretprobes see; --wait: print our pid,
+//!                                          then fire once a line arrives on stdin)
 //!
 //! OPTIONS: --engine interpreter|jit (default interpreter)  --repeat N (default 1)
 //!          --regs di=1,si=0x10,dx=str:hello (struct pt_regs fields; str: passes a string's address)
@@ -17,10 +23,10 @@ use std::ffi::CString;
 use std::process::ExitCode;
 
 use serde_json::{json, Map as JsonMap, Value};
-use uebpf::maps::{def::map_type_name, Region};
+use uebpf::maps::{def::map_type_name, AttachKind, AttachState, Region};
 use uebpf::{Engine, Instance, Object, PtRegs, Target};
 
-const USAGE: &str = "usage: uebpf info OBJ | uebpf run OBJ PROG [--engine interpreter|jit] [--repeat N] [--regs R=V,...] [--set NAME=VALUE]... [--region NAME] | uebpf exec REGION PROG [--engine E] [--repeat N] [--regs R=V,...] | uebpf dump REGION";
+const USAGE: &str = "usage: uebpf info OBJ | uebpf run OBJ PROG [--engine interpreter|jit] [--repeat N] [--regs R=V,...] [--set NAME=VALUE]... [--region NAME] | uebpf exec REGION PROG [--engine E] [--repeat N] [--regs R=V,...] | uebpf dump REGION | uebpf attachments REGION | uebpf fire REGION [--engine E] [--repeat N] [--regs R=V,...] [--ret N] [--wait]";
 
 struct Options {
     command: String,
@@ -30,6 +36,8 @@ struct Options {
     regs: Vec<(String, String)>,
     sets: Vec<(String, String)>,
     region: Option<String>,
+    ret: u64,
+    wait: bool,
 }
 
 fn usage(why: impl std::fmt::Display) -> String {
@@ -45,7 +53,7 @@ fn pairs(text: &str, what: &str) -> Result<Vec<(String, String)>, String> {
 
 fn parse_options() -> Result<Options, String> {
     use lexopt::prelude::*;
-    let mut options = Options { command: String::new(), positional: Vec::new(), engine: Engine::Interpreter, repeat: 1, regs: Vec::new(), sets: Vec::new(), region: None };
+    let mut options = Options { command: String::new(), positional: Vec::new(), engine: Engine::Interpreter, repeat: 1, regs: Vec::new(), sets: Vec::new(), region: None, ret: 0, wait: false };
     let mut parser = lexopt::Parser::from_env();
     let text = |v: std::ffi::OsString| v.into_string().map_err(|_| usage("arguments must be UTF-8"));
     while let Some(arg) = parser.next().map_err(usage)? {
@@ -63,6 +71,8 @@ fn parse_options() -> Result<Options, String> {
             Long("regs") => options.regs.extend(pairs(&text(parser.value().map_err(usage)?)?, "register")?),
             Long("set") => options.sets.extend(pairs(&text(parser.value().map_err(usage)?)?, "global")?),
             Long("region") => options.region = Some(text(parser.value().map_err(usage)?)?),
+            Long("ret") => options.ret = integer(&text(parser.value().map_err(usage)?)?)?,
+            Long("wait") => options.wait = true,
             Long("help") | Short('h') => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -73,7 +83,7 @@ fn parse_options() -> Result<Options, String> {
         }
     }
     let wanted = match options.command.as_str() {
-        "info" | "dump" => 1,
+        "info" | "dump" | "attachments" | "fire" => 1,
         "run" | "exec" => 2,
         "" => return Err(usage("no command")),
         other => return Err(usage(format!("unknown command `{other}`"))),
@@ -195,6 +205,67 @@ fn run(options: &Options) -> Result<Value, String> {
     Ok(result)
 }
 
+fn attach_kind(kind: AttachKind) -> &'static str {
+    match kind {
+        AttachKind::Uprobe => "uprobe",
+        AttachKind::Uretprobe => "uretprobe",
+        AttachKind::SyscallTracepoint => "syscall_tracepoint",
+    }
+}
+
+/// The attach table, as JSON.
+fn attachments(instance: &Instance) -> Value {
+    let region = instance.region();
+    let programs = region.programs();
+    let entries: Vec<Value> = region
+        .attachments()
+        .iter()
+        .map(|a| {
+            let s = &a.spec;
+            let program = programs.iter().find(|p| p.id == s.prog_id).map_or("", |p| p.name.as_str());
+            json!({"id": a.id, "kind": attach_kind(s.kind), "state": format!("{:?}", s.state).to_lowercase(),
+                   "prog_id": s.prog_id, "program": program, "pid": s.pid, "target": s.target, "offset": s.offset,
+                   "ref_ctr_offset": s.ref_ctr_offset, "cookie": s.cookie, "dev": s.dev, "ino": s.ino, "changed_at": a.changed_at})
+        })
+        .collect();
+    json!({"generation": region.attach_generation(), "attachments": entries})
+}
+
+/// What an agent does at a probed function, without the hook: for every enabled uprobe or
+/// uretprobe attachment whose pid filter admits this process, run its program on the
+/// registers (uretprobes: with the return value in ax). Syscall tracepoints are left out.
+fn fire(region: &str, options: &Options) -> Result<Value, String> {
+    let (regs, _strings) = registers(&options.regs)?;
+    if options.wait {
+        println!("{}", json!({"pid": std::process::id()}));
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map_err(|e| format!("cannot read stdin: {e}"))?;
+    }
+    let instance = &open_region(region)?;
+    let me = std::process::id() as i32;
+    let mut fired = Vec::new();
+    for attachment in instance.region().attachments() {
+        let s = &attachment.spec;
+        let admitted = s.pid == -1 || s.pid == me;
+        if s.state != AttachState::Enabled || s.kind == AttachKind::SyscallTracepoint || !admitted {
+            continue;
+        }
+        let program = instance.program_by_id(s.prog_id, options.engine).map_err(|e| e.0)?;
+        let mut ctx = regs;
+        if s.kind == AttachKind::Uretprobe {
+            ctx.ax = options.ret;
+        }
+        let mut r0 = 0;
+        for _ in 0..options.repeat {
+            let mut run_ctx = ctx;
+            r0 = program.run(run_ctx.as_bytes_mut()).map_err(|e| e.0)?;
+        }
+        fired.push(json!({"attachment": attachment.id, "kind": attach_kind(s.kind), "program": program.info().name,
+                          "target": s.target, "offset": s.offset, "runs": options.repeat, "r0": r0}));
+    }
+    Ok(json!({"pid": me, "fired": fired}))
+}
+
 fn open_region(name: &str) -> Result<Instance, String> {
     let region = Region::open(name).map_err(|e| e.0)?;
     Instance::new(&region).map_err(|e| e.0)
@@ -230,6 +301,8 @@ fn main() -> ExitCode {
         "info" => info(&options.positional[0]),
         "run" => run(&options),
         "exec" => open_region(&options.positional[0]).and_then(|i| run_program(&i, &options.positional[1], &options)),
+        "attachments" => open_region(&options.positional[0]).map(|i| attachments(&i)),
+        "fire" => fire(&options.positional[0], &options),
         _ => open_region(&options.positional[0]).map(|i| dump(&i)),
     });
     if interrupted {

@@ -1,0 +1,137 @@
+//! The C library functions the server replaces in the loader (LD_PRELOAD). Each one handles
+//! what is for uebpf and hands everything else to the C library's own function untouched.
+//!
+//! `syscall`, `ioctl` and `fopen` are variadic or take variadic-like arguments in C; Rust
+//! cannot define variadic functions, so they are defined with fixed integer parameters, which
+//! the x86-64 System V ABI passes in exactly the same registers (and the stack slots beyond
+//! the sixth) as a variadic call. This crate is therefore x86-64 only, like the rest of uebpf.
+
+use std::ffi::{c_char, c_int, c_long, c_ulong, c_void};
+use std::panic::AssertUnwindSafe;
+
+use crate::objects::{lookup, unregister, Object};
+use crate::{bpf, perf, real, ring};
+
+/// Runs a handler; a panic (a bug) becomes EIO with a message instead of aborting the loader.
+fn guarded<T>(handler: impl FnOnce() -> Result<T, c_int>) -> Result<T, c_int> {
+    std::panic::catch_unwind(AssertUnwindSafe(handler)).unwrap_or_else(|_| {
+        eprintln!("uebpf: internal error in the bpf(2) server (see the message above)");
+        Err(libc::EIO)
+    })
+}
+
+/// The C convention: the value, or -1 with errno set.
+fn finish<T: From<i8>>(result: Result<T, c_int>) -> T {
+    result.unwrap_or_else(|errno| {
+        real::set_errno(errno);
+        T::from(-1)
+    })
+}
+
+/// `long syscall(long number, ...)`: bpf(2) and perf_event_open(2) for uebpf.
+#[no_mangle]
+pub extern "C" fn syscall(number: c_long, a1: c_long, a2: c_long, a3: c_long, a4: c_long, a5: c_long, a6: c_long) -> c_long {
+    // C `int` arguments arrive in 64-bit registers whose upper half is not defined: truncate.
+    let handled = match number {
+        libc::SYS_bpf => guarded(|| bpf::bpf(a1 as c_int, a2 as *mut u8, a3 as u32).ok_or(0)),
+        libc::SYS_perf_event_open => guarded(|| perf::perf_event_open(a1 as *const u8, a2 as c_int).ok_or(0)),
+        _ => Err(0),
+    };
+    match handled {
+        Ok(result) => finish(result),
+        Err(0) => real::syscall6(number, [a1, a2, a3, a4, a5, a6]),
+        Err(errno) => finish(Err(errno)),
+    }
+}
+
+/// `int ioctl(int fd, unsigned long request, ...)`: the perf event ioctls on our perf events.
+#[no_mangle]
+pub extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: c_long) -> c_int {
+    match lookup(fd) {
+        None => real::ioctl(fd, request, arg),
+        Some(object) => finish(guarded(|| match &*object {
+            Object::PerfEvent(event) => perf::ioctl(event, request, arg),
+            _ => Err(libc::ENOTTY),
+        })),
+    }
+}
+
+fn map_memory(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, offset: libc::off_t) -> *mut c_void {
+    let Some(object) = lookup(fd) else { return real::mmap(addr, len, prot, flags, fd, offset) };
+    let result = guarded(|| match &*object {
+        Object::Map(map) => ring::mmap(map, crate::lifetime::region()?, addr, len, prot, flags, offset),
+        _ => Err(libc::ENODEV),
+    });
+    result.unwrap_or_else(|errno| {
+        real::set_errno(errno);
+        libc::MAP_FAILED
+    })
+}
+
+/// `mmap` of a map descriptor maps the map's pages of the region (see `ring`).
+#[no_mangle]
+pub extern "C" fn mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, offset: libc::off_t) -> *mut c_void {
+    map_memory(addr, len, prot, flags, fd, offset)
+}
+
+#[no_mangle]
+pub extern "C" fn mmap64(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, offset: libc::off_t) -> *mut c_void {
+    map_memory(addr, len, prot, flags, fd, offset)
+}
+
+/// `close` of one of our descriptors forgets the object; closing a link, or a perf event
+/// attached by ioctl, detaches its program (the attach table entry becomes detached).
+#[no_mangle]
+pub extern "C" fn close(fd: c_int) -> c_int {
+    let object = unregister(fd);
+    let result = real::close(fd);
+    if let Some(object) = object {
+        let _ = guarded(|| {
+            match &*object {
+                Object::Link(link) => perf::detach(link.attachment),
+                Object::PerfEvent(event) => {
+                    let state = event.state.lock().unwrap_or_else(|p| p.into_inner());
+                    if let (Some(id), false) = (state.attachment, state.by_link) {
+                        perf::detach(id);
+                    }
+                }
+                _ => {}
+            }
+            Ok(())
+        });
+    }
+    result
+}
+
+/// `epoll_wait`: every ring's readiness is brought up to date first (see `ring`).
+#[no_mangle]
+pub extern "C" fn epoll_wait(epfd: c_int, events: *mut libc::epoll_event, max: c_int, timeout: c_int) -> c_int {
+    for object in crate::objects::rings() {
+        if let Object::Map(map) = &*object {
+            if let Some(bridge) = &map.bridge {
+                bridge.refresh();
+            }
+        }
+    }
+    real::epoll_wait(epfd, events, max, timeout)
+}
+
+fn open_stream(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    if !path.is_null() {
+        if let Some(stream) = perf::fopen_tracepoint_id(path) {
+            return stream;
+        }
+    }
+    real::fopen(path, mode)
+}
+
+/// `fopen` of a syscall tracepoint's tracefs id file gets uebpf's id (see `perf`).
+#[no_mangle]
+pub extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    open_stream(path, mode)
+}
+
+#[no_mangle]
+pub extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    open_stream(path, mode)
+}

@@ -1,0 +1,133 @@
+//! The objects the server hands out as file descriptors: maps, programs, BTF, links and perf
+//! events. Each is a real descriptor (an eventfd, close-on-exec, never below 3), so `close`,
+//! `dup`, `poll` and `epoll` keep working on it and its number can never collide with a
+//! descriptor the kernel gives out: the kernel allocated it. A ring buffer map's eventfd is
+//! also its readiness signal (see `ring`).
+//!
+//! The registry is only locked to insert, look up or remove; no interposed function is ever
+//! called with it held (our own `mmap` and `close` calls land in the interposers too).
+
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use uebpf_maps::Map;
+
+use crate::perf::PerfEvent;
+use crate::ring::Bridge;
+
+pub struct MapObject {
+    pub id: u32,
+    pub map: Arc<Map>,
+    /// BPF_MAP_FREEZE: the syscall side may no longer write (libbpf freezes `.rodata`).
+    pub frozen: AtomicBool,
+    /// Ring buffers: the thread that turns the ring's futex wakeups into eventfd readiness.
+    pub bridge: Option<Bridge>,
+}
+
+pub struct ProgObject {
+    pub id: u32,
+    pub prog_type: u32,
+    pub name: String,
+    pub insn_count: u32,
+    pub gpl: bool,
+}
+
+pub struct BtfObject {
+    pub id: u32,
+    pub data: Vec<u8>,
+}
+
+/// A BPF_LINK_CREATE link: it holds its attachment until it is closed.
+pub struct LinkObject {
+    pub id: u32,
+    pub prog_id: u32,
+    pub attachment: u32,
+}
+
+pub enum Object {
+    Map(MapObject),
+    Prog(ProgObject),
+    Btf(BtfObject),
+    Link(LinkObject),
+    PerfEvent(PerfEvent),
+}
+
+static OBJECTS: Mutex<Option<HashMap<c_int, Arc<Object>>>> = Mutex::new(None);
+/// Objects alive: lets the interposers skip the lock entirely while there are none.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+fn objects() -> MutexGuard<'static, Option<HashMap<c_int, Arc<Object>>>> {
+    OBJECTS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A fresh descriptor for a new object: an eventfd, close-on-exec, 3 or above (libbpf moves
+/// descriptors below 3 away, as stdin/stdout/stderr may be closed).
+pub fn new_fd() -> Result<c_int, c_int> {
+    // SAFETY: plain eventfd/fcntl calls on descriptors we own.
+    unsafe {
+        let fd = libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK);
+        if fd < 0 {
+            return Err(errno());
+        }
+        if fd >= 3 {
+            return Ok(fd);
+        }
+        let moved = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3);
+        let saved = errno();
+        crate::real::close(fd);
+        if moved < 0 {
+            Err(saved)
+        } else {
+            Ok(moved)
+        }
+    }
+}
+
+pub fn errno() -> c_int {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// Registers `object` under `fd` (from `new_fd`) and returns the fd.
+pub fn register(fd: c_int, object: Object) -> c_int {
+    objects().get_or_insert_with(HashMap::new).insert(fd, Arc::new(object));
+    LIVE.fetch_add(1, Ordering::Release);
+    fd
+}
+
+/// The object behind `fd`, if it is one of ours.
+pub fn lookup(fd: c_int) -> Option<Arc<Object>> {
+    if LIVE.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    objects().as_ref()?.get(&fd).cloned()
+}
+
+/// Forgets `fd` (it is being closed); returns its object.
+pub fn unregister(fd: c_int) -> Option<Arc<Object>> {
+    if LIVE.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let removed = objects().as_mut()?.remove(&fd);
+    if removed.is_some() {
+        LIVE.fetch_sub(1, Ordering::Release);
+    }
+    removed
+}
+
+/// Every live ring buffer map (for epoll readiness).
+pub fn rings() -> Vec<Arc<Object>> {
+    if LIVE.load(Ordering::Acquire) == 0 {
+        return Vec::new();
+    }
+    let guard = objects();
+    let Some(all) = guard.as_ref() else { return Vec::new() };
+    all.values().filter(|o| matches!(&***o, Object::Map(MapObject { bridge: Some(_), .. }))).cloned().collect()
+}
+
+/// Ids of links and BTF objects (maps and programs have region ids).
+pub fn next_id() -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}

@@ -1,0 +1,246 @@
+//! Probe points: `perf_event_open(2)` of the uprobe PMU (uprobes and uretprobes, as libbpf's
+//! `bpf_program__attach_uprobe_opts` opens them) and of syscall tracepoints; the perf event
+//! ioctls (`PERF_EVENT_IOC_SET_BPF`, `_ENABLE`, `_DISABLE`); and attaching a program to such an
+//! event, by ioctl or by `BPF_LINK_CREATE`, which writes an entry of the region's attach table.
+//!
+//! Uprobes are recognised by the PMU type the kernel publishes in
+//! /sys/bus/event_source/devices/uprobe/type (and the retprobe bit in .../format/retprobe):
+//! libbpf reads those files and the server reads the same ones, so both agree. Syscall
+//! tracepoints are found by libbpf through tracefs `events/<category>/<name>/id`; the server
+//! answers those reads for the `syscalls` and `raw_syscalls` categories with ids of its own
+//! (from TRACEPOINT_ID_BASE up, below 2^31: libbpf parses them as int), so an unprivileged
+//! loader, which cannot read tracefs, can attach them too. Other categories go to the kernel.
+
+use std::ffi::{c_char, c_int, c_long, CStr, CString};
+use std::os::unix::fs::MetadataExt;
+use std::sync::{Mutex, OnceLock};
+
+use uebpf_maps::{AttachKind, AttachSpec, AttachState};
+
+use crate::lifetime::region;
+use crate::objects::{lookup, new_fd, register, Object, ProgObject};
+
+pub const PERF_TYPE_TRACEPOINT: u32 = 2;
+pub const PERF_EVENT_IOC_ENABLE: u64 = 0x2400;
+pub const PERF_EVENT_IOC_DISABLE: u64 = 0x2401;
+pub const PERF_EVENT_IOC_SET_BPF: u64 = 0x4004_2408;
+const PERF_UPROBE_REF_CTR_OFFSET_SHIFT: u32 = 32;
+const BPF_PROG_TYPE_KPROBE: u32 = 2;
+const BPF_PROG_TYPE_TRACEPOINT: u32 = 5;
+pub const TRACEPOINT_ID_BASE: u32 = 0x7ebf_0000;
+
+pub enum Probe {
+    Uprobe { retprobe: bool, path: String, dev: u64, ino: u64, offset: u64, ref_ctr_offset: u64, pid: i32 },
+    Tracepoint { name: String },
+}
+
+pub struct PerfEvent {
+    pub probe: Probe,
+    pub state: Mutex<PerfState>,
+}
+
+#[derive(Default)]
+pub struct PerfState {
+    pub enabled: bool,
+    /// The attach table entry, once a program is attached.
+    pub attachment: Option<u32>,
+    /// Attached through a link (the link, not this event, detaches it when closed).
+    pub by_link: bool,
+}
+
+fn read_number(path: &str, prefix: &str) -> Option<u32> {
+    std::fs::read_to_string(path).ok()?.trim().strip_prefix(prefix)?.parse().ok()
+}
+
+/// The kernel's uprobe PMU: (perf type, retprobe config bit).
+fn uprobe_pmu() -> Option<(u32, u32)> {
+    static PMU: OnceLock<Option<(u32, u32)>> = OnceLock::new();
+    *PMU.get_or_init(|| {
+        let kind = read_number("/sys/bus/event_source/devices/uprobe/type", "")?;
+        let bit = read_number("/sys/bus/event_source/devices/uprobe/format/retprobe", "config:")?;
+        Some((kind, bit))
+    })
+}
+
+static TRACEPOINTS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn tracepoint_id(name: &str) -> u32 {
+    let mut names = TRACEPOINTS.lock().unwrap_or_else(|p| p.into_inner());
+    let index = names.iter().position(|n| n == name).unwrap_or_else(|| {
+        names.push(name.to_string());
+        names.len() - 1
+    });
+    TRACEPOINT_ID_BASE + index as u32
+}
+
+fn tracepoint_name(id: u64) -> Option<String> {
+    let index = usize::try_from(id.checked_sub(u64::from(TRACEPOINT_ID_BASE))?).ok()?;
+    TRACEPOINTS.lock().unwrap_or_else(|p| p.into_inner()).get(index).cloned()
+}
+
+/// The tracepoint (`category/name`) whose tracefs id file `path` is, if the server answers it:
+/// a syscall tracepoint whose event the kernel has (or that we cannot check: tracefs is root's).
+fn served_tracepoint(path: &str) -> Option<String> {
+    let rest = ["/sys/kernel/tracing/events/", "/sys/kernel/debug/tracing/events/"].iter().find_map(|p| path.strip_prefix(p))?;
+    let (event, file) = rest.rsplit_once('/')?;
+    let (category, name) = event.split_once('/')?;
+    let syscall_name = match category {
+        "syscalls" => name.strip_prefix("sys_enter_").or_else(|| name.strip_prefix("sys_exit_"))?,
+        "raw_syscalls" => ["sys_enter", "sys_exit"].contains(&name).then_some("x")?,
+        _ => return None,
+    };
+    if file != "id" || syscall_name.is_empty() || !syscall_name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return None;
+    }
+    let dir = &path[..path.len() - 3];
+    match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None, // the kernel has no such syscall
+        _ => Some(format!("{category}/{name}")),
+    }
+}
+
+/// `fopen` of a tracefs id file of a syscall tracepoint: a stream holding our id.
+pub fn fopen_tracepoint_id(path: *const c_char) -> Option<*mut libc::FILE> {
+    // SAFETY: fopen's caller passes a C string.
+    let path = unsafe { CStr::from_ptr(path) }.to_str().ok()?;
+    let name = served_tracepoint(path)?;
+    // The buffer must outlive the stream: a few bytes per tracepoint, kept for the process.
+    let text: &'static CStr = Box::leak(CString::new(format!("{}\n", tracepoint_id(&name))).expect("digits").into_boxed_c_str());
+    // SAFETY: a read-only memory stream over a buffer that is never freed.
+    Some(unsafe { libc::fmemopen(text.as_ptr() as *mut _, text.to_bytes().len(), c"r".as_ptr()) })
+}
+
+/// `perf_event_open(attr, pid, cpu, group_fd, flags)`: None if not for uebpf.
+pub fn perf_event_open(attr: *const u8, pid: c_int) -> Option<Result<c_long, c_int>> {
+    if attr.is_null() {
+        return None;
+    }
+    // SAFETY: perf_event_attr starts with type, size, config, ..., config1 at 56, config2 at 64
+    // (PERF_ATTR_SIZE_VER1 = 72 bytes, which every caller passes at least).
+    let (kind, config, config1, config2) = unsafe {
+        (
+            attr.cast::<u32>().read_unaligned(),
+            attr.add(8).cast::<u64>().read_unaligned(),
+            attr.add(56).cast::<u64>().read_unaligned(),
+            attr.add(64).cast::<u64>().read_unaligned(),
+        )
+    };
+    let probe = if uprobe_pmu().is_some_and(|(pmu, _)| pmu == kind) {
+        let (_, bit) = uprobe_pmu()?;
+        uprobe(config, config1, config2, bit, pid)
+    } else if kind == PERF_TYPE_TRACEPOINT {
+        Ok(Probe::Tracepoint { name: tracepoint_name(config)? })
+    } else {
+        return None;
+    };
+    Some(probe.and_then(|probe| {
+        let fd = new_fd()?;
+        Ok(register(fd, Object::PerfEvent(PerfEvent { probe, state: Mutex::new(PerfState::default()) })) as c_long)
+    }))
+}
+
+fn uprobe(config: u64, path: u64, offset: u64, retprobe_bit: u32, pid: c_int) -> Result<Probe, c_int> {
+    if path == 0 {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: libbpf passes the binary path as a C string in config1.
+    let path = unsafe { CStr::from_ptr(path as *const c_char) }.to_str().map_err(|_| libc::EINVAL)?;
+    let canonical = std::fs::canonicalize(path).map_err(|e| e.raw_os_error().unwrap_or(libc::ENOENT))?;
+    let meta = std::fs::metadata(&canonical).map_err(|e| e.raw_os_error().unwrap_or(libc::ENOENT))?;
+    if !meta.is_file() || offset >= meta.len() {
+        return Err(libc::EINVAL); // as the kernel: the offset must lie inside the file
+    }
+    // SAFETY: signal 0 only checks that the process exists.
+    if pid > 0 && unsafe { libc::kill(pid, 0) } == -1 && crate::objects::errno() == libc::ESRCH {
+        return Err(libc::ESRCH);
+    }
+    Ok(Probe::Uprobe {
+        retprobe: config & (1 << retprobe_bit) != 0,
+        path: canonical.to_str().ok_or(libc::EINVAL)?.to_string(),
+        dev: meta.dev(),
+        ino: meta.ino(),
+        offset,
+        ref_ctr_offset: config >> PERF_UPROBE_REF_CTR_OFFSET_SHIFT,
+        pid: if pid > 0 { pid } else { -1 },
+    })
+}
+
+/// Attaches `prog` to the perf event `event` (ioctl SET_BPF, or a link); returns the entry id.
+pub fn attach(event: &PerfEvent, prog: &ProgObject, cookie: u64, by_link: bool) -> Result<u32, c_int> {
+    let mut state = event.state.lock().unwrap_or_else(|p| p.into_inner());
+    if state.attachment.is_some() {
+        return Err(libc::EEXIST);
+    }
+    let spec = match &event.probe {
+        Probe::Uprobe { retprobe, path, dev, ino, offset, ref_ctr_offset, pid } => {
+            if prog.prog_type != BPF_PROG_TYPE_KPROBE {
+                return Err(libc::EINVAL);
+            }
+            AttachSpec {
+                kind: if *retprobe { AttachKind::Uretprobe } else { AttachKind::Uprobe },
+                prog_id: prog.id,
+                pid: *pid,
+                target: path.clone(),
+                offset: *offset,
+                ref_ctr_offset: *ref_ctr_offset,
+                cookie,
+                dev: *dev,
+                ino: *ino,
+                state: AttachState::Disabled,
+            }
+        }
+        Probe::Tracepoint { name } => {
+            if prog.prog_type != BPF_PROG_TYPE_TRACEPOINT {
+                return Err(libc::EINVAL);
+            }
+            AttachSpec {
+                kind: AttachKind::SyscallTracepoint,
+                prog_id: prog.id,
+                pid: -1,
+                target: name.clone(),
+                offset: 0,
+                ref_ctr_offset: 0,
+                cookie,
+                dev: 0,
+                ino: 0,
+                state: AttachState::Disabled,
+            }
+        }
+    };
+    let spec = AttachSpec { state: if state.enabled { AttachState::Enabled } else { AttachState::Disabled }, ..spec };
+    let id = region()?.add_attachment(&spec).map_err(|e| {
+        eprintln!("uebpf: cannot attach program {}: {}", prog.name, e.0);
+        libc::ENOSPC
+    })?;
+    state.attachment = Some(id);
+    state.by_link = by_link;
+    Ok(id)
+}
+
+/// Marks attachment `id` detached (its link or perf event was closed).
+pub fn detach(id: u32) {
+    if let Ok(region) = region() {
+        let _ = region.set_attachment_state(id, AttachState::Detached);
+    }
+}
+
+/// `ioctl` on one of our perf events.
+pub fn ioctl(event: &PerfEvent, request: u64, arg: c_long) -> Result<c_int, c_int> {
+    match request {
+        PERF_EVENT_IOC_ENABLE | PERF_EVENT_IOC_DISABLE => {
+            let mut state = event.state.lock().unwrap_or_else(|p| p.into_inner());
+            state.enabled = request == PERF_EVENT_IOC_ENABLE;
+            if let Some(id) = state.attachment {
+                let new = if state.enabled { AttachState::Enabled } else { AttachState::Disabled };
+                region()?.set_attachment_state(id, new).map_err(|_| libc::EINVAL)?;
+            }
+            Ok(0)
+        }
+        PERF_EVENT_IOC_SET_BPF => {
+            let prog = lookup(arg as c_int).ok_or(libc::EBADF)?;
+            let Object::Prog(prog) = &*prog else { return Err(libc::EINVAL) };
+            attach(event, prog, 0, false).map(|_| 0)
+        }
+        _ => Err(libc::ENOTTY),
+    }
+}

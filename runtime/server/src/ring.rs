@@ -1,0 +1,183 @@
+//! Map memory for a libbpf consumer: `mmap` of a map descriptor maps the region file at the
+//! map's pages, as the kernel's map mmap does; and ring buffer readiness for `epoll`.
+//!
+//! Ring buffer mmap (libbpf's `ring_buffer__add`): offset 0, one page, read-write: the consumer
+//! page; offset one page, read-only, page + 2 x size: the producer page, then the data twice
+//! (the second copy maps the same file pages again), so records that wrap are contiguous.
+//! Array maps (`BPF_F_MMAPABLE`, libbpf's skeleton globals): the value array from offset 0.
+//!
+//! Readiness: a ring's map descriptor is an eventfd, which epoll watches natively. A bridge
+//! thread per ring sleeps on the ring's futex (producers wake it under the kernel's wakeup
+//! rules) and sets the eventfd readable while records wait ("level": cleared when the consumer
+//! has caught up, as the kernel's ring poll reports `producer != consumer`). Our `epoll_wait`
+//! refreshes every ring's level right before it waits, so a consumer that has drained the ring
+//! sleeps instead of spinning; the thread also refreshes every 100 ms, for `poll`/`select` users.
+
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use uebpf_maps::layout::PAGE_SIZE;
+use uebpf_maps::ringbuf::BPF_RB_AVAIL_DATA;
+use uebpf_maps::{Map, MapKind, Region};
+
+use crate::objects::MapObject;
+use crate::real;
+
+const REFRESH: Duration = Duration::from_millis(100);
+
+pub struct Bridge {
+    stop: Arc<AtomicBool>,
+    /// The thread's own duplicate of the map's eventfd: valid whatever the loader closes.
+    fd: c_int,
+    map: Arc<Map>,
+}
+
+impl Bridge {
+    pub fn start(map: Arc<Map>, map_fd: c_int) -> Result<Bridge, c_int> {
+        // SAFETY: duplicating a descriptor we created.
+        let fd = unsafe { libc::fcntl(map_fd, libc::F_DUPFD_CLOEXEC, 3) };
+        if fd < 0 {
+            return Err(crate::objects::errno());
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let (thread_stop, thread_map) = (Arc::clone(&stop), Arc::clone(&map));
+        let spawned = std::thread::Builder::new().name("uebpf-ring".into()).spawn(move || {
+            let ring = thread_map.ringbuf().expect("bridges are made for ring buffers");
+            let mut seen = ring.wakeup_seq();
+            while !thread_stop.load(Ordering::Acquire) {
+                refresh(fd, &thread_map);
+                seen = ring.wait_for_wakeup(seen, REFRESH);
+            }
+            real::close(fd);
+        });
+        if spawned.is_err() {
+            real::close(fd);
+            return Err(libc::EAGAIN);
+        }
+        Ok(Bridge { stop, fd, map })
+    }
+
+    /// Sets the eventfd's readiness to "records are waiting".
+    pub fn refresh(&self) {
+        refresh(self.fd, &self.map);
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        // The thread notices within REFRESH and closes its descriptor.
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+fn refresh(fd: c_int, map: &Map) {
+    let ring = map.ringbuf().expect("bridges are made for ring buffers");
+    let mut counter = 0u64;
+    // SAFETY: 8-byte read/write of an eventfd we own (non-blocking: clearing an unset one is EAGAIN).
+    unsafe {
+        libc::read(fd, (&mut counter as *mut u64).cast(), 8);
+        if ring.query(BPF_RB_AVAIL_DATA) > 0 {
+            counter = 1;
+            libc::write(fd, (&counter as *const u64).cast(), 8);
+        }
+    }
+}
+
+/// `mmap` of a map descriptor.
+pub fn mmap(object: &MapObject, region: &Region, addr: *mut c_void, len: usize, prot: c_int, flags: c_int, offset: i64) -> Result<*mut c_void, c_int> {
+    let page = PAGE_SIZE as u64;
+    let info = object.map.info();
+    if flags & libc::MAP_SHARED == 0 || offset < 0 || len == 0 {
+        return Err(libc::EINVAL);
+    }
+    let (offset, len64) = (offset as u64, len as u64);
+    let map_file = |at: *mut c_void, len: u64, file_offset: u64, extra: c_int| {
+        let mapped = real::mmap(at, len as usize, prot, libc::MAP_SHARED | extra, region.fd(), file_offset as libc::off_t);
+        if mapped == libc::MAP_FAILED {
+            Err(crate::objects::errno())
+        } else {
+            Ok(mapped)
+        }
+    };
+    let fixed = flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE);
+    match object.map.kind() {
+        MapKind::Array | MapKind::PercpuArray => {
+            if info.def.map_flags & uebpf_maps::def::BPF_F_MMAPABLE == 0 {
+                return Err(libc::ENODEV);
+            }
+            if prot & libc::PROT_WRITE != 0 && object.frozen.load(Ordering::Acquire) {
+                return Err(libc::EPERM);
+            }
+            let values = info.storage.values_len(info.def.max_entries).div_ceil(page) * page;
+            if offset.checked_add(len64).is_none_or(|end| end > values) {
+                return Err(libc::EINVAL);
+            }
+            map_file(addr, len64, info.values_offset() + offset, fixed)
+        }
+        MapKind::RingBuf => {
+            let size = u64::from(info.def.max_entries);
+            if offset == 0 && len64 <= page {
+                map_file(addr, len64, info.ringbuf_consumer_offset(), fixed)
+            } else if offset == page && len64 <= page + 2 * size {
+                if prot & libc::PROT_WRITE != 0 {
+                    return Err(libc::EPERM); // the kernel's producer page and data are read-only
+                }
+                let first = len64.min(page + size);
+                if len64 == first {
+                    return map_file(addr, len64, info.ringbuf_producer_offset(), fixed);
+                }
+                // Reserve the whole range, then map the producer page + data, and the data again.
+                let base = real::mmap(addr, len, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | fixed, -1, 0);
+                if base == libc::MAP_FAILED {
+                    return Err(crate::objects::errno());
+                }
+                let second = base.cast::<u8>().wrapping_add(first as usize).cast();
+                let result = map_file(base, first, info.ringbuf_producer_offset(), libc::MAP_FIXED)
+                    .and_then(|_| map_file(second, len64 - first, info.values_offset(), libc::MAP_FIXED));
+                if result.is_err() {
+                    // SAFETY: the range we reserved above.
+                    unsafe { libc::munmap(base, len) };
+                }
+                result.map(|_| base)
+            } else {
+                Err(libc::EINVAL)
+            }
+        }
+        MapKind::Hash | MapKind::PercpuHash => Err(libc::ENODEV), // the kernel cannot mmap hashes either
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uebpf_maps::{MapDef, RegionSpec};
+
+    fn readable(fd: c_int, timeout_ms: c_int) -> bool {
+        let mut poll = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut poll, 1, timeout_ms) == 1 }
+    }
+
+    #[test]
+    fn the_eventfd_is_readable_while_records_wait() {
+        let region = Region::create_anonymous(RegionSpec::with_arena(1 << 20)).unwrap();
+        let def = MapDef { map_type: uebpf_maps::def::BPF_MAP_TYPE_RINGBUF, max_entries: 4096, ..Default::default() };
+        let map = Arc::new(region.map(region.create_map("ring", &def, None).unwrap()).unwrap());
+        // SAFETY: a fresh eventfd.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        let bridge = Bridge::start(Arc::clone(&map), fd).unwrap();
+        assert!(!readable(fd, 200), "nothing to read yet");
+        let ring = map.ringbuf().unwrap();
+        // SAFETY: 8 readable bytes.
+        unsafe { ring.output(b"record!!".as_ptr(), 8, 0) }.unwrap();
+        assert!(readable(fd, 5000), "a producer's wakeup reaches the eventfd");
+        assert!(readable(fd, 0), "level-triggered: still readable while the record waits");
+        assert_eq!(ring.consume(|_| {}), 1);
+        bridge.refresh(); // what our epoll_wait does before it waits
+        assert!(!readable(fd, 0), "drained: not readable, so the consumer sleeps");
+        drop(bridge);
+        real::close(fd);
+    }
+}

@@ -1,0 +1,163 @@
+"""Compatibility corpus (seed 004, experiment 8): the same .bpf.o and the same unmodified libbpf
+loader, run against the kernel and against uebpf, must print the same thing for the same
+workload run.
+
+Every program traces build/bin/compat_app, which says READY, waits for a start line, makes a
+fixed sequence of calls and prints what it did; each program's output is first checked against that
+report (so the kernel side is right), then the uebpf side must equal the kernel side.
+
+The uebpf side needs the agent (libuebpf_agent.so, issue 9) in the target: until it exists the
+test is an expected failure; it runs for real as soon as build/lib/libuebpf_agent.so is built.
+
+To add a program: one CorpusProgram line (its loader's command, how to read its output, what
+that output must be for the workload's report)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from conftest import BUILD
+from tracecost import system
+from tracecost.procs import Child, started
+from tracecost.tracers.ebpf import read_functrace
+
+APP = BUILD / "bin" / "compat_app"
+SERVER = BUILD / "lib" / "libuebpf_server.so"
+AGENT = BUILD / "lib" / "libuebpf_agent.so"
+TRACE = Path("/sys/kernel/tracing/trace")
+OPS_PER_HIT = 4
+
+
+@dataclass
+class Run:
+    """One corpus program on one workload run: what the loader and the workload left."""
+    side: str                  # "kernel" or "uebpf"
+    app_pid: int
+    report: dict               # the workload's own account of its calls
+    loader_stdout: str
+    app_stderr: str
+    workdir: Path
+
+    def loader_json(self) -> dict:
+        return json.loads(self.loader_stdout.strip().splitlines()[-1])
+
+
+def printk_messages(run: Run) -> list[str]:
+    """bpf_printk lines of the workload: the kernel's trace buffer, or (uebpf) its stderr."""
+    marker = "bpf_trace_printk: "
+    if run.side == "kernel":
+        lines = [line for line in TRACE.read_text(errors="replace").splitlines() if f"-{run.app_pid} " in line]
+    else:
+        lines = run.app_stderr.splitlines()
+    return [line.split(marker, 1)[1] for line in lines if marker in line]
+
+
+def libc_of(pid: int) -> str:
+    maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    return next(line.split()[-1] for line in maps if line.split()[-1].endswith("/libc.so.6"))
+
+
+@dataclass(frozen=True)
+class CorpusProgram:
+    name: str
+    loader: Callable[[int, Path], list]    # (workload pid, workdir) -> argv
+    output: Callable[[Run], object]         # what is compared
+    expected: Callable[[dict], object]      # that output, from the workload's report
+
+
+CORPUS = [
+    CorpusProgram(
+        "functrace",
+        lambda pid, work: [BUILD / "bin" / "functrace", "--binary", BUILD / "lib" / "libmylib.so",
+                           "--symbol", "my_traced_function", "--pid", pid, "--output", work / "trace.bin"],
+        lambda run: [(e.kind, e.a, e.b, e.s, e.ret) for e in read_functrace(run.workdir / "trace.bin")],
+        lambda report: [event for a, b, _c, s, ret in report["calls"]
+                        for event in (("entry", a, b, s, None), ("exit", None, None, None, ret))],
+    ),
+    CorpusProgram(
+        "micro map operations",
+        lambda pid, work: [BUILD / "bin" / "micro", "--binary", APP, "--pid", pid, "--ops-per-hit", OPS_PER_HIT,
+                           "--attach", "hash_update:compat_tick", "--attach", "percpu_array_lookup:compat_tick"],
+        lambda run: {"hits": {slot: n for slot, n in run.loader_json()["hits"].items() if n},
+                     "results": run.loader_json()["results"]},
+        lambda report: {"hits": {"hash_update": report["ticks"], "percpu_array_lookup": report["ticks"]},
+                        "results": {op: {"0": OPS_PER_HIT * report["ticks"]} for op in ("hash_update", "percpu_array_lookup")}},
+    ),
+    CorpusProgram(
+        "malloc counter",
+        lambda pid, work: [BUILD / "bin" / "malloc_sizes", "--binary", libc_of(pid), "--symbol", "malloc", "--pid", pid],
+        # Only the workload's own sizes: its C library's internal requests (and, with uebpf, the
+        # agent's) are not part of the workload's account.
+        lambda run: {size: run.loader_json()["sizes"].get(size) for size in run.report["mallocs"]}
+                    | {"overflow": run.loader_json()["overflow"]},
+        lambda report: report["mallocs"] | {"overflow": 0},
+    ),
+    CorpusProgram(
+        "latency histogram",
+        lambda pid, work: [BUILD / "bin" / "func_latency", "--binary", APP, "--symbol", "compat_timed", "--pid", pid],
+        lambda run: run.loader_json()["buckets"],
+        lambda report: {str(bucket): n for bucket, n in Counter(int(math.log2(us)) for us in report["timed_us"]).items()},
+    ),
+    CorpusProgram(
+        "bpf_printk",
+        lambda pid, work: [BUILD / "bin" / "greet_printk", "--binary", APP, "--symbol", "compat_greet", "--pid", pid],
+        printk_messages,
+        lambda report: [f"hello {name} {n}" for name, n in report["greets"]],
+    ),
+]
+IDS = [program.name for program in CORPUS]
+
+
+def run_program(program: CorpusProgram, side: str, workdir: Path) -> Run:
+    """Workload waiting, loader attached (READY), workload run, loader stopped."""
+    workdir.mkdir()
+    region = f"test-compat-{os.getpid()}-{program.name.replace(' ', '-')}"
+    loader_env = app_env = dict(os.environ)
+    if side == "uebpf":
+        loader_env = {**os.environ, "LD_PRELOAD": str(SERVER), "UEBPF_REGION": region}
+        app_env = {**os.environ, "LD_PRELOAD": str(AGENT), "UEBPF_REGION": region}
+    app = subprocess.Popen([str(APP)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env=app_env)
+    try:
+        assert app.stdout.readline().strip() == "READY", "compat_app did not start"
+        argv = [str(a) for a in program.loader(app.pid, workdir)]
+        with started(lambda: Child(argv, stderr_path=workdir / "loader.err", env=loader_env)) as loader:
+            loader.wait_for_line("READY", timeout_s=30)
+            report, app_stderr = app.communicate("go\n", timeout=60)
+            assert app.returncode == 0, app_stderr
+            assert loader.stop().exit_code == 0, loader.stderr_text()
+            return Run(side, app.pid, json.loads(report), loader.read_stdout(), app_stderr, workdir)
+    finally:
+        if app.poll() is None:
+            app.kill()
+            app.wait()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernel_tracing():
+    system.require_kernel_bpf()
+    system.ensure_tracefs(say=lambda _msg: None)
+
+
+@pytest.mark.parametrize("program", CORPUS, ids=IDS)
+def test_kernel_output_matches_the_workload(program, tmp_path):
+    run = run_program(program, "kernel", tmp_path / "kernel")
+    assert program.output(run) == program.expected(run.report)
+
+
+@pytest.mark.xfail(not AGENT.exists(), reason="needs libuebpf_agent.so (issue 9)", strict=True)
+@pytest.mark.parametrize("program", CORPUS, ids=IDS)
+def test_uebpf_output_equals_the_kernel_output(program, tmp_path):
+    assert AGENT.exists(), "needs libuebpf_agent.so (issue 9)"
+    kernel = run_program(program, "kernel", tmp_path / "kernel")
+    uebpf = run_program(program, "uebpf", tmp_path / "uebpf")
+    assert program.output(uebpf) == program.output(kernel) == program.expected(kernel.report)

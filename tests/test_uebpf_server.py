@@ -1,0 +1,371 @@
+"""The uebpf bpf(2) server: the project's unmodified libbpf loaders (functrace, micro) run with
+build/lib/libuebpf_server.so preloaded, against a uebpf region instead of the kernel.
+
+The agent that runs programs inside targets does not exist yet, so `uebpf fire REGION` stands in
+for the target: it reads the region's attach table and runs every enabled uprobe/uretprobe
+program on a struct pt_regs with known arguments, as the agent will at the probed function. The
+loader must then report exactly those events."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BUILD, uprobes_in
+from tracecost.procs import Child, started
+from tracecost.tracers.ebpf import parse_summary, read_functrace
+
+SERVER = BUILD / "lib" / "libuebpf_server.so"
+UEBPF = BUILD / "bin" / "uebpf"
+LIBRARY = BUILD / "lib" / "libmylib.so"
+SYMBOL = "my_traced_function"
+SHM = Path("/dev/shm")
+
+
+def region_name(label: str) -> str:
+    return f"test-server-{label}-{os.getpid()}"
+
+
+@pytest.fixture(autouse=True)
+def no_region_left_behind():
+    """Every loader removes its region, unless it was SIGKILLed (a failing test kills it):
+    then the file is removed here, so that one failure does not leave files for the rest."""
+    yield
+    left = list(SHM.glob(f"uebpf-test-server-*-{os.getpid()}"))
+    for path in left:
+        path.unlink()
+    assert not left, f"regions left behind: {left}"
+
+
+def server_env(region: str, **extra: str) -> dict[str, str]:
+    return {**os.environ, "LD_PRELOAD": str(SERVER), "UEBPF_REGION": region, **extra}
+
+
+@contextlib.contextmanager
+def loader(argv: list, region: str, tmp_path: Path, **env: str):
+    """A loader under the server, ready (it printed READY); always gone afterwards."""
+    with started(lambda: Child([str(a) for a in argv], stderr_path=tmp_path / f"{region}.err", env=server_env(region, **env))) as child:
+        child.wait_for_line("READY", timeout_s=30)
+        yield child
+
+
+def uebpf(*args, check=True, **kwargs) -> dict:
+    result = subprocess.run([str(UEBPF), *map(str, args)], capture_output=True, text=True, timeout=60, **kwargs)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout) if result.stdout.strip() else {}
+
+
+def file_offset(binary: Path, symbol: str) -> int:
+    """The symbol's file offset (what libbpf gives the kernel): value - segment vaddr + offset."""
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(binary)], capture_output=True, text=True, check=True).stdout
+    value = next(int(line.split()[0], 16) for line in symbols.splitlines() if line.split()[-1] == symbol)
+    headers = subprocess.run(["readelf", "-lW", str(binary)], capture_output=True, text=True, check=True).stdout
+    for line in headers.splitlines():
+        fields = line.split()
+        if fields[:1] == ["LOAD"] and "E" in fields[6:-1]:
+            offset, vaddr, size = int(fields[1], 16), int(fields[2], 16), int(fields[5], 16)
+            if vaddr <= value < vaddr + size:
+                return value - vaddr + offset
+    raise AssertionError(f"{symbol} is in no executable segment of {binary}")
+
+
+def functrace_argv(output: Path, *extra) -> list:
+    return [BUILD / "bin" / "functrace", "--binary", LIBRARY, "--symbol", SYMBOL, "--output", output, *extra]
+
+
+def test_functrace_attaches_in_the_table_and_reports_exactly_the_fired_events(tmp_path):
+    region, output = region_name("functrace"), tmp_path / "trace.bin"
+    with loader(functrace_argv(output), region, tmp_path) as child:
+        path = SHM / f"uebpf-{region}"
+        assert path.stat().st_mode & 0o777 == 0o600
+        table = uebpf("attachments", region)["attachments"]
+        offset = file_offset(LIBRARY, SYMBOL)
+        assert [(a["kind"], a["program"], a["state"], a["pid"], a["target"], a["offset"]) for a in table] == [
+            ("uprobe", "functrace_entry", "enabled", -1, str(LIBRARY.resolve()), offset),
+            ("uretprobe", "functrace_exit", "enabled", -1, str(LIBRARY.resolve()), offset),
+        ]
+        fired = uebpf("fire", region, "--engine", "jit", "--regs", "di=-7,si=0x123456789,dx=str:hello uebpf",
+                      "--ret", "-42", "--repeat", "5")
+        assert [f["runs"] for f in fired["fired"]] == [5, 5]
+        usage = child.stop()
+        summary = parse_summary(child.read_stdout())
+    assert usage.exit_code == 0, child.stderr_text()
+    assert summary | {"peak_rss_kb": 0} == {"received": 10, "entry": 5, "exit": 5, "submitted": 10, "dropped": 0,
+                                            "bytes": 16 + 10 * 104, "peak_rss_kb": 0}
+    events = read_functrace(output)
+    entries = [e for e in events if e.kind == "entry"]
+    exits = [e for e in events if e.kind == "exit"]
+    assert {(e.a, e.b, e.s) for e in entries} == {(-7, 0x123456789, "hello uebpf")}
+    assert {e.ret for e in exits} == {-42}
+    assert len(entries) == len(exits) == 5
+    assert not path.exists(), "the loader removes its region when it exits"
+    assert uebpf("attachments", region, check=False) == {}
+
+
+def test_a_long_poll_still_consumes_and_stops_promptly(tmp_path):
+    """With a 60 s poll timeout the loader sleeps in epoll_wait: the records it reports reached
+    it (by a wakeup or the final drain) and SIGINT ends the wait at once. The wakeup itself,
+    futex to eventfd, is checked in runtime/server (ring::tests)."""
+    region, output = region_name("longpoll"), tmp_path / "trace.bin"
+    with loader(functrace_argv(output, "--poll-ms", "60000"), region, tmp_path) as child:
+        uebpf("fire", region, "--regs", "di=1,si=2,dx=str:x", "--repeat", "4")
+        started_stop = time.monotonic()
+        assert child.stop(timeout_s=30).exit_code == 0, child.stderr_text()
+        assert time.monotonic() - started_stop < 10, "SIGINT interrupted the 60 s wait"
+        assert parse_summary(child.read_stdout())["received"] == 8
+
+
+RAW_CALLS = r"""
+import ctypes, json, os, struct, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+keep = []
+def ptr(data):
+    buf = ctypes.create_string_buffer(data, len(data) + 1)
+    keep.append(buf)
+    return ctypes.addressof(buf)
+def check(result):
+    return [result, ctypes.get_errno() if result < 0 else 0]
+def bpf(cmd, attr):
+    return check(libc.syscall(321, cmd, ctypes.c_void_p(ptr(attr.ljust(144, b"\0"))), 144))
+def prog(prog_type):
+    insns = struct.pack("<BBhi", 0xb7, 0, 0, 0) + struct.pack("<BBhi", 0x95, 0, 0, 0)
+    return bpf(5, struct.pack("<IIQQ", prog_type, 2, ptr(insns), ptr(b"GPL")))[0]
+def perf_open(kind, config, config1=0, config2=0):
+    attr = struct.pack("<IIQ", kind, 128, config) + bytes(40) + struct.pack("<QQ", config1, config2) + bytes(56)
+    return check(libc.syscall(298, ctypes.c_void_p(ptr(attr)), -1, 0, -1, 8))
+def ioctl(fd, request, arg):
+    return check(libc.ioctl(fd, ctypes.c_ulong(request), ctypes.c_long(arg)))
+def table():
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    out = subprocess.run([sys.argv[1], "attachments", os.environ["UEBPF_REGION"]], env=env, capture_output=True, text=True).stdout
+    return [(a["kind"], a["state"], a["target"]) for a in json.loads(out)["attachments"]]
+SET_BPF, ENABLE, DISABLE = 0x40042408, 0x2400, 0x2401
+uprobe_type = int(open("/sys/bus/event_source/devices/uprobe/type").read())
+kprobe, tracepoint = prog(2), prog(5)
+out = {}
+binary = sys.argv[2].encode()
+out["missing_binary"] = perf_open(uprobe_type, 0, ptr(b"/nonexistent/binary"), 0)[1]
+out["offset_beyond_file"] = perf_open(uprobe_type, 0, ptr(binary), 1 << 40)[1]
+pfd = perf_open(uprobe_type, 0, ptr(binary), 0x1000)[0]
+out["set_bpf"] = ioctl(pfd, SET_BPF, kprobe)
+out["after_set_bpf"] = table()
+out["enable"] = ioctl(pfd, ENABLE, 0)
+out["after_enable"] = table()
+out["second_set_bpf"] = ioctl(pfd, SET_BPF, kprobe)[1]
+os.close(pfd)
+out["after_close"] = table()
+libc.fopen.restype = ctypes.c_void_p
+stream = ctypes.c_void_p(libc.fopen(b"/sys/kernel/tracing/events/syscalls/sys_enter_openat/id", b"r"))
+line = ctypes.create_string_buffer(32)
+libc.fgets(line, 32, stream)
+libc.fclose(stream)
+tp_id = int(line.value)  # read as libbpf reads it: through the C library's fopen
+out["tracepoint_id"] = tp_id
+tfd = perf_open(2, tp_id)[0]
+out["wrong_program_type"] = ioctl(tfd, SET_BPF, kprobe)[1]
+out["tracepoint_link"] = bpf(28, struct.pack("<IIII", tracepoint, tfd, 41, 0))[0] > 0
+out["tracepoint_table"] = table()[-1]
+out["not_a_uebpf_fd"] = ioctl(1, ENABLE, 0)[1]
+log = ctypes.create_string_buffer(256)
+out["bad_btf"] = bpf(18, struct.pack("<QQIII", ptr(b"not BTF at all"), ctypes.addressof(log), 14, 256, 1))[1]
+out["bad_btf_log"] = log.value.decode()
+print(json.dumps(out))
+"""
+
+
+def test_raw_perf_event_calls_fill_the_attach_table(tmp_path):
+    """perf_event_open + PERF_EVENT_IOC_SET_BPF/ENABLE (libbpf's path on kernels without perf
+    links), close detaching, syscall tracepoint ids served for an unprivileged tracefs, checks."""
+    region = region_name("raw")
+    result = subprocess.run([sys.executable, "-c", RAW_CALLS, str(UEBPF), str(LIBRARY)], capture_output=True,
+                            text=True, timeout=60, env=server_env(region))
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    library = str(LIBRARY.resolve())
+    assert (out["missing_binary"], out["offset_beyond_file"]) == (2, 22)  # ENOENT, EINVAL: as the kernel
+    assert out["set_bpf"] == [0, 0] and out["enable"] == [0, 0]
+    assert out["after_set_bpf"] == [["uprobe", "disabled", library]], "attached, not enabled yet"
+    assert out["after_enable"] == [["uprobe", "enabled", library]]
+    assert out["second_set_bpf"] == 17  # EEXIST
+    assert out["after_close"] == [["uprobe", "detached", library]], "closing the perf event detaches"
+    assert out["tracepoint_id"] >= 0x7EBF0000
+    assert out["wrong_program_type"] == 22, "a kprobe program does not attach to a tracepoint"
+    assert out["tracepoint_link"]
+    assert out["tracepoint_table"] == ["syscall_tracepoint", "disabled", "syscalls/sys_enter_openat"]
+    assert out["not_a_uebpf_fd"] == 25, "ioctl on other descriptors reaches the kernel (ENOTTY for a pipe)"
+    assert out["bad_btf"] == 22 and out["bad_btf_log"].startswith("uebpf: BTF: "), out["bad_btf_log"]
+
+
+def test_micro_loads_prefills_attaches_uprobes_and_a_syscall_tracepoint(tmp_path):
+    region, microbench = region_name("micro"), (BUILD / "bin" / "microbench").resolve()
+    # The stand-in target prints its pid, waits until the loader has attached, then fires.
+    target = subprocess.Popen([str(UEBPF), "fire", region, "--wait", "--repeat", "3"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        target_pid = json.loads(target.stdout.readline())["pid"]
+        argv = [BUILD / "bin" / "micro", "--binary", microbench, "--pid", target_pid,
+                "--attach", "hash_lookup:__bench_hash_map_lookup", "--attach", "empty_uretprobe:__bench_uretprobe",
+                "--attach", "sys_enter_pid", "--prefill", "hash", "--ops-per-hit", "10"]
+        with loader(argv, region, tmp_path) as child:
+            table = uebpf("attachments", region)["attachments"]
+            assert [(a["kind"], a["program"], a["pid"], a["target"]) for a in table] == [
+                ("uprobe", "hash_lookup", target_pid, str(microbench)),
+                ("uretprobe", "empty_uretprobe", target_pid, str(microbench)),
+                ("syscall_tracepoint", "sys_enter_pid", -1, "raw_syscalls/sys_enter"),
+            ]
+            fired, _ = target.communicate("go\n", timeout=30)
+            assert [f["program"] for f in json.loads(fired)["fired"]] == ["hash_lookup", "empty_uretprobe"]
+            assert child.stop().exit_code == 0, child.stderr_text()
+            counts = json.loads(child.read_stdout().strip().splitlines()[-1])
+    finally:
+        if target.poll() is None:
+            target.kill()
+            target.wait()
+    assert counts["hits"]["hash_lookup"] == 3 and counts["hits"]["empty_uretprobe"] == 3
+    assert counts["results"]["hash_lookup"] == {"0": 30}, "the prefilled keys were found: 10 lookups per hit"
+    assert counts["hits"]["sys_enter_pid"] == 0, "syscall tracepoints are recorded for the agent, not run"
+
+
+def test_refusals_are_clear(tmp_path):
+    """A perf event array (the perf buffer) is refused with the reason; a program calling a helper
+    uebpf lacks is refused through the loader's log buffer, naming the helper."""
+    script = r"""
+import ctypes, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def bpf(cmd, attr):
+    buf = ctypes.create_string_buffer(attr.ljust(144, b"\0"), 144)
+    return libc.syscall(321, cmd, buf, 144), ctypes.get_errno()
+# BPF_MAP_CREATE of a perf event array (type 4, key 4, value 4, 2 entries)
+fd, err = bpf(0, struct.pack("<5I", 4, 4, 4, 2, 0))
+print("perf_event_array", fd, err)
+# BPF_PROG_LOAD: kprobe program calling bpf_get_current_task (35), with a log buffer
+insns = struct.pack("<BBhi", 0x85, 0, 0, 35) + struct.pack("<BBhi", 0x95, 0, 0, 0)
+code = ctypes.create_string_buffer(insns, len(insns))
+log = ctypes.create_string_buffer(4096)
+license = ctypes.create_string_buffer(b"GPL")
+attr = struct.pack("<IIQQIIQ", 2, 2, ctypes.addressof(code), ctypes.addressof(license), 1, 4096, ctypes.addressof(log))
+fd, err = bpf(5, attr)
+print("prog", fd, err, log.value.decode())
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                            env=server_env(region_name("refusals")))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "perf_event_array -1 22"
+    assert "perf_event_array (4) is not supported by uebpf" in result.stderr
+    assert lines[1].startswith("prog -1 13 uebpf: program `(unnamed)` calls bpf_get_current_task (35), which uebpf does not provide")
+    assert not (SHM / f"uebpf-{region_name('refusals')}").exists()
+
+
+# A loader that leaves SIGTERM and SIGSEGV at their default actions: it creates one map (so the
+# region exists), says READY, then sleeps, or crashes if asked.
+SLEEPING_LOADER = r"""
+import ctypes, struct, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+attr = ctypes.create_string_buffer(struct.pack("<5I", 2, 4, 8, 1, 0).ljust(144, b"\0"), 144)
+fd = libc.syscall(321, 0, attr, 144)
+if fd < 0:
+    sys.exit(f"errno {ctypes.get_errno()}")
+print("READY", flush=True)
+if sys.argv[1] == "crash":
+    ctypes.string_at(0)
+time.sleep(60)
+"""
+
+
+def sleeping_loader(region: str, tmp_path: Path, action: str = "sleep") -> Child:
+    return Child([sys.executable, "-c", SLEEPING_LOADER, action], stderr_path=tmp_path / f"{action}.err",
+                 env=server_env(region))
+
+
+@pytest.mark.parametrize("end", ["SIGTERM", "crash"])
+def test_the_region_is_removed_when_the_loader_dies_of_a_signal(tmp_path, end):
+    region = region_name(end.lower())
+    path = SHM / f"uebpf-{region}"
+    with started(lambda: sleeping_loader(region, tmp_path, "crash" if end == "crash" else "sleep")) as child:
+        if end == "SIGTERM":
+            child.wait_for_line("READY", timeout_s=30)
+            assert path.exists()
+            child.send(signal.SIGTERM)
+        usage = child.wait(timeout_s=30)
+    expected = signal.SIGTERM if end == "SIGTERM" else signal.SIGSEGV
+    assert usage.exit_code == -expected, "the loader dies of the signal, as it would have without the server"
+    assert not path.exists()
+
+
+def test_a_live_region_is_never_shared_and_an_orphaned_one_is_replaced(tmp_path):
+    region = region_name("owner")
+    path = SHM / f"uebpf-{region}"
+    with started(lambda: sleeping_loader(region, tmp_path)) as first:
+        first.wait_for_line("READY", timeout_s=30)
+        with started(lambda: sleeping_loader(region, tmp_path, "second")) as second:
+            assert second.wait(timeout_s=30).exit_code == 1
+            assert f"region {path} belongs to the running process {first.pid}" in second.stderr_text()
+            assert second.stderr_text().splitlines()[-1] == "errno 17"  # EEXIST
+        first.kill()  # SIGKILL: nothing can remove the file
+    assert path.exists()
+    with started(lambda: sleeping_loader(region, tmp_path)) as third:
+        third.wait_for_line("READY", timeout_s=30)  # the orphan, whose creator is gone, was replaced
+        assert path.stat().st_size > 0
+        third.stop(signal.SIGTERM)
+    assert not path.exists()
+
+
+def test_two_loader_target_pairs_do_not_see_each_other(tmp_path):
+    first, second = region_name("pair-a"), region_name("pair-b")
+    with loader(functrace_argv(tmp_path / "a.bin"), first, tmp_path) as a, \
+         loader(functrace_argv(tmp_path / "b.bin"), second, tmp_path) as b:
+        uebpf("fire", first, "--regs", "di=1,si=1,dx=str:a", "--repeat", "3")
+        assert a.stop().exit_code == 0 and b.stop().exit_code == 0
+        summaries = parse_summary(a.read_stdout()), parse_summary(b.read_stdout())
+    assert [s["received"] for s in summaries] == [6, 0]
+
+
+def unused_uid() -> int:
+    for uid in range(61000, 65000):
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return uid
+    raise AssertionError("no unused uid between 61000 and 65000")
+
+
+def test_an_unprivileged_user_loads_attaches_and_consumes(tmp_path):
+    """An ordinary user (an unused uid, no capabilities, private HOME and TMPDIR) runs the loader
+    and the stand-in target: nothing reaches the kernel, so nothing needs privilege."""
+    uid = unused_uid()
+    home = Path(tempfile.mkdtemp(prefix="tracecost-unprivileged-"))
+    try:
+        os.chown(home, uid, uid)
+        as_user = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all"]
+        region, output = region_name("unprivileged"), home / "trace.bin"
+        env = {"HOME": str(home), "TMPDIR": str(home)}
+        with loader([*as_user, *functrace_argv(output)], region, tmp_path, **env) as child:
+            path = SHM / f"uebpf-{region}"
+            assert (path.stat().st_uid, path.stat().st_mode & 0o777) == (uid, 0o600)
+
+            assert uprobes_in(LIBRARY) == [], "no kernel uprobe: the attach went to the region"
+            fired = subprocess.run([*as_user, str(UEBPF), "fire", region, "--regs", "di=3,si=4,dx=str:user", "--ret", "7"],
+                                   capture_output=True, text=True, env={**os.environ, **env}, timeout=60)
+            assert fired.returncode == 0, fired.stderr
+            assert child.stop().exit_code == 0, child.stderr_text()
+            summary = parse_summary(child.read_stdout())
+            assert "Operation not permitted" not in child.stderr_text()
+        assert (summary["entry"], summary["exit"]) == (1, 1)
+        assert [(e.kind, e.a, e.s, e.ret) for e in read_functrace(output)] == [("entry", 3, "user", None), ("exit", None, None, 7)]
+    finally:
+        shutil.rmtree(home)

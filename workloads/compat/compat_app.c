@@ -1,0 +1,109 @@
+/* compat_app: the workload of the compatibility corpus (tests/test_compat.py), where one
+ * .bpf.o and one loader run on the kernel and on uebpf and must print the same thing.
+ *
+ * It prints "READY" once it runs (its libraries are mapped: a tracer can resolve them in
+ * /proc/PID/maps), waits for a line on stdin (the harness sends one once every tracer is
+ * attached), then makes a fixed sequence of calls, each with values a tracer's output can be checked against,
+ * and prints one JSON line saying what it did:
+ *   {"mallocs":{SIZE:COUNT,...},"ticks":N,"timed_us":[US,...],"greets":[[NAME,N],...],
+ *    "calls":[[A,B,C,S,RET],...]}
+ *   malloc(SIZE)             sizes no C library call of this program uses (malloc counter)
+ *   compat_tick()            an empty function (map operation programs)
+ *   compat_timed(US)         busy-waits US microseconds: each just above a power of two of at
+ *                            least 32 ms, so a log2 histogram puts it in one bucket even if the
+ *                            probes and the scheduler (another process on its CPU) add 32 ms
+ *                            (latency histogram)
+ *   compat_greet(NAME, N)    bpf_printk probe
+ *   my_traced_function(...)  libmylib's traced function (functrace) */
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mylib.h"
+
+#define COUNT(array) (sizeof(array) / sizeof((array)[0]))
+
+static const struct { size_t size; int count; } MALLOCS[] = { { 3001, 1 }, { 3002, 2 }, { 40003, 3 } };
+static const unsigned TIMED_US[] = { 33500, 33500, 33500, 67000, 67000, 134000 };
+static const struct { const char *name; int n; } GREETS[] = { { "alice", 1 }, { "bob", 2 }, { "carol", 3 } };
+static const struct { int32_t a; uint64_t b; double c; const char *s; } CALLS[] = {
+	{ -7, 42, 1.5, "first" }, { 2147483647, 18446744073709551615ull, -2.25, "second call" }, { 0, 0, 0, "" },
+};
+#define TICKS 5
+
+/* Pointers escape through this array so that the compiler keeps every malloc. */
+static void *volatile kept[8];
+
+/* The asm statements keep the compiler from treating the functions as pure and dropping calls. */
+__attribute__((noinline)) void compat_tick(void)
+{
+	__asm__ volatile("" ::: "memory");
+}
+
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+__attribute__((noinline)) void compat_timed(unsigned us)
+{
+	uint64_t end = now_us() + us;
+
+	while (now_us() < end)
+		__asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) int compat_greet(const char *name, int n)
+{
+	__asm__ volatile("" ::: "memory");
+	return (int)strlen(name) + n;
+}
+
+int main(void)
+{
+	char line[16];
+	size_t slot = 0;
+
+	printf("READY\n");
+	fflush(stdout);
+	if (!fgets(line, sizeof(line), stdin)) {
+		fprintf(stderr, "compat_app: no start line on stdin\n");
+		return 1;
+	}
+	for (size_t i = 0; i < COUNT(MALLOCS); i++)
+		for (int k = 0; k < MALLOCS[i].count; k++)
+			kept[slot++] = malloc(MALLOCS[i].size);
+	for (size_t i = 0; i < slot; i++)
+		free(kept[i]);
+	for (int i = 0; i < TICKS; i++)
+		compat_tick();
+	for (size_t i = 0; i < COUNT(TIMED_US); i++)
+		compat_timed(TIMED_US[i]);
+	for (size_t i = 0; i < COUNT(GREETS); i++)
+		compat_greet(GREETS[i].name, GREETS[i].n);
+
+	printf("{\"mallocs\":{");
+	for (size_t i = 0; i < COUNT(MALLOCS); i++)
+		printf("%s\"%zu\":%d", i ? "," : "", MALLOCS[i].size, MALLOCS[i].count);
+	printf("},\"ticks\":%d,\"timed_us\":[", TICKS);
+	for (size_t i = 0; i < COUNT(TIMED_US); i++)
+		printf("%s%u", i ? "," : "", TIMED_US[i]);
+	printf("],\"greets\":[");
+	for (size_t i = 0; i < COUNT(GREETS); i++)
+		printf("%s[\"%s\",%d]", i ? "," : "", GREETS[i].name, GREETS[i].n);
+	printf("],\"calls\":[");
+	for (size_t i = 0; i < COUNT(CALLS); i++) {
+		int64_t ret = my_traced_function(CALLS[i].a, CALLS[i].b, CALLS[i].c, CALLS[i].s);
+
+		printf("%s[%" PRId32 ",%" PRIu64 ",%g,\"%s\",%" PRId64 "]", i ? "," : "", CALLS[i].a, CALLS[i].b,
+		       CALLS[i].c, CALLS[i].s, ret);
+	}
+	printf("]}\n");
+	return 0;
+}
