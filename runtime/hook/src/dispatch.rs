@@ -1,0 +1,167 @@
+//! What the stubs call: the per-thread re-entrancy guard, the probes, and the shadow stack of
+//! return probes.
+//!
+//! Return probes: on entry the return address at `[sp]` is saved on the thread's shadow stack
+//! with `sp` and the site, and replaced by the return stub's address. When the function
+//! returns into the stub, the entry whose saved `sp` is the one just popped is taken off the
+//! stack and its return address is where execution continues. Entries above it whose `sp` is
+//! lower belong to frames that were abandoned (longjmp, exceptions): they are dropped and
+//! counted. If no entry matches (the thread switched stacks), the process aborts with a
+//! message rather than jump to an address that may be wrong.
+//!
+//! The shadow stack is mmapped on a thread's first return-probe hit (no malloc: the hooked
+//! function may be malloc itself) and unmapped by a pthread key destructor at thread exit.
+//! fork copies it with the rest of the thread, which is exactly right: the child's stack holds
+//! the same frames.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::OnceLock;
+
+use crate::regs::PtRegs;
+use crate::site::Site;
+
+/// Nested return probes per thread (recursion depth), 96 KiB of address space, touched lazily.
+pub const SHADOW_CAPACITY: usize = 4096;
+
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct ShadowEntry {
+    return_address: usize,
+    sp: usize,
+    site: *const Site,
+}
+
+#[repr(C)]
+struct ShadowStack {
+    depth: usize,
+    entries: [ShadowEntry; SHADOW_CAPACITY],
+}
+
+const SHADOW_BYTES: usize = std::mem::size_of::<ShadowStack>();
+
+struct ThreadState {
+    /// A handler of this thread is running: hits are skipped (and counted), not nested.
+    busy: Cell<bool>,
+    shadow: Cell<*mut ShadowStack>,
+}
+
+thread_local! {
+    // const-initialised and without Drop: a plain TLS access, no lazy registration.
+    static THREAD: ThreadState = const { ThreadState { busy: Cell::new(false), shadow: Cell::new(std::ptr::null_mut()) } };
+}
+
+/// Address of the return stub, set once before the first return probe is attached.
+pub(crate) static RETURN_STUB: AtomicUsize = AtomicUsize::new(0);
+
+/// Called by an entry stub.
+pub(crate) unsafe extern "C" fn on_entry(regs: *mut PtRegs, site: *const Site) {
+    let site = &*site;
+    THREAD.with(|thread| {
+        if thread.busy.replace(true) {
+            site.skipped.fetch_add(1, Relaxed);
+            return;
+        }
+        let probes = site.probes();
+        for probe in &probes.entry {
+            (probe.handler)(regs, probe.data);
+        }
+        if !probes.ret.is_empty() {
+            push_return(thread, &*regs, site);
+        }
+        thread.busy.set(false);
+    })
+}
+
+/// Called by the return stub; returns where the function really returns to.
+pub(crate) unsafe extern "C" fn on_return(regs: *mut PtRegs) -> usize {
+    THREAD.with(|thread| {
+        let was_busy = thread.busy.replace(true);
+        let entry = pop_return(thread, (*regs).sp as usize - 8);
+        let site = &*entry.site;
+        (*regs).ip = entry.return_address as u64;
+        if was_busy {
+            site.skipped.fetch_add(1, Relaxed);
+        } else {
+            for probe in &site.probes().ret {
+                (probe.handler)(regs, probe.data);
+            }
+        }
+        thread.busy.set(was_busy);
+        entry.return_address
+    })
+}
+
+unsafe fn push_return(thread: &ThreadState, regs: &PtRegs, site: &Site) {
+    let shadow = match shadow_stack(thread) {
+        Some(shadow) if shadow.depth < SHADOW_CAPACITY => shadow,
+        _ => {
+            site.missed_returns.fetch_add(1, Relaxed);
+            return;
+        }
+    };
+    let slot = regs.sp as *mut usize;
+    shadow.entries[shadow.depth] = ShadowEntry { return_address: *slot, sp: regs.sp as usize, site };
+    shadow.depth += 1;
+    *slot = RETURN_STUB.load(Relaxed);
+}
+
+unsafe fn pop_return(thread: &ThreadState, sp: usize) -> ShadowEntry {
+    let Some(shadow) = thread.shadow.get().as_mut() else {
+        fatal(b"uebpf-hook: a return probe fired on a thread with no shadow stack\n");
+    };
+    while shadow.depth > 0 {
+        let top = shadow.entries[shadow.depth - 1];
+        if top.sp > sp {
+            break;
+        }
+        shadow.depth -= 1;
+        if top.sp == sp {
+            return top;
+        }
+        (*top.site).stale_returns.fetch_add(1, Relaxed);
+    }
+    fatal(b"uebpf-hook: a return probe found no shadow-stack entry for its frame (was the stack switched?); aborting rather than returning to a wrong address\n")
+}
+
+fn fatal(message: &[u8]) -> ! {
+    unsafe {
+        libc::write(2, message.as_ptr().cast(), message.len());
+        libc::abort()
+    }
+}
+
+unsafe fn shadow_stack(thread: &ThreadState) -> Option<&mut ShadowStack> {
+    if thread.shadow.get().is_null() {
+        let key = *exit_key()?;
+        let mapped = libc::mmap(
+            std::ptr::null_mut(),
+            SHADOW_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if mapped == libc::MAP_FAILED {
+            return None;
+        }
+        libc::pthread_setspecific(key, mapped);
+        thread.shadow.set(mapped.cast());
+    }
+    thread.shadow.get().as_mut()
+}
+
+/// The pthread key whose destructor unmaps a thread's shadow stack.
+fn exit_key() -> Option<&'static libc::pthread_key_t> {
+    static KEY: OnceLock<Option<libc::pthread_key_t>> = OnceLock::new();
+    KEY.get_or_init(|| {
+        let mut key = 0;
+        (unsafe { libc::pthread_key_create(&mut key, Some(unmap_shadow)) } == 0).then_some(key)
+    })
+    .as_ref()
+}
+
+unsafe extern "C" fn unmap_shadow(shadow: *mut libc::c_void) {
+    THREAD.with(|thread| thread.shadow.set(std::ptr::null_mut()));
+    libc::munmap(shadow, SHADOW_BYTES);
+}
