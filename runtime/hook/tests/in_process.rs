@@ -265,12 +265,13 @@ fn libc_functions_can_be_hooked_while_threads_run() {
         .unwrap();
     let target = resolve(Path::new(&libc_path), &Location::Symbol("getppid".into())).unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let parent = std::os::unix::process::parent_id() as i32;
     let worker = {
         let stop = stop.clone();
         std::thread::spawn(move || {
             let mut calls = 0u64;
             while !stop.load(SeqCst) {
-                assert_eq!(unsafe { libc::getppid() }, std::os::unix::process::parent_id() as i32);
+                assert_eq!(unsafe { libc::getppid() }, parent);
                 calls += 1;
             }
             calls
