@@ -129,6 +129,8 @@ torture_clobber_check:
 
 	.data
 	.globl torture_rip_global
+	.type torture_rip_global, @object
 torture_rip_global:
 	.quad 1000
+	.size torture_rip_global, 8
 	.section .note.GNU-stack, "", @progbits
