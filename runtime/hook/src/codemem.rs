@@ -3,7 +3,7 @@
 //! displacements), so its page is placed in the closest free gap of `/proc/self/maps`.
 //! W^X: a page is written while read-write, then turned read+execute, and never written again.
 //! Pages are never unmapped: a thread may still be inside a stub or trampoline, or return
-//! through the return stub, long after its hook was detached.
+//! through an entry stub's return path, long after its hook was detached.
 
 use std::io;
 
@@ -30,11 +30,6 @@ pub(crate) fn page_near(near: usize) -> Result<*mut u8> {
         }
     }
     Err(Error::system(format!("no free page within 2 GB of {near:#x}"), io::Error::from_raw_os_error(libc::ENOMEM)))
-}
-
-/// A fresh read-write page anywhere.
-pub(crate) fn page_anywhere() -> Result<*mut u8> {
-    map(std::ptr::null_mut(), 0).map_err(|e| Error::system("mmap of a stub page", e))
 }
 
 /// Copies `code` to `page + offset`; the page must still be read-write.
@@ -72,18 +67,14 @@ fn free_pages_near(maps: &[procmaps::Mapping], near: usize) -> Vec<usize> {
 }
 
 fn map_fixed(page: usize) -> io::Result<*mut u8> {
-    map(page as *mut libc::c_void, libc::MAP_FIXED_NOREPLACE)
-}
-
-fn map(hint: *mut libc::c_void, flags: libc::c_int) -> io::Result<*mut u8> {
-    let ptr = unsafe {
-        libc::mmap(hint, PAGE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags, -1, 0)
-    };
+    let hint = page as *mut libc::c_void;
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
+    let ptr = unsafe { libc::mmap(hint, PAGE, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
     if ptr == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
     }
     // Kernels before 4.17 ignore MAP_FIXED_NOREPLACE and may place the page elsewhere.
-    if flags != 0 && ptr != hint {
+    if ptr != hint {
         unsafe { libc::munmap(ptr, PAGE) };
         return Err(io::Error::from_raw_os_error(libc::EEXIST));
     }

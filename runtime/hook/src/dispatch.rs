@@ -2,8 +2,8 @@
 //! return probes.
 //!
 //! Return probes: on entry the return address at `[sp]` is saved on the thread's shadow stack
-//! with `sp` and the site, and replaced by the return stub's address. When the function
-//! returns into the stub, the entry whose saved `sp` is the one just popped is taken off the
+//! with `sp` and the site, and the entry stub calls the function (see stubs.rs), so it returns
+//! into the stub. Then the entry whose saved `sp` is the one just popped is taken off the
 //! stack and its return address is where execution continues. Entries above it whose `sp` is
 //! lower belong to frames that were abandoned (longjmp, exceptions): they are dropped and
 //! counted. If no entry matches (the thread switched stacks), the process aborts with a
@@ -15,7 +15,7 @@
 //! the same frames.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::OnceLock;
 
 use crate::regs::PtRegs;
@@ -51,29 +51,26 @@ thread_local! {
     static THREAD: ThreadState = const { ThreadState { busy: Cell::new(false), shadow: Cell::new(std::ptr::null_mut()) } };
 }
 
-/// Address of the return stub, set once before the first return probe is attached.
-pub(crate) static RETURN_STUB: AtomicUsize = AtomicUsize::new(0);
-
-/// Called by an entry stub.
-pub(crate) unsafe extern "C" fn on_entry(regs: *mut PtRegs, site: *const Site) {
+/// Called by an entry stub; returns 1 if the stub must call the function and come back to
+/// `on_return` (a return probe saved the return address), 0 to just continue.
+pub(crate) unsafe extern "C" fn on_entry(regs: *mut PtRegs, site: *const Site) -> usize {
     let site = &*site;
     THREAD.with(|thread| {
         if thread.busy.replace(true) {
             site.skipped.fetch_add(1, Relaxed);
-            return;
+            return 0;
         }
         let probes = site.probes();
         for probe in &probes.entry {
             (probe.handler)(regs, probe.data);
         }
-        if !probes.ret.is_empty() {
-            push_return(thread, &*regs, site);
-        }
+        let returning = !probes.ret.is_empty() && push_return(thread, &*regs, site);
         thread.busy.set(false);
+        returning as usize
     })
 }
 
-/// Called by the return stub; returns where the function really returns to.
+/// Called by an entry stub after the function returned; returns where it really returns to.
 pub(crate) unsafe extern "C" fn on_return(regs: *mut PtRegs) -> usize {
     THREAD.with(|thread| {
         let was_busy = thread.busy.replace(true);
@@ -92,18 +89,19 @@ pub(crate) unsafe extern "C" fn on_return(regs: *mut PtRegs) -> usize {
     })
 }
 
-unsafe fn push_return(thread: &ThreadState, regs: &PtRegs, site: &Site) {
+/// Saves the return address at `[sp]`; false (and counted) when the shadow stack is full.
+unsafe fn push_return(thread: &ThreadState, regs: &PtRegs, site: &Site) -> bool {
     let shadow = match shadow_stack(thread) {
         Some(shadow) if shadow.depth < SHADOW_CAPACITY => shadow,
         _ => {
             site.missed_returns.fetch_add(1, Relaxed);
-            return;
+            return false;
         }
     };
-    let slot = regs.sp as *mut usize;
-    shadow.entries[shadow.depth] = ShadowEntry { return_address: *slot, sp: regs.sp as usize, site };
+    let return_address = *(regs.sp as *const usize);
+    shadow.entries[shadow.depth] = ShadowEntry { return_address, sp: regs.sp as usize, site };
     shadow.depth += 1;
-    *slot = RETURN_STUB.load(Relaxed);
+    true
 }
 
 unsafe fn pop_return(thread: &ThreadState, sp: usize) -> ShadowEntry {

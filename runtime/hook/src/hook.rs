@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::codemem;
-use crate::dispatch::{self, RETURN_STUB};
+use crate::dispatch;
 use crate::error::{Error, Result};
 use crate::patch::{self, PatchMethod};
 use crate::prologue::{self, PATCH_LEN};
@@ -55,7 +55,6 @@ impl Hook {
         if target.address != target.function.start {
             return Err(Error::refused(&target.description, "a return probe must be at the function's first instruction"));
         }
-        return_stub()?;
         attach(target, Kind::Return, handler, data)
     }
 
@@ -151,7 +150,11 @@ fn build_site(target: &Target, sites: &[&'static Site]) -> Result<&'static Site>
         stale_returns: AtomicU64::new(0),
         next: AtomicPtr::new(std::ptr::null_mut()),
     }));
-    let stub = stubs::entry_stub(page as usize, target.address, site as *const Site as usize, dispatch::on_entry as *const () as usize, trampoline_at)
+    let dispatch = stubs::Dispatch {
+        on_entry: dispatch::on_entry as *const () as usize,
+        on_return: dispatch::on_return as *const () as usize,
+    };
+    let stub = stubs::entry_stub(page as usize, target.address, site as *const Site as usize, dispatch, trampoline_at)
         .expect("the entry stub assembles");
     unsafe {
         codemem::write(page, 0, &stub);
@@ -172,22 +175,4 @@ fn original_code(start: usize, size: usize, sites: &[&'static Site]) -> Vec<u8> 
         }
     }
     code
-}
-
-/// The process's one return stub, built on first use.
-fn return_stub() -> Result<usize> {
-    static BUILT: Mutex<()> = Mutex::new(());
-    let _once = BUILT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let existing = RETURN_STUB.load(Ordering::Acquire);
-    if existing != 0 {
-        return Ok(existing);
-    }
-    let page = codemem::page_anywhere()?;
-    let code = stubs::return_stub(page as usize, dispatch::on_return as *const () as usize).expect("the return stub assembles");
-    unsafe {
-        codemem::write(page, 0, &code);
-        codemem::seal(page)?;
-    }
-    RETURN_STUB.store(page as usize, Ordering::Release);
-    Ok(page as usize)
 }

@@ -43,6 +43,7 @@ impl PtRegs {
 /// Byte offsets the stubs write; checked against the struct below.
 pub(crate) const OFFSET_IP: i32 = 128;
 pub(crate) const OFFSET_CS: i32 = 136;
+pub(crate) const OFFSET_FLAGS: i32 = 144;
 pub(crate) const OFFSET_SP: i32 = 152;
 pub(crate) const OFFSET_SS: i32 = 160;
 pub(crate) const SIZE: i32 = 168;
@@ -54,6 +55,7 @@ const _: () = {
     assert!(std::mem::size_of::<PtRegs>() == SIZE as usize);
     assert!(std::mem::offset_of!(PtRegs, ip) == OFFSET_IP as usize);
     assert!(std::mem::offset_of!(PtRegs, cs) == OFFSET_CS as usize);
+    assert!(std::mem::offset_of!(PtRegs, flags) == OFFSET_FLAGS as usize);
     assert!(std::mem::offset_of!(PtRegs, sp) == OFFSET_SP as usize);
     assert!(std::mem::offset_of!(PtRegs, ss) == OFFSET_SS as usize);
 };
