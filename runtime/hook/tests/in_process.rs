@@ -30,6 +30,14 @@ std::arch::global_asm!(
     ".globl hook_test_loop_to_start", ".type hook_test_loop_to_start,@function", "hook_test_loop_to_start:",
     "test rdi, rdi", "jz 4f", "add rsi, rdi", "dec rdi", "jmp hook_test_loop_to_start", "4:", "mov rax, rsi", "ret",
     ".size hook_test_loop_to_start, .-hook_test_loop_to_start",
+    // A leaf that changes neither flags nor registers but rax, and a caller that sets the flags
+    // to `rdi` (popfq), calls it, and returns the flags it finds afterwards (DF cleared again).
+    ".globl hook_test_flag_leaf", ".type hook_test_flag_leaf,@function", "hook_test_flag_leaf:",
+    "lea rax, [rdi + 1]", "nop", "ret",
+    ".size hook_test_flag_leaf, .-hook_test_flag_leaf",
+    ".globl hook_test_flags_across_call", ".type hook_test_flags_across_call,@function", "hook_test_flags_across_call:",
+    "sub rsp, 8", "push rdi", "popfq", "call hook_test_flag_leaf", "pushfq", "pop rax", "cld", "add rsp, 8", "ret",
+    ".size hook_test_flags_across_call, .-hook_test_flags_across_call",
     global = sym HOOK_TEST_GLOBAL,
 );
 
@@ -42,6 +50,7 @@ extern "C" {
     fn hook_test_tiny() -> u64;
     fn hook_test_into_patch(n: u64) -> u64;
     fn hook_test_loop_to_start(n: u64, acc: u64) -> u64;
+    fn hook_test_flags_across_call(flags: u64) -> u64;
 }
 
 #[no_mangle]
@@ -289,4 +298,29 @@ fn libc_functions_can_be_hooked_while_threads_run() {
     entry.detach().unwrap();
     stop.store(true, SeqCst);
     assert!(worker.join().unwrap() >= 1000);
+}
+
+#[test]
+fn status_flags_and_direction_survive_entry_and_return_probes() {
+    const CF: u64 = 1;
+    const PF: u64 = 1 << 2;
+    const AF: u64 = 1 << 4;
+    const ZF: u64 = 1 << 6;
+    const SF: u64 = 1 << 7;
+    const DF: u64 = 1 << 10;
+    const OF: u64 = 1 << 11;
+    const RESERVED: u64 = 1 << 1;
+    let patterns = [RESERVED, RESERVED | CF | ZF | OF, RESERVED | PF | AF | SF | DF, RESERVED | CF | PF | AF | ZF | SF | DF | OF];
+    let plain: Vec<u64> = patterns.iter().map(|&f| unsafe { hook_test_flags_across_call(f) }).collect();
+    let target = this_binary("hook_test_flag_leaf");
+    let (record, data) = leak(Record::default());
+    let (returns, return_data) = leak(Record::default());
+    let _entry = Hook::entry(&target, count_first_arg, data).unwrap();
+    let _ret = Hook::ret(&target, count_return, return_data).unwrap();
+    let hooked: Vec<u64> = patterns.iter().map(|&f| unsafe { hook_test_flags_across_call(f) }).collect();
+    assert_eq!(hooked, plain);
+    for (pattern, flags) in patterns.iter().zip(&hooked) {
+        assert_eq!(flags & (CF | PF | AF | ZF | SF | DF | OF), pattern & !RESERVED);
+    }
+    assert_eq!((record.hits.load(SeqCst), returns.hits.load(SeqCst)), (4, 4));
 }
