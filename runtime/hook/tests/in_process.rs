@@ -87,20 +87,21 @@ struct Record {
     last_sp: AtomicU64,
 }
 
+impl Record {
+    fn hit(&self, regs: &PtRegs, value: u64) {
+        self.hits.fetch_add(1, SeqCst);
+        self.sum.fetch_add(value, SeqCst);
+        self.last_ip.store(regs.ip, SeqCst);
+        self.last_sp.store(regs.sp, SeqCst);
+    }
+}
+
 unsafe extern "C" fn count_first_arg(regs: *mut PtRegs, data: *mut c_void) {
-    let record = &*(data as *const Record);
-    record.hits.fetch_add(1, SeqCst);
-    record.sum.fetch_add((*regs).di, SeqCst);
-    record.last_ip.store((*regs).ip, SeqCst);
-    record.last_sp.store((*regs).sp, SeqCst);
+    (*(data as *const Record)).hit(&*regs, (*regs).di);
 }
 
 unsafe extern "C" fn count_return(regs: *mut PtRegs, data: *mut c_void) {
-    let record = &*(data as *const Record);
-    record.hits.fetch_add(1, SeqCst);
-    record.sum.fetch_add((*regs).ax, SeqCst);
-    record.last_ip.store((*regs).ip, SeqCst);
-    record.last_sp.store((*regs).sp, SeqCst);
+    (*(data as *const Record)).hit(&*regs, (*regs).ax);
 }
 
 unsafe extern "C" fn seventh_argument(regs: *mut PtRegs, data: *mut c_void) {
@@ -111,6 +112,13 @@ unsafe extern "C" fn seventh_argument(regs: *mut PtRegs, data: *mut c_void) {
     record.sum.store(args.iter().sum::<u64>() + seventh, SeqCst);
 }
 
+/// The libc this process runs with, from its mappings.
+fn libc_path() -> std::path::PathBuf {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let line = maps.lines().find(|line| line.contains("libc.so.6")).unwrap();
+    line.split_whitespace().nth(5).unwrap().into()
+}
+
 fn leak(record: Record) -> (&'static Record, *mut c_void) {
     let record: &'static Record = Box::leak(Box::new(record));
     (record, record as *const Record as *mut c_void)
@@ -118,13 +126,7 @@ fn leak(record: Record) -> (&'static Record, *mut c_void) {
 
 #[test]
 fn resolves_libc_symbols_as_the_dynamic_linker_does() {
-    let libc_path = std::fs::read_to_string("/proc/self/maps")
-        .unwrap()
-        .lines()
-        .find(|line| line.contains("libc.so.6"))
-        .and_then(|line| line.split_whitespace().nth(5).map(str::to_string))
-        .unwrap();
-    let address = resolve_address(Path::new(&libc_path), "getpid").unwrap();
+    let address = resolve_address(&libc_path(), "getpid").unwrap();
     assert_eq!(address, libc::getpid as *const () as usize);
 }
 
@@ -266,13 +268,7 @@ fn threads_hammering_one_probe_are_all_counted() {
 
 #[test]
 fn libc_functions_can_be_hooked_while_threads_run() {
-    let libc_path = std::fs::read_to_string("/proc/self/maps")
-        .unwrap()
-        .lines()
-        .find(|line| line.contains("libc.so.6"))
-        .and_then(|line| line.split_whitespace().nth(5).map(str::to_string))
-        .unwrap();
-    let target = resolve(Path::new(&libc_path), &Location::Symbol("getppid".into())).unwrap();
+    let target = resolve(&libc_path(), &Location::Symbol("getppid".into())).unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let parent = std::os::unix::process::parent_id() as i32;
     let worker = {
