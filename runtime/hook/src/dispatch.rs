@@ -3,10 +3,10 @@
 //!
 //! Return probes: on entry the return address at `[sp]` is saved on the thread's shadow stack
 //! with `sp` and the site, and the entry stub calls the function (see stubs.rs), so it returns
-//! into the stub. Then the entry whose saved `sp` is the one just popped is taken off the
-//! stack and its return address is where execution continues. Entries above it whose `sp` is
-//! lower belong to frames that were abandoned (longjmp, exceptions): they are dropped and
-//! counted. If no entry matches (the thread switched stacks), the process aborts with a
+//! into the stub. Then the topmost entry whose saved `sp` is the one just popped is taken off
+//! the stack and its return address is where execution continues. Entries above it belong to
+//! frames that were abandoned (longjmp, siglongjmp out of a signal handler, exceptions): they
+//! are dropped and counted. If no entry matches (the thread switched stacks), the process aborts with a
 //! message rather than jump to an address that may be wrong.
 //!
 //! The shadow stack is mmapped on a thread's first return-probe hit (no malloc: the hooked
@@ -108,18 +108,14 @@ unsafe fn pop_return(thread: &ThreadState, sp: usize) -> ShadowEntry {
     let Some(shadow) = thread.shadow.get().as_mut() else {
         fatal(b"uebpf-hook: a return probe fired on a thread with no shadow stack\n");
     };
-    while shadow.depth > 0 {
-        let top = shadow.entries[shadow.depth - 1];
-        if top.sp > sp {
-            break;
-        }
-        shadow.depth -= 1;
-        if top.sp == sp {
-            return top;
-        }
-        (*top.site).stale_returns.fetch_add(1, Relaxed);
+    let Some(found) = shadow.entries[..shadow.depth].iter().rposition(|entry| entry.sp == sp) else {
+        fatal(b"uebpf-hook: a return probe found no shadow-stack entry for its frame (was the stack switched?); aborting rather than returning to a wrong address\n")
+    };
+    for abandoned in &shadow.entries[found + 1..shadow.depth] {
+        (*abandoned.site).stale_returns.fetch_add(1, Relaxed);
     }
-    fatal(b"uebpf-hook: a return probe found no shadow-stack entry for its frame (was the stack switched?); aborting rather than returning to a wrong address\n")
+    shadow.depth = found;
+    shadow.entries[found]
 }
 
 fn fatal(message: &[u8]) -> ! {
