@@ -6,8 +6,8 @@
 //! into the stub. Then the topmost entry whose saved `sp` is the one just popped is taken off
 //! the stack and its return address is where execution continues. Entries above it belong to
 //! frames that were abandoned (longjmp, siglongjmp out of a signal handler, exceptions): they
-//! are dropped and counted. If no entry matches (the thread switched stacks), the process aborts with a
-//! message rather than jump to an address that may be wrong.
+//! are dropped and counted. If no entry matches (the thread switched stacks), the process
+//! aborts with a message rather than jump to an address that may be wrong.
 //!
 //! The shadow stack is mmapped on a thread's first return-probe hit (no malloc: the hooked
 //! function may be malloc itself) and unmapped by a pthread key destructor at thread exit.
