@@ -13,23 +13,26 @@ use crate::procmaps;
 pub(crate) const PAGE: usize = 4096;
 /// Keep a margin below 2 GB so every rel32 inside the page reaches the target too.
 const REACH: usize = (1 << 31) - (1 << 20);
-/// The kernel refuses mappings below vm.mmap_min_addr (64 KiB by default).
+/// The kernel refuses mappings below vm.mmap_min_addr (64 KiB by default) and above the
+/// 47-bit user address space.
 const LOWEST: usize = 1 << 16;
+const HIGHEST: usize = (1 << 47) - PAGE;
 
 /// A fresh read-write page within `REACH` of `near`.
 pub(crate) fn page_near(near: usize) -> Result<*mut u8> {
     let maps = procmaps::read().map_err(|e| Error::system("reading /proc/self/maps", e))?;
     let mut candidates = free_pages_near(&maps, near);
     candidates.sort_by_key(|&page| page.abs_diff(near));
+    // A candidate can fail (another thread took the gap since we read the maps, a hole the
+    // kernel keeps for itself): try the next one, and report the last failure.
+    let mut last = io::Error::from_raw_os_error(libc::ENOMEM);
     for page in candidates {
         match map_fixed(page) {
             Ok(ptr) => return Ok(ptr),
-            // Another thread took the gap since we read the maps: try the next one.
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
-            Err(e) => return Err(Error::system("mmap of a trampoline page", e)),
+            Err(e) => last = e,
         }
     }
-    Err(Error::system(format!("no free page within 2 GB of {near:#x}"), io::Error::from_raw_os_error(libc::ENOMEM)))
+    Err(Error::system(format!("no free page within 2 GB of {near:#x}"), last))
 }
 
 /// Copies `code` to `page + offset`; the page must still be read-write.
@@ -49,7 +52,7 @@ pub(crate) unsafe fn seal(page: *mut u8) -> Result<()> {
 /// For each gap between mappings, the page in it closest to `near`, if within reach.
 fn free_pages_near(maps: &[procmaps::Mapping], near: usize) -> Vec<usize> {
     let lowest = near.saturating_sub(REACH).max(LOWEST);
-    let highest = near.saturating_add(REACH);
+    let highest = near.saturating_add(REACH).min(HIGHEST);
     let mut gaps = Vec::new();
     let mut gap_start = LOWEST;
     for mapping in maps {
