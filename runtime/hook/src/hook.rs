@@ -79,7 +79,7 @@ impl Hook {
         list.ret.retain(|probe| probe.id != self.id);
         let last = list.entry.is_empty() && list.ret.is_empty();
         if last {
-            patch::write(self.site, self.site.original)?;
+            patch::restore(self.site)?;
             self.site.patched.store(false, Ordering::Release);
         }
         self.site.publish(list);
@@ -106,7 +106,7 @@ fn attach(target: &Target, kind: Kind, handler: Handler, data: *mut c_void) -> R
     site.publish(list);
     let mut patch = None;
     if !site.patched.load(Ordering::Acquire) {
-        match patch::write(site, patch::jump_bytes(site)) {
+        match patch::install(site) {
             Ok(method) => patch = Some(method),
             Err(e) => {
                 site.publish(ProbeList::default());
@@ -143,6 +143,7 @@ fn build_site(target: &Target, sites: &[&'static Site]) -> Result<&'static Site>
         entry_stub: page as usize,
         original,
         displaced: prologue.len,
+        moved: trampoline.moved,
         patched: AtomicBool::new(false),
         probes: AtomicPtr::new(Box::into_raw(Box::default())),
         skipped: AtomicU64::new(0),
@@ -158,7 +159,7 @@ fn build_site(target: &Target, sites: &[&'static Site]) -> Result<&'static Site>
         .expect("the entry stub assembles");
     unsafe {
         codemem::write(page, 0, &stub);
-        codemem::write(page, TRAMPOLINE_OFFSET, &trampoline);
+        codemem::write(page, TRAMPOLINE_OFFSET, &trampoline.code);
         codemem::seal(page)?;
     }
     Ok(site)

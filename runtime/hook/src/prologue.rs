@@ -61,14 +61,27 @@ pub(crate) fn analyse(target: &Target, body: &[u8]) -> Result<Prologue> {
     Ok(Prologue { instructions, len })
 }
 
+/// The trampoline at `at`, and where each displaced instruction went
+/// (original address, address in the trampoline; None where the encoder rewrote it).
+pub(crate) struct Trampoline {
+    pub code: Vec<u8>,
+    pub moved: Vec<(usize, Option<usize>)>,
+}
+
 /// The trampoline at `at`: the displaced instructions, relocated, then a jump back behind them.
-pub(crate) fn relocate(target: &Target, prologue: &Prologue, at: usize) -> Result<Vec<u8>> {
+pub(crate) fn relocate(target: &Target, prologue: &Prologue, at: usize) -> Result<Trampoline> {
     let resume = (target.address + prologue.len) as u64;
     let mut block = prologue.instructions.clone();
     block.push(Instruction::with_branch(Code::Jmp_rel32_64, resume).expect("a valid jmp rel32"));
-    BlockEncoder::encode(64, InstructionBlock::new(&block, at as u64), BlockEncoderOptions::NONE)
-        .map(|encoded| encoded.code_buffer)
-        .map_err(|e| Error::refused(&target.description, format!("cannot relocate the displaced instructions: {e}")))
+    let encoded = BlockEncoder::encode(64, InstructionBlock::new(&block, at as u64), BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)
+        .map_err(|e| Error::refused(&target.description, format!("cannot relocate the displaced instructions: {e}")))?;
+    let moved = prologue
+        .instructions
+        .iter()
+        .zip(&encoded.new_instruction_offsets)
+        .map(|(instruction, &offset)| (instruction.ip() as usize, (offset != u32::MAX).then(|| at + offset as usize)))
+        .collect();
+    Ok(Trampoline { code: encoded.code_buffer, moved })
 }
 
 /// Control does not fall through to the next instruction.

@@ -45,6 +45,8 @@ pub(crate) struct Site {
     pub original: [u8; PATCH_LEN],
     /// Bytes of whole instructions the patch displaces (>= PATCH_LEN).
     pub displaced: usize,
+    /// Each displaced instruction's address and its copy in the trampoline (see patch.rs).
+    pub moved: Vec<(usize, Option<usize>)>,
     pub patched: AtomicBool,
     pub probes: AtomicPtr<ProbeList>,
     pub skipped: AtomicU64,
@@ -71,6 +73,11 @@ impl Site {
     /// Whether displacing `len` bytes at `start` (another address) would touch this site's bytes.
     pub fn overlaps(&self, start: usize, len: usize) -> bool {
         start != self.address && start < self.address + self.displaced && self.address < start + len
+    }
+
+    /// Where a thread stopped at `address` (an instruction boundary inside the patch) goes on.
+    pub fn moved_to(&self, address: usize) -> Option<usize> {
+        self.moved.iter().find(|(from, _)| *from == address).and_then(|(_, to)| *to)
     }
 
     pub fn stats(&self) -> SiteStats {

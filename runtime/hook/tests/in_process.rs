@@ -38,6 +38,14 @@ std::arch::global_asm!(
     ".globl hook_test_flags_across_call", ".type hook_test_flags_across_call,@function", "hook_test_flags_across_call:",
     "sub rsp, 8", "push rdi", "popfq", "call hook_test_flag_leaf", "pushfq", "pop rax", "cld", "add rsp, 8", "ret",
     ".size hook_test_flags_across_call, .-hook_test_flags_across_call",
+    // A function that blocks in a system call at byte 1 of its patch: hook_test_read(fd, buf, n)
+    // calls read(fd, buf, n) from there and returns its result.
+    ".globl hook_test_blocker", ".type hook_test_blocker,@function", "hook_test_blocker:",
+    "push rbp", "syscall", "pop rbp", "nop", "nop", "ret",
+    ".size hook_test_blocker, .-hook_test_blocker",
+    ".globl hook_test_read", ".type hook_test_read,@function", "hook_test_read:",
+    "xor eax, eax", "call hook_test_blocker", "ret",
+    ".size hook_test_read, .-hook_test_read",
     global = sym HOOK_TEST_GLOBAL,
 );
 
@@ -51,6 +59,7 @@ extern "C" {
     fn hook_test_into_patch(n: u64) -> u64;
     fn hook_test_loop_to_start(n: u64, acc: u64) -> u64;
     fn hook_test_flags_across_call(flags: u64) -> u64;
+    fn hook_test_read(fd: i32, buf: *mut u8, len: usize) -> i64;
 }
 
 #[no_mangle]
@@ -319,4 +328,37 @@ fn status_flags_and_direction_survive_entry_and_return_probes() {
         assert_eq!(flags & (CF | PF | AF | ZF | SF | DF | OF), pattern & !RESERVED);
     }
     assert_eq!((record.hits.load(SeqCst), returns.hits.load(SeqCst)), (4, 4));
+}
+
+#[test]
+fn a_thread_stopped_inside_the_patch_is_moved_to_the_trampoline() {
+    let target = this_binary("hook_test_blocker");
+    let mut pipe = [0; 2];
+    assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
+    let (tid_sender, tid) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        tid_sender.send(unsafe { libc::gettid() }).unwrap();
+        let mut byte = 0u8;
+        let read = unsafe { hook_test_read(pipe[0], &mut byte, 1) };
+        (read, byte)
+    });
+    // Wait until it blocks in read(2) with its next instruction at byte 3 of the patch. The
+    // checkpoint's signal restarts the read (SA_RESTART) from byte 1, where the jump's
+    // displacement will be: only if the thread was moved to the trampoline does it survive.
+    let syscall_file = format!("/proc/self/task/{}/syscall", tid.recv().unwrap());
+    let resumes_at = format!("{:#x}", target.address + 3);
+    while !std::fs::read_to_string(&syscall_file).unwrap().trim_end().ends_with(&resumes_at) {
+        std::thread::yield_now();
+    }
+    let (record, data) = leak(Record::default());
+    let hook = Hook::entry(&target, count_first_arg, data).unwrap();
+    assert_eq!(hook.patch, Some(uebpf_hook::PatchMethod::Int3));
+    assert_eq!(unsafe { libc::write(pipe[1], b"x".as_ptr().cast(), 1) }, 1);
+    assert_eq!(reader.join().unwrap(), (1, b'x'));
+    assert_eq!(record.hits.load(SeqCst), 0, "the moved thread had entered before the probe");
+    assert_eq!(unsafe { libc::write(pipe[1], b"y".as_ptr().cast(), 1) }, 1);
+    let mut byte = 0u8;
+    assert_eq!(unsafe { hook_test_read(pipe[0], &mut byte, 1) }, 1);
+    assert_eq!((byte, record.hits.load(SeqCst)), (b'y', 1));
+    unsafe { libc::close(pipe[0]); libc::close(pipe[1]) };
 }
