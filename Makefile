@@ -29,7 +29,7 @@ $(SETUP_STAMP): pyproject.toml scripts/setup.sh
 	scripts/setup.sh
 	touch $@
 
-build: setup workloads tracers runtime runtime-tools $(BUILD)/buildinfo.json
+build: setup workloads tracers runtime runtime-tools hook-victims $(BUILD)/buildinfo.json
 
 # Build flags, recorded with every result (DESIGN rule 6).
 $(BUILD)/buildinfo.json: Makefile | $(BIN)
@@ -70,6 +70,20 @@ $(BIN)/sample_app: workloads/sample_app/sample_app.c workloads/mylib/mylib.h wor
 $(BIN)/syscall_load: workloads/syscall_load/syscall_load.c | $(BIN)
 	$(CC) $(CFLAGS) -o $@ $<
 
+# --- hook engine victims (tests/test_hook.py, scripts/hook_bench.py): PIE + shared library ---
+.PHONY: hook-victims
+hook-victims: $(BIN)/hook_torture $(BIN)/hook_bench
+
+$(LIB)/libhooktorture.so: workloads/hook_torture/torture_lib.c workloads/hook_torture/torture_lib.h | $(LIB)
+	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
+
+$(BIN)/hook_torture: workloads/hook_torture/torture.c workloads/hook_torture/torture_asm.S workloads/hook_torture/torture_lib.h $(LIB)/libhooktorture.so | $(BIN)
+	$(CC) $(CFLAGS) -fPIE -pie -pthread -o $@ workloads/hook_torture/torture.c workloads/hook_torture/torture_asm.S \
+	  -L$(LIB) -lhooktorture -Wl,-rpath,'$$ORIGIN/../lib'
+
+$(BIN)/hook_bench: workloads/hook_torture/hook_bench.c | $(BIN)
+	$(CC) $(CFLAGS) -fPIE -pie -o $@ $<
+
 # --- BPF probes: vmlinux.h from this kernel's BTF, one object and skeleton per probe --------
 $(BUILD)/vmlinux.h: /sys/kernel/btf/vmlinux | $(BPF)
 	$(BPFTOOL) btf dump file $< format c > $@.tmp && mv $@.tmp $@
@@ -104,7 +118,7 @@ runtime: | $(BIN) $(LIB)
 	cargo build --release --manifest-path runtime/Cargo.toml
 	cp $(RUNTIME_OUT)/uebpf-vmbench $(RUNTIME_OUT)/uebpf $(BIN)/
 	cp $(RUNTIME_OUT)/libuebpf_vm.so $(RUNTIME_OUT)/libuebpf_vm.a $(RUNTIME_OUT)/libuebpf.so $(RUNTIME_OUT)/libuebpf.a $(LIB)/
-	cp $(RUNTIME_OUT)/libuebpf_server.so $(LIB)/
+	cp $(RUNTIME_OUT)/libuebpf_server.so $(RUNTIME_OUT)/libuebpf_hook_testagent.so $(LIB)/
 	mkdir -p $(BUILD)/include && cp runtime/vm/include/uebpf_vm.h runtime/uebpf/include/uebpf.h $(BUILD)/include/
 
 # The objects uebpf is checked with (cargo tests and tests/test_uebpf.py load them), and the

@@ -1,0 +1,179 @@
+//! Attaching and detaching probes.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use crate::codemem;
+use crate::dispatch;
+use crate::error::{Error, Result};
+use crate::patch::{self, PatchMethod};
+use crate::prologue::{self, PATCH_LEN};
+use crate::resolve::Target;
+use crate::site::{Handler, Probe, ProbeList, Site, SiteStats};
+use crate::stubs;
+
+/// Every site ever hooked (sites are never freed: see codemem). The lock serialises attach and
+/// detach; the hot path never takes it.
+static SITES: Mutex<Vec<&'static Site>> = Mutex::new(Vec::new());
+static NEXT_PROBE_ID: AtomicU64 = AtomicU64::new(1);
+/// Entry stub at the start of a site's page, trampoline after it.
+const TRAMPOLINE_OFFSET: usize = 2048;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Entry,
+    Return,
+}
+
+/// An attached probe. Dropping it leaves the probe attached (the agent's probes live as long as
+/// the process); [`Hook::detach`] removes it.
+#[derive(Debug)]
+#[must_use = "a probe stays attached until detach() is called"]
+pub struct Hook {
+    site: &'static Site,
+    id: u64,
+    /// How the jump was written when this probe was attached (None: the site was already patched).
+    pub patch: Option<PatchMethod>,
+}
+
+impl std::fmt::Debug for Site {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Site({})", self.description)
+    }
+}
+
+impl Hook {
+    /// A uprobe: `handler` runs each time a thread reaches `target.address`.
+    pub fn entry(target: &Target, handler: Handler, data: *mut c_void) -> Result<Hook> {
+        attach(target, Kind::Entry, handler, data)
+    }
+
+    /// A uretprobe: `handler` runs each time the function starting at `target.address` returns,
+    /// with `ax` = the return value. `target` must be a function's first instruction.
+    pub fn ret(target: &Target, handler: Handler, data: *mut c_void) -> Result<Hook> {
+        if target.address != target.function.start {
+            return Err(Error::refused(&target.description, "a return probe must be at the function's first instruction"));
+        }
+        attach(target, Kind::Return, handler, data)
+    }
+
+    /// The hooked address.
+    pub fn address(&self) -> usize {
+        self.site.address
+    }
+
+    /// Counters of the hooked address (shared by all probes on it).
+    pub fn stats(&self) -> SiteStats {
+        self.site.stats()
+    }
+
+    /// Removes the probe. The last probe of an address restores the original bytes (with the
+    /// same int3-first protocol when threads run); the stub and trampoline stay mapped for
+    /// threads still inside them. Pending returns of a detached return probe still return
+    /// correctly, without running its handler.
+    pub fn detach(self) -> Result<()> {
+        let _sites = SITES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut list = self.site.probes().clone();
+        list.entry.retain(|probe| probe.id != self.id);
+        list.ret.retain(|probe| probe.id != self.id);
+        let last = list.entry.is_empty() && list.ret.is_empty();
+        if last {
+            patch::restore(self.site)?;
+            self.site.patched.store(false, Ordering::Release);
+        }
+        self.site.publish(list);
+        Ok(())
+    }
+}
+
+fn attach(target: &Target, kind: Kind, handler: Handler, data: *mut c_void) -> Result<Hook> {
+    let mut sites = SITES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let probe = Probe { id: NEXT_PROBE_ID.fetch_add(1, Ordering::Relaxed), handler, data };
+    let site = match sites.iter().find(|site| site.address == target.address) {
+        Some(site) => site,
+        None => {
+            let site = build_site(target, &sites)?;
+            sites.push(site);
+            site
+        }
+    };
+    let mut list = site.probes().clone();
+    match kind {
+        Kind::Entry => list.entry.push(probe),
+        Kind::Return => list.ret.push(probe),
+    }
+    site.publish(list);
+    let mut patch = None;
+    if !site.patched.load(Ordering::Acquire) {
+        match patch::install(site) {
+            Ok(method) => patch = Some(method),
+            Err(e) => {
+                site.publish(ProbeList::default());
+                return Err(e);
+            }
+        }
+        site.patched.store(true, Ordering::Release);
+    }
+    Ok(Hook { site, id: probe.id, patch })
+}
+
+/// Checks the target, builds its stub and trampoline; the target's bytes are not touched yet.
+fn build_site(target: &Target, sites: &[&'static Site]) -> Result<&'static Site> {
+    let body = original_code(target.function.start, target.function.size, sites);
+    let prologue = prologue::analyse(target, &body)?;
+    if let Some(other) = sites.iter().find(|site| site.overlaps(target.address, prologue.len)) {
+        return Err(Error::refused(&target.description, format!("its patch would overlap the hook at {}", other.description)));
+    }
+    let page = codemem::page_near(target.address)?;
+    let trampoline_at = page as usize + TRAMPOLINE_OFFSET;
+    let trampoline = match prologue::relocate(target, &prologue, trampoline_at) {
+        Ok(code) => code,
+        Err(e) => {
+            unsafe { libc::munmap(page.cast(), codemem::PAGE) };
+            return Err(e);
+        }
+    };
+    let mut original = [0; PATCH_LEN];
+    let offset = target.address - target.function.start;
+    original.copy_from_slice(&body[offset..offset + PATCH_LEN]);
+    let site: &'static Site = Box::leak(Box::new(Site {
+        address: target.address,
+        description: target.description.clone(),
+        entry_stub: page as usize,
+        original,
+        displaced: prologue.len,
+        moved: trampoline.moved,
+        patched: AtomicBool::new(false),
+        probes: AtomicPtr::new(Box::into_raw(Box::default())),
+        skipped: AtomicU64::new(0),
+        missed_returns: AtomicU64::new(0),
+        stale_returns: AtomicU64::new(0),
+        next: AtomicPtr::new(std::ptr::null_mut()),
+    }));
+    let dispatch = stubs::Dispatch {
+        on_entry: dispatch::on_entry as *const () as usize,
+        on_return: dispatch::on_return as *const () as usize,
+    };
+    let stub = stubs::entry_stub(page as usize, target.address, site as *const Site as usize, dispatch, trampoline_at)
+        .expect("the entry stub assembles");
+    unsafe {
+        codemem::write(page, 0, &stub);
+        codemem::write(page, TRAMPOLINE_OFFSET, &trampoline.code);
+        codemem::seal(page)?;
+    }
+    Ok(site)
+}
+
+/// The function's bytes as they were before any of our patches.
+fn original_code(start: usize, size: usize, sites: &[&'static Site]) -> Vec<u8> {
+    let mut code = unsafe { std::slice::from_raw_parts(start as *const u8, size) }.to_vec();
+    for site in sites.iter().filter(|site| site.patched.load(Ordering::Acquire)) {
+        for (i, byte) in site.original.iter().enumerate() {
+            if let Some(slot) = (site.address + i).checked_sub(start).and_then(|at| code.get_mut(at)) {
+                *slot = *byte;
+            }
+        }
+    }
+    code
+}

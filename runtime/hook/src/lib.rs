@@ -1,0 +1,40 @@
+//! uebpf-hook: userspace uprobes and uretprobes by inline hooking, in the current process
+//! (x86-64 Linux). See the README's "Hook engine" section for what is patched, the trust model
+//! and the limits.
+//!
+//! ```no_run
+//! use uebpf_hook::{resolve, Hook, Location, PtRegs};
+//! unsafe extern "C" fn on_call(regs: *mut PtRegs, _data: *mut std::ffi::c_void) {
+//!     let first_argument = (*regs).di;
+//!     let _ = first_argument;
+//! }
+//! let target = resolve("/usr/lib/x86_64-linux-gnu/libc.so.6".as_ref(), &Location::parse("getpid"))?;
+//! let hook = Hook::entry(&target, on_call, std::ptr::null_mut())?;
+//! hook.detach()?;
+//! # Ok::<(), uebpf_hook::Error>(())
+//! ```
+
+mod codemem;
+mod dispatch;
+mod error;
+mod hook;
+mod patch;
+mod procmaps;
+mod prologue;
+mod regs;
+mod resolve;
+mod site;
+mod stubs;
+
+pub use dispatch::SHADOW_CAPACITY;
+pub use error::{Error, ErrorKind, Result};
+pub use hook::Hook;
+pub use patch::PatchMethod;
+pub use regs::PtRegs;
+pub use resolve::{resolve, Function, Location, Target};
+pub use site::{Handler, SiteStats};
+
+/// Resolves the function `symbol` (or `0x...` file offset) of `binary` and returns its address.
+pub fn resolve_address(binary: &std::path::Path, symbol_or_offset: &str) -> Result<usize> {
+    resolve(binary, &Location::parse(symbol_or_offset)).map(|target| target.address)
+}

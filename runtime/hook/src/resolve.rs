@@ -1,0 +1,170 @@
+//! From "binary + symbol" or "binary + file offset" to an address in the current process.
+//!
+//! The symbol tables (.symtab, then .dynsym) give a virtual address in the ELF file's own
+//! address space. The PT_LOAD segment that contains it relates that address to a file offset
+//! (`file offset = vaddr - p_vaddr + p_offset`), and the executable mapping of the same file
+//! (same device and inode in `/proc/self/maps`) that covers the file offset gives the address:
+//! `mapping start + (file offset - mapping offset)`. This holds for PIE executables, shared
+//! libraries and fixed-address executables alike; "load base + file offset" does not (segments
+//! whose vaddr and offset differ, e.g. after a linker gap).
+//!
+//! ELF parsing uses the `object` crate: read-only, zero-copy and lazy (only the tables we ask
+//! for are read), and it is the crate Rust's own toolchain and the aya eBPF loader use, so the
+//! workspace can share one ELF reader. goblin parses whole files eagerly into owned structures.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolFlags, SymbolKind};
+
+use crate::error::{Error, Result};
+use crate::procmaps;
+
+/// Where to hook in a binary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A function symbol from .symtab or .dynsym: the hook goes on its first instruction.
+    Symbol(String),
+    /// A file offset, as the kernel's uprobe takes it; it must fall inside a function symbol.
+    FileOffset(u64),
+}
+
+impl Location {
+    /// `0x1a2b` or `1234` is a file offset, anything else a symbol name.
+    pub fn parse(text: &str) -> Location {
+        let offset = match text.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16).ok(),
+            None => text.parse().ok(),
+        };
+        offset.map_or_else(|| Location::Symbol(text.to_string()), Location::FileOffset)
+    }
+}
+
+/// The function that contains a hook address, in this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Function {
+    pub name: String,
+    pub start: usize,
+    pub size: usize,
+}
+
+/// A resolved hook address and the function around it (used to check the patch is safe).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub address: usize,
+    pub function: Function,
+    /// `binary:symbol` or `binary:symbol+0xN`, for messages.
+    pub description: String,
+}
+
+const STT_GNU_IFUNC: u8 = 10;
+
+/// Resolves `location` in `binary`, which must be mapped executable in this process.
+pub fn resolve(binary: &Path, location: &Location) -> Result<Target> {
+    let shown = binary.display();
+    let data = std::fs::read(binary).map_err(|e| Error::resolve(format!("cannot read {shown}: {e}")))?;
+    let elf = object::File::parse(&*data).map_err(|e| Error::resolve(format!("{shown} is not an ELF file: {e}")))?;
+    let (vaddr, function) = match location {
+        Location::Symbol(name) => {
+            let symbol = find_function(&elf, name).map_err(|why| Error::resolve(format!("{shown}: {why}")))?;
+            (symbol.1, symbol)
+        }
+        Location::FileOffset(offset) => {
+            let vaddr = vaddr_of_offset(&elf, *offset)
+                .ok_or_else(|| Error::resolve(format!("{shown}: offset {offset:#x} is in no loadable segment")))?;
+            let symbol = enclosing_function(&elf, vaddr).ok_or_else(|| {
+                Error::resolve(format!("{shown}: offset {offset:#x} is inside no function symbol, so the patch cannot be checked"))
+            })?;
+            (vaddr, symbol)
+        }
+    };
+    let bias = load_bias(binary, &elf, vaddr)?;
+    let (name, start, size) = function;
+    let description = match vaddr - start {
+        0 => format!("{}:{name}", binary.display()),
+        delta => format!("{}:{name}+{delta:#x}", binary.display()),
+    };
+    Ok(Target {
+        address: (vaddr as i64 + bias) as usize,
+        function: Function { name, start: (start as i64 + bias) as usize, size: size as usize },
+        description,
+    })
+}
+
+/// (name, vaddr, size) of the defined function `name`; .symtab first, then .dynsym.
+fn find_function(elf: &object::File, name: &str) -> std::result::Result<(String, u64, u64), String> {
+    let mut found: Vec<(u64, u64, u8)> = Vec::new();
+    for symbol in elf.symbols().chain(elf.dynamic_symbols()) {
+        if symbol.name() == Ok(name) && symbol.is_definition() && symbol.address() != 0 {
+            let st_type = match symbol.flags() {
+                SymbolFlags::Elf { st_info, .. } => st_info & 0xf,
+                _ => 0,
+            };
+            if symbol.kind() != SymbolKind::Text && st_type != STT_GNU_IFUNC {
+                return Err(format!("symbol {name} is not a function"));
+            }
+            if !found.iter().any(|f| f.0 == symbol.address()) {
+                found.push((symbol.address(), symbol.size(), st_type));
+            }
+        }
+    }
+    match found.as_slice() {
+        [] => Err(format!("no function symbol {name}")),
+        [(_, _, STT_GNU_IFUNC)] => Err(format!("{name} is an indirect function (IFUNC): hook the implementation it selects")),
+        [(address, size, _)] => Ok((name.to_string(), *address, *size)),
+        many => Err(format!("{name} is defined {} times (local symbols of several files): use a file offset", many.len())),
+    }
+}
+
+fn enclosing_function(elf: &object::File, vaddr: u64) -> Option<(String, u64, u64)> {
+    elf.symbols().chain(elf.dynamic_symbols()).find_map(|symbol| {
+        let inside = symbol.kind() == SymbolKind::Text && (symbol.address()..symbol.address() + symbol.size()).contains(&vaddr);
+        inside.then(|| (symbol.name().unwrap_or("?").to_string(), symbol.address(), symbol.size()))
+    })
+}
+
+fn vaddr_of_offset(elf: &object::File, offset: u64) -> Option<u64> {
+    elf.segments().find_map(|segment| {
+        let (file_start, file_size) = segment.file_range();
+        (file_start..file_start + file_size).contains(&offset).then(|| offset - file_start + segment.address())
+    })
+}
+
+fn offset_of_vaddr(elf: &object::File, vaddr: u64) -> Option<u64> {
+    elf.segments().find_map(|segment| {
+        let (file_start, file_size) = segment.file_range();
+        (segment.address()..segment.address() + file_size).contains(&vaddr).then(|| vaddr - segment.address() + file_start)
+    })
+}
+
+/// runtime address - ELF vaddr, from the executable mapping of `binary` that holds `vaddr`.
+fn load_bias(binary: &Path, elf: &object::File, vaddr: u64) -> Result<i64> {
+    let shown = binary.display();
+    let file_offset = offset_of_vaddr(elf, vaddr)
+        .ok_or_else(|| Error::resolve(format!("{shown}: address {vaddr:#x} is in no loadable segment")))?;
+    let meta = std::fs::metadata(binary).map_err(|e| Error::resolve(format!("cannot stat {shown}: {e}")))?;
+    let maps = procmaps::read().map_err(|e| Error::system("reading /proc/self/maps", e))?;
+    let mapping = maps
+        .iter()
+        .find(|m| {
+            m.executable
+                && m.dev == meta.dev()
+                && m.inode == meta.ino()
+                && (m.offset..m.offset + (m.end - m.start) as u64).contains(&file_offset)
+        })
+        .ok_or_else(|| Error::resolve(format!("{shown} is not mapped executable in this process (pid {})", std::process::id())))?;
+    let runtime = mapping.start as u64 + (file_offset - mapping.offset);
+    Ok(runtime as i64 - vaddr as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_offsets_and_symbols() {
+        assert_eq!(Location::parse("0x1a2b"), Location::FileOffset(0x1a2b));
+        assert_eq!(Location::parse("4096"), Location::FileOffset(4096));
+        assert_eq!(Location::parse("main"), Location::Symbol("main".into()));
+    }
+}

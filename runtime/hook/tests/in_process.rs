@@ -1,0 +1,364 @@
+//! The hook engine on functions of this test binary (a PIE executable) and of libc.
+//! cargo runs these tests on several threads, so most attaches take the int3-first path.
+
+use std::ffi::c_void;
+use std::hint::black_box;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+
+use uebpf_hook::{resolve, resolve_address, ErrorKind, Hook, Location, PtRegs, Target};
+
+// Shapes that must be exact, so they are written in assembly (System V, Intel syntax).
+std::arch::global_asm!(
+    // A RIP-relative load as the first instruction (7 bytes).
+    ".globl hook_test_rip_load", ".type hook_test_rip_load,@function", "hook_test_rip_load:",
+    "mov rax, qword ptr [rip + {global}]", "add rax, rdi", "ret",
+    ".size hook_test_rip_load, .-hook_test_rip_load",
+    // A rel8 conditional branch inside the patch: relocated as rel32.
+    ".globl hook_test_short_branch", ".type hook_test_short_branch,@function", "hook_test_short_branch:",
+    "test rdi, rdi", "jz 2f", "lea rax, [rdi + 1]", "ret", "2:", "mov rax, 100", "ret",
+    ".size hook_test_short_branch, .-hook_test_short_branch",
+    // Three bytes long: refused.
+    ".globl hook_test_tiny", ".type hook_test_tiny,@function", "hook_test_tiny:",
+    "xor eax, eax", "ret",
+    ".size hook_test_tiny, .-hook_test_tiny",
+    // A loop back to byte 2, inside the patch: refused.
+    ".globl hook_test_into_patch", ".type hook_test_into_patch,@function", "hook_test_into_patch:",
+    "xor eax, eax", "3:", "add rax, rdi", "dec rdi", "jnz 3b", "ret",
+    ".size hook_test_into_patch, .-hook_test_into_patch",
+    // A loop back to the first instruction: accepted, the probe fires on every pass.
+    ".globl hook_test_loop_to_start", ".type hook_test_loop_to_start,@function", "hook_test_loop_to_start:",
+    "test rdi, rdi", "jz 4f", "add rsi, rdi", "dec rdi", "jmp hook_test_loop_to_start", "4:", "mov rax, rsi", "ret",
+    ".size hook_test_loop_to_start, .-hook_test_loop_to_start",
+    // A leaf that changes neither flags nor registers but rax, and a caller that sets the flags
+    // to `rdi` (popfq), calls it, and returns the flags it finds afterwards (DF cleared again).
+    ".globl hook_test_flag_leaf", ".type hook_test_flag_leaf,@function", "hook_test_flag_leaf:",
+    "lea rax, [rdi + 1]", "nop", "ret",
+    ".size hook_test_flag_leaf, .-hook_test_flag_leaf",
+    ".globl hook_test_flags_across_call", ".type hook_test_flags_across_call,@function", "hook_test_flags_across_call:",
+    "sub rsp, 8", "push rdi", "popfq", "call hook_test_flag_leaf", "pushfq", "pop rax", "cld", "add rsp, 8", "ret",
+    ".size hook_test_flags_across_call, .-hook_test_flags_across_call",
+    // A function that blocks in a system call at byte 1 of its patch: hook_test_read(fd, buf, n)
+    // calls read(fd, buf, n) from there and returns its result.
+    ".globl hook_test_blocker", ".type hook_test_blocker,@function", "hook_test_blocker:",
+    "push rbp", "syscall", "pop rbp", "nop", "nop", "ret",
+    ".size hook_test_blocker, .-hook_test_blocker",
+    ".globl hook_test_read", ".type hook_test_read,@function", "hook_test_read:",
+    "xor eax, eax", "call hook_test_blocker", "ret",
+    ".size hook_test_read, .-hook_test_read",
+    global = sym HOOK_TEST_GLOBAL,
+);
+
+#[no_mangle]
+static HOOK_TEST_GLOBAL: u64 = 1000;
+
+extern "C" {
+    fn hook_test_rip_load(x: u64) -> u64;
+    fn hook_test_short_branch(x: u64) -> u64;
+    fn hook_test_tiny() -> u64;
+    fn hook_test_into_patch(n: u64) -> u64;
+    fn hook_test_loop_to_start(n: u64, acc: u64) -> u64;
+    fn hook_test_flags_across_call(flags: u64) -> u64;
+    fn hook_test_read(fd: i32, buf: *mut u8, len: usize) -> i64;
+}
+
+#[no_mangle]
+#[inline(never)]
+extern "C" fn hook_test_seven(a: u64, b: u64, c: u64, d: u64, e: u64, f: u64, g: u64) -> u64 {
+    black_box(a * 1 + b * 2 + c * 3 + d * 4 + e * 5 + f * 6 + g * 7)
+}
+
+#[no_mangle]
+#[inline(never)]
+extern "C" fn hook_test_recurse(n: u64) -> u64 {
+    if n == 0 {
+        return 1;
+    }
+    black_box(hook_test_recurse(black_box(n - 1)) ^ n)
+}
+
+#[no_mangle]
+#[inline(never)]
+extern "C" fn hook_test_hammer(x: u64) -> u64 {
+    black_box(x.wrapping_mul(31) + 7)
+}
+
+fn this_binary(symbol: &str) -> Target {
+    resolve(Path::new("/proc/self/exe"), &Location::Symbol(symbol.into())).unwrap()
+}
+
+/// A counter a handler adds to: data points at a Record.
+#[derive(Default)]
+struct Record {
+    hits: AtomicU64,
+    sum: AtomicU64,
+    last_ip: AtomicU64,
+    last_sp: AtomicU64,
+}
+
+impl Record {
+    fn hit(&self, regs: &PtRegs, value: u64) {
+        self.hits.fetch_add(1, SeqCst);
+        self.sum.fetch_add(value, SeqCst);
+        self.last_ip.store(regs.ip, SeqCst);
+        self.last_sp.store(regs.sp, SeqCst);
+    }
+}
+
+unsafe extern "C" fn count_first_arg(regs: *mut PtRegs, data: *mut c_void) {
+    (*(data as *const Record)).hit(&*regs, (*regs).di);
+}
+
+unsafe extern "C" fn count_return(regs: *mut PtRegs, data: *mut c_void) {
+    (*(data as *const Record)).hit(&*regs, (*regs).ax);
+}
+
+unsafe extern "C" fn seventh_argument(regs: *mut PtRegs, data: *mut c_void) {
+    let record = &*(data as *const Record);
+    let args = (*regs).args();
+    let seventh = *((*regs).sp as *const u64).add(1);
+    record.hits.fetch_add(1, SeqCst);
+    record.sum.store(args.iter().sum::<u64>() + seventh, SeqCst);
+}
+
+/// The libc this process runs with, from its mappings.
+fn libc_path() -> std::path::PathBuf {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let line = maps.lines().find(|line| line.contains("libc.so.6")).unwrap();
+    line.split_whitespace().nth(5).unwrap().into()
+}
+
+fn leak(record: Record) -> (&'static Record, *mut c_void) {
+    let record: &'static Record = Box::leak(Box::new(record));
+    (record, record as *const Record as *mut c_void)
+}
+
+#[test]
+fn resolves_libc_symbols_as_the_dynamic_linker_does() {
+    let address = resolve_address(&libc_path(), "getpid").unwrap();
+    assert_eq!(address, libc::getpid as *const () as usize);
+}
+
+#[test]
+fn resolves_file_offsets_inside_functions() {
+    let target = this_binary("hook_test_hammer");
+    let by_symbol = target.address;
+    // The file offset of the symbol, from the mapping that holds it.
+    let line = std::fs::read_to_string("/proc/self/maps").unwrap().lines().map(str::to_string).find(|line| {
+        let range = line.split_whitespace().next().unwrap();
+        let (start, end) = range.split_once('-').unwrap();
+        (usize::from_str_radix(start, 16).unwrap()..usize::from_str_radix(end, 16).unwrap()).contains(&by_symbol)
+    });
+    let line = line.unwrap();
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let start = usize::from_str_radix(fields[0].split('-').next().unwrap(), 16).unwrap();
+    let file_offset = (by_symbol - start) as u64 + u64::from_str_radix(fields[2], 16).unwrap();
+    let by_offset = resolve(Path::new("/proc/self/exe"), &Location::FileOffset(file_offset)).unwrap();
+    assert_eq!(by_offset.address, by_symbol);
+    assert_eq!(by_offset.function, target.function);
+}
+
+#[test]
+fn bad_locations_are_clear_errors() {
+    let missing = resolve(Path::new("/proc/self/exe"), &Location::Symbol("no_such_function".into())).unwrap_err();
+    assert_eq!(missing.kind, ErrorKind::Resolve);
+    assert!(missing.message.contains("no function symbol no_such_function"), "{missing}");
+    let data = resolve(Path::new("/proc/self/exe"), &Location::Symbol("HOOK_TEST_GLOBAL".into())).unwrap_err();
+    assert!(data.message.contains("not a function"), "{data}");
+    let unmapped = resolve(Path::new("/bin/true"), &Location::Symbol("main".into()));
+    assert!(unmapped.is_err());
+}
+
+#[test]
+fn entry_probe_sees_arguments_ip_and_sp() {
+    let target = this_binary("hook_test_rip_load");
+    let (record, data) = leak(Record::default());
+    let hook = Hook::entry(&target, count_first_arg, data).unwrap();
+    let mut expected = 0;
+    for i in 0..1000u64 {
+        assert_eq!(unsafe { hook_test_rip_load(black_box(i)) }, 1000 + i);
+        expected += i;
+    }
+    assert_eq!(record.hits.load(SeqCst), 1000);
+    assert_eq!(record.sum.load(SeqCst), expected);
+    assert_eq!(record.last_ip.load(SeqCst), target.address as u64);
+    assert_eq!(record.last_sp.load(SeqCst) % 16, 8, "sp at entry points at the return address");
+    hook.detach().unwrap();
+    unsafe { hook_test_rip_load(1) };
+    assert_eq!(record.hits.load(SeqCst), 1000, "no hits after detach");
+}
+
+#[test]
+fn short_branch_in_the_patch_is_relocated() {
+    let target = this_binary("hook_test_short_branch");
+    let (record, data) = leak(Record::default());
+    let _hook = Hook::entry(&target, count_first_arg, data).unwrap();
+    assert_eq!(unsafe { hook_test_short_branch(0) }, 100);
+    assert_eq!(unsafe { hook_test_short_branch(5) }, 6);
+    assert_eq!(record.hits.load(SeqCst), 2);
+}
+
+#[test]
+fn unsafe_prologues_are_refused_and_left_untouched() {
+    for (symbol, reason) in [
+        ("hook_test_tiny", "the function is 3 bytes long: the 5-byte jump does not fit"),
+        ("hook_test_into_patch", "jumps to +0x2, inside the 5 patched bytes"),
+    ] {
+        let target = this_binary(symbol);
+        let before = unsafe { std::slice::from_raw_parts(target.address as *const u8, 5) }.to_vec();
+        let error = Hook::entry(&target, count_first_arg, std::ptr::null_mut()).unwrap_err();
+        assert_eq!(error.kind, ErrorKind::Refused);
+        assert!(error.message.starts_with(&format!("cannot hook /proc/self/exe:{symbol}: ")), "{error}");
+        assert!(error.message.contains(reason), "{error}");
+        assert_eq!(unsafe { std::slice::from_raw_parts(target.address as *const u8, 5) }, before.as_slice());
+    }
+    assert_eq!(unsafe { hook_test_tiny() }, 0);
+    assert_eq!(unsafe { hook_test_into_patch(4) }, 10);
+}
+
+#[test]
+fn loop_to_the_first_instruction_fires_on_every_pass() {
+    let target = this_binary("hook_test_loop_to_start");
+    let (entries, entry_data) = leak(Record::default());
+    let (returns, return_data) = leak(Record::default());
+    let _entry = Hook::entry(&target, count_first_arg, entry_data).unwrap();
+    let _ret = Hook::ret(&target, count_return, return_data).unwrap();
+    assert_eq!(unsafe { hook_test_loop_to_start(10, 0) }, 55);
+    assert_eq!(entries.hits.load(SeqCst), 11);
+    // As the kernel's chained uretprobes: one return event per entry, all with the result.
+    assert_eq!(returns.hits.load(SeqCst), 11);
+    assert_eq!(returns.sum.load(SeqCst), 11 * 55);
+}
+
+#[test]
+fn seventh_argument_is_on_the_stack() {
+    let target = this_binary("hook_test_seven");
+    let (record, data) = leak(Record::default());
+    let _hook = Hook::entry(&target, seventh_argument, data).unwrap();
+    assert_eq!(hook_test_seven(1, 2, 3, 4, 5, 6, 7), 140);
+    assert_eq!(record.hits.load(SeqCst), 1);
+    assert_eq!(record.sum.load(SeqCst), 28);
+}
+
+#[test]
+fn recursion_balances_entries_and_returns() {
+    let target = this_binary("hook_test_recurse");
+    let (entries, entry_data) = leak(Record::default());
+    let (returns, return_data) = leak(Record::default());
+    let expected: Vec<u64> = (0..=300).scan(1u64, |acc, n| { if n > 0 { *acc ^= n; } Some(*acc) }).collect();
+    let _entry = Hook::entry(&target, count_first_arg, entry_data).unwrap();
+    let _ret = Hook::ret(&target, count_return, return_data).unwrap();
+    assert_eq!(hook_test_recurse(black_box(300)), expected[300]);
+    assert_eq!(entries.hits.load(SeqCst), 301);
+    assert_eq!(returns.hits.load(SeqCst), 301);
+    assert_eq!(returns.sum.load(SeqCst), expected.iter().sum::<u64>());
+    let stats = _ret.stats();
+    assert_eq!((stats.missed_returns, stats.stale_returns, stats.skipped), (0, 0, 0));
+}
+
+#[test]
+fn threads_hammering_one_probe_are_all_counted() {
+    let target = this_binary("hook_test_hammer");
+    let (record, data) = leak(Record::default());
+    let (returns, return_data) = leak(Record::default());
+    let _hook = Hook::entry(&target, count_first_arg, data).unwrap();
+    let _ret = Hook::ret(&target, count_return, return_data).unwrap();
+    let threads: Vec<_> = (0..4)
+        .map(|_| std::thread::spawn(|| (0..50_000u64).map(|i| hook_test_hammer(black_box(i))).fold(0u64, u64::wrapping_add)))
+        .collect();
+    let unhooked: u64 = (0..50_000u64).map(|i| i.wrapping_mul(31) + 7).fold(0, u64::wrapping_add);
+    for thread in threads {
+        assert_eq!(thread.join().unwrap(), unhooked);
+    }
+    assert_eq!(record.hits.load(SeqCst), 200_000);
+    assert_eq!(returns.hits.load(SeqCst), 200_000);
+    assert_eq!(returns.sum.load(SeqCst), unhooked.wrapping_mul(4));
+}
+
+#[test]
+fn libc_functions_can_be_hooked_while_threads_run() {
+    let target = resolve(&libc_path(), &Location::Symbol("getppid".into())).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let parent = std::os::unix::process::parent_id() as i32;
+    let worker = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut calls = 0u64;
+            while !stop.load(SeqCst) {
+                assert_eq!(unsafe { libc::getppid() }, parent);
+                calls += 1;
+            }
+            calls
+        })
+    };
+    let (record, data) = leak(Record::default());
+    let (returns, return_data) = leak(Record::default());
+    let entry = Hook::entry(&target, count_first_arg, data).unwrap();
+    let ret = Hook::ret(&target, count_return, return_data).unwrap();
+    assert_eq!(entry.patch, Some(uebpf_hook::PatchMethod::Int3));
+    while record.hits.load(SeqCst) < 1000 || returns.hits.load(SeqCst) < 1000 {
+        std::thread::yield_now();
+    }
+    ret.detach().unwrap();
+    entry.detach().unwrap();
+    stop.store(true, SeqCst);
+    assert!(worker.join().unwrap() >= 1000);
+}
+
+#[test]
+fn status_flags_and_direction_survive_entry_and_return_probes() {
+    const CF: u64 = 1;
+    const PF: u64 = 1 << 2;
+    const AF: u64 = 1 << 4;
+    const ZF: u64 = 1 << 6;
+    const SF: u64 = 1 << 7;
+    const DF: u64 = 1 << 10;
+    const OF: u64 = 1 << 11;
+    const RESERVED: u64 = 1 << 1;
+    let patterns = [RESERVED, RESERVED | CF | ZF | OF, RESERVED | PF | AF | SF | DF, RESERVED | CF | PF | AF | ZF | SF | DF | OF];
+    let plain: Vec<u64> = patterns.iter().map(|&f| unsafe { hook_test_flags_across_call(f) }).collect();
+    let target = this_binary("hook_test_flag_leaf");
+    let (record, data) = leak(Record::default());
+    let (returns, return_data) = leak(Record::default());
+    let _entry = Hook::entry(&target, count_first_arg, data).unwrap();
+    let _ret = Hook::ret(&target, count_return, return_data).unwrap();
+    let hooked: Vec<u64> = patterns.iter().map(|&f| unsafe { hook_test_flags_across_call(f) }).collect();
+    assert_eq!(hooked, plain);
+    for (pattern, flags) in patterns.iter().zip(&hooked) {
+        assert_eq!(flags & (CF | PF | AF | ZF | SF | DF | OF), pattern & !RESERVED);
+    }
+    assert_eq!((record.hits.load(SeqCst), returns.hits.load(SeqCst)), (4, 4));
+}
+
+#[test]
+fn a_thread_stopped_inside_the_patch_is_moved_to_the_trampoline() {
+    let target = this_binary("hook_test_blocker");
+    let mut pipe = [0; 2];
+    assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
+    let (tid_sender, tid) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        tid_sender.send(unsafe { libc::gettid() }).unwrap();
+        let mut byte = 0u8;
+        let read = unsafe { hook_test_read(pipe[0], &mut byte, 1) };
+        (read, byte)
+    });
+    // Wait until it blocks in read(2) with its next instruction at byte 3 of the patch. The
+    // checkpoint's signal restarts the read (SA_RESTART) from byte 1, where the jump's
+    // displacement will be: only if the thread was moved to the trampoline does it survive.
+    let syscall_file = format!("/proc/self/task/{}/syscall", tid.recv().unwrap());
+    let resumes_at = format!("{:#x}", target.address + 3);
+    while !std::fs::read_to_string(&syscall_file).unwrap().trim_end().ends_with(&resumes_at) {
+        std::thread::yield_now();
+    }
+    let (record, data) = leak(Record::default());
+    let hook = Hook::entry(&target, count_first_arg, data).unwrap();
+    assert_eq!(hook.patch, Some(uebpf_hook::PatchMethod::Int3));
+    assert_eq!(unsafe { libc::write(pipe[1], b"x".as_ptr().cast(), 1) }, 1);
+    assert_eq!(reader.join().unwrap(), (1, b'x'));
+    assert_eq!(record.hits.load(SeqCst), 0, "the moved thread had entered before the probe");
+    assert_eq!(unsafe { libc::write(pipe[1], b"y".as_ptr().cast(), 1) }, 1);
+    let mut byte = 0u8;
+    assert_eq!(unsafe { hook_test_read(pipe[0], &mut byte, 1) }, 1);
+    assert_eq!((byte, record.hits.load(SeqCst)), (b'y', 1));
+    unsafe { libc::close(pipe[0]); libc::close(pipe[1]) };
+}

@@ -1,0 +1,230 @@
+"""The uebpf hook engine under torture: the test agent (LD_PRELOAD) hooks functions of the
+hook_torture victim (a gcc -O2 PIE executable, a shared library and assembly shapes); every
+hooked run must return exactly what the unhooked run returned, and the probes' counts, argument
+sums and return values must match what the victim passed, value by value."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import BUILD
+
+VICTIM = BUILD / "bin" / "hook_torture"
+LIBRARY = BUILD / "lib" / "libhooktorture.so"
+AGENT = BUILD / "lib" / "libuebpf_hook_testagent.so"
+MASK = (1 << 64) - 1
+
+
+def entry(symbol: str, binary: Path = VICTIM) -> str:
+    return f"entry:{binary}:{symbol}"
+
+
+def ret(symbol: str, binary: Path = VICTIM) -> str:
+    return f"return:{binary}:{symbol}"
+
+
+class Run:
+    def __init__(self, lines: list[dict], summaries: dict[int, dict], stderr: str):
+        self.lines, self.summaries, self.stderr = lines, summaries, stderr
+
+    def case(self, name: str) -> dict:
+        return next(line for line in self.lines if line["case"] == name)
+
+    def probe(self, spec: str, pid: int | None = None) -> dict:
+        summary = self.summaries[pid] if pid else self.only_summary()
+        return next(p for p in summary["probes"] if p["spec"] == spec)
+
+    def only_summary(self) -> dict:
+        assert len(self.summaries) == 1, self.summaries.keys()
+        return next(iter(self.summaries.values()))
+
+
+def run(case: str, n: int, tmp: Path, probes: list[str] = (), late: list[str] = ()) -> Run:
+    env = dict(os.environ)
+    out = tmp / f"{case}-{len(probes)}-{len(late)}"
+    if probes or late:
+        out.mkdir()
+        env.update(LD_PRELOAD=str(AGENT), UEBPF_HOOK_TEST_OUT=str(out), UEBPF_HOOK_TEST_PROBES=",".join(probes),
+                   UEBPF_HOOK_TEST_LATE_PROBES=",".join(late))
+    result = subprocess.run([str(VICTIM), case, str(n)], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    summaries = {}
+    if out.exists():
+        for path in out.glob("summary.*.json"):
+            summary = json.loads(path.read_text())
+            summaries[summary["pid"]] = summary
+    return Run(lines, summaries, result.stderr)
+
+
+def hooked_and_plain(case: str, n: int, tmp: Path, probes: list[str], late: list[str] = ()) -> Run:
+    """The hooked run, after checking it returned exactly what the unhooked run returned."""
+    plain = run(case, n, tmp)
+    hooked = run(case, n, tmp, probes, late)
+    assert hooked.case(case)["result"] == plain.case(case)["result"]
+    return hooked
+
+
+def check_arguments(run_: Run, spec: str, line: dict, function: str, pid: int | None = None):
+    probe = run_.probe(spec, pid)
+    expected = line["args"][function]
+    assert probe["hits"] == line["calls"][function]
+    assert probe["sums"][:len(expected)] == [v & MASK for v in expected], probe
+    assert (probe["skipped"], probe["missed_returns"], probe["stale_returns"]) == (0, 0, 0)
+
+
+def test_victim_is_a_pie_executable():
+    header = VICTIM.read_bytes()[:18]
+    assert header[:4] == b"\x7fELF" and int.from_bytes(header[16:18], "little") == 3  # ET_DYN
+
+
+def test_rip_relative_loads_and_short_branches_in_the_prologue(tmp_path):
+    n = 2000
+    specs = [entry("torture_rip_load"), ret("torture_rip_load"), entry("torture_short_branch")]
+    hooked = hooked_and_plain("rip_relative", n, tmp_path, specs)
+    line = hooked.case("rip_relative")
+    check_arguments(hooked, specs[0], line, "torture_rip_load")
+    check_arguments(hooked, specs[2], line, "torture_short_branch")
+    returns = hooked.probe(specs[1])
+    assert returns["hits"] == n and returns["sums"][0] == sum(1000 + i for i in range(n))
+    assert hooked.probe(specs[0])["patch"] == "plain"  # attached in the constructor: one thread
+
+
+@pytest.mark.parametrize("case,symbol,reason", [
+    ("tiny", "torture_tiny", "the function is 3 bytes long: the 5-byte jump does not fit"),
+    ("into_patch", "torture_into_patch", "`jne 0x{:x}` at +0x8 jumps to +0x2, inside the 5 patched bytes"),
+])
+def test_unsafe_prologues_are_refused_naming_function_and_reason(case, symbol, reason, tmp_path):
+    hooked = hooked_and_plain(case, 500, tmp_path, [entry(symbol)])
+    [refusal] = hooked.only_summary()["refused"]
+    assert refusal["error"].startswith(f"cannot hook {VICTIM}:{symbol}: ")
+    if "{" in reason:
+        reason = reason.split("`")[2]  # the jump's absolute target depends on the load address
+    assert reason in refusal["error"]
+    assert refusal["error"] in hooked.stderr
+    assert hooked.only_summary()["probes"] == []
+
+
+def test_loop_back_to_the_first_instruction_fires_each_pass(tmp_path):
+    n = 1000
+    specs = [entry("torture_loop_to_start"), ret("torture_loop_to_start")]
+    hooked = hooked_and_plain("loop_to_start", n, tmp_path, specs)
+    passes = sum(i % 10 + 1 for i in range(n))
+    # As a kernel uprobe: every jump to the hooked instruction is a hit; chained returns too.
+    assert hooked.probe(specs[0])["hits"] == passes
+    assert hooked.probe(specs[1])["hits"] == passes
+    assert hooked.probe(specs[1])["missed_returns"] == 0
+
+
+def test_float_and_mixed_arguments_still_arrive(tmp_path):
+    specs = [entry("torture_mixed"), ret("torture_mixed")]
+    hooked = hooked_and_plain("mixed_args", 3000, tmp_path, specs)
+    check_arguments(hooked, specs[0], hooked.case("mixed_args"), "torture_mixed")
+    assert hooked.probe(specs[1])["hits"] == 3000
+
+
+def test_eight_arguments_two_on_the_stack(tmp_path):
+    specs = [entry("torture_args8")]
+    hooked = hooked_and_plain("many_args", 3000, tmp_path, specs)
+    line = hooked.case("many_args")
+    check_arguments(hooked, specs[0], line, "torture_args8")
+    assert len(line["args"]["torture_args8"]) == 8
+
+
+def test_recursion_balances_entries_and_returns(tmp_path):
+    specs = [entry("torture_recurse"), ret("torture_recurse")]
+    hooked = hooked_and_plain("recursion", 200, tmp_path, specs)
+    line = hooked.case("recursion")
+    check_arguments(hooked, specs[0], line, "torture_recurse")
+    returns = hooked.probe(specs[1])
+    assert returns["hits"] == line["calls"]["torture_recurse"] == 200 * 151
+    assert (returns["missed_returns"], returns["stale_returns"]) == (0, 0)
+
+
+def test_four_threads_hammering_one_probe_are_counted_exactly(tmp_path):
+    n = 100_000
+    specs = [entry("torture_hammer"), ret("torture_hammer")]
+    hooked = hooked_and_plain("threads", n, tmp_path, specs)
+    check_arguments(hooked, specs[0], hooked.case("threads"), "torture_hammer")
+    assert hooked.probe(specs[0])["tids"] == 4
+    returns = hooked.probe(specs[1])
+    assert returns["hits"] == 4 * n and returns["tids"] == 4
+    assert returns["sums"][0] == 4 * sum(i * 31 + 7 for i in range(n)) & MASK
+
+
+def test_fork_after_attach_child_counts_under_its_own_pid(tmp_path):
+    n = 500
+    specs = [entry("torture_fork_hits"), ret("torture_fork")]
+    hooked = hooked_and_plain("fork", n, tmp_path, specs)
+    parent, child = hooked.case("fork")["pid"], hooked.case("fork_parent")["child"]
+    assert set(hooked.summaries) == {parent, child}
+    check_arguments(hooked, specs[0], hooked.case("fork"), "torture_fork_hits", parent)
+    assert hooked.probe(specs[0], parent)["by_pid"] == {str(parent): 2 * n + 2}
+    # The child's copy of the probe counted its own calls under its own pid.
+    child_hits = hooked.probe(specs[0], child)["by_pid"]
+    assert child_hits == {str(parent): n, str(child): n + 1}
+    assert hooked.case("fork_child")["calls"]["torture_fork_hits"] == n + 1
+    # fork() returned through the return stub in both processes, with the shadow stack copied.
+    assert hooked.probe(specs[1], parent)["sums"][0] == child
+    assert hooked.probe(specs[1], child)["sums"][0] == 0
+    assert hooked.probe(specs[1], child)["by_pid"] == {str(child): 1}
+
+
+def test_function_in_a_shared_library(tmp_path):
+    specs = [entry("torture_lib_scale", LIBRARY), ret("torture_lib_scale", LIBRARY)]
+    hooked = hooked_and_plain("shared_lib", 3000, tmp_path, specs)
+    check_arguments(hooked, specs[0], hooked.case("shared_lib"), "torture_lib_scale")
+    assert hooked.probe(specs[1])["sums"][0] == sum(i * 3 + (i ^ 0x33) for i in range(3000))
+
+
+def test_callers_keeping_values_in_caller_saved_registers(tmp_path):
+    """-fipa-ra: torture_ipa_caller keeps rcx, rdx, rsi, r8-r11 live across its calls to
+    torture_ipa_leaf; torture_clobber_check checks every caller-saved register, xmm0-15 and
+    the carry flag across torture_leaf (the victim exits 1 if one changed)."""
+    specs = [entry("torture_ipa_leaf"), ret("torture_ipa_leaf"), entry("torture_leaf"), ret("torture_leaf")]
+    hooked = hooked_and_plain("ipa_ra", 2000, tmp_path, specs)
+    line = hooked.case("ipa_ra")
+    check_arguments(hooked, specs[0], line, "torture_ipa_leaf")
+    check_arguments(hooked, specs[2], line, "torture_leaf")
+    assert hooked.probe(specs[3])["sums"][0] == 2000 * 42
+
+
+def test_attach_while_threads_run_uses_int3_first(tmp_path):
+    specs = [entry("torture_live"), ret("torture_live")]
+    # The threads' call counts depend on timing: the victim checks every value itself.
+    hooked = run("live_attach", 100_000, tmp_path, [], late=specs)
+    line = hooked.case("live_attach")
+    assert line["result"] != "-1", "a thread computed a wrong value while the hook was attached"
+    for spec in specs:
+        probe = hooked.probe(spec)
+        assert 100_000 <= probe["hits"] <= line["calls"]["torture_live"]
+    assert hooked.probe(specs[0])["patch"] == "int3"
+
+
+def test_longjmp_past_a_return_probe_drops_the_stale_entry(tmp_path):
+    n = 1000
+    specs = [ret("torture_outer"), entry("torture_escape"), ret("torture_escape")]
+    hooked = hooked_and_plain("longjmp", n, tmp_path, specs)
+    outer, escape_entry, escape_return = (hooked.probe(spec) for spec in specs)
+    assert escape_entry["hits"] == n
+    assert escape_return["hits"] == n // 2  # odd x longjmp out: their returns never happen
+    assert escape_return["stale_returns"] == n // 2
+    assert outer["hits"] == n and outer["stale_returns"] == 0
+
+
+@pytest.mark.parametrize("spec,message", [
+    (entry("no_such_function"), "no function symbol no_such_function"),
+    (f"entry:{BUILD}/bin/missing:main", "cannot read"),
+    (entry("torture_rip_global"), "not a function"),
+    ("sideways:x", "malformed probe"),
+    (ret("0x1"), "offset 0x1 is inside no function symbol"),
+])
+def test_bad_probe_specs_are_one_line_errors(spec, message, tmp_path):
+    hooked = hooked_and_plain("rip_relative", 10, tmp_path, [spec])
+    [refusal] = hooked.only_summary()["refused"]
+    assert message in refusal["error"] and "\n" not in refusal["error"]

@@ -1,0 +1,449 @@
+/* hook_torture: the victim of the hook engine's torture tests (tests/test_hook.py).
+ *
+ *   hook_torture CASE [N]
+ *
+ * Runs one case and prints one JSON line:
+ *   {"case": C, "pid": P, "result": R, "calls": {F: n}, "args": {F: [sum of each argument]}}
+ * "result" is a checksum of every value the case's hooked functions returned; a hooked run
+ * must print the same one as an unhooked run. "calls" and "args" are what the victim passed,
+ * so a probe's recorded counts and argument sums can be compared value by value.
+ * Cases: rip_relative tiny loop_to_start into_patch mixed_args many_args recursion threads
+ * fork shared_lib ipa_ra live_attach longjmp. Errors: one line on stderr, exit 2.
+ *
+ * Built with -O2 (so gcc's -fipa-ra is in effect) as a PIE executable; functions are noinline
+ * (not noipa: -fipa-ra must see them). */
+#define _GNU_SOURCE
+#include <inttypes.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "torture_lib.h"
+
+#define HOOKED __attribute__((noinline))
+#define KEEP(x) __asm__ volatile("" : "+r"(x))
+
+/* torture_asm.S */
+long torture_rip_load(long x);
+long torture_short_branch(long x);
+long torture_tiny(void);
+long torture_into_patch(long n);
+long torture_loop_to_start(long n, long acc);
+long torture_clobber_check(void);
+
+/* The test agent attaches its late probes when this is called (weak: absent without it). */
+void uebpf_hook_test_attach_late(void) __attribute__((weak));
+
+HOOKED double torture_mixed(int a, double x, long b, float y, double z, int c)
+{
+	return a * x + (double)b * y - z / (c + 1.5);
+}
+
+HOOKED long torture_args8(long a1, long a2, long a3, long a4, long a5, long a6, long a7, long a8)
+{
+	return a1 + 2 * a2 + 3 * a3 + 4 * a4 + 5 * a5 + 6 * a6 + 7 * a7 + 8 * a8;
+}
+
+/* Not a tail call: the barrier keeps gcc from turning the recursion into a loop. */
+HOOKED long torture_recurse(long n)
+{
+	if (n == 0)
+		return 1;
+	long r = torture_recurse(n - 1);
+	KEEP(r);
+	return r ^ (n * 2654435761L);
+}
+
+HOOKED long torture_hammer(long x)
+{
+	return x * 31 + 7;
+}
+
+HOOKED long torture_fork_hits(long x)
+{
+	return x + 11;
+}
+
+HOOKED pid_t torture_fork(void)
+{
+	return fork();
+}
+
+/* -fipa-ra: gcc knows this leaf clobbers only rax and the flags, so torture_ipa_caller may keep
+ * its live values in caller-saved registers across the call. */
+HOOKED long torture_ipa_leaf(long x)
+{
+	return x * 3 + 1;
+}
+
+HOOKED long torture_ipa_caller(long n)
+{
+	long a = n * 7, b = n ^ 0x55, c = n + 99, d = n * n, s = 0;
+	for (long i = 0; i < n; i++) {
+		s += torture_ipa_leaf(i) + a;
+		a = a * 3 + b;
+		b ^= c;
+		c += d;
+		d = d * 5 + i;
+	}
+	return s + a + b + c + d;
+}
+
+HOOKED long torture_live(long x)
+{
+	return x * 5 + 3;
+}
+
+static jmp_buf escape_point;
+
+HOOKED long torture_escape(long x)
+{
+	if (x % 2)
+		longjmp(escape_point, 1);
+	return x;
+}
+
+/* Calls torture_escape, which longjmps back here for odd x: its return never happens. */
+HOOKED long torture_outer(long x)
+{
+	volatile long result = 0;
+	if (setjmp(escape_point) == 0)
+		result = torture_escape(x);
+	else
+		result = -x;
+	return result;
+}
+
+/* ---- output ------------------------------------------------------------------------------ */
+
+struct tally {
+	const char *function;
+	int nargs;
+	long calls;
+	long args[8];
+};
+
+static void count(struct tally *t, int nargs, const long *args)
+{
+	t->calls++;
+	t->nargs = nargs;
+	for (int i = 0; i < nargs; i++)
+		t->args[i] += args[i];
+}
+
+static void print_result(const char *name, const char *result, struct tally *tallies, int n)
+{
+	printf("{\"case\": \"%s\", \"pid\": %d, \"result\": \"%s\", \"calls\": {", name, getpid(), result);
+	for (int i = 0; i < n; i++)
+		printf("%s\"%s\": %ld", i ? ", " : "", tallies[i].function, tallies[i].calls);
+	printf("}, \"args\": {");
+	for (int i = 0; i < n; i++) {
+		printf("%s\"%s\": [", i ? ", " : "", tallies[i].function);
+		for (int a = 0; a < tallies[i].nargs; a++)
+			printf("%s%ld", a ? ", " : "", tallies[i].args[a]);
+		printf("]");
+	}
+	printf("}}\n");
+	fflush(stdout);
+}
+
+static void print_sum(const char *name, long sum, struct tally *tallies, int n)
+{
+	char result[32];
+	snprintf(result, sizeof result, "%ld", sum);
+	print_result(name, result, tallies, n);
+}
+
+/* ---- cases ------------------------------------------------------------------------------- */
+
+static void case_rip_relative(long n)
+{
+	struct tally t[2] = {{.function = "torture_rip_load"}, {.function = "torture_short_branch"}};
+	long sum = 0;
+	for (long i = 0; i < n; i++) {
+		long x = i % 3 == 0 ? 0 : i;
+		sum += torture_rip_load(i) * 3 + torture_short_branch(x);
+		count(&t[0], 1, &i);
+		count(&t[1], 1, &x);
+	}
+	print_sum("rip_relative", sum, t, 2);
+}
+
+static void case_tiny(long n)
+{
+	struct tally t[1] = {{.function = "torture_tiny"}};
+	long sum = 0;
+	for (long i = 0; i < n; i++) {
+		sum += torture_tiny() + i;
+		count(&t[0], 0, NULL);
+	}
+	print_sum("tiny", sum, t, 1);
+}
+
+static void case_into_patch(long n)
+{
+	struct tally t[1] = {{.function = "torture_into_patch"}};
+	long sum = 0;
+	for (long i = 1; i <= n; i++) {
+		sum += torture_into_patch(i % 50 + 1);
+		count(&t[0], 0, NULL);
+	}
+	print_sum("into_patch", sum, t, 1);
+}
+
+/* Each call passes the first instruction depth+1 times. */
+static void case_loop_to_start(long n)
+{
+	struct tally t[1] = {{.function = "torture_loop_to_start"}};
+	long sum = 0;
+	for (long i = 0; i < n; i++) {
+		long args[2] = {i % 10, 0};
+		sum = sum * 7 + torture_loop_to_start(args[0], args[1]);
+		count(&t[0], 2, args);
+	}
+	print_sum("loop_to_start", sum, t, 1);
+}
+
+static void case_mixed_args(long n)
+{
+	struct tally t[1] = {{.function = "torture_mixed"}};
+	double sum = 0;
+	for (long i = 0; i < n; i++) {
+		/* integer arguments in di, si, dx; doubles and the float in xmm0-2 */
+		long args[3] = {(int)(i % 17), i * 3 - 5, (int)(i % 5)};
+		sum += torture_mixed((int)args[0], i * 0.25, args[1], (float)i / 8, 1.0 / (i + 1), (int)args[2]);
+		count(&t[0], 3, args);
+	}
+	char result[40];
+	snprintf(result, sizeof result, "%.17g", sum);
+	print_result("mixed_args", result, t, 1);
+}
+
+static void case_many_args(long n)
+{
+	struct tally t[1] = {{.function = "torture_args8"}};
+	long sum = 0;
+	for (long i = 0; i < n; i++) {
+		long a[8];
+		for (int k = 0; k < 8; k++)
+			a[k] = i * (k + 1) + k;
+		sum += torture_args8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
+		count(&t[0], 8, a);
+	}
+	print_sum("many_args", sum, t, 1);
+}
+
+/* Each call enters depth+1 times; argument sums are those of all the nested calls. */
+static void case_recursion(long n)
+{
+	const long depth = 150;
+	struct tally t[1] = {{.function = "torture_recurse"}};
+	long sum = 0;
+	for (long i = 0; i < n; i++) {
+		sum += torture_recurse(depth);
+		for (long d = 0; d <= depth; d++)
+			count(&t[0], 1, &d);
+	}
+	print_sum("recursion", sum, t, 1);
+}
+
+struct hammer {
+	long calls;
+	long sum;
+};
+
+static void *hammer(void *arg)
+{
+	struct hammer *h = arg;
+	for (long i = 0; i < h->calls; i++)
+		h->sum += torture_hammer(i);
+	return NULL;
+}
+
+static void case_threads(long n)
+{
+	struct hammer work[4];
+	pthread_t threads[4];
+	struct tally t[1] = {{.function = "torture_hammer", .nargs = 1}};
+	long sum = 0;
+	for (int k = 0; k < 4; k++) {
+		work[k] = (struct hammer){.calls = n};
+		if (pthread_create(&threads[k], NULL, hammer, &work[k])) {
+			fprintf(stderr, "hook_torture: pthread_create failed\n");
+			exit(1);
+		}
+	}
+	for (int k = 0; k < 4; k++) {
+		pthread_join(threads[k], NULL);
+		sum += work[k].sum;
+		t[0].calls += n;
+		t[0].args[0] += n * (n - 1) / 2;
+	}
+	print_sum("threads", sum, t, 1);
+}
+
+/* n calls before the fork, n+1 in the child, n+2 in the parent after it. The child prints its
+ * own line (case "fork_child") and exits through exit(), so its atexit handlers run. */
+static void case_fork(long n)
+{
+	struct tally t[1] = {{.function = "torture_fork_hits"}};
+	long sum = 0;
+	for (long i = 0; i < n; i++) {
+		sum += torture_fork_hits(i);
+		count(&t[0], 1, &i);
+	}
+	fflush(stdout);
+	pid_t child = torture_fork();
+	if (child < 0) {
+		fprintf(stderr, "hook_torture: fork failed\n");
+		exit(1);
+	}
+	long more = child == 0 ? n + 1 : n + 2;
+	struct tally child_tally[1] = {{.function = "torture_fork_hits"}};
+	struct tally *after = child == 0 ? child_tally : t;
+	for (long i = 0; i < more; i++) {
+		sum += torture_fork_hits(i);
+		count(after, 1, &i);
+	}
+	if (child == 0) {
+		print_sum("fork_child", sum, child_tally, 1);
+		exit(0);
+	}
+	int status;
+	if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		fprintf(stderr, "hook_torture: the forked child failed (status %d)\n", status);
+		exit(1);
+	}
+	printf("{\"case\": \"fork_parent\", \"child\": %d}\n", child);
+	print_sum("fork", sum, t, 1);
+}
+
+static void case_shared_lib(long n)
+{
+	struct tally t[1] = {{.function = "torture_lib_scale"}};
+	long sum = 0;
+	for (long i = 0; i < n; i++) {
+		long args[2] = {i, i ^ 0x33};
+		sum += torture_lib_scale(args[0], args[1]);
+		count(&t[0], 2, args);
+	}
+	print_sum("shared_lib", sum, t, 1);
+}
+
+static void case_ipa_ra(long n)
+{
+	struct tally t[2] = {{.function = "torture_ipa_leaf"}, {.function = "torture_leaf"}};
+	long sum = torture_ipa_caller(n);
+	t[0].calls = n;
+	t[0].nargs = 1;
+	t[0].args[0] = n * (n - 1) / 2;
+	for (long i = 0; i < n; i++) {
+		long preserved = torture_clobber_check();
+		if (!preserved) {
+			fprintf(stderr, "hook_torture: a caller-saved register or the flags changed across torture_leaf\n");
+			exit(1);
+		}
+		long arg = 41;
+		count(&t[1], 1, &arg);
+		sum += preserved;
+	}
+	print_sum("ipa_ra", sum, t, 2);
+}
+
+struct live {
+	atomic_int stop;
+	long calls;
+	long sum;
+};
+
+static void *live_worker(void *arg)
+{
+	struct live *l = arg;
+	for (long i = 0; !atomic_load(&l->stop); i++) {
+		l->sum += torture_live(i);
+		l->calls++;
+	}
+	return NULL;
+}
+
+/* Four threads call torture_live while the agent attaches to it (int3-first patching). */
+static void case_live_attach(long n)
+{
+	struct live work[4] = {0};
+	pthread_t threads[4];
+	for (int k = 0; k < 4; k++)
+		pthread_create(&threads[k], NULL, live_worker, &work[k]);
+	usleep(20000);
+	if (uebpf_hook_test_attach_late)
+		uebpf_hook_test_attach_late();
+	long local = 0;
+	for (long i = 0; i < n; i++)
+		local += torture_live(i);
+	usleep(20000);
+	long expected = 0, sum = 0, calls = n;
+	for (int k = 0; k < 4; k++) {
+		atomic_store(&work[k].stop, 1);
+		pthread_join(threads[k], NULL);
+		for (long i = 0; i < work[k].calls; i++)
+			expected += i * 5 + 3;
+		sum += work[k].sum;
+		calls += work[k].calls;
+	}
+	for (long i = 0; i < n; i++)
+		expected += i * 5 + 3;
+	sum += local;
+	struct tally t[1] = {{.function = "torture_live", .calls = calls}};
+	print_sum("live_attach", sum == expected ? sum : -1, t, 1);
+}
+
+/* torture_escape longjmps out of itself for odd x: its pending return is abandoned. */
+static void case_longjmp(long n)
+{
+	struct tally t[2] = {{.function = "torture_outer"}, {.function = "torture_escape"}};
+	long sum = 0;
+	for (long i = 0; i < n; i++) {
+		sum = sum * 3 + torture_outer(i);
+		count(&t[0], 1, &i);
+		count(&t[1], 1, &i);
+	}
+	print_sum("longjmp", sum, t, 2);
+}
+
+static const struct {
+	const char *name;
+	void (*run)(long n);
+} cases[] = {
+	{"rip_relative", case_rip_relative}, {"tiny", case_tiny}, {"loop_to_start", case_loop_to_start},
+	{"into_patch", case_into_patch}, {"mixed_args", case_mixed_args}, {"many_args", case_many_args},
+	{"recursion", case_recursion}, {"threads", case_threads}, {"fork", case_fork},
+	{"shared_lib", case_shared_lib}, {"ipa_ra", case_ipa_ra}, {"live_attach", case_live_attach},
+	{"longjmp", case_longjmp},
+};
+
+int main(int argc, char **argv)
+{
+	if (argc < 2 || argc > 3) {
+		fprintf(stderr, "usage: hook_torture CASE [N]\n");
+		return 2;
+	}
+	char *end;
+	long n = argc == 3 ? strtol(argv[2], &end, 10) : 1000;
+	if (argc == 3 && (*end || n < 1 || n > 100000000)) {
+		fprintf(stderr, "hook_torture: N must be an integer from 1 to 100000000, not %s\n", argv[2]);
+		return 2;
+	}
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		if (!strcmp(argv[1], cases[i].name)) {
+			cases[i].run(n);
+			return 0;
+		}
+	}
+	fprintf(stderr, "hook_torture: unknown case %s\n", argv[1]);
+	return 2;
+}
