@@ -118,7 +118,7 @@ runtime: | $(BIN) $(LIB)
 	cargo build --release --manifest-path runtime/Cargo.toml
 	cp $(RUNTIME_OUT)/uebpf-vmbench $(RUNTIME_OUT)/uebpf $(BIN)/
 	cp $(RUNTIME_OUT)/libuebpf_vm.so $(RUNTIME_OUT)/libuebpf_vm.a $(RUNTIME_OUT)/libuebpf.so $(RUNTIME_OUT)/libuebpf.a $(LIB)/
-	cp $(RUNTIME_OUT)/libuebpf_server.so $(RUNTIME_OUT)/libuebpf_hook_testagent.so $(LIB)/
+	cp $(RUNTIME_OUT)/libuebpf_server.so $(RUNTIME_OUT)/libuebpf_agent.so $(RUNTIME_OUT)/libuebpf_hook_testagent.so $(LIB)/
 	mkdir -p $(BUILD)/include && cp runtime/vm/include/uebpf_vm.h runtime/uebpf/include/uebpf.h $(BUILD)/include/
 
 # The objects uebpf is checked with (cargo tests and tests/test_uebpf.py load them), and the

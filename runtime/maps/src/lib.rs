@@ -12,11 +12,13 @@
 //! ringbuf (kernel record layout). "CPU" for per-CPU maps is `sched_getcpu()` folded into the
 //! number of possible CPUs (/sys/devices/system/cpu/possible), as many slots as the kernel has.
 
+mod agents;
 mod array;
 mod attach;
 pub mod current;
 pub mod def;
 mod error;
+mod futex;
 mod hash;
 pub mod layout;
 mod lock;
@@ -24,11 +26,12 @@ mod map;
 mod region;
 pub mod ringbuf;
 
+pub use agents::{generation_reached, AgentReport, AgentStatus};
 pub use attach::{AttachInfo, AttachKind, AttachSpec, AttachState};
 pub use def::{MapDef, MapKind, StorageLayout};
 pub use error::Error;
 pub use map::{Map, ProgramMemory};
-pub use region::{region_path, MapInfo, ProgramInfo, ProgramKind, ProgramSpec, Region, RegionSpec};
+pub use region::{check_name, region_path, DEFAULT_REGION, REGION_ENV, SHM_DIR, MapInfo, ProgramInfo, ProgramKind, ProgramSpec, Region, RegionSpec};
 pub use ringbuf::RingBuf;
 
 /// A positive errno value, as the kernel returns (negated) for the same map operation.
