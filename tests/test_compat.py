@@ -26,15 +26,12 @@ from typing import Callable
 
 import pytest
 
-from conftest import BUILD
+from conftest import AGENT, BUILD, SERVER, UEBPF
 from tracecost import system
 from tracecost.procs import Child, started
 from tracecost.tracers.ebpf import read_functrace
 
 APP = BUILD / "bin" / "compat_app"
-SERVER = BUILD / "lib" / "libuebpf_server.so"
-AGENT = BUILD / "lib" / "libuebpf_agent.so"
-UEBPF = BUILD / "bin" / "uebpf"
 TRACE = Path("/sys/kernel/tracing/trace")
 OPS_PER_HIT = 4
 
