@@ -125,7 +125,8 @@ runtime: | $(BIN) $(LIB)
 # kernel-vs-uebpf cross-check harness (C: libbpf for the kernel side, uebpf.h for ours).
 UEBPF_OBJECTS := $(BPF)/functrace.bpf.o $(BPF)/uebpf_check.bpf.o $(BPF)/uebpf_stress.bpf.o $(BPF)/uebpf_embed.bpf.o
 .PHONY: runtime-tools
-runtime-tools: $(UEBPF_OBJECTS) $(BIN)/uebpf-crosscheck
+# agent_bench.bpf.o: the agent's per-hit benchmark (scripts/agent_bench.py).
+runtime-tools: $(UEBPF_OBJECTS) $(BPF)/agent_bench.bpf.o $(BIN)/uebpf-crosscheck
 
 $(BIN)/uebpf-crosscheck: runtime/crosscheck/crosscheck.c runtime/uebpf/include/uebpf.h | runtime $(BIN)
 	$(CC) $(CFLAGS) -Iruntime/uebpf/include -o $@ $< $$(pkg-config --cflags --libs libbpf) -L$(LIB) -luebpf -Wl,-rpath,'$$ORIGIN/../lib'

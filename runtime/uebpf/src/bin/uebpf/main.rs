@@ -6,6 +6,7 @@
 //!   uebpf exec REGION PROG [OPTIONS]       run PROG of a region another process created
 //!   uebpf dump REGION                      print a region's maps and drain its ring buffers
 //!   uebpf attachments REGION               print a region's attach table (what a server attached)
+//!                                          and its agents (what each target applied)
 //!   uebpf fire REGION [OPTIONS]            act as a target: run every enabled uprobe/uretprobe
 //!                                          attachment whose pid filter admits this process, as
 //!                                          the agent would at the probed function (--ret N: the
@@ -31,7 +32,7 @@ use std::ffi::CString;
 use std::process::ExitCode;
 
 use serde_json::{json, Map as JsonMap, Value};
-use uebpf::maps::{def::map_type_name, AttachKind, AttachState, Region};
+use uebpf::maps::{def::map_type_name, AgentStatus, AttachKind, AttachState, Region};
 use uebpf::{Engine, Instance, Object, PtRegs, Target};
 
 mod attach;
@@ -245,7 +246,7 @@ fn attach_kind(kind: AttachKind) -> &'static str {
     }
 }
 
-/// The attach table, as JSON.
+/// The attach table and the agents that follow it, as JSON.
 fn attachments(instance: &Instance) -> Value {
     let region = instance.region();
     let programs = region.programs();
@@ -260,7 +261,15 @@ fn attachments(instance: &Instance) -> Value {
                    "ref_ctr_offset": s.ref_ctr_offset, "cookie": s.cookie, "dev": s.dev, "ino": s.ino, "changed_at": a.changed_at})
         })
         .collect();
-    json!({"generation": region.attach_generation(), "attachments": entries})
+    let agents: Vec<Value> = region.agents().iter().map(agent_json).collect();
+    json!({"generation": region.attach_generation(), "attachments": entries, "agents": agents})
+}
+
+/// An agent's slot: its process, passes, the generation applied and what came of it.
+fn agent_json(agent: &AgentStatus) -> Value {
+    let r = &agent.report;
+    json!({"pid": agent.pid, "passes": agent.passes, "applied": r.applied, "hooks": r.hooks, "failed": r.failed,
+           "unsupported": r.unsupported, "message": r.message})
 }
 
 /// What an agent does at a probed function, without the hook: for every enabled uprobe or

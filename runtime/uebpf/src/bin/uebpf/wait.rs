@@ -5,8 +5,8 @@
 //!
 //! It reads the attach generation G, then sleeps on the region's agent generation (a futex
 //! every agent report wakes) until PID's slot in the agent table says a pass that began at G or
-//! later has completed. Then it prints the slot as JSON: `pid`, `generation` (G), `applied`,
-//! `hooks` (attachments with a live probe in PID), `failed`, `unsupported`, `message`; and
+//! later has completed. Then it prints the slot as JSON: `pid`, `generation` (G), `passes`,
+//! `applied`, `hooks` (attachments with a live probe in PID), `failed`, `unsupported`, `message`; and
 //! exits 0 only if nothing failed and nothing is unsupported (e.g. a syscall tracepoint, which
 //! the agent does not implement: `unsupported` > 0, exit 1, the reason in `message`).
 //! Timeout, a process that exits first, or a region that does not exist: exit 1 with the reason.
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use uebpf::maps::{current, generation_reached, AgentStatus, Region};
 
-use crate::{pending_interrupt, Options};
+use crate::{agent_json, pending_interrupt, Options};
 
 /// How often the waiter re-checks that the target still runs while no agent reports.
 const RECHECK: Duration = Duration::from_millis(50);
@@ -53,8 +53,8 @@ pub(crate) fn wait_applied(options: &Options) -> Result<Value, String> {
 /// The slot as JSON (printed whatever the outcome, for harnesses); an error if anything failed.
 fn verdict(status: &AgentStatus, generation: u32) -> Result<Value, String> {
     let r = &status.report;
-    let document = json!({"pid": status.pid, "generation": generation, "applied": r.applied, "hooks": r.hooks,
-                          "failed": r.failed, "unsupported": r.unsupported, "message": r.message});
+    let mut document = agent_json(status);
+    document["generation"] = json!(generation);
     if r.failed == 0 && r.unsupported == 0 {
         return Ok(document);
     }
