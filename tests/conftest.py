@@ -73,6 +73,24 @@ def uebpf_loader(argv: list, region: str, tmp_path: Path, **env: str):
         yield child
 
 
+@contextlib.contextmanager
+def regions_removed(pattern: str):
+    """Afterwards, no /dev/shm region file matching `pattern` is left: every loader removes its
+    region unless it was SIGKILLed (a failing test kills it); then the file is removed here, so
+    that one failure does not leave files for the rest, and the test fails."""
+    yield
+    left = list(SHM.glob(pattern))
+    for path in left:
+        path.unlink()
+    assert not left, f"regions left behind: {left}"
+
+
+def functrace_argv(output: Path, *extra) -> list:
+    """functrace on libmylib's traced function (the loader the uebpf tests run under the server)."""
+    return [BUILD / "bin" / "functrace", "--binary", BUILD / "lib" / "libmylib.so", "--symbol", "my_traced_function",
+            "--output", output, *extra]
+
+
 def uebpf(*args, check=True, **kwargs) -> dict:
     """The `uebpf` command's JSON output ({} if it printed nothing)."""
     result = subprocess.run([str(UEBPF), *map(str, args)], capture_output=True, text=True, timeout=60, **kwargs)

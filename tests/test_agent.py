@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (AGENT, BUILD, SHM, UEBPF, agent_env, file_offset, uebpf, uebpf_loader, unused_uid, uprobes_in,
-                      wait_until)
+from conftest import (AGENT, BUILD, SHM, UEBPF, agent_env, file_offset, functrace_argv, regions_removed, uebpf,
+                      uebpf_loader, unused_uid, uprobes_in, wait_until)
 from tracecost.procs import Child, started
 from tracecost.tracers.ebpf import Ebpf, parse_summary, read_functrace
 from tracecost.validate import check_events
@@ -38,15 +38,8 @@ def region_name(label: str) -> str:
 
 @pytest.fixture(autouse=True)
 def no_region_left_behind():
-    yield
-    left = list(SHM.glob(f"uebpf-test-agent-*-{os.getpid()}"))
-    for path in left:
-        path.unlink()
-    assert not left, f"regions left behind: {left}"
-
-
-def functrace_argv(output: Path, *extra) -> list:
-    return [BUILD / "bin" / "functrace", "--binary", LIBRARY, "--symbol", TRACED_SYMBOL, "--output", output, *extra]
+    with regions_removed(f"uebpf-test-agent-*-{os.getpid()}"):
+        yield
 
 
 def run_sample_app(calls: int, env: dict, *prefix: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

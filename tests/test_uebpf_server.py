@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, SHM, UEBPF, file_offset, server_env, uebpf, unused_uid, uprobes_in
+from conftest import BUILD, SHM, UEBPF, file_offset, functrace_argv, regions_removed, server_env, uebpf, unused_uid, uprobes_in
 from conftest import uebpf_loader as loader
 from tracecost.procs import Child, started
 from tracecost.tracers.ebpf import parse_summary, read_functrace
@@ -35,17 +35,8 @@ def region_name(label: str) -> str:
 
 @pytest.fixture(autouse=True)
 def no_region_left_behind():
-    """Every loader removes its region, unless it was SIGKILLed (a failing test kills it):
-    then the file is removed here, so that one failure does not leave files for the rest."""
-    yield
-    left = list(SHM.glob(f"uebpf-test-server-*-{os.getpid()}"))
-    for path in left:
-        path.unlink()
-    assert not left, f"regions left behind: {left}"
-
-
-def functrace_argv(output: Path, *extra) -> list:
-    return [BUILD / "bin" / "functrace", "--binary", LIBRARY, "--symbol", SYMBOL, "--output", output, *extra]
+    with regions_removed(f"uebpf-test-server-*-{os.getpid()}"):
+        yield
 
 
 def test_functrace_attaches_in_the_table_and_reports_exactly_the_fired_events(tmp_path):

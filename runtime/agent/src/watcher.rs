@@ -1,4 +1,4 @@
-//! The agent's thread: it waits for the region to exist, follows its attach table (sleeping on
+//! The agent's thread: it waits for the region to exist (looking every 10 ms), follows its attach table (sleeping on
 //! the generation futex, woken by every attach, enable, disable and detach), and notices when
 //! the region goes away (its loader exited: the file was removed, or its creator is gone), then
 //! removes every hook and waits for a region of that name again.
@@ -8,10 +8,9 @@
 //! runs with probes off (`without_probes`): its mallocs and libc calls are the agent's, not the
 //! target's, and no probe sees them.
 
-use std::ffi::CString;
 use std::time::{Duration, Instant};
 
-use uebpf::maps::{current, region_path, Region, SHM_DIR};
+use uebpf::maps::{current, region_path, Region};
 use uebpf_hook::without_probes;
 
 use crate::session::Session;
@@ -19,6 +18,8 @@ use crate::{warn, STATE};
 
 /// How often a sleeping agent checks that its region still exists (a removal wakes nobody).
 const LIVENESS_PERIOD: Duration = Duration::from_secs(1);
+/// How often a thread waiting for its region looks for it.
+const REGION_POLL: Duration = Duration::from_millis(10);
 /// How long a region file may stay unopenable (being created) before the agent says why.
 const CREATION_PATIENCE: Duration = Duration::from_secs(2);
 
@@ -77,10 +78,11 @@ fn is_gone(region: &Region) -> bool {
     unlinked || current::process_is_gone(region.creator_pid())
 }
 
-/// Blocks until region `name` exists and opens; inotify on /dev/shm makes its creation wake us.
+/// Blocks until region `name` exists and opens. The path is checked every few milliseconds:
+/// inotify would answer at once, but through a descriptor that a target closing every
+/// descriptor it did not open (daemons do) could take away and reuse for one of its own.
 fn wait_for_region(name: &str) -> Region {
     let path = region_path(name);
-    let watch = Inotify::on(SHM_DIR);
     let mut unopenable_since: Option<Instant> = None;
     let mut complained = false;
     loop {
@@ -97,54 +99,12 @@ fn wait_for_region(name: &str) -> Region {
                     warn(&e.0);
                     complained = true;
                 }
-                watch.wait(LIVENESS_PERIOD);
+                std::thread::sleep(LIVENESS_PERIOD);
             }
             Err(_) => {
                 unopenable_since = None;
-                watch.wait(LIVENESS_PERIOD);
+                std::thread::sleep(REGION_POLL);
             }
-        }
-    }
-}
-
-/// An inotify watch of a directory's entries being created or moved in; without inotify (no
-/// instances left), waiting is a plain sleep.
-struct Inotify(libc::c_int);
-
-impl Inotify {
-    fn on(directory: &str) -> Inotify {
-        let directory = CString::new(directory).expect("a constant path");
-        // SAFETY: plain system calls; a failure leaves -1, handled in `wait`.
-        unsafe {
-            let fd = libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK);
-            if fd >= 0 && libc::inotify_add_watch(fd, directory.as_ptr(), libc::IN_CREATE | libc::IN_MOVED_TO) < 0 {
-                libc::close(fd);
-                return Inotify(-1);
-            }
-            Inotify(fd)
-        }
-    }
-
-    /// Sleeps until an entry appears in the directory or `timeout` passes, and drains the events.
-    fn wait(&self, timeout: Duration) {
-        if self.0 < 0 {
-            return std::thread::sleep(timeout.min(Duration::from_millis(100)));
-        }
-        let mut poll = libc::pollfd { fd: self.0, events: libc::POLLIN, revents: 0 };
-        let mut events = [0u8; 4096];
-        // SAFETY: a valid pollfd and buffer.
-        unsafe {
-            libc::poll(&mut poll, 1, timeout.as_millis() as libc::c_int);
-            while libc::read(self.0, events.as_mut_ptr().cast(), events.len()) > 0 {}
-        }
-    }
-}
-
-impl Drop for Inotify {
-    fn drop(&mut self) {
-        if self.0 >= 0 {
-            // SAFETY: our descriptor.
-            unsafe { libc::close(self.0) };
         }
     }
 }

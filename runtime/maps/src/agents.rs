@@ -145,11 +145,7 @@ impl Region {
 
     /// Sleeps until the agent generation differs from `seen` or `timeout` passes; returns it.
     pub fn wait_agent_change(&self, seen: u32, timeout: Duration) -> u32 {
-        let word = &self.header().agent_generation;
-        if word.load(Ordering::Acquire) == seen {
-            futex::wait(word, seen, timeout);
-        }
-        word.load(Ordering::Acquire)
+        futex::wait_for_change(&self.header().agent_generation, seen, timeout)
     }
 }
 

@@ -199,10 +199,6 @@ impl Region {
     /// Sleeps until the generation differs from `seen` or `timeout` passes; returns the
     /// generation now. Works across processes (shared futex).
     pub fn wait_attach_change(&self, seen: u32, timeout: Duration) -> u32 {
-        let word = &self.header().attach_generation;
-        if word.load(Ordering::Acquire) == seen {
-            futex::wait(word, seen, timeout);
-        }
-        word.load(Ordering::Acquire)
+        futex::wait_for_change(&self.header().attach_generation, seen, timeout)
     }
 }

@@ -31,7 +31,7 @@ pub use attach::{AttachInfo, AttachKind, AttachSpec, AttachState};
 pub use def::{MapDef, MapKind, StorageLayout};
 pub use error::Error;
 pub use map::{Map, ProgramMemory};
-pub use region::{check_name, region_path, DEFAULT_REGION, REGION_ENV, SHM_DIR, MapInfo, ProgramInfo, ProgramKind, ProgramSpec, Region, RegionSpec};
+pub use region::{check_name, region_path, DEFAULT_REGION, REGION_ENV, MapInfo, ProgramInfo, ProgramKind, ProgramSpec, Region, RegionSpec};
 pub use ringbuf::RingBuf;
 
 /// A positive errno value, as the kernel returns (negated) for the same map operation.
