@@ -266,12 +266,14 @@ def test_two_pairs_at_once_do_not_see_each_other(tmp_path):
     first, second = region_name("pair-a"), region_name("pair-b")
     with uebpf_loader(functrace_argv(tmp_path / "a.bin"), first, tmp_path) as a, \
          uebpf_loader(functrace_argv(tmp_path / "b.bin"), second, tmp_path) as b:
-        apps = [subprocess.Popen([str(SAMPLE_APP), str(calls)], stdout=subprocess.DEVNULL, env=agent_env(region))
+        apps = [subprocess.Popen([str(SAMPLE_APP), str(calls)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 text=True, env=agent_env(region))
                 for region, calls in ((first, 3000), (second, 7000))]  # both at once
-        assert [app.wait(timeout=120) for app in apps] == [0, 0]
+        assert [app.communicate(timeout=120)[1] for app in apps] == ["", ""]
+        assert [app.returncode for app in apps] == [0, 0]
         assert a.stop().exit_code == 0 and b.stop().exit_code == 0
         summaries = parse_summary(a.read_stdout()), parse_summary(b.read_stdout())
-    assert [(s["entry"], s["exit"]) for s in summaries] == [(3000, 3000), (7000, 7000)]
+    assert [(s["entry"], s["exit"]) for s in summaries] == [(3000, 3000), (7000, 7000)], summaries
 
 
 def test_an_unprivileged_user_runs_loader_and_target(tmp_path):
