@@ -1,7 +1,7 @@
-//! The agent's thread: it waits for the region to exist (looking every 10 ms), follows its attach table (sleeping on
-//! the generation futex, woken by every attach, enable, disable and detach), and notices when
-//! the region goes away (its loader exited: the file was removed, or its creator is gone), then
-//! removes every hook and waits for a region of that name again.
+//! The agent's thread: it waits for the region to exist (looking every 10 ms), follows its
+//! attach table (sleeping on the generation futex, woken by every attach, enable, disable and
+//! detach), and notices when the region goes away (its loader exited: the file was removed, or
+//! its creator is gone), then removes every hook and waits for a region of that name again.
 //!
 //! The thread blocks every asynchronous signal (a signal sent to the process, such as the
 //! SIGUSR1 a harness uses to start a paused target, must reach the target's own threads) and

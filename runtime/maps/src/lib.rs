@@ -6,7 +6,9 @@
 //! [`Map`] is one process's view of a map, with the kernel's operations and error codes.
 //!
 //! The region also holds an attach table: which program runs at which probe point (uprobe,
-//! uretprobe, syscall tracepoint), written by the bpf(2) server and read by the targets' agents.
+//! uretprobe, syscall tracepoint), written by the bpf(2) server and read by the targets' agents;
+//! and an agent table, in which each target's agent reports how far it has applied the attach
+//! table (what `uebpf wait-applied` waits for).
 //!
 //! Supported map types: array, percpu_array, hash, percpu_hash (both hashes preallocated),
 //! ringbuf (kernel record layout). "CPU" for per-CPU maps is `sched_getcpu()` folded into the
