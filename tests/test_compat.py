@@ -26,7 +26,7 @@ from typing import Callable
 
 import pytest
 
-from conftest import AGENT, BUILD, SERVER, UEBPF
+from conftest import AGENT, BUILD, SERVER, UEBPF, regions_removed
 from tracecost import system
 from tracecost.procs import Child, started
 from tracecost.tracers.ebpf import read_functrace
@@ -143,6 +143,12 @@ def run_program(program: CorpusProgram, side: str, workdir: Path) -> Run:
         if app.poll() is None:
             app.kill()
             app.wait()
+
+
+@pytest.fixture(autouse=True)
+def no_region_left_behind():
+    with regions_removed(f"uebpf-test-compat-{os.getpid()}-*"):
+        yield
 
 
 @pytest.fixture(scope="module", autouse=True)
