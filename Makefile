@@ -118,14 +118,15 @@ runtime: | $(BIN) $(LIB)
 	cargo build --release --manifest-path runtime/Cargo.toml
 	cp $(RUNTIME_OUT)/uebpf-vmbench $(RUNTIME_OUT)/uebpf $(BIN)/
 	cp $(RUNTIME_OUT)/libuebpf_vm.so $(RUNTIME_OUT)/libuebpf_vm.a $(RUNTIME_OUT)/libuebpf.so $(RUNTIME_OUT)/libuebpf.a $(LIB)/
-	cp $(RUNTIME_OUT)/libuebpf_server.so $(RUNTIME_OUT)/libuebpf_hook_testagent.so $(LIB)/
+	cp $(RUNTIME_OUT)/libuebpf_server.so $(RUNTIME_OUT)/libuebpf_agent.so $(RUNTIME_OUT)/libuebpf_hook_testagent.so $(LIB)/
 	mkdir -p $(BUILD)/include && cp runtime/vm/include/uebpf_vm.h runtime/uebpf/include/uebpf.h $(BUILD)/include/
 
 # The objects uebpf is checked with (cargo tests and tests/test_uebpf.py load them), and the
 # kernel-vs-uebpf cross-check harness (C: libbpf for the kernel side, uebpf.h for ours).
 UEBPF_OBJECTS := $(BPF)/functrace.bpf.o $(BPF)/uebpf_check.bpf.o $(BPF)/uebpf_stress.bpf.o $(BPF)/uebpf_embed.bpf.o
 .PHONY: runtime-tools
-runtime-tools: $(UEBPF_OBJECTS) $(BIN)/uebpf-crosscheck
+# agent_bench.bpf.o: the agent's per-hit benchmark (scripts/agent_bench.py).
+runtime-tools: $(UEBPF_OBJECTS) $(BPF)/agent_bench.bpf.o $(BIN)/uebpf-crosscheck
 
 $(BIN)/uebpf-crosscheck: runtime/crosscheck/crosscheck.c runtime/uebpf/include/uebpf.h | runtime $(BIN)
 	$(CC) $(CFLAGS) -Iruntime/uebpf/include -o $@ $< $$(pkg-config --cflags --libs libbpf) -L$(LIB) -luebpf -Wl,-rpath,'$$ORIGIN/../lib'

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pwd
 import signal
 import stat
 import subprocess
@@ -16,6 +18,11 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 BUILD = REPO / "build"
 TRACECOST = [sys.executable, "-m", "tracecost"]
+# uebpf: the bpf(2) server preloaded into loaders, the agent into targets, the command.
+SERVER = BUILD / "lib" / "libuebpf_server.so"
+AGENT = BUILD / "lib" / "libuebpf_agent.so"
+UEBPF = BUILD / "bin" / "uebpf"
+SHM = Path("/dev/shm")
 
 
 def run_tracecost(*args: str, env: dict | None = None, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
@@ -45,6 +52,74 @@ def bpftool_json(*args: str) -> list:
 def uprobes_in(binary: Path) -> list:
     target = os.path.realpath(binary)
     return [e for e in bpftool_json("perf") if e.get("filename") and os.path.realpath(e["filename"]) == target]
+
+
+def server_env(region: str, **extra: str) -> dict[str, str]:
+    """A loader's environment on uebpf: the server preloaded, region `region`."""
+    return {**os.environ, "LD_PRELOAD": str(SERVER), "UEBPF_REGION": region, **extra}
+
+
+def agent_env(region: str, **extra: str) -> dict[str, str]:
+    """A target's environment on uebpf: the agent preloaded, region `region`."""
+    return {**os.environ, "LD_PRELOAD": str(AGENT), "UEBPF_REGION": region, **extra}
+
+
+@contextlib.contextmanager
+def uebpf_loader(argv: list, region: str, tmp_path: Path, **env: str):
+    """A loader under the server, ready (it printed READY); always gone afterwards."""
+    from tracecost.procs import Child, started
+    with started(lambda: Child([str(a) for a in argv], stderr_path=tmp_path / f"{region}.err", env=server_env(region, **env))) as child:
+        child.wait_for_line("READY", timeout_s=30)
+        yield child
+
+
+@contextlib.contextmanager
+def regions_removed(pattern: str):
+    """Afterwards, no /dev/shm region file matching `pattern` is left: every loader removes its
+    region unless it was SIGKILLed (a failing test kills it); then the file is removed here, so
+    that one failure does not leave files for the rest, and the test fails."""
+    yield
+    left = list(SHM.glob(pattern))
+    for path in left:
+        path.unlink()
+    assert not left, f"regions left behind: {left}"
+
+
+def functrace_argv(output: Path, *extra) -> list:
+    """functrace on libmylib's traced function (the loader the uebpf tests run under the server)."""
+    return [BUILD / "bin" / "functrace", "--binary", BUILD / "lib" / "libmylib.so", "--symbol", "my_traced_function",
+            "--output", output, *extra]
+
+
+def uebpf(*args, check=True, **kwargs) -> dict:
+    """The `uebpf` command's JSON output ({} if it printed nothing)."""
+    result = subprocess.run([str(UEBPF), *map(str, args)], capture_output=True, text=True, timeout=60, **kwargs)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout) if result.stdout.strip() else {}
+
+
+def file_offset(binary: Path, symbol: str) -> int:
+    """The symbol's file offset (what libbpf gives the kernel): value - segment vaddr + offset."""
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(binary)], capture_output=True, text=True, check=True).stdout
+    value = next(int(line.split()[0], 16) for line in symbols.splitlines() if line.split()[-1] == symbol)
+    headers = subprocess.run(["readelf", "-lW", str(binary)], capture_output=True, text=True, check=True).stdout
+    for line in headers.splitlines():
+        fields = line.split()
+        if fields[:1] == ["LOAD"] and "E" in fields[6:-1]:
+            offset, vaddr, size = int(fields[1], 16), int(fields[2], 16), int(fields[5], 16)
+            if vaddr <= value < vaddr + size:
+                return value - vaddr + offset
+    raise AssertionError(f"{symbol} is in no executable segment of {binary}")
+
+
+def unused_uid() -> int:
+    for uid in range(61000, 65000):
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return uid
+    raise AssertionError("no unused uid between 61000 and 65000")
 
 
 def processes_mentioning(text: str) -> list[int]:

@@ -6,8 +6,9 @@ Every program traces build/bin/compat_app, which says READY, waits for a start l
 fixed sequence of calls and prints what it did; each program's output is first checked against that
 report (so the kernel side is right), then the uebpf side must equal the kernel side.
 
-The uebpf side needs the agent (libuebpf_agent.so, issue 9) in the target: until it exists the
-test is an expected failure; it runs for real as soon as build/lib/libuebpf_agent.so is built.
+On the uebpf side the workload runs with the agent (libuebpf_agent.so) preloaded; it starts
+before its loader, so the agent hooks the functions live once the loader has attached, and the
+harness waits for that (`uebpf wait-applied`) before it starts the workload's calls.
 
 To add a program: one CorpusProgram line (its loader's command, how to read its output, what
 that output must be for the workload's report)."""
@@ -25,14 +26,12 @@ from typing import Callable
 
 import pytest
 
-from conftest import BUILD
+from conftest import AGENT, BUILD, SERVER, UEBPF, regions_removed
 from tracecost import system
 from tracecost.procs import Child, started
 from tracecost.tracers.ebpf import read_functrace
 
 APP = BUILD / "bin" / "compat_app"
-SERVER = BUILD / "lib" / "libuebpf_server.so"
-AGENT = BUILD / "lib" / "libuebpf_agent.so"
 TRACE = Path("/sys/kernel/tracing/trace")
 OPS_PER_HIT = 4
 
@@ -132,6 +131,10 @@ def run_program(program: CorpusProgram, side: str, workdir: Path) -> Run:
         argv = [str(a) for a in program.loader(app.pid, workdir)]
         with started(lambda: Child(argv, stderr_path=workdir / "loader.err", env=loader_env)) as loader:
             loader.wait_for_line("READY", timeout_s=30)
+            if side == "uebpf":
+                waited = subprocess.run([str(UEBPF), "wait-applied", region, "--pid", str(app.pid), "--timeout", "30"],
+                                        capture_output=True, text=True, timeout=60)
+                assert waited.returncode == 0, waited.stderr
             report, app_stderr = app.communicate("go\n", timeout=60)
             assert app.returncode == 0, app_stderr
             assert loader.stop().exit_code == 0, loader.stderr_text()
@@ -140,6 +143,12 @@ def run_program(program: CorpusProgram, side: str, workdir: Path) -> Run:
         if app.poll() is None:
             app.kill()
             app.wait()
+
+
+@pytest.fixture(autouse=True)
+def no_region_left_behind():
+    with regions_removed(f"uebpf-test-compat-{os.getpid()}-*"):
+        yield
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -154,10 +163,8 @@ def test_kernel_output_matches_the_workload(program, tmp_path):
     assert program.output(run) == program.expected(run.report)
 
 
-@pytest.mark.xfail(not AGENT.exists(), reason="needs libuebpf_agent.so (issue 9)", strict=True)
 @pytest.mark.parametrize("program", CORPUS, ids=IDS)
 def test_uebpf_output_equals_the_kernel_output(program, tmp_path):
-    assert AGENT.exists(), "needs libuebpf_agent.so (issue 9)"
     kernel = run_program(program, "kernel", tmp_path / "kernel")
     uebpf = run_program(program, "uebpf", tmp_path / "uebpf")
     assert program.output(uebpf) == program.output(kernel) == program.expected(kernel.report)

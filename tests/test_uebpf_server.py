@@ -1,17 +1,15 @@
 """The uebpf bpf(2) server: the project's unmodified libbpf loaders (functrace, micro) run with
 build/lib/libuebpf_server.so preloaded, against a uebpf region instead of the kernel.
 
-The agent that runs programs inside targets does not exist yet, so `uebpf fire REGION` stands in
-for the target: it reads the region's attach table and runs every enabled uprobe/uretprobe
-program on a struct pt_regs with known arguments, as the agent will at the probed function. The
-loader must then report exactly those events."""
+Here `uebpf fire REGION` stands in for the target: it reads the region's attach table and runs
+every enabled uprobe/uretprobe program on a struct pt_regs with known arguments, as the agent
+does at the probed function, so the loader must report exactly those events. Real targets with
+the agent (libuebpf_agent.so) are tests/test_agent.py's."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import pwd
 import shutil
 import signal
 import subprocess
@@ -22,15 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, uprobes_in
+from conftest import BUILD, SHM, UEBPF, file_offset, functrace_argv, regions_removed, server_env, uebpf, unused_uid, uprobes_in
+from conftest import uebpf_loader as loader
 from tracecost.procs import Child, started
 from tracecost.tracers.ebpf import parse_summary, read_functrace
 
-SERVER = BUILD / "lib" / "libuebpf_server.so"
-UEBPF = BUILD / "bin" / "uebpf"
 LIBRARY = BUILD / "lib" / "libmylib.so"
 SYMBOL = "my_traced_function"
-SHM = Path("/dev/shm")
 
 
 def region_name(label: str) -> str:
@@ -39,50 +35,8 @@ def region_name(label: str) -> str:
 
 @pytest.fixture(autouse=True)
 def no_region_left_behind():
-    """Every loader removes its region, unless it was SIGKILLed (a failing test kills it):
-    then the file is removed here, so that one failure does not leave files for the rest."""
-    yield
-    left = list(SHM.glob(f"uebpf-test-server-*-{os.getpid()}"))
-    for path in left:
-        path.unlink()
-    assert not left, f"regions left behind: {left}"
-
-
-def server_env(region: str, **extra: str) -> dict[str, str]:
-    return {**os.environ, "LD_PRELOAD": str(SERVER), "UEBPF_REGION": region, **extra}
-
-
-@contextlib.contextmanager
-def loader(argv: list, region: str, tmp_path: Path, **env: str):
-    """A loader under the server, ready (it printed READY); always gone afterwards."""
-    with started(lambda: Child([str(a) for a in argv], stderr_path=tmp_path / f"{region}.err", env=server_env(region, **env))) as child:
-        child.wait_for_line("READY", timeout_s=30)
-        yield child
-
-
-def uebpf(*args, check=True, **kwargs) -> dict:
-    result = subprocess.run([str(UEBPF), *map(str, args)], capture_output=True, text=True, timeout=60, **kwargs)
-    if check:
-        assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout) if result.stdout.strip() else {}
-
-
-def file_offset(binary: Path, symbol: str) -> int:
-    """The symbol's file offset (what libbpf gives the kernel): value - segment vaddr + offset."""
-    symbols = subprocess.run(["nm", "-D", "--defined-only", str(binary)], capture_output=True, text=True, check=True).stdout
-    value = next(int(line.split()[0], 16) for line in symbols.splitlines() if line.split()[-1] == symbol)
-    headers = subprocess.run(["readelf", "-lW", str(binary)], capture_output=True, text=True, check=True).stdout
-    for line in headers.splitlines():
-        fields = line.split()
-        if fields[:1] == ["LOAD"] and "E" in fields[6:-1]:
-            offset, vaddr, size = int(fields[1], 16), int(fields[2], 16), int(fields[5], 16)
-            if vaddr <= value < vaddr + size:
-                return value - vaddr + offset
-    raise AssertionError(f"{symbol} is in no executable segment of {binary}")
-
-
-def functrace_argv(output: Path, *extra) -> list:
-    return [BUILD / "bin" / "functrace", "--binary", LIBRARY, "--symbol", SYMBOL, "--output", output, *extra]
+    with regions_removed(f"uebpf-test-server-*-{os.getpid()}"):
+        yield
 
 
 def test_functrace_attaches_in_the_table_and_reports_exactly_the_fired_events(tmp_path):
@@ -333,15 +287,6 @@ def test_two_loader_target_pairs_do_not_see_each_other(tmp_path):
         assert a.stop().exit_code == 0 and b.stop().exit_code == 0
         summaries = parse_summary(a.read_stdout()), parse_summary(b.read_stdout())
     assert [s["received"] for s in summaries] == [6, 0]
-
-
-def unused_uid() -> int:
-    for uid in range(61000, 65000):
-        try:
-            pwd.getpwuid(uid)
-        except KeyError:
-            return uid
-    raise AssertionError("no unused uid between 61000 and 65000")
 
 
 def test_an_unprivileged_user_loads_attaches_and_consumes(tmp_path):

@@ -8,7 +8,9 @@
  *   {"mallocs":{SIZE:COUNT,...},"ticks":N,"timed_us":[US,...],"greets":[[NAME,N],...],
  *    "calls":[[A,B,C,S,RET],...]}
  *   malloc(SIZE)             sizes no C library call of this program uses (malloc counter)
- *   compat_tick()            an empty function (map operation programs)
+ *   compat_tick(I)           a tiny function (map operation programs); not a bare `ret`: an
+ *                            inline hook (uebpf) needs 5 bytes of whole instructions before
+ *                            the function can return, and refuses 1-byte functions
  *   compat_timed(US)         busy-waits US microseconds: each just above a power of two of at
  *                            least 32 ms, so a log2 histogram puts it in one bucket even if the
  *                            probes and the scheduler (another process on its CPU) add 32 ms
@@ -38,9 +40,10 @@ static const struct { int32_t a; uint64_t b; double c; const char *s; } CALLS[] 
 static void *volatile kept[8];
 
 /* The asm statements keep the compiler from treating the functions as pure and dropping calls. */
-__attribute__((noinline)) void compat_tick(void)
+__attribute__((noinline)) uint64_t compat_tick(uint64_t i)
 {
-	__asm__ volatile("" ::: "memory");
+	__asm__ volatile("" : : "r"(i) : "memory");
+	return i * 3 + 1;
 }
 
 static uint64_t now_us(void)
@@ -82,7 +85,7 @@ int main(void)
 	for (size_t i = 0; i < slot; i++)
 		free(kept[i]);
 	for (int i = 0; i < TICKS; i++)
-		compat_tick();
+		compat_tick((uint64_t)i);
 	for (size_t i = 0; i < COUNT(TIMED_US); i++)
 		compat_timed(TIMED_US[i]);
 	for (size_t i = 0; i < COUNT(GREETS); i++)

@@ -54,6 +54,9 @@ struct ThreadState {
 std::arch::global_asm!(
     ".section .tbss,\"awT\",@nobits",
     ".p2align 3",
+    // Global but hidden: code inlined into other crates of the same library (the agent's
+    // `without_probes`) links to it; nothing outside the library sees it.
+    ".globl uebpf_hook_thread_state",
     ".hidden uebpf_hook_thread_state",
     "uebpf_hook_thread_state:",
     ".zero 16",
@@ -73,6 +76,20 @@ fn thread_state() -> &'static ThreadState {
         );
         &*state
     }
+}
+
+/// Runs `work` with every probe skipped on this thread (hits are counted as `skipped`), as
+/// while a handler runs: for an agent's own work in the traced process (its thread, its start-up),
+/// which a probe on malloc or a libc function would otherwise see as the target's.
+pub fn without_probes<T>(work: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            thread_state().busy.set(self.0);
+        }
+    }
+    let _restore = Restore(thread_state().busy.replace(true));
+    work()
 }
 
 /// Called by an entry stub; returns 1 if the stub must call the function and come back to

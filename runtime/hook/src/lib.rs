@@ -26,12 +26,12 @@ mod resolve;
 mod site;
 mod stubs;
 
-pub use dispatch::SHADOW_CAPACITY;
+pub use dispatch::{without_probes, SHADOW_CAPACITY};
 pub use error::{Error, ErrorKind, Result};
 pub use hook::Hook;
 pub use patch::PatchMethod;
 pub use regs::PtRegs;
-pub use resolve::{resolve, Function, Location, Target};
+pub use resolve::{file_offset, is_mapped_executable, resolve, Function, Location, Target};
 pub use site::{Handler, SiteStats};
 
 /// Resolves the function `symbol` (or `0x...` file offset) of `binary` and returns its address.

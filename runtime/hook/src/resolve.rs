@@ -91,6 +91,26 @@ pub fn resolve(binary: &Path, location: &Location) -> Result<Target> {
     })
 }
 
+/// The file offset of `location` in `binary` (what the kernel's uprobe takes, and what libbpf
+/// computes from a symbol), without the binary being mapped anywhere.
+pub fn file_offset(binary: &Path, location: &Location) -> Result<u64> {
+    let shown = binary.display();
+    let symbol = match location {
+        Location::FileOffset(offset) => return Ok(*offset),
+        Location::Symbol(name) => name,
+    };
+    let data = std::fs::read(binary).map_err(|e| Error::resolve(format!("cannot read {shown}: {e}")))?;
+    let elf = object::File::parse(&*data).map_err(|e| Error::resolve(format!("{shown} is not an ELF file: {e}")))?;
+    let (_, vaddr, _) = find_function(&elf, symbol).map_err(|why| Error::resolve(format!("{shown}: {why}")))?;
+    offset_of_vaddr(&elf, vaddr).ok_or_else(|| Error::resolve(format!("{shown}: {symbol} is in no loadable segment")))
+}
+
+/// Whether a file (device and inode, as `stat` gives them) is mapped executable in this process.
+pub fn is_mapped_executable(dev: u64, ino: u64) -> Result<bool> {
+    let maps = procmaps::read().map_err(|e| Error::system("reading /proc/self/maps", e))?;
+    Ok(maps.iter().any(|m| m.executable && m.dev == dev && m.inode == ino))
+}
+
 /// (name, vaddr, size) of the defined function `name`; .symtab first, then .dynsym.
 fn find_function(elf: &object::File, name: &str) -> std::result::Result<(String, u64, u64), String> {
     let mut found: Vec<(u64, u64, u8)> = Vec::new();

@@ -83,6 +83,12 @@ extern "C" fn hook_test_hammer(x: u64) -> u64 {
     black_box(x.wrapping_mul(31) + 7)
 }
 
+#[no_mangle]
+#[inline(never)]
+extern "C" fn hook_test_without_probes(x: u64) -> u64 {
+    black_box(x.wrapping_mul(37) + 11)
+}
+
 fn this_binary(symbol: &str) -> Target {
     resolve(Path::new("/proc/self/exe"), &Location::Symbol(symbol.into())).unwrap()
 }
@@ -156,6 +162,32 @@ fn resolves_file_offsets_inside_functions() {
     let by_offset = resolve(Path::new("/proc/self/exe"), &Location::FileOffset(file_offset)).unwrap();
     assert_eq!(by_offset.address, by_symbol);
     assert_eq!(by_offset.function, target.function);
+}
+
+#[test]
+fn file_offsets_and_mappings_without_hooking() {
+    let exe = std::fs::canonicalize("/proc/self/exe").unwrap();
+    let by_symbol = uebpf_hook::file_offset(&exe, &Location::Symbol("hook_test_hammer".into())).unwrap();
+    let by_offset = resolve(&exe, &Location::FileOffset(by_symbol)).unwrap();
+    assert_eq!(by_offset.address, this_binary("hook_test_hammer").address, "the offset libbpf would compute");
+    assert_eq!(uebpf_hook::file_offset(&exe, &Location::FileOffset(0x1234)).unwrap(), 0x1234);
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(&exe).unwrap();
+    assert!(uebpf_hook::is_mapped_executable(meta.dev(), meta.ino()).unwrap());
+    let other = std::fs::metadata("/bin/true").unwrap();
+    assert!(!uebpf_hook::is_mapped_executable(other.dev(), other.ino()).unwrap());
+}
+
+#[test]
+fn without_probes_skips_this_threads_hits() {
+    let target = this_binary("hook_test_without_probes");
+    let (record, data) = leak(Record::default());
+    let hook = Hook::entry(&target, count_first_arg, data).unwrap();
+    uebpf_hook::without_probes(|| hook_test_without_probes(1));
+    assert_eq!(record.hits.load(SeqCst), 0);
+    assert_eq!(hook.stats().skipped, 1);
+    hook_test_without_probes(2);
+    assert_eq!(record.hits.load(SeqCst), 1, "probes run again afterwards");
 }
 
 #[test]

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::futex;
 use crate::layout::{read_name, write_name, AttachEntry, TARGET_LEN};
 use crate::region::Region;
 
@@ -77,11 +78,6 @@ pub struct AttachInfo {
     pub changed_at: u32,
 }
 
-fn futex_wake(word: &AtomicU32) {
-    // SAFETY: FUTEX_WAKE on a word of a shared mapping (not private: other processes wait).
-    unsafe { libc::syscall(libc::SYS_futex, word as *const AtomicU32, libc::FUTEX_WAKE, i32::MAX, 0, 0, 0) };
-}
-
 impl Region {
     fn attach_entry_ptr(&self, index: u32) -> *mut AttachEntry {
         let h = self.header();
@@ -97,7 +93,7 @@ impl Region {
     fn bump_generation(&self) -> u32 {
         let word = &self.header().attach_generation;
         let generation = word.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
-        futex_wake(word);
+        futex::wake(word);
         generation
     }
 
@@ -188,6 +184,13 @@ impl Region {
             .collect()
     }
 
+    /// The state word of attachment `id` (an `AttachState` as u32), for a hot path that must
+    /// notice a disable or detach at once: compare it with `AttachState::Enabled as u32`.
+    pub fn attachment_state_word(&self, id: u32) -> Option<&AtomicU32> {
+        // SAFETY: a published entry; its state is an atomic in the shared mapping.
+        (id != 0 && id <= self.attach_count()).then(|| unsafe { &(*self.attach_entry_ptr(id - 1)).state })
+    }
+
     /// The attach table's generation: it changes after every added entry and state change.
     pub fn attach_generation(&self) -> u32 {
         self.header().attach_generation.load(Ordering::Acquire)
@@ -196,12 +199,6 @@ impl Region {
     /// Sleeps until the generation differs from `seen` or `timeout` passes; returns the
     /// generation now. Works across processes (shared futex).
     pub fn wait_attach_change(&self, seen: u32, timeout: Duration) -> u32 {
-        let word = &self.header().attach_generation;
-        if word.load(Ordering::Acquire) == seen {
-            let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
-            // SAFETY: FUTEX_WAIT on a shared word; returns on wake, change, timeout or signal.
-            unsafe { libc::syscall(libc::SYS_futex, word as *const AtomicU32, libc::FUTEX_WAIT, seen, &ts as *const libc::timespec, 0, 0) };
-        }
-        word.load(Ordering::Acquire)
+        futex::wait_for_change(&self.header().attach_generation, seen, timeout)
     }
 }

@@ -7,6 +7,7 @@
 //! header.map_table    MapEntry[map_capacity]   (192 bytes each)
 //! header.prog_table   ProgEntry[prog_capacity] (448 bytes each)
 //! header.attach_table AttachEntry[attach_capacity] (352 bytes each): where programs are attached
+//! header.agent_table  AgentEntry[agent_capacity] (256 bytes each): what each target's agent applied
 //! header.arena_start  arena: page-aligned storage of every map and program, bump-allocated
 //! ```
 //!
@@ -26,13 +27,13 @@
 //! consumer can be handed `mmap(region, consumer)` and `mmap(region, producer)` (with the data
 //! mapped a second time right after it). Records keep the kernel's 8-byte header.
 
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
 
 use crate::lock::SpinLock;
 
 pub const MAGIC: [u8; 8] = *b"UEBPFRGN";
-/// 2: the attach table and `ProgEntry::prog_type`.
-pub const VERSION: u32 = 2;
+/// 2: the attach table and `ProgEntry::prog_type`. 3: the agent table.
+pub const VERSION: u32 = 3;
 /// The region is laid out in 4 KiB pages (x86-64); creation and opening check the system agrees.
 pub const PAGE_SIZE: usize = 4096;
 /// Names of maps and programs (longer than the kernel's 16 bytes: the full names survive).
@@ -73,6 +74,12 @@ pub struct RegionHeader {
     /// state change, so a target can poll it or sleep on it to notice later attaches.
     pub attach_generation: AtomicU32,
     pub _pad2: u32,
+    /// The agent table (see `AgentEntry`): one slot per process running the agent.
+    pub agent_table: u64,
+    pub agent_capacity: u32,
+    /// Futex word: incremented (and FUTEX_WAKEd, shared) whenever an agent claims, reports to or
+    /// releases its slot, so a harness can sleep until a target's agent has caught up.
+    pub agent_generation: AtomicU32,
 }
 
 /// One map. Immutable once published (its storage is not).
@@ -163,6 +170,35 @@ pub struct AttachEntry {
     pub _reserved: [u64; 4],
 }
 
+/// One process's agent (libuebpf_agent.so) and what it has applied: written by that agent
+/// after every pass over the attach table, read by whoever waits for the hooks to be live
+/// (`uebpf wait-applied`). Fields other than `owner` are consistent when `seq` is even and
+/// unchanged across the read (a sequence lock: the agent makes it odd while it writes).
+#[repr(C)]
+pub struct AgentEntry {
+    /// `pid << 32 | applied`: the agent's process (0 = free slot) and the attach generation its
+    /// last completed pass saw: every attach-table change up to it is applied (or failed). A
+    /// fresh claim stores the generation before the claim minus one: nothing applied yet.
+    pub owner: AtomicU64,
+    pub seq: AtomicU32,
+    /// Passes completed since the claim (0: nothing reported yet).
+    pub passes: AtomicU32,
+    /// Attachments with a live probe in this process.
+    pub hooks: AtomicU32,
+    /// Enabled attachments this process should run but could not (refused hook, program that
+    /// does not load, binary not mapped here although the pid filter names this process).
+    pub failed: AtomicU32,
+    /// Enabled attachments of a kind the agent does not implement (syscall tracepoints).
+    pub unsupported: AtomicU32,
+    /// The first failure's (else the first unsupported attachment's) message, NUL-padded.
+    pub message: [AtomicU8; AGENT_MESSAGE_LEN],
+}
+
+pub const AGENT_MESSAGE_LEN: usize = 228;
+/// Slots of the agent table: processes that run the agent on one region at once (slots of
+/// processes that are gone are reused).
+pub const AGENT_CAPACITY: u32 = 256;
+
 /// Length of `AttachEntry::target` (PATH_MAX would be 4096; longer paths are refused).
 pub const TARGET_LEN: usize = 256;
 
@@ -225,7 +261,8 @@ pub const RINGBUF_BUSY_BIT: u32 = 1 << 31;
 pub const RINGBUF_DISCARD_BIT: u32 = 1 << 30;
 pub const RINGBUF_HEADER_SIZE: u64 = 8;
 
-const _: () = assert!(std::mem::size_of::<RegionHeader>() == 112);
+const _: () = assert!(std::mem::size_of::<RegionHeader>() == 128);
+const _: () = assert!(std::mem::size_of::<AgentEntry>() == 256);
 const _: () = assert!(std::mem::size_of::<AttachEntry>() == 352);
 const _: () = assert!(std::mem::size_of::<MapEntry>() == 192);
 const _: () = assert!(std::mem::size_of::<ProgEntry>() == 448);

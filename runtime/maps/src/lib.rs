@@ -6,17 +6,21 @@
 //! [`Map`] is one process's view of a map, with the kernel's operations and error codes.
 //!
 //! The region also holds an attach table: which program runs at which probe point (uprobe,
-//! uretprobe, syscall tracepoint), written by the bpf(2) server and read by the targets' agents.
+//! uretprobe, syscall tracepoint), written by the bpf(2) server and read by the targets' agents;
+//! and an agent table, in which each target's agent reports how far it has applied the attach
+//! table (what `uebpf wait-applied` waits for).
 //!
 //! Supported map types: array, percpu_array, hash, percpu_hash (both hashes preallocated),
 //! ringbuf (kernel record layout). "CPU" for per-CPU maps is `sched_getcpu()` folded into the
 //! number of possible CPUs (/sys/devices/system/cpu/possible), as many slots as the kernel has.
 
+mod agents;
 mod array;
 mod attach;
 pub mod current;
 pub mod def;
 mod error;
+mod futex;
 mod hash;
 pub mod layout;
 mod lock;
@@ -24,11 +28,12 @@ mod map;
 mod region;
 pub mod ringbuf;
 
+pub use agents::{generation_reached, AgentReport, AgentStatus};
 pub use attach::{AttachInfo, AttachKind, AttachSpec, AttachState};
 pub use def::{MapDef, MapKind, StorageLayout};
 pub use error::Error;
 pub use map::{Map, ProgramMemory};
-pub use region::{region_path, MapInfo, ProgramInfo, ProgramKind, ProgramSpec, Region, RegionSpec};
+pub use region::{check_name, region_path, DEFAULT_REGION, REGION_ENV, MapInfo, ProgramInfo, ProgramKind, ProgramSpec, Region, RegionSpec};
 pub use ringbuf::RingBuf;
 
 /// A positive errno value, as the kernel returns (negated) for the same map operation.

@@ -26,12 +26,6 @@ impl Drop for SpinGuard<'_> {
 const SPINS_BEFORE_YIELD: u32 = 128;
 const YIELDS_BETWEEN_OWNER_CHECKS: u32 = 1024;
 
-fn process_is_gone(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    let result = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    result == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-}
-
 impl SpinLock {
     pub fn lock(&self) -> SpinGuard<'_> {
         let me = current::pid();
@@ -54,7 +48,7 @@ impl SpinLock {
             let yields = spins - SPINS_BEFORE_YIELD;
             if owner != me
                 && yields % YIELDS_BETWEEN_OWNER_CHECKS == YIELDS_BETWEEN_OWNER_CHECKS - 1
-                && process_is_gone(owner)
+                && current::process_is_gone(owner)
                 && self.0.compare_exchange(owner, me, Ordering::Acquire, Ordering::Relaxed).is_ok()
             {
                 return SpinGuard(self);

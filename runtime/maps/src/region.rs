@@ -22,6 +22,11 @@ fn os_error(what: impl fmt::Display) -> Error {
     Error(format!("{what}: {}", std::io::Error::last_os_error()))
 }
 
+/// The environment variable that names the region a loader (bpf(2) server) and its targets
+/// (agent) share, and the name used when it is not set.
+pub const REGION_ENV: &str = "UEBPF_REGION";
+pub const DEFAULT_REGION: &str = "default";
+
 /// Where named regions live.
 pub const SHM_DIR: &str = "/dev/shm";
 /// Prefix of every region file name.
@@ -183,7 +188,7 @@ impl fmt::Debug for Region {
     }
 }
 
-fn check_name(name: &str) -> Result<(), Error> {
+pub fn check_name(name: &str) -> Result<(), Error> {
     let ok = !name.is_empty()
         && name.len() <= 200
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
@@ -265,7 +270,8 @@ impl Region {
         let map_table = page;
         let prog_table = align_up(map_table + u64::from(spec.map_capacity) * std::mem::size_of::<MapEntry>() as u64, 64);
         let attach_table = align_up(prog_table + u64::from(spec.prog_capacity) * std::mem::size_of::<ProgEntry>() as u64, 64);
-        let arena_start = align_up(attach_table + u64::from(spec.attach_capacity) * std::mem::size_of::<AttachEntry>() as u64, page);
+        let agent_table = align_up(attach_table + u64::from(spec.attach_capacity) * std::mem::size_of::<AttachEntry>() as u64, 64);
+        let arena_start = align_up(agent_table + u64::from(AGENT_CAPACITY) * std::mem::size_of::<AgentEntry>() as u64, page);
         let size = arena_start + align_up(spec.arena_bytes, page);
         // SAFETY: ftruncate on our descriptor.
         if unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } != 0 {
@@ -289,6 +295,8 @@ impl Region {
         header.prog_capacity = spec.prog_capacity;
         header.attach_table = attach_table;
         header.attach_capacity = spec.attach_capacity;
+        header.agent_table = agent_table;
+        header.agent_capacity = AGENT_CAPACITY;
         std::sync::atomic::fence(Ordering::Release);
         header.magic = MAGIC;
         Ok(region)
@@ -334,7 +342,8 @@ impl Region {
         }
         let tables_fit = self.shared.at(h.map_table, u64::from(h.map_capacity) * std::mem::size_of::<MapEntry>() as u64).is_ok()
             && self.shared.at(h.prog_table, u64::from(h.prog_capacity) * std::mem::size_of::<ProgEntry>() as u64).is_ok()
-            && self.shared.at(h.attach_table, u64::from(h.attach_capacity) * std::mem::size_of::<AttachEntry>() as u64).is_ok();
+            && self.shared.at(h.attach_table, u64::from(h.attach_capacity) * std::mem::size_of::<AttachEntry>() as u64).is_ok()
+            && self.shared.at(h.agent_table, u64::from(h.agent_capacity) * std::mem::size_of::<AgentEntry>() as u64).is_ok();
         if h.size != self.shared.len as u64 || !tables_fit || h.possible_cpus == 0 {
             return Err(Error(format!("{path}: corrupt header (sizes or tables out of range)")));
         }

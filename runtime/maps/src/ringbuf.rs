@@ -12,11 +12,12 @@
 //! BPF_RB_FORCE_WAKEUP, never with BPF_RB_NO_WAKEUP, otherwise only if the consumer had caught
 //! up to this record) through a futex on `RingControl::wakeup_seq`, which works across processes.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::layout::*;
 use crate::error::Error;
+use crate::futex;
 use crate::region::Shared;
 use crate::Errno;
 
@@ -222,8 +223,7 @@ impl RingBuf {
         let control = self.control();
         control.wakeup_seq.fetch_add(1, Ordering::SeqCst);
         if control.waiters.load(Ordering::SeqCst) > 0 {
-            // SAFETY: FUTEX_WAKE on a word of a shared mapping (not FUTEX_PRIVATE: other processes wait on it).
-            unsafe { libc::syscall(libc::SYS_futex, &control.wakeup_seq as *const AtomicU32, libc::FUTEX_WAKE, i32::MAX, 0, 0, 0) };
+            futex::wake(&control.wakeup_seq);
         }
     }
 
@@ -291,9 +291,7 @@ impl RingBuf {
         let control = self.control();
         control.waiters.fetch_add(1, Ordering::SeqCst);
         if control.wakeup_seq.load(Ordering::SeqCst) == seen {
-            let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
-            // SAFETY: as in `wait`.
-            unsafe { libc::syscall(libc::SYS_futex, &control.wakeup_seq as *const AtomicU32, libc::FUTEX_WAIT, seen, &ts as *const libc::timespec, 0, 0) };
+            futex::wait(&control.wakeup_seq, seen, timeout);
         }
         control.waiters.fetch_sub(1, Ordering::SeqCst);
         control.wakeup_seq.load(Ordering::SeqCst)
@@ -306,10 +304,7 @@ impl RingBuf {
         control.waiters.fetch_add(1, Ordering::SeqCst);
         let seen = control.wakeup_seq.load(Ordering::SeqCst);
         if !self.record_ready() {
-            let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
-            // SAFETY: FUTEX_WAIT on a shared word with a relative timeout; returns on wake,
-            // value change, timeout or signal, all of which are fine.
-            unsafe { libc::syscall(libc::SYS_futex, &control.wakeup_seq as *const AtomicU32, libc::FUTEX_WAIT, seen, &ts as *const libc::timespec, 0, 0) };
+            futex::wait(&control.wakeup_seq, seen, timeout);
         }
         control.waiters.fetch_sub(1, Ordering::SeqCst);
     }

@@ -280,3 +280,41 @@ fn attach_table_is_shared_append_only_and_signals_changes() {
     assert_eq!(server.add_attachment(&tp).unwrap(), id + 1, "ids are never reused");
     assert!(server.add_attachment(&AttachSpec { target: "x".repeat(300), ..spec }).unwrap_err().0.contains("1 to 255 bytes"));
 }
+
+#[test]
+fn agent_slots_report_passes_and_wake_waiters() {
+    use std::time::Duration;
+    use uebpf_maps::{generation_reached, AgentReport};
+    let name = unique_name("agents");
+    let server = Region::create(&name, RegionSpec::with_arena(4096)).unwrap();
+    let agent = Region::open(&name).unwrap();
+    let me = std::process::id();
+    assert_eq!(agent.agent(me), None);
+    let slot = agent.claim_agent_slot(me).unwrap();
+    let claimed = server.agent(me).unwrap();
+    assert_eq!(claimed.passes, 0);
+    assert!(!generation_reached(claimed.report.applied, server.attach_generation()), "nothing counts as applied before a pass");
+    // A waiter (as `uebpf wait-applied`) sleeps on the agent generation and sees the report.
+    let seen = server.agent_generation();
+    let waiter = std::thread::spawn(move || server.wait_agent_change(seen, Duration::from_secs(10)));
+    std::thread::sleep(Duration::from_millis(50));
+    let report = AgentReport { applied: agent.attach_generation(), hooks: 2, failed: 1, unsupported: 0, message: "é".repeat(200) };
+    agent.report_agent(slot, me, &report).unwrap();
+    assert_ne!(waiter.join().unwrap(), seen, "the waiter was woken");
+    let status = agent.agent(me).unwrap();
+    assert_eq!(status.passes, 1);
+    assert!(generation_reached(status.report.applied, agent.attach_generation()));
+    assert_eq!((status.report.hooks, status.report.failed), (2, 1));
+    assert!(status.report.message.starts_with("éé") && status.report.message.len() < 228, "cut to the field at a character boundary");
+    assert!(!status.report.message.contains(char::REPLACEMENT_CHARACTER));
+    assert!(agent.report_agent(slot, me + 1, &report).is_err(), "a slot belongs to one process");
+    // A slot whose process is gone is reused; a released slot is free.
+    let gone = 0x3fff_fff0; // above pid_max: no such process
+    let other = agent.claim_agent_slot(gone).unwrap();
+    assert_ne!(other, slot);
+    assert_eq!(agent.claim_agent_slot(gone + 1).unwrap(), other, "the gone process's slot is taken over");
+    agent.release_agent_slot(slot, me);
+    assert_eq!(agent.agent(me), None);
+    assert_eq!(agent.agents().len(), 1);
+    assert!(generation_reached(5, 5) && generation_reached(0, u32::MAX) && !generation_reached(u32::MAX, 0));
+}

@@ -11,11 +11,9 @@
 use std::ffi::{c_int, CString};
 use std::sync::OnceLock;
 
-use uebpf_maps::{region_path, Region, RegionSpec};
+use uebpf_maps::{region_path, Region, RegionSpec, DEFAULT_REGION, REGION_ENV};
 
-pub const REGION_ENV: &str = "UEBPF_REGION";
 pub const SIZE_ENV: &str = "UEBPF_REGION_SIZE";
-pub const DEFAULT_REGION: &str = "default";
 const DEFAULT_SIZE: u64 = 256 << 20;
 /// Table sizes: libbpf's feature probes add a few maps and programs of their own.
 const CAPACITY: u32 = 256;

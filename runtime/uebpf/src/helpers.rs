@@ -6,7 +6,6 @@
 //! fault-safe (`probe`).
 
 use std::cell::Cell;
-use std::io::Write as _;
 
 
 use uebpf_maps::current;
@@ -157,8 +156,23 @@ extern "C" fn trace_printk(fmt: u64, fmt_size: u64, a1: u64, a2: u64, a3: u64) -
     if !message.ends_with(b"\n") {
         line.push(b'\n');
     }
-    let _ = std::io::stderr().lock().write_all(&line);
+    write_stderr(&line);
     message.len() as u64
+}
+
+/// Writes `bytes` to fd 2 with write(2) alone: a line from a program (or the agent) in a
+/// traced process must not take std's stderr lock, which a forked child can inherit held by a
+/// thread it does not have.
+pub fn write_stderr(mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        // SAFETY: a valid buffer of that length.
+        let written = unsafe { libc::write(2, bytes.as_ptr().cast(), bytes.len()) };
+        match written {
+            n if n > 0 => bytes = &bytes[n as usize..],
+            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            _ => return,
+        }
+    }
 }
 
 extern "C" fn ringbuf_output(map: u64, data: u64, size: u64, flags: u64, _: u64) -> u64 {

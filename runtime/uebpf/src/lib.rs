@@ -30,6 +30,7 @@ mod probe;
 mod regs;
 
 pub use error::Error;
+pub use helpers::write_stderr;
 pub use instance::{Engine, Instance, LoadedProgram};
 pub use load::{check_btf, check_program, Target, VMLINUX_BTF};
 pub use object::{parse_section, MapDesc, Object, ProgramDesc};

@@ -6,11 +6,20 @@
 //!   uebpf exec REGION PROG [OPTIONS]       run PROG of a region another process created
 //!   uebpf dump REGION                      print a region's maps and drain its ring buffers
 //!   uebpf attachments REGION               print a region's attach table (what a server attached)
+//!                                          and its agents (what each target applied)
 //!   uebpf fire REGION [OPTIONS]            act as a target: run every enabled uprobe/uretprobe
 //!                                          attachment whose pid filter admits this process, as
 //!                                          the agent would at the probed function (--ret N: the
 //!                                          return value uretprobes see; --wait: print our pid,
 //!                                          then fire once a line arrives on stdin)
+//!   uebpf attach OBJ --region NAME [--attach PROG:BINARY:SYMBOL]... [--pid PID] [--set NAME=VALUE]
+//!                                          load OBJ into region NAME, attach its programs (section
+//!                                          targets such as uprobe//path:symbol, and --attach), print
+//!                                          READY; on SIGINT/SIGTERM print maps and records, remove
+//!                                          the region (attach.rs)
+//!   uebpf wait-applied REGION --pid PID [--timeout S]
+//!                                          wait until the agent in PID has applied every attachment
+//!                                          (wait.rs)
 //!
 //! OPTIONS: --engine interpreter|jit (default interpreter)  --repeat N (default 1)
 //!          --regs di=1,si=0x10,dx=str:hello (struct pt_regs fields; str: passes a string's address)
@@ -23,10 +32,13 @@ use std::ffi::CString;
 use std::process::ExitCode;
 
 use serde_json::{json, Map as JsonMap, Value};
-use uebpf::maps::{def::map_type_name, AttachKind, AttachState, Region};
+use uebpf::maps::{def::map_type_name, AgentStatus, AttachKind, AttachState, Region};
 use uebpf::{Engine, Instance, Object, PtRegs, Target};
 
-const USAGE: &str = "usage: uebpf info OBJ | uebpf run OBJ PROG [--engine interpreter|jit] [--repeat N] [--regs R=V,...] [--set NAME=VALUE]... [--region NAME] | uebpf exec REGION PROG [--engine E] [--repeat N] [--regs R=V,...] | uebpf dump REGION | uebpf attachments REGION | uebpf fire REGION [--engine E] [--repeat N] [--regs R=V,...] [--ret N] [--wait]";
+mod attach;
+mod wait;
+
+const USAGE: &str = "usage: uebpf info OBJ | uebpf run OBJ PROG [--engine interpreter|jit] [--repeat N] [--regs R=V,...] [--set NAME=VALUE]... [--region NAME] | uebpf exec REGION PROG [--engine E] [--repeat N] [--regs R=V,...] | uebpf dump REGION | uebpf attachments REGION | uebpf fire REGION [--engine E] [--repeat N] [--regs R=V,...] [--ret N] [--wait] | uebpf attach OBJ --region NAME [--attach PROG:BINARY:SYMBOL]... [--pid PID] [--set NAME=VALUE]... | uebpf wait-applied REGION --pid PID [--timeout SECONDS]";
 
 struct Options {
     command: String,
@@ -38,6 +50,9 @@ struct Options {
     region: Option<String>,
     ret: u64,
     wait: bool,
+    attaches: Vec<String>,
+    pid: Option<i32>,
+    timeout_s: f64,
 }
 
 fn usage(why: impl std::fmt::Display) -> String {
@@ -53,7 +68,7 @@ fn pairs(text: &str, what: &str) -> Result<Vec<(String, String)>, String> {
 
 fn parse_options() -> Result<Options, String> {
     use lexopt::prelude::*;
-    let mut options = Options { command: String::new(), positional: Vec::new(), engine: Engine::Interpreter, repeat: 1, regs: Vec::new(), sets: Vec::new(), region: None, ret: 0, wait: false };
+    let mut options = Options { command: String::new(), positional: Vec::new(), engine: Engine::Interpreter, repeat: 1, regs: Vec::new(), sets: Vec::new(), region: None, ret: 0, wait: false, attaches: Vec::new(), pid: None, timeout_s: 10.0 };
     let mut parser = lexopt::Parser::from_env();
     let text = |v: std::ffi::OsString| v.into_string().map_err(|_| usage("arguments must be UTF-8"));
     while let Some(arg) = parser.next().map_err(usage)? {
@@ -73,6 +88,13 @@ fn parse_options() -> Result<Options, String> {
             Long("region") => options.region = Some(text(parser.value().map_err(usage)?)?),
             Long("ret") => options.ret = integer(&text(parser.value().map_err(usage)?)?)?,
             Long("wait") => options.wait = true,
+            Long("attach") => options.attaches.push(text(parser.value().map_err(usage)?)?),
+            Long("pid") => {
+                options.pid = Some(text(parser.value().map_err(usage)?)?.parse().ok().filter(|&p| p > 0).ok_or_else(|| usage("--pid needs a process id"))?)
+            }
+            Long("timeout") => {
+                options.timeout_s = text(parser.value().map_err(usage)?)?.parse().ok().filter(|&t: &f64| t > 0.0).ok_or_else(|| usage("--timeout needs a positive number of seconds"))?
+            }
             Long("help") | Short('h') => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -83,13 +105,18 @@ fn parse_options() -> Result<Options, String> {
         }
     }
     let wanted = match options.command.as_str() {
-        "info" | "dump" | "attachments" | "fire" => 1,
+        "info" | "dump" | "attachments" | "fire" | "attach" | "wait-applied" => 1,
         "run" | "exec" => 2,
         "" => return Err(usage("no command")),
         other => return Err(usage(format!("unknown command `{other}`"))),
     };
     if options.positional.len() != wanted {
         return Err(usage(format!("`{}` takes {wanted} argument(s)", options.command)));
+    }
+    match options.command.as_str() {
+        "attach" if options.region.is_none() => return Err(usage("`attach` needs --region NAME (the region targets open)")),
+        "wait-applied" if options.pid.is_none() => return Err(usage("`wait-applied` needs --pid PID (the target)")),
+        _ => {}
     }
     Ok(options)
 }
@@ -185,8 +212,8 @@ fn run_program(instance: &Instance, name: &str, options: &Options) -> Result<Val
     Ok(json!({"program": name, "engine": format!("{:?}", options.engine).to_lowercase(), "runs": options.repeat, "r0": r0}))
 }
 
-fn run(options: &Options) -> Result<Value, String> {
-    let (path, program) = (&options.positional[0], &options.positional[1]);
+/// Opens the object at `path` with the `--set` globals applied.
+fn open_object(path: &str, options: &Options) -> Result<Object, String> {
     let mut object = Object::open(path).map_err(|e| e.0)?;
     for (name, value) in &options.sets {
         let size = object.global_size(name).ok_or_else(|| format!("{path} has no global variable `{name}`"))?;
@@ -196,6 +223,12 @@ fn run(options: &Options) -> Result<Value, String> {
         }
         object.set_global(name, &bytes[..size]).map_err(|e| e.0)?;
     }
+    Ok(object)
+}
+
+fn run(options: &Options) -> Result<Value, String> {
+    let (path, program) = (&options.positional[0], &options.positional[1]);
+    let object = open_object(path, options)?;
     let target = options.region.as_deref().map_or(Target::Anonymous, Target::Named);
     let instance = object.load(target).map_err(|e| e.0)?;
     let mut result = run_program(&instance, program, options)?;
@@ -213,7 +246,7 @@ fn attach_kind(kind: AttachKind) -> &'static str {
     }
 }
 
-/// The attach table, as JSON.
+/// The attach table and the agents that follow it, as JSON.
 fn attachments(instance: &Instance) -> Value {
     let region = instance.region();
     let programs = region.programs();
@@ -228,7 +261,15 @@ fn attachments(instance: &Instance) -> Value {
                    "ref_ctr_offset": s.ref_ctr_offset, "cookie": s.cookie, "dev": s.dev, "ino": s.ino, "changed_at": a.changed_at})
         })
         .collect();
-    json!({"generation": region.attach_generation(), "attachments": entries})
+    let agents: Vec<Value> = region.agents().iter().map(agent_json).collect();
+    json!({"generation": region.attach_generation(), "attachments": entries, "agents": agents})
+}
+
+/// An agent's slot: its process, passes, the generation applied and what came of it.
+fn agent_json(agent: &AgentStatus) -> Value {
+    let r = &agent.report;
+    json!({"pid": agent.pid, "passes": agent.passes, "applied": r.applied, "hooks": r.hooks, "failed": r.failed,
+           "unsupported": r.unsupported, "message": r.message})
 }
 
 /// What an agent does at a probed function, without the hook: for every enabled uprobe or
@@ -271,22 +312,39 @@ fn open_region(name: &str) -> Result<Instance, String> {
     Instance::new(&region).map_err(|e| e.0)
 }
 
-/// Blocks SIGINT and SIGTERM so that a named region is always removed; returns whether one
-/// arrived (the caller exits 130 then, as if interrupted after cleaning up).
-fn deferring_signals<T>(work: impl FnOnce() -> T) -> (T, bool) {
-    // SAFETY: plain signal mask manipulation on the calling (only) thread.
+const DEFERRED: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
+
+/// Whether SIGINT or SIGTERM arrived while deferred (see `deferring_signals`).
+fn pending_interrupt() -> bool {
+    // SAFETY: reads this thread's pending set into a zeroed buffer.
+    unsafe {
+        let mut pending: libc::sigset_t = std::mem::zeroed();
+        libc::sigpending(&mut pending);
+        DEFERRED.iter().any(|&signal| libc::sigismember(&pending, signal) == 1)
+    }
+}
+
+/// The deferred signals as a set.
+fn deferred_set() -> libc::sigset_t {
+    // SAFETY: builds a set in a zeroed buffer.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        let result = work();
-        let mut pending: libc::sigset_t = std::mem::zeroed();
-        libc::sigpending(&mut pending);
-        let interrupted = libc::sigismember(&pending, libc::SIGINT) == 1 || libc::sigismember(&pending, libc::SIGTERM) == 1;
-        (result, interrupted)
+        for signal in DEFERRED {
+            libc::sigaddset(&mut set, signal);
+        }
+        set
     }
+}
+
+/// Blocks SIGINT and SIGTERM so that a named region is always removed; returns whether one
+/// arrived (the caller exits 130 then, as if interrupted after cleaning up).
+fn deferring_signals<T>(work: impl FnOnce() -> T) -> (T, bool) {
+    let set = deferred_set();
+    // SAFETY: plain signal mask manipulation on the calling (only) thread.
+    unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    let result = work();
+    (result, pending_interrupt())
 }
 
 fn main() -> ExitCode {
@@ -303,6 +361,8 @@ fn main() -> ExitCode {
         "exec" => open_region(&options.positional[0]).and_then(|i| run_program(&i, &options.positional[1], &options)),
         "attachments" => open_region(&options.positional[0]).map(|i| attachments(&i)),
         "fire" => fire(&options.positional[0], &options),
+        "attach" => attach::attach(&options),
+        "wait-applied" => wait::wait_applied(&options),
         _ => open_region(&options.positional[0]).map(|i| dump(&i)),
     });
     if interrupted {

@@ -1,0 +1,110 @@
+//! libuebpf_agent.so: preloaded into an unmodified target (`LD_PRELOAD`), it runs the programs a
+//! libbpf loader attached through uebpf's bpf(2) server (the region's attach table) on inline
+//! hooks, as the kernel would run them on uprobes and uretprobes.
+//!
+//! * Start-up (a constructor, before `main`, one thread): open the region named by
+//!   `UEBPF_REGION` (default `default`); for every enabled uprobe/uretprobe attachment whose
+//!   pid filter admits this process and whose binary is mapped here, JIT-compile its program and
+//!   hook the address (the hook engine resolves the file offset through `/proc/self/maps`).
+//! * Then a thread follows the attach table (session.rs, watcher.rs): attaches made later are
+//!   hooked (int3-first live patching), disabled and detached ones unhooked, and after each
+//!   pass the agent reports in the region's agent table how far it got, which `uebpf
+//!   wait-applied` waits for.
+//! * `UEBPF_REGION` set but no such region yet (a target started before its loader): the thread
+//!   waits for the region to appear. Neither set nor a `default` region: the agent does nothing
+//!   at all (no thread, no hook, no output).
+//!
+//! runtime/README.md ("The agent") has the protocol, the timings and the limits.
+
+mod forklock;
+mod probe;
+mod session;
+mod watcher;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+use uebpf::maps::{check_name, current, region_path, Region, DEFAULT_REGION, REGION_ENV};
+use uebpf_hook::without_probes;
+
+use forklock::ForkLock;
+use session::Session;
+
+pub(crate) struct State {
+    /// The region followed now (None: waiting for it).
+    pub(crate) session: Option<Session>,
+}
+
+pub(crate) static STATE: ForkLock<State> = ForkLock::new(State { session: None });
+/// The region's name, once the agent is active (a forked child's thread needs it).
+static REGION_NAME: OnceLock<String> = OnceLock::new();
+/// A thread follows the region: a forked child starts its own.
+static FOLLOWING: AtomicBool = AtomicBool::new(false);
+
+/// One line on stderr in one write(2): no lock a forked child could inherit held.
+pub(crate) fn warn(message: &str) {
+    uebpf::write_stderr(format!("uebpf-agent: {message}\n").as_bytes());
+}
+
+#[used]
+#[link_section = ".init_array"]
+static CONSTRUCTOR: extern "C" fn() = start;
+
+extern "C" fn start() {
+    let (name, named) = match std::env::var(REGION_ENV) {
+        Ok(name) => (name, true),
+        Err(_) => (DEFAULT_REGION.to_string(), false),
+    };
+    if let Err(e) = check_name(&name) {
+        return warn(&format!("{REGION_ENV}: {}", e.0));
+    }
+    if !named && !region_path(&name).exists() {
+        return;
+    }
+    // The ids cache registers its fork handler before ours, so a child's probes see the
+    // child's pid by the time our child handler starts the child's thread.
+    current::pid();
+    without_probes(|| {
+        if let Ok(region) = Region::open(&name) {
+            match Session::new(region) {
+                Ok(mut session) => {
+                    session.pass();
+                    STATE.with(|state| state.session = Some(session));
+                }
+                Err(e) => warn(&e),
+            }
+        }
+    });
+    let _ = REGION_NAME.set(name.clone());
+    FOLLOWING.store(true, Ordering::Release);
+    // SAFETY: plain functions with no captured state.
+    unsafe {
+        libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child));
+        libc::atexit(release_at_exit);
+    }
+    watcher::spawn(name);
+}
+
+extern "C" fn before_fork() {
+    STATE.lock_for_fork();
+}
+
+extern "C" fn after_fork_in_parent() {
+    STATE.unlock_after_fork();
+}
+
+/// The child keeps every hook (its code is a copy); its own thread claims its own slot and
+/// drops the hooks whose pid filter names the parent.
+extern "C" fn after_fork_in_child() {
+    STATE.unlock_after_fork();
+    STATE.with(|state| state.session.as_mut().map(Session::pass_soon));
+    if let (true, Some(name)) = (FOLLOWING.load(Ordering::Acquire), REGION_NAME.get()) {
+        watcher::spawn(name.clone());
+    }
+}
+
+/// Frees this process's agent slot; skipped if the agent's thread is busy (a slot whose
+/// process is gone is reused anyway).
+extern "C" fn release_at_exit() {
+    STATE.try_with(|state| state.session.as_mut().map(Session::release_slot));
+}

@@ -1,0 +1,47 @@
+//! What a hook runs: one attached program, JIT-compiled, on the hook's `struct pt_regs`.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use uebpf::maps::{current, AttachState};
+use uebpf::LoadedProgram;
+use uebpf_hook::PtRegs;
+use uebpf_vm::JitFunction;
+
+/// One attachment's probe. Leaked once attached: a thread may still be running it after the
+/// hook is detached, and the program it holds keeps the region's maps mapped.
+pub(crate) struct Probe {
+    /// The attachment's state in the region: a disable or detach stops the program at once, in
+    /// every process (forked children too), before the agent's thread removes the hook.
+    state: &'static AtomicU32,
+    /// The attachment's process filter (-1: every process). Checked on each hit because a
+    /// forked child inherits the parent's hooks.
+    pid: i32,
+    function: JitFunction,
+    _program: LoadedProgram,
+}
+
+impl Probe {
+    /// # Safety
+    /// `state` must stay mapped for the life of the process (the program's instance holds the
+    /// region that contains it, and probes are never freed).
+    pub(crate) unsafe fn leak(state: &AtomicU32, pid: i32, program: LoadedProgram) -> Option<*mut c_void> {
+        let function = program.jit_function()?;
+        let state = &*(state as *const AtomicU32);
+        let probe = Box::leak(Box::new(Probe { state, pid, function, _program: program }));
+        Some((probe as *mut Probe).cast())
+    }
+}
+
+/// The hook handler: runs the program if its attachment is enabled and admits this process.
+/// The hook engine's per-thread guard keeps it from running nested on one thread.
+pub(crate) unsafe extern "C" fn run(regs: *mut PtRegs, data: *mut c_void) {
+    let probe = &*data.cast::<Probe>();
+    if probe.state.load(Ordering::Relaxed) != AttachState::Enabled as u32 {
+        return;
+    }
+    if probe.pid >= 0 && probe.pid as u32 != current::pid() {
+        return;
+    }
+    (probe.function)(regs.cast(), std::mem::size_of::<PtRegs>() as u64);
+}

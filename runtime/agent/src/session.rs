@@ -1,0 +1,210 @@
+//! The agent's view of one region: which attachments have a live hook in this process, and a
+//! pass that brings the hooks in line with the attach table (install what is enabled for this
+//! process, remove what is not any more) and reports the outcome in the region's agent table.
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use uebpf::maps::{AgentReport, AttachInfo, AttachKind, AttachState, Region};
+use uebpf::{Engine, Instance, LoadedProgram};
+use uebpf_hook::{Hook, Location};
+
+use crate::probe::{self, Probe};
+use crate::warn;
+
+/// What became of an enabled attachment for this process.
+#[derive(Clone)]
+enum Outcome {
+    Hooked,
+    /// Its binary is not mapped here and it is not meant for this process alone: nothing to do.
+    NotHere,
+    Failed(String),
+    Unsupported(String),
+}
+
+pub(crate) struct Session {
+    region: Region,
+    /// Rebuilt when the region has maps this instance does not know (each program's instance
+    /// lives as long as the program).
+    instance: Instance,
+    /// (pid, slot) of this process's slot in the agent table; a forked child claims its own.
+    slot: Option<(u32, u32)>,
+    hooks: HashMap<u32, Hook>,
+    /// Attachments judged at a given change (`changed_at`) and not hooked: not judged again
+    /// (nor warned about again) until they change.
+    judged: HashMap<u32, (u32, Outcome)>,
+    /// The attach generation the last pass read first.
+    pub(crate) seen: u32,
+}
+
+impl Session {
+    pub(crate) fn new(region: Region) -> Result<Session, String> {
+        let instance = Instance::new(&region).map_err(|e| e.0)?;
+        let seen = region.attach_generation().wrapping_sub(1);
+        Ok(Session { region, instance, slot: None, hooks: HashMap::new(), judged: HashMap::new(), seen })
+    }
+
+    pub(crate) fn region(&self) -> &Region {
+        &self.region
+    }
+
+    /// Makes the thread's next wait return at once (a forked child's first pass).
+    pub(crate) fn pass_soon(&mut self) {
+        self.seen = self.seen.wrapping_sub(1);
+    }
+
+    /// Applies every attach-table change up to the current generation, then reports.
+    pub(crate) fn pass(&mut self) {
+        let me = std::process::id();
+        let applied = self.region.attach_generation();
+        let mut report = AgentReport { applied, ..AgentReport::default() };
+        for attachment in self.region.attachments() {
+            match self.reconcile(&attachment, me) {
+                None | Some(Outcome::NotHere) => {}
+                Some(Outcome::Hooked) => report.hooks += 1,
+                Some(Outcome::Failed(why)) => {
+                    if report.failed == 0 {
+                        report.message = why;
+                    }
+                    report.failed += 1;
+                }
+                Some(Outcome::Unsupported(why)) => {
+                    if report.failed == 0 && report.unsupported == 0 {
+                        report.message = why;
+                    }
+                    report.unsupported += 1;
+                }
+            }
+        }
+        self.seen = applied;
+        self.report(me, &report);
+    }
+
+    fn report(&mut self, me: u32, report: &AgentReport) {
+        let slot = match self.slot {
+            Some((pid, slot)) if pid == me => slot,
+            _ => match self.region.claim_agent_slot(me) {
+                Ok(slot) => {
+                    self.slot = Some((me, slot));
+                    slot
+                }
+                Err(e) => return warn(&format!("{} (nobody can wait for this process's probes)", e.0)),
+            },
+        };
+        if let Err(e) = self.region.report_agent(slot, me, report) {
+            warn(&e.0);
+        }
+    }
+
+    /// Brings one attachment in line; returns what it is now for this process (None: nothing
+    /// is asked of this process).
+    fn reconcile(&mut self, attachment: &AttachInfo, me: u32) -> Option<Outcome> {
+        let spec = &attachment.spec;
+        let wanted = spec.state == AttachState::Enabled && (spec.pid == -1 || spec.pid as u32 == me);
+        if let Some(hook) = self.hooks.remove(&attachment.id) {
+            if wanted {
+                self.hooks.insert(attachment.id, hook);
+                return Some(Outcome::Hooked);
+            }
+            if let Err(e) = hook.detach() {
+                // The probe stays, but it runs nothing: its attachment is no longer enabled here.
+                warn(&format!("attachment {}: cannot remove its hook: {e}", attachment.id));
+            }
+            return None;
+        }
+        if !wanted {
+            self.judged.remove(&attachment.id);
+            return None;
+        }
+        if let Some((changed_at, outcome)) = self.judged.get(&attachment.id) {
+            if *changed_at == attachment.changed_at {
+                return Some(outcome.clone());
+            }
+        }
+        let outcome = match self.hook(attachment, me) {
+            Ok(Some(hook)) => {
+                self.hooks.insert(attachment.id, hook);
+                return Some(Outcome::Hooked);
+            }
+            Ok(None) => Outcome::NotHere,
+            Err(outcome) => outcome,
+        };
+        if let Outcome::Failed(why) | Outcome::Unsupported(why) = &outcome {
+            warn(why);
+        }
+        self.judged.insert(attachment.id, (attachment.changed_at, outcome.clone()));
+        Some(outcome)
+    }
+
+    /// Installs the attachment's hook; Ok(None) if its binary is not mapped in this process.
+    fn hook(&mut self, attachment: &AttachInfo, me: u32) -> Result<Option<Hook>, Outcome> {
+        let spec = &attachment.spec;
+        let program_name = self.program_name(spec.prog_id);
+        let what = format!("attachment {} ({program_name} at {}:{:#x})", attachment.id, spec.target, spec.offset);
+        let failed = |why: String| Outcome::Failed(format!("{what}: {why}"));
+        if spec.kind == AttachKind::SyscallTracepoint {
+            return Err(Outcome::Unsupported(format!(
+                "attachment {} ({program_name} on {}): syscall tracepoints are not supported by the uebpf agent",
+                attachment.id, spec.target
+            )));
+        }
+        if spec.ref_ctr_offset != 0 {
+            return Err(failed("USDT semaphores (a uprobe reference counter) are not supported by the uebpf agent".into()));
+        }
+        if !uebpf_hook::is_mapped_executable(spec.dev, spec.ino).map_err(|e| failed(e.to_string()))? {
+            if spec.pid == -1 {
+                return Ok(None);
+            }
+            return Err(failed(format!(
+                "the binary is not mapped in this process ({me}); the agent does not follow binaries loaded after it ran (dlopen)"
+            )));
+        }
+        let binary = Path::new(&spec.target);
+        match std::fs::metadata(binary) {
+            Ok(meta) if (meta.dev(), meta.ino()) == (spec.dev, spec.ino) => {}
+            _ => return Err(failed("the file at that path is no longer the binary that was attached".into())),
+        }
+        let target = uebpf_hook::resolve(binary, &Location::FileOffset(spec.offset)).map_err(|e| failed(e.to_string()))?;
+        let program = self.program(spec.prog_id).map_err(failed)?;
+        let state = self.region.attachment_state_word(attachment.id).ok_or_else(|| failed("vanished from the attach table".into()))?;
+        // SAFETY: the program's instance holds the region, and the probe is never freed.
+        let data = unsafe { Probe::leak(state, spec.pid, program) }.ok_or_else(|| failed("the program is not JIT-compiled".into()))?;
+        let hook = match spec.kind {
+            AttachKind::Uprobe => Hook::entry(&target, probe::run, data),
+            _ => Hook::ret(&target, probe::run, data),
+        };
+        hook.map(Some).map_err(|e| failed(e.to_string()))
+    }
+
+    fn program(&mut self, id: u32) -> Result<LoadedProgram, String> {
+        if self.region.maps().len() > self.instance.maps().count() {
+            self.instance = Instance::new(&self.region).map_err(|e| e.0)?;
+        }
+        self.instance.program_by_id(id, Engine::Jit).map_err(|e| e.0)
+    }
+
+    fn program_name(&self, id: u32) -> String {
+        self.region.programs().into_iter().find(|p| p.id == id).map_or_else(|| format!("program {id}"), |p| p.name)
+    }
+
+    /// Removes every hook and frees this process's slot (the region is going away).
+    pub(crate) fn end(mut self) {
+        for (id, hook) in self.hooks.drain() {
+            if let Err(e) = hook.detach() {
+                warn(&format!("attachment {id}: cannot remove its hook: {e}"));
+            }
+        }
+        self.release_slot();
+    }
+
+    /// Frees this process's slot in the agent table (at exit).
+    pub(crate) fn release_slot(&mut self) {
+        let me = std::process::id();
+        if let Some((pid, slot)) = self.slot.take() {
+            if pid == me {
+                self.region.release_agent_slot(slot, me);
+            }
+        }
+    }
+}

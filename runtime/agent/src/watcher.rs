@@ -1,0 +1,110 @@
+//! The agent's thread: it waits for the region to exist (looking every 10 ms), follows its
+//! attach table (sleeping on the generation futex, woken by every attach, enable, disable and
+//! detach), and notices when the region goes away (its loader exited: the file was removed, or
+//! its creator is gone), then removes every hook and waits for a region of that name again.
+//!
+//! The thread blocks every asynchronous signal (a signal sent to the process, such as the
+//! SIGUSR1 a harness uses to start a paused target, must reach the target's own threads) and
+//! runs with probes off (`without_probes`): its mallocs and libc calls are the agent's, not the
+//! target's, and no probe sees them.
+
+use std::time::{Duration, Instant};
+
+use uebpf::maps::{current, region_path, Region};
+use uebpf_hook::without_probes;
+
+use crate::session::Session;
+use crate::{warn, STATE};
+
+/// How often a sleeping agent checks that its region still exists (a removal wakes nobody).
+const LIVENESS_PERIOD: Duration = Duration::from_secs(1);
+/// How often a thread waiting for its region looks for it.
+const REGION_POLL: Duration = Duration::from_millis(10);
+/// How long a region file may stay unopenable (being created) before the agent says why.
+const CREATION_PATIENCE: Duration = Duration::from_secs(2);
+
+/// Starts the thread, with every asynchronous signal blocked from its first instruction.
+pub(crate) fn spawn(name: String) {
+    // SAFETY: signal masks of the calling thread, restored right after the spawn.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut previous: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        for synchronous in [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP, libc::SIGSYS] {
+            libc::sigdelset(&mut all, synchronous);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut previous);
+        let spawned = std::thread::Builder::new().name("uebpf-agent".into()).spawn(move || without_probes(|| watch(&name)));
+        libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
+        if let Err(e) = spawned {
+            warn(&format!("cannot start the agent thread, later attaches will not be seen: {e}"));
+        }
+    }
+}
+
+fn watch(name: &str) {
+    loop {
+        let connected = STATE.with(|state| state.session.as_ref().map(|s| (s.region().clone(), s.seen)));
+        let Some((region, seen)) = connected else {
+            let region = wait_for_region(name);
+            match Session::new(region.clone()) {
+                Ok(mut session) => STATE.with(|state| {
+                    session.pass();
+                    state.session = Some(session);
+                }),
+                Err(e) => {
+                    warn(&e);
+                    while !is_gone(&region) {
+                        std::thread::sleep(LIVENESS_PERIOD);
+                    }
+                }
+            }
+            continue;
+        };
+        if region.wait_attach_change(seen, LIVENESS_PERIOD) != seen {
+            STATE.with(|state| state.session.as_mut().map(Session::pass));
+        } else if is_gone(&region) {
+            STATE.with(|state| state.session.take().map(Session::end));
+            // The region's last references are the leaked probes' (a thread may still run one).
+        }
+    }
+}
+
+/// The region was removed (its loader exited), or its creator died without removing it.
+fn is_gone(region: &Region) -> bool {
+    // SAFETY: fstat into a zeroed buffer on a descriptor the region owns.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    let unlinked = unsafe { libc::fstat(region.fd(), &mut stat) } == 0 && stat.st_nlink == 0;
+    unlinked || current::process_is_gone(region.creator_pid())
+}
+
+/// Blocks until region `name` exists and opens. The path is checked every few milliseconds:
+/// inotify would answer at once, but through a descriptor that a target closing every
+/// descriptor it did not open (daemons do) could take away and reuse for one of its own.
+fn wait_for_region(name: &str) -> Region {
+    let path = region_path(name);
+    let mut unopenable_since: Option<Instant> = None;
+    let mut complained = false;
+    loop {
+        match Region::open(name) {
+            Ok(region) => return region,
+            Err(e) if path.exists() => {
+                // Being created (the header is written last), or not ours to open.
+                let since = *unopenable_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < CREATION_PATIENCE {
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+                if !complained {
+                    warn(&e.0);
+                    complained = true;
+                }
+                std::thread::sleep(LIVENESS_PERIOD);
+            }
+            Err(_) => {
+                unopenable_since = None;
+                std::thread::sleep(REGION_POLL);
+            }
+        }
+    }
+}

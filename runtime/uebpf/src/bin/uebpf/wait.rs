@@ -1,0 +1,66 @@
+//! `uebpf wait-applied REGION --pid PID [--timeout S]`: blocks until the agent in process PID
+//! has applied every attachment of the region as it stood when the command started, so that a
+//! harness starts timing only once the probes are live (the agent applies attach-table changes
+//! on its own thread, a little after the loader made them).
+//!
+//! It reads the attach generation G, then sleeps on the region's agent generation (a futex
+//! every agent report wakes) until PID's slot in the agent table says a pass that began at G or
+//! later has completed. Then it prints the slot as JSON: `pid`, `generation` (G), `passes`,
+//! `applied`, `hooks` (attachments with a live probe in PID), `failed`, `unsupported`, `message`; and
+//! exits 0 only if nothing failed and nothing is unsupported (e.g. a syscall tracepoint, which
+//! the agent does not implement: `unsupported` > 0, exit 1, the reason in `message`).
+//! Timeout, a process that exits first, or a region that does not exist: exit 1 with the reason.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use uebpf::maps::{current, generation_reached, AgentStatus, Region};
+
+use crate::{agent_json, pending_interrupt, Options};
+
+/// How often the waiter re-checks that the target still runs while no agent reports.
+const RECHECK: Duration = Duration::from_millis(50);
+
+pub(crate) fn wait_applied(options: &Options) -> Result<Value, String> {
+    let name = &options.positional[0];
+    let pid = options.pid.expect("checked by parse_options") as u32;
+    let deadline = Instant::now() + Duration::from_secs_f64(options.timeout_s);
+    let region = Region::open(name).map_err(|e| e.0)?;
+    let generation = region.attach_generation();
+    loop {
+        let seen = region.agent_generation();
+        if let Some(status) = region.agent(pid).filter(|s| s.passes > 0 && generation_reached(s.report.applied, generation)) {
+            return verdict(&status, generation);
+        }
+        if current::process_is_gone(pid) {
+            return Err(format!("process {pid} exited before its agent applied region {name}'s attachments"));
+        }
+        if pending_interrupt() {
+            return Err("interrupted".into());
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            let why = match region.agent(pid) {
+                Some(_) => "its agent is still applying them (a hook waits up to 2 s for every thread to stop)",
+                None => "it has no agent on this region (is build/lib/libuebpf_agent.so preloaded with the same UEBPF_REGION?)",
+            };
+            return Err(format!("process {pid} did not apply region {name}'s attachments within {} s: {why}", options.timeout_s));
+        }
+        region.wait_agent_change(seen, left.min(RECHECK));
+    }
+}
+
+/// The slot as JSON (printed whatever the outcome, for harnesses); an error if anything failed.
+fn verdict(status: &AgentStatus, generation: u32) -> Result<Value, String> {
+    let r = &status.report;
+    let mut document = agent_json(status);
+    document["generation"] = json!(generation);
+    if r.failed == 0 && r.unsupported == 0 {
+        return Ok(document);
+    }
+    println!("{document:#}");
+    Err(match r.failed {
+        0 => format!("{} attachment(s) are not supported by uebpf: {}", r.unsupported, r.message),
+        failed => format!("the agent in process {} could not apply {failed} attachment(s): {}", status.pid, r.message),
+    })
+}

@@ -1,0 +1,421 @@
+"""The uebpf agent (build/lib/libuebpf_agent.so): preloaded into an unmodified target, it runs the
+programs an unmodified libbpf loader attached through the bpf(2) server, on inline hooks.
+
+The issue's "done when": functrace under the server, sample_app N under the agent: exactly N
+entry and N exit events, every argument and return value right. Then: attaches made after the
+target started (hooked live; `uebpf wait-applied` says when), threads and fork, the agent being
+inert without a region, two pairs side by side, an unprivileged user, refusals and unsupported
+attachments reported, and the direct attach path (`uebpf attach`, no libbpf loader)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import (AGENT, BUILD, SHM, UEBPF, agent_env, file_offset, functrace_argv, regions_removed, uebpf,
+                      uebpf_loader, unused_uid, uprobes_in, wait_until)
+from tracecost.procs import Child, started
+from tracecost.tracers.ebpf import Ebpf, parse_summary, read_functrace
+from tracecost.validate import check_events
+from tracecost.workload import TRACED_SYMBOL, call_args, expected_checksum, expected_return, parse_app_output
+
+LIBRARY = BUILD / "lib" / "libmylib.so"
+SAMPLE_APP = BUILD / "bin" / "sample_app"
+
+
+def region_name(label: str) -> str:
+    return f"test-agent-{label}-{os.getpid()}"
+
+
+@pytest.fixture(autouse=True)
+def no_region_left_behind():
+    with regions_removed(f"uebpf-test-agent-*-{os.getpid()}"):
+        yield
+
+
+def run_sample_app(calls: int, env: dict, *prefix: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    result = subprocess.run([*prefix, str(SAMPLE_APP), str(calls)], capture_output=True, text=True, env=env,
+                            timeout=120, cwd=cwd)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def wait_applied(region: str, pid: int, check=True) -> subprocess.CompletedProcess:
+    result = subprocess.run([str(UEBPF), "wait-applied", region, "--pid", str(pid), "--timeout", "30"],
+                            capture_output=True, text=True, timeout=60)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def assert_exact_trace(output: Path, summary: dict, calls: int, app_pid: int):
+    """N entries and N exits, counted by the loader and in the file, every value right."""
+    assert (summary["entry"], summary["exit"], summary["dropped"]) == (calls, calls, 0), summary
+    events = read_functrace(output)
+    check = check_events(events, calls, app_pid, Ebpf.unobservable)
+    assert (check.entry, check.exit, check.mismatches) == (calls, calls, 0), check.examples
+
+
+def test_functrace_on_the_agent_captures_every_call_exactly(tmp_path):
+    """The issue's "done when": the unmodified functrace loader under the server, sample_app
+    under the agent (started after the attach: hooked before main)."""
+    region, output, calls = region_name("functrace"), tmp_path / "trace.bin", 5000
+    with uebpf_loader(functrace_argv(output), region, tmp_path) as loader:
+        app = run_sample_app(calls, agent_env(region))
+        assert loader.stop().exit_code == 0, loader.stderr_text()
+        summary = parse_summary(loader.read_stdout())
+    result = parse_app_output(app.stdout)
+    assert result.checksum == expected_checksum(calls), "the hooked function returned what it returns unhooked"
+    assert app.stderr == "", "the agent says nothing when all goes well"
+    app_pid = read_functrace(output)[0].tid
+    assert_exact_trace(output, summary, calls, app_pid)
+    assert not (SHM / f"uebpf-{region}").exists()
+
+
+def test_without_a_region_the_agent_is_inert(tmp_path):
+    """No UEBPF_REGION (and no default region): no thread, no hook, no output, no file. A named
+    region that does not exist yet: the agent's thread waits for it, and nothing else changes."""
+    assert not (SHM / "uebpf-default").exists(), "a default region exists on this machine"
+    plain = parse_app_output(run_sample_app(200, dict(os.environ)).stdout)
+    env = {k: v for k, v in os.environ.items() if k != "UEBPF_REGION"}
+    for label, extra in (("unset", {}), ("absent", {"UEBPF_REGION": region_name("absent")})):
+        work = tmp_path / label
+        work.mkdir()
+        preloaded = run_sample_app(200, {**env, **extra, "LD_PRELOAD": str(AGENT),
+                                         "TMPDIR": str(work)}, cwd=work)
+        result = parse_app_output(preloaded.stdout)
+        assert (result.calls, result.checksum) == (plain.calls, plain.checksum)
+        assert preloaded.stderr == ""
+        assert list(work.iterdir()) == [], "no file created"
+    assert not (SHM / "uebpf-default").exists() and not (SHM / f"uebpf-{region_name('absent')}").exists()
+    # Thread count of a target that waits: 1 without a region name, 2 (the agent's) with one.
+    for extra, threads in (({}, 1), ({"UEBPF_REGION": region_name("absent")}, 2)):
+        with waiting_target(tmp_path, {**env, **extra, "LD_PRELOAD": str(AGENT)}) as target:
+            target.wait_for_line("READY", timeout_s=30)
+            assert len(list(Path(f"/proc/{target.pid}/task").iterdir())) == threads
+
+
+# A target that calls my_traced_function through ctypes once it gets SIGUSR1 (as microbench
+# --wait-go: the agent's own thread must not take a signal meant for the target): from the main
+# thread, from 4 threads at once, or around a fork (parent, child, parent again). It prints READY,
+# then one JSON line per process: pid, the calls it made and their return values.
+TARGET = textwrap.dedent(r"""
+    import ctypes, json, os, signal, sys, threading
+    lib = ctypes.CDLL(sys.argv[1])
+    f = lib.my_traced_function
+    f.argtypes = [ctypes.c_int32, ctypes.c_uint64, ctypes.c_double, ctypes.c_char_p]
+    f.restype = ctypes.c_int64
+    mode, n = sys.argv[2], int(sys.argv[3])
+    sys.path.insert(0, sys.argv[4])
+    from tracecost.workload import call_args
+
+    def calls(first, count, out):
+        for i in range(first, first + count):
+            a = call_args(i)
+            out.append((i, f(a.a, a.b, a.c, a.s.encode())))
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    print("READY", flush=True)
+    signal.sigwait({signal.SIGUSR1})
+    made = []
+    if mode == "threads":
+        outs = [[] for _ in range(4)]
+        threads = [threading.Thread(target=calls, args=(k * n, n, outs[k])) for k in range(4)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        made = [c for out in outs for c in out]
+    elif mode == "fork":
+        calls(0, n, made)
+        child = os.fork()
+        if child == 0:
+            mine = []
+            calls(n, n, mine)
+            print(json.dumps({"pid": os.getpid(), "calls": mine}), flush=True)
+            os._exit(0)
+        os.waitpid(child, 0)
+        calls(2 * n, n, made)
+    else:
+        calls(0, n, made)
+    print(json.dumps({"pid": os.getpid(), "calls": made}), flush=True)
+""")
+
+
+def waiting_target(tmp_path: Path, env: dict, mode: str = "main", n: int = 1):
+    """A ctypes target (`with` it, then wait for READY); `go()` below lets it make its calls."""
+    argv = [sys.executable, "-c", TARGET, str(LIBRARY), mode, str(n), str(BUILD.parent)]
+    return started(lambda: Child(argv, stderr_path=tmp_path / f"target-{mode}.err", env=env))
+
+
+def go(target: Child) -> list[dict]:
+    """Lets the target make its calls; every process's report."""
+    target.send(signal.SIGUSR1)
+    assert target.wait(timeout_s=120).exit_code == 0, target.stderr_text()
+    return [json.loads(line) for line in target.read_stdout().splitlines() if line.startswith("{")]
+
+
+def traced_live(tmp_path: Path, mode: str, n: int, label: str, by_pid: bool = True) -> tuple[list, dict, list[dict], str]:
+    """Target first (no region yet), then the loader attaches (to its pid, or to every process),
+    then wait-applied, then the calls: (events, loader summary, target reports, target stderr)."""
+    region, output = region_name(label), tmp_path / "trace.bin"
+    with waiting_target(tmp_path, agent_env(region), mode, n) as target:
+        target.wait_for_line("READY", timeout_s=30)
+        pid_filter = ["--pid", target.pid] if by_pid else []
+        with uebpf_loader(functrace_argv(output, *pid_filter), region, tmp_path) as loader:
+            applied = json.loads(wait_applied(region, target.pid).stdout)
+            assert (applied["hooks"], applied["failed"]) == (2, 0), applied
+            reports = go(target)
+            assert loader.stop().exit_code == 0, loader.stderr_text()
+            summary = parse_summary(loader.read_stdout())
+        stderr = target.stderr_text()
+    return read_functrace(output), summary, reports, stderr
+
+
+def check_calls(events: list, reports: list[dict]):
+    """Every (entry, exit) pair of a thread matches a call the target made, value for value."""
+    made = {i: ret for report in reports for i, ret in report["calls"]}
+    by_tid: dict[int, list] = {}
+    for event in events:
+        by_tid.setdefault(event.tid, []).append(event)
+    seen = []
+    for tid_events in by_tid.values():
+        for entry, exit_ in zip(tid_events[::2], tid_events[1::2]):
+            assert (entry.kind, exit_.kind) == ("entry", "exit")
+            index = int(entry.s.removeprefix("call-"))
+            args = call_args(index)
+            assert (entry.a, entry.b, entry.s) == (args.a, args.b, args.s)
+            assert exit_.ret == made[index] == expected_return(args)
+            seen.append(index)
+    assert sorted(seen) == sorted(made), "one entry and one exit per call, no more"
+    return by_tid
+
+
+def test_an_attach_after_the_target_started_is_hooked_live(tmp_path):
+    events, summary, reports, stderr = traced_live(tmp_path, "main", 300, "live")
+    assert (summary["entry"], summary["exit"], summary["dropped"]) == (300, 300, 0)
+    check_calls(events, reports)
+    assert stderr == ""
+
+
+def test_four_threads_calling_at_once_are_traced_exactly(tmp_path):
+    events, summary, reports, _ = traced_live(tmp_path, "threads", 500, "threads")
+    assert (summary["entry"], summary["exit"]) == (2000, 2000)
+    by_tid = check_calls(events, reports)
+    assert len(by_tid) == 4 and all(len(e) == 1000 for e in by_tid.values()), "each thread under its own tid"
+
+
+@pytest.mark.parametrize("by_pid", [False, True], ids=["every-process", "pid-filter"])
+def test_a_forked_child_keeps_its_hooks_and_reports_its_own_pid(tmp_path, by_pid):
+    """Attached to every process, the child's calls are traced under the child's pid; attached
+    to the parent's pid, they are not (as the kernel: the perf event follows the pid's address
+    space, which the child does not share)."""
+    events, summary, reports, _ = traced_live(tmp_path, "fork", 100, f"fork-{by_pid:d}", by_pid=by_pid)
+    parent, child = (next(r for r in reports if r["calls"][0][0] == first) for first in (0, 100))
+    traced = [parent] if by_pid else [parent, child]
+    assert (summary["entry"], summary["exit"]) == ((200, 200) if by_pid else (300, 300))
+    by_tid = check_calls(events, traced)
+    expected = {parent["pid"]: 400} if by_pid else {parent["pid"]: 400, child["pid"]: 200}
+    assert {tid: len(e) for tid, e in by_tid.items()} == expected
+
+
+def test_detach_unhooks_the_running_target(tmp_path):
+    """When the loader detaches (functrace destroys its links, then exits), the agent removes
+    the hooks: the function's first byte in the target is its own again."""
+    region = region_name("detach")
+    with waiting_target(tmp_path, agent_env(region)) as target:
+        target.wait_for_line("READY", timeout_s=30)
+        address = function_address(target.pid, LIBRARY, TRACED_SYMBOL)
+        original = read_byte(target.pid, address)
+        with uebpf_loader(functrace_argv(tmp_path / "t.bin", "--pid", target.pid), region, tmp_path) as loader:
+            wait_applied(region, target.pid)
+            assert read_byte(target.pid, address) == 0xE9, "hooked: a jmp rel32"
+            assert loader.stop().exit_code == 0
+        assert wait_until(lambda: read_byte(target.pid, address) == original, 10), "unhooked once detached"
+        assert go(target)[0]["calls"] == [[0, expected_return(call_args(0))]]
+
+
+def function_address(pid: int, binary: Path, symbol: str) -> int:
+    """Address of `symbol` of `binary` in process `pid`: mapping start + file offset - mapping offset."""
+    at = file_offset(binary, symbol)
+    target = str(binary.resolve())
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        fields = line.split()
+        if fields[-1] == target and "x" in fields[1]:
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            offset = int(fields[2], 16)
+            if offset <= at < offset + end - start:
+                return start + at - offset
+    raise AssertionError(f"{binary} is not mapped executable in {pid}")
+
+
+def read_byte(pid: int, address: int) -> int:
+    with open(f"/proc/{pid}/mem", "rb") as mem:
+        mem.seek(address)
+        return mem.read(1)[0]
+
+
+def test_two_pairs_at_once_do_not_see_each_other(tmp_path):
+    first, second = region_name("pair-a"), region_name("pair-b")
+    with uebpf_loader(functrace_argv(tmp_path / "a.bin"), first, tmp_path) as a, \
+         uebpf_loader(functrace_argv(tmp_path / "b.bin"), second, tmp_path) as b:
+        apps = [subprocess.Popen([str(SAMPLE_APP), str(calls)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 text=True, env=agent_env(region))
+                for region, calls in ((first, 3000), (second, 7000))]  # both at once
+        assert [app.communicate(timeout=120)[1] for app in apps] == ["", ""]
+        assert [app.returncode for app in apps] == [0, 0]
+        assert a.stop().exit_code == 0 and b.stop().exit_code == 0
+        summaries = parse_summary(a.read_stdout()), parse_summary(b.read_stdout())
+    assert [(s["entry"], s["exit"]) for s in summaries] == [(3000, 3000), (7000, 7000)], summaries
+
+
+def test_an_unprivileged_user_runs_loader_and_target(tmp_path):
+    """An ordinary user (unused uid, no capabilities, private HOME and TMPDIR) runs the loader
+    and the target: nothing reaches the kernel's BPF, so nothing needs privilege."""
+    uid = unused_uid()
+    home = Path(tempfile.mkdtemp(prefix="tracecost-agent-unprivileged-"))
+    try:
+        os.chown(home, uid, uid)
+        as_user = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all"]
+        region, output, calls = region_name("unprivileged"), home / "trace.bin", 100
+        env = {"HOME": str(home), "TMPDIR": str(home)}
+        with uebpf_loader([*as_user, *functrace_argv(output)], region, tmp_path, **env) as loader:
+            assert uprobes_in(LIBRARY) == [], "no kernel uprobe: the attach went to the region"
+            # The agent goes into the target, not into setpriv: glibc aborts a process whose
+            # threads end up with different credentials, and the agent's thread would.
+            app = run_sample_app(calls, {**os.environ, **env}, *as_user, "env", f"LD_PRELOAD={AGENT}",
+                                 f"UEBPF_REGION={region}")
+            assert loader.stop().exit_code == 0, loader.stderr_text()
+            summary = parse_summary(loader.read_stdout())
+            assert "Operation not permitted" not in loader.stderr_text() + app.stderr
+        assert parse_app_output(app.stdout).checksum == expected_checksum(calls)
+        assert_exact_trace(output, summary, calls, read_functrace(output)[0].tid)
+    finally:
+        shutil.rmtree(home)
+
+
+def test_a_function_that_cannot_be_hooked_is_named_and_the_target_runs_on(tmp_path):
+    """hook_torture's 3-byte function: the agent refuses it with the hook engine's reason, on
+    stderr, and the target returns what it returns unhooked."""
+    region, victim = region_name("refused"), BUILD / "bin" / "hook_torture"
+    argv = [UEBPF, "attach", BUILD / "bpf" / "uebpf_embed.bpf.o", "--region", region, "--attach", f"empty:{victim}:torture_tiny"]
+    with started(lambda: Child([str(a) for a in argv], stderr_path=tmp_path / "attach.err")) as attach:
+        attach.wait_for_line("READY", timeout_s=30)
+        plain = subprocess.run([str(victim), "tiny"], capture_output=True, text=True, timeout=60)
+        hooked = subprocess.run([str(victim), "tiny"], capture_output=True, text=True, timeout=60, env=agent_env(region))
+        assert attach.stop().exit_code == 0
+    assert hooked.returncode == plain.returncode == 0
+    assert json.loads(hooked.stdout)["result"] == json.loads(plain.stdout)["result"]
+    assert f"uebpf-agent: attachment 1 (empty at {victim}:0x" in hooked.stderr
+    assert f"cannot hook {victim}:torture_tiny: the function is 3 bytes long" in hooked.stderr
+
+
+def test_syscall_tracepoints_are_reported_unsupported(tmp_path):
+    """The agent does not implement syscall tracepoints: wait-applied says so (exit 1, JSON
+    with `unsupported`), while the uprobe beside it is live."""
+    region, microbench = region_name("syscall"), (BUILD / "bin" / "microbench").resolve()
+    argv = [microbench, "--call", "__bench_syscall", "--iter", "10", "--warmup", "0", "--wait-go"]
+    with started(lambda: Child([str(a) for a in argv], stderr_path=tmp_path / "victim.err", env=agent_env(region))) as victim:
+        victim.wait_for_line("READY", timeout_s=30)
+        loader_argv = [BUILD / "bin" / "micro", "--binary", microbench, "--pid", victim.pid,
+                       "--attach", "empty_uprobe:__bench_syscall", "--attach", "sys_enter_pid"]
+        with uebpf_loader(loader_argv, region, tmp_path) as loader:
+            waited = wait_applied(region, victim.pid, check=False)
+            victim.send(signal.SIGUSR1)
+            assert victim.wait(timeout_s=60).exit_code == 0
+            assert loader.stop().exit_code == 0
+            hits = json.loads(loader.read_stdout().strip().splitlines()[-1])["hits"]
+    assert waited.returncode == 1
+    assert "syscall tracepoints are not supported by the uebpf agent" in waited.stderr
+    status = json.loads(waited.stdout)
+    assert (status["pid"], status["hooks"], status["failed"], status["unsupported"]) == (victim.pid, 1, 0, 1)
+    assert (hits["empty_uprobe"], hits["sys_enter_pid"]) == (10, 0)
+
+
+def test_wait_applied_fails_clearly_without_an_agent(tmp_path):
+    region = region_name("noagent")
+    with uebpf_loader(functrace_argv(tmp_path / "t.bin"), region, tmp_path) as loader:
+        with waiting_target(tmp_path, dict(os.environ)) as target:  # no agent preloaded
+            target.wait_for_line("READY", timeout_s=30)
+            result = subprocess.run([str(UEBPF), "wait-applied", region, "--pid", str(target.pid), "--timeout", "0.5"],
+                                    capture_output=True, text=True, timeout=60)
+        assert loader.stop().exit_code == 0
+    assert result.returncode == 1
+    assert f"process {target.pid} did not apply region {region}'s attachments within 0.5 s: it has no agent" in result.stderr
+
+
+SECTION_PROBES = textwrap.dedent(r"""
+    #include "vmlinux.h"
+    #include <bpf/bpf_helpers.h>
+    #include <bpf/bpf_tracing.h>
+
+    struct {
+        __uint(type, BPF_MAP_TYPE_ARRAY);
+        __uint(max_entries, 2);
+        __type(key, __u32);
+        __type(value, __u64);
+    } sums SEC(".maps");
+
+    static void add(__u32 key, __u64 value)
+    {
+        __u64 *sum = bpf_map_lookup_elem(&sums, &key);
+        if (sum)
+            __sync_fetch_and_add(sum, value);
+    }
+
+    SEC("uprobe/" LIBRARY ":my_traced_function")
+    int BPF_KPROBE(calls) { add(0, 1); return 0; }
+
+    SEC("uretprobe/" LIBRARY ":my_traced_function")
+    int BPF_KRETPROBE(returns, long ret) { add(1, ret); return 0; }
+
+    char LICENSE[] SEC("license") = "GPL";
+""")
+
+
+def test_the_direct_attach_path_takes_targets_from_section_names(tmp_path):
+    """`uebpf attach` without a libbpf loader: an object whose sections name their target
+    (uprobe//path:symbol), sample_app under the agent, the maps printed on SIGINT."""
+    source, obj = tmp_path / "section_probes.bpf.c", tmp_path / "section_probes.bpf.o"
+    source.write_text(SECTION_PROBES)
+    subprocess.run(["clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", f"-I{BUILD}", f'-DLIBRARY="{LIBRARY.resolve()}"',
+                    "-c", str(source), "-o", str(obj)], check=True, capture_output=True)
+    region, calls = region_name("direct"), 400
+    with started(lambda: Child([str(UEBPF), "attach", str(obj), "--region", region], stderr_path=tmp_path / "attach.err")) as attach:
+        attach.wait_for_line("READY", timeout_s=30)
+        assert [(a["kind"], a["program"]) for a in uebpf("attachments", region)["attachments"]] == [
+            ("uprobe", "calls"), ("uretprobe", "returns")]
+        run_sample_app(calls, agent_env(region))
+        assert attach.stop().exit_code == 0, attach.stderr_text()
+        dumped = json.loads(attach.read_stdout())
+    values = {int.from_bytes(bytes.fromhex(k), "little"): int.from_bytes(bytes.fromhex(v), "little")
+              for k, v in dumped["maps"]["sums"]["entries"]}
+    assert values == {0: calls, 1: expected_checksum(calls)}
+    assert not (SHM / f"uebpf-{region}").exists(), "removed on SIGINT"
+
+
+def test_the_direct_attach_path_refuses_bad_input(tmp_path):
+    obj = BUILD / "bpf" / "functrace.bpf.o"
+    cases = [
+        ([], "nothing to attach"),
+        (["--attach", "functrace_entry"], "want PROGRAM:BINARY:SYMBOL"),
+        (["--attach", f"nope:{LIBRARY}:{TRACED_SYMBOL}"], "has no program `nope`"),
+        (["--attach", f"functrace_entry:{LIBRARY}:no_such_function"], "no function symbol no_such_function"),
+        (["--attach", f"functrace_entry:/nonexistent:{TRACED_SYMBOL}"], "/nonexistent: No such file"),
+    ]
+    for extra, message in cases:
+        region = region_name("bad")
+        result = subprocess.run([str(UEBPF), "attach", str(obj), "--region", region, *extra], capture_output=True,
+                                text=True, timeout=60)
+        assert result.returncode == 1 and message in result.stderr, (extra, result.stderr)
+        assert result.stderr.count("\n") == 1
+        assert not (SHM / f"uebpf-{region}").exists()
+    usage = subprocess.run([str(UEBPF), "attach", str(obj)], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and "needs --region NAME" in usage.stderr
