@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,10 @@ from tracecost.errors import TracecostError
 
 SHM = Path("/dev/shm")
 _runs = itertools.count()
+
+# What one run of a loader needs: (loader environment, target environment, check once the loader exited).
+RunEnvironments = tuple[dict[str, str], dict[str, str], Callable[[], None]]
+KERNEL: RunEnvironments = ({}, {}, lambda: None)     # the kernel's path preloads nothing
 
 
 @dataclass(frozen=True)
@@ -54,3 +59,9 @@ def require_runtime() -> tuple[Path, Path]:
 def new_pair(server: Path, agent: Path) -> Pair:
     """A region name no other run (of this or any process) uses."""
     return Pair(region=f"tracecost-{os.getpid()}-{next(_runs)}", server=server, agent=agent)
+
+
+def run_environments(server: Path, agent: Path) -> RunEnvironments:
+    """The environments of one run on uebpf, in a region of its own."""
+    pair = new_pair(server, agent)
+    return pair.loader_env, pair.target_env, pair.require_region_removed

@@ -14,7 +14,7 @@ import errno
 import json
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,9 +108,8 @@ class Kernel(Runtime):
             argv += ["--prefill", op.prefill]
         return argv
 
-    def environments(self) -> tuple[dict[str, str], dict[str, str], Callable[[], None]]:
-        """(loader environment, victim environment, check once the loader has exited) of one run."""
-        return {}, {}, lambda: None
+    def environments(self) -> uebpf.RunEnvironments:
+        return uebpf.KERNEL
 
     @contextlib.contextmanager
     def attached(self, op: Op, victim_pid: int | None, workdir: Path, ops_per_hit: int) -> Iterator[Attachment]:
@@ -144,9 +143,8 @@ class Uebpf(Kernel):
             return "uebpf runs programs at function entry and return; it has no system call tracepoints"
         return None
 
-    def environments(self) -> tuple[dict[str, str], dict[str, str], Callable[[], None]]:
-        pair = uebpf.new_pair(self.server, self.agent)
-        return pair.loader_env, pair.target_env, pair.require_region_removed
+    def environments(self) -> uebpf.RunEnvironments:
+        return uebpf.run_environments(self.server, self.agent)
 
 
 def result_name(code: str) -> str:

@@ -33,7 +33,7 @@ SCENARIOS = (
     Scenario(4, "500 us function", 500, 5_000, "medium API"),
     Scenario(5, "1000 us function", 1000, 2_000, "slow API"),
 )
-METHODS = ("baseline", "lttng", "ebpf")
+METHODS = ("baseline", "lttng", "ebpf", "uebpf")
 QUICK_DIVISOR = 50          # --quick: a fiftieth of the calls ...
 QUICK_MIN_CALLS = 40        # ... but never fewer than this
 RUN_REPETITIONS = 5         # in `tracecost run`: about 3 minutes on 2 cores

@@ -7,7 +7,7 @@ import json
 import os
 import signal
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from tracecost import paths, system, uebpf
@@ -75,9 +75,8 @@ class Functrace(Method):
         self.loader = paths.artifact("bin/functrace")
         self.library = traced_library()
 
-    def environments(self) -> tuple[dict[str, str], dict[str, str], Callable[[], None]]:
-        """(loader environment, target environment, check once the loader has exited) of one run."""
-        return {}, {}, lambda: None
+    def environments(self) -> uebpf.RunEnvironments:
+        return uebpf.KERNEL
 
     @contextlib.contextmanager
     def trace(self, workdir: Path) -> Iterator[TracedRun]:
@@ -127,6 +126,5 @@ class Uebpf(Functrace):
         super().open(stack, workspace, say)
         self.server, self.agent = uebpf.require_runtime()
 
-    def environments(self) -> tuple[dict[str, str], dict[str, str], Callable[[], None]]:
-        pair = uebpf.new_pair(self.server, self.agent)
-        return pair.loader_env, pair.target_env, pair.require_region_removed
+    def environments(self) -> uebpf.RunEnvironments:
+        return uebpf.run_environments(self.server, self.agent)
