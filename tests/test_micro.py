@@ -130,14 +130,14 @@ def test_uebpf_writes_user_memory_but_has_no_syscall_tracepoints(micro_run):
     assert all("no system call tracepoints" in reason for reason in on_uebpf.values())
 
 
-def test_uebpf_has_a_speedup_with_a_ci_for_every_operation_both_runtimes_ran(micro_run):
+def test_uebpf_has_a_speedup_for_every_operation_both_runtimes_ran(micro_run):
     aggregates = results.load(micro_run[1])["suites"]["micro"]["aggregates"]
     cell = {(a["op"], a["runtime"]): a for a in aggregates}
-    compared = [op for op in OPS if cell[(op, "kernel")]["per_op_ns"] and cell[(op, "uebpf")]["per_op_ns"]]
+    compared = [op for op in OPS if all((cell[(op, runtime)]["per_op_ns"] or {}).get("value") is not None
+                                        for runtime in TRACED)]
     assert {"uprobe", "uretprobe", "uprobe_uretprobe", "read", "hash_update"} <= set(compared)
     for op in compared:
-        speedup = cell[(op, "uebpf")]["speedup_vs_kernel"]
-        assert speedup["value"] > 0 and speedup["ci95_low"] <= speedup["value"] <= speedup["ci95_high"], op
+        assert cell[(op, "uebpf")]["speedup_vs_kernel"]["value"] > 0, op   # one run: no CI (see the synthetic test)
 
 
 def test_untargeted_syscall_program_saw_at_least_the_victims_calls(micro_run):
