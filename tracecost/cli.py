@@ -139,7 +139,8 @@ def duration(list_scenarios, scenarios, runs, methods, out_dir, seed, quick) -> 
             raise click.BadParameter(f"unknown method {name!r}", param_hint="'--methods'")
     config = duration_suite.DurationConfig(
         scenarios=scenarios or [s.index for s in duration_suite.SCENARIOS], methods=methods, runs=runs,
-        seed=seed if seed is not None else random.SystemRandom().randrange(2**31), quick=quick)
+        seed=seed if seed is not None else random.SystemRandom().randrange(2**31),
+        call_divisor=duration_suite.QUICK_DIVISOR if quick else 1)
     sys.exit(execute([(SUITES["duration"], config)], out_dir or default_out_dir("duration"), out, err, say))
 
 
