@@ -4,17 +4,21 @@ import json
 
 import pytest
 
-from conftest import BUILD, fake_build, interrupt_tracecost, run_tracecost, tracecost_sessions, uprobes_in
+from conftest import (BUILD, fake_build, interrupt_tracecost, regions_removed, run_tracecost, tracecost_sessions,
+                      uprobes_in)
 from tracecost import results
 from tracecost.suites.duration import QUICK_DIVISOR, QUICK_MIN_CALLS, SCENARIOS
 
 LIBMYLIB = BUILD / "lib" / "libmylib.so"
+METHODS = ("baseline", "lttng", "ebpf", "uebpf")
+UEBPF_REGIONS = "uebpf-tracecost-*"     # the regions of tracecost's runs on uebpf (tracecost/uebpf.py)
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("duration")
-    result = run_tracecost("duration", "--quick", "-s", "0", "3", "-r", "2", "--seed", "11", "--out", str(out))
+    with regions_removed(UEBPF_REGIONS):
+        result = run_tracecost("duration", "--quick", "-s", "0", "3", "-r", "2", "--seed", "11", "--out", str(out))
     return result, out
 
 
@@ -25,9 +29,9 @@ def test_quick_run_succeeds_with_schema_valid_results(quick_run):
     suite = doc["suites"]["duration"]
     assert suite["failures"] == []
     assert {(r["scenario"], r["method"]) for r in suite["runs"]} == \
-        {(s, m) for s in (0, 3) for m in ("baseline", "lttng", "ebpf")}
-    assert len(suite["runs"]) == 3 * 2 * 3  # (warm-up + 2) x 2 scenarios x 3 methods
-    assert "Empty function" in result.stdout and "ebpf" in result.stdout
+        {(s, m) for s in (0, 3) for m in METHODS}
+    assert len(suite["runs"]) == 3 * 2 * len(METHODS)  # (warm-up + 2) x 2 scenarios x methods
+    assert "Empty function" in result.stdout and "uebpf" in result.stdout
 
 
 def test_every_traced_run_captured_every_event(quick_run):
@@ -92,8 +96,9 @@ def test_a_failing_tracer_fails_its_runs_by_name(tmp_path, script, reason):
 def test_ctrl_c_keeps_finished_runs_as_partial_results(tmp_path):
     out = tmp_path / "out"
     # Scenario 5 at full size: each traced run lasts over 2 s, a wide window to interrupt in.
-    returncode, stderr = interrupt_tracecost("duration", "-s", "5", "-r", "2", "--out", str(out),
-                                             when=lambda: uprobes_in(LIBMYLIB) or tracecost_sessions())
+    with regions_removed(UEBPF_REGIONS):
+        returncode, stderr = interrupt_tracecost("duration", "-s", "5", "-r", "2", "--out", str(out),
+                                                 when=lambda: uprobes_in(LIBMYLIB) or tracecost_sessions())
     assert returncode == 130, stderr
     partial = json.loads((out / "results.partial.json").read_text())
     results.check(partial)

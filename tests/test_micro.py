@@ -1,4 +1,5 @@
-"""`tracecost micro` on the real kernel: every operation runs, every probe is counted, nothing stays attached."""
+"""`tracecost micro` on the real kernel and on uebpf: every operation runs, every probe is counted, nothing
+stays attached."""
 
 import json
 import re
@@ -7,7 +8,7 @@ import subprocess
 import pytest
 
 from browser import chromium, console_errors, open_report
-from conftest import BUILD, bpftool_json, fake_build, interrupt_tracecost, run_tracecost, uprobes_in
+from conftest import BUILD, bpftool_json, fake_build, interrupt_tracecost, regions_removed, run_tracecost, uprobes_in
 from tracecost import results, system
 from tracecost.errors import TracecostError
 from tracecost.micro.bench import UNTOUCHED_BUFFER, WRITTEN_BUFFER, checked_counts
@@ -21,6 +22,9 @@ ITER, OPS_PER_HIT = 600, 1000
 WARMUP = 600  # min(1000, ITER)
 # Every program name of probes/micro.bpf.c, as the kernel keeps it (15 characters).
 PROGRAMS = {name[:15] for op in OPS.values() for name in (*op.programs, op.refill) if name}
+RUNTIMES = ("untraced", "kernel", "uebpf")
+TRACED = ("kernel", "uebpf")
+UEBPF_REGIONS = "uebpf-tracecost-*"     # the regions of tracecost's runs on uebpf (tracecost/uebpf.py)
 
 
 def our_programs_still_loaded() -> list:
@@ -30,7 +34,8 @@ def our_programs_still_loaded() -> list:
 @pytest.fixture(scope="module")
 def micro_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("micro")
-    result = run_tracecost("micro", "--iter", str(ITER), "--runs", "1", "--seed", "5", "--out", str(out))
+    with regions_removed(UEBPF_REGIONS):
+        result = run_tracecost("micro", "--iter", str(ITER), "--runs", "1", "--seed", "5", "--out", str(out))
     return result, out
 
 
@@ -38,17 +43,21 @@ def kernel_runs(suite):
     return [r for r in suite["runs"] if r["method"] == "kernel"]
 
 
-def test_every_operation_runs_on_both_runtimes_with_schema_valid_results(micro_run):
+def traced_runs(suite):
+    return [r for r in suite["runs"] if r["method"] in TRACED]
+
+
+def test_every_operation_runs_on_every_runtime_with_schema_valid_results(micro_run):
     result, out = micro_run
     assert result.returncode == 0, result.stderr
     suite = results.load(out)["suites"]["micro"]  # validates against the schema
     assert suite["failures"] == []
     unavailable = {(cell["op"], cell["method"]) for cell in suite["unavailable"]}
-    expected = {(op, runtime) for op in OPS for runtime in ("untraced", "kernel")} - unavailable
+    expected = {(op, runtime) for op in OPS for runtime in RUNTIMES} - unavailable
     assert {(r["op"], r["method"]) for r in suite["runs"]} == expected
     assert len(suite["runs"]) == 2 * len(expected)  # warm-up + 1 measured repetition
     assert {(a["op"], a["runtime"]) for a in suite["aggregates"]} == \
-        {(op, runtime) for op in OPS for runtime in ("untraced", "kernel")}
+        {(op, runtime) for op in OPS for runtime in RUNTIMES}
 
 
 def test_every_program_ran_once_per_call_of_the_victim(micro_run):
@@ -65,14 +74,14 @@ def test_every_program_ran_once_per_call_of_the_victim(micro_run):
 
 def test_every_helper_call_is_counted_and_succeeded_or_is_marked_unsupported(micro_run):
     suite = results.load(micro_run[1])["suites"]["micro"]
-    for run in kernel_runs(suite):
+    for run in traced_runs(suite):
         op = OPS[run["op"]]
         if op.kind != "helper":
             assert run["helper_results"] == {}
             continue
         for program, codes in run["helper_results"].items():
             assert sum(codes.values()) == (WARMUP + ITER) * OPS_PER_HIT, (program, codes)
-        if op.may_be_unsupported:  # array deletes: the kernel refuses every one
+        if op.may_be_unsupported:  # array deletes: the kernel refuses every one, and so does uebpf
             assert run["unsupported"] == "EINVAL" and run["helper_results"][op.programs[0]] == {
                 "EINVAL": (WARMUP + ITER) * OPS_PER_HIT}
         else:
@@ -83,33 +92,52 @@ def test_every_helper_call_is_counted_and_succeeded_or_is_marked_unsupported(mic
 def test_hash_deletes_delete_existing_keys_refilled_between_calls(micro_run):
     suite = results.load(micro_run[1])["suites"]["micro"]
     for name in ("hash_delete", "percpu_hash_delete"):
-        run = next(r for r in kernel_runs(suite) if r["op"] == name)
-        refill = OPS[name].refill
-        assert run["helper_results"][name] == {"ok": (WARMUP + ITER) * OPS_PER_HIT}
-        assert run["helper_results"][refill] == {"ok": (WARMUP + ITER) * OPS_PER_HIT}
+        for run in (r for r in traced_runs(suite) if r["op"] == name):
+            refill = OPS[name].refill
+            assert run["helper_results"][name] == {"ok": (WARMUP + ITER) * OPS_PER_HIT}, run["method"]
+            assert run["helper_results"][refill] == {"ok": (WARMUP + ITER) * OPS_PER_HIT}, run["method"]
 
 
 def test_array_delete_is_reported_as_not_supported_not_as_a_delete(micro_run):
     suite = results.load(micro_run[1])["suites"]["micro"]
     for name in ("array_delete", "percpu_array_delete"):
-        agg = next(a for a in suite["aggregates"] if a["op"] == name and a["runtime"] == "kernel")
-        assert agg["unsupported"] == "EINVAL" and agg["per_op_ns"] is None
-        assert agg["refused_call_ns"]["value"] is not None
+        for agg in (a for a in suite["aggregates"] if a["op"] == name and a["runtime"] in TRACED):
+            assert agg["unsupported"] == "EINVAL" and agg["per_op_ns"] is None
+            assert agg["refused_call_ns"]["value"] is not None and agg["speedup_vs_kernel"] is None
     html = (micro_run[1] / "report.html").read_text()
-    assert "not supported by the kernel (EINVAL)" in html
+    assert "not supported by the kernel (EINVAL)" in html and "not supported by uebpf (EINVAL)" in html
 
 
 def test_write_runs_or_is_unavailable_with_the_lockdown_reason(micro_run):
     suite = results.load(micro_run[1])["suites"]["micro"]
+    on_kernel = [cell for cell in suite["unavailable"] if cell["method"] == "kernel"]
     if system.kernel_lockdown() in ("integrity", "confidentiality"):
-        assert suite["unavailable"] == [{"op": "write", "kind": "helper", "function": "__bench_write",
-                                         "ops_per_hit": OPS_PER_HIT, "method": "kernel",
-                                         "reason": suite["unavailable"][0]["reason"]}]
-        assert "lockdown" in suite["unavailable"][0]["reason"]
+        assert on_kernel == [{"op": "write", "kind": "helper", "function": "__bench_write",
+                              "ops_per_hit": OPS_PER_HIT, "method": "kernel", "reason": on_kernel[0]["reason"]}]
+        assert "lockdown" in on_kernel[0]["reason"]
         assert "not measured micro [op=write" in micro_run[0].stderr
     else:
         run = next(r for r in kernel_runs(suite) if r["op"] == "write")
         assert run["helper_results"]["probe_write"] == {"ok": (WARMUP + ITER) * OPS_PER_HIT}
+
+
+def test_uebpf_writes_user_memory_but_has_no_syscall_tracepoints(micro_run):
+    suite = results.load(micro_run[1])["suites"]["micro"]
+    write = next(r for r in suite["runs"] if r["op"] == "write" and r["method"] == "uebpf")
+    assert write["helper_results"]["probe_write"] == {"ok": (WARMUP + ITER) * OPS_PER_HIT}
+    on_uebpf = {cell["op"]: cell["reason"] for cell in suite["unavailable"] if cell["method"] == "uebpf"}
+    assert set(on_uebpf) == {op for op in OPS if OPS[op].attach_to_tracepoint}
+    assert all("no system call tracepoints" in reason for reason in on_uebpf.values())
+
+
+def test_uebpf_has_a_speedup_for_every_operation_both_runtimes_ran(micro_run):
+    aggregates = results.load(micro_run[1])["suites"]["micro"]["aggregates"]
+    cell = {(a["op"], a["runtime"]): a for a in aggregates}
+    compared = [op for op in OPS if all((cell[(op, runtime)]["per_op_ns"] or {}).get("value") is not None
+                                        for runtime in TRACED)]
+    assert {"uprobe", "uretprobe", "uprobe_uretprobe", "read", "hash_update"} <= set(compared)
+    for op in compared:
+        assert cell[(op, "uebpf")]["speedup_vs_kernel"]["value"] > 0, op   # one run: no CI (see the synthetic test)
 
 
 def test_untargeted_syscall_program_saw_at_least_the_victims_calls(micro_run):
@@ -125,12 +153,12 @@ def test_nothing_left_attached_or_loaded(micro_run):
     assert our_programs_still_loaded() == []
 
 
-def test_report_shows_the_kernel_column_and_room_for_uebpf(micro_run, tmp_path):
+def test_report_shows_the_kernel_and_uebpf_columns_with_the_speedup(micro_run, tmp_path):
     html = (micro_run[1] / "report.html").read_text()
     for title in ("Probe and tracepoint cost per call", "Helper and map operation cost", "Time per call"):
         assert f'data-title="{title}"' in html
     assert "Kernel vs userspace eBPF, per operation" in html and "Speedup (kernel ÷ uebpf)" in html
-    assert html.count("not measured yet") >= len(OPS)
+    assert "not measured yet" not in html and "×" in html
     with chromium(tmp_path / "profile") as driver:
         charts = open_report(driver, micro_run[1] / "report.html")
         errors = console_errors(driver)
@@ -142,13 +170,14 @@ def test_report_shows_the_kernel_column_and_room_for_uebpf(micro_run, tmp_path):
 
 
 def test_summary_is_printed(micro_run):
-    assert "hash_delete" in micro_run[0].stdout and "kernel" in micro_run[0].stdout
+    assert all(word in micro_run[0].stdout for word in ("hash_delete", "kernel", "uebpf"))
 
 
 @pytest.mark.parametrize("args,message", [
     (["--ops", "uprobe,hash_frobnicate"], "unknown operation 'hash_frobnicate'"),
     (["--iter", "0"], "--iter"),
     (["--ops-per-hit", "1001"], "--ops-per-hit"),
+    (["--runtimes", "untraced,dtrace"], "unknown runtime 'dtrace'"),
 ])
 def test_bad_input_is_a_one_line_usage_error(tmp_path, args, message):
     result = run_tracecost("micro", *args, "--out", str(tmp_path / "out"))
@@ -180,7 +209,8 @@ def test_a_probe_that_never_fires_fails_its_runs_with_the_reason(tmp_path):
     counts.write_text('{"hits":{"empty_uprobe":0},"results":{},"syscalls_seen":0,"peak_rss_kb":1}\n')
     script = f"echo READY; trap 'cat {counts}; exit 0' INT; while :; do sleep 0.05; done"
     out = tmp_path / "out"
-    result = run_tracecost("micro", "--ops", "uprobe", "--iter", "50", "--runs", "1", "--out", str(out),
+    result = run_tracecost("micro", "--ops", "uprobe", "--runtimes", "untraced,kernel", "--iter", "50",
+                           "--runs", "1", "--out", str(out),
                            env={"TRACECOST_BUILD": str(fake_build(tmp_path, "micro", script))})
     assert result.returncode == 1, result.stderr
     suite = results.load(out)["suites"]["micro"]
@@ -192,8 +222,9 @@ def test_a_probe_that_never_fires_fails_its_runs_with_the_reason(tmp_path):
 
 def test_ctrl_c_mid_run_detaches_everything(tmp_path):
     out = tmp_path / "out"
-    returncode, stderr = interrupt_tracecost("micro", "--ops", "hash_delete", "--iter", "1000000", "--runs", "1",
-                                               "--out", str(out), when=lambda: uprobes_in(MICROBENCH))
+    with regions_removed(UEBPF_REGIONS):
+        returncode, stderr = interrupt_tracecost("micro", "--ops", "hash_delete", "--iter", "1000000", "--runs", "1",
+                                                 "--out", str(out), when=lambda: uprobes_in(MICROBENCH))
     assert returncode == 130, stderr
     results.check(json.loads((out / "results.partial.json").read_text()))
     assert uprobes_in(MICROBENCH) == [] and our_programs_still_loaded() == []

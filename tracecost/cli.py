@@ -18,6 +18,7 @@ from tracecost.execute import default_out_dir, execute
 from tracecost.machine_lock import exclusive_machine
 from tracecost.procs import install_termination_handler
 from tracecost.micro.ops import MAX_OPS_PER_HIT, OPS, op_by_name, with_baselines
+from tracecost.micro.runtimes import RUNTIMES
 from tracecost.suites import duration as duration_suite
 from tracecost.suites import micro as micro_suite
 from tracecost.suites import transport as transport_suite
@@ -138,7 +139,8 @@ def duration(list_scenarios, scenarios, runs, methods, out_dir, seed, quick) -> 
             raise click.BadParameter(f"unknown method {name!r}", param_hint="'--methods'")
     config = duration_suite.DurationConfig(
         scenarios=scenarios or [s.index for s in duration_suite.SCENARIOS], methods=methods, runs=runs,
-        seed=seed if seed is not None else random.SystemRandom().randrange(2**31), quick=quick)
+        seed=seed if seed is not None else random.SystemRandom().randrange(2**31),
+        call_divisor=duration_suite.QUICK_DIVISOR if quick else 1)
     sys.exit(execute([(SUITES["duration"], config)], out_dir or default_out_dir("duration"), out, err, say))
 
 
@@ -161,12 +163,14 @@ def print_ops() -> None:
               type=click.IntRange(1, 100_000_000), help="Timed calls per run, after min(1000, N) warm-up calls.")
 @click.option("-r", "--runs", default=5, show_default=True, type=click.IntRange(1, 1000),
               help="Measured repetitions (after one discarded warm-up).")
+@click.option("--runtimes", default=",".join(micro_suite.DEFAULT_RUNTIMES), show_default=True,
+              callback=comma_list(str), help="Comma-separated runtimes (untraced is the baseline, always needed).")
 @click.option("--ops-per-hit", default=micro_suite.DEFAULT_OPS_PER_HIT, show_default=True,
               type=click.IntRange(1, MAX_OPS_PER_HIT),
               help="Helper calls per probe hit (read, write, map operations); costs are reported per call.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
 @click.option("--seed", type=int, help="Seed of the run order (default: random, recorded).")
-def micro(list_ops, ops, iterations, runs, ops_per_hit, out_dir, seed) -> None:
+def micro(list_ops, ops, iterations, runs, runtimes, ops_per_hit, out_dir, seed) -> None:
     """Probe micro-benchmarks: uprobe, uretprobe, helpers, map operations, syscall tracepoint."""
     if list_ops:
         print_ops()
@@ -176,8 +180,12 @@ def micro(list_ops, ops, iterations, runs, ops_per_hit, out_dir, seed) -> None:
             op_by_name(name)
         except TracecostError as error:
             raise click.BadParameter(str(error), param_hint="'--ops'") from error
+    for name in runtimes:
+        if name not in RUNTIMES:
+            raise click.BadParameter(f"unknown runtime {name!r} (one of {', '.join(RUNTIMES)})",
+                                     param_hint="'--runtimes'")
     config = micro_suite.MicroConfig(
-        ops=with_baselines(ops) if ops else list(OPS), iter=iterations, runs=runs, ops_per_hit=ops_per_hit,
+        ops=with_baselines(ops) if ops else list(OPS), runtimes=runtimes, iter=iterations, runs=runs, ops_per_hit=ops_per_hit,
         seed=seed if seed is not None else random.SystemRandom().randrange(2**31))
     sys.exit(execute([(SUITES["micro"], config)], out_dir or default_out_dir("micro"), out, err, say))
 

@@ -55,6 +55,7 @@ def execute(entries: list[tuple[Suite, Any]], out_dir: Path, console: Console, e
     report = write_report([results.without_nan(doc)], out_dir / REPORT_NAME)
     for suite, _ in entries:
         console.print(suite.summary(finished[suite.name]["aggregates"]))
+        say(f"{suite.name}: {len(finished[suite.name]['runs'])} runs in {finished[suite.name]['elapsed_s']:.0f} s")
     say(f"results: {path}")
     say(f"report:  {report}")
     failures = [(name, run) for name, result in finished.items() for run in result["failures"]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ def run_suite(suite: Suite, config: Any, workspace: Path, say: Say,
     "warmup": true, and left out of every statistic. Cells the suite calls
     unavailable on this machine are listed with the reason and never run."""
     rng = random.Random(config.seed)
+    started_at = time.monotonic()
     groups, methods = suite.groups(config), suite.methods(config)
     runs: list[dict] = []
     unavailable = [{**group.key, "method": method.name, "reason": reason} for group in groups for method in methods
@@ -45,7 +47,8 @@ def run_suite(suite: Suite, config: Any, workspace: Path, say: Say,
         counted = [run for run in runs if run["status"] == "ok" and not run["warmup"]]
         return {"config": suite.config_record(config), "runs": runs,
                 "aggregates": suite.aggregate(counted, config),
-                "failures": [run for run in runs if run["status"] != "ok"], "unavailable": unavailable}
+                "failures": [run for run in runs if run["status"] != "ok"], "unavailable": unavailable,
+                "elapsed_s": round(time.monotonic() - started_at, 1)}
 
     try:
         with contextlib.ExitStack() as stack:

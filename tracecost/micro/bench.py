@@ -10,6 +10,7 @@ the same error every time ("not supported").
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from dataclasses import dataclass
@@ -47,17 +48,25 @@ def parse_victim_output(text: str) -> VictimResult:
 def run_op(op: Op, runtime: Runtime, workdir: Path, iterations: int, warmup: int, ops_per_hit: int) -> dict:
     argv = [str(victim_binary()), "--call", op.function, "--iter", str(iterations), "--warmup", str(warmup),
             "--wait-go"]
-    env = {**os.environ, **runtime.victim_env}
-    with started(lambda: Child(argv, stderr_path=workdir / "microbench.stderr", env=env)) as victim:
+    with contextlib.ExitStack() as stack:
+        # The kernel attaches to the running victim (by its pid); uebpf before it starts (the agent
+        # installs its hooks at start-up). Either way the victim waits for SIGUSR1 to begin.
+        attachment = (stack.enter_context(runtime.attached(op, None, workdir, ops_per_hit))
+                      if runtime.attaches_before_start else None)
+        env = {**os.environ, **(attachment.victim_env if attachment else {})}
+        victim = stack.enter_context(started(lambda: Child(argv, stderr_path=workdir / "microbench.stderr",
+                                                           env=env)))
         victim.wait_for_line("READY", READY_TIMEOUT_S)
-        with runtime.attached(op, victim.pid, workdir, ops_per_hit) as attachment:
-            victim.send(signal.SIGUSR1)
-            usage = victim.wait(timeout_s=VICTIM_TIMEOUT_S)
-        if usage.timed_out or usage.exit_code != 0:
-            reason = f"did not finish within {VICTIM_TIMEOUT_S} s" if usage.timed_out else \
-                f"failed with exit status {usage.exit_code}: {victim.error_line() or 'no message'}"
-            raise TracecostError(f"microbench under {runtime.name} {reason}")
-        result = parse_victim_output(victim.read_stdout())
+        if attachment is None:
+            attachment = stack.enter_context(runtime.attached(op, victim.pid, workdir, ops_per_hit))
+        victim.send(signal.SIGUSR1)
+        usage = victim.wait(timeout_s=VICTIM_TIMEOUT_S)
+        stdout = victim.read_stdout()
+    if usage.timed_out or usage.exit_code != 0:
+        reason = f"did not finish within {VICTIM_TIMEOUT_S} s" if usage.timed_out else \
+            f"failed with exit status {usage.exit_code}: {victim.error_line() or 'no message'}"
+        raise TracecostError(f"microbench under {runtime.name} {reason}")
+    result = parse_victim_output(stdout)
     if (result.function, result.iter, result.warmup) != (op.function, iterations, warmup):
         raise TracecostError(f"microbench ran {result.function} {result.warmup}+{result.iter} times, "
                              f"{op.function} {warmup}+{iterations} were asked for")

@@ -1,9 +1,10 @@
-"""The runtimes an operation is measured under: untraced (the baseline) and kernel eBPF.
+"""The runtimes an operation is measured under: untraced (the baseline), kernel eBPF and uebpf.
 
-A runtime attaches an operation's programs to a running victim and, once the
-victim is done, says what the programs counted. uebpf joins as a third
-runtime that runs the same loader binary with uebpf's server library
-preloaded (loader_env) and the victim with its agent preloaded (victim_env).
+A runtime attaches an operation's programs to the victim and, once the victim is
+done, says what the programs counted. uebpf runs the same loader binary with
+uebpf's server library preloaded and the victim with its agent preloaded; its
+loader starts before the victim (the agent installs its hooks at start-up),
+the kernel's after it (so that its uprobes fire for that one process only).
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import json
 import os
 import signal
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from tracecost import paths, system
+from tracecost import paths, system, uebpf
 from tracecost.errors import TracecostError
 from tracecost.micro.ops import REFILL_FUNCTION, Op
 from tracecost.procs import Child, started
@@ -46,12 +47,13 @@ class Counts:
 @dataclass
 class Attachment:
     counts: Counts | None = None              # filled once the runtime has detached
+    victim_env: dict[str, str] = field(default_factory=dict)   # what the victim needs to be traced
 
 
 class Runtime:
     name: str
-    loader_env: dict[str, str] = {}
-    victim_env: dict[str, str] = {}
+    # True: attached() is entered before the victim starts, with victim_pid None.
+    attaches_before_start = False
 
     def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
         """Per-command checks, before any run."""
@@ -60,7 +62,7 @@ class Runtime:
         """Why this runtime cannot run `op` on this machine, or None."""
         return None
 
-    def attached(self, op: Op, victim_pid: int, workdir: Path, ops_per_hit: int
+    def attached(self, op: Op, victim_pid: int | None, workdir: Path, ops_per_hit: int
                  ) -> contextlib.AbstractContextManager[Attachment]:
         raise NotImplementedError
 
@@ -71,7 +73,7 @@ class Untraced(Runtime):
     name = "untraced"
 
     @contextlib.contextmanager
-    def attached(self, op: Op, victim_pid: int, workdir: Path, ops_per_hit: int) -> Iterator[Attachment]:
+    def attached(self, op: Op, victim_pid: int | None, workdir: Path, ops_per_hit: int) -> Iterator[Attachment]:
         system.require_nothing_attached(victim_binary())
         if op.attach_to_tracepoint:
             system.require_no_syscall_entry_programs()
@@ -94,9 +96,10 @@ class Kernel(Runtime):
             return f"kernel lockdown ({lockdown}) forbids bpf_probe_write_user (LOCKDOWN_BPF_WRITE_USER)"
         return None
 
-    def loader_argv(self, op: Op, victim_pid: int, ops_per_hit: int) -> list[str]:
-        argv = [str(self.loader), "--binary", str(victim_binary()), "--pid", str(victim_pid),
-                "--ops-per-hit", str(ops_per_hit)]
+    def loader_argv(self, op: Op, victim_pid: int | None, ops_per_hit: int) -> list[str]:
+        argv = [str(self.loader), "--binary", str(victim_binary()), "--ops-per-hit", str(ops_per_hit)]
+        if victim_pid is not None:
+            argv += ["--pid", str(victim_pid)]
         for program in op.programs:
             argv += ["--attach", program if op.attach_to_tracepoint else f"{program}:{op.function}"]
         if op.refill:
@@ -105,21 +108,43 @@ class Kernel(Runtime):
             argv += ["--prefill", op.prefill]
         return argv
 
+    def environments(self) -> uebpf.RunEnvironments:
+        return uebpf.KERNEL
+
     @contextlib.contextmanager
-    def attached(self, op: Op, victim_pid: int, workdir: Path, ops_per_hit: int) -> Iterator[Attachment]:
+    def attached(self, op: Op, victim_pid: int | None, workdir: Path, ops_per_hit: int) -> Iterator[Attachment]:
         argv = self.loader_argv(op, victim_pid, ops_per_hit)
-        with started(lambda: Child(argv, stderr_path=workdir / "micro.stderr", env=self.env())) as loader:
+        loader_env, victim_env, after_exit = self.environments()
+        with started(lambda: Child(argv, stderr_path=workdir / "micro.stderr",
+                                   env={**os.environ, **loader_env})) as loader:
             loader.wait_for_line("READY", READY_TIMEOUT_S)
-            attachment = Attachment()
+            attachment = Attachment(victim_env=victim_env)
             yield attachment
             usage = loader.stop(signal.SIGINT, timeout_s=STOP_TIMEOUT_S)
             if usage.exit_code != 0 or usage.timed_out:
                 reason = "did not stop" if usage.timed_out else f"exit status {usage.exit_code}"
                 raise TracecostError(f"the micro loader failed ({reason}): {loader.error_line() or 'no message'}")
             attachment.counts = parse_counts(loader.read_stdout(), usage.cpu_s)
+        after_exit()
 
-    def env(self) -> dict[str, str]:
-        return {**os.environ, **self.loader_env}
+
+class Uebpf(Kernel):
+    """The same micro loader and micro.bpf.o on uebpf: no privilege, no kernel BPF."""
+
+    name = "uebpf"
+    attaches_before_start = True
+
+    def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
+        self.loader = paths.artifact("bin/micro")
+        self.server, self.agent = uebpf.require_runtime()
+
+    def unavailable(self, op: Op) -> str | None:
+        if op.attach_to_tracepoint:
+            return "uebpf runs programs at function entry and return; it has no system call tracepoints"
+        return None
+
+    def environments(self) -> uebpf.RunEnvironments:
+        return uebpf.run_environments(self.server, self.agent)
 
 
 def result_name(code: str) -> str:
@@ -143,4 +168,4 @@ def parse_counts(text: str, loader_cpu_s: float) -> Counts:
         raise TracecostError(f"the micro loader printed no valid counts ({text.strip()[-80:]!r})") from err
 
 
-RUNTIMES = {runtime.name: runtime for runtime in (Untraced, Kernel)}
+RUNTIMES = {runtime.name: runtime for runtime in (Untraced, Kernel, Uebpf)}

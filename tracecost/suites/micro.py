@@ -1,7 +1,7 @@
 """The probe micro-benchmarks (seeds 002 and 004, experiment 1 part 1): the cost of one uprobe,
 uretprobe, helper call, map operation and syscall tracepoint, per runtime.
 
-Groups are operations; methods are runtimes (untraced, kernel; uebpf joins later).
+Groups are operations; methods are runtimes (untraced, kernel, uebpf).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from tracecost.micro.runtimes import RUNTIMES, Runtime
 from tracecost.report import fmt
 from tracecost.suites.base import Group, Suite
 
-UNTRACED, KERNEL = "untraced", "kernel"
-DEFAULT_RUNTIMES = (UNTRACED, KERNEL)
+UNTRACED, KERNEL, UEBPF = "untraced", "kernel", "uebpf"
+DEFAULT_RUNTIMES = (UNTRACED, KERNEL, UEBPF)
 DEFAULT_ITER = 100_000
 DEFAULT_OPS_PER_HIT = 1000
 WARMUP_CALLS = 1000            # untimed calls before the timed ones (at most --iter)

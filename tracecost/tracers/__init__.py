@@ -5,11 +5,11 @@ from __future__ import annotations
 from tracecost.errors import TracecostError
 from tracecost.system import require_nothing_attached
 from tracecost.tracers.base import Baseline, Method
-from tracecost.tracers.ebpf import Ebpf
+from tracecost.tracers.ebpf import Ebpf, Uebpf
 from tracecost.tracers.lttng import Lttng
 from tracecost.workload import traced_library
 
-TRACERS = {"lttng": Lttng, "ebpf": Ebpf}
+TRACERS = {"lttng": Lttng, "ebpf": Ebpf, "uebpf": Uebpf}
 
 
 def baseline() -> Baseline:

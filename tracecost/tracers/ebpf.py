@@ -1,15 +1,16 @@
-"""Kernel eBPF: the functrace loader (tracers/ebpf/functrace.c) and its trace file."""
+"""Kernel eBPF and uebpf through one loader: functrace (tracers/ebpf/functrace.c) and its trace file."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from tracecost import paths, system
+from tracecost import paths, system, uebpf
 from tracecost.errors import TracecostError
 from tracecost.procs import Child, started
 from tracecost.tracers.base import Capture, Event, Method, ProcessCost, Say, TracedRun
@@ -61,9 +62,9 @@ def parse_summary(text: str) -> dict[str, int]:
         raise TracecostError(f"functrace printed no valid summary ({text.strip()[-80:]!r})") from err
 
 
-class Ebpf(Method):
-    name, label = "ebpf", "eBPF (kernel uprobes)"
-    unobservable = {"c": "a double travels in xmm0, and a kernel uprobe's pt_regs holds no SSE registers"}
+class Functrace(Method):
+    """The functrace loader (tracers/ebpf/functrace.c) and what it captured; the runtime it runs
+    against (the kernel, or uebpf) is the subclass's."""
 
     def __init__(self, ringbuf_bytes: int = DEFAULT_RINGBUF_BYTES, wakeup: str = "adaptive"):
         if wakeup not in WAKEUPS:
@@ -71,24 +72,29 @@ class Ebpf(Method):
         self.ringbuf_bytes, self.wakeup = ringbuf_bytes, wakeup
 
     def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
-        system.require_kernel_bpf()
         self.loader = paths.artifact("bin/functrace")
         self.library = traced_library()
+
+    def environments(self) -> uebpf.RunEnvironments:
+        return uebpf.KERNEL
 
     @contextlib.contextmanager
     def trace(self, workdir: Path) -> Iterator[TracedRun]:
         output = workdir / "functrace.bin"
         argv = [str(self.loader), "--binary", str(self.library), "--symbol", TRACED_SYMBOL,
                 "--output", str(output), "--ringbuf-bytes", str(self.ringbuf_bytes), "--wakeup", self.wakeup]
-        with started(lambda: Child(argv, stderr_path=workdir / "functrace.stderr")) as tracer:
+        loader_env, target_env, after_exit = self.environments()
+        with started(lambda: Child(argv, stderr_path=workdir / "functrace.stderr",
+                                   env={**os.environ, **loader_env})) as tracer:
             tracer.wait_for_line("READY", READY_TIMEOUT_S)
-            run = TracedRun(app_env={}, read_events=lambda: read_functrace(output))
+            run = TracedRun(app_env=target_env, read_events=lambda: read_functrace(output))
             yield run
             usage = tracer.stop(signal.SIGINT, timeout_s=DRAIN_TIMEOUT_S)
             if usage.exit_code != 0 or usage.timed_out:
                 reason = "did not stop" if usage.timed_out else f"exit status {usage.exit_code}"
                 raise TracecostError(f"functrace failed ({reason}): {tracer.error_line() or 'no message'}")
             summary = parse_summary(tracer.read_stdout())
+        after_exit()
         if summary["received"] != summary["submitted"]:
             raise TracecostError(f"functrace consumer received {summary['received']} of "
                                  f"{summary['submitted']} submitted records")
@@ -98,3 +104,27 @@ class Ebpf(Method):
                               trace_bytes=output.stat().st_size,
                               costs=[ProcessCost("consumer", usage.cpu_s, summary["peak_rss_kb"])],
                               details={"entries": summary["entry"], "exits": summary["exit"]})
+
+
+class Ebpf(Functrace):
+    name, label = "ebpf", "eBPF (kernel uprobes)"
+    unobservable = {"c": "a double travels in xmm0, and a kernel uprobe's pt_regs holds no SSE registers"}
+
+    def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
+        system.require_kernel_bpf()
+        super().open(stack, workspace, say)
+
+
+class Uebpf(Functrace):
+    """The same loader and .bpf.o on uebpf: server preloaded into functrace, agent into the target."""
+
+    name, label = "uebpf", "uebpf (userspace eBPF)"
+    unobservable = {"c": "a double travels in xmm0, and the program reads the kernel's pt_regs layout, "
+                         "which holds no SSE registers (the agent saves them, but cannot show them)"}
+
+    def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
+        super().open(stack, workspace, say)
+        self.server, self.agent = uebpf.require_runtime()
+
+    def environments(self) -> uebpf.RunEnvironments:
+        return uebpf.run_environments(self.server, self.agent)

@@ -1,12 +1,15 @@
 /* micro: load probes/micro.bpf.c, attach the programs one micro-benchmark needs
  * to the victim (workloads/microbench), and report what they counted.
  *
- *   micro --binary PATH --pid PID --attach PROG[:FUNCTION]... [--prefill MAP]...
+ *   micro --binary PATH [--pid PID] --attach PROG[:FUNCTION]... [--prefill MAP]...
  *         [--ops-per-hit K] [--verbose]
  *
  * --attach: a uprobe or uretprobe program (as its section says) on FUNCTION
  * of PATH in process PID, or, without FUNCTION, a tracepoint program, which
  * gets PID as the process it counts. Only the programs named are loaded.
+ * Without --pid the uprobes fire in every process that runs PATH (and a
+ * tracepoint program counts no process): for a loader started before its
+ * victim, as under uebpf, where the region is private to one run anyway.
  * --prefill: put keys 0..K-1 into a hash map before attaching, so that its
  * lookups find, its updates replace and its deletes delete existing keys.
  *
@@ -84,7 +87,7 @@ static void attach(struct attachment *a, const char *binary, pid_t pid)
 		int retprobe = !strncmp(bpf_program__section_name(a->prog), "uretprobe", 9);
 		LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = a->function, .retprobe = retprobe);
 
-		a->link = bpf_program__attach_uprobe_opts(a->prog, pid, binary, 0, &opts);
+		a->link = bpf_program__attach_uprobe_opts(a->prog, pid ? pid : -1, binary, 0, &opts);
 	} else {
 		a->link = bpf_program__attach(a->prog);
 	}
@@ -152,7 +155,7 @@ static void print_counts(const struct micro_counts counts[MICRO_SLOT_MAX])
 static void usage(const char *prog)
 {
 	fprintf(stderr,
-		"usage: %s --binary PATH --pid PID --attach PROG[:FUNCTION]... [--prefill MAP]...\n"
+		"usage: %s --binary PATH [--pid PID] --attach PROG[:FUNCTION]... [--prefill MAP]...\n"
 		"          [--ops-per-hit K] [--verbose]\n",
 		prog);
 	exit(2);
@@ -199,7 +202,7 @@ int main(int argc, char **argv)
 		default: usage(argv[0]);
 		}
 	}
-	if (!binary || !pid || !nattach || optind != argc)
+	if (!binary || !nattach || optind != argc)
 		usage(argv[0]);
 	if (access(binary, R_OK))
 		die("cannot read binary %s: %s", binary, strerror(errno));

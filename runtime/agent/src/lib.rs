@@ -13,12 +13,16 @@
 //! * `UEBPF_REGION` set but no such region yet (a target started before its loader): the thread
 //!   waits for the region to appear. Neither set nor a `default` region: the agent does nothing
 //!   at all (no thread, no hook, no output).
+//! * Probe reads and writes copy without a system call, fault-safe through a SIGSEGV/SIGBUS
+//!   handler installed at start-up; the target's own handlers for those signals stay behind it
+//!   (signals.rs).
 //!
 //! runtime/README.md ("The agent") has the protocol, the timings and the limits.
 
 mod forklock;
 mod probe;
 mod session;
+mod signals;
 mod watcher;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,6 +68,10 @@ extern "C" fn start() {
     // The ids cache registers its fork handler before ours, so a child's probes see the
     // child's pid by the time our child handler starts the child's thread.
     current::pid();
+    // Before any probe runs: probe reads then need no system call (see signals.rs).
+    if let Err(e) = uebpf::nofault::install() {
+        warn(&format!("probe reads use process_vm_readv: cannot install the SIGSEGV/SIGBUS handler: {e}"));
+    }
     without_probes(|| {
         if let Ok(region) = Region::open(&name) {
             match Session::new(region) {

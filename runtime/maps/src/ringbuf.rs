@@ -10,9 +10,11 @@
 //!
 //! Wakeups: a submit wakes sleeping consumers under the kernel's rules (always with
 //! BPF_RB_FORCE_WAKEUP, never with BPF_RB_NO_WAKEUP, otherwise only if the consumer had caught
-//! up to this record) through a futex on `RingControl::wakeup_seq`, which works across processes.
+//! up to this record) through a futex on `RingControl::wakeup_seq`, which works across processes,
+//! and only while a consumer is registered as waiting (`RingControl::waiters`): a producer whose
+//! consumer is busy, or finds records by polling, makes no system call.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::layout::*;
@@ -219,10 +221,15 @@ impl RingBuf {
         self.control().dropped.load(Ordering::Relaxed)
     }
 
+    /// Wakes consumers that are waiting; with none waiting, no system call (as the kernel's
+    /// wakeup of an empty wait queue). The fence pairs with the one in `Waiting::new`: either
+    /// this producer sees the waiter, or the waiter, checking for records after registering,
+    /// sees this record.
     fn wake(&self) {
         let control = self.control();
-        control.wakeup_seq.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         if control.waiters.load(Ordering::SeqCst) > 0 {
+            control.wakeup_seq.fetch_add(1, Ordering::SeqCst);
             futex::wake(&control.wakeup_seq);
         }
     }
@@ -286,26 +293,45 @@ impl RingBuf {
 
     /// Sleeps until the wakeup counter differs from `seen` (a producer woke consumers) or
     /// `timeout` passes, whether or not records are waiting; returns the counter. For a thread
-    /// that turns wakeups into another signal (an eventfd for epoll), unlike `wait`.
+    /// that turns wakeups into another signal (an eventfd for epoll), unlike `wait`. It does not
+    /// count as waiting: producers wake it only while a consumer is registered (`waiting`).
     pub fn wait_for_wakeup(&self, seen: u32, timeout: Duration) -> u32 {
-        let control = self.control();
-        control.waiters.fetch_add(1, Ordering::SeqCst);
-        if control.wakeup_seq.load(Ordering::SeqCst) == seen {
-            futex::wait(&control.wakeup_seq, seen, timeout);
-        }
-        control.waiters.fetch_sub(1, Ordering::SeqCst);
-        control.wakeup_seq.load(Ordering::SeqCst)
+        futex::wait_for_change(&self.control().wakeup_seq, seen, timeout)
+    }
+
+    /// Registers a waiting consumer until the guard is dropped: producers wake consumers (the
+    /// futex, hence `wait_for_wakeup`) only while one is registered. Register, then look for
+    /// records, then sleep: a record submitted in between is either seen or wakes.
+    pub fn waiting(&self) -> Waiting<'_> {
+        Waiting::new(self)
     }
 
     /// Sleeps until a producer wakes consumers or `timeout` passes; returns at once if a record
     /// is ready. Any number of processes may wait.
     pub fn wait(&self, timeout: Duration) {
-        let control = self.control();
-        control.waiters.fetch_add(1, Ordering::SeqCst);
-        let seen = control.wakeup_seq.load(Ordering::SeqCst);
+        let _waiting = self.waiting();
+        let seen = self.wakeup_seq();
         if !self.record_ready() {
-            futex::wait(&control.wakeup_seq, seen, timeout);
+            futex::wait(&self.control().wakeup_seq, seen, timeout);
         }
-        control.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A registered waiting consumer (`RingBuf::waiting`).
+pub struct Waiting<'a> {
+    ring: &'a RingBuf,
+}
+
+impl<'a> Waiting<'a> {
+    fn new(ring: &'a RingBuf) -> Waiting<'a> {
+        ring.control().waiters.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        Waiting { ring }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.ring.control().waiters.fetch_sub(1, Ordering::SeqCst);
     }
 }

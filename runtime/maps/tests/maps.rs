@@ -191,6 +191,36 @@ fn ring_buffer_records_wrap_contiguously() {
     assert!(ring.query(BPF_RB_PROD_POS) > 4096 * 3, "the positions went around the ring several times");
 }
 
+/// The kernel's wakeup rules, and a producer wakes (bumps the futex word and calls FUTEX_WAKE)
+/// only while a consumer is registered as waiting.
+#[test]
+fn ring_buffer_wakes_only_waiting_consumers_under_the_kernels_rules() {
+    let region = anonymous();
+    let map = region.map(region.create_map("rb", &def(BPF_MAP_TYPE_RINGBUF, 0, 0, 4096), None).unwrap()).unwrap();
+    let ring = map.ringbuf().unwrap();
+    let output = |flags| unsafe { ring.output(b"12345678".as_ptr(), 8, flags) }.unwrap();
+    let seq = ring.wakeup_seq();
+    output(0);
+    output(BPF_RB_FORCE_WAKEUP);
+    assert_eq!(ring.wakeup_seq(), seq, "nobody waits: no wakeup");
+    ring.consume(|_| {});
+    let waiting = ring.waiting();
+    output(0); // the consumer had caught up: wakes
+    assert_eq!(ring.wakeup_seq(), seq + 1);
+    output(0); // the consumer is behind: no wakeup
+    assert_eq!(ring.wakeup_seq(), seq + 1);
+    output(BPF_RB_FORCE_WAKEUP);
+    assert_eq!(ring.wakeup_seq(), seq + 2);
+    ring.consume(|_| {});
+    output(BPF_RB_NO_WAKEUP);
+    assert_eq!(ring.wakeup_seq(), seq + 2);
+    assert_eq!(ring.wait_for_wakeup(seq + 1, std::time::Duration::ZERO), seq + 2);
+    drop(waiting);
+    ring.consume(|_| {});
+    output(0);
+    assert_eq!(ring.wakeup_seq(), seq + 2, "no longer waiting");
+}
+
 /// Maps a ring the way libbpf's ring_buffer__add maps a kernel ring buffer's fd (consumer page
 /// read-write; producer page and the data twice, read-only, in one range), here from the region
 /// file at the offsets MapInfo gives, and consumes with libbpf's algorithm (ringbuf_process_ring).

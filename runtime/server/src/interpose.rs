@@ -103,15 +103,18 @@ pub extern "C" fn close(fd: c_int) -> c_int {
     result
 }
 
-/// `epoll_wait`: every ring's readiness is brought up to date first (see `ring`).
+/// `epoll_wait`: a consumer that may sleep registers with every ring as waiting (producers wake
+/// only waiting consumers), then every ring's readiness is brought up to date (see `ring`).
 #[no_mangle]
 pub extern "C" fn epoll_wait(epfd: c_int, events: *mut libc::epoll_event, max: c_int, timeout: c_int) -> c_int {
-    for object in crate::objects::rings() {
-        if let Object::Map(map) = &*object {
-            if let Some(bridge) = &map.bridge {
-                bridge.refresh();
-            }
-        }
+    let rings = crate::objects::rings();
+    let bridges: Vec<_> = rings.iter().filter_map(|object| match &**object {
+        Object::Map(map) => map.bridge.as_ref(),
+        _ => None,
+    }).collect();
+    let _waiting: Vec<_> = bridges.iter().filter(|_| timeout != 0).map(|bridge| bridge.waiting()).collect();
+    for bridge in &bridges {
+        bridge.refresh();
     }
     real::epoll_wait(epfd, events, max, timeout)
 }

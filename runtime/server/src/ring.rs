@@ -7,11 +7,15 @@
 //! Array maps (`BPF_F_MMAPABLE`, libbpf's skeleton globals): the value array from offset 0.
 //!
 //! Readiness: a ring's map descriptor is an eventfd, which epoll watches natively. A bridge
-//! thread per ring sleeps on the ring's futex (producers wake it under the kernel's wakeup
-//! rules) and sets the eventfd readable while records wait ("level": cleared when the consumer
-//! has caught up, as the kernel's ring poll reports `producer != consumer`). Our `epoll_wait`
-//! refreshes every ring's level right before it waits, so a consumer that has drained the ring
-//! sleeps instead of spinning; the thread also refreshes every 100 ms, for `poll`/`select` users.
+//! thread per ring sleeps on the ring's futex and sets the eventfd readable while records wait
+//! ("level": cleared when the consumer has caught up, as the kernel's ring poll reports
+//! `producer != consumer`). Our `epoll_wait` registers the consumer as waiting with every ring
+//! and refreshes every ring's level right before it waits, so a consumer that has drained the
+//! ring sleeps instead of spinning. Producers wake the thread under the kernel's wakeup rules and
+//! only while the consumer is registered, as the kernel wakes only a non-empty wait queue: a
+//! consumer that is busy or polls costs the traced process no system call per record. The thread
+//! also refreshes every 100 ms, for `poll`/`select` users (which are not registered: they see
+//! records within 100 ms).
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use uebpf_maps::layout::PAGE_SIZE;
-use uebpf_maps::ringbuf::BPF_RB_AVAIL_DATA;
+use uebpf_maps::ringbuf::{Waiting, BPF_RB_AVAIL_DATA};
 use uebpf_maps::{Map, MapKind, Region};
 
 use crate::objects::MapObject;
@@ -62,6 +66,12 @@ impl Bridge {
     /// Sets the eventfd's readiness to "records are waiting".
     pub fn refresh(&self) {
         refresh(self.fd, &self.map);
+    }
+
+    /// Registers the consumer as waiting until the guard is dropped: producers wake the thread
+    /// only meanwhile (a consumer that is busy, not sleeping, costs them no system call).
+    pub fn waiting(&self) -> Waiting<'_> {
+        self.map.ringbuf().expect("bridges are made for ring buffers").waiting()
     }
 }
 
@@ -170,9 +180,13 @@ mod tests {
         let bridge = Bridge::start(Arc::clone(&map), fd).unwrap();
         assert!(!readable(fd, 200), "nothing to read yet");
         let ring = map.ringbuf().unwrap();
+        let waiting = bridge.waiting(); // what our epoll_wait does before it waits
+        let seen = ring.wakeup_seq();
         // SAFETY: 8 readable bytes.
         unsafe { ring.output(b"record!!".as_ptr(), 8, 0) }.unwrap();
+        assert_eq!(ring.wakeup_seq(), seen + 1, "the producer woke the waiting consumer's thread");
         assert!(readable(fd, 5000), "a producer's wakeup reaches the eventfd");
+        drop(waiting);
         assert!(readable(fd, 0), "level-triggered: still readable while the record waits");
         assert_eq!(ring.consume(|_| {}), 1);
         bridge.refresh(); // what our epoll_wait does before it waits

@@ -24,6 +24,7 @@ mod helper_names;
 mod helpers;
 mod instance;
 mod load;
+pub mod nofault;
 mod object;
 mod printk;
 mod probe;

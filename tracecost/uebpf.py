@@ -1,0 +1,67 @@
+"""An unmodified libbpf loader against uebpf instead of the kernel: uebpf's server library is
+preloaded into the loader, its agent into the target, and the two meet in a shared-memory region
+private to one run (runtime/README.md: "The bpf(2) server", "The agent").
+
+No privilege is needed: nothing here touches the kernel's BPF."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracecost import paths
+from tracecost.errors import TracecostError
+
+SHM = Path("/dev/shm")
+_runs = itertools.count()
+
+# What one run of a loader needs: (loader environment, target environment, check once the loader exited).
+RunEnvironments = tuple[dict[str, str], dict[str, str], Callable[[], None]]
+KERNEL: RunEnvironments = ({}, {}, lambda: None)     # the kernel's path preloads nothing
+
+
+@dataclass(frozen=True)
+class Pair:
+    """The environments of one loader/target pair and the region they share."""
+
+    region: str
+    server: Path
+    agent: Path
+
+    @property
+    def loader_env(self) -> dict[str, str]:
+        return {"UEBPF_REGION": self.region, "LD_PRELOAD": str(self.server)}
+
+    @property
+    def target_env(self) -> dict[str, str]:
+        return {"UEBPF_REGION": self.region, "LD_PRELOAD": str(self.agent)}
+
+    @property
+    def region_file(self) -> Path:
+        return SHM / f"uebpf-{self.region}"
+
+    def require_region_removed(self) -> None:
+        """The server removes the region when its loader exits; a file left over is a failure (and
+        is removed, so that nothing stays behind)."""
+        if self.region_file.exists():
+            self.region_file.unlink(missing_ok=True)
+            raise TracecostError(f"the uebpf loader exited but left its region {self.region_file} behind")
+
+
+def require_runtime() -> tuple[Path, Path]:
+    """The server and agent libraries, or a clear error naming the one not built."""
+    return paths.artifact("lib/libuebpf_server.so"), paths.artifact("lib/libuebpf_agent.so")
+
+
+def new_pair(server: Path, agent: Path) -> Pair:
+    """A region name no other run (of this or any process) uses."""
+    return Pair(region=f"tracecost-{os.getpid()}-{next(_runs)}", server=server, agent=agent)
+
+
+def run_environments(server: Path, agent: Path) -> RunEnvironments:
+    """The environments of one run on uebpf, in a region of its own."""
+    pair = new_pair(server, agent)
+    return pair.loader_env, pair.target_env, pair.require_region_removed
