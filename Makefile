@@ -57,7 +57,7 @@ $(LIB)/libmylib.so: workloads/mylib/mylib.c workloads/mylib/mylib.h | $(LIB)
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
 
 # The micro-benchmark victim: its probe sites must stay separate, real calls (see its comments).
-$(BIN)/microbench: workloads/microbench/microbench.c | $(BIN)
+$(BIN)/microbench: workloads/microbench/microbench.c workloads/common/latency_histogram.h | $(BIN)
 	$(CC) $(CFLAGS) -o $@ $<
 
 # The compatibility corpus's workload (tests/test_compat.py); calls libmylib like sample_app.
@@ -105,7 +105,7 @@ $(COMPAT_LOADERS): tracers/ebpf/uprobe_loader.h
 $(BIN)/%: tracers/ebpf/%.c $(SKEL)/%.skel.h probes/%.h tracers/ebpf/loader.h workloads/common/peak_rss.h | $(BIN)
 	$(CC) $(CFLAGS) -Iprobes -I$(SKEL) -o $@ $< $$(pkg-config --cflags --libs libbpf)
 
-$(BIN)/transport: tracers/ebpf/latency_histogram.h
+$(BIN)/transport: workloads/common/latency_histogram.h
 
 LTTNG_SRC := tracers/lttng/mylib_wrapper.c tracers/lttng/mylib_tp.c
 $(LIB)/libmylib_lttng.so: $(LTTNG_SRC) tracers/lttng/mylib_tp.h workloads/mylib/mylib.h | $(LIB)

@@ -11,7 +11,7 @@ from browser import chromium, console_errors, open_report
 from conftest import BUILD, bpftool_json, fake_build, interrupt_tracecost, regions_removed, run_tracecost, uprobes_in
 from tracecost import results, system
 from tracecost.errors import TracecostError
-from tracecost.micro.bench import UNTOUCHED_BUFFER, WRITTEN_BUFFER, checked_counts
+from tracecost.micro.bench import UNTOUCHED_BUFFER, WRITTEN_BUFFER, checked_counts, parse_victim_output
 from tracecost.micro.ops import OPS
 from tracecost.micro.runtimes import Counts
 from tracecost.report.sections.micro import render
@@ -230,15 +230,40 @@ def test_ctrl_c_mid_run_detaches_everything(tmp_path):
     assert uprobes_in(MICROBENCH) == [] and our_programs_still_loaded() == []
 
 
-def synthetic_runs(runtime_ns: dict[str, dict[str, list[float]]]) -> list[dict]:
-    """Measured runs as the runner keeps them: {runtime: {op: [ns per call, one per run]}}."""
+def synthetic_runs(runtime_ns: dict[str, dict[str, list[float]]], mean_excess: float = 0.0) -> list[dict]:
+    """Measured runs as the runner keeps them: {runtime: {op: [median ns per call, one per run]}}; each run's
+    mean is its median plus `mean_excess` (what preemptions add)."""
     runs = []
     for runtime, by_op in runtime_ns.items():
         for op, values in by_op.items():
             for value in values:
-                runs.append({"op": op, "method": runtime, "ns_per_call": value, "unsupported": None,
-                             "helper_results": {}})
+                runs.append({"op": op, "method": runtime, "median_ns_per_call": value,
+                             "ns_per_call": value + mean_excess, "unsupported": None, "helper_results": {}})
     return runs
+
+
+def test_costs_compare_medians_so_a_preempted_run_does_not_move_them():
+    config = MicroConfig(ops=["uprobe"], runtimes=["untraced", "kernel"], iter=10)
+    runs = synthetic_runs({"untraced": {"uprobe": [30, 31, 29]}, "kernel": {"uprobe": [3030, 3031, 3029]}})
+    runs[0]["ns_per_call"] = 1030     # one untraced run lost 10 ms in 10k calls: its mean, not its median
+    cell = {(a["op"], a["runtime"]): a for a in MicroSuite().aggregate(runs, config)}
+    assert cell[("uprobe", "kernel")]["per_op_ns"]["value"] == pytest.approx(3000)
+    assert cell[("uprobe", "untraced")]["ns_per_call"]["mean"] == pytest.approx(1090 / 3)
+
+
+def victim_line(iter_: int, buckets: list) -> str:
+    call_ns = {"count": sum(b[2] for b in buckets), "sum_ns": sum(b[0] * b[2] for b in buckets), "min_ns": 0,
+               "max_ns": max(b[0] for b in buckets), "buckets": buckets}
+    return json.dumps({"function": "__bench_uprobe", "iter": iter_, "warmup": 0, "total_ns": call_ns["sum_ns"],
+                       "ns_per_call": call_ns["sum_ns"] / iter_, "checksum": 0, "call_ns": call_ns,
+                       "buffer": UNTOUCHED_BUFFER})
+
+
+def test_the_victims_median_comes_from_its_histogram_of_every_timed_call():
+    result = parse_victim_output(victim_line(5, [[20, 1, 2], [21, 1, 2], [10_000_000, 1, 1]]))
+    assert result.median_ns == 21 and result.ns_per_call == pytest.approx((40 + 42 + 10_000_000) / 5)
+    with pytest.raises(TracecostError, match="timed 4 calls, not its 5 iterations"):
+        parse_victim_output(victim_line(5, [[20, 1, 4]]))
 
 
 def test_speedup_is_computed_when_a_second_runtime_has_data():

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracecost.errors import TracecostError
+from tracecost.latency import summarize_histogram
 from tracecost.micro.ops import HELPER, Op
 from tracecost.micro.runtimes import Counts, Runtime, victim_binary
 from tracecost.procs import Child, json_fields, started
@@ -35,14 +36,20 @@ class VictimResult:
     warmup: int
     total_ns: int
     ns_per_call: float
+    median_ns: int          # of the timed calls, from the victim's histogram (within 3.1%, never below)
     buffer: str
 
 
 def parse_victim_output(text: str) -> VictimResult:
     """microbench prints one JSON line per function; a run times exactly one."""
-    return json_fields(text, "microbench", lambda fields: VictimResult(
-        function=str(fields["function"]), iter=int(fields["iter"]), warmup=int(fields["warmup"]),
-        total_ns=int(fields["total_ns"]), ns_per_call=float(fields["ns_per_call"]), buffer=str(fields["buffer"])))
+    def victim_result(fields: dict) -> VictimResult:
+        call_ns = fields["call_ns"]
+        if call_ns["count"] != int(fields["iter"]):
+            raise TracecostError(f"microbench timed {call_ns['count']} calls, not its {fields['iter']} iterations")
+        return VictimResult(function=str(fields["function"]), iter=int(fields["iter"]), warmup=int(fields["warmup"]),
+                            total_ns=int(fields["total_ns"]), ns_per_call=float(fields["ns_per_call"]),
+                            median_ns=summarize_histogram(call_ns)["p50"], buffer=str(fields["buffer"]))
+    return json_fields(text, "microbench", victim_result)
 
 
 def run_op(op: Op, runtime: Runtime, workdir: Path, iterations: int, warmup: int, ops_per_hit: int) -> dict:
@@ -70,7 +77,8 @@ def run_op(op: Op, runtime: Runtime, workdir: Path, iterations: int, warmup: int
     if (result.function, result.iter, result.warmup) != (op.function, iterations, warmup):
         raise TracecostError(f"microbench ran {result.function} {result.warmup}+{result.iter} times, "
                              f"{op.function} {warmup}+{iterations} were asked for")
-    record = {"ns_per_call": result.ns_per_call, "total_ns": result.total_ns, "iter": iterations,
+    record = {"ns_per_call": result.ns_per_call, "median_ns_per_call": result.median_ns,
+              "total_ns": result.total_ns, "iter": iterations,
               "warmup_calls": warmup, "calls": warmup + iterations, "victim_cpu_s": usage.cpu_s}
     if attachment.counts is None:
         if result.buffer != UNTOUCHED_BUFFER:

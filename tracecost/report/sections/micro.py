@@ -12,8 +12,8 @@ COMPARED_BY_DEFAULT = ("uebpf",)   # the userspace runtime's column is there bef
 RUNTIME_NOUNS = {KERNEL: "the kernel"}
 SYSCALL_SCOPES = {"syscall_pid": "when it returns at once for other processes",
                   "syscall_all": "when it counts every process's system calls"}
-SHORT_BASIS = {"probe": "traced − untraced", "syscall": "traced − untraced",
-               "helper": "(call − empty uprobe) ÷ ops per hit"}
+SHORT_BASIS = {"probe": "traced − untraced median", "syscall": "traced − untraced median",
+               "helper": "(call − empty uprobe median) ÷ ops per hit"}
 
 
 def runtime_noun(runtime: str) -> str:
@@ -114,23 +114,23 @@ def render(suite: dict, environment: dict) -> Section:
             "Probe and tracepoint cost per call",
             _bars("Cost per call: probe or tracepoint (ns)", probe_ops,
                   _series(table, probe_ops, traced, "per_op_ns", "value"), "ns added per call (log)"),
-            f"The runtime's ns per call minus the untraced ns per call of the same victim function. {CI_NOTE} "
-            "(Welch t)"))
+            f"The runtime's median ns per call minus the untraced median ns per call of the same victim function "
+            f"(medians of each run's calls: a preemption moves a mean, not a median). {CI_NOTE} (Welch t)"))
     if helper_ops:
         charts.append(Chart(
             "Helper and map operation cost",
             _bars("Cost per helper call (ns)", helper_ops, _series(table, helper_ops, traced, "per_op_ns", "value"),
                   "ns per helper call (log)"),
-            f"(ns per call - the same runtime's empty-uprobe ns per call) / {config['ops_per_hit']} helper calls per "
+            f"(median ns per call - the same runtime's empty-uprobe median) / {config['ops_per_hit']} helper calls per "
             f"hit; it includes the program's loop and the tally of each return code. Operations a runtime refuses "
             f"(array deletes: EINVAL) are not drawn. {CI_NOTE} (Welch t) Values at or below 0 cannot be drawn on a "
             "log axis; the tables have them."))
     charts.append(Chart(
         "Time per call",
-        _bars("Victim time per call (ns)", ops, _series(table, ops, runtimes, "ns_per_call", "mean"),
-              "ns per call (log)"),
-        f"As the victim measured it: mean over runs of (timed ns / {config['iter']:,} calls). Each call is timed "
-        f"on its own, so untraced it is the call plus one clock read. {CI_NOTE}"))
+        _bars("Victim time per call (ns)", ops, _series(table, ops, runtimes, "median_ns_per_call", "mean"),
+              "median ns per call (log)"),
+        f"As the victim measured it: mean over runs of each run's median of {config['iter']:,} timed calls. Each "
+        f"call is timed on its own, so untraced it is the call plus one clock read. {CI_NOTE}"))
 
     compared = [r for r in runtimes if r not in (UNTRACED, KERNEL)] or list(COMPARED_BY_DEFAULT)
     summary_columns = ["Operation", "Measured as", "Ops per hit", "Kernel (ns/op)"]
@@ -148,7 +148,7 @@ def render(suite: dict, environment: dict) -> Section:
                     NOT_MEASURED if not other else (f"{fmt.with_ci(speedup, digits=2)}×" if speedup else "–")]
         summary_rows.append(row)
 
-    detail_columns = ["Operation", "Runtime", "n", "Min (ns/call)", "Max", "Mean", "SD", "±95% CI",
+    detail_columns = ["Operation", "Runtime", "n", "Median call (ns)", "Min", "Max", "SD", "±95% CI", "Mean call (ns)",
                       "Added vs untraced (ns/call)", "Per operation (ns)", "Hits per run", "Helper return codes"]
     detail_rows = []
     for op in ops:
@@ -156,10 +156,10 @@ def render(suite: dict, environment: dict) -> Section:
             agg = _cell(table, op, runtime)
             if not agg:
                 continue
-            ns = agg["ns_per_call"]
+            ns = agg["median_ns_per_call"]
             detail_rows.append([
-                labels[op], style.label(runtime), str(agg["n"]), fmt.number(ns["min"]), fmt.number(ns["max"]),
-                fmt.number(ns["mean"]), fmt.number(ns["sd"]), fmt.ci_half(ns),
+                labels[op], style.label(runtime), str(agg["n"]), fmt.number(ns["mean"]), fmt.number(ns["min"]),
+                fmt.number(ns["max"]), fmt.number(ns["sd"]), fmt.ci_half(ns), fmt.with_ci(agg["ns_per_call"], key="mean"),
                 fmt.with_ci(agg["added_ns_per_call"]) if agg["added_ns_per_call"] else "–",
                 "–" if runtime == UNTRACED else per_op_cell(agg, unavailable),
                 "–" if runtime == UNTRACED else f"{agg['calls_per_run']:,} per program",
@@ -167,8 +167,9 @@ def render(suite: dict, environment: dict) -> Section:
                           for program, codes in agg["helper_results"].items()) or "–"])
     note = (f"{config['runs']} measured runs per cell after a discarded warm-up run, runtimes in a seeded random order "
             f"(seed {config['seed']}); each run: {config['warmup']:,} warm-up calls, then {config['iter']:,} timed "
-            f"calls. SD: sample standard deviation over runs; ±: 95% CI of the mean (t-distribution); per-operation "
-            f"CIs by Welch's t, speedups by the delta method. Every traced run's programs ran exactly once per call "
+            f"calls. Median call: the mean over runs of each run's median call (min, max, SD over runs); mean "
+            f"call: of each run's mean. SD: sample standard deviation over runs; ±: 95% CI of the mean "
+            f"(t-distribution); per-operation CIs by Welch's t, speedups by the delta method. Every traced run's programs ran exactly once per call "
             f"(warm-up included), counted BPF-side, or the run failed. Hash deletes: {config['hash_delete']}. "
             f"Size: {config['size']}.")
     return Section(
