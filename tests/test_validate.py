@@ -1,4 +1,4 @@
-"""`tracecost validate`: the checker itself, then both tracers on the real kernel and LTTng."""
+"""`tracecost validate`: the checker itself, then every tracer on the real kernel, LTTng and uebpf."""
 
 import json
 
@@ -6,7 +6,8 @@ import pytest
 
 from conftest import run_tracecost
 from tracecost.tracers.base import Event
-from tracecost.validate import check_events
+from tracecost.tracers.ebpf import Ebpf
+from tracecost.validate import check_events, validate_method
 from tracecost.workload import call_args, expected_return
 
 PID = 4242
@@ -50,12 +51,12 @@ def test_checker_skips_only_declared_unobservable_fields():
     assert check_events(events, 5, PID, {}).mismatches == 5
 
 
-def test_validate_passes_for_both_tracers(private_tmp):
+def test_validate_passes_for_every_tracer(private_tmp):
     result = run_tracecost("validate", "--calls", "1000", "--json", env={"TMPDIR": str(private_tmp)})
     assert result.returncode == 0, result.stdout + result.stderr
     verdict = json.loads(result.stdout)
     assert verdict["calls"] == 1000 and verdict["passed"] is True
-    for name in ("lttng", "ebpf"):
+    for name in ("lttng", "ebpf", "uebpf"):
         tracer = verdict["tracers"][name]
         assert (tracer["entry"], tracer["exit"], tracer["dropped"], tracer["mismatches"]) == (1000, 1000, 0, 0)
         assert tracer["passed"] is True
@@ -66,3 +67,10 @@ def test_validate_table_output(private_tmp):
     result = run_tracecost("validate", "--calls", "200", "--method", "lttng", env={"TMPDIR": str(private_tmp)})
     assert result.returncode == 0, result.stderr
     assert "lttng" in result.stdout and "pass" in result.stdout
+
+
+def test_a_consumer_that_is_never_woken_still_reads_every_record(tmp_path):
+    # 150k calls make 300k records of 112 bytes, twice the 16 MiB ring buffer: under --wakeup none
+    # functrace must read on its poll timeout, or half of them are dropped.
+    verdict = validate_method(Ebpf(wakeup="none"), 150_000, tmp_path, say=lambda text: None)
+    assert (verdict.error, verdict.dropped, verdict.entry, verdict.passed) == (None, 0, 150_000, True)

@@ -23,6 +23,7 @@ from tracecost.suites import duration as duration_suite
 from tracecost.suites import micro as micro_suite
 from tracecost.suites import transport as transport_suite
 from tracecost.suites import SUITES
+from tracecost.tracers.ebpf import WAKEUPS
 from tracecost.workspace import workspace
 
 # Piped output gets a wide fixed width: summary tables stay one row per line in logs.
@@ -124,7 +125,9 @@ def print_scenarios() -> None:
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
 @click.option("--seed", type=int, help="Seed of the run order (default: random, recorded).")
 @click.option("--quick", is_flag=True, help=f"1/{duration_suite.QUICK_DIVISOR} of the calls, for smoke runs.")
-def duration(list_scenarios, scenarios, runs, methods, out_dir, seed, quick) -> None:
+@click.option("--wakeup", default=WAKEUPS[0], show_default=True, type=click.Choice(WAKEUPS),
+              help="Ring-buffer wakeups of the eBPF tracers (kernel and uebpf).")
+def duration(list_scenarios, scenarios, runs, methods, out_dir, seed, quick, wakeup) -> None:
     """Overhead vs the traced function's duration (0 us to 1 ms)."""
     if list_scenarios:
         print_scenarios()
@@ -140,7 +143,7 @@ def duration(list_scenarios, scenarios, runs, methods, out_dir, seed, quick) -> 
     config = duration_suite.DurationConfig(
         scenarios=scenarios or [s.index for s in duration_suite.SCENARIOS], methods=methods, runs=runs,
         seed=seed if seed is not None else random.SystemRandom().randrange(2**31),
-        call_divisor=duration_suite.QUICK_DIVISOR if quick else 1)
+        call_divisor=duration_suite.QUICK_DIVISOR if quick else 1, wakeup=wakeup)
     sys.exit(execute([(SUITES["duration"], config)], out_dir or default_out_dir("duration"), out, err, say))
 
 

@@ -14,6 +14,7 @@ from tracecost.suites.base import Group, Suite
 from tracecost.traced_app import run_sample_app
 from tracecost.tracers import make_method
 from tracecost.tracers.base import Method
+from tracecost.tracers.ebpf import WAKEUP_MEANING, WAKEUPS
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class DurationConfig:
     runs: int = 10
     seed: int = 0
     call_divisor: int = 1       # 1: seed 000's calls per scenario; QUICK_DIVISOR for --quick
+    wakeup: str = WAKEUPS[0]    # of the eBPF tracers' ring buffers (tracecost/tracers/ebpf.py)
 
     def calls(self, scenario: Scenario) -> int:
         return max(QUICK_MIN_CALLS, scenario.calls // self.call_divisor)
@@ -83,7 +85,7 @@ class DurationSuite(Suite):
     def methods(self, config: DurationConfig) -> list[Method]:
         if "baseline" not in config.methods:
             raise TracecostError("the duration study needs the baseline method: overheads are relative to it")
-        return [make_method(name) for name in config.methods]
+        return [make_method(name, wakeup=config.wakeup) for name in config.methods]
 
     def measure(self, group: Group, method: Method, workdir: Path, config: DurationConfig) -> dict:
         calls = group.key["calls"]
@@ -140,6 +142,7 @@ class DurationSuite(Suite):
                                "represents": s.represents} for s in map(scenario_by_index, config.scenarios)],
                 "methods": config.methods, "runs": config.runs, "seed": config.seed,
                 "quick": config.call_divisor == QUICK_DIVISOR, "call_divisor": config.call_divisor,
+                "ebpf_wakeup": config.wakeup, "ebpf_wakeup_meaning": WAKEUP_MEANING[config.wakeup],
                 "overhead_ci_method": "delta method with Welch-Satterthwaite df (ratios); Welch t (differences)"}
 
 

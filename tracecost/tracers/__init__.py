@@ -5,7 +5,7 @@ from __future__ import annotations
 from tracecost.errors import TracecostError
 from tracecost.system import require_nothing_attached
 from tracecost.tracers.base import Baseline, Method
-from tracecost.tracers.ebpf import Ebpf, Uebpf
+from tracecost.tracers.ebpf import WAKEUPS, Ebpf, Functrace, Uebpf
 from tracecost.tracers.lttng import Lttng
 from tracecost.workload import traced_library
 
@@ -16,9 +16,10 @@ def baseline() -> Baseline:
     return Baseline(guard=lambda: require_nothing_attached(traced_library()))
 
 
-def make_method(name: str) -> Method:
+def make_method(name: str, wakeup: str = WAKEUPS[0]) -> Method:
+    """`wakeup`: the ring-buffer wakeup policy of the eBPF tracers (kernel and uebpf); LTTng has its own."""
     if name == "baseline":
         return baseline()
     if name not in TRACERS:
         raise TracecostError(f"unknown method {name!r} (one of baseline, {', '.join(TRACERS)})")
-    return TRACERS[name]()
+    return TRACERS[name](wakeup=wakeup) if issubclass(TRACERS[name], Functrace) else TRACERS[name]()

@@ -24,7 +24,14 @@ KINDS = {1: "entry", 2: "exit"}
 SUMMARY_KEYS = ("received", "entry", "exit", "submitted", "dropped", "bytes", "peak_rss_kb")
 
 DEFAULT_RINGBUF_BYTES = 16 << 20
-WAKEUPS = ("adaptive", "force", "none")
+WAKEUPS = ("adaptive", "force", "none")      # the first is the default
+# What each policy costs the traced program: at a few microseconds between events the consumer
+# keeps catching up and sleeping, and "adaptive" then pays a wakeup per record.
+WAKEUP_MEANING = {
+    "adaptive": "the kernel's default: a record wakes the consumer when it has caught up (bpf_ringbuf_submit flags 0)",
+    "force": "every record wakes the consumer (BPF_RB_FORCE_WAKEUP)",
+    "none": "no record wakes the consumer (BPF_RB_NO_WAKEUP); it polls on a timeout",
+}
 READY_TIMEOUT_S = 30
 DRAIN_TIMEOUT_S = 120
 

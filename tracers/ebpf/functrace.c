@@ -178,6 +178,10 @@ int main(int argc, char **argv)
 
 	while (!exiting) {
 		err = ring_buffer__poll(rb, (int)poll_ms);
+		/* Under --wakeup none no record wakes the poll, which then times
+		 * out without reading: read what arrived meanwhile. */
+		if (err == 0)
+			err = ring_buffer__consume(rb);
 		if (err < 0 && err != -EINTR)
 			die("ring buffer poll failed: %s", strerror(-err));
 	}

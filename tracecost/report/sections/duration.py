@@ -165,7 +165,9 @@ def render(suite: dict, environment: dict) -> Section:
             ])
     note = (f"{config['runs']} measured runs per cell after a discarded warm-up, methods in a seeded random order "
             f"(seed {config['seed']}). ± is the 95% CI: t-distribution for means; "
-            f"{config.get('overhead_ci_method', 'see results.json')}.")
+            f"{config.get('overhead_ci_method', 'see results.json')}."
+            + (f" eBPF ring-buffer wakeups: {config['ebpf_wakeup']} ({config['ebpf_wakeup_meaning']})."
+               if "ebpf_wakeup" in config else ""))
     return Section(
         suite="duration", title="Overhead vs traced-function duration",
         intro="sample_app calls my_traced_function, which busy-waits for the scenario's simulated work, under each "
