@@ -1,6 +1,7 @@
 //! libuebpf_agent.so: preloaded into an unmodified target (`LD_PRELOAD`), it runs the programs a
 //! libbpf loader attached through uebpf's bpf(2) server (the region's attach table) on inline
-//! hooks, as the kernel would run them on uprobes and uretprobes.
+//! hooks, as the kernel would run them on uprobes and uretprobes, and system call entry
+//! tracepoints at the C library's entry points (syscalls.rs: inline system calls are not seen).
 //!
 //! * Start-up (a constructor, before `main`, one thread): open the region named by
 //!   `UEBPF_REGION` (default `default`); for every enabled uprobe/uretprobe attachment whose
@@ -23,6 +24,7 @@ mod forklock;
 mod probe;
 mod session;
 mod signals;
+mod syscalls;
 mod watcher;
 
 use std::sync::atomic::{AtomicBool, Ordering};
