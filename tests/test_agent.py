@@ -317,30 +317,51 @@ def test_a_function_that_cannot_be_hooked_is_named_and_the_target_runs_on(tmp_pa
     assert f"cannot hook {victim}:torture_tiny: the function is 3 bytes long" in hooked.stderr
 
 
-SYSCALL_PROBES = textwrap.dedent(r"""
+# The start of a test object: an array `sums` of SUMS u64 and add(key, value) to one of them.
+SUMS_PRELUDE = textwrap.dedent(r"""
     #include "vmlinux.h"
     #include <bpf/bpf_helpers.h>
+    #include <bpf/bpf_tracing.h>
 
+    struct {
+        __uint(type, BPF_MAP_TYPE_ARRAY);
+        __uint(max_entries, SUMS);
+        __type(key, __u32);
+        __type(value, __u64);
+    } sums SEC(".maps");
+
+    static void add(__u32 key, __u64 value)
+    {
+        __u64 *sum = bpf_map_lookup_elem(&sums, &key);
+        if (sum)
+            __sync_fetch_and_add(sum, value);
+    }
+""")
+
+
+def compile_probes(tmp_path: Path, source: str, **defines) -> Path:
+    """SUMS_PRELUDE + source, built as the Makefile builds probes."""
+    c_file, obj = tmp_path / "probes.bpf.c", tmp_path / "probes.bpf.o"
+    c_file.write_text(SUMS_PRELUDE + source)
+    flags = [f"-D{name}={value}" for name, value in defines.items()]
+    subprocess.run(["clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", f"-I{BUILD}", *flags,
+                    "-c", str(c_file), "-o", str(obj)], check=True, capture_output=True)
+    return obj
+
+
+def sums_of(dumped: dict) -> dict[int, int]:
+    """The `sums` array of a `uebpf attach` dump."""
+    return {int.from_bytes(bytes.fromhex(k), "little"): int.from_bytes(bytes.fromhex(v), "little")
+            for k, v in dumped["maps"]["sums"]["entries"]}
+
+
+SYSCALL_PROBES = textwrap.dedent(r"""
     /* The kernel's syscalls/sys_enter_getpgid format (vmlinux has no type for it). */
     struct sys_enter_getpgid {
         struct trace_entry ent;
         int __syscall_nr;
         long pid;
     };
-
-    struct {
-        __uint(type, BPF_MAP_TYPE_ARRAY);
-        __uint(max_entries, 8);
-        __type(key, __u32);
-        __type(value, __u64);
-    } counts SEC(".maps");
-
-    static void add(__u32 key, __u64 value)
-    {
-        __u64 *sum = bpf_map_lookup_elem(&counts, &key);
-        if (sum)
-            __sync_fetch_and_add(sum, value);
-    }
 
     static int is_me(struct trace_entry *ent)
     {
@@ -395,11 +416,9 @@ def test_syscall_entry_tracepoints_run_at_libc_entry_points(tmp_path):
     syscalls/sys_enter_getpgid at syscall() and libc's getpgid wrapper: exact counts, the kernel's
     context (common_type, common_pid, __syscall_nr, arguments); a syscall never made runs 0 times;
     a tracepoint that is not a system call entry is reported unsupported, by name."""
-    source, obj = tmp_path / "syscall_probes.bpf.c", tmp_path / "syscall_probes.bpf.o"
-    source.write_text(SYSCALL_PROBES)
-    ids = [int(Path(f"/sys/kernel/tracing/events/{tp}/id").read_text()) for tp in ("raw_syscalls/sys_enter", "syscalls/sys_enter_getpgid")]
-    subprocess.run(["clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", f"-I{BUILD}", f"-DTP_ID_RAW={ids[0]}",
-                    f"-DTP_ID_GETPGID={ids[1]}", "-c", str(source), "-o", str(obj)], check=True, capture_output=True)
+    raw, getpgid = (int(Path(f"/sys/kernel/tracing/events/{tp}/id").read_text())
+                    for tp in ("raw_syscalls/sys_enter", "syscalls/sys_enter_getpgid"))
+    obj = compile_probes(tmp_path, SYSCALL_PROBES, SUMS=8, TP_ID_RAW=raw, TP_ID_GETPGID=getpgid)
     region, n = region_name("syscall"), 3000
     with started(lambda: Child([str(UEBPF), "attach", str(obj), "--region", region], stderr_path=tmp_path / "attach.err")) as attach:
         attach.wait_for_line("READY", timeout_s=30)
@@ -411,9 +430,7 @@ def test_syscall_entry_tracepoints_run_at_libc_entry_points(tmp_path):
             assert target.wait(timeout_s=120).exit_code == 0, target.stderr_text()
         assert attach.stop().exit_code == 0, attach.stderr_text()
         dumped = json.loads(attach.read_stdout())
-    counts = {int.from_bytes(bytes.fromhex(k), "little"): int.from_bytes(bytes.fromhex(v), "little")
-              for k, v in dumped["maps"]["counts"]["entries"]}
-    assert counts == {0: n, 1: n * (n - 1) // 2 + n, 2: n, 3: n, 4: n // 2, 5: n, 6: 0, 7: 0}
+    assert sums_of(dumped) == {0: n, 1: n * (n - 1) // 2 + n, 2: n, 3: n, 4: n // 2, 5: n, 6: 0, 7: 0}
     assert waited.returncode == 1
     status = json.loads(waited.stdout)
     assert (status["hooks"], status["failed"], status["unsupported"]) == (3, 0, 1), status
@@ -434,24 +451,6 @@ def test_wait_applied_fails_clearly_without_an_agent(tmp_path):
 
 
 SECTION_PROBES = textwrap.dedent(r"""
-    #include "vmlinux.h"
-    #include <bpf/bpf_helpers.h>
-    #include <bpf/bpf_tracing.h>
-
-    struct {
-        __uint(type, BPF_MAP_TYPE_ARRAY);
-        __uint(max_entries, 2);
-        __type(key, __u32);
-        __type(value, __u64);
-    } sums SEC(".maps");
-
-    static void add(__u32 key, __u64 value)
-    {
-        __u64 *sum = bpf_map_lookup_elem(&sums, &key);
-        if (sum)
-            __sync_fetch_and_add(sum, value);
-    }
-
     SEC("uprobe/" LIBRARY ":my_traced_function")
     int BPF_KPROBE(calls) { add(0, 1); return 0; }
 
@@ -465,10 +464,7 @@ SECTION_PROBES = textwrap.dedent(r"""
 def test_the_direct_attach_path_takes_targets_from_section_names(tmp_path):
     """`uebpf attach` without a libbpf loader: an object whose sections name their target
     (uprobe//path:symbol), sample_app under the agent, the maps printed on SIGINT."""
-    source, obj = tmp_path / "section_probes.bpf.c", tmp_path / "section_probes.bpf.o"
-    source.write_text(SECTION_PROBES)
-    subprocess.run(["clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", f"-I{BUILD}", f'-DLIBRARY="{LIBRARY.resolve()}"',
-                    "-c", str(source), "-o", str(obj)], check=True, capture_output=True)
+    obj = compile_probes(tmp_path, SECTION_PROBES, SUMS=2, LIBRARY=f'"{LIBRARY.resolve()}"')
     region, calls = region_name("direct"), 400
     with started(lambda: Child([str(UEBPF), "attach", str(obj), "--region", region], stderr_path=tmp_path / "attach.err")) as attach:
         attach.wait_for_line("READY", timeout_s=30)
@@ -477,9 +473,7 @@ def test_the_direct_attach_path_takes_targets_from_section_names(tmp_path):
         run_sample_app(calls, agent_env(region))
         assert attach.stop().exit_code == 0, attach.stderr_text()
         dumped = json.loads(attach.read_stdout())
-    values = {int.from_bytes(bytes.fromhex(k), "little"): int.from_bytes(bytes.fromhex(v), "little")
-              for k, v in dumped["maps"]["sums"]["entries"]}
-    assert values == {0: calls, 1: expected_checksum(calls)}
+    assert sums_of(dumped) == {0: calls, 1: expected_checksum(calls)}
     assert not (SHM / f"uebpf-{region}").exists(), "removed on SIGINT"
 
 
