@@ -135,6 +135,9 @@ def test_uebpf_writes_user_memory_and_runs_the_syscall_tracepoints(micro_run):
     assert set(on_uebpf) == syscall_ops
     for op, run in on_uebpf.items():
         assert run["hits"] == {OPS[op].programs[0]: WARMUP + ITER}, run
+    # Only the victim runs the agent, and it calls syscall() only in its benchmark: the agent's own
+    # system calls through syscall() (futex wakes) are made with probes off and not seen.
+    assert on_uebpf["syscall_all"]["syscalls_seen"] == WARMUP + ITER
 
 
 def test_uebpf_has_a_speedup_for_every_operation_both_runtimes_ran(micro_run):
@@ -143,8 +146,9 @@ def test_uebpf_has_a_speedup_for_every_operation_both_runtimes_ran(micro_run):
     compared = [op for op in OPS if all((cell[(op, runtime)]["per_op_ns"] or {}).get("value") is not None
                                         for runtime in TRACED)]
     assert {"uprobe", "uretprobe", "uprobe_uretprobe", "read", "hash_update"} <= set(compared)
-    for op in compared:
-        assert cell[(op, "uebpf")]["speedup_vs_kernel"]["value"] > 0, op   # one run: no CI (see the synthetic test)
+    for op in compared:   # one run: no CI (see the synthetic test); a cheap op's cost can be noise-negative
+        kernel, mine = (cell[(op, runtime)]["per_op_ns"]["value"] for runtime in TRACED)
+        assert cell[(op, "uebpf")]["speedup_vs_kernel"]["value"] == pytest.approx(kernel / mine), op
 
 
 def test_untargeted_syscall_program_saw_at_least_the_victims_calls(micro_run):

@@ -114,7 +114,8 @@ extern "C" fn after_fork_in_child() {
 }
 
 /// Frees this process's agent slot; skipped if the agent's thread is busy (a slot whose
-/// process is gone is reused anyway).
+/// process is gone is reused anyway). With probes off: the slot's futex wake goes through
+/// libc's syscall(), where a system call tracepoint would count it as the target's.
 extern "C" fn release_at_exit() {
-    STATE.try_with(|state| state.session.as_mut().map(Session::release_slot));
+    without_probes(|| STATE.try_with(|state| state.session.as_mut().map(Session::release_slot)));
 }
