@@ -16,7 +16,7 @@
 //! slots; a syscall with fewer arguments leaves the last ones as whatever the registers held,
 //! which a verified program never reads (its struct ends before them).
 
-use std::ffi::{c_void, CStr};
+use std::ffi::{c_void, CStr, CString};
 use std::path::PathBuf;
 
 use uebpf::maps::current;
@@ -144,14 +144,31 @@ fn libc_path() -> Result<PathBuf, String> {
     }
 }
 
-/// Where a point's probes go: (function, handler) pairs; libc's wrapper only if it exports one.
+/// Whether the C library at `path` (loaded) exports `symbol`.
+fn exports(path: &CStr, symbol: &str) -> bool {
+    let Ok(symbol) = CString::new(symbol) else { return false };
+    // SAFETY: RTLD_NOLOAD only looks the loaded library up (a reference we drop at once).
+    unsafe {
+        let handle = libc::dlopen(path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+        if handle.is_null() {
+            return false;
+        }
+        let found = !libc::dlsym(handle, symbol.as_ptr()).is_null();
+        libc::dlclose(handle);
+        found
+    }
+}
+
+/// Where a point's probes go: (function, handler) pairs; libc's wrapper if it exports one (a
+/// wrapper it exports but that cannot be hooked, e.g. an IFUNC, is an error, not a silent gap).
 pub(crate) fn sites(point: Point) -> Result<Vec<(Target, Handler)>, String> {
     let libc = libc_path()?;
-    let resolve = |symbol: &str| uebpf_hook::resolve(&libc, &uebpf_hook::Location::parse(symbol));
-    let mut sites = vec![(resolve("syscall").map_err(|e| e.to_string())?, at_syscall_function as Handler)];
+    let resolve = |symbol: &str| uebpf_hook::resolve(&libc, &uebpf_hook::Location::parse(symbol)).map_err(|e| e.to_string());
+    let mut sites = vec![(resolve("syscall")?, at_syscall_function as Handler)];
     if let Point::Named { name, .. } = point {
-        if let Ok(wrapper) = resolve(name) {
-            sites.push((wrapper, at_wrapper as Handler));
+        let path = CString::new(libc.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+        if exports(&path, name) {
+            sites.push((resolve(name)?, at_wrapper as Handler));
         }
     }
     Ok(sites)

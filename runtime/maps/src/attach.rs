@@ -23,7 +23,8 @@ pub enum AttachKind {
     Uprobe = 1,
     /// Function return (uretprobe): `pt_regs` with the return value in `ax`.
     Uretprobe = 2,
-    /// A syscall tracepoint (`syscalls/sys_enter_*`, `raw_syscalls/sys_enter`...).
+    /// A tracepoint, `category/name`: the server writes syscall ones (`syscalls/sys_enter_*`,
+    /// `raw_syscalls/sys_enter`...), `uebpf attach` any; the agent runs system call entries.
     SyscallTracepoint = 3,
 }
 
