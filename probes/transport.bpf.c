@@ -66,7 +66,10 @@ static __always_inline __u64 count(__u32 stat)
 
 	if (!value)
 		return 0;
-	*value += 1; /* per-CPU slot: no other writer */
+	/* Atomic although the slot is per-CPU: on uebpf a producer can be
+	 * preempted or migrate while it holds a CPU's slot, and another one then
+	 * uses the same slot (uncontended on the kernel, so it costs little there). */
+	__sync_fetch_and_add(value, 1);
 	return *value;
 }
 

@@ -317,26 +317,125 @@ def test_a_function_that_cannot_be_hooked_is_named_and_the_target_runs_on(tmp_pa
     assert f"cannot hook {victim}:torture_tiny: the function is 3 bytes long" in hooked.stderr
 
 
-def test_syscall_tracepoints_are_reported_unsupported(tmp_path):
-    """The agent does not implement syscall tracepoints: wait-applied says so (exit 1, JSON
-    with `unsupported`), while the uprobe beside it is live."""
-    region, microbench = region_name("syscall"), (BUILD / "bin" / "microbench").resolve()
-    argv = [microbench, "--call", "__bench_syscall", "--iter", "10", "--warmup", "0", "--wait-go"]
-    with started(lambda: Child([str(a) for a in argv], stderr_path=tmp_path / "victim.err", env=agent_env(region))) as victim:
-        victim.wait_for_line("READY", timeout_s=30)
-        loader_argv = [BUILD / "bin" / "micro", "--binary", microbench, "--pid", victim.pid,
-                       "--attach", "empty_uprobe:__bench_syscall", "--attach", "sys_enter_pid"]
-        with uebpf_loader(loader_argv, region, tmp_path) as loader:
-            waited = wait_applied(region, victim.pid, check=False)
-            victim.send(signal.SIGUSR1)
-            assert victim.wait(timeout_s=60).exit_code == 0
-            assert loader.stop().exit_code == 0
-            hits = json.loads(loader.read_stdout().strip().splitlines()[-1])["hits"]
+# The start of a test object: an array `sums` of SUMS u64 and add(key, value) to one of them.
+SUMS_PRELUDE = textwrap.dedent(r"""
+    #include "vmlinux.h"
+    #include <bpf/bpf_helpers.h>
+    #include <bpf/bpf_tracing.h>
+
+    struct {
+        __uint(type, BPF_MAP_TYPE_ARRAY);
+        __uint(max_entries, SUMS);
+        __type(key, __u32);
+        __type(value, __u64);
+    } sums SEC(".maps");
+
+    static void add(__u32 key, __u64 value)
+    {
+        __u64 *sum = bpf_map_lookup_elem(&sums, &key);
+        if (sum)
+            __sync_fetch_and_add(sum, value);
+    }
+""")
+
+
+def compile_probes(tmp_path: Path, source: str, **defines) -> Path:
+    """SUMS_PRELUDE + source, built as the Makefile builds probes."""
+    c_file, obj = tmp_path / "probes.bpf.c", tmp_path / "probes.bpf.o"
+    c_file.write_text(SUMS_PRELUDE + source)
+    flags = [f"-D{name}={value}" for name, value in defines.items()]
+    subprocess.run(["clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", f"-I{BUILD}", *flags,
+                    "-c", str(c_file), "-o", str(obj)], check=True, capture_output=True)
+    return obj
+
+
+def sums_of(dumped: dict) -> dict[int, int]:
+    """The `sums` array of a `uebpf attach` dump."""
+    return {int.from_bytes(bytes.fromhex(k), "little"): int.from_bytes(bytes.fromhex(v), "little")
+            for k, v in dumped["maps"]["sums"]["entries"]}
+
+
+SYSCALL_PROBES = textwrap.dedent(r"""
+    /* The kernel's syscalls/sys_enter_getpgid format (vmlinux has no type for it). */
+    struct sys_enter_getpgid {
+        struct trace_entry ent;
+        int __syscall_nr;
+        long pid;
+    };
+
+    static int is_me(struct trace_entry *ent)
+    {
+        return ent->pid == (__u32)bpf_get_current_pid_tgid();
+    }
+
+    SEC("tp/raw_syscalls/sys_enter")
+    int raw_getppid(struct trace_event_raw_sys_enter *ctx)
+    {
+        if (ctx->id != 110) /* getppid */
+            return 0;
+        add(0, 1);
+        add(1, ctx->args[0] + ctx->args[5]); /* the 2nd and the 7th argument of syscall() */
+        add(2, is_me(&ctx->ent) && ctx->ent.type == TP_ID_RAW);
+        return 0;
+    }
+
+    SEC("tp/syscalls/sys_enter_getpgid")
+    int named_getpgid(struct sys_enter_getpgid *ctx)
+    {
+        add(3, 1);
+        add(4, ctx->pid);
+        add(5, is_me(&ctx->ent) && ctx->__syscall_nr == 121 && ctx->ent.type == TP_ID_GETPGID);
+        return 0;
+    }
+
+    SEC("tp/syscalls/sys_enter_sync")
+    int never_made(void *ctx) { add(6, 1); return 0; }
+
+    SEC("tp/sched/sched_switch")
+    int not_a_syscall(void *ctx) { add(7, 1); return 0; }
+
+    char LICENSE[] SEC("license") = "GPL";
+""")
+
+SYSCALL_TARGET = textwrap.dedent("""
+    import ctypes, json, signal, sys
+    libc = ctypes.CDLL(None)
+    n = int(sys.argv[1])
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    print("READY", flush=True)
+    signal.sigwait({signal.SIGUSR1})
+    for i in range(n):   # getppid through syscall(), 7 arguments (longs: it reads them with va_arg)
+        libc.syscall(*map(ctypes.c_long, (110, i, 0, 0, 0, 0, 1)))
+    for i in range(n):
+        libc.getpgid(i % 2)                    # libc's wrapper
+""")
+
+
+def test_syscall_entry_tracepoints_run_at_libc_entry_points(tmp_path):
+    """raw_syscalls/sys_enter at libc's syscall() (the 7th argument from the stack) and
+    syscalls/sys_enter_getpgid at syscall() and libc's getpgid wrapper: exact counts, the kernel's
+    context (common_type, common_pid, __syscall_nr, arguments); a syscall never made runs 0 times;
+    a tracepoint that is not a system call entry is reported unsupported, by name."""
+    raw, getpgid = (int(Path(f"/sys/kernel/tracing/events/{tp}/id").read_text())
+                    for tp in ("raw_syscalls/sys_enter", "syscalls/sys_enter_getpgid"))
+    obj = compile_probes(tmp_path, SYSCALL_PROBES, SUMS=8, TP_ID_RAW=raw, TP_ID_GETPGID=getpgid)
+    region, n = region_name("syscall"), 3000
+    with started(lambda: Child([str(UEBPF), "attach", str(obj), "--region", region], stderr_path=tmp_path / "attach.err")) as attach:
+        attach.wait_for_line("READY", timeout_s=30)
+        argv = [sys.executable, "-c", SYSCALL_TARGET, str(n)]
+        with started(lambda: Child(argv, stderr_path=tmp_path / "target.err", env=agent_env(region))) as target:
+            target.wait_for_line("READY", timeout_s=30)
+            waited = wait_applied(region, target.pid, check=False)
+            target.send(signal.SIGUSR1)
+            assert target.wait(timeout_s=120).exit_code == 0, target.stderr_text()
+        assert attach.stop().exit_code == 0, attach.stderr_text()
+        dumped = json.loads(attach.read_stdout())
+    assert sums_of(dumped) == {0: n, 1: n * (n - 1) // 2 + n, 2: n, 3: n, 4: n // 2, 5: n, 6: 0, 7: 0}
     assert waited.returncode == 1
-    assert "syscall tracepoints are not supported by the uebpf agent" in waited.stderr
     status = json.loads(waited.stdout)
-    assert (status["pid"], status["hooks"], status["failed"], status["unsupported"]) == (victim.pid, 1, 0, 1)
-    assert (hits["empty_uprobe"], hits["sys_enter_pid"]) == (10, 0)
+    assert (status["hooks"], status["failed"], status["unsupported"]) == (3, 0, 1), status
+    unsupported = "tracepoint sched/sched_switch is not supported by the uebpf agent (it runs system call entry tracepoints"
+    assert unsupported in status["message"] and unsupported in waited.stderr
 
 
 def test_wait_applied_fails_clearly_without_an_agent(tmp_path):
@@ -352,24 +451,6 @@ def test_wait_applied_fails_clearly_without_an_agent(tmp_path):
 
 
 SECTION_PROBES = textwrap.dedent(r"""
-    #include "vmlinux.h"
-    #include <bpf/bpf_helpers.h>
-    #include <bpf/bpf_tracing.h>
-
-    struct {
-        __uint(type, BPF_MAP_TYPE_ARRAY);
-        __uint(max_entries, 2);
-        __type(key, __u32);
-        __type(value, __u64);
-    } sums SEC(".maps");
-
-    static void add(__u32 key, __u64 value)
-    {
-        __u64 *sum = bpf_map_lookup_elem(&sums, &key);
-        if (sum)
-            __sync_fetch_and_add(sum, value);
-    }
-
     SEC("uprobe/" LIBRARY ":my_traced_function")
     int BPF_KPROBE(calls) { add(0, 1); return 0; }
 
@@ -383,10 +464,7 @@ SECTION_PROBES = textwrap.dedent(r"""
 def test_the_direct_attach_path_takes_targets_from_section_names(tmp_path):
     """`uebpf attach` without a libbpf loader: an object whose sections name their target
     (uprobe//path:symbol), sample_app under the agent, the maps printed on SIGINT."""
-    source, obj = tmp_path / "section_probes.bpf.c", tmp_path / "section_probes.bpf.o"
-    source.write_text(SECTION_PROBES)
-    subprocess.run(["clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", f"-I{BUILD}", f'-DLIBRARY="{LIBRARY.resolve()}"',
-                    "-c", str(source), "-o", str(obj)], check=True, capture_output=True)
+    obj = compile_probes(tmp_path, SECTION_PROBES, SUMS=2, LIBRARY=f'"{LIBRARY.resolve()}"')
     region, calls = region_name("direct"), 400
     with started(lambda: Child([str(UEBPF), "attach", str(obj), "--region", region], stderr_path=tmp_path / "attach.err")) as attach:
         attach.wait_for_line("READY", timeout_s=30)
@@ -395,9 +473,7 @@ def test_the_direct_attach_path_takes_targets_from_section_names(tmp_path):
         run_sample_app(calls, agent_env(region))
         assert attach.stop().exit_code == 0, attach.stderr_text()
         dumped = json.loads(attach.read_stdout())
-    values = {int.from_bytes(bytes.fromhex(k), "little"): int.from_bytes(bytes.fromhex(v), "little")
-              for k, v in dumped["maps"]["sums"]["entries"]}
-    assert values == {0: calls, 1: expected_checksum(calls)}
+    assert sums_of(dumped) == {0: calls, 1: expected_checksum(calls)}
     assert not (SHM / f"uebpf-{region}").exists(), "removed on SIGINT"
 
 

@@ -121,13 +121,23 @@ def test_write_runs_or_is_unavailable_with_the_lockdown_reason(micro_run):
         assert run["helper_results"]["probe_write"] == {"ok": (WARMUP + ITER) * OPS_PER_HIT}
 
 
-def test_uebpf_writes_user_memory_but_has_no_syscall_tracepoints(micro_run):
+def test_uebpf_writes_user_memory_and_runs_the_syscall_tracepoints(micro_run):
+    """The syscall ops on uebpf: the tracepoint programs run at libc's syscall() in the victim,
+    once per call (by its pid for syscall_pid; syscall_all's "every process" is every process of
+    the region, i.e. the victim, whose every syscall() call it sees)."""
     suite = results.load(micro_run[1])["suites"]["micro"]
     write = next(r for r in suite["runs"] if r["op"] == "write" and r["method"] == "uebpf")
     assert write["helper_results"]["probe_write"] == {"ok": (WARMUP + ITER) * OPS_PER_HIT}
-    on_uebpf = {cell["op"]: cell["reason"] for cell in suite["unavailable"] if cell["method"] == "uebpf"}
-    assert set(on_uebpf) == {op for op in OPS if OPS[op].attach_to_tracepoint}
-    assert all("no system call tracepoints" in reason for reason in on_uebpf.values())
+    assert not [cell for cell in suite["unavailable"] if cell["method"] == "uebpf"]
+    syscall_ops = {op for op in OPS if OPS[op].attach_to_tracepoint}
+    assert syscall_ops == {"syscall_pid", "syscall_all"}
+    on_uebpf = {r["op"]: r for r in suite["runs"] if r["op"] in syscall_ops and r["method"] == "uebpf"}
+    assert set(on_uebpf) == syscall_ops
+    for op, run in on_uebpf.items():
+        assert run["hits"] == {OPS[op].programs[0]: WARMUP + ITER}, run
+    # Only the victim runs the agent, and it calls syscall() only in its benchmark: the agent's own
+    # system calls through syscall() (futex wakes) are made with probes off and not seen.
+    assert on_uebpf["syscall_all"]["syscalls_seen"] == WARMUP + ITER
 
 
 def test_uebpf_has_a_speedup_for_every_operation_both_runtimes_ran(micro_run):
@@ -136,14 +146,16 @@ def test_uebpf_has_a_speedup_for_every_operation_both_runtimes_ran(micro_run):
     compared = [op for op in OPS if all((cell[(op, runtime)]["per_op_ns"] or {}).get("value") is not None
                                         for runtime in TRACED)]
     assert {"uprobe", "uretprobe", "uprobe_uretprobe", "read", "hash_update"} <= set(compared)
-    for op in compared:
-        assert cell[(op, "uebpf")]["speedup_vs_kernel"]["value"] > 0, op   # one run: no CI (see the synthetic test)
+    for op in compared:   # one run: no CI (see the synthetic test); a cheap op's cost can be noise-negative
+        kernel, mine = (cell[(op, runtime)]["per_op_ns"]["value"] for runtime in TRACED)
+        assert cell[(op, "uebpf")]["speedup_vs_kernel"]["value"] == pytest.approx(kernel / mine), op
 
 
 def test_untargeted_syscall_program_saw_at_least_the_victims_calls(micro_run):
     suite = results.load(micro_run[1])["suites"]["micro"]
-    run = next(r for r in kernel_runs(suite) if r["op"] == "syscall_all")
-    assert run["syscalls_seen"] >= WARMUP + ITER
+    for run in traced_runs(suite):
+        if run["op"] == "syscall_all":
+            assert run["syscalls_seen"] >= WARMUP + ITER, run["method"]
 
 
 def test_nothing_left_attached_or_loaded(micro_run):

@@ -1,4 +1,5 @@
-"""`tracecost transport` on the real kernel: counts that add up, counted drops, clean-up, bad input, report."""
+"""`tracecost transport` on the real kernel and on uebpf: counts that add up, counted drops, clean-up, bad input,
+report."""
 
 import json
 import signal
@@ -7,7 +8,8 @@ import subprocess
 import pytest
 
 from browser import chromium, console_errors, open_report
-from conftest import BUILD, bpftool_json, fake_build, interrupt_tracecost, processes_mentioning, run_tracecost
+from conftest import (BUILD, bpftool_json, fake_build, interrupt_tracecost, processes_mentioning, regions_removed,
+                      run_tracecost)
 from tracecost import results, system, transport
 from tracecost.errors import TracecostError
 from tracecost.latency import summarize_histogram
@@ -16,6 +18,8 @@ from tracecost.report.sections.transport import RECEIVED, compare
 CONSUMER, PRODUCER = BUILD / "bin" / "transport", BUILD / "bin" / "syscall_load"
 # The kernel keeps 15 characters of a program's name; bpftool shows the full one from BTF.
 OUR_PROGRAMS = ("ringbuf_produce", "perfbuf_produce")
+UEBPF_REGIONS = "uebpf-tracecost-*"     # the regions of tracecost's runs on uebpf (tracecost/uebpf.py)
+TRACED = {"ringbuf", "perfbuf", "uebpf"}
 
 
 def our_programs_loaded() -> list[dict]:
@@ -31,8 +35,9 @@ def nothing_left_behind() -> None:
 @pytest.fixture(scope="module")
 def short_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("transport")
-    result = run_tracecost("transport", "--producers", "1", "--duration", "2", "--runs", "1", "--seed", "7",
-                           "--out", str(out))
+    with regions_removed(UEBPF_REGIONS):
+        result = run_tracecost("transport", "--producers", "1", "--duration", "2", "--runs", "1", "--seed", "7",
+                               "--out", str(out))
     return result, out
 
 
@@ -40,8 +45,9 @@ def short_run(tmp_path_factory):
 def overflowing_run(tmp_path_factory):
     """Two pages of buffer, 1 KiB records, no wakeups and a drain every 10 ms: records must be dropped."""
     out = tmp_path_factory.mktemp("transport-drops")
-    result = run_tracecost("transport", "--producers", "2", "--duration", "1", "--runs", "1", "--seed", "3",
-                           "--buffer-bytes", "8192", "--payload", "1024", "--wakeup", "none", "--out", str(out))
+    with regions_removed(UEBPF_REGIONS):
+        result = run_tracecost("transport", "--producers", "2", "--duration", "1", "--runs", "1", "--seed", "3",
+                               "--buffer-bytes", "8192", "--payload", "1024", "--wakeup", "none", "--out", str(out))
     return result, out
 
 
@@ -55,7 +61,7 @@ def test_short_run_accounts_for_every_call(short_run):
     result, out = short_run
     assert result.returncode == 0, result.stderr
     runs = traced_runs(out)
-    assert {r["mechanism"] for r in runs} == {"ringbuf", "perfbuf"} and len(runs) == 4  # (warm-up + 1) x 2
+    assert {r["mechanism"] for r in runs} == TRACED and len(runs) == 6  # (warm-up + 1) x 3
     for run in runs:
         assert run["produced"] == run["calls"] > 0, run
         assert run["received"] + run["dropped"] == run["produced"], run
@@ -68,8 +74,9 @@ def test_short_run_accounts_for_every_call(short_run):
 
 
 def test_sampled_wakeups_account_for_every_call(tmp_path):
-    result = run_tracecost("transport", "--producers", "1", "--duration", "0.5", "--runs", "1", "--wakeup",
-                           "sampled:16", "--out", str(tmp_path))
+    with regions_removed(UEBPF_REGIONS):
+        result = run_tracecost("transport", "--producers", "1", "--duration", "0.5", "--runs", "1", "--wakeup",
+                               "sampled:16", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     for run in traced_runs(tmp_path):
         assert run["wakeup"] == "sampled:16"
@@ -106,6 +113,18 @@ def test_drops_are_counted_and_add_up(overflowing_run):
 
 def test_nothing_left_after_runs(short_run, overflowing_run):
     nothing_left_behind()
+
+
+def test_uebpf_runs_the_ring_buffer_and_says_why_it_has_no_perf_buffer(short_run, overflowing_run):
+    """The same consumer under uebpf's server, the producers under its agent: the program ran once per
+    producer call (produced == calls), and in the overflowing run drops were counted by the program."""
+    for out in (short_run[1], overflowing_run[1]):
+        on_uebpf = [r for r in traced_runs(out) if r["mechanism"] == "uebpf"]
+        assert len(on_uebpf) == 2 and all(r["produced"] == r["calls"] > 0 for r in on_uebpf), on_uebpf
+    assert all(r["dropped"] == r["dropped_bpf"] > 0 for r in traced_runs(overflowing_run[1]) if r["mechanism"] == "uebpf")
+    unavailable = results.load(short_run[1])["suites"]["transport"]["unavailable"]
+    assert [(u["method"], u["reason"]) for u in unavailable] == [("uebpf-perfbuf", transport.NO_PERF_BUFFER)]
+    assert "uebpf has no perf event array" in short_run[0].stderr
 
 
 def test_baseline_refuses_to_run_while_a_program_is_attached(tmp_path):
@@ -149,8 +168,11 @@ def test_a_consumer_whose_counts_do_not_add_up_fails_the_run(tmp_path):
                            env={"TRACECOST_BUILD": str(fake_build(tmp_path, "transport", script))})
     assert result.returncode == 1, result.stderr
     failures = results.load(out)["suites"]["transport"]["failures"]
-    assert len(failures) == 4  # both mechanisms, warm-up and measured run
-    assert all("program saw 5 of the producers'" in f["error"] for f in failures), failures
+    assert len(failures) == 6  # three mechanisms, warm-up and measured run
+    on_kernel = [f for f in failures if f["method"] != "uebpf"]
+    assert len(on_kernel) == 4 and all("program saw 5 of the producers'" in f["error"] for f in on_kernel), failures
+    # The stand-in never makes a region: on uebpf the producers' agents cannot apply an attach.
+    assert all("did not apply the attach" in f["error"] for f in failures if f["method"] == "uebpf"), failures
     assert "program saw 5 of the producers'" in result.stderr
     nothing_left_behind()
 

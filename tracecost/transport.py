@@ -1,12 +1,17 @@
 """One run of the transport benchmark: N syscall_load producers for a fixed time,
 untraced (baseline) or traced by the transport consumer through a BPF ring
 buffer or a perf buffer (tracers/ebpf/transport.c; its header says how each
-wakeup mode maps to each mechanism).
+wakeup mode maps to each mechanism), on the kernel or on uebpf (the same
+consumer under uebpf's server, the producers under its agent: the program runs
+at their call of libc's syscall(); a ring buffer only, uebpf has no perf event
+array).
 
 Order of a run: producers start and report READY; the consumer registers their
 tgids, attaches and reports READY; the producers are started (SIGUSR1), run for
 the duration, and stopped (SIGINT), each printing its own count; only then is
-the consumer stopped, so that it drains everything they produced. Every count
+the consumer stopped, so that it drains everything they produced. On uebpf the
+producers start with the agent and the consumer's region already named, and
+are started only once every producer's agent has hooked the attach. Every count
 is checked against the others; a run that does not add up is an error.
 """
 
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import signal
 import time
@@ -21,13 +27,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracecost import paths, system
+from tracecost import paths, system, uebpf
 from tracecost.errors import TracecostError
 from tracecost.latency import summarize_histogram
 from tracecost.procs import Child, Usage, started
 from tracecost.tracers.base import Say
 
 MECHANISMS = ("ringbuf", "perfbuf")
+UEBPF_MECHANISMS = {"uebpf": "ringbuf", "uebpf-perfbuf": "perfbuf"}   # method -> the buffer it uses
+NO_PERF_BUFFER = ("uebpf has no perf event array (BPF_MAP_TYPE_PERF_EVENT_ARRAY, bpf_perf_event_output): "
+                  "the perf buffer is kernel-only")
 TRACEPOINT = "sys_enter_getpgid"
 EVENT_HEADER_BYTES = 40          # struct transport_event (probes/transport.h)
 MAX_PAYLOAD_BYTES = 4096         # TRANSPORT_MAX_PAYLOAD
@@ -76,8 +85,15 @@ class Baseline:
     def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
         paths.artifact("bin/syscall_load")
 
+    def unavailable(self) -> str | None:
+        return None
+
+    def environments(self) -> uebpf.RunEnvironments:
+        return uebpf.KERNEL
+
     @contextlib.contextmanager
-    def traced(self, tgids: list[int], workdir: Path, settings: Settings) -> Iterator[None]:
+    def traced(self, tgids: list[int], workdir: Path, settings: Settings,
+               environments: uebpf.RunEnvironments) -> Iterator[None]:
         attached = system.programs_on_tracepoint(TRACEPOINT)
         if attached:
             raise TracecostError(f"{len(attached)} BPF program(s) attached to {TRACEPOINT} "
@@ -86,10 +102,10 @@ class Baseline:
 
 
 class Mechanism:
-    """The transport consumer with one mechanism: ringbuf or perfbuf."""
+    """The transport consumer with one mechanism (ringbuf or perfbuf) on the kernel."""
 
-    def __init__(self, name: str):
-        self.name = name
+    def __init__(self, name: str, buffer: str):
+        self.name, self.buffer = name, buffer
 
     def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
         system.require_kernel_bpf()
@@ -97,32 +113,72 @@ class Mechanism:
         self.consumer = paths.artifact("bin/transport")
         paths.artifact("bin/syscall_load")
 
+    def unavailable(self) -> str | None:
+        return None
+
+    def environments(self) -> uebpf.RunEnvironments:
+        return uebpf.KERNEL
+
+    def applied(self, loader_env: dict[str, str], tgids: list[int]) -> None:
+        """Returns once the attach is live in every producer (the kernel's is, at READY)."""
+
     @contextlib.contextmanager
-    def traced(self, tgids: list[int], workdir: Path, settings: Settings) -> Iterator[Child]:
-        argv = [str(self.consumer), "--mechanism", self.name, "--tgids", ",".join(map(str, tgids)),
+    def traced(self, tgids: list[int], workdir: Path, settings: Settings,
+               environments: uebpf.RunEnvironments) -> Iterator[Child]:
+        argv = [str(self.consumer), "--mechanism", self.buffer, "--tgids", ",".join(map(str, tgids)),
                 "--buffer-bytes", str(settings.buffer_bytes), "--wakeup", settings.wakeup,
                 "--payload", str(settings.payload_bytes), "--poll-ms", str(CONSUMER_POLL_MS)]
-        with started(lambda: Child(argv, stderr_path=workdir / "consumer.stderr", name=f"transport {self.name}")) \
-                as consumer:
+        loader_env = environments[0]
+        with started(lambda: Child(argv, stderr_path=workdir / "consumer.stderr", name=f"transport {self.name}",
+                                   env={**os.environ, **loader_env})) as consumer:
             consumer.wait_for_line("READY", READY_TIMEOUT_S)
+            self.applied(loader_env, tgids)
             yield consumer
 
 
+class UebpfMechanism(Mechanism):
+    """The same consumer on uebpf: no privilege, no kernel BPF; ring buffer only."""
+
+    def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
+        self.consumer = paths.artifact("bin/transport")
+        paths.artifact("bin/syscall_load")
+        self.server, self.agent = uebpf.require_runtime()
+        self.uebpf_command = paths.artifact("bin/uebpf")
+
+    def unavailable(self) -> str | None:
+        return NO_PERF_BUFFER if self.buffer == "perfbuf" else None
+
+    def environments(self) -> uebpf.RunEnvironments:
+        return uebpf.run_environments(self.server, self.agent)
+
+    def applied(self, loader_env: dict[str, str], tgids: list[int]) -> None:
+        for tgid in tgids:
+            uebpf.wait_applied(self.uebpf_command, loader_env, tgid)
+
+
 def make_method(name: str) -> Baseline | Mechanism:
-    return Baseline() if name == "baseline" else Mechanism(name)
+    if name == "baseline":
+        return Baseline()
+    if name in UEBPF_MECHANISMS:
+        return UebpfMechanism(name, UEBPF_MECHANISMS[name])
+    return Mechanism(name, name)
 
 
 def run_once(method: Baseline | Mechanism, producers: int, duration_s: float, settings: Settings,
              workdir: Path) -> dict:
     """Measure one run; the record's fields are described in tracecost/results.schema.json (transport_run)."""
     load = str(paths.artifact("bin/syscall_load"))
+    environments = method.environments()
+    producer_env = {**os.environ, **environments[1]}
     with contextlib.ExitStack() as stack:
         loads = [stack.enter_context(started(
-                     lambda i=i: Child([load], stderr_path=workdir / f"producer-{i}.stderr", name=f"producer {i}")))
+                     lambda i=i: Child([load], stderr_path=workdir / f"producer-{i}.stderr", name=f"producer {i}",
+                                       env=producer_env)))
                  for i in range(producers)]
         for child in loads:
             child.wait_for_line("READY", READY_TIMEOUT_S)
-        consumer = stack.enter_context(method.traced([child.pid for child in loads], workdir, settings))
+        consumer = stack.enter_context(method.traced([child.pid for child in loads], workdir, settings,
+                                                     environments))
         for child in loads:
             child.send(signal.SIGUSR1)
         time.sleep(duration_s)
@@ -130,7 +186,9 @@ def run_once(method: Baseline | Mechanism, producers: int, duration_s: float, se
             child.send(signal.SIGINT)
         reports = [_producer_report(child) for child in loads]
         consumed = _consumer_report(consumer) if consumer is not None else None
-    return _record(method.name, reports, consumed, settings)
+    environments[2]()
+    buffer = method.buffer if isinstance(method, Mechanism) else None
+    return _record(method.name, buffer, reports, consumed, settings)
 
 
 def _producer_report(child: Child) -> ProducerReport:
@@ -167,7 +225,8 @@ def _last_json_line(text: str, who: str) -> dict:
     return fields
 
 
-def _record(name: str, reports: list[ProducerReport], consumed: ConsumerReport | None, settings: Settings) -> dict:
+def _record(name: str, buffer: str | None, reports: list[ProducerReport], consumed: ConsumerReport | None,
+            settings: Settings) -> dict:
     calls = sum(r.calls for r in reports)
     duration_s = max(r.elapsed_ns for r in reports) / 1e9
     record = {
@@ -183,7 +242,7 @@ def _record(name: str, reports: list[ProducerReport], consumed: ConsumerReport |
     }
     if consumed is None:
         return record
-    counts = _checked_counts(name, consumed.summary, calls)
+    counts = _checked_counts(name, buffer, consumed.summary, calls)
     window_cpu_s = consumed.usage.cpu_s - counts["setup_cpu_ns"] / 1e9
     record.update(
         buffer_bytes=counts["buffer_bytes"], produced=counts["produced"], received=counts["received"],
@@ -198,7 +257,7 @@ def _record(name: str, reports: list[ProducerReport], consumed: ConsumerReport |
     return record
 
 
-def _checked_counts(name: str, summary: dict, calls: int) -> dict:
+def _checked_counts(name: str, buffer: str | None, summary: dict, calls: int) -> dict:
     """The consumer's counts, once they add up with each other and with the producers' calls."""
     keys = ("produced", "submitted", "failed", "lost_reported", "received", "buffer_bytes", "setup_cpu_ns",
             "wakeups", "peak_rss_kb")
@@ -208,7 +267,7 @@ def _checked_counts(name: str, summary: dict, calls: int) -> dict:
         raise TracecostError(f"the {name} consumer printed a malformed summary: {err}") from err
     # ringbuf: reserve failures, counted by the program; perfbuf: the kernel's PERF_RECORD_LOST reports,
     # which must equal the program's own count of failed outputs.
-    counts["dropped"] = counts["failed"] if name == "ringbuf" else counts["lost_reported"]
+    counts["dropped"] = counts["failed"] if buffer == "ringbuf" else counts["lost_reported"]
     if counts["produced"] != calls:
         raise TracecostError(f"the {name} program saw {counts['produced']:,} of the producers' {calls:,} getpgid "
                              "calls")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,3 +66,21 @@ def run_environments(server: Path, agent: Path) -> RunEnvironments:
     """The environments of one run on uebpf, in a region of its own."""
     pair = new_pair(server, agent)
     return pair.loader_env, pair.target_env, pair.require_region_removed
+
+
+WAIT_APPLIED_TIMEOUT_S = 30
+
+
+def wait_applied(uebpf_command: Path, loader_env: dict[str, str], pid: int) -> None:
+    """Returns once the agent in process `pid` has applied every attachment of the loader's
+    region (hooked live); a clear error naming what it refused otherwise."""
+    region = loader_env["UEBPF_REGION"]
+    try:
+        result = subprocess.run([str(uebpf_command), "wait-applied", region, "--pid", str(pid),
+                                 "--timeout", str(WAIT_APPLIED_TIMEOUT_S)],
+                                capture_output=True, text=True, timeout=WAIT_APPLIED_TIMEOUT_S + 30)
+    except subprocess.TimeoutExpired as err:
+        raise TracecostError(f"uebpf wait-applied did not return for process {pid}") from err
+    if result.returncode != 0:
+        why = result.stderr.strip().splitlines()[-1:] or ["no message"]
+        raise TracecostError(f"the uebpf agent in process {pid} did not apply the attach: {why[0]}")

@@ -55,17 +55,18 @@ def parse_victim_output(text: str) -> VictimResult:
 def run_op(op: Op, runtime: Runtime, workdir: Path, iterations: int, warmup: int, ops_per_hit: int) -> dict:
     argv = [str(victim_binary()), "--call", op.function, "--iter", str(iterations), "--warmup", str(warmup),
             "--wait-go"]
+    environments = runtime.environments()
     with contextlib.ExitStack() as stack:
-        # The kernel attaches to the running victim (by its pid); uebpf before it starts (the agent
-        # installs its hooks at start-up). Either way the victim waits for SIGUSR1 to begin.
-        attachment = (stack.enter_context(runtime.attached(op, None, workdir, ops_per_hit))
-                      if runtime.attaches_before_start else None)
-        env = {**os.environ, **(attachment.victim_env if attachment else {})}
+        # The kernel attaches to the running victim (by its pid); uebpf's uprobes before it starts
+        # (the agent installs its hooks at start-up). Either way the victim waits for SIGUSR1.
+        attachment = (stack.enter_context(runtime.attached(op, None, workdir, ops_per_hit, environments))
+                      if runtime.attaches_before_start(op) else None)
+        env = {**os.environ, **environments[1]}
         victim = stack.enter_context(started(lambda: Child(argv, stderr_path=workdir / "microbench.stderr",
                                                            env=env)))
         victim.wait_for_line("READY", READY_TIMEOUT_S)
         if attachment is None:
-            attachment = stack.enter_context(runtime.attached(op, victim.pid, workdir, ops_per_hit))
+            attachment = stack.enter_context(runtime.attached(op, victim.pid, workdir, ops_per_hit, environments))
         victim.send(signal.SIGUSR1)
         usage = victim.wait(timeout_s=VICTIM_TIMEOUT_S)
         stdout = victim.read_stdout()

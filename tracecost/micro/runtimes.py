@@ -2,9 +2,12 @@
 
 A runtime attaches an operation's programs to the victim and, once the victim is
 done, says what the programs counted. uebpf runs the same loader binary with
-uebpf's server library preloaded and the victim with its agent preloaded; its
-loader starts before the victim (the agent installs its hooks at start-up),
-the kernel's after it (so that its uprobes fire for that one process only).
+uebpf's server library preloaded and the victim with its agent preloaded; for
+uprobes its loader starts before the victim (the agent installs its hooks at
+start-up), the kernel's after it (so that its uprobes fire for that one process
+only). Syscall tracepoint programs filter by the victim's pid, which the loader
+must know: on uebpf too they attach to the running victim (hooked live, and
+waited for with `uebpf wait-applied`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import json
 import os
 import signal
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from tracecost import paths, system, uebpf
@@ -47,13 +50,18 @@ class Counts:
 @dataclass
 class Attachment:
     counts: Counts | None = None              # filled once the runtime has detached
-    victim_env: dict[str, str] = field(default_factory=dict)   # what the victim needs to be traced
 
 
 class Runtime:
     name: str
-    # True: attached() is entered before the victim starts, with victim_pid None.
-    attaches_before_start = False
+
+    def attaches_before_start(self, op: Op) -> bool:
+        """True: attached() is entered before the victim starts, with victim_pid None."""
+        return False
+
+    def environments(self) -> uebpf.RunEnvironments:
+        """One run's (loader, victim, after-exit check): the victim starts with its environment."""
+        return uebpf.KERNEL
 
     def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
         """Per-command checks, before any run."""
@@ -62,8 +70,8 @@ class Runtime:
         """Why this runtime cannot run `op` on this machine, or None."""
         return None
 
-    def attached(self, op: Op, victim_pid: int | None, workdir: Path, ops_per_hit: int
-                 ) -> contextlib.AbstractContextManager[Attachment]:
+    def attached(self, op: Op, victim_pid: int | None, workdir: Path, ops_per_hit: int,
+                 environments: uebpf.RunEnvironments) -> contextlib.AbstractContextManager[Attachment]:
         raise NotImplementedError
 
 
@@ -73,7 +81,8 @@ class Untraced(Runtime):
     name = "untraced"
 
     @contextlib.contextmanager
-    def attached(self, op: Op, victim_pid: int | None, workdir: Path, ops_per_hit: int) -> Iterator[Attachment]:
+    def attached(self, op: Op, victim_pid: int | None, workdir: Path, ops_per_hit: int,
+                 environments: uebpf.RunEnvironments) -> Iterator[Attachment]:
         system.require_nothing_attached(victim_binary())
         if op.attach_to_tracepoint:
             system.require_no_syscall_entry_programs()
@@ -108,17 +117,19 @@ class Kernel(Runtime):
             argv += ["--prefill", op.prefill]
         return argv
 
-    def environments(self) -> uebpf.RunEnvironments:
-        return uebpf.KERNEL
+    def applied(self, loader_env: dict[str, str], victim_pid: int | None) -> None:
+        """Returns once the attach is live for the victim (the kernel's is, at READY)."""
 
     @contextlib.contextmanager
-    def attached(self, op: Op, victim_pid: int | None, workdir: Path, ops_per_hit: int) -> Iterator[Attachment]:
+    def attached(self, op: Op, victim_pid: int | None, workdir: Path, ops_per_hit: int,
+                 environments: uebpf.RunEnvironments) -> Iterator[Attachment]:
         argv = self.loader_argv(op, victim_pid, ops_per_hit)
-        loader_env, victim_env, after_exit = self.environments()
+        loader_env, _, after_exit = environments
         with started(lambda: Child(argv, stderr_path=workdir / "micro.stderr",
                                    env={**os.environ, **loader_env})) as loader:
             loader.wait_for_line("READY", READY_TIMEOUT_S)
-            attachment = Attachment(victim_env=victim_env)
+            self.applied(loader_env, victim_pid)
+            attachment = Attachment()
             yield attachment
             usage = loader.stop(signal.SIGINT, timeout_s=STOP_TIMEOUT_S)
             if usage.exit_code != 0 or usage.timed_out:
@@ -132,16 +143,21 @@ class Uebpf(Kernel):
     """The same micro loader and micro.bpf.o on uebpf: no privilege, no kernel BPF."""
 
     name = "uebpf"
-    attaches_before_start = True
+
+    def attaches_before_start(self, op: Op) -> bool:
+        return not op.attach_to_tracepoint
 
     def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
         self.loader = paths.artifact("bin/micro")
         self.server, self.agent = uebpf.require_runtime()
+        self.uebpf_command = paths.artifact("bin/uebpf")
 
     def unavailable(self, op: Op) -> str | None:
-        if op.attach_to_tracepoint:
-            return "uebpf runs programs at function entry and return; it has no system call tracepoints"
-        return None
+        return None   # the kernel's lockdown does not reach uebpf: it writes user memory itself
+
+    def applied(self, loader_env: dict[str, str], victim_pid: int | None) -> None:
+        if victim_pid is not None:
+            uebpf.wait_applied(self.uebpf_command, loader_env, victim_pid)
 
     def environments(self) -> uebpf.RunEnvironments:
         return uebpf.run_environments(self.server, self.agent)

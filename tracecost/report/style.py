@@ -42,6 +42,7 @@ METHOD_LABELS = {
     "rbpf-interpreter": "rbpf interpreter",
     "ringbuf": "Ring buffer",
     "perfbuf": "Perf buffer",
+    "uebpf-perfbuf": "Perf buffer (uebpf)",
 }
 
 

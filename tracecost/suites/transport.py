@@ -13,14 +13,14 @@ from rich.table import Table
 from tracecost import stats
 from tracecost.latency import PERCENTILES
 from tracecost.suites.base import Group, Suite
-from tracecost.transport import (CONSUMER_POLL_MS, EVENT_HEADER_BYTES, MECHANISMS, TRACEPOINT, Baseline,
-                                 Mechanism, Settings, make_method, run_once)
+from tracecost.transport import (CONSUMER_POLL_MS, EVENT_HEADER_BYTES, MECHANISMS, TRACEPOINT, UEBPF_MECHANISMS,
+                                 Baseline, Mechanism, Settings, make_method, run_once)
 
-METHODS = ("baseline", *MECHANISMS)
+METHODS = ("baseline", *MECHANISMS, *UEBPF_MECHANISMS)
 LATENCY_STATS = (*PERCENTILES, "max", "mean")
 DEFAULT_BUFFER_BYTES = 1 << 20     # the kernel selftests' ring buffer is 512 KiB; a perf buffer 2 x 128 pages here
 DEFAULT_PAYLOAD_BYTES = 64
-RUN_PRODUCERS = [1, 2, 4, 8]       # in `tracecost run`: 4 x 3 methods x 4 repetitions x ~1.8 s, about 2 minutes
+RUN_PRODUCERS = [1, 2, 4, 8]       # in `tracecost run`: 4 x 4 methods x 4 repetitions x ~1.8 s, about 2 minutes
 RUN_DURATION_S = 1.5
 RUN_REPETITIONS = 3
 
@@ -60,6 +60,9 @@ class TransportSuite(Suite):
 
     def method_key(self, method: Baseline | Mechanism) -> dict:
         return {"mechanism": method.name}
+
+    def unavailable(self, group: Group, method: Baseline | Mechanism, config: TransportConfig) -> str | None:
+        return method.unavailable()
 
     def measure(self, group: Group, method: Baseline | Mechanism, workdir: Path, config: TransportConfig) -> dict:
         return run_once(method, group.key["producers"], config.duration_s, config.settings(), workdir)

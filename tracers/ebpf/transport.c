@@ -7,7 +7,7 @@
  *
  * Protocol with tracecost (tracecost/transport.py): "READY" on stdout once
  * attached. On SIGINT/SIGTERM, sent once the producers have exited, it drains
- * the buffers, sends the end-of-stream markers (below), detaches and prints one
+ * the buffers, reads the perf buffer's end-of-stream markers (below), detaches and prints one
  * JSON line: the BPF-side counts (produced, submitted, failed), what it
  * received, the drops the perf buffer reported (lost_reported), the buffer
  * bytes it really got, its wakeups, the CPU it spent before READY, its peak
@@ -35,7 +35,10 @@
  * CPU next writes a record, which no producer will do once stopped. So after
  * the final drain the consumer calls getpgid() once on every CPU; the program
  * sends a marker for the consumer's own tgid, behind any pending lost report,
- * and the consumer reads until it has every CPU's marker. */
+ * and the consumer reads until it has every CPU's marker. A ring buffer needs
+ * none: a producer's record is in the ring, or counted as a drop, before its
+ * call returns, so the final drain reads them all (and on uebpf the consumer,
+ * which runs no agent, could not send any). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
@@ -313,12 +316,14 @@ static struct transport_bpf *load(const struct options *o)
 	return skel;
 }
 
-/* The producers have exited: read what is left, then every CPU's marker. */
+/* The producers have exited: read what is left, then (perf buffer) every CPU's marker. */
 static void read_to_end_of_stream(struct consumer *c, int poll_ms)
 {
 	uint64_t sent, deadline;
 
 	drain(c);
+	if (!c->pb)
+		return;
 	sent = send_markers();
 	deadline = clock_ns(CLOCK_MONOTONIC) + MARKER_TIMEOUT_NS;
 	while (c->markers < sent) {

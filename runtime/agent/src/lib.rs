@@ -1,6 +1,7 @@
 //! libuebpf_agent.so: preloaded into an unmodified target (`LD_PRELOAD`), it runs the programs a
 //! libbpf loader attached through uebpf's bpf(2) server (the region's attach table) on inline
-//! hooks, as the kernel would run them on uprobes and uretprobes.
+//! hooks, as the kernel would run them on uprobes and uretprobes, and system call entry
+//! tracepoints at the C library's entry points (syscalls.rs: inline system calls are not seen).
 //!
 //! * Start-up (a constructor, before `main`, one thread): open the region named by
 //!   `UEBPF_REGION` (default `default`); for every enabled uprobe/uretprobe attachment whose
@@ -23,6 +24,7 @@ mod forklock;
 mod probe;
 mod session;
 mod signals;
+mod syscalls;
 mod watcher;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -112,7 +114,8 @@ extern "C" fn after_fork_in_child() {
 }
 
 /// Frees this process's agent slot; skipped if the agent's thread is busy (a slot whose
-/// process is gone is reused anyway).
+/// process is gone is reused anyway). With probes off: the slot's futex wake goes through
+/// libc's syscall(), where a system call tracepoint would count it as the target's.
 extern "C" fn release_at_exit() {
-    STATE.try_with(|state| state.session.as_mut().map(Session::release_slot));
+    without_probes(|| STATE.try_with(|state| state.session.as_mut().map(Session::release_slot)));
 }

@@ -25,23 +25,37 @@ impl Probe {
     /// # Safety
     /// `state` must stay mapped for the life of the process (the program's instance holds the
     /// region that contains it, and probes are never freed).
-    pub(crate) unsafe fn leak(state: &AtomicU32, pid: i32, program: LoadedProgram) -> Option<*mut c_void> {
+    pub(crate) unsafe fn new(state: &AtomicU32, pid: i32, program: LoadedProgram) -> Option<Probe> {
         let function = program.jit_function()?;
         let state = &*(state as *const AtomicU32);
-        let probe = Box::leak(Box::new(Probe { state, pid, function, _program: program }));
-        Some((probe as *mut Probe).cast())
+        Some(Probe { state, pid, function, _program: program })
+    }
+
+    /// The hook data of a probe that runs on `pt_regs` (`run`).
+    pub(crate) fn leak(self) -> *mut c_void {
+        (Box::leak(Box::new(self)) as *mut Probe).cast()
+    }
+
+    /// Whether the attachment is enabled and admits this process.
+    pub(crate) fn admits(&self) -> bool {
+        self.state.load(Ordering::Relaxed) == AttachState::Enabled as u32 && (self.pid < 0 || self.pid as u32 == current::pid())
+    }
+
+    /// Runs the program on a context of `len` bytes.
+    ///
+    /// # Safety
+    /// `context` points at `len` readable and writable bytes.
+    pub(crate) unsafe fn run_on(&self, context: *mut u8, len: usize) {
+        (self.function)(context, len as u64);
     }
 }
 
-/// The hook handler: runs the program if its attachment is enabled and admits this process.
-/// The hook engine's per-thread guard keeps it from running nested on one thread.
+/// The hook handler: runs the program on the hook's `pt_regs` if its attachment is enabled and
+/// admits this process. The hook engine's per-thread guard keeps it from running nested on one
+/// thread.
 pub(crate) unsafe extern "C" fn run(regs: *mut PtRegs, data: *mut c_void) {
     let probe = &*data.cast::<Probe>();
-    if probe.state.load(Ordering::Relaxed) != AttachState::Enabled as u32 {
-        return;
+    if probe.admits() {
+        probe.run_on(regs.cast(), std::mem::size_of::<PtRegs>());
     }
-    if probe.pid >= 0 && probe.pid as u32 != current::pid() {
-        return;
-    }
-    (probe.function)(regs.cast(), std::mem::size_of::<PtRegs>() as u64);
 }

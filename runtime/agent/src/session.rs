@@ -11,6 +11,7 @@ use uebpf::{Engine, Instance, LoadedProgram};
 use uebpf_hook::{Hook, Location};
 
 use crate::probe::{self, Probe};
+use crate::syscalls::{self, Point, SyscallProbe};
 use crate::warn;
 
 /// What became of an enabled attachment for this process.
@@ -30,7 +31,8 @@ pub(crate) struct Session {
     instance: Instance,
     /// (pid, slot) of this process's slot in the agent table; a forked child claims its own.
     slot: Option<(u32, u32)>,
-    hooks: HashMap<u32, Hook>,
+    /// Each attachment's hooks (a system call tracepoint has one per libc entry point).
+    hooks: HashMap<u32, Vec<Hook>>,
     /// Attachments judged at a given change (`changed_at`) and not hooked: not judged again
     /// (nor warned about again) until they change.
     judged: HashMap<u32, (u32, Outcome)>,
@@ -102,15 +104,12 @@ impl Session {
     fn reconcile(&mut self, attachment: &AttachInfo, me: u32) -> Option<Outcome> {
         let spec = &attachment.spec;
         let wanted = spec.state == AttachState::Enabled && (spec.pid == -1 || spec.pid as u32 == me);
-        if let Some(hook) = self.hooks.remove(&attachment.id) {
+        if let Some(hooks) = self.hooks.remove(&attachment.id) {
             if wanted {
-                self.hooks.insert(attachment.id, hook);
+                self.hooks.insert(attachment.id, hooks);
                 return Some(Outcome::Hooked);
             }
-            if let Err(e) = hook.detach() {
-                // The probe stays, but it runs nothing: its attachment is no longer enabled here.
-                warn(&format!("attachment {}: cannot remove its hook: {e}", attachment.id));
-            }
+            detach(attachment.id, hooks);
             return None;
         }
         if !wanted {
@@ -123,8 +122,8 @@ impl Session {
             }
         }
         let outcome = match self.hook(attachment, me) {
-            Ok(Some(hook)) => {
-                self.hooks.insert(attachment.id, hook);
+            Ok(Some(hooks)) => {
+                self.hooks.insert(attachment.id, hooks);
                 return Some(Outcome::Hooked);
             }
             Ok(None) => Outcome::NotHere,
@@ -137,18 +136,15 @@ impl Session {
         Some(outcome)
     }
 
-    /// Installs the attachment's hook; Ok(None) if its binary is not mapped in this process.
-    fn hook(&mut self, attachment: &AttachInfo, me: u32) -> Result<Option<Hook>, Outcome> {
+    /// Installs the attachment's hooks; Ok(None) if its binary is not mapped in this process.
+    fn hook(&mut self, attachment: &AttachInfo, me: u32) -> Result<Option<Vec<Hook>>, Outcome> {
         let spec = &attachment.spec;
         let program_name = self.program_name(spec.prog_id);
+        if spec.kind == AttachKind::SyscallTracepoint {
+            return self.hook_syscall(attachment, &program_name).map(Some);
+        }
         let what = format!("attachment {} ({program_name} at {}:{:#x})", attachment.id, spec.target, spec.offset);
         let failed = |why: String| Outcome::Failed(format!("{what}: {why}"));
-        if spec.kind == AttachKind::SyscallTracepoint {
-            return Err(Outcome::Unsupported(format!(
-                "attachment {} ({program_name} on {}): syscall tracepoints are not supported by the uebpf agent",
-                attachment.id, spec.target
-            )));
-        }
         if spec.ref_ctr_offset != 0 {
             return Err(failed("USDT semaphores (a uprobe reference counter) are not supported by the uebpf agent".into()));
         }
@@ -166,15 +162,42 @@ impl Session {
             _ => return Err(failed("the file at that path is no longer the binary that was attached".into())),
         }
         let target = uebpf_hook::resolve(binary, &Location::FileOffset(spec.offset)).map_err(|e| failed(e.to_string()))?;
-        let program = self.program(spec.prog_id).map_err(failed)?;
-        let state = self.region.attachment_state_word(attachment.id).ok_or_else(|| failed("vanished from the attach table".into()))?;
-        // SAFETY: the program's instance holds the region, and the probe is never freed.
-        let data = unsafe { Probe::leak(state, spec.pid, program) }.ok_or_else(|| failed("the program is not JIT-compiled".into()))?;
+        let data = self.probe(attachment).map_err(failed)?.leak();
         let hook = match spec.kind {
             AttachKind::Uprobe => Hook::entry(&target, probe::run, data),
             _ => Hook::ret(&target, probe::run, data),
         };
-        hook.map(Some).map_err(|e| failed(e.to_string()))
+        hook.map(|hook| Some(vec![hook])).map_err(|e| failed(e.to_string()))
+    }
+
+    /// Installs a system call entry tracepoint's hooks at the C library's entry points
+    /// (syscalls.rs): all of them or none.
+    fn hook_syscall(&mut self, attachment: &AttachInfo, program_name: &str) -> Result<Vec<Hook>, Outcome> {
+        let spec = &attachment.spec;
+        let what = format!("attachment {} ({program_name} on {})", attachment.id, spec.target);
+        let point = Point::parse(&spec.target).map_err(|why| Outcome::Unsupported(format!("{what}: {why}")))?;
+        let failed = |why: String| Outcome::Failed(format!("{what}: {why}"));
+        let sites = syscalls::sites(point).map_err(failed)?;
+        let data = SyscallProbe::leak(self.probe(attachment).map_err(failed)?, point, spec.offset);
+        let mut hooks = Vec::new();
+        for (target, handler) in sites {
+            match Hook::entry(&target, handler, data) {
+                Ok(hook) => hooks.push(hook),
+                Err(e) => {
+                    detach(attachment.id, hooks);
+                    return Err(failed(e.to_string()));
+                }
+            }
+        }
+        Ok(hooks)
+    }
+
+    /// The attachment's program, JIT-compiled, as a probe.
+    fn probe(&mut self, attachment: &AttachInfo) -> Result<Probe, String> {
+        let program = self.program(attachment.spec.prog_id)?;
+        let state = self.region.attachment_state_word(attachment.id).ok_or("vanished from the attach table")?;
+        // SAFETY: the program's instance holds the region, and the probe is never freed.
+        unsafe { Probe::new(state, attachment.spec.pid, program) }.ok_or_else(|| "the program is not JIT-compiled".into())
     }
 
     fn program(&mut self, id: u32) -> Result<LoadedProgram, String> {
@@ -190,10 +213,8 @@ impl Session {
 
     /// Removes every hook and frees this process's slot (the region is going away).
     pub(crate) fn end(mut self) {
-        for (id, hook) in self.hooks.drain() {
-            if let Err(e) = hook.detach() {
-                warn(&format!("attachment {id}: cannot remove its hook: {e}"));
-            }
+        for (id, hooks) in self.hooks.drain() {
+            detach(id, hooks);
         }
         self.release_slot();
     }
@@ -205,6 +226,16 @@ impl Session {
             if pid == me {
                 self.region.release_agent_slot(slot, me);
             }
+        }
+    }
+}
+
+/// Removes an attachment's hooks. One that cannot be removed stays, but runs nothing: its
+/// attachment is no longer enabled here.
+fn detach(id: u32, hooks: Vec<Hook>) {
+    for hook in hooks {
+        if let Err(e) = hook.detach() {
+            warn(&format!("attachment {id}: cannot remove its hook: {e}"));
         }
     }
 }

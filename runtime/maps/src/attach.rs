@@ -23,7 +23,8 @@ pub enum AttachKind {
     Uprobe = 1,
     /// Function return (uretprobe): `pt_regs` with the return value in `ax`.
     Uretprobe = 2,
-    /// A syscall tracepoint (`syscalls/sys_enter_*`, `raw_syscalls/sys_enter`...).
+    /// A tracepoint, `category/name`: the server writes syscall ones (`syscalls/sys_enter_*`,
+    /// `raw_syscalls/sys_enter`...), `uebpf attach` any; the agent runs system call entries.
     SyscallTracepoint = 3,
 }
 
@@ -61,6 +62,8 @@ pub struct AttachSpec {
     pub pid: i32,
     /// Canonical absolute binary path (uprobes) or `category/name` (tracepoints).
     pub target: String,
+    /// Uprobes: file offset of the probed instruction. Syscall tracepoints: the event type
+    /// (`common_type`, see `AttachEntry::offset`).
     pub offset: u64,
     pub ref_ctr_offset: u64,
     pub cookie: u64,
@@ -201,4 +204,12 @@ impl Region {
     pub fn wait_attach_change(&self, seen: u32, timeout: Duration) -> u32 {
         futex::wait_for_change(&self.header().attach_generation, seen, timeout)
     }
+}
+
+/// The kernel's id of tracepoint `category/name` (its trace event type, the `common_type` of
+/// its records), if tracefs is readable here (it is root's).
+pub fn kernel_tracepoint_id(name: &str) -> Option<u32> {
+    ["/sys/kernel/tracing/events", "/sys/kernel/debug/tracing/events"]
+        .iter()
+        .find_map(|events| std::fs::read_to_string(format!("{events}/{name}/id")).ok()?.trim().parse().ok())
 }

@@ -155,6 +155,8 @@ pub struct AttachEntry {
     /// The value of `attach_generation` this entry's last change produced.
     pub changed_at: AtomicU32,
     /// Uprobes: byte offset of the probed instruction in the binary file (not a virtual address).
+    /// Syscall tracepoints: the event type for the context's `common_type` (the kernel's
+    /// tracepoint id when the loader could read tracefs, else the id the server gave it).
     pub offset: u64,
     /// Uprobes: offset of a USDT semaphore (reference counter) in the file, 0 if none.
     pub ref_ctr_offset: u64,
@@ -188,7 +190,8 @@ pub struct AgentEntry {
     /// Enabled attachments this process should run but could not (refused hook, program that
     /// does not load, binary not mapped here although the pid filter names this process).
     pub failed: AtomicU32,
-    /// Enabled attachments of a kind the agent does not implement (syscall tracepoints).
+    /// Enabled attachments of a kind the agent does not implement (tracepoints other than
+    /// system call entries).
     pub unsupported: AtomicU32,
     /// The first failure's (else the first unsupported attachment's) message, NUL-padded.
     pub message: [AtomicU8; AGENT_MESSAGE_LEN],

@@ -29,7 +29,7 @@ mod region;
 pub mod ringbuf;
 
 pub use agents::{generation_reached, AgentReport, AgentStatus};
-pub use attach::{AttachInfo, AttachKind, AttachSpec, AttachState};
+pub use attach::{kernel_tracepoint_id, AttachInfo, AttachKind, AttachSpec, AttachState};
 pub use def::{MapDef, MapKind, StorageLayout};
 pub use error::Error;
 pub use map::{Map, ProgramMemory};

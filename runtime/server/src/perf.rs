@@ -15,7 +15,7 @@ use std::ffi::{c_char, c_int, c_long, CStr, CString};
 use std::os::unix::fs::MetadataExt;
 use std::sync::{Mutex, OnceLock};
 
-use uebpf_maps::{AttachKind, AttachSpec, AttachState};
+use uebpf_maps::{kernel_tracepoint_id, AttachKind, AttachSpec, AttachState};
 
 use crate::lifetime::region;
 use crate::objects::{lookup, new_fd, register, Object, ProgObject};
@@ -31,7 +31,8 @@ pub const TRACEPOINT_ID_BASE: u32 = 0x7ebf_0000;
 
 pub enum Probe {
     Uprobe { retprobe: bool, path: String, dev: u64, ino: u64, offset: u64, ref_ctr_offset: u64, pid: i32 },
-    Tracepoint { name: String },
+    /// `id`: the id libbpf was given for `name` (uebpf's own).
+    Tracepoint { name: String, id: u32 },
 }
 
 pub struct PerfEvent {
@@ -99,6 +100,13 @@ fn served_tracepoint(path: &str) -> Option<String> {
     }
 }
 
+/// The event type the agent puts in the context's `common_type`: the kernel's id of the
+/// tracepoint when tracefs is readable (root), else the id libbpf was given (uebpf's own; an
+/// unprivileged loader cannot know the kernel's).
+fn event_type(name: &str, given: u32) -> u32 {
+    kernel_tracepoint_id(name).unwrap_or(given)
+}
+
 /// `fopen` of a tracefs id file of a syscall tracepoint: a stream holding our id.
 pub fn fopen_tracepoint_id(path: *const c_char) -> Option<*mut libc::FILE> {
     // SAFETY: fopen's caller passes a C string.
@@ -129,7 +137,7 @@ pub fn perf_event_open(attr: *const u8, pid: c_int) -> Option<Result<c_long, c_i
         let (_, bit) = uprobe_pmu()?;
         uprobe(config, config1, config2, bit, pid)
     } else if kind == PERF_TYPE_TRACEPOINT {
-        Ok(Probe::Tracepoint { name: tracepoint_name(config)? })
+        Ok(Probe::Tracepoint { name: tracepoint_name(config)?, id: config as u32 })
     } else {
         return None;
     };
@@ -189,7 +197,7 @@ pub fn attach(event: &PerfEvent, prog: &ProgObject, cookie: u64, by_link: bool) 
                 state: AttachState::Disabled,
             }
         }
-        Probe::Tracepoint { name } => {
+        Probe::Tracepoint { name, id } => {
             if prog.prog_type != BPF_PROG_TYPE_TRACEPOINT {
                 return Err(libc::EINVAL);
             }
@@ -198,7 +206,7 @@ pub fn attach(event: &PerfEvent, prog: &ProgObject, cookie: u64, by_link: bool) 
                 prog_id: prog.id,
                 pid: -1,
                 target: name.clone(),
-                offset: 0,
+                offset: u64::from(event_type(name, *id)),
                 ref_ctr_offset: 0,
                 cookie,
                 dev: 0,

@@ -13,6 +13,7 @@ from tracecost.report.figures import CI_NOTE, from_stats, grouped_bars, lines
 from tracecost.report.model import Chart, Section, TableBlock
 
 MECHANISMS = ("ringbuf", "perfbuf")
+CHARTED = (*MECHANISMS, "uebpf")    # uebpf: the ring buffer on uebpf (it has no perf buffer)
 X_TITLE = "producer processes"
 LATENCY_SHADES = {"p50": 0.55, "p90": 0.3, "p99": 0.0}
 
@@ -107,12 +108,18 @@ def _points(table, producer_counts, method, *path) -> list[dict]:
     return points
 
 
+def _charted(table: dict) -> list[str]:
+    """The traced methods with measured runs (older results have no uebpf)."""
+    return [m for m in CHARTED if any(agg["n"] for (_, method), agg in table.items() if method == m)]
+
+
 def _charts(table: dict, producer_counts: list[int]) -> list[Chart]:
     x = [str(n) for n in producer_counts]
+    charted = _charted(table)
     throughput = [from_stats("baseline", _points(table, producer_counts, "baseline", "calls_per_s"))]
-    throughput += [from_stats(m, _points(table, producer_counts, m, "received_per_s")) for m in MECHANISMS]
+    throughput += [from_stats(m, _points(table, producer_counts, m, "received_per_s")) for m in charted]
     latency = [from_stats(m, _points(table, producer_counts, m, "latency_ns", name), scale=1e-3, variant=name,
-                          shade=shade) for m in MECHANISMS for name, shade in LATENCY_SHADES.items()]
+                          shade=shade) for m in charted for name, shade in LATENCY_SHADES.items()]
     return [
         Chart("Throughput vs producers",
               lines("Events received per second", x, throughput, x_title=X_TITLE, y_title="events/s (log)",
@@ -121,7 +128,7 @@ def _charts(table: dict, producer_counts: list[int]) -> list[Chart]:
               f"per second the same producers make untraced (the load offered). {CI_NOTE}"),
         Chart("Drop % vs producers",
               lines("Dropped records (%)", x, [from_stats(m, _points(table, producer_counts, m, "drop_pct"))
-                                               for m in MECHANISMS], x_title=X_TITLE, y_title="dropped (%)"),
+                                               for m in charted], x_title=X_TITLE, y_title="dropped (%)"),
               "Counted, not estimated: ring buffer reserve failures counted by the BPF program; perf buffer "
               f"PERF_RECORD_LOST reports (libbpf's lost callback), equal to the program's failed outputs. {CI_NOTE}"),
         Chart("Latency percentiles",
@@ -132,7 +139,7 @@ def _charts(table: dict, producer_counts: list[int]) -> list[Chart]:
         Chart("Producer slowdown",
               lines("Producer slowdown vs untraced (%)", x,
                     [from_stats(m, _points(table, producer_counts, m, "slowdown_pct"), key="value")
-                     for m in MECHANISMS], x_title=X_TITLE, y_title="wall time per call (% over untraced)"),
+                     for m in charted], x_title=X_TITLE, y_title="wall time per call (% over untraced)"),
               "What the traced application pays: (traced ÷ untraced wall time per getpgid call − 1) × 100, the "
               f"same producers with no program attached as the reference. {CI_NOTE} (delta method)"),
     ]
@@ -178,9 +185,9 @@ def _price_finding(cell: dict | None, producers: int) -> list[str]:
 def findings(config: dict, table: dict, runs: list[dict], failures: list[dict]) -> list[str]:
     counts = config["producers"]
     out = [line for producers in sorted({counts[0], counts[-1]}) for line in _comparison_findings(runs, producers)]
-    for mechanism in MECHANISMS:
+    for mechanism in CHARTED:
         out += _drop_finding(table, runs, counts, mechanism)
-    for mechanism in MECHANISMS:
+    for mechanism in CHARTED:
         out += _price_finding(table.get((counts[0], mechanism)), counts[0])
     sizes = {size for key, agg in table.items() if key[1] in MECHANISMS for size in agg["buffer_bytes"]}
     if len(sizes) > 1:
@@ -233,6 +240,10 @@ def render(suite: dict, environment: dict) -> Section:
              f"the same total, to a libbpf consumer. Wakeup mode '{config['wakeup']}': ring buffer "
              f"{mapping['ringbuf']}; perf buffer {mapping['perfbuf']}. Without a wakeup the consumer drains every "
              f"{config['consumer_poll_ms']} ms. Baseline: the same producers with nothing attached.")
+    if "uebpf" in config["methods"]:
+        intro += (" uebpf: the same consumer and program on uebpf's ring buffer (its server in the consumer, its "
+                  "agent in the producers: the program runs at the producers' call of libc's syscall(), not in the "
+                  "kernel); uebpf has no perf buffer.")
     return Section(suite="transport", title="Transport: BPF ring buffer vs perf buffer", intro=intro,
                    findings=findings(config, table, runs, suite["failures"]), charts=_charts(table, counts),
                    tables=[comparison_table(runs, counts), cells])

@@ -1,7 +1,8 @@
 //! `uebpf attach OBJ --region NAME [--attach PROG:BINARY:SYMBOL]... [--pid PID] [--set G=V]`:
 //! the direct attach path, without a libbpf loader. It loads OBJ into a new region NAME, writes
 //! an attach-table entry for every uprobe/uretprobe program whose section names a target
-//! (`uprobe//usr/lib/libc.so.6:malloc`, as libbpf's auto-attach reads it) and for every
+//! (`uprobe//usr/lib/libc.so.6:malloc`, as libbpf's auto-attach reads it), for every tracepoint
+//! program (`tp/syscalls/sys_enter_getpgid`: the agent runs system call entries) and for every
 //! `--attach` (the program's section says entry or return; SYMBOL may be a `0x` file offset),
 //! prints `READY`, and keeps the region until SIGINT or SIGTERM. Then it prints the region's
 //! maps and drains its ring buffers (as `uebpf dump`) and removes the region. Targets run with
@@ -12,13 +13,14 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use serde_json::{json, Value};
-use uebpf::maps::{AttachKind, AttachSpec, AttachState, ProgramKind, Region};
+use uebpf::maps::{kernel_tracepoint_id, AttachKind, AttachSpec, AttachState, ProgramKind, Region};
 use uebpf::{Instance, ProgramDesc, VMLINUX_BTF};
 use uebpf_hook::{file_offset, Location};
 
 use crate::{deferred_set, dump, open_object, Options};
 
-/// One attachment to write: (program, binary, symbol or offset).
+/// One attachment to write: (program, binary, symbol or offset); a tracepoint program's
+/// `category/name` is its location (no binary).
 struct Wanted {
     program: ProgramDesc,
     binary: String,
@@ -64,6 +66,9 @@ fn wanted(programs: &[ProgramDesc], arguments: &[String], object: &str) -> Resul
             .ok_or_else(|| format!("program `{}`: section `{}` names no BINARY:SYMBOL", program.name, program.section))?;
         wanted.push(Wanted { program: program.clone(), binary: binary.into(), location: location.into() });
     }
+    for program in programs.iter().filter(|p| p.kind == ProgramKind::Tracepoint && !p.attach_target.is_empty()) {
+        wanted.push(Wanted { program: program.clone(), binary: String::new(), location: program.attach_target.clone() });
+    }
     for argument in arguments {
         let malformed = || format!("--attach {argument:?}: want PROGRAM:BINARY:SYMBOL");
         let (name, rest) = argument.split_once(':').ok_or_else(malformed)?;
@@ -84,6 +89,11 @@ fn wanted(programs: &[ProgramDesc], arguments: &[String], object: &str) -> Resul
 
 /// The attach-table entry for `want`: canonical path, device and inode, file offset.
 fn attach_spec(want: &Wanted, prog_id: u32, pid: i32) -> Result<AttachSpec, String> {
+    if want.program.kind == ProgramKind::Tracepoint {
+        let (target, offset) = (want.location.clone(), kernel_tracepoint_id(&want.location).unwrap_or(0).into());
+        let kind = AttachKind::SyscallTracepoint;
+        return Ok(AttachSpec { kind, prog_id, pid, target, offset, ref_ctr_offset: 0, cookie: 0, dev: 0, ino: 0, state: AttachState::Enabled });
+    }
     let binary = std::fs::canonicalize(&want.binary).map_err(|e| format!("{}: {e}", want.binary))?;
     let meta = std::fs::metadata(&binary).map_err(|e| format!("{}: {e}", binary.display()))?;
     let offset = file_offset(&binary, &Location::parse(&want.location)).map_err(|e| e.to_string())?;
