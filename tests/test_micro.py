@@ -148,7 +148,9 @@ def test_uebpf_has_a_speedup_for_every_operation_both_runtimes_ran(micro_run):
     assert {"uprobe", "uretprobe", "uprobe_uretprobe", "read", "hash_update"} <= set(compared)
     for op in compared:   # one run: no CI (see the synthetic test); a cheap op's cost can be noise-negative
         kernel, mine = (cell[(op, runtime)]["per_op_ns"]["value"] for runtime in TRACED)
-        assert cell[(op, "uebpf")]["speedup_vs_kernel"]["value"] == pytest.approx(kernel / mine), op
+        speedup = cell[(op, "uebpf")]["speedup_vs_kernel"]["value"]
+        # Medians are whole nanoseconds: a cost can be exactly 0, which has no ratio.
+        assert speedup == (pytest.approx(kernel / mine) if mine else None), op
 
 
 def test_untargeted_syscall_program_saw_at_least_the_victims_calls(micro_run):
@@ -276,6 +278,17 @@ def test_the_victims_median_comes_from_its_histogram_of_every_timed_call():
     assert result.median_ns == 21 and result.ns_per_call == pytest.approx((40 + 42 + 10_000_000) / 5)
     with pytest.raises(TracecostError, match="timed 4 calls, not its 5 iterations"):
         parse_victim_output(victim_line(5, [[20, 1, 4]]))
+
+
+def test_a_zero_cost_has_no_speedup_and_the_table_says_so():
+    config = MicroConfig(ops=["uprobe"], runtimes=["untraced", "kernel", "uebpf"], iter=10)
+    runs = synthetic_runs({"untraced": {"uprobe": [30, 30]}, "kernel": {"uprobe": [3030, 3030]},
+                           "uebpf": {"uprobe": [30, 30]}})
+    aggregates = MicroSuite().aggregate(runs, config)
+    uebpf = next(a for a in aggregates if a["runtime"] == "uebpf")
+    assert uebpf["per_op_ns"]["value"] == 0 and uebpf["speedup_vs_kernel"]["value"] is None
+    suite = {"config": MicroSuite().config_record(config), "aggregates": aggregates, "runs": runs, "failures": []}
+    assert render(suite, {}).tables[0].rows[0][-1] == "–"
 
 
 def test_speedup_is_computed_when_a_second_runtime_has_data():

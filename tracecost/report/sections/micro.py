@@ -143,9 +143,10 @@ def render(suite: dict, environment: dict) -> Section:
                per_op_cell(kernel, unavailable)]
         for runtime in compared:
             other = _cell(table, op, runtime)
-            speedup = other.get("speedup_vs_kernel")
-            row += [per_op_cell(other, unavailable),
-                    NOT_MEASURED if not other else (f"{fmt.with_ci(speedup, digits=2)}×" if speedup else "–")]
+            speedup = other.get("speedup_vs_kernel") or {}
+            # No ratio when the runtime's cost is exactly zero (whole-nanosecond medians).
+            shown = f"{fmt.with_ci(speedup, digits=2)}×" if speedup.get("value") is not None else "–"
+            row += [per_op_cell(other, unavailable), shown if other else NOT_MEASURED]
         summary_rows.append(row)
 
     detail_columns = ["Operation", "Runtime", "n", "Median call (ns)", "Min", "Max", "SD", "±95% CI", "Mean call (ns)",
