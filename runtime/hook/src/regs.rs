@@ -33,10 +33,37 @@ pub struct PtRegs {
     pub ss: u64,
 }
 
+const NAMES: [&str; 21] = [
+    "r15", "r14", "r13", "r12", "bp", "bx", "r11", "r10", "r9", "r8", "ax", "cx", "dx", "si", "di", "orig_ax", "ip", "cs",
+    "flags", "sp", "ss",
+];
+
 impl PtRegs {
     /// The first six integer arguments (System V), as `PT_REGS_PARM1..6`.
     pub fn args(&self) -> [u64; 6] {
         [self.di, self.si, self.dx, self.cx, self.r8, self.r9]
+    }
+
+    /// A frame whose integer arguments (System V order: di, si, dx, cx, r8, r9) are `args`, as
+    /// PT_REGS_PARM1..6 read them; every other register 0. For running a program on a made-up call.
+    pub fn with_args(args: &[u64]) -> PtRegs {
+        let mut regs = PtRegs::default();
+        for (slot, &value) in [&mut regs.di, &mut regs.si, &mut regs.dx, &mut regs.cx, &mut regs.r8, &mut regs.r9].into_iter().zip(args) {
+            *slot = value;
+        }
+        regs
+    }
+
+    /// Sets a register by its pt_regs field name (`di`, `ax`, ...).
+    pub fn set(&mut self, name: &str, value: u64) -> Result<(), String> {
+        let index = NAMES.iter().position(|n| *n == name).ok_or_else(|| format!("unknown register `{name}` (pt_regs has: {})", NAMES.join(", ")))?;
+        self.as_bytes_mut()[index * 8..index * 8 + 8].copy_from_slice(&value.to_ne_bytes());
+        Ok(())
+    }
+
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: repr(C) struct of 21 u64s, no padding.
+        unsafe { std::slice::from_raw_parts_mut((self as *mut PtRegs).cast::<u8>(), std::mem::size_of::<PtRegs>()) }
     }
 }
 

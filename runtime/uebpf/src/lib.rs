@@ -28,12 +28,13 @@ pub mod nofault;
 mod object;
 mod printk;
 mod probe;
-mod regs;
 
 pub use error::Error;
 pub use helpers::write_stderr;
 pub use instance::{Engine, Instance, LoadedProgram};
 pub use load::{check_btf, check_program, Target, VMLINUX_BTF};
 pub use object::{parse_section, MapDesc, Object, ProgramDesc};
-pub use regs::PtRegs;
+/// The context of uprobe and uretprobe programs: the kernel's x86-64 `struct pt_regs`, field for
+/// field (the hook engine builds it; the same type serves programs run on a made-up call).
+pub use uebpf_hook::PtRegs;
 pub use uebpf_maps as maps;
