@@ -142,14 +142,14 @@ class UebpfMechanism(Mechanism):
     def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
         self.consumer = paths.artifact("bin/transport")
         paths.artifact("bin/syscall_load")
-        self.server, self.agent = uebpf.require_runtime()
+        self.libraries = uebpf.require_runtime()
         self.uebpf_command = paths.artifact("bin/uebpf")
 
     def unavailable(self) -> str | None:
         return NO_PERF_BUFFER if self.buffer == "perfbuf" else None
 
     def environments(self) -> uebpf.RunEnvironments:
-        return uebpf.run_environments(self.server, self.agent)
+        return self.libraries.run_environments()
 
     def applied(self, loader_env: dict[str, str], tgids: list[int]) -> None:
         for tgid in tgids:

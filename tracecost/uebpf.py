@@ -25,47 +25,31 @@ KERNEL: RunEnvironments = ({}, {}, lambda: None)     # the kernel's path preload
 
 
 @dataclass(frozen=True)
-class Pair:
-    """The environments of one loader/target pair and the region they share."""
+class Libraries:
+    """uebpf's server library (preloaded into a loader) and agent library (into its target)."""
 
-    region: str
     server: Path
     agent: Path
 
-    @property
-    def loader_env(self) -> dict[str, str]:
-        return {"UEBPF_REGION": self.region, "LD_PRELOAD": str(self.server)}
+    def run_environments(self) -> RunEnvironments:
+        """The environments of one run on uebpf, in a region no other run (of this or any
+        process) uses. The server removes the region when its loader exits; a file left over is
+        a failure (and is removed, so that nothing stays behind)."""
+        region = f"tracecost-{os.getpid()}-{next(_runs)}"
+        region_file = SHM / f"uebpf-{region}"
 
-    @property
-    def target_env(self) -> dict[str, str]:
-        return {"UEBPF_REGION": self.region, "LD_PRELOAD": str(self.agent)}
+        def require_region_removed() -> None:
+            if region_file.exists():
+                region_file.unlink(missing_ok=True)
+                raise TracecostError(f"the uebpf loader exited but left its region {region_file} behind")
 
-    @property
-    def region_file(self) -> Path:
-        return SHM / f"uebpf-{self.region}"
-
-    def require_region_removed(self) -> None:
-        """The server removes the region when its loader exits; a file left over is a failure (and
-        is removed, so that nothing stays behind)."""
-        if self.region_file.exists():
-            self.region_file.unlink(missing_ok=True)
-            raise TracecostError(f"the uebpf loader exited but left its region {self.region_file} behind")
+        return ({"UEBPF_REGION": region, "LD_PRELOAD": str(self.server)},
+                {"UEBPF_REGION": region, "LD_PRELOAD": str(self.agent)}, require_region_removed)
 
 
-def require_runtime() -> tuple[Path, Path]:
+def require_runtime() -> Libraries:
     """The server and agent libraries, or a clear error naming the one not built."""
-    return paths.artifact("lib/libuebpf_server.so"), paths.artifact("lib/libuebpf_agent.so")
-
-
-def new_pair(server: Path, agent: Path) -> Pair:
-    """A region name no other run (of this or any process) uses."""
-    return Pair(region=f"tracecost-{os.getpid()}-{next(_runs)}", server=server, agent=agent)
-
-
-def run_environments(server: Path, agent: Path) -> RunEnvironments:
-    """The environments of one run on uebpf, in a region of its own."""
-    pair = new_pair(server, agent)
-    return pair.loader_env, pair.target_env, pair.require_region_removed
+    return Libraries(paths.artifact("lib/libuebpf_server.so"), paths.artifact("lib/libuebpf_agent.so"))
 
 
 WAIT_APPLIED_TIMEOUT_S = 30

@@ -149,7 +149,7 @@ class Uebpf(Kernel):
 
     def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
         self.loader = paths.artifact("bin/micro")
-        self.server, self.agent = uebpf.require_runtime()
+        self.libraries = uebpf.require_runtime()
         self.uebpf_command = paths.artifact("bin/uebpf")
 
     def unavailable(self, op: Op) -> str | None:
@@ -160,7 +160,7 @@ class Uebpf(Kernel):
             uebpf.wait_applied(self.uebpf_command, loader_env, victim_pid)
 
     def environments(self) -> uebpf.RunEnvironments:
-        return uebpf.run_environments(self.server, self.agent)
+        return self.libraries.run_environments()
 
 
 def result_name(code: str) -> str:

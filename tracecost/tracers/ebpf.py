@@ -131,7 +131,7 @@ class Uebpf(Functrace):
 
     def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
         super().open(stack, workspace, say)
-        self.server, self.agent = uebpf.require_runtime()
+        self.libraries = uebpf.require_runtime()
 
     def environments(self) -> uebpf.RunEnvironments:
-        return uebpf.run_environments(self.server, self.agent)
+        return self.libraries.run_environments()
