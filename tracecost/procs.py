@@ -161,29 +161,31 @@ class Child:
         self.wait(timeout_s=10)
 
     def wait(self, timeout_s: float | None = None) -> Usage:
-        """Reap the child with os.wait4 (so its rusage is its own); SIGKILL it after timeout_s."""
+        """Reap the child with os.wait4 (so its rusage is its own); SIGKILL it after timeout_s.
+
+        The deadline is a pidfd poll, not a timer thread: a Ctrl-C that lands while a
+        thread is starting would leave it alive, and interpreter exit would wait for it."""
         if self.usage is not None:
             return self.usage
-        timer = None
-        expired = threading.Event()
-        if timeout_s is not None:
-            def expire():
-                expired.set()
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.pid, signal.SIGKILL)
-            timer = threading.Timer(timeout_s, expire)
-            timer.start()
-        try:
-            _, status, rusage = os.wait4(self.pid, 0)
-        finally:
-            if timer:
-                timer.cancel()
+        timed_out = timeout_s is not None and not self._exits_within(timeout_s)
+        if timed_out:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+        _, status, rusage = os.wait4(self.pid, 0)
         wall = time.monotonic() - self.started
         self.popen.returncode = _exit_code(status)  # keep Popen from reaping a second time
         self._stderr.close()
         self.usage = Usage(exit_code=_exit_code(status), wall_s=wall, user_s=rusage.ru_utime,
-                           sys_s=rusage.ru_stime, timed_out=expired.is_set())
+                           sys_s=rusage.ru_stime, timed_out=timed_out)
         return self.usage
+
+    def _exits_within(self, timeout_s: float) -> bool:
+        pidfd = os.pidfd_open(self.pid)
+        try:
+            readable, _, _ = select.select([pidfd], [], [], max(timeout_s, 0))
+            return bool(readable)
+        finally:
+            os.close(pidfd)
 
     def stop(self, sig: int = signal.SIGINT, timeout_s: float = 60) -> Usage:
         """Ask the child to finish (by its PID), wait for it, kill it if it will not."""

@@ -1,0 +1,28 @@
+"""Children tracecost starts: a deadline kills a child that will not finish, and waiting leaves no thread behind."""
+
+import signal
+import threading
+
+from tracecost.procs import Child, started
+
+
+def test_a_child_past_its_deadline_is_killed_and_marked_timed_out(tmp_path):
+    with started(lambda: Child(["sleep", "30"], stderr_path=tmp_path / "sleep.err")) as child:
+        usage = child.wait(timeout_s=0.2)
+    assert usage.timed_out and usage.exit_code == -signal.SIGKILL
+    assert usage.wall_s < 10
+
+
+def test_a_child_that_finishes_in_time_keeps_its_exit_status(tmp_path):
+    with started(lambda: Child(["sh", "-c", "exit 3"], stderr_path=tmp_path / "sh.err")) as child:
+        usage = child.wait(timeout_s=30)
+    assert not usage.timed_out and usage.exit_code == 3
+
+
+def test_waiting_with_a_deadline_starts_no_thread(tmp_path, monkeypatch):
+    # A thread alive at Ctrl-C would hold up interpreter exit until its deadline.
+    def no_threads(_thread):
+        raise AssertionError("Child.wait started a thread")
+    with started(lambda: Child(["sleep", "0.3"], stderr_path=tmp_path / "sleep.err")) as child:
+        monkeypatch.setattr(threading.Thread, "start", no_threads)
+        assert child.wait(timeout_s=60).exit_code == 0
