@@ -72,9 +72,12 @@ def test_unknown_scenario_is_a_usage_error(tmp_path):
     assert not (tmp_path / "results.json").exists()
 
 
-def test_unknown_method_is_a_usage_error(tmp_path):
-    result = run_tracecost("duration", "--methods", "baseline,dtrace", "--out", str(tmp_path))
-    assert result.returncode == 2 and "dtrace" in result.stderr
+@pytest.mark.parametrize("methods,message", [("baseline,dtrace", "unknown method 'dtrace'"),
+                                             ("lttng,ebpf", "baseline is needed")])
+def test_unknown_or_baseline_less_methods_are_a_usage_error(tmp_path, methods, message):
+    result = run_tracecost("duration", "--methods", methods, "--out", str(tmp_path))
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not tmp_path.joinpath("results.json").exists()
 
 
 @pytest.mark.parametrize("script,reason", [

@@ -83,6 +83,18 @@ def test_sampled_wakeups_account_for_every_call(tmp_path):
         assert run["received"] + run["dropped"] == run["produced"] == run["calls"] > 0, run
 
 
+def test_methods_chooses_what_runs_and_the_report_compares_only_what_ran(tmp_path):
+    with regions_removed(UEBPF_REGIONS):
+        result = run_tracecost("transport", "--producers", "1", "--duration", "0.3", "--runs", "1",
+                               "--methods", "baseline,uebpf", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    suite = results.load(tmp_path)["suites"]["transport"]
+    assert suite["config"]["methods"] == ["baseline", "uebpf"]
+    assert {r["mechanism"] for r in suite["runs"]} == {agg["method"] for agg in suite["aggregates"]} == {"baseline", "uebpf"}
+    report = (tmp_path / "report.html").read_text()
+    assert "Every producer count and method" in report and "Ring buffer vs perf buffer" not in report
+
+
 def test_baseline_runs_have_no_tracer(short_run):
     suite = results.load(short_run[1])["suites"]["transport"]
     baseline = [r for r in suite["runs"] if r["mechanism"] == "baseline"]
@@ -148,6 +160,8 @@ def test_baseline_refuses_to_run_while_a_program_is_attached(tmp_path):
     (["--wakeup", "sampled:0"], "unknown wakeup mode 'sampled:0'"),
     (["--buffer-bytes", "100000"], "100000 is not a power of two"),
     (["--payload", "8"], "8 is not in the range"),
+    (["--methods", "baseline,bogus"], "unknown method 'bogus'"),
+    (["--methods", "ringbuf,perfbuf"], "baseline is needed"),
 ])
 def test_bad_input_is_a_one_line_usage_error(tmp_path, args, message):
     result = run_tracecost("transport", *args, "--out", str(tmp_path / "out"), timeout=60)

@@ -62,6 +62,15 @@ def comma_list(kind):
     return parse
 
 
+def methods_with_baseline(methods: list[str], known: tuple[str, ...]) -> list[str]:
+    """--methods of a suite that measures against its untraced baseline: known names, baseline among them."""
+    unknown = [name for name in methods if name not in known]
+    if unknown or "baseline" not in methods:
+        problem = f"unknown method {unknown[0]!r}" if unknown else "baseline is needed (the untraced reference)"
+        raise click.BadParameter(f"{problem} (methods: {', '.join(known)})", param_hint="'--methods'")
+    return list(dict.fromkeys(methods))
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tracecost")
 def cli() -> None:
@@ -137,11 +146,9 @@ def duration(list_scenarios, scenarios, runs, methods, out_dir, seed, quick, wak
             duration_suite.scenario_by_index(index)
         except TracecostError as error:
             raise click.BadParameter(str(error), param_hint="'-s' / '--scenarios'") from error
-    for name in methods:
-        if name != "baseline" and name not in tracers.TRACERS:
-            raise click.BadParameter(f"unknown method {name!r}", param_hint="'--methods'")
     config = duration_suite.DurationConfig(
-        scenarios=scenarios or [s.index for s in duration_suite.SCENARIOS], methods=methods, runs=runs,
+        scenarios=scenarios or [s.index for s in duration_suite.SCENARIOS],
+        methods=methods_with_baseline(methods, duration_suite.METHODS), runs=runs,
         seed=seed if seed is not None else random.SystemRandom().randrange(2**31),
         call_divisor=duration_suite.QUICK_DIVISOR if quick else 1, wakeup=wakeup)
     sys.exit(execute([(SUITES["duration"], config)], out_dir or default_out_dir("duration"), out, err, say))
@@ -262,13 +269,17 @@ def producer_counts(ctx, param, value: str) -> list[int]:
 @click.option("--payload", "payload_bytes", default=transport_suite.DEFAULT_PAYLOAD_BYTES, show_default=True,
               type=click.IntRange(transport.EVENT_HEADER_BYTES, transport.MAX_PAYLOAD_BYTES),
               help="Record bytes: the 40-byte event, padded with zeros.")
+@click.option("--methods", default=",".join(transport_suite.METHODS), show_default=True,
+              callback=comma_list(str), help="Comma-separated methods (baseline, the reference, is always needed).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
 @click.option("--seed", type=int, help="Seed of the run order (default: random, recorded).")
-def transport_command(producers, duration_s, runs, buffer_bytes, wakeup, payload_bytes, out_dir, seed) -> None:
+def transport_command(producers, duration_s, runs, buffer_bytes, wakeup, payload_bytes, methods, out_dir,
+                      seed) -> None:
     """BPF ring buffer vs perf buffer under a getpgid load from N producers."""
     config = transport_suite.TransportConfig(
         producers=producers, duration_s=duration_s, runs=runs, buffer_bytes=buffer_bytes, wakeup=wakeup,
-        payload_bytes=payload_bytes, seed=seed if seed is not None else random.SystemRandom().randrange(2**31))
+        payload_bytes=payload_bytes, methods=methods_with_baseline(methods, transport_suite.METHODS),
+        seed=seed if seed is not None else random.SystemRandom().randrange(2**31))
     sys.exit(execute([(SUITES["transport"], config)], out_dir or default_out_dir("transport"), out, err, say))
 
 

@@ -83,8 +83,6 @@ class DurationSuite(Suite):
         return groups
 
     def methods(self, config: DurationConfig) -> list[Method]:
-        if "baseline" not in config.methods:
-            raise TracecostError("the duration study needs the baseline method: overheads are relative to it")
         return [make_method(name, wakeup=config.wakeup) for name in config.methods]
 
     def measure(self, group: Group, method: Method, workdir: Path, config: DurationConfig) -> dict:

@@ -42,6 +42,7 @@ class TransportConfig:
     buffer_bytes: int = DEFAULT_BUFFER_BYTES
     wakeup: str = "default"
     payload_bytes: int = DEFAULT_PAYLOAD_BYTES
+    methods: list[str] = field(default_factory=lambda: list(METHODS))
     seed: int = 0
 
     def settings(self) -> Settings:
@@ -56,7 +57,7 @@ class TransportSuite(Suite):
         return [Group(key={"producers": n}, label=f"{n} producer{'s' if n > 1 else ''}") for n in config.producers]
 
     def methods(self, config: TransportConfig) -> list[Baseline | Mechanism]:
-        return [make_method(name) for name in METHODS]
+        return [make_method(name) for name in config.methods]
 
     def method_key(self, method: Baseline | Mechanism) -> dict:
         return {"mechanism": method.name}
@@ -72,7 +73,7 @@ class TransportSuite(Suite):
         for producers in config.producers:
             cell = [r for r in runs if r["producers"] == producers]
             baseline = [r for r in cell if r["method"] == "baseline"]
-            for method in METHODS:
+            for method in config.methods:
                 aggregates.append(_aggregate(producers, method, [r for r in cell if r["method"] == method], baseline))
         return aggregates
 
@@ -101,7 +102,7 @@ class TransportSuite(Suite):
 
     def config_record(self, config: TransportConfig) -> dict:
         mode = config.wakeup.split(":")[0]
-        return {"producers": config.producers, "methods": list(METHODS), "duration_s": config.duration_s,
+        return {"producers": config.producers, "methods": config.methods, "duration_s": config.duration_s,
                 "runs": config.runs, "seed": config.seed, "buffer_bytes": config.buffer_bytes,
                 "wakeup": config.wakeup, "wakeup_mapping": WAKEUP_MAPPING[mode], "payload_bytes": config.payload_bytes,
                 "event_header_bytes": EVENT_HEADER_BYTES, "syscall": "getpgid", "tracepoint": f"syscalls/{TRACEPOINT}",

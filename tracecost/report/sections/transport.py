@@ -246,4 +246,5 @@ def render(suite: dict, environment: dict) -> Section:
                   "kernel); uebpf has no perf buffer.")
     return Section(suite="transport", title="Transport: BPF ring buffer vs perf buffer", intro=intro,
                    findings=findings(config, table, runs, suite["failures"]), charts=_charts(table, counts),
-                   tables=[comparison_table(runs, counts), cells])
+                   tables=[*([comparison_table(runs, counts)] if set(MECHANISMS) <= set(config["methods"]) else []),
+                           cells])
