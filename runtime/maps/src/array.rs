@@ -28,6 +28,7 @@ impl ArrayView {
     ///
     /// # Safety
     /// `key` must be readable for 4 bytes.
+    #[inline]
     pub unsafe fn lookup(&self, key: *const u8) -> *mut u8 {
         let index = Self::index(key);
         if index >= self.max_entries {

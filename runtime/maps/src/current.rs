@@ -89,6 +89,7 @@ fn parse_cpu_list_max(list: &str) -> Option<u32> {
 /// The CPU the calling thread runs on (sched_getcpu, served by rseq/vDSO without a system call),
 /// folded into `[0, slots)`. The thread may migrate right after: per-CPU values in userspace are
 /// per-CPU at the moment of the lookup, not exclusive as in the kernel (which disables preemption).
+#[inline]
 pub fn cpu(slots: u32) -> u32 {
     // SAFETY: sched_getcpu has no preconditions.
     let cpu = unsafe { libc::sched_getcpu() }.max(0) as u32;

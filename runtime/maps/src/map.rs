@@ -155,6 +155,7 @@ impl Map {
     ///
     /// # Safety
     /// `key` readable for key_size bytes.
+    #[inline]
     pub unsafe fn lookup_ptr(&self, key: *const u8) -> *mut u8 {
         match &self.storage {
             Storage::Array(a) => a.lookup(key),
