@@ -71,9 +71,15 @@ impl RingBuf {
             if base == libc::MAP_FAILED {
                 return Err(fail("reserve"));
             }
+            // MAP_POPULATE: the page-table entries (and, in the first process, the pages) are made
+            // here, once, not by a producer's first write to each page during a traced call (a
+            // profile of the micro suite put ~3 % of a call on those faults; a transport producer
+            // with a 1 MiB ring took 264 minor faults in a 3 s run before, 7 after). The kernel's
+            // ring is allocated whole at map creation too.
             for half in 0..2 {
                 let at = (base as *mut u8).add(half * size as usize);
-                let mapped = libc::mmap(at.cast(), size as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_FIXED, shared.raw_fd(), data as libc::off_t);
+                let flags = libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_POPULATE;
+                let mapped = libc::mmap(at.cast(), size as usize, libc::PROT_READ | libc::PROT_WRITE, flags, shared.raw_fd(), data as libc::off_t);
                 if mapped == libc::MAP_FAILED {
                     libc::munmap(base, len);
                     return Err(fail("map"));
