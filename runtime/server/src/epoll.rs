@@ -154,3 +154,117 @@ pub fn wait(member: &RingMember, events: *mut libc::epoll_event, max: c_int, tim
         ring.sleep_until_woken(seen, slice)?;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::objects::{new_fd, register, MapObject};
+    use std::sync::atomic::AtomicBool;
+    use uebpf_maps::{MapDef, Region, RegionSpec};
+
+    fn ring_object() -> (c_int, Arc<uebpf_maps::Map>) {
+        let region = Region::create_anonymous(RegionSpec::with_arena(1 << 20)).unwrap();
+        let def = MapDef { map_type: uebpf_maps::def::BPF_MAP_TYPE_RINGBUF, max_entries: 4096, ..Default::default() };
+        let map = Arc::new(region.map(region.create_map("ring", &def, None).unwrap()).unwrap());
+        let object = MapObject { id: 1, map: Arc::clone(&map), frozen: AtomicBool::new(false), bridge: None };
+        (register(new_fd().unwrap(), Object::Map(object)), map)
+    }
+
+    fn interest(events: c_int, data: u64) -> Option<libc::epoll_event> {
+        Some(libc::epoll_event { events: events as u32, u64: data })
+    }
+
+    fn poll(member: &RingMember, timeout: c_int) -> Result<(c_int, u64), c_int> {
+        let mut event = libc::epoll_event { events: 0, u64: 0 };
+        wait(member, &mut event, 1, timeout).map(|n| (n, if n > 0 { event.u64 } else { 0 }))
+    }
+
+    #[test]
+    fn only_an_instance_of_exactly_one_plain_ring_waits_on_the_futex() {
+        let (ring, _map) = ring_object();
+        let (other, epfd) = (new_fd().unwrap(), 1_000_001);
+        assert!(single_ring(epfd).is_none(), "not created here: not followed");
+        created(epfd);
+        controlled(epfd, libc::EPOLL_CTL_ADD, ring, interest(libc::EPOLLIN, 7));
+        assert_eq!(single_ring(epfd).map(|m| m.data), Some(7));
+        controlled(epfd, libc::EPOLL_CTL_ADD, other, interest(libc::EPOLLIN, 8));
+        assert!(single_ring(epfd).is_none(), "mixed with another descriptor");
+        controlled(epfd, libc::EPOLL_CTL_DEL, other, None);
+        assert!(single_ring(epfd).is_some(), "the other one left");
+        controlled(epfd, libc::EPOLL_CTL_MOD, ring, interest(libc::EPOLLIN | libc::EPOLLET, 7));
+        assert!(single_ring(epfd).is_none(), "edge-triggered: the kernel's epoll decides");
+        controlled(epfd, libc::EPOLL_CTL_MOD, ring, interest(libc::EPOLLIN, 9));
+        assert_eq!(single_ring(epfd).map(|m| m.data), Some(9));
+        closed(ring);
+        assert!(single_ring(epfd).is_none(), "a closed ring leaves");
+        closed(epfd);
+        controlled(epfd, libc::EPOLL_CTL_ADD, other, interest(libc::EPOLLIN, 8));
+        assert!(single_ring(epfd).is_none(), "a closed instance is forgotten");
+    }
+
+    #[test]
+    fn the_wait_reports_a_readable_record_sleeps_on_a_busy_one_and_wakes_on_its_submit() {
+        let (fd, map) = ring_object();
+        let epfd = 1_000_002;
+        created(epfd);
+        controlled(epfd, libc::EPOLL_CTL_ADD, fd, interest(libc::EPOLLIN, 42));
+        let member = single_ring(epfd).unwrap();
+        let ring = map.ringbuf().unwrap();
+        assert_eq!(poll(&member, 0), Ok((0, 0)), "empty");
+        let started = Instant::now();
+        assert_eq!(poll(&member, 30), Ok((0, 0)));
+        assert!(started.elapsed() >= Duration::from_millis(30), "slept out its timeout");
+        let record = ring.reserve(8);
+        assert_eq!(poll(&member, 0), Ok((0, 0)), "a record being written is not readable yet");
+        let seen = ring.wakeup_seq();
+        let submitter = std::thread::spawn({
+            let map = Arc::clone(&map);
+            let record = record as usize;
+            move || {
+                std::thread::sleep(Duration::from_millis(50));
+                map.ringbuf().unwrap().commit(record as *mut u8, 0, false);
+            }
+        });
+        assert_eq!(poll(&member, -1), Ok((1, 42)), "the submit woke the sleeping consumer");
+        submitter.join().unwrap();
+        assert_eq!(ring.wakeup_seq(), seen + 1, "one wakeup, by the producer");
+        assert_eq!(ring.consume(|_| {}), 1);
+        // SAFETY: 8 readable bytes.
+        unsafe { ring.output(b"record!!".as_ptr(), 8, 0) }.unwrap();
+        assert_eq!(ring.wakeup_seq(), seen + 1, "nobody waiting: no wakeup");
+        assert_eq!(poll(&member, -1), Ok((1, 42)), "ready: no wait");
+        closed(epfd);
+        closed(fd);
+    }
+
+    extern "C" fn ignore(_: c_int) {}
+
+    #[test]
+    fn a_signal_handler_ends_the_wait_with_eintr_even_under_sa_restart() {
+        let (fd, _map) = ring_object();
+        let epfd = 1_000_003;
+        created(epfd);
+        controlled(epfd, libc::EPOLL_CTL_ADD, fd, interest(libc::EPOLLIN, 1));
+        let member = single_ring(epfd).unwrap();
+        // SAFETY: a handler that does nothing, for SIGUSR2 of this test process.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = ignore as extern "C" fn(c_int) as usize;
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigaction(libc::SIGUSR2, &action, std::ptr::null_mut());
+        }
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            // SAFETY: pthread_self has no preconditions.
+            sender.send(unsafe { libc::pthread_self() } as usize).unwrap();
+            poll(&member, -1)
+        });
+        let thread = receiver.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        // SAFETY: the waiter thread is alive until it returns, which needs this signal.
+        unsafe { libc::pthread_kill(thread as libc::pthread_t, libc::SIGUSR2) };
+        assert_eq!(waiter.join().unwrap(), Err(libc::EINTR));
+        closed(epfd);
+        closed(fd);
+    }
+}
