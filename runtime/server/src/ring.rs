@@ -26,11 +26,16 @@
 //! registered, as the kernel wakes only a non-empty wait queue: a consumer that is busy or polls
 //! costs the traced process no system call per record.
 //!
-//! Measured (transport suite, 1 MiB ring, 1 to 8 getpgid producers on 2 cores): through the
-//! bridge a wakeup took the producer's FUTEX_WAKE, a switch to the thread, its eventfd
-//! read/write, a switch to the consumer and its eventfd read/write before the next wait; the
-//! consumer spent most of its CPU in those system calls (perf: eventfd, epoll, futex) and kept
-//! up with neither two producers nor a busy record (see `RingBuf::has_record`).
+//! Measured (transport suite, 1 MiB ring, getpgid producers, 2 shared and noisy cores, medians
+//! of 6 interleaved runs): through the bridge a wakeup took the producer's FUTEX_WAKE, a switch
+//! to the thread, its eventfd read/write, a switch to the consumer, and the consumer's eventfd
+//! read/write before its next wait; perf put most of the consumer's CPU in eventfd, epoll and
+//! futex code, and with 4 producers nine of ten epoll_wait returns read nothing (a BUSY head
+//! record, see `RingBuf::has_record`). Drops with 2/4/8 producers went from 6.7/44/71 % to
+//! 0.2/21/61 %, the consumer's CPU from 50/32/18 % to 36/14/6 %. What is left with more
+//! producers than cores is a producer preempted between reserve and submit: the consumer
+//! sleeps behind its record until it runs again, where the kernel's producer cannot be
+//! preempted there.
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
