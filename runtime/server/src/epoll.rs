@@ -174,6 +174,14 @@ mod tests {
         Some(libc::epoll_event { events: events as u32, u64: data })
     }
 
+    /// A followed instance `epfd` whose only member is a new ring (data 42).
+    fn one_ring_instance(epfd: c_int) -> (c_int, Arc<uebpf_maps::Map>, RingMember) {
+        let (fd, map) = ring_object();
+        created(epfd);
+        controlled(epfd, libc::EPOLL_CTL_ADD, fd, interest(libc::EPOLLIN, 42));
+        (fd, map, single_ring(epfd).unwrap())
+    }
+
     fn poll(member: &RingMember, timeout: c_int) -> Result<(c_int, u64), c_int> {
         let mut event = libc::epoll_event { events: 0, u64: 0 };
         wait(member, &mut event, 1, timeout).map(|n| (n, if n > 0 { event.u64 } else { 0 }))
@@ -204,11 +212,8 @@ mod tests {
 
     #[test]
     fn the_wait_reports_a_readable_record_sleeps_on_a_busy_one_and_wakes_on_its_submit() {
-        let (fd, map) = ring_object();
         let epfd = 1_000_002;
-        created(epfd);
-        controlled(epfd, libc::EPOLL_CTL_ADD, fd, interest(libc::EPOLLIN, 42));
-        let member = single_ring(epfd).unwrap();
+        let (fd, map, member) = one_ring_instance(epfd);
         let ring = map.ringbuf().unwrap();
         assert_eq!(poll(&member, 0), Ok((0, 0)), "empty");
         let started = Instant::now();
@@ -241,11 +246,8 @@ mod tests {
 
     #[test]
     fn a_signal_handler_ends_the_wait_with_eintr_even_under_sa_restart() {
-        let (fd, _map) = ring_object();
         let epfd = 1_000_003;
-        created(epfd);
-        controlled(epfd, libc::EPOLL_CTL_ADD, fd, interest(libc::EPOLLIN, 1));
-        let member = single_ring(epfd).unwrap();
+        let (fd, _map, member) = one_ring_instance(epfd);
         // SAFETY: a handler that does nothing, for SIGUSR2 of this test process.
         unsafe {
             let mut action: libc::sigaction = std::mem::zeroed();
