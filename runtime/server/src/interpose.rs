@@ -10,7 +10,7 @@ use std::ffi::{c_char, c_int, c_long, c_ulong, c_void};
 use std::panic::AssertUnwindSafe;
 
 use crate::objects::{lookup, unregister, Object};
-use crate::{bpf, perf, real, ring};
+use crate::{bpf, epoll, perf, real, ring};
 
 /// Runs a handler; a panic (a bug) becomes EIO with a message instead of aborting the loader.
 fn guarded<T>(handler: impl FnOnce() -> Result<T, c_int>) -> Result<T, c_int> {
@@ -84,6 +84,7 @@ pub extern "C" fn mmap64(addr: *mut c_void, len: usize, prot: c_int, flags: c_in
 #[no_mangle]
 pub extern "C" fn close(fd: c_int) -> c_int {
     let object = unregister(fd);
+    epoll::closed(fd);
     let result = real::close(fd);
     if let Some(object) = object {
         let _ = guarded(|| {
@@ -103,10 +104,44 @@ pub extern "C" fn close(fd: c_int) -> c_int {
     result
 }
 
-/// `epoll_wait`: a consumer that may sleep registers with every ring as waiting (producers wake
-/// only waiting consumers), then every ring's readiness is brought up to date (see `ring`).
+/// `epoll_create`, `epoll_create1`: instances are followed (see `epoll`).
+#[no_mangle]
+pub extern "C" fn epoll_create(size: c_int) -> c_int {
+    followed(real::epoll_create(size))
+}
+
+#[no_mangle]
+pub extern "C" fn epoll_create1(flags: c_int) -> c_int {
+    followed(real::epoll_create1(flags))
+}
+
+fn followed(epfd: c_int) -> c_int {
+    if epfd >= 0 {
+        let _ = guarded(|| Ok(epoll::created(epfd)));
+    }
+    epfd
+}
+
+/// `epoll_ctl`: the kernel's call, then the followed instance's members.
+#[no_mangle]
+pub extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut libc::epoll_event) -> c_int {
+    let result = real::epoll_ctl(epfd, op, fd, event);
+    if result == 0 {
+        // SAFETY: the kernel has just read it (ADD, MOD); DEL may pass null.
+        let event = (!event.is_null()).then(|| unsafe { event.read() });
+        let _ = guarded(|| Ok(epoll::controlled(epfd, op, fd, event)));
+    }
+    result
+}
+
+/// `epoll_wait`: an instance of one ring waits on the ring's futex (`epoll`). Otherwise a
+/// consumer that may sleep registers with every ring as waiting (producers wake only waiting
+/// consumers), then every ring's readiness is brought up to date and the kernel waits (`ring`).
 #[no_mangle]
 pub extern "C" fn epoll_wait(epfd: c_int, events: *mut libc::epoll_event, max: c_int, timeout: c_int) -> c_int {
+    if let Some(member) = epoll::single_ring(epfd) {
+        return finish(guarded(|| epoll::wait(&member, events, max, timeout)));
+    }
     let rings = crate::objects::rings();
     let bridges: Vec<_> = rings.iter().filter_map(|object| match &**object {
         Object::Map(map) => map.bridge.as_ref(),

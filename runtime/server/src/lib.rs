@@ -13,6 +13,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod bpf;
+mod epoll;
 // Not in unit tests: the test binary would interpose its own C library calls.
 #[cfg(not(test))]
 mod interpose;

@@ -66,5 +66,8 @@ macro_rules! real {
 real!(ioctl, c"ioctl", fn(fd: c_int, request: libc::c_ulong, arg: c_long) -> c_int);
 real!(mmap, c"mmap", fn(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, offset: libc::off_t) -> *mut c_void);
 real!(close, c"close", fn(fd: c_int) -> c_int);
+real!(epoll_create, c"epoll_create", fn(size: c_int) -> c_int);
+real!(epoll_create1, c"epoll_create1", fn(flags: c_int) -> c_int);
+real!(epoll_ctl, c"epoll_ctl", fn(epfd: c_int, op: c_int, fd: c_int, event: *mut libc::epoll_event) -> c_int);
 real!(epoll_wait, c"epoll_wait", fn(epfd: c_int, events: *mut libc::epoll_event, max: c_int, timeout: c_int) -> c_int);
 real!(fopen, c"fopen", fn(path: *const c_char, mode: *const c_char) -> *mut libc::FILE);
