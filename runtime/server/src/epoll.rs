@@ -136,6 +136,9 @@ pub fn wait(member: &RingMember, events: *mut libc::epoll_event, max: c_int, tim
     if found > 0 || timeout == 0 {
         return Ok(found);
     }
+    if spin_for_record(report) {
+        return Ok(1);
+    }
     let deadline = (timeout > 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
     let _waiting = ring.waiting();
     loop {
@@ -152,6 +155,29 @@ pub fn wait(member: &RingMember, events: *mut libc::epoll_event, max: c_int, tim
             },
         };
         ring.sleep_until_woken(seen, slice)?;
+    }
+}
+
+/// How long a consumer that has caught up looks for the next record before it registers as
+/// waiting. A producer wakes only a registered consumer, and on uebpf that wakeup is a FUTEX_WAKE
+/// system call in the traced program (the kernel's is an irq_work, far cheaper): with records a
+/// microsecond or two apart, a consumer that slept at once made one wakeup per few records.
+const SPIN: Duration = Duration::from_micros(SPIN_MICROS);
+const SPIN_MICROS: u64 = 5;
+
+/// Spins up to SPIN for `report` to find a record; true if it did.
+fn spin_for_record(report: impl Fn() -> c_int) -> bool {
+    let start = Instant::now();
+    loop {
+        for _ in 0..64 {
+            if report() > 0 {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        if start.elapsed() >= SPIN {
+            return false;
+        }
     }
 }
 
