@@ -38,6 +38,23 @@ struct ShadowStack {
     entries: [ShadowEntry; SHADOW_CAPACITY],
 }
 
+/// The layout an entry stub's inline push (stubs.rs) writes: byte offsets in [`ThreadState`],
+/// [`ShadowStack`] and [`ShadowEntry`].
+pub(crate) mod layout {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+    pub(crate) const BUSY: i32 = offset_of!(ThreadState, busy) as i32;
+    pub(crate) const SHADOW: i32 = offset_of!(ThreadState, shadow) as i32;
+    pub(crate) const DEPTH: i32 = offset_of!(ShadowStack, depth) as i32;
+    pub(crate) const ENTRIES: i32 = offset_of!(ShadowStack, entries) as i32;
+    pub(crate) const ENTRY_SIZE: i32 = size_of::<ShadowEntry>() as i32;
+    pub(crate) const RETURN_ADDRESS: i32 = offset_of!(ShadowEntry, return_address) as i32;
+    pub(crate) const SP: i32 = offset_of!(ShadowEntry, sp) as i32;
+    pub(crate) const SITE: i32 = offset_of!(ShadowEntry, site) as i32;
+    pub(crate) const CAPACITY: i32 = SHADOW_CAPACITY as i32;
+    const _: () = assert!(size_of::<bool>() == 1 && ENTRY_SIZE == 24);
+}
+
 const SHADOW_BYTES: usize = std::mem::size_of::<ShadowStack>();
 
 #[repr(C)]
@@ -76,6 +93,14 @@ fn thread_state() -> &'static ThreadState {
         );
         &*state
     }
+}
+
+/// Where this thread's [`ThreadState`] is relative to the thread pointer (the fs base): the same
+/// for every thread (static TLS), so a stub can address it as `fs:[offset]`.
+pub(crate) fn thread_state_offset() -> i32 {
+    let thread_pointer: usize;
+    unsafe { std::arch::asm!("mov {tp}, qword ptr fs:[0]", tp = out(reg) thread_pointer, options(pure, readonly, nostack, preserves_flags)) };
+    (thread_state() as *const ThreadState as usize).wrapping_sub(thread_pointer) as isize as i32
 }
 
 /// Runs `work` with every probe skipped on this thread (hits are counted as `skipped`), as
