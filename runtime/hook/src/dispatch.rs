@@ -176,10 +176,16 @@ unsafe fn pop_return(thread: &ThreadState, sp: usize) -> ShadowEntry {
     let Some(shadow) = thread.shadow.get().as_mut() else {
         fatal(b"uebpf-hook: a return probe fired on a thread with no shadow stack\n");
     };
-    let Some(found) = shadow.entries[..shadow.depth].iter().rposition(|entry| entry.sp == sp) else {
+    let depth = shadow.depth.min(SHADOW_CAPACITY);
+    if depth > 0 && shadow.entries[depth - 1].sp == sp {
+        // The common case, without the search: the frame returning is the newest.
+        shadow.depth = depth - 1;
+        return shadow.entries[depth - 1];
+    }
+    let Some(found) = shadow.entries[..depth].iter().rposition(|entry| entry.sp == sp) else {
         fatal(b"uebpf-hook: a return probe found no shadow-stack entry for its frame (was the stack switched?); aborting rather than returning to a wrong address\n")
     };
-    for abandoned in &shadow.entries[found + 1..shadow.depth] {
+    for abandoned in &shadow.entries[found + 1..depth] {
         (*abandoned.site).stale_returns.fetch_add(1, Relaxed);
     }
     shadow.depth = found;
