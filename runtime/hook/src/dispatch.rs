@@ -2,7 +2,8 @@
 //! return probes.
 //!
 //! Return probes: on entry the return address at `[sp]` is saved on the thread's shadow stack
-//! with `sp` and the site, and the entry stub calls the function (see stubs.rs), so it returns
+//! with `sp` and the site (by `on_entry`, or by the entry stub itself at a site without entry
+//! probes: see `layout` and stubs.rs), and the entry stub calls the function (see stubs.rs), so it returns
 //! into the stub. Then the topmost entry whose saved `sp` is the one just popped is taken off
 //! the stack and its return address is where execution continues. Entries above it belong to
 //! frames that were abandoned (longjmp, siglongjmp out of a signal handler, exceptions): they
