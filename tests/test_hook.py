@@ -146,13 +146,28 @@ def test_recursion_balances_entries_and_returns(tmp_path):
     assert (returns["missed_returns"], returns["stale_returns"]) == (0, 0)
 
 
+def test_return_probe_alone_in_recursion(tmp_path):
+    """With no entry probe the entry stub pushes the return itself, without calling the engine."""
+    specs = [ret("torture_recurse")]
+    hooked = hooked_and_plain("recursion", 200, tmp_path, specs)
+    returns = hooked.probe(specs[0])
+    assert returns["hits"] == hooked.case("recursion")["calls"]["torture_recurse"] == 200 * 151
+    assert (returns["skipped"], returns["missed_returns"], returns["stale_returns"]) == (0, 0, 0)
+
+
 def test_four_threads_hammering_one_probe_are_counted_exactly(tmp_path):
     n = 100_000
     specs = [entry("torture_hammer"), ret("torture_hammer")]
     hooked = hooked_and_plain("threads", n, tmp_path, specs)
     check_arguments(hooked, specs[0], hooked.case("threads"), "torture_hammer")
     assert hooked.probe(specs[0])["tids"] == 4
-    returns = hooked.probe(specs[1])
+    check_hammered_returns(hooked.probe(specs[1]), n)
+    # A return probe alone (the entry stub's inline push, each thread its own shadow stack).
+    alone = hooked_and_plain("threads", n, tmp_path, specs[1:])
+    check_hammered_returns(alone.probe(specs[1]), n)
+
+
+def check_hammered_returns(returns: dict, n: int):
     assert returns["hits"] == 4 * n and returns["tids"] == 4
     assert returns["sums"][0] == 4 * sum(i * 31 + 7 for i in range(n)) & MASK
 
@@ -192,6 +207,10 @@ def test_callers_keeping_values_in_caller_saved_registers(tmp_path):
     check_arguments(hooked, specs[0], line, "torture_ipa_leaf")
     check_arguments(hooked, specs[2], line, "torture_leaf")
     assert hooked.probe(specs[3])["sums"][0] == 2000 * 42
+    # Return probes alone: the entry stub's inline push must leave every register alone too.
+    alone = hooked_and_plain("ipa_ra", 2000, tmp_path, [specs[1], specs[3]])
+    assert alone.probe(specs[1])["hits"] == line["calls"]["torture_ipa_leaf"]
+    assert alone.probe(specs[3])["sums"][0] == 2000 * 42
 
 
 def test_attach_while_threads_run_uses_int3_first(tmp_path):

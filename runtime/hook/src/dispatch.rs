@@ -2,7 +2,8 @@
 //! return probes.
 //!
 //! Return probes: on entry the return address at `[sp]` is saved on the thread's shadow stack
-//! with `sp` and the site, and the entry stub calls the function (see stubs.rs), so it returns
+//! with `sp` and the site (by `on_entry`, or by the entry stub itself at a site without entry
+//! probes: see `layout` and stubs.rs), and the entry stub calls the function (see stubs.rs), so it returns
 //! into the stub. Then the topmost entry whose saved `sp` is the one just popped is taken off
 //! the stack and its return address is where execution continues. Entries above it belong to
 //! frames that were abandoned (longjmp, siglongjmp out of a signal handler, exceptions): they
@@ -36,6 +37,23 @@ struct ShadowEntry {
 struct ShadowStack {
     depth: usize,
     entries: [ShadowEntry; SHADOW_CAPACITY],
+}
+
+/// The layout an entry stub's inline push (stubs.rs) writes: byte offsets in [`ThreadState`],
+/// [`ShadowStack`] and [`ShadowEntry`].
+pub(crate) mod layout {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+    pub(crate) const BUSY: i32 = offset_of!(ThreadState, busy) as i32;
+    pub(crate) const SHADOW: i32 = offset_of!(ThreadState, shadow) as i32;
+    pub(crate) const DEPTH: i32 = offset_of!(ShadowStack, depth) as i32;
+    pub(crate) const ENTRIES: i32 = offset_of!(ShadowStack, entries) as i32;
+    pub(crate) const ENTRY_SIZE: i32 = size_of::<ShadowEntry>() as i32;
+    pub(crate) const RETURN_ADDRESS: i32 = offset_of!(ShadowEntry, return_address) as i32;
+    pub(crate) const SP: i32 = offset_of!(ShadowEntry, sp) as i32;
+    pub(crate) const SITE: i32 = offset_of!(ShadowEntry, site) as i32;
+    pub(crate) const CAPACITY: i32 = SHADOW_CAPACITY as i32;
+    const _: () = assert!(size_of::<bool>() == 1 && ENTRY_SIZE == 24);
 }
 
 const SHADOW_BYTES: usize = std::mem::size_of::<ShadowStack>();
@@ -76,6 +94,14 @@ fn thread_state() -> &'static ThreadState {
         );
         &*state
     }
+}
+
+/// Where this thread's [`ThreadState`] is relative to the thread pointer (the fs base): the same
+/// for every thread (static TLS), so a stub can address it as `fs:[offset]`.
+pub(crate) fn thread_state_offset() -> i32 {
+    let thread_pointer: usize;
+    unsafe { std::arch::asm!("mov {tp}, qword ptr fs:[0]", tp = out(reg) thread_pointer, options(pure, readonly, nostack, preserves_flags)) };
+    (thread_state() as *const ThreadState as usize).wrapping_sub(thread_pointer) as isize as i32
 }
 
 /// Runs `work` with every probe skipped on this thread (hits are counted as `skipped`), as
@@ -151,10 +177,16 @@ unsafe fn pop_return(thread: &ThreadState, sp: usize) -> ShadowEntry {
     let Some(shadow) = thread.shadow.get().as_mut() else {
         fatal(b"uebpf-hook: a return probe fired on a thread with no shadow stack\n");
     };
-    let Some(found) = shadow.entries[..shadow.depth].iter().rposition(|entry| entry.sp == sp) else {
+    let depth = shadow.depth.min(SHADOW_CAPACITY);
+    if depth > 0 && shadow.entries[depth - 1].sp == sp {
+        // The common case, without the search: the frame returning is the newest.
+        shadow.depth = depth - 1;
+        return shadow.entries[depth - 1];
+    }
+    let Some(found) = shadow.entries[..depth].iter().rposition(|entry| entry.sp == sp) else {
         fatal(b"uebpf-hook: a return probe found no shadow-stack entry for its frame (was the stack switched?); aborting rather than returning to a wrong address\n")
     };
-    for abandoned in &shadow.entries[found + 1..shadow.depth] {
+    for abandoned in &shadow.entries[found + 1..depth] {
         (*abandoned.site).stale_returns.fetch_add(1, Relaxed);
     }
     shadow.depth = found;

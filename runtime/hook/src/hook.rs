@@ -146,6 +146,7 @@ fn build_site(target: &Target, sites: &[&'static Site]) -> Result<&'static Site>
         moved: trampoline.moved,
         patched: AtomicBool::new(false),
         probes: AtomicPtr::new(Box::into_raw(Box::default())),
+        returns_only: AtomicBool::new(false),
         skipped: AtomicU64::new(0),
         missed_returns: AtomicU64::new(0),
         stale_returns: AtomicU64::new(0),
@@ -155,7 +156,7 @@ fn build_site(target: &Target, sites: &[&'static Site]) -> Result<&'static Site>
         on_entry: dispatch::on_entry as *const () as usize,
         on_return: dispatch::on_return as *const () as usize,
     };
-    let stub = stubs::entry_stub(page as usize, target.address, site as *const Site as usize, dispatch, trampoline_at)
+    let stub = stubs::entry_stub(page as usize, target.address, site, dispatch, trampoline_at)
         .expect("the entry stub assembles");
     unsafe {
         codemem::write(page, 0, &stub);

@@ -49,6 +49,9 @@ pub(crate) struct Site {
     pub moved: Vec<(usize, Option<usize>)>,
     pub patched: AtomicBool,
     pub probes: AtomicPtr<ProbeList>,
+    /// Whether the published list has return probes and no entry probes: the entry stub then
+    /// saves the return address itself instead of calling `on_entry` (it reads this byte).
+    pub returns_only: AtomicBool,
     pub skipped: AtomicU64,
     pub missed_returns: AtomicU64,
     pub stale_returns: AtomicU64,
@@ -67,7 +70,9 @@ impl Site {
     }
 
     pub fn publish(&self, list: ProbeList) {
+        let returns_only = list.entry.is_empty() && !list.ret.is_empty();
         self.probes.store(Box::into_raw(Box::new(list)), Ordering::Release);
+        self.returns_only.store(returns_only, Ordering::Release);
     }
 
     /// Whether displacing `len` bytes at `start` (another address) would touch this site's bytes.

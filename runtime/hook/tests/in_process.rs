@@ -352,14 +352,16 @@ fn status_flags_and_direction_survive_entry_and_return_probes() {
     let target = this_binary("hook_test_flag_leaf");
     let (record, data) = leak(Record::default());
     let (returns, return_data) = leak(Record::default());
-    let _entry = Hook::entry(&target, count_first_arg, data).unwrap();
+    // A return probe alone first (the entry stub's inline push), then with an entry probe.
     let _ret = Hook::ret(&target, count_return, return_data).unwrap();
+    let returns_only: Vec<u64> = patterns.iter().map(|&f| unsafe { hook_test_flags_across_call(f) }).collect();
+    let _entry = Hook::entry(&target, count_first_arg, data).unwrap();
     let hooked: Vec<u64> = patterns.iter().map(|&f| unsafe { hook_test_flags_across_call(f) }).collect();
-    assert_eq!(hooked, plain);
+    assert_eq!((&returns_only, &hooked), (&plain, &plain));
     for (pattern, flags) in patterns.iter().zip(&hooked) {
         assert_eq!(flags & (CF | PF | AF | ZF | SF | DF | OF), pattern & !RESERVED);
     }
-    assert_eq!((record.hits.load(SeqCst), returns.hits.load(SeqCst)), (4, 4));
+    assert_eq!((record.hits.load(SeqCst), returns.hits.load(SeqCst)), (4, 8));
 }
 
 #[test]
