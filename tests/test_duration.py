@@ -60,6 +60,18 @@ def test_lttng_costs_include_its_daemons(quick_run):
     lttng_run = next(r for r in suite["runs"] if r["method"] == "lttng")
     assert {"sessiond", "consumerd"} <= set(lttng_run["tracer"])
     assert lttng_run["tracer"]["consumerd"]["peak_rss_kb"] > 0
+    assert all(isinstance(cost["sleeps"], int) and cost["sleeps"] >= 0 for cost in lttng_run["tracer"].values())
+
+
+def test_ring_buffer_consumers_sleep_between_slow_calls(quick_run):
+    """At 100 us per call a consumer catches up between records and sleeps; each sleep is counted
+    (the kernel's voluntary context switches of the loader), so the count cannot be zero."""
+    suite = results.load(quick_run[1])["suites"]["duration"]
+    for method in ("ebpf", "uebpf"):
+        aggregate = next(a for a in suite["aggregates"] if a["scenario"] == 3 and a["method"] == method)
+        assert aggregate["tracer_sleeps_per_call"]["mean"] >= 0.5, (method, aggregate["tracer_sleeps_per_call"])
+    baseline = next(a for a in suite["aggregates"] if a["method"] == "baseline")
+    assert baseline["tracer_sleeps_per_call"] is None
 
 
 def test_nothing_left_attached_after_the_run(quick_run):

@@ -1,4 +1,5 @@
-"""Children tracecost starts: a deadline kills a child that will not finish, and waiting leaves no thread behind."""
+"""Children tracecost starts: a deadline kills a child that will not finish, waiting leaves no thread
+behind, and a child's sleeps are counted."""
 
 import signal
 import threading
@@ -26,3 +27,11 @@ def test_waiting_with_a_deadline_starts_no_thread(tmp_path, monkeypatch):
     with started(lambda: Child(["sleep", "0.3"], stderr_path=tmp_path / "sleep.err")) as child:
         monkeypatch.setattr(threading.Thread, "start", no_threads)
         assert child.wait(timeout_s=60).exit_code == 0
+
+
+def test_a_child_that_sleeps_counts_its_sleeps(tmp_path):
+    # Five separate sleeps: at least five voluntary context switches, counted by the kernel.
+    script = "import time\nfor _ in range(5): time.sleep(0.01)"
+    with started(lambda: Child(["python3", "-c", script], stderr_path=tmp_path / "py.err")) as child:
+        usage = child.wait(timeout_s=30)
+    assert usage.exit_code == 0 and usage.voluntary_switches >= 5

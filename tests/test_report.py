@@ -25,7 +25,7 @@ def test_every_duration_chart_is_present_and_nothing_is_fetched(duration_results
     assert html.count("Plotly.newPlot") == 1 and html.count("plotly.js v") == 1  # inlined once
     for title in ("Per-call overhead by function duration", "Whole-application overhead", "Total execution time",
                   "Per-call time", "Absolute overhead per call", "Application memory", "Tracer memory",
-                  "Tracer CPU"):
+                  "Tracer CPU", "Tracer sleeps per call"):
         assert f'data-title="{title}"' in html
     assert "Key findings" in html and "Environment" in html and "95% confidence interval" in html
     # Under 5 MB: plotly.js is ~4.8 MB of it; the results add little.
@@ -77,7 +77,7 @@ def test_report_draws_every_chart_in_headless_chromium_offline(duration_results,
         charts = open_report(driver, duration_results / "report.html")
         driver.save_screenshot(str(tmp_path / "report.png"))
         errors = console_errors(driver)
-    assert len(charts) == 8
+    assert len(charts) == 9
     for chart in charts:
         assert chart["data"] == chart["expected"] > 0, chart
         assert chart["traces"] == chart["expected"], chart

@@ -34,6 +34,8 @@ class Usage:
     user_s: float
     sys_s: float
     timed_out: bool = False
+    # Times the process blocked (ru_nvcsw): every one ended in a wakeup or a timeout.
+    voluntary_switches: int = 0
 
     @property
     def cpu_s(self) -> float:
@@ -176,7 +178,7 @@ class Child:
         self.popen.returncode = _exit_code(status)  # keep Popen from reaping a second time
         self._stderr.close()
         self.usage = Usage(exit_code=_exit_code(status), wall_s=wall, user_s=rusage.ru_utime,
-                           sys_s=rusage.ru_stime, timed_out=timed_out)
+                           sys_s=rusage.ru_stime, timed_out=timed_out, voluntary_switches=rusage.ru_nvcsw)
         return self.usage
 
     def _exits_within(self, timeout_s: float) -> bool:

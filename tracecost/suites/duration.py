@@ -66,7 +66,8 @@ class DurationConfig:
 
 
 def _process_costs(costs) -> dict:
-    return {cost.role: {"cpu_s": cost.cpu_s, "peak_rss_kb": cost.peak_rss_kb} for cost in costs}
+    return {cost.role: {"cpu_s": cost.cpu_s, "peak_rss_kb": cost.peak_rss_kb, "sleeps": cost.sleeps}
+            for cost in costs}
 
 
 class DurationSuite(Suite):
@@ -121,7 +122,7 @@ class DurationSuite(Suite):
     def summary(self, aggregates: list[dict]) -> Table:
         table = Table(title="duration: per-call and whole-application overhead (95% CI)")
         for column in ("scenario", "method", "n", "ns/call", "abs. overhead ns/call", "per-call %", "app %",
-                       "dropped"):
+                       "dropped", "sleeps/call"):
             table.add_column(column, justify="left" if column in ("scenario", "method") else "right")
         for agg in aggregates:
             ns = agg["ns_per_call"]
@@ -129,7 +130,7 @@ class DurationSuite(Suite):
                           _with_ci(agg["overhead_ns_per_call"]["value"], agg["overhead_ns_per_call"]),
                           _with_ci(agg["overhead_per_call_pct"]["value"], agg["overhead_per_call_pct"]),
                           _with_ci(agg["overhead_app_pct"]["value"], agg["overhead_app_pct"]),
-                          str(agg["events"]["dropped"]))
+                          str(agg["events"]["dropped"]), _sleeps(agg["tracer_sleeps_per_call"]))
         return table
 
     def run_config(self, seed: int) -> DurationConfig:
@@ -160,6 +161,9 @@ def _aggregate(key: dict, method: str, runs: list[dict], baseline: list[dict]) -
         "app_peak_rss_kb": stats.summarize(column(runs, "app_peak_rss_kb")),
         "tracer_cpu_s": stats.summarize([tracer_total(r, "cpu_s") for r in runs]),
         "tracer_peak_rss_kb": stats.summarize([tracer_total(r, "peak_rss_kb") for r in runs]),
+        # None for the baseline (no tracer-side process), not 0: nothing was there to sleep.
+        "tracer_sleeps_per_call": None if method == "baseline"
+        else stats.summarize([tracer_total(r, "sleeps") / key["calls"] for r in runs]),
         "trace_bytes": stats.summarize(column(runs, "trace_bytes")),
         "events": {"expected": sum(column(runs, "events_expected")),
                    "captured": sum(column(runs, "events_captured")),
@@ -168,6 +172,10 @@ def _aggregate(key: dict, method: str, runs: list[dict], baseline: list[dict]) -
         "overhead_app_pct": stats.overhead_percent(column(runs, "wall_s"), column(baseline, "wall_s")),
         "overhead_ns_per_call": stats.difference(column(runs, "ns_per_call"), column(baseline, "ns_per_call")),
     }
+
+
+def _sleeps(summary: dict | None) -> str:
+    return "-" if summary is None or summary["mean"] is None else f"{summary['mean']:.2f}"
 
 
 def _with_ci(value, interval: dict) -> str:

@@ -38,6 +38,10 @@ class ProcessCost:
     role: str                  # "consumer", "sessiond", "consumerd"
     cpu_s: float
     peak_rss_kb: int
+    # Times its threads blocked and were woken again (voluntary context switches, counted by
+    # the kernel). A consumer that sleeps between records is woken by the traced program's
+    # records: the wakeup is work the traced program does.
+    sleeps: int
 
 
 @dataclass

@@ -109,7 +109,8 @@ class Functrace(Method):
             raise TracecostError(f"functrace wrote no trace file {output}")
         run.capture = Capture(captured=summary["received"], dropped=summary["dropped"],
                               trace_bytes=output.stat().st_size,
-                              costs=[ProcessCost("consumer", usage.cpu_s, summary["peak_rss_kb"])],
+                              costs=[ProcessCost("consumer", usage.cpu_s, summary["peak_rss_kb"],
+                                                 usage.voluntary_switches)],
                               details={"entries": summary["entry"], "exits": summary["exit"]})
 
 

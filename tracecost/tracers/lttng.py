@@ -67,6 +67,17 @@ def _cpu_ticks(pid: int) -> int:
     return 0
 
 
+def _voluntary_switches(pid: int) -> int:
+    """Of every thread of the process: /proc/PID/status counts only its main thread."""
+    total = 0
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            for line in status.read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+    return total
+
+
 def _peak_rss_kb(pid: int) -> int:
     with contextlib.suppress(OSError):
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -94,22 +105,24 @@ class SessionDaemon:
                     roles[pid] = "consumerd"
         return roles
 
-    def snapshot(self) -> dict[int, int]:
-        """Reset peak RSS and read CPU ticks of every daemon process, at the start of a run."""
-        ticks = {}
+    def snapshot(self) -> dict[int, tuple[int, int]]:
+        """Reset peak RSS and read CPU ticks and sleeps of every daemon process, at the start of a run."""
+        counters = {}
         for pid in self.processes():
             _reset_peak_rss(pid)
-            ticks[pid] = _cpu_ticks(pid)
-        return ticks
+            counters[pid] = (_cpu_ticks(pid), _voluntary_switches(pid))
+        return counters
 
-    def costs_since(self, before: dict[int, int]) -> list[ProcessCost]:
+    def costs_since(self, before: dict[int, tuple[int, int]]) -> list[ProcessCost]:
         totals: dict[str, list] = {}
         for pid, role in self.processes().items():
-            cpu = (_cpu_ticks(pid) - before.get(pid, 0)) / CLOCK_TICKS
-            total = totals.setdefault(role, [0.0, 0])
-            total[0] += cpu
+            ticks_before, sleeps_before = before.get(pid, (0, 0))
+            total = totals.setdefault(role, [0.0, 0, 0])
+            total[0] += (_cpu_ticks(pid) - ticks_before) / CLOCK_TICKS
             total[1] += _peak_rss_kb(pid)
-        return [ProcessCost(role, cpu, rss) for role, (cpu, rss) in sorted(totals.items())]
+            # A thread that exits during the run takes its count along: never below zero.
+            total[2] += max(0, _voluntary_switches(pid) - sleeps_before)
+        return [ProcessCost(role, cpu, rss, sleeps) for role, (cpu, rss, sleeps) in sorted(totals.items())]
 
 
 def _running_daemon_pid() -> int:

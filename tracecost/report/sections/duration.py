@@ -75,6 +75,13 @@ def findings(config: dict, table: dict, tracers: list[str], failures: list[dict]
             out.append(f"{name} adds {fmt.with_ci(empty, digits=0)} ns per call to the shortest function "
                        f"({scenarios[0]['name']}); across all durations the measured absolute overhead ranges "
                        f"from {min(values):,.0f} to {max(values):,.0f} ns per call.")
+        sleeps = [(s, table.get((s["index"], tracer), {}).get("tracer_sleeps_per_call") or {}) for s in scenarios]
+        sleeps = [(s, summary) for s, summary in sleeps if summary.get("mean") is not None]
+        if sleeps:
+            (first, fewest), (last, most) = sleeps[0], sleeps[-1]
+            out.append(f"{name}'s tracer-side processes slept {fmt.with_ci(fewest, key='mean', digits=2)} times "
+                       f"per call at {first['work_us']} us of work and {fmt.with_ci(most, key='mean', digits=2)} "
+                       f"at {last['work_us']} us.")
         drops = sum(table.get((s["index"], tracer), {}).get("events", {}).get("dropped", 0) for s in scenarios)
         captured = sum(table.get((s["index"], tracer), {}).get("events", {}).get("captured", 0) for s in scenarios)
         out.append(f"{name} captured {captured:,} events and dropped {drops:,} over all measured runs.")
@@ -139,11 +146,19 @@ def render(suite: dict, environment: dict) -> Section:
                                                                       "cpu_s", 1.0),
                            x_title=X_TITLE, y_title="CPU seconds"),
               "Mean over runs of user + system CPU of the tracer-side processes."),
+        Chart("Tracer sleeps per call",
+              lines("Tracer sleeps per traced call", x,
+                    _summary_series(table, scenarios, tracers, "tracer_sleeps_per_call"),
+                    x_title=X_TITLE, y_title="sleeps per call"),
+              "Times the tracer-side processes blocked and were woken again (voluntary context switches, counted "
+              "by the kernel over the run), per call of the traced function. A ring-buffer consumer that has caught "
+              "up sleeps, and the next record that finds it asleep wakes it: that wakeup is work done on the traced "
+              f"program's record path (see the wakeup policy below). {CI_NOTE}"),
     ]
 
     columns = ["Scenario", "Method", "n", "Wall time (s)", "App overhead %", "Avg time/call (ns)", "±95% CI (ns)",
                "Per-call overhead %", "Abs. overhead (ns/call)", "Captured / expected", "Dropped",
-               "App peak RSS (MiB)", "Tracer CPU (s)", "Tracer peak RSS (MiB)"]
+               "App peak RSS (MiB)", "Tracer CPU (s)", "Tracer peak RSS (MiB)", "Tracer sleeps/call"]
     rows = []
     for scenario in config["scenarios"]:
         for method in methods:
@@ -162,6 +177,7 @@ def render(suite: dict, environment: dict) -> Section:
                 fmt.number(fmt.mib(agg["app_peak_rss_kb"]["mean"])),
                 "–" if baseline else fmt.number(agg["tracer_cpu_s"]["mean"], 3),
                 "–" if baseline else fmt.number(fmt.mib(agg["tracer_peak_rss_kb"]["mean"])),
+                "–" if baseline else fmt.number((agg.get("tracer_sleeps_per_call") or {}).get("mean"), 2),
             ])
     note = (f"{config['runs']} measured runs per cell after a discarded warm-up, methods in a seeded random order "
             f"(seed {config['seed']}). ± is the 95% CI: t-distribution for means; "
