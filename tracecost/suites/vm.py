@@ -112,17 +112,24 @@ class VmSuite(Suite):
         return aggregates
 
     def summary(self, aggregates: list[dict]) -> Table:
-        table = Table(title="vm: ns per program run (95% CI) and time relative to the kernel JIT")
+        table = Table(title="vm: ns per program run (95% CI) and time relative to the kernel JIT",
+                      caption_justify="left")
         for column in ("program", "engine", "n", "ns/run", "× kernel JIT"):
             table.add_column(column, justify="left" if column in ("program", "engine") else "right")
+        unsupported: dict[tuple[str, str], list[str]] = {}
         for agg in aggregates:
             if not agg["supported"]:
-                table.add_row(agg["program"], agg["engine"], "0", f"not supported: {agg['reason']}", "-")
+                table.add_row(agg["program"], agg["engine"], "0", "n/a", "-")
+                unsupported.setdefault((agg["engine"], agg["reason"]), []).append(agg["program"])
                 continue
             ns, rel = agg["ns_per_run"], agg["relative_to_kernel_jit"]
             half = "" if ns["ci95_low"] is None else f" ±{(ns['ci95_high'] - ns['ci95_low']) / 2:,.1f}"
             table.add_row(agg["program"], agg["engine"], str(agg["n"]), f"{ns['mean']:,.1f}{half}",
                           "-" if rel["value"] is None else f"{rel['value']:.2f}")
+        # The reasons under the table, once per engine and reason, rather than in a cell that
+        # would widen the figures' column to a sentence.
+        table.caption = "\n".join(f"n/a: {engine} cannot run {', '.join(programs)}: {reason}"
+                                   for (engine, reason), programs in unsupported.items()) or None
         return table
 
     def run_config(self, seed: int) -> VmConfig:
