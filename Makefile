@@ -16,6 +16,7 @@ BPF := $(BUILD)/bpf
 SKEL := $(BUILD)/skel
 
 SETUP_STAMP := $(VENV)/.setup-stamp
+PLOTLY_JS := $(BUILD)/vendor/plotly-basic.min.js
 
 .PHONY: all setup build run test clean
 # BPF objects and skeletons are products too (uebpf loads the .bpf.o files): keep them.
@@ -29,12 +30,16 @@ $(SETUP_STAMP): pyproject.toml scripts/setup.sh
 	scripts/setup.sh
 	touch $@
 
-build: setup workloads tracers runtime runtime-tools hook-victims $(BUILD)/buildinfo.json
+build: setup workloads tracers runtime runtime-tools hook-victims $(BUILD)/buildinfo.json $(PLOTLY_JS)
 
 # Build flags, recorded with every result (DESIGN rule 6).
 $(BUILD)/buildinfo.json: Makefile | $(BIN)
 	printf '{"cflags": "%s", "bpf_cflags": "%s", "cc": "%s", "clang": "%s"}\n' '$(CFLAGS)' '$(BPF_CFLAGS)' \
 	  "$$($(CC) --version | head -1)" "$$($(CLANG) --version | head -1)" > $@
+
+# The report's plotly.js (the script pins its version and hash).
+$(PLOTLY_JS): scripts/fetch_plotly_basic.sh
+	scripts/fetch_plotly_basic.sh $@
 
 run: build
 	$(VENV)/bin/tracecost run

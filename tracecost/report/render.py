@@ -8,9 +8,8 @@ from functools import cache
 from pathlib import Path
 
 import jinja2
-from plotly.offline import get_plotlyjs
 
-from tracecost import __version__
+from tracecost import __version__, paths
 from tracecost.errors import TracecostError
 from tracecost.report.model import Section
 from tracecost.report.sections import RENDERERS
@@ -40,7 +39,14 @@ def render(docs: list[dict]) -> str:
     sections = [section for doc in docs for section in sections_of(doc)]
     environments = [doc["environment"] for doc in docs]
     return _template().render(sections=sections, environments=environments, version=__version__,
-                              plotly_js=get_plotlyjs())
+                              plotly_js=_plotly_js())
+
+
+@cache
+def _plotly_js() -> str:
+    # plotly.js's basic bundle (build/vendor, fetched by `make build`): every trace type the
+    # report draws, at a quarter of plotly.py's full bundle.
+    return paths.artifact("vendor/plotly-basic.min.js").read_text(encoding="utf-8")
 
 
 def write_report(docs: list[dict], path: Path) -> Path:

@@ -146,15 +146,16 @@ def render(suite: dict, environment: dict) -> Section:
                                                                       "cpu_s", 1.0),
                            x_title=X_TITLE, y_title="CPU seconds"),
               "Mean over runs of user + system CPU of the tracer-side processes."),
-        Chart("Tracer sleeps per call",
-              lines("Tracer sleeps per traced call", x,
-                    _summary_series(table, scenarios, tracers, "tracer_sleeps_per_call"),
-                    x_title=X_TITLE, y_title="sleeps per call"),
-              "Times the tracer-side processes blocked and were woken again (voluntary context switches, counted "
-              "by the kernel over the run), per call of the traced function. A ring-buffer consumer that has caught "
-              "up sleeps, and the next record that finds it asleep wakes it: that wakeup is work done on the traced "
-              f"program's record path (see the wakeup policy below). {CI_NOTE}"),
     ]
+    if any(agg.get("tracer_sleeps_per_call") for agg in aggregates):  # files from before the count have none
+        charts.append(Chart(
+            "Tracer sleeps per call",
+            lines("Tracer sleeps per traced call", x, _summary_series(table, scenarios, tracers, "tracer_sleeps_per_call"),
+                  x_title=X_TITLE, y_title="sleeps per call"),
+            "Times the tracer-side processes blocked and were woken again (voluntary context switches, counted "
+            "by the kernel over the run), per call of the traced function. A ring-buffer consumer that has caught "
+            "up sleeps, and the next record that finds it asleep wakes it: that wakeup is work done on the traced "
+            f"program's record path (see the wakeup policy below). {CI_NOTE}"))
 
     columns = ["Scenario", "Method", "n", "Wall time (s)", "App overhead %", "Avg time/call (ns)", "±95% CI (ns)",
                "Per-call overhead %", "Abs. overhead (ns/call)", "Captured / expected", "Dropped",
