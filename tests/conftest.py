@@ -151,10 +151,12 @@ def tracecost_sessions() -> list[str]:
 def fake_build(tmp_path: Path, program: str, script: str) -> Path:
     """A build tree identical to the real one but for a shell-script stand-in for bin/<program>."""
     fake = tmp_path / "build"
-    for folder in ("bin", "lib"):
-        (fake / folder).mkdir(parents=True)
-        for item in (BUILD / folder).iterdir():
-            (fake / folder / item.name).symlink_to(item)
+    (fake / "bin").mkdir(parents=True)
+    for item in (BUILD / "bin").iterdir():
+        (fake / "bin" / item.name).symlink_to(item)
+    for item in BUILD.iterdir():
+        if item.name != "bin":
+            (fake / item.name).symlink_to(item)
     stand_in = fake / "bin" / program
     stand_in.unlink()
     stand_in.write_text("#!/bin/sh\n" + script)
