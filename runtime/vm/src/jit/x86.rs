@@ -385,9 +385,9 @@ impl<'p> Compiler<'p> {
                 self.bind(done)
             }
             MapLookup::PercpuArray { values, max_entries, stride, cpus, cpu_tls_offset } => {
-                // As the kernel's per-CPU array lookup (inlined since 6.10): the calling CPU's
-                // slot. The kernel adds this CPU's per-CPU offset; here the CPU number comes from
-                // the thread's rseq area, which the kernel keeps current.
+                // As recent kernels' inlined per-CPU array lookup: the calling CPU's slot. The
+                // kernel adds this CPU's per-CPU offset; here the CPU number comes from the
+                // thread's rseq area, which the kernel keeps current.
                 let (cpu, done, helper_call) = (SCRATCH2, self.a.create_label(), self.a.create_label());
                 self.bounds_check(key, max_entries, done)?;
                 self.a.mov(cpu.d, dword_ptr(cpu_tls_offset as u64).fs())?;
