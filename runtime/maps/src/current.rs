@@ -102,6 +102,29 @@ pub fn cpu(slots: u32) -> u32 {
     }
 }
 
+/// Where the calling thread's CPU number lies relative to its thread pointer: the `cpu_id` of
+/// the rseq area that glibc (2.35 and later) registers for every thread. The kernel rewrites it
+/// whenever the thread returns to userspace on another CPU, and `sched_getcpu` reads it too.
+/// None without glibc's rseq (an older glibc, or rseq disabled by the glibc.pthread.rseq
+/// tunable). A thread whose registration failed reads a negative number there.
+pub fn rseq_cpu_id_offset() -> Option<i32> {
+    static OFFSET: OnceLock<Option<i32>> = OnceLock::new();
+    *OFFSET.get_or_init(|| {
+        // Looked up, not linked: an older glibc does not have them.
+        // SAFETY: dlsym with NUL-terminated names; the symbols are a const ptrdiff_t and a const
+        // unsigned int, set before any user code runs.
+        unsafe {
+            let offset = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr()) as *const isize;
+            let size = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr()) as *const u32;
+            // struct rseq begins { u32 cpu_id_start; u32 cpu_id; ... }; size 0: not registered.
+            if offset.is_null() || size.is_null() || *size < 8 {
+                return None;
+            }
+            i32::try_from(*offset + 4).ok()
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,6 +135,31 @@ mod tests {
         assert_eq!(parse_cpu_list_max("0-1"), Some(1));
         assert_eq!(parse_cpu_list_max("0-3,8-11"), Some(11));
         assert_eq!(parse_cpu_list_max("x"), None);
+    }
+
+    #[test]
+    fn the_rseq_cpu_id_is_the_cpu_sched_getcpu_gives() {
+        let offset = rseq_cpu_id_offset().expect("glibc 2.35+ registers an rseq area for every thread");
+        let read = || {
+            let cpu: u32;
+            // SAFETY: the offset lies in this thread's TLS block (glibc's rseq area).
+            unsafe { std::arch::asm!("mov {:e}, fs:[{}]", out(reg) cpu, in(reg) i64::from(offset)) };
+            cpu
+        };
+        // SAFETY: cpu_set_t values on the stack, for the calling thread only.
+        unsafe {
+            let size = std::mem::size_of::<libc::cpu_set_t>();
+            let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+            assert_eq!(libc::sched_getaffinity(0, size, &mut allowed), 0);
+            for cpu in (0..libc::CPU_SETSIZE as usize).filter(|&cpu| libc::CPU_ISSET(cpu, &allowed)) {
+                // Pinned, the thread runs on `cpu` once sched_setaffinity returns.
+                let mut one: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(cpu, &mut one);
+                assert_eq!(libc::sched_setaffinity(0, size, &one), 0);
+                assert_eq!((read(), libc::sched_getcpu()), (cpu as u32, cpu as i32));
+            }
+            libc::sched_setaffinity(0, size, &allowed);
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@
 use std::cell::Cell;
 
 
-use uebpf_maps::current;
+use uebpf_maps::{current, Map};
 use uebpf_vm::{Environment, HelperFn};
 
 use crate::handles::{map_of, ring_of};
@@ -27,6 +27,13 @@ fn result(r: Result<(), i32>) -> u64 {
 extern "C" fn map_lookup_elem(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
     // SAFETY: key points at key_size bytes of program memory (trusted, see module docs).
     map_of(map).map_or(0, |m| unsafe { m.lookup_ptr(key as *const u8) } as u64)
+}
+
+/// bpf_map_lookup_elem where the JIT knows the map (a `MapLookup::Direct` of the instance): it
+/// passes the map itself in place of the handle, so no handle is decoded.
+pub(crate) extern "C" fn lookup_in_map(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
+    // SAFETY: `map` is a Map that the program's instance keeps alive; key as above.
+    unsafe { (*(map as *const Map)).lookup_ptr(key as *const u8) as u64 }
 }
 
 extern "C" fn map_update_elem(map: u64, key: u64, value: u64, flags: u64, _: u64) -> u64 {

@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use uebpf_maps::{Map, MapKind, ProgramInfo, Region};
-use uebpf_vm::{Environment, JitFunction, JitProgram, MapResolver, MemoryRegion, Program};
+use uebpf_maps::{current, Map, MapKind, ProgramInfo, Region};
+use uebpf_vm::{Environment, JitFunction, JitProgram, MapLookup, MapResolver, MemoryRegion, Program};
 
 use crate::error::Error;
 use crate::handles::{register, Registration};
-use crate::helpers::register_all;
+use crate::helpers::{lookup_in_map, register_all};
 use crate::load::check_program;
 
 /// How a program runs.
@@ -41,6 +41,24 @@ struct Resolver {
     handles: Vec<u64>,
     /// For array maps: (address of element 0, value size).
     values: Vec<Option<(u64, u32)>>,
+    /// How the JIT may look up in each map without the generic helper.
+    lookups: Vec<Option<MapLookup>>,
+}
+
+/// The JIT's lookup in `map`. Array values lie at a fixed stride from element 0 (the layout in
+/// uebpf_maps::def), per-CPU ones CPU by CPU within each element, so a lookup is a bounds check
+/// and a multiply-add; the calling CPU comes from glibc's rseq area, where sched_getcpu (and so
+/// the helper) reads it too. Other maps' lookups are called directly.
+fn specialised_lookup(map: &Map) -> Option<MapLookup> {
+    let (values, max_entries, stride) = (map.program_memory().start as u64, map.def().max_entries, map.info().storage.value_stride);
+    let cpu_tls_offset = current::rseq_cpu_id_offset();
+    Some(match (map.kind(), cpu_tls_offset) {
+        (MapKind::Array, _) => MapLookup::Array { values, max_entries, stride },
+        (MapKind::PercpuArray, Some(cpu_tls_offset)) => {
+            MapLookup::PercpuArray { values, max_entries, stride, cpus: map.info().storage.cpus, cpu_tls_offset }
+        }
+        _ => MapLookup::Direct { lookup: lookup_in_map, map: map as *const Map as u64 },
+    })
 }
 
 impl MapResolver for Resolver {
@@ -60,6 +78,10 @@ impl MapResolver for Resolver {
             Some(Some((address, _))) => Ok(address + u64::from(offset)),
         }
     }
+
+    fn map_lookup(&self, id: i32) -> Option<MapLookup> {
+        *self.lookups.get(usize::try_from(id - 1).ok()?)?
+    }
 }
 
 impl Instance {
@@ -70,6 +92,7 @@ impl Instance {
         let mut maps = Vec::new();
         let mut registrations = Vec::new();
         let mut values = Vec::new();
+        let mut lookups = Vec::new();
         let mut env = Environment::new();
         register_all(&mut env);
         for info in region.maps() {
@@ -77,16 +100,18 @@ impl Instance {
             let memory = map.program_memory();
             env.allow_memory(MemoryRegion { start: memory.start as u64, len: memory.len, writable: memory.writable });
             values.push((map.kind() == MapKind::Array).then_some((memory.start as u64, map.def().value_size)));
+            lookups.push(specialised_lookup(&map));
             registrations.push(register(Arc::clone(&map))?);
             maps.push(map);
         }
         let handles = registrations.iter().map(Registration::handle).collect();
-        env.set_map_resolver(Arc::new(Resolver { handles, values }));
+        env.set_map_resolver(Arc::new(Resolver { handles, values, lookups }));
         Ok(Instance { inner: Arc::new(Inner { maps, env, _registrations: registrations, region: region.clone() }) })
     }
 
     /// Helpers, map handles and allowed memory: for loading this region's bytecode with
-    /// uebpf-vm directly (`Program::load`).
+    /// uebpf-vm directly (`Program::load`). Programs loaded so must not outlive this instance:
+    /// JIT code embeds its maps' addresses.
     pub fn environment(&self) -> &Environment {
         &self.inner.env
     }

@@ -175,3 +175,64 @@ fn pid_tgid_is_the_kernels_and_not_cached_across_fork() {
         }
     }
 }
+
+/// Runs `f` with the calling thread pinned to the CPU it is on, so that per-CPU lookups of
+/// both engines see the same CPU.
+fn pinned<T>(f: impl FnOnce(u32) -> T) -> T {
+    // SAFETY: cpu_set_t values on the stack, for the calling thread only.
+    unsafe {
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(libc::sched_getaffinity(0, size, &mut allowed), 0);
+        let cpu = libc::sched_getcpu();
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut one);
+        assert_eq!(libc::sched_setaffinity(0, size, &one), 0);
+        let result = f(cpu as u32);
+        libc::sched_setaffinity(0, size, &allowed);
+        result
+    }
+}
+
+#[test]
+fn both_engines_find_the_same_array_element_for_any_key() {
+    // The JIT inlines lookups of array and per-CPU array maps (a bounds check and a
+    // multiply-add) where the interpreter calls the helper: both must find the same value, or
+    // none. A 12-byte value has a 16-byte stride in the region.
+    for map_type in [2, 6] {
+        let region = Region::create_anonymous(RegionSpec::with_arena(1 << 16)).unwrap();
+        let def = uebpf::maps::MapDef { map_type, key_size: 4, value_size: 12, max_entries: 5, map_flags: 0 };
+        let id = region.create_map("array", &def, None).unwrap() as i32;
+        // ctx = { u64 key word (the key is its low 4 bytes); u64 value address found }: returns
+        // the value's first u64, or u64::MAX if the key found nothing.
+        let mut a = Asm::new();
+        a.ldx(8, R6, R1, 0).stx(8, R10, -8, R6).mov64(R7, R1).mov64(R2, R10).add64(R2, -8);
+        a.lddw_map_fd(R1, id).call_helper(1).stx(8, R7, 8, R0).jeq(R0, 0, "none").ldx(8, R0, R0, 0).exit();
+        a.label("none").mov64(R0, -1).exit();
+        let bytecode = a.build().unwrap();
+        region.add_program(&ProgramSpec { name: "lookup", section: "uprobe", kind: ProgramKind::Uprobe, prog_type: 2, license: "GPL", bytecode: &bytecode }).unwrap();
+        let instance = Instance::new(&region).unwrap();
+        // Element k, CPU c (all c of one element follow each other): the value 100 + 10 k + c.
+        let map = instance.map("array").unwrap();
+        let cpus = if map.kind().is_percpu() { map.syscall_value_size() as u64 / 16 } else { 1 };
+        for k in 0..5u32 {
+            let value: Vec<u8> = (0..cpus).flat_map(|c| [(100 + 10 * u64::from(k) + c).to_ne_bytes(), [0; 8]].concat()).collect();
+            map.update(&k.to_ne_bytes(), &value[..map.syscall_value_size()], 0).unwrap();
+        }
+        let values = map.program_memory().start as u64;
+        let programs = ENGINES.map(|engine| instance.program("lookup", engine).unwrap());
+        pinned(|cpu| {
+            let cpu = if cpus > 1 { u64::from(cpu) } else { 0 };
+            for key in [0u64, 1, 4, 5, 6, 0x8000_0000, 0xffff_ffff, 0xffff_ffff_0000_0002] {
+                let k = u64::from(key as u32);
+                let expected = if k < 5 { (100 + 10 * k + cpu, values + 16 * (k * cpus + cpu)) } else { (u64::MAX, 0) };
+                for (engine, program) in ENGINES.iter().zip(&programs) {
+                    let mut ctx = [key.to_ne_bytes(), [0; 8]].concat();
+                    let r0 = program.run(&mut ctx).unwrap();
+                    let found = u64::from_ne_bytes(ctx[8..].try_into().unwrap());
+                    assert_eq!((r0, found), expected, "map type {map_type}, {engine:?}, key {key:#x}");
+                }
+            }
+        });
+    }
+}

@@ -1,6 +1,7 @@
 //! What a program may reach beyond its context and stack: helpers by id, maps named by `lddw`
 //! pseudo instructions, and memory regions the embedder allows. The embedder (later: the maps and
-//! helpers crates) fills an `Environment`; loading a program checks it against it.
+//! helpers crates) fills an `Environment`; loading a program checks it against it. The map
+//! resolver may also describe maps for the JIT to look up in without the generic helper.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,6 +17,34 @@ pub trait MapResolver: Send + Sync {
     fn map_handle(&self, fd: i32) -> Result<u64, String>;
     /// `lddw dst, map_value(fd, offset)` (src=2): the address of byte `offset` of the map's value.
     fn map_value_address(&self, fd: i32, offset: u32) -> Result<u64, String>;
+    /// How the JIT may specialise a `bpf_map_lookup_elem` call that is proven to look up map
+    /// `fd` (None: keep the generic helper). It must find exactly what the helper registered
+    /// under id 1 finds for that map's handle: the interpreter keeps calling the helper.
+    fn map_lookup(&self, _fd: i32) -> Option<MapLookup> {
+        None
+    }
+}
+
+/// A map lookup the JIT can do without the generic `bpf_map_lookup_elem` helper, which must
+/// first find out which map its r1 names. The kernel does the same where its verifier knows the
+/// map: array lookups are inlined (the array map's `map_gen_lookup`), other maps' lookups are
+/// called directly (`map_ops->map_lookup_elem`) instead of through the helper.
+///
+/// The addresses are embedded in the compiled code: they must stay valid while it can run.
+#[derive(Clone, Copy, Debug)]
+pub enum MapLookup {
+    /// An array map: the value of key `k` (a u32) is at `values + k * stride` if
+    /// `k < max_entries`; any other key finds nothing (null).
+    Array { values: u64, max_entries: u32, stride: u32 },
+    /// A per-CPU array: `cpus` values per key, the calling CPU's value of key `k` at
+    /// `values + (k * cpus + cpu) * stride`. The calling thread's CPU number is the u32 at
+    /// `cpu_tls_offset` from its thread pointer (fs on x86-64; with glibc, the `cpu_id` of its
+    /// rseq area). Where that is not below `cpus` (e.g. rseq's negative "not registered" marks),
+    /// the JIT calls the generic helper instead.
+    PercpuArray { values: u64, max_entries: u32, stride: u32, cpus: u32, cpu_tls_offset: i32 },
+    /// Any map: `lookup(map, key, ..)` returns what the helper returns for this map's handle and
+    /// `key`, and is called in its place.
+    Direct { lookup: HelperFn, map: u64 },
 }
 
 /// Memory outside the context and stack that programs may access (map values, ring buffer

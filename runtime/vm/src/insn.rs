@@ -143,6 +143,12 @@ impl Insn {
     }
 }
 
+/// The slot a jump at `index` lands on (None for anything but a jump).
+pub fn jump_target(index: usize, insn: &Insn) -> Option<usize> {
+    let is_jump = matches!(insn.class(), CLASS_JMP | CLASS_JMP32) && !matches!(insn.op(), JMP_CALL | JMP_EXIT);
+    is_jump.then(|| (index as i64 + 1 + i64::from(insn.off)) as usize)
+}
+
 /// Splits bytecode into instruction slots; `None` if the length is not a multiple of 8.
 pub fn decode_all(bytecode: &[u8]) -> Option<Vec<Insn>> {
     if bytecode.len() % INSN_SIZE != 0 {

@@ -16,10 +16,11 @@ pub mod insn;
 mod interp;
 #[cfg(target_arch = "x86_64")]
 mod jit;
+mod lookup_sites;
 mod program;
 mod verify;
 
-pub use environment::{Environment, HelperFn, MapResolver, MemoryRegion};
+pub use environment::{Environment, HelperFn, MapLookup, MapResolver, MemoryRegion};
 pub use error::{LoadError, LoadErrorKind, RunError, RunErrorKind};
 #[cfg(target_arch = "x86_64")]
 pub use jit::{JitError, JitFunction, JitProgram};

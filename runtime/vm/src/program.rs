@@ -1,9 +1,12 @@
 //! A loaded program: bytecode that passed the load-time checks, with `lddw` map references
 //! resolved and helper calls bound, ready for the interpreter or the JIT.
 
-use crate::environment::{Environment, HelperFn, MemoryRegion};
+use std::collections::BTreeMap;
+
+use crate::environment::{Environment, HelperFn, MapLookup, MemoryRegion};
 use crate::error::{LoadError, LoadErrorKind};
 use crate::insn::*;
+use crate::lookup_sites::lookup_sites;
 use crate::verify;
 
 pub struct Program {
@@ -11,6 +14,9 @@ pub struct Program {
     pub(crate) insns: Vec<Insn>,
     /// Helper bound at each `call` slot (None for every other slot), so calls need no lookup.
     pub(crate) helper_at: Vec<Option<HelperFn>>,
+    /// `bpf_map_lookup_elem` calls proven to look up one map, by slot, with the lookup the map
+    /// resolver offers for it: the JIT emits these instead of the helper call.
+    pub(crate) map_lookups: BTreeMap<usize, MapLookup>,
     /// Start slot of every function, ascending; the entry function starts at 0.
     pub(crate) functions: Vec<usize>,
     pub(crate) regions: Vec<MemoryRegion>,
@@ -23,7 +29,14 @@ impl Program {
             LoadError::whole(bytecode.len() / INSN_SIZE, LoadErrorKind::Truncated { len: bytecode.len() })
         })?;
         let layout = verify::check(&insns, env)?;
+        // Before the references are resolved: the analysis reads the map fds of the lddws.
+        let sites = lookup_sites(&insns, &layout.functions);
         resolve_map_references(&mut insns, env)?;
+        let map_lookups = env
+            .maps
+            .iter()
+            .flat_map(|resolver| sites.iter().filter_map(|&(slot, fd)| Some((slot, resolver.map_lookup(fd)?))))
+            .collect();
         let helper_at = insns
             .iter()
             .map(|insn| {
@@ -32,7 +45,7 @@ impl Program {
                 is_helper_call.then(|| env.helper(insn.imm as u32)).flatten()
             })
             .collect();
-        Ok(Program { insns, helper_at, functions: layout.functions, regions: env.regions.clone() })
+        Ok(Program { insns, helper_at, map_lookups, functions: layout.functions, regions: env.regions.clone() })
     }
 
     /// Number of instruction slots.

@@ -8,7 +8,8 @@
 //! layout is found by re-emitting: emit, read the loop heads' addresses, adjust the padding,
 //! repeat until every head is aligned (or give up after a few passes: alignment only affects speed).
 
-use super::x86::{jump_target, Compiler, Emitted, Result};
+use super::x86::{Compiler, Emitted, Result};
+use crate::insn::jump_target;
 use crate::program::Program;
 
 const LOOP_ALIGN: i64 = 32;

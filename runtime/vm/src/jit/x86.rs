@@ -14,6 +14,7 @@
 use iced_x86::code_asm::*;
 use iced_x86::BlockEncoderOptions;
 
+use crate::environment::MapLookup;
 use crate::insn::*;
 use crate::program::{lddw_value, Program};
 
@@ -79,12 +80,6 @@ pub(crate) type Result<T = ()> = std::result::Result<T, IcedError>;
 pub(crate) struct Emitted {
     pub code: Vec<u8>,
     pub addresses: Vec<u64>,
-}
-
-/// The slot a jump at `index` lands on (None for anything but a jump).
-pub(crate) fn jump_target(index: usize, insn: &Insn) -> Option<usize> {
-    let is_jump = matches!(insn.class(), CLASS_JMP | CLASS_JMP32) && !matches!(insn.op(), JMP_CALL | JMP_EXIT);
-    is_jump.then(|| (index as i64 + 1 + i64::from(insn.off)) as usize)
 }
 
 pub(crate) struct Compiler<'p> {
@@ -352,9 +347,10 @@ impl<'p> Compiler<'p> {
                 return a.call(self.function_labels[f]);
             }
             JMP_CALL => {
-                let helper = self.program.helper_at[index].expect("load-time checks bind every helper call");
-                a.mov(SCRATCH3.q, helper as usize as i64)?;
-                return a.call(SCRATCH3.q);
+                return match self.program.map_lookups.get(&index) {
+                    Some(&lookup) => self.map_lookup(index, lookup),
+                    None => self.call_helper(index),
+                };
             }
             JMP_JSET if insn.uses_src_reg() => rr!(a, wide, test, d, s)?,
             JMP_JSET => ri!(a, wide, test, d, insn.imm)?,
@@ -374,6 +370,77 @@ impl<'p> Compiler<'p> {
             JMP_JSLT => a.jl(label),
             _ => a.jle(label),
         }
+    }
+
+    /// `bpf_map_lookup_elem` of a map known at load time: r2 holds the key's address, r0 gets
+    /// the value's address or null. `index` is the call's slot.
+    fn map_lookup(&mut self, index: usize, lookup: MapLookup) -> Result {
+        let key = SCRATCH3;
+        match lookup {
+            MapLookup::Array { values, max_entries, stride } => {
+                let done = self.a.create_label();
+                self.bounds_check(key, max_entries, done)?;
+                self.multiply(key, stride)?;
+                self.add_base(key, values)?;
+                self.bind(done)
+            }
+            MapLookup::PercpuArray { values, max_entries, stride, cpus, cpu_tls_offset } => {
+                // As recent kernels' inlined per-CPU array lookup: the calling CPU's slot. The
+                // kernel adds this CPU's per-CPU offset; here the CPU number comes from the
+                // thread's rseq area, which the kernel keeps current.
+                let (cpu, done, helper_call) = (SCRATCH2, self.a.create_label(), self.a.create_label());
+                self.bounds_check(key, max_entries, done)?;
+                self.a.mov(cpu.d, dword_ptr(cpu_tls_offset as u64).fs())?;
+                self.a.cmp(cpu.d, cpus as i32)?;
+                self.a.jae(helper_call)?;
+                self.multiply(key, cpus)?;
+                self.a.add(key.q, cpu.q)?;
+                self.multiply(key, stride)?;
+                self.add_base(key, values)?;
+                self.a.jmp(done)?;
+                self.bind(helper_call)?;
+                self.call_helper(index)?;
+                self.bind(done)
+            }
+            MapLookup::Direct { lookup, map } => {
+                // r1 (the map's handle) is dead after the call: it becomes the lookup's map.
+                self.a.mov(REGS[1].q, map as i64)?;
+                self.a.mov(SCRATCH3.q, lookup as usize as i64)?;
+                self.a.call(SCRATCH3.q)
+            }
+        }
+    }
+
+    /// Array lookups start as the kernel's array_map_gen_lookup: r0 = null, `key` = the u32 at
+    /// r2 (the 32-bit load zero-extends), and a key at or past max_entries finds nothing.
+    fn bounds_check(&mut self, key: X86, max_entries: u32, not_found: CodeLabel) -> Result {
+        let a = &mut self.a;
+        a.mov(key.d, dword_ptr(REGS[2].q))?;
+        a.xor(eax, eax)?;
+        a.cmp(key.d, max_entries as i32)?;
+        a.jae(not_found)
+    }
+
+    /// reg *= factor (a u32; the product of two u32s fits 64 bits): a shift where it can be.
+    fn multiply(&mut self, reg: X86, factor: u32) -> Result {
+        if factor.is_power_of_two() {
+            self.a.shl(reg.q, factor.trailing_zeros())
+        } else {
+            self.a.mov(SCRATCH1.d, factor)?;
+            self.a.imul_2(reg.q, SCRATCH1.q)
+        }
+    }
+
+    /// r0 = base + offset.
+    fn add_base(&mut self, offset: X86, base: u64) -> Result {
+        self.a.mov(rax, base as i64)?;
+        self.a.add(rax, offset.q)
+    }
+
+    fn call_helper(&mut self, index: usize) -> Result {
+        let helper = self.program.helper_at[index].expect("load-time checks bind every helper call");
+        self.a.mov(SCRATCH3.q, helper as usize as i64)?;
+        self.a.call(SCRATCH3.q)
     }
 
     fn load(&mut self, insn: &Insn) -> Result {
