@@ -67,23 +67,23 @@ def _cpu_ticks(pid: int) -> int:
     return 0
 
 
+def _status_field(status: Path, name: str) -> int:
+    """The number after `name:` in a /proc status file; 0 if the file or the field is gone."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in status.read_text().splitlines():
+            if line.startswith(f"{name}:"):
+                return int(line.split()[1])
+    return 0
+
+
 def _voluntary_switches(pid: int) -> int:
     """Of every thread of the process: /proc/PID/status counts only its main thread."""
-    total = 0
-    for status in Path(f"/proc/{pid}/task").glob("*/status"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            for line in status.read_text().splitlines():
-                if line.startswith("voluntary_ctxt_switches:"):
-                    total += int(line.split()[1])
-    return total
+    statuses = Path(f"/proc/{pid}/task").glob("*/status")
+    return sum(_status_field(status, "voluntary_ctxt_switches") for status in statuses)
 
 
 def _peak_rss_kb(pid: int) -> int:
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return 0
+    return _status_field(Path(f"/proc/{pid}/status"), "VmHWM")
 
 
 def _reset_peak_rss(pid: int) -> None:
