@@ -24,6 +24,7 @@ KINDS = {1: "entry", 2: "exit"}
 SUMMARY_KEYS = ("received", "entry", "exit", "submitted", "dropped", "bytes", "peak_rss_kb")
 
 DEFAULT_RINGBUF_BYTES = 16 << 20
+DEFAULT_POLL_MS = 100      # functrace's own default: how long a poll waits for a wakeup
 WAKEUPS = ("adaptive", "force", "none")      # the first is the default
 # What each policy costs the traced program: at a few microseconds between events the consumer
 # keeps catching up and sleeping, and "adaptive" then pays a wakeup per record.
@@ -73,10 +74,11 @@ class Functrace(Method):
     """The functrace loader (tracers/ebpf/functrace.c) and what it captured; the runtime it runs
     against (the kernel, or uebpf) is the subclass's."""
 
-    def __init__(self, ringbuf_bytes: int = DEFAULT_RINGBUF_BYTES, wakeup: str = "adaptive"):
+    def __init__(self, ringbuf_bytes: int = DEFAULT_RINGBUF_BYTES, wakeup: str = "adaptive",
+                 poll_ms: int = DEFAULT_POLL_MS):
         if wakeup not in WAKEUPS:
             raise TracecostError(f"unknown wakeup policy {wakeup!r} (one of {', '.join(WAKEUPS)})")
-        self.ringbuf_bytes, self.wakeup = ringbuf_bytes, wakeup
+        self.ringbuf_bytes, self.wakeup, self.poll_ms = ringbuf_bytes, wakeup, poll_ms
 
     def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
         self.loader = paths.artifact("bin/functrace")
@@ -89,7 +91,8 @@ class Functrace(Method):
     def trace(self, workdir: Path) -> Iterator[TracedRun]:
         output = workdir / "functrace.bin"
         argv = [str(self.loader), "--binary", str(self.library), "--symbol", TRACED_SYMBOL,
-                "--output", str(output), "--ringbuf-bytes", str(self.ringbuf_bytes), "--wakeup", self.wakeup]
+                "--output", str(output), "--ringbuf-bytes", str(self.ringbuf_bytes), "--wakeup", self.wakeup,
+                "--poll-ms", str(self.poll_ms)]
         loader_env, target_env, after_exit = self.environments()
         with started(lambda: Child(argv, stderr_path=workdir / "functrace.stderr",
                                    env={**os.environ, **loader_env})) as tracer:
