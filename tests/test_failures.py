@@ -72,5 +72,5 @@ def test_a_second_measuring_tracecost_stops_at_once_naming_the_first(tmp_path, m
     with exclusive_machine():
         result = run_tracecost("validate", "--method", "ebpf", env={"TRACECOST_LOCK": str(lock)}, timeout=60)
     assert result.returncode == 1
-    assert f"another tracecost (pid {os.getpid()}) is measuring" in result.stderr
+    assert f"another measuring run holds {lock}: pid {os.getpid()} (" in result.stderr
     assert uprobes_in(LIBMYLIB) == []

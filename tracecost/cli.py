@@ -88,7 +88,7 @@ def validate(calls: int, method_name: str, as_json: bool) -> None:
     from tracecost.validate import validate as run_validation
 
     names = list(tracers.TRACERS) if method_name == "all" else [method_name]
-    with exclusive_machine(), workspace() as work:
+    with exclusive_machine(), workspace(say) as work:
         result = run_validation([tracers.make_method(name) for name in names], calls, work, say)
     if as_json:
         click.echo(json.dumps(result, indent=2))

@@ -41,7 +41,7 @@ def execute(entries: list[tuple[Suite, Any]], out_dir: Path, console: Console, e
     env = environment.capture()
     finished: dict[str, dict] = {}
     total = sum(planned_runs(suite, config) for suite, config in entries)
-    with exclusive_machine(), workspace() as work, progress_bar(err, total) as advance:
+    with exclusive_machine(), workspace(say) as work, progress_bar(err, total) as advance:
         for suite, config in entries:
             try:
                 finished[suite.name] = run_suite(suite, config, work, say, advance)

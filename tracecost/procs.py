@@ -2,12 +2,15 @@
 
 Every child runs in a session of its own, so that Ctrl-C on the terminal reaches
 tracecost alone; tracecost then stops each child it started, by the PID it got
-from spawning it (never by name), before it exits.
+from spawning it (never by name), before it exits. And every child dies with
+tracecost even when tracecost cannot stop it (SIGKILL, the OOM killer): each one
+is started with a parent-death signal (PR_SET_PDEATHSIG), which survives its exec.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import select
@@ -18,7 +21,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracecost import leftovers
 from tracecost.errors import TracecostError
+
+PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,27 @@ class Usage:
     @property
     def cpu_s(self) -> float:
         return self.user_s + self.sys_s
+
+
+def die_with_parent(parent: int):
+    """A preexec_fn: the child gets SIGKILL when tracecost (thread `parent` runs in) dies.
+
+    The signal follows the thread that forked; tracecost forks from its main thread only.
+    If tracecost died before the prctl, the child was already re-parented and must not run."""
+
+    def arm() -> None:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(127)
+
+    return arm
+
+
+def run_command(argv: list[str], *, timeout_s: float | None = None, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run for the short commands tracecost runs (lttng, bpftool, babeltrace2...):
+    output captured as text, and the command dies with tracecost like every other child."""
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
+                          preexec_fn=die_with_parent(os.getpid()), **kwargs)
 
 
 def _exit_code(status: int) -> int:
@@ -87,7 +115,7 @@ class Child:
         self.started = time.monotonic()
         try:
             self.popen = subprocess.Popen(argv, stdout=stdout, stderr=self._stderr, env=env,
-                                          start_new_session=True)
+                                          start_new_session=True, preexec_fn=die_with_parent(os.getpid()))
         except OSError as err:
             self._stderr.close()
             raise TracecostError(f"cannot start {self.name}: {err.strerror}") from err
@@ -95,6 +123,7 @@ class Child:
             if stdout_path:
                 stdout.close()
         self.pid = self.popen.pid
+        leftovers.record_process(self.pid)
         self.usage: Usage | None = None
         self._stdout_rest = b""
 
@@ -174,6 +203,7 @@ class Child:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
         _, status, rusage = os.wait4(self.pid, 0)
+        leftovers.forget_process(self.pid)
         wall = time.monotonic() - self.started
         self.popen.returncode = _exit_code(status)  # keep Popen from reaping a second time
         self._stderr.close()

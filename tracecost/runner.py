@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tracecost import leftovers
 from tracecost.errors import TracecostError
 from tracecost.suites.base import Suite
 from tracecost.tracers.base import Say
@@ -74,4 +75,6 @@ def _one_run(suite, config, group, method, workspace, repetition, position) -> d
         record["status"] = "ok"
     except TracecostError as error:
         record.update(status="failed", error=str(error))
+    finally:
+        leftovers.remove_regions()  # a failed run's loader may have died without removing its region
     return record

@@ -7,11 +7,12 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 from tracecost.errors import TracecostError
-from tracecost.procs import interrupts_deferred
+from tracecost.procs import interrupts_deferred, run_command
 
 TRACEFS = Path("/sys/kernel/tracing")
 LOCKDOWN = Path("/sys/kernel/security/lockdown")
@@ -25,11 +26,13 @@ def effective_capabilities() -> int:
     return 0
 
 
+def has_capability(cap: int) -> bool:
+    return bool(effective_capabilities() >> cap & 1)
+
+
 def require_kernel_bpf() -> None:
     """Kernel eBPF needs root, or CAP_BPF with CAP_PERFMON (uprobes), or CAP_SYS_ADMIN."""
-    caps = effective_capabilities()
-    has = lambda cap: bool(caps >> cap & 1)  # noqa: E731
-    if has(CAP_SYS_ADMIN) or (has(CAP_BPF) and has(CAP_PERFMON)):
+    if has_capability(CAP_SYS_ADMIN) or (has_capability(CAP_BPF) and has_capability(CAP_PERFMON)):
         return
     raise TracecostError("kernel eBPF needs root or CAP_BPF+CAP_PERFMON (run as root, or choose --method lttng)")
 
@@ -76,10 +79,25 @@ def _selected_mode(text: str) -> str | None:
     return next((word.strip("[]") for word in text.split() if word.startswith("[")), None)
 
 
+@functools.cache
+def _say_unchecked() -> None:
+    """Said once per command: an unprivileged user measures, with this one check left out."""
+    print("tracecost: not checked: kernel BPF programs left attached by other tools (listing them needs "
+          "CAP_SYS_ADMIN); baseline runs assume there are none", file=sys.stderr)
+
+
 def bpf_perf_attachments() -> list[dict]:
-    """Every BPF program attached through a perf event (uprobes, tracepoints...), as `bpftool perf` lists them."""
+    """Every BPF program attached through a perf event (uprobes, tracepoints...), as `bpftool perf` lists them.
+
+    Listing them needs CAP_SYS_ADMIN. Without it the list is empty, and that is said once: an
+    ordinary user cannot attach kernel probes anyway (LTTng and uebpf need no privilege), so
+    only another user's kernel tracer could disturb a baseline, and the run says it did not
+    look."""
+    if not has_capability(CAP_SYS_ADMIN):
+        _say_unchecked()
+        return []
     bpftool = require_tool("bpftool", "bpftool")
-    result = subprocess.run([bpftool, "perf", "-j"], capture_output=True, text=True)
+    result = run_command([bpftool, "perf", "-j"])
     if result.returncode != 0:
         raise TracecostError(f"bpftool perf failed: {result.stderr.strip()}")
     return json.loads(result.stdout or "[]")

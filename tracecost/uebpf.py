@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import itertools
 import os
-import subprocess
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from subprocess import TimeoutExpired
 
-from tracecost import paths
+from tracecost import leftovers, paths
 from tracecost.errors import TracecostError
+from tracecost.procs import run_command
 
 SHM = Path("/dev/shm")
 _runs = itertools.count()
@@ -34,9 +36,16 @@ class Libraries:
     def run_environments(self) -> RunEnvironments:
         """The environments of one run on uebpf, in a region no other run (of this or any
         process) uses. The server removes the region when its loader exits; a file left over is
-        a failure (and is removed, so that nothing stays behind)."""
-        region = f"tracecost-{os.getpid()}-{next(_runs)}"
+        a failure (and is removed, so that nothing stays behind).
+
+        The name cannot be guessed (a random part): another user who could predict it could
+        create it first. The server creates it with O_EXCL, so a name taken is a refusal,
+        never a region shared with someone else; the agent uses only a region of its own uid.
+        It goes in the ledger before the loader starts: if the loader, or tracecost, is killed
+        outright, the region is still removed (leftovers.py)."""
+        region = f"tracecost-{os.getpid()}-{next(_runs)}-{secrets.token_hex(8)}"
         region_file = SHM / f"uebpf-{region}"
+        leftovers.record_region(region_file)
 
         def require_region_removed() -> None:
             if region_file.exists():
@@ -60,10 +69,9 @@ def wait_applied(uebpf_command: Path, loader_env: dict[str, str], pid: int) -> N
     region (hooked live); a clear error naming what it refused otherwise."""
     region = loader_env["UEBPF_REGION"]
     try:
-        result = subprocess.run([str(uebpf_command), "wait-applied", region, "--pid", str(pid),
-                                 "--timeout", str(WAIT_APPLIED_TIMEOUT_S)],
-                                capture_output=True, text=True, timeout=WAIT_APPLIED_TIMEOUT_S + 30)
-    except subprocess.TimeoutExpired as err:
+        result = run_command([str(uebpf_command), "wait-applied", region, "--pid", str(pid),
+                              "--timeout", str(WAIT_APPLIED_TIMEOUT_S)], timeout_s=WAIT_APPLIED_TIMEOUT_S + 30)
+    except TimeoutExpired as err:
         raise TracecostError(f"uebpf wait-applied did not return for process {pid}") from err
     if result.returncode != 0:
         why = result.stderr.strip().splitlines()[-1:] or ["no message"]

@@ -18,6 +18,7 @@ from rich.table import Table
 from tracecost import paths, stats, system
 from tracecost.errors import TracecostError
 from tracecost.suites.base import Group, Suite
+from tracecost.procs import run_command
 
 REFERENCE_ENGINE = "kernel-jit"
 RUN_TIMEOUT_S = 600
@@ -82,7 +83,7 @@ class VmSuite(Suite):
     def measure(self, group: Group, method: Engine, workdir: Path, config: VmConfig) -> dict:
         argv = [str(vmbench()), "--runs", "1", "--iterations", str(config.iterations),
                 "--programs", group.key["program"], "--engines", method.name]
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        result = run_command(argv, timeout_s=RUN_TIMEOUT_S)
         if result.returncode != 0:
             raise TracecostError(f"uebpf-vmbench failed: {result.stderr.strip().splitlines()[-1:] or 'no message'}")
         document = json.loads(result.stdout)

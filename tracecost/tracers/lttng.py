@@ -10,17 +10,17 @@ import contextlib
 import os
 import re
 import signal
-import subprocess
 import time
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from subprocess import CompletedProcess
 
-from tracecost import paths, system
+from tracecost import leftovers, paths, system
 from tracecost.errors import TracecostError
-from tracecost.procs import Child, interrupts_deferred
+from tracecost.procs import Child, interrupts_deferred, run_command
 from tracecost.tracers.base import Capture, Event, Method, ProcessCost, Say, TracedRun
 
 # 2 MiB x 4 sub-buffers per CPU: on 2 CPUs the same 16 MiB total as functrace's ring buffer.
@@ -33,8 +33,8 @@ PIDFILES = (Path("/var/run/lttng/lttng-sessiond.pid"), Path.home() / ".lttng/ltt
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def lttng(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(["lttng", *args], capture_output=True, text=True)
+def lttng(*args: str, check: bool = True) -> CompletedProcess:
+    result = run_command(["lttng", "--no-sessiond", *args])
     if check and result.returncode != 0:
         message = (result.stderr.strip() or result.stdout.strip()).splitlines()
         raise TracecostError(f"lttng {args[0]} failed: {message[-1] if message else 'no message'}")
@@ -95,6 +95,17 @@ def _reset_peak_rss(pid: int) -> None:
 @dataclass
 class SessionDaemon:
     pid: int
+    # Its start time: with the pid, it tells the daemon from a later process given the same pid.
+    started: int | None = None
+
+    def __post_init__(self):
+        self.started = leftovers.start_time(self.pid)
+
+    def require_alive(self) -> None:
+        """A run whose daemon died is a failure: its numbers (and its trace) are not a session's.
+        (The lttng client is run with --no-sessiond: it never starts a replacement daemon.)"""
+        if self.started is None or not leftovers.alive(self.pid, self.started):
+            raise TracecostError(f"lttng-sessiond (pid {self.pid}) died during the run")
 
     def processes(self) -> dict[int, str]:
         """pid -> role: the daemon itself, and its consumer daemons (helpers count with their parent)."""
@@ -192,8 +203,7 @@ def parse_babeltrace(text: str) -> tuple[list[Event], int]:
 
 
 def read_trace(trace_dir: Path) -> list[Event]:
-    result = subprocess.run(["babeltrace2", "--clock-seconds", "--no-delta", str(trace_dir)],
-                            capture_output=True, text=True)
+    result = run_command(["babeltrace2", "--clock-seconds", "--no-delta", str(trace_dir)])
     if result.returncode != 0:
         raise TracecostError(f"babeltrace2 cannot read {trace_dir}: {result.stderr.strip()[-200:]}")
     events, _ = parse_babeltrace(result.stdout)
@@ -205,8 +215,7 @@ COUNTER_LINE = re.compile(r"^\s*(\d+) Event messages?$", re.MULTILINE)
 
 def count_events(trace_dir: Path) -> int:
     """Events in the trace, counted by babeltrace2's counter sink."""
-    result = subprocess.run(["babeltrace2", str(trace_dir), "--component=sink.utils.counter",
-                             "--params=step=+0"], capture_output=True, text=True)
+    result = run_command(["babeltrace2", str(trace_dir), "--component=sink.utils.counter", "--params=step=+0"])
     match = COUNTER_LINE.search(result.stdout)
     if result.returncode != 0 or not match:
         raise TracecostError(f"babeltrace2 cannot count events in {trace_dir}: {result.stderr.strip()[-200:]}")
@@ -246,6 +255,7 @@ class Lttng(Method):
     def trace(self, workdir: Path) -> Iterator[TracedRun]:
         session = f"tracecost-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         trace_dir = workdir / "lttng-trace"
+        self.daemon.require_alive()
         lttng("create", session, f"--output={trace_dir}")
         try:
             lttng("enable-channel", "--userspace", f"--session={session}", f"--subbuf-size={self.subbuf_bytes}",
@@ -257,6 +267,7 @@ class Lttng(Method):
             run = TracedRun(app_env={"LD_PRELOAD": str(self.wrapper)}, read_events=lambda: read_trace(trace_dir))
             yield run
             lttng("stop", session)  # waits until the consumer has written every sub-buffer
+            self.daemon.require_alive()
             costs = self.daemon.costs_since(before)
             discarded, lost_packets = channel_losses(session)
         finally:

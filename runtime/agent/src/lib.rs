@@ -30,7 +30,7 @@ mod watcher;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-use uebpf::maps::{check_name, current, region_path, Region, DEFAULT_REGION, REGION_ENV};
+use uebpf::maps::{check_name, current, region_path, Region, DEFAULT_REGION, REFUSED, REGION_ENV};
 use uebpf_hook::without_probes;
 
 use forklock::ForkLock;
@@ -50,6 +50,15 @@ static FOLLOWING: AtomicBool = AtomicBool::new(false);
 /// One line on stderr in one write(2): no lock a forked child could inherit held.
 pub(crate) fn warn(message: &str) {
     uebpf::write_stderr(format!("uebpf-agent: {message}\n").as_bytes());
+}
+
+/// A refused region is said once per process, by whichever of start-up and the thread sees it first.
+static REFUSAL_SAID: AtomicBool = AtomicBool::new(false);
+
+pub(crate) fn warn_refused(message: &str) {
+    if !REFUSAL_SAID.swap(true, Ordering::AcqRel) {
+        warn(message);
+    }
 }
 
 #[used]
@@ -74,16 +83,18 @@ extern "C" fn start() {
     if let Err(e) = uebpf::nofault::install() {
         warn(&format!("probe reads use process_vm_readv: cannot install the SIGSEGV/SIGBUS handler: {e}"));
     }
-    without_probes(|| {
-        if let Ok(region) = Region::open(&name) {
-            match Session::new(region) {
-                Ok(mut session) => {
-                    session.pass();
-                    STATE.with(|state| state.session = Some(session));
-                }
-                Err(e) => warn(&e),
+    without_probes(|| match Region::open(&name) {
+        Ok(region) => match Session::new(region) {
+            Ok(mut session) => {
+                session.pass();
+                STATE.with(|state| state.session = Some(session));
             }
-        }
+            Err(e) => warn(&e),
+        },
+        // Another user's region (or a link, or a loose mode): its programs never run here.
+        Err(e) if e.0.starts_with(REFUSED) => warn_refused(&e.0),
+        // Not there yet, or still being created: the thread waits for it.
+        Err(_) => {}
     });
     let _ = REGION_NAME.set(name.clone());
     FOLLOWING.store(true, Ordering::Release);

@@ -10,11 +10,11 @@
 
 use std::time::{Duration, Instant};
 
-use uebpf::maps::{current, region_path, Region};
+use uebpf::maps::{current, region_path, Region, REFUSED};
 use uebpf_hook::without_probes;
 
 use crate::session::Session;
-use crate::{warn, STATE};
+use crate::{warn, warn_refused, STATE};
 
 /// How often a sleeping agent checks that its region still exists (a removal wakes nobody).
 const LIVENESS_PERIOD: Duration = Duration::from_secs(1);
@@ -92,13 +92,16 @@ fn wait_for_region(name: &str) -> Region {
         match Region::open(name) {
             Ok(region) => return region,
             Err(e) if path.exists() => {
-                // Being created (the header is written last), or not ours to open.
+                // Being created (the header is written last), or not ours to open: a region
+                // refused for its owner, links or mode is said at once, the first time.
                 let since = *unopenable_since.get_or_insert_with(Instant::now);
-                if since.elapsed() < CREATION_PATIENCE {
+                if since.elapsed() < CREATION_PATIENCE && !e.0.starts_with(REFUSED) {
                     std::thread::sleep(Duration::from_millis(1));
                     continue;
                 }
-                if !complained {
+                if e.0.starts_with(REFUSED) {
+                    warn_refused(&e.0);
+                } else if !complained {
                     warn(&e.0);
                     complained = true;
                 }

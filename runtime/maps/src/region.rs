@@ -27,6 +27,10 @@ fn os_error(what: impl fmt::Display) -> Error {
 pub const REGION_ENV: &str = "UEBPF_REGION";
 pub const DEFAULT_REGION: &str = "default";
 
+/// How `Region::open` begins the error for a region it will not use (see `check_trusted`), as
+/// opposed to one it cannot open yet: an agent says the first at once, and waits out the second.
+pub const REFUSED: &str = "refused region";
+
 /// Where named regions live.
 pub const SHM_DIR: &str = "/dev/shm";
 /// Prefix of every region file name.
@@ -303,15 +307,28 @@ impl Region {
     }
 
     /// Maps the existing region `name` (created by another process). It is not removed on drop.
+    ///
+    /// A region holds programs that run inside every process that opens it, so only a region
+    /// this process's own user created is used (see `check_trusted`). The path is opened with
+    /// `O_NOFOLLOW` and checked through the open descriptor, so nothing can be swapped in
+    /// between the check and the mapping.
     pub fn open(name: &str) -> Result<Region, Error> {
         check_name(name)?;
         check_page_size()?;
         let path = region_path(name);
         let c_path = CString::new(path.as_os_str().as_encoded_bytes()).expect("checked name has no NUL");
+        // O_NONBLOCK: a FIFO planted under the name must not block the opener (regular files
+        // ignore the flag).
         // SAFETY: plain open(2).
-        let fd = unsafe { libc::open(c_path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        let fd = unsafe {
+            libc::open(c_path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        };
         if fd < 0 {
-            return Err(os_error(format!("cannot open region {}", path.display())));
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::ELOOP) {
+                return Err(Error(format!("{REFUSED} {}: it is a symbolic link", path.display())));
+            }
+            return Err(Error(format!("cannot open region {}: {err}", path.display())));
         }
         // SAFETY: fresh descriptor we own.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -320,6 +337,8 @@ impl Region {
         if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0 {
             return Err(os_error(format!("cannot stat {}", path.display())));
         }
+        // SAFETY: geteuid has no preconditions.
+        check_trusted(&stat, unsafe { libc::geteuid() }).map_err(|why| Error(format!("{REFUSED} {}: {why}", path.display())))?;
         let len = stat.st_size as usize;
         if len < PAGE_SIZE {
             return Err(Error(format!("{} is not a uebpf region (only {len} bytes)", path.display())));
@@ -548,6 +567,30 @@ impl Region {
         // SAFETY: checked to lie inside the region.
         Ok(unsafe { std::slice::from_raw_parts(start, len as usize) }.to_vec())
     }
+}
+
+/// Whether a region file (its `fstat`) may be used by a process whose effective uid is `euid`.
+///
+/// Programs in a region run inside every process that opens it, and its maps carry what they
+/// record: a region another user could have written would let that user run code in this
+/// process. So a region must be a regular file owned by this process's own effective uid
+/// (root included: root uses only root's regions), readable and writable by its owner alone
+/// (mode 0600, as `create` makes it), and have exactly one name (a hard link elsewhere would
+/// let whoever owns that directory entry keep, or later replace, what this process maps).
+pub fn check_trusted(stat: &libc::stat, euid: libc::uid_t) -> Result<(), String> {
+    if stat.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err("not a regular file".into());
+    }
+    if stat.st_uid != euid {
+        return Err(format!("owned by uid {}, not by this process's uid {euid}", stat.st_uid));
+    }
+    if stat.st_mode & 0o077 != 0 {
+        return Err(format!("mode {:04o}: other users could change it (a region is 0600)", stat.st_mode & 0o7777));
+    }
+    if stat.st_nlink != 1 {
+        return Err(format!("it has {} names (hard links); a region has exactly one", stat.st_nlink));
+    }
+    Ok(())
 }
 
 fn entry_info(e: &MapEntry) -> MapInfo {

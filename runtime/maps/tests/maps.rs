@@ -44,6 +44,60 @@ fn named_region_is_private_shared_and_removed_by_its_creator() {
     assert!(Region::open(&name).unwrap_err().0.contains("No such file"));
 }
 
+/// Only a region of this process's own uid, mode 0600, with one name and no symbolic link on
+/// the way is used: anything else could carry another user's programs into this process.
+#[test]
+fn regions_another_user_could_control_are_refused() {
+    let name = unique_name("trust");
+    let path = region_path(&name);
+    let region = Region::create(&name, RegionSpec::with_arena(4096)).unwrap();
+    let refused = |name: &str| Region::open(name).unwrap_err().0;
+
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert!(refused(&name).contains("mode 0644"), "{}", refused(&name));
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    Region::open(&name).unwrap();
+
+    let linked = unique_name("trust-link");
+    std::fs::hard_link(&path, region_path(&linked)).unwrap();
+    assert!(refused(&name).contains("2 names"), "{}", refused(&name));
+    assert!(refused(&linked).contains("2 names"));
+    std::fs::remove_file(region_path(&linked)).unwrap();
+
+    let symlink = unique_name("trust-symlink");
+    std::os::unix::fs::symlink(&path, region_path(&symlink)).unwrap();
+    let err = refused(&symlink);
+    assert!(err.contains("symbolic link") && err.starts_with(uebpf_maps::REFUSED), "{err}");
+    std::fs::remove_file(region_path(&symlink)).unwrap();
+
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
+        let err = refused(&name);
+        assert!(err.contains("owned by uid 65534, not by this process's uid 0") && err.starts_with(uebpf_maps::REFUSED), "{err}");
+    }
+    drop(region);
+}
+
+#[test]
+fn trust_rules_for_a_region_file() {
+    // SAFETY: a zeroed stat is a valid value to fill in.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    stat.st_mode = libc::S_IFREG | 0o600;
+    stat.st_uid = 1000;
+    stat.st_nlink = 1;
+    assert_eq!(uebpf_maps::check_trusted(&stat, 1000), Ok(()));
+    assert!(uebpf_maps::check_trusted(&stat, 0).unwrap_err().contains("owned by uid 1000"));
+    assert!(uebpf_maps::check_trusted(&stat, 1001).is_err());
+    stat.st_mode = libc::S_IFREG | 0o666;
+    assert!(uebpf_maps::check_trusted(&stat, 1000).unwrap_err().contains("mode 0666"));
+    stat.st_mode = libc::S_IFIFO | 0o600;
+    assert!(uebpf_maps::check_trusted(&stat, 1000).unwrap_err().contains("regular file"));
+    stat.st_mode = libc::S_IFREG | 0o600;
+    stat.st_nlink = 2;
+    assert!(uebpf_maps::check_trusted(&stat, 1000).unwrap_err().contains("2 names"));
+}
+
 #[test]
 fn bad_names_and_full_regions_are_clear_errors() {
     assert!(Region::create("../etc/x", RegionSpec::with_arena(4096)).unwrap_err().0.contains("invalid region name"));
