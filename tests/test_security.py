@@ -178,3 +178,116 @@ def test_a_lock_held_by_another_user_names_the_holder(tmp_path, other_user, stic
     assert "pass --no-lock" in message
     assert lock.stat().st_uid == uid, "the planted file is used as it is, never re-owned or re-moded"
 
+
+
+# --- tracecost killed outright ----------------------------------------------------------------
+
+def descendants(pid: int) -> list[int]:
+    found, pending = [], [pid]
+    while pending:
+        for children in Path(f"/proc/{pending.pop()}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                for child in map(int, children.read_text().split()):
+                    found.append(child)
+                    pending.append(child)
+    return found
+
+
+def cmdline(pid: int) -> bytes:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    return b""
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie has exited: its probes and mappings are gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+# Each command runs long enough to be caught mid-run, with its tracers' processes up.
+KILLED_MID_RUN = {
+    "duration": (["duration", "-s", "0", "-r", "20", "--methods", "baseline,lttng,ebpf,uebpf"], "uebpf"),
+    "micro": (["micro", "--ops", "uprobe", "-r", "20", "--runtimes", "untraced,kernel,uebpf"], "uebpf"),
+    "transport": (["transport", "--producers", "2", "--duration", "1", "--runs", "5",
+                   "--methods", "baseline,ringbuf,uebpf"], "uebpf"),
+    "vm": (["vm", "-r", "5"], "--iterations"),   # a measuring vmbench (not the --list of option checks)
+}
+
+
+@pytest.mark.parametrize("suite", list(KILLED_MID_RUN))
+def test_a_sigkilled_tracecost_leaves_nothing_running_and_the_next_run_cleans_up(suite, private_tmp, tmp_path):
+    args, caught_when = KILLED_MID_RUN[suite]
+    env = {**os.environ, "TMPDIR": str(private_tmp)}
+    proc = subprocess.Popen([*TRACECOST, *args, "--out", str(tmp_path / "out")], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    regions = f"uebpf-tracecost-{proc.pid}-*"
+
+    def mid_run() -> bool:
+        if caught_when == "uebpf":
+            return any(SHM.glob(regions)) and len(descendants(proc.pid)) >= 2
+        return any(caught_when.encode() in cmdline(c) for c in descendants(proc.pid))
+
+    try:
+        assert wait_until(mid_run, 120), f"tracecost {suite} never reached a run with its tracers up"
+        started_by_it = descendants(proc.pid)
+        proc.kill()
+        proc.wait()
+        gone = lambda: not any(running(pid) for pid in started_by_it)  # noqa: E731
+        assert wait_until(gone, 1.0), [cmdline(p) for p in started_by_it if running(p)]
+        attached = [e for e in bpftool_json("perf") if e.get("pid") in started_by_it]
+        assert attached == [], attached
+        assert not [s for s in tracecost_sessions() if f"tracecost-{proc.pid}-" in s]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert list(private_tmp.iterdir()), "the killed command's folder is still there (for the next run to clean)"
+    after = subprocess.run([*TRACECOST, "duration", "-s", "0", "-r", "1", "--quick", "--methods", "baseline",
+                            "--out", str(tmp_path / "next")], capture_output=True, text=True, env=env, timeout=120)
+    assert after.returncode == 0, after.stderr
+    assert f"cleaned up after tracecost pid {proc.pid}, which did not end cleanly" in after.stderr, after.stderr
+    assert list(SHM.glob(regions)) == []
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_a_session_daemon_that_dies_mid_run_fails_the_runs_and_none_is_started_again(tmp_path, private_tmp):
+    if subprocess.run(["lttng", "--no-sessiond", "list"], capture_output=True).returncode == 0:
+        pytest.skip("an lttng-sessiond is already running: tracecost would use it, not start its own")
+    proc = subprocess.Popen([*TRACECOST, "duration", "-s", "0", "-r", "30", "--methods", "baseline,lttng",
+                             "--out", str(tmp_path / "out")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "TMPDIR": str(private_tmp)})
+    daemons = lambda: [p for p in descendants(proc.pid)  # noqa: E731
+                       if running(p) and Path(f"/proc/{p}/comm").read_text().strip() == "lttng-sessiond"]
+    try:
+        assert wait_until(lambda: daemons() and tracecost_sessions(), 60), "tracecost never started its daemon"
+        daemon = min(daemons())
+        os.kill(daemon, signal.SIGKILL)
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, stderr
+    assert f"lttng-sessiond (pid {daemon}) died during the run" in stderr, stderr
+    assert subprocess.run(["lttng", "--no-sessiond", "list"], capture_output=True).returncode != 0, \
+        "no daemon was started in its place"
+    assert not [p for p in Path("/proc").glob("[0-9]*") if running(int(p.name)) and
+                (p / "comm").exists() and (p / "comm").read_text().strip() in ("lttng-sessiond", "lttng-consumerd")]
+
+
+def test_an_unprivileged_user_runs_a_suite_and_is_told_what_was_not_checked(other_user):
+    """LTTng and uebpf need no privilege; the kernel-probe leftover check does, and is skipped with a note."""
+    as_user, uid, home = other_user
+    result = subprocess.run([*as_user, *TRACECOST, "duration", "-s", "0", "-r", "1", "--quick",
+                             "--methods", "baseline,lttng,uebpf", "--out", str(home / "out")],
+                            capture_output=True, text=True, timeout=300, cwd=home,
+                            env={**os.environ, "HOME": str(home), "TMPDIR": str(home), "PYTHONPATH": str(REPO),
+                                 "TRACECOST_LOCK": str(home / "tracecost.lock"), "XDG_RUNTIME_DIR": ""})
+    assert result.returncode == 0, result.stderr
+    assert "not checked: kernel BPF programs left attached by other tools" in result.stderr
+    document = json.loads((home / "out" / "results.json").read_text())
+    runs = document["suites"]["duration"]["runs"]
+    assert {r["method"] for r in runs if r["status"] == "ok"} == {"baseline", "lttng", "uebpf"}

@@ -60,17 +60,24 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the parenthesised command (state first); [] if gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def start_time(pid: int) -> int | None:
     """The process's start time (clock ticks since boot): with the pid, it names one process for ever."""
-    try:
-        # The fields after the parenthesised command: the start time is the 20th.
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
+    fields = _stat_fields(pid)
+    return int(fields[19]) if len(fields) > 19 else None
 
 
 def alive(pid: int, started: int) -> bool:
-    return start_time(pid) == started
+    """The process `pid` that started at `started` still runs (a zombie has exited: it only waits to be reaped)."""
+    fields = _stat_fields(pid)
+    return len(fields) > 19 and fields[0] != "Z" and int(fields[19]) == started
 
 
 @dataclass
