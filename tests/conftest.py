@@ -178,3 +178,11 @@ def private_tmp(tmp_path, monkeypatch):
     work = tmp_path / "tmp"
     work.mkdir()
     return work
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tracefs_mounted(require_root_and_build):
+    """A brand-new machine may not have tracefs mounted; tests read tracepoint ids from it
+    directly, so mount it first, as the harness does before any tracepoint is used."""
+    from tracecost.system import ensure_tracefs
+    ensure_tracefs(say=lambda message: None)

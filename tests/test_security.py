@@ -291,3 +291,15 @@ def test_an_unprivileged_user_runs_a_suite_and_is_told_what_was_not_checked(othe
     document = json.loads((home / "out" / "results.json").read_text())
     runs = document["suites"]["duration"]["runs"]
     assert {r["method"] for r in runs if r["status"] == "ok"} == {"baseline", "lttng", "uebpf"}
+
+
+def test_the_tests_mount_tracefs_on_a_machine_where_it_is_not_mounted(tmp_path):
+    """A brand-new machine: in a private mount namespace without tracefs, a test that reads
+    tracepoint ids straight from tracefs passes (the session fixture mounts it first)."""
+    test = "tests/test_agent.py::test_syscall_entry_tracepoints_run_at_libc_entry_points"
+    script = (f"umount /sys/kernel/tracing 2>/dev/null; test ! -e /sys/kernel/tracing/events || exit 3; "
+              f"exec {sys.executable} -m pytest -q -p no:cacheprovider --basetemp={tmp_path / 'inner'} {test}")
+    result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                            capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr
+    assert "1 passed" in result.stdout
