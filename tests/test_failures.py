@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import (BUILD, REPO, bpftool_json, interrupt_tracecost, processes_mentioning, run_tracecost,
+from conftest import (BUILD, REPO, SHM, bpftool_json, interrupt_tracecost, processes_mentioning, run_tracecost,
                       tracecost_sessions, uprobes_in)
 
 LIBMYLIB = BUILD / "lib" / "libmylib.so"
@@ -48,11 +48,15 @@ def test_missing_build_product_is_named(tmp_path):
     assert "missing build product" in output and "make build" in output
 
 
-@pytest.mark.parametrize("method", ["ebpf", "lttng"])
+def uebpf_regions() -> list:
+    return list(SHM.glob("uebpf-tracecost-*"))
+
+
+@pytest.mark.parametrize("method", ["ebpf", "lttng", "uebpf"])
 def test_ctrl_c_mid_run_leaves_nothing_behind(private_tmp, method):
     # Enough calls that the run is still going when the interrupt arrives.
     calls = "3000000" if method == "ebpf" else "10000000"
-    tracing = (lambda: uprobes_in(LIBMYLIB)) if method == "ebpf" else tracecost_sessions
+    tracing = {"ebpf": lambda: uprobes_in(LIBMYLIB), "lttng": tracecost_sessions, "uebpf": uebpf_regions}[method]
     returncode, stderr = interrupt_tracecost("validate", "--method", method, "--calls", calls,
                                              when=lambda: tracing() and processes_mentioning("sample_app"),
                                              env={"TMPDIR": str(private_tmp)}, timeout=30)
@@ -60,6 +64,7 @@ def test_ctrl_c_mid_run_leaves_nothing_behind(private_tmp, method):
     assert "interrupted" in stderr
     assert uprobes_in(LIBMYLIB) == []
     assert tracecost_sessions() == []
+    assert uebpf_regions() == []
     assert processes_mentioning(str(private_tmp)) == []
     assert list(private_tmp.iterdir()) == []
 
