@@ -1,10 +1,14 @@
 """Failure paths: a clear one-line error, and nothing left attached, running or on disk."""
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
 
 import pytest
+
+from tracecost.errors import TracecostError
 
 from conftest import (BUILD, REPO, SHM, bpftool_json, interrupt_tracecost, processes_mentioning, run_tracecost,
                       tracecost_sessions, uprobes_in)
@@ -79,3 +83,29 @@ def test_a_second_measuring_tracecost_stops_at_once_naming_the_first(tmp_path, m
     assert result.returncode == 1
     assert f"another measuring run holds {lock}: pid {os.getpid()} (" in result.stderr
     assert uprobes_in(LIBMYLIB) == []
+
+
+def test_leftover_probes_are_resolved_in_the_attaching_process_s_directory(tmp_path):
+    """bpftool prints a uprobe's path as the attaching tool gave it. `./build/lib/libmylib.so`
+    attached from another folder is that folder's copy, not ours; from build/.. it is ours, and
+    the refusal names the process."""
+    from tracecost import system
+
+    copy = tmp_path / "build" / "lib"
+    copy.mkdir(parents=True)
+    shutil.copy(LIBMYLIB, copy / "libmylib.so")
+    for cwd, ours in ((tmp_path, False), (REPO, True)):
+        tool = subprocess.Popen([str(FUNCTRACE), "--binary", "./build/lib/libmylib.so", "--symbol", "my_traced_function",
+                                 "--output", str(tmp_path / "t.bin")], cwd=cwd, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
+        try:
+            assert tool.stdout.readline().strip() == "READY"
+            if ours:
+                with pytest.raises(TracecostError, match=rf"pid {tool.pid} \(functrace\) prog \d+"):
+                    system.require_nothing_attached(LIBMYLIB)
+            else:
+                system.require_nothing_attached(LIBMYLIB)
+                assert system.uprobes_attached_to(copy / "libmylib.so")
+        finally:
+            tool.send_signal(signal.SIGINT)
+            tool.wait(timeout=60)

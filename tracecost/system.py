@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -103,11 +104,24 @@ def bpf_perf_attachments() -> list[dict]:
     return json.loads(result.stdout or "[]")
 
 
+def attached_file(entry: dict) -> str | None:
+    """The real path of the file a perf-event uprobe is in. bpftool prints the path as the
+    attaching tool gave it, which may be relative to that tool's working directory, not ours."""
+    filename = entry.get("filename")
+    if not filename:
+        return None
+    if not os.path.isabs(filename):
+        try:
+            filename = os.path.join(os.readlink(f"/proc/{entry.get('pid')}/cwd"), filename)
+        except OSError:
+            return None  # the attaching process is gone, or hidden: its relative path means nothing here
+    return os.path.realpath(filename)
+
+
 def uprobes_attached_to(binary: Path) -> list[dict]:
     """Perf-event uprobes (any process's) placed in `binary`."""
     target = os.path.realpath(binary)
-    return [entry for entry in bpf_perf_attachments()
-            if entry.get("filename") and os.path.realpath(entry["filename"]) == target]
+    return [entry for entry in bpf_perf_attachments() if attached_file(entry) == target]
 
 
 def programs_on_tracepoint(name: str) -> list[dict]:
@@ -121,7 +135,13 @@ def programs_on_syscall_entry() -> list[dict]:
 
 
 def describe_holders(entries: list[dict]) -> str:
-    return ", ".join(f"pid {entry.get('pid')} prog {entry.get('prog_id')}" for entry in entries)
+    """"pid 123 (bpftrace) prog 45, ...": who attached them, by process and program."""
+    def command(pid) -> str:
+        with contextlib.suppress(OSError):
+            return f" ({Path(f'/proc/{pid}/comm').read_text().strip()})"
+        return ""
+    return ", ".join(f"pid {entry.get('pid')}{command(entry.get('pid'))} prog {entry.get('prog_id')}"
+                     for entry in entries)
 
 
 def require_nothing_attached(binary: Path) -> None:
