@@ -1,0 +1,64 @@
+"""Constants that C, Python and Rust each spell out must agree: checked here from the sources
+(no build needed; the C layouts are measured by compiling a few lines with the system's cc)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tracecost.tracers import ebpf
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def c_layout(tmp_path: Path, header: str, struct: str, fields: list[str]) -> dict[str, int]:
+    """sizeof(struct) and offsetof(struct, field) as the C compiler lays them out."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler")
+    lines = [f'printf("{name} %zu\\n", offsetof(struct {struct}, {name}));' for name in fields]
+    source = (f'#include <stddef.h>\n#include <stdio.h>\n#include "{header}"\n'
+              f'int main(void) {{ printf("sizeof %zu\\n", sizeof(struct {struct})); {" ".join(lines)} return 0; }}\n')
+    (tmp_path / "layout.c").write_text(source)
+    subprocess.run([compiler, "-I", str(REPO / "probes"), "-o", str(tmp_path / "layout"), str(tmp_path / "layout.c")],
+                   check=True)
+    output = subprocess.run([str(tmp_path / "layout")], capture_output=True, text=True, check=True).stdout
+    return {name: int(value) for name, value in (line.split() for line in output.splitlines())}
+
+
+def c_enum(text: str, enum: str) -> dict[str, int]:
+    body = re.search(rf"enum {enum} \{{(.*?)\}};", text, re.S).group(1)
+    return {name: int(value) for name, value in re.findall(r"(\w+)\s*=\s*(\d+)", body)}
+
+
+def test_functrace_records_are_read_as_the_probe_writes_them(tmp_path):
+    fields = ["ts_ns", "pid", "tid", "kind", "a", "b", "ret", "s"]
+    layout = c_layout(tmp_path, "functrace.h", "functrace_event", fields)
+    assert layout["sizeof"] == ebpf.RECORD.size
+    formats = re.findall(r"\d*[a-zA-Z]", ebpf.RECORD.format.lstrip("<"))
+    offsets, at = [], 0
+    for item in formats:
+        offsets.append(at)
+        at += struct.calcsize("<" + item)
+    assert offsets == [layout[name] for name in fields], (offsets, layout)
+    header = (REPO / "probes" / "functrace.h").read_text()
+    assert f"#define FUNCTRACE_FORMAT_VERSION {ebpf.FORMAT_VERSION}" in header
+    assert f"#define FUNCTRACE_STR_LEN {int(formats[-1][:-1])}" in header
+    kinds = c_enum(header, "functrace_kind")
+    assert {value: name.removeprefix("FUNCTRACE_").lower() for name, value in kinds.items()} == ebpf.KINDS
+    loader = (REPO / "tracers" / "ebpf" / "functrace.c").read_text()
+    assert f'.magic = "{ebpf.MAGIC.decode()}"' in loader
+
+
+def test_program_kinds_agree_between_the_c_api_and_the_region():
+    c_kinds = c_enum((REPO / "runtime" / "uebpf" / "include" / "uebpf.h").read_text(), "uebpf_program_kind")
+    rust = (REPO / "runtime" / "maps" / "src" / "region.rs").read_text()
+    body = re.search(r"pub enum ProgramKind \{(.*?)\}", rust, re.S).group(1)
+    rust_kinds = {name: int(value) for name, value in re.findall(r"(\w+)\s*=\s*(\d+)", body)}
+    snake = {name: re.sub(r"(?<!^)(?=[A-Z])", "_", name).upper() for name in rust_kinds}
+    assert {f"UEBPF_PROGRAM_{snake[name]}": value for name, value in rust_kinds.items()} == c_kinds
