@@ -15,6 +15,8 @@ pub const MAX_INSNS: usize = 1_000_000;
 pub(crate) struct Layout {
     /// Start slot of every function, ascending; the entry function starts at 0.
     pub functions: Vec<usize>,
+    /// Per function: how many bytes below r10 its frame must be zeroed on entry (see `stack_reach`).
+    pub stack_reach: Vec<u32>,
 }
 
 fn register(reg: u8) -> Result<(), K> {
@@ -312,7 +314,55 @@ pub(crate) fn check(insns: &[Insn], env: &Environment) -> Result<Layout, LoadErr
     }
 
     check_call_graph(insns, &functions)?;
-    Ok(Layout { functions })
+    let stack_reach = stack_reach(insns, &functions, &lddw_tail);
+    Ok(Layout { functions, stack_reach })
+}
+
+/// Whether `insn` uses r10 as a value rather than as the base of a load or store: copying it
+/// into another register (`mov r1, r10`, `add r1, r10`), storing it, or combining it into memory
+/// with an atomic. Such a copy can become a pointer anywhere into the frame (and be handed to a
+/// helper or a callee), so nothing bounds what part of the frame is read. Comparing r10 in a
+/// jump makes no pointer and does not count.
+fn lets_r10_escape(insn: &Insn) -> bool {
+    match insn.class() {
+        CLASS_ALU | CLASS_ALU64 => insn.op() != ALU_END && insn.uses_src_reg() && insn.src == FRAME_POINTER,
+        CLASS_STX => insn.src == FRAME_POINTER,
+        _ => false,
+    }
+}
+
+/// Bytes of each function's frame, counted down from r10, that a program can read, rounded up to
+/// 16: the whole 512-byte frame if the function lets r10 escape (`lets_r10_escape`), else down
+/// to its lowest r10-relative access (0 if it makes none). Nothing else reaches a frame: r10 is
+/// never written, a callee's r10 is its own frame, and without an escaped copy no other pointer
+/// into a frame exists. The JIT zeroes that much of each frame on entry, so a program reading
+/// stack it never wrote sees 0 as on the interpreter (which zeroes every frame), never the
+/// stale native stack (return addresses, the stack protector's canary) below its caller.
+fn stack_reach(insns: &[Insn], functions: &[usize], lddw_tail: &[bool]) -> Vec<u32> {
+    let function_of = |slot: usize| functions.partition_point(|&start| start <= slot) - 1;
+    let mut lowest = vec![0i64; functions.len()];
+    let mut escapes = vec![false; functions.len()];
+    for (index, insn) in insns.iter().enumerate() {
+        if lddw_tail[index] {
+            continue;
+        }
+        let f = function_of(index);
+        escapes[f] |= lets_r10_escape(insn);
+        let base = match insn.class() {
+            CLASS_LDX => insn.src,
+            CLASS_ST | CLASS_STX => insn.dst,
+            _ => continue,
+        };
+        if base == FRAME_POINTER {
+            // stack_bounds kept the access inside [r10-512, r10).
+            lowest[f] = lowest[f].min(i64::from(insn.off));
+        }
+    }
+    lowest
+        .iter()
+        .zip(&escapes)
+        .map(|(&low, &escaped)| if escaped { STACK_SIZE as u32 } else { ((-low as u32) + 15) & !15 })
+        .collect()
 }
 
 /// Rejects recursion and call chains deeper than MAX_CALL_FRAMES, so that every engine's frames
@@ -461,6 +511,30 @@ mod tests {
             ok(Asm::new().atomic(size, ATOMIC_ADD | ATOMIC_FETCH, R10, -8, R2)).unwrap();
         }
         ok(Asm::new().stx(8, R1, 0, R10).mov64(R2, R10).add64(R2, R10).jeq(R10, R2, "x").label("x")).unwrap();
+    }
+
+    fn reach(a: &Asm) -> Vec<u32> {
+        Program::load(&a.build().unwrap(), &Environment::new()).unwrap().stack_reach
+    }
+
+    #[test]
+    fn stack_reach_is_the_lowest_access_unless_r10_escapes() {
+        assert_eq!(reach(Asm::new().mov64(R0, 0).exit()), [0]);
+        assert_eq!(reach(Asm::new().ldx(8, R0, R10, -8).exit()), [16]);
+        assert_eq!(reach(Asm::new().st(4, R10, -40, 1).ldx(1, R0, R10, -3).exit()), [48]);
+        assert_eq!(reach(Asm::new().ldx(8, R0, R10, -512).exit()), [512]);
+        // Copies of r10 (to pass a stack pointer to a helper, say) reach the whole frame.
+        assert_eq!(reach(Asm::new().mov64(R1, R10).ldx(8, R0, R10, -8).exit()), [512]);
+        assert_eq!(reach(Asm::new().mov32(R1, R10).mov64(R0, 0).exit()), [512]);
+        assert_eq!(reach(Asm::new().stx(8, R1, 0, R10).mov64(R0, 0).exit()), [512]);
+        assert_eq!(reach(Asm::new().atomic(8, ATOMIC_ADD, R1, 0, R10).mov64(R0, 0).exit()), [512]);
+        // Comparing r10 makes no pointer; byte swaps do not read a source register.
+        assert_eq!(reach(Asm::new().jeq(R1, R10, "x").label("x").be(R1, 64).mov64(R0, 0).exit()), [0]);
+        // Per function: only the callee lets r10 escape here.
+        let mut a = Asm::new();
+        a.ldx(8, R0, R10, -24).call("f").exit();
+        a.label("f").mov64(R1, R10).mov64(R0, 0).exit();
+        assert_eq!(reach(&a), [32, 512]);
     }
 
     /// The interpreter as an oracle: every single instruction the checks accept, with r10 in
