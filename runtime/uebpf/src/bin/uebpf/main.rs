@@ -192,7 +192,9 @@ fn info(path: &str) -> Result<Value, String> {
         .maps()
         .iter()
         .map(|m| {
-            let supported = m.def.validate().map(|_| true).unwrap_or(false);
+            // validate() and the storage limit: what loading would say (a corrupt max_entries
+            // is reported here, not allocated).
+            let supported = m.def.storage_size(uebpf::maps::current::possible_cpus()).is_ok();
             json!({"name": m.name, "type": map_type_name(m.def.map_type), "key_size": m.def.key_size, "value_size": m.def.value_size,
                    "max_entries": m.def.max_entries, "flags": m.def.map_flags, "supported": supported})
         })
