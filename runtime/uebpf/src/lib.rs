@@ -26,6 +26,7 @@ mod instance;
 mod load;
 pub mod nofault;
 mod object;
+pub mod panics;
 mod printk;
 mod probe;
 
