@@ -177,6 +177,17 @@ impl MapDef {
         Ok(kind)
     }
 
+    /// Whether the definition is refused for a size above a limit (key, value, per-CPU value,
+    /// storage) rather than for being malformed: the kernel answers E2BIG to those.
+    pub fn exceeds_limits(&self, possible_cpus: u32) -> bool {
+        let Some(kind) = MapKind::of(self.map_type) else { return false };
+        let hash = matches!(kind, MapKind::Hash | MapKind::PercpuHash);
+        (hash && self.key_size > MAX_HASH_KEY)
+            || (kind != MapKind::RingBuf && self.value_size > MAX_VALUE)
+            || (kind.is_percpu() && self.value_size > MAX_PERCPU_VALUE)
+            || (self.validate().is_ok() && self.layout(possible_cpus).is_err())
+    }
+
     /// Region bytes this map needs (page-rounded), given the per-CPU slot count.
     pub fn storage_size(&self, possible_cpus: u32) -> Result<u64, Error> {
         Ok(self.layout(possible_cpus)?.size)
@@ -254,7 +265,12 @@ mod tests {
         for d in [def(BPF_MAP_TYPE_ARRAY, 4, 8, 1 << 31), def(BPF_MAP_TYPE_HASH, 4, 8, 1 << 31), def(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, 1 << 28), def(BPF_MAP_TYPE_RINGBUF, 0, 0, 1 << 31)] {
             let err = d.layout(2).unwrap_err().0;
             assert!(err.contains("more than uebpf's limit of 2147483648 bytes per map"), "{err}");
+            assert!(d.exceeds_limits(2));
         }
+        assert!(def(BPF_MAP_TYPE_HASH, 1024, 8, 1).exceeds_limits(2));
+        assert!(def(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 64 << 10, 1).exceeds_limits(2));
+        assert!(!def(BPF_MAP_TYPE_ARRAY, 4, 0, 1).exceeds_limits(2));
+        assert!(!def(BPF_MAP_TYPE_ARRAY, 4, 8, 1).exceeds_limits(2));
     }
 
     #[test]

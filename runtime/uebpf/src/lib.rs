@@ -29,6 +29,7 @@ mod object;
 pub mod panics;
 mod printk;
 mod probe;
+pub mod user;
 
 pub use error::Error;
 pub use helpers::write_stderr;

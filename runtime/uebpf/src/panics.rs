@@ -67,18 +67,21 @@ fn install_hook() {
     });
 }
 
-/// Runs `f`; a panic inside it becomes `Err` with "`what` failed on malformed input: MESSAGE
-/// (at FILE:LINE)", and prints nothing. `f` must leave nothing it shares in a broken state if it
-/// unwinds half-way (callers pass code that works on data it owns, dropped with the error).
-pub fn catch<T>(what: &str, f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
+/// Runs `f`; a panic inside it becomes `Err("MESSAGE (at FILE:LINE)")`, and prints nothing.
+/// `f` must leave nothing it shares in a broken state if it unwinds half-way.
+pub fn quietly<R>(f: impl FnOnce() -> R) -> Result<R, String> {
     install_hook();
     CATCHING.with(|c| c.set(c.get() + 1));
     let result = std::panic::catch_unwind(AssertUnwindSafe(f));
     CATCHING.with(|c| c.set(c.get() - 1));
-    result.unwrap_or_else(|_| {
-        let message = CAUGHT.with(|c| c.borrow_mut().take()).unwrap_or_else(|| "a panic".into());
-        Err(Error(format!("{what} failed on malformed input: {message}")))
-    })
+    result.map_err(|_| CAUGHT.with(|c| c.borrow_mut().take()).unwrap_or_else(|| "a panic".into()))
+}
+
+/// Runs a parser of untrusted input: a panic inside it becomes `Err` with "`what` failed on
+/// malformed input: MESSAGE (at FILE:LINE)", and prints nothing. `f` works on data it owns,
+/// dropped with the error (callers pass nothing they share).
+pub fn catch<T>(what: &str, f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
+    quietly(f).unwrap_or_else(|message| Err(Error(format!("{what} failed on malformed input: {message}"))))
 }
 
 #[cfg(test)]
