@@ -112,7 +112,7 @@ mod tests {
         let (page, hole) = page_then_hole();
         // "GPL\0" ending right at the hole reads; "GPL" without its NUL there does not.
         // SAFETY: the last bytes of our mapped page.
-        unsafe { std::ptr::copy_nonoverlapping(b"GPL\0".as_ptr(), page.add(4092), 4) };
+        unsafe { std::ptr::copy_nonoverlapping(c"GPL".as_ptr().cast::<u8>(), page.add(4092), 4) };
         assert_eq!(read_str(hole - 4, 128).unwrap(), (b"GPL".to_vec(), true));
         // SAFETY: as above.
         unsafe { *page.add(4095) = b'X' };
