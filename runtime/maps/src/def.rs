@@ -35,6 +35,13 @@ const MAX_PERCPU_VALUE: u32 = 32 << 10;
 /// is larger; this bound keeps region sizes sane and is far above what tracing programs use).
 const MAX_VALUE: u32 = 1 << 24;
 
+/// Region storage one map may take. The kernel bounds maps by memory alone, but every uebpf map
+/// lives in one shared file whose pages a hash map's creation touches (its free list threads
+/// every entry), so a corrupt or hostile definition (`max_entries` near 2^32) would make loading
+/// spend minutes faulting in gigabytes. 2 GiB still holds the largest ring a loader here asks
+/// for (functrace's `--ringbuf-bytes` goes up to 1 GiB).
+pub const MAX_MAP_STORAGE: u64 = 2 << 30;
+
 /// The kind of storage a supported map type gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MapKind {
@@ -170,6 +177,17 @@ impl MapDef {
         Ok(kind)
     }
 
+    /// Whether the definition is refused for a size above a limit (key, value, per-CPU value,
+    /// storage) rather than for being malformed: the kernel answers E2BIG to those.
+    pub fn exceeds_limits(&self, possible_cpus: u32) -> bool {
+        let Some(kind) = MapKind::of(self.map_type) else { return false };
+        let hash = matches!(kind, MapKind::Hash | MapKind::PercpuHash);
+        (hash && self.key_size > MAX_HASH_KEY)
+            || (kind != MapKind::RingBuf && self.value_size > MAX_VALUE)
+            || (kind.is_percpu() && self.value_size > MAX_PERCPU_VALUE)
+            || (self.validate().is_ok() && self.layout(possible_cpus).is_err())
+    }
+
     /// Region bytes this map needs (page-rounded), given the per-CPU slot count.
     pub fn storage_size(&self, possible_cpus: u32) -> Result<u64, Error> {
         Ok(self.layout(possible_cpus)?.size)
@@ -210,6 +228,12 @@ impl MapDef {
                 layout.value_stride = 0;
             }
         }
+        if layout.size > MAX_MAP_STORAGE {
+            return Err(Error(format!(
+                "{} entries need {} bytes of storage, more than uebpf's limit of {MAX_MAP_STORAGE} bytes per map",
+                self.max_entries, layout.size
+            )));
+        }
         Ok(layout)
     }
 }
@@ -232,6 +256,21 @@ mod tests {
         assert!(lru.contains("lru_hash (9) is not supported"), "{lru}");
         let flags = MapDef { map_flags: 1 << 12, ..def(BPF_MAP_TYPE_HASH, 4, 4, 4) };
         assert!(flags.validate().unwrap_err().0.contains("0x1000"));
+    }
+
+    #[test]
+    fn storage_is_bounded() {
+        // Within the limit: a 1 GiB ring; beyond it: any type whose entries need more.
+        assert!(def(BPF_MAP_TYPE_RINGBUF, 0, 0, 1 << 30).layout(2).is_ok());
+        for d in [def(BPF_MAP_TYPE_ARRAY, 4, 8, 1 << 31), def(BPF_MAP_TYPE_HASH, 4, 8, 1 << 31), def(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, 1 << 28), def(BPF_MAP_TYPE_RINGBUF, 0, 0, 1 << 31)] {
+            let err = d.layout(2).unwrap_err().0;
+            assert!(err.contains("more than uebpf's limit of 2147483648 bytes per map"), "{err}");
+            assert!(d.exceeds_limits(2));
+        }
+        assert!(def(BPF_MAP_TYPE_HASH, 1024, 8, 1).exceeds_limits(2));
+        assert!(def(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 64 << 10, 1).exceeds_limits(2));
+        assert!(!def(BPF_MAP_TYPE_ARRAY, 4, 0, 1).exceeds_limits(2));
+        assert!(!def(BPF_MAP_TYPE_ARRAY, 4, 8, 1).exceeds_limits(2));
     }
 
     #[test]

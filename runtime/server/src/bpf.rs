@@ -2,13 +2,22 @@
 //! come here; commands naming a descriptor come here when it is ours; everything else (global
 //! id walks, pinned objects, other processes' objects) goes to the kernel untouched.
 //!
-//! `union bpf_attr` is read at the kernel's offsets (linux/bpf.h); a caller's shorter attr is
-//! zero-extended, as the kernel does.
+//! `union bpf_attr` is read at the kernel's offsets (linux/bpf.h) and checked as
+//! kernel/bpf/syscall.c checks it, so a hostile or broken loader gets the kernel's errno, never a
+//! crash: the attr and every buffer it points at (instructions, license, log, keys, values, BTF,
+//! object info) are copied with fault-safe reads and writes (`uebpf::user`: EFAULT for NULL,
+//! unmapped, PROT_NONE or, for writes, read-only memory); an attr larger than the kernel's union
+//! must be zero beyond it (E2BIG), a shorter one is zero-extended; bytes after the last field a
+//! command uses must be zero (EINVAL, the kernel's CHECK_ATTR); sizes are bounded before anything
+//! is allocated (E2BIG). Where uebpf lacks a feature a field asks for (tokens, signatures,
+//! offload, BTF-typed values...), a nonzero field is refused (EINVAL) rather than ignored.
+//! `server/tests/hostile_attr.rs` runs the same hostile calls against the kernel and the server.
 
-use std::ffi::{c_int, c_long, CStr};
+use std::ffi::{c_int, c_long};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use uebpf::user;
 use uebpf_maps::{MapDef, MapKind, ProgramKind, ProgramSpec};
 use uebpf_vm::insn::{decode_all, OP_LDDW};
 use uebpf_vm::Program;
@@ -44,6 +53,72 @@ const BPF_PROG_BIND_MAP: c_long = 35;
 const BPF_PERF_EVENT: u32 = 41;
 const BPF_LINK_TYPE_PERF_EVENT: u32 = 7;
 const BPF_F_RDONLY: u32 = 1 << 3;
+const BPF_F_LOCK: u64 = 1 << 2;
+
+/// sizeof(union bpf_attr) of the kernel the server answers as (Linux 6.18; 6.1's is 144).
+const ATTR_SIZE: usize = 168;
+/// bpf_check_uarg_tail_zero refuses larger structs outright.
+const PAGE_SIZE: usize = 4096;
+/// BPF_COMPLEXITY_LIMIT_INSNS: the most instructions a privileged loader may pass.
+const MAX_INSNS: u32 = 1_000_000;
+/// BTF_MAX_SIZE (kernel/bpf/btf.c).
+const BTF_MAX_SIZE: u32 = 16 << 20;
+/// The license is copied as strncpy_from_user(license, ..., sizeof(license) - 1) with a
+/// 128-byte buffer.
+const LICENSE_MAX: usize = 127;
+/// prog_flags uebpf accepts: the kernel's, but BPF_F_TOKEN_FD (tokens are not supported).
+const PROG_FLAGS: u32 = 0xff;
+
+/// The end of the last attr field each command uses: CHECK_ATTR (kernel/bpf/syscall.c) returns
+/// EINVAL when a byte after it is nonzero. The ends are Linux 6.18's `<CMD>_LAST_FIELD`s (the
+/// server's commands on its own objects; the kernel checks the rest itself).
+fn last_field_end(cmd: c_long) -> usize {
+    match cmd {
+        BPF_MAP_CREATE => 92,         // excl_prog_hash_size
+        BPF_MAP_LOOKUP_ELEM => 32,    // flags
+        BPF_MAP_UPDATE_ELEM => 32,    // flags
+        BPF_MAP_DELETE_ELEM => 16,    // key
+        BPF_MAP_GET_NEXT_KEY => 24,   // next_key
+        BPF_MAP_FREEZE => 4,          // map_fd
+        BPF_PROG_LOAD => ATTR_SIZE,   // keyring_id
+        BPF_BTF_LOAD => 40,           // btf_token_fd
+        BPF_OBJ_GET_INFO_BY_FD => 16, // info.info
+        BPF_LINK_CREATE => 60,        // link_create.uprobe_multi.pid
+        BPF_PROG_BIND_MAP => 12,      // prog_bind_map.flags
+        _ => ATTR_SIZE,
+    }
+}
+
+fn check_attr(cmd: c_long, attr: &[u8]) -> Result<(), c_int> {
+    zero(attr, last_field_end(cmd), ATTR_SIZE)
+}
+
+/// EINVAL unless bytes `from..to` of `attr` are zero.
+fn zero(attr: &[u8], from: usize, to: usize) -> Result<(), c_int> {
+    if attr[from..to].iter().any(|&b| b != 0) {
+        Err(libc::EINVAL)
+    } else {
+        Ok(())
+    }
+}
+
+/// bpf_check_uarg_tail_zero: a caller's struct of `theirs` bytes at `addr`, where we know
+/// `ours`, must be at most a page and zero beyond `ours` (E2BIG); EFAULT if that tail cannot be
+/// read.
+fn check_tail_zero(addr: u64, ours: usize, theirs: usize) -> Result<(), c_int> {
+    if theirs > PAGE_SIZE {
+        return Err(libc::E2BIG);
+    }
+    if theirs <= ours {
+        return Ok(());
+    }
+    let tail = user::read(addr.checked_add(ours as u64).ok_or(libc::EFAULT)?, theirs - ours)?;
+    if tail.iter().any(|&b| b != 0) {
+        Err(libc::E2BIG)
+    } else {
+        Ok(())
+    }
+}
 
 /// Program types uebpf loads: what it can attach (kprobe-type programs at uprobes, tracepoint
 /// programs at syscall tracepoints), raw tracepoints (stored, for a later agent), and socket
@@ -51,13 +126,13 @@ const BPF_F_RDONLY: u32 = 1 << 3;
 /// accounting) load tiny socket filters, and uebpf supports what they probe.
 const LOADABLE: [(u32, &str); 4] = [(1, "socket_filter"), (2, "kprobe"), (5, "tracepoint"), (17, "raw_tracepoint")];
 
-/// `attr` as the kernel sees it: `size` bytes of the caller's, zero-extended to N.
-fn read_attr<const N: usize>(attr: *const u8, size: u32) -> [u8; N] {
-    let mut buf = [0u8; N];
-    let len = (size as usize).min(N);
-    // SAFETY: the caller's attr is readable for `size` bytes (the bpf(2) contract).
-    unsafe { std::ptr::copy_nonoverlapping(attr, buf.as_mut_ptr(), len) };
-    buf
+/// `attr` as __sys_bpf reads it: the tail beyond the union checked, then `size` bytes of the
+/// caller's, zero-extended to the union's size.
+fn read_attr(attr: u64, size: u32) -> Result<[u8; ATTR_SIZE], c_int> {
+    check_tail_zero(attr, ATTR_SIZE, size as usize)?;
+    let mut buf = [0u8; ATTR_SIZE];
+    user::read_into(attr, &mut buf[..(size as usize).min(ATTR_SIZE)])?;
+    Ok(buf)
 }
 
 fn u32_at(buf: &[u8], offset: usize) -> u32 {
@@ -68,31 +143,59 @@ fn u64_at(buf: &[u8], offset: usize) -> u64 {
     u64::from_ne_bytes(buf[offset..offset + 8].try_into().expect("8 bytes"))
 }
 
-fn name_at(buf: &[u8], offset: usize) -> String {
+/// An object name (`map_name`, `prog_name`) as bpf_obj_name_cpy accepts it: letters, digits,
+/// `_` and `.`, NUL-terminated within its 16 bytes; else EINVAL.
+fn name_at(buf: &[u8], offset: usize) -> Result<String, c_int> {
     let field = &buf[offset..offset + 16];
-    let end = field.iter().position(|&b| b == 0).unwrap_or(16);
-    String::from_utf8_lossy(&field[..end]).into_owned()
+    let end = field.iter().position(|&b| b == 0).ok_or(libc::EINVAL)?;
+    let name = &field[..end];
+    if !name.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.') {
+        return Err(libc::EINVAL);
+    }
+    Ok(String::from_utf8_lossy(name).into_owned())
 }
 
-/// A user buffer of `len` bytes at `ptr` (the loader's own memory).
-unsafe fn user<'a>(ptr: u64, len: usize) -> Result<&'a mut [u8], c_int> {
-    if ptr == 0 && len > 0 {
-        return Err(libc::EFAULT);
-    }
-    Ok(if len == 0 { &mut [] } else { std::slice::from_raw_parts_mut(ptr as *mut u8, len) })
+/// A verifier log buffer (`log_level`, `log_size`, `log_buf`), as kernel/bpf/log.c treats it.
+struct Log {
+    level: u32,
+    size: u32,
+    buf: u64,
 }
 
-/// Writes `message` into a bpf(2) log buffer (NUL-terminated, truncated to its size).
-fn write_log(buf: u64, size: u32, level: u32, message: &str) {
-    if buf == 0 || size == 0 || level == 0 {
-        return;
+impl Log {
+    /// bpf_vlog_init's sanity rules: buffer and size together, a buffer only with a level,
+    /// known level bits (BPF_LOG_MASK), a size below 2^30.
+    fn check(&self) -> Result<(), c_int> {
+        let sane = (self.buf != 0) == (self.size != 0)
+            && (self.buf == 0 || self.level != 0)
+            && self.level & !0xf == 0
+            && self.size <= u32::MAX >> 2;
+        if sane {
+            Ok(())
+        } else {
+            Err(libc::EINVAL)
+        }
     }
-    let text = format!("uebpf: {message}\n");
-    let len = text.len().min(size as usize - 1);
-    // SAFETY: the caller's log buffer holds `size` bytes.
-    unsafe {
-        std::ptr::copy_nonoverlapping(text.as_ptr(), buf as *mut u8, len);
-        *(buf as *mut u8).add(len) = 0;
+
+    /// Writes `message` (None: an empty log) as the kernel finalizes its log: NUL-terminated,
+    /// truncated to the buffer (then ENOSPC), EFAULT if the buffer cannot be written. Returns the
+    /// size the whole log needs (log_true_size) and the outcome. Nothing is written at level 0.
+    fn finish(&self, message: Option<&str>) -> (u32, Result<(), c_int>) {
+        if self.level == 0 || self.buf == 0 {
+            return (0, Ok(()));
+        }
+        let mut text = message.map(|m| format!("uebpf: {m}\n")).unwrap_or_default().into_bytes();
+        text.push(0);
+        let true_size = text.len() as u32;
+        let fits = text.len() <= self.size as usize;
+        text.truncate(self.size as usize);
+        *text.last_mut().expect("size is at least 1") = 0;
+        let outcome = match user::write(self.buf, &text) {
+            Err(errno) => Err(errno),
+            Ok(()) if !fits => Err(libc::ENOSPC),
+            Ok(()) => Ok(()),
+        };
+        (true_size, outcome)
     }
 }
 
@@ -111,25 +214,28 @@ fn subject_fd(cmd: c_long, attr: &[u8]) -> Option<c_int> {
 
 /// bpf(cmd, attr, size): None if the call is not for uebpf (the kernel gets it).
 pub fn bpf(cmd: c_int, attr: *mut u8, size: u32) -> Option<Result<c_long, c_int>> {
-    if attr.is_null() {
-        return None;
-    }
-    let buf: [u8; 144] = read_attr(attr, size);
     let cmd = c_long::from(cmd);
+    let creates = matches!(cmd, BPF_MAP_CREATE | BPF_PROG_LOAD | BPF_BTF_LOAD);
+    let buf = match read_attr(attr as u64, size) {
+        Ok(buf) => buf,
+        // Creating commands are always ours. For the others an attr we cannot read names no
+        // descriptor we could check: the kernel answers, with the same E2BIG or EFAULT.
+        Err(errno) => return creates.then_some(Err(errno)),
+    };
     let result = match cmd {
-        BPF_MAP_CREATE => map_create(&buf),
-        BPF_PROG_LOAD => prog_load(&buf),
-        BPF_BTF_LOAD => btf_load(&buf),
+        BPF_MAP_CREATE => check_attr(cmd, &buf).and_then(|()| map_create(&buf)),
+        BPF_PROG_LOAD => check_attr(cmd, &buf).and_then(|()| prog_load(&buf, attr as u64, size)),
+        BPF_BTF_LOAD => check_attr(cmd, &buf).and_then(|()| btf_load(&buf, attr as u64, size)),
         _ => {
             let fd = subject_fd(cmd, &buf)?;
             let object = lookup(fd)?;
-            on_object(cmd, &buf, attr, &object)
+            check_attr(cmd, &buf).and_then(|()| on_object(cmd, &buf, attr as u64, &object))
         }
     };
     Some(result.map(c_long::from))
 }
 
-fn on_object(cmd: c_long, buf: &[u8], attr: *mut u8, object: &Object) -> Result<c_int, c_int> {
+fn on_object(cmd: c_long, buf: &[u8], attr: u64, object: &Object) -> Result<c_int, c_int> {
     match (cmd, object) {
         (BPF_MAP_LOOKUP_ELEM..=BPF_MAP_GET_NEXT_KEY, Object::Map(map)) => map_op(cmd, buf, map),
         (BPF_MAP_FREEZE, Object::Map(map)) => {
@@ -138,6 +244,7 @@ fn on_object(cmd: c_long, buf: &[u8], attr: *mut u8, object: &Object) -> Result<
         }
         (BPF_OBJ_GET_INFO_BY_FD, _) => object_info(buf, attr, object),
         (BPF_LINK_CREATE, Object::Prog(prog)) => link_create(buf, prog),
+        (BPF_PROG_BIND_MAP, Object::Prog(_)) if u32_at(buf, 8) != 0 => Err(libc::EINVAL), // no flags defined
         (BPF_PROG_BIND_MAP, Object::Prog(_)) => match lookup(u32_at(buf, 4) as c_int).as_deref() {
             // Maps live as long as the region: binding changes nothing.
             Some(Object::Map(_)) => Ok(0),
@@ -152,10 +259,24 @@ fn on_object(cmd: c_long, buf: &[u8], attr: *mut u8, object: &Object) -> Result<
 
 fn map_create(a: &[u8]) -> Result<c_int, c_int> {
     let def = MapDef { map_type: u32_at(a, 0), key_size: u32_at(a, 4), value_size: u32_at(a, 8), max_entries: u32_at(a, 12), map_flags: u32_at(a, 16) };
-    let name = name_at(a, 28);
+    let name = name_at(a, 28)?;
     if u32_at(a, 20) != 0 || u32_at(a, 44) != 0 {
         eprintln!("uebpf: map `{name}`: map-in-map and device offload are not supported by uebpf");
         return Err(libc::EINVAL);
+    }
+    // map_extra (bloom filters, arenas), BTF-object value types, tokens, exclusive maps.
+    if zero(a, 64, 92).is_err() {
+        eprintln!("uebpf: map `{name}`: map_extra, value_type_btf_obj_fd, map_token_fd and excl_prog_hash are not supported by uebpf");
+        return Err(libc::EINVAL);
+    }
+    // Type ids name a BTF object, as for the kernel (which answers EBADF or EINVAL otherwise);
+    // uebpf keeps BTF only for object info.
+    if u32_at(a, 52) != 0 || u32_at(a, 56) != 0 || u32_at(a, 60) != 0 {
+        match lookup(u32_at(a, 48) as c_int).as_deref() {
+            Some(Object::Btf(_)) => {}
+            Some(_) => return Err(libc::EINVAL),
+            None => return Err(libc::EBADF),
+        }
     }
     let region = region()?;
     let id = region.create_map(&name, &def, None).map_err(|e| {
@@ -164,7 +285,13 @@ fn map_create(a: &[u8]) -> Result<c_int, c_int> {
             libc::ENOMEM
         } else {
             eprintln!("uebpf: {}", e.0);
-            if e.0.contains("full") { libc::ENOSPC } else { libc::EINVAL }
+            if def.exceeds_limits(uebpf_maps::current::possible_cpus()) {
+                libc::E2BIG // as the kernel answers sizes above its limits
+            } else if e.0.contains("full") {
+                libc::ENOSPC
+            } else {
+                libc::EINVAL
+            }
         }
     })?;
     let map = Arc::new(region.map(id).map_err(|e| {
@@ -185,33 +312,51 @@ fn map_create(a: &[u8]) -> Result<c_int, c_int> {
     Ok(register(fd, Object::Map(MapObject { id, map, frozen: AtomicBool::new(false), bridge })))
 }
 
+/// The map element commands, in kernel/bpf/syscall.c's order: flags, write permission, the
+/// key copied in (EFAULT, NULL included), the operation, the result copied out (EFAULT).
 fn map_op(cmd: c_long, a: &[u8], object: &MapObject) -> Result<c_int, c_int> {
     let map = &object.map;
     let key_size = map.def().key_size as usize;
+    let value_size = map.syscall_value_size();
     let (key_ptr, value_ptr, flags) = (u64_at(a, 8), u64_at(a, 16), u64_at(a, 24));
-    // SAFETY: the loader passes buffers of the map's key and value sizes (bpf(2) contract).
-    unsafe {
-        let result = match cmd {
-            BPF_MAP_LOOKUP_ELEM => map.lookup(user(key_ptr, key_size)?, user(value_ptr, map.syscall_value_size())?),
-            BPF_MAP_UPDATE_ELEM => {
-                if object.frozen.load(Ordering::Acquire) || map.def().map_flags & BPF_F_RDONLY != 0 {
-                    return Err(libc::EPERM);
-                }
-                map.update(user(key_ptr, key_size)?, user(value_ptr, map.syscall_value_size())?, flags)
+    let writable = || {
+        if object.frozen.load(Ordering::Acquire) || map.def().map_flags & BPF_F_RDONLY != 0 {
+            Err(libc::EPERM)
+        } else {
+            Ok(())
+        }
+    };
+    match cmd {
+        BPF_MAP_LOOKUP_ELEM => {
+            // Only BPF_F_LOCK is defined, and it needs a spin lock in the value: uebpf's maps
+            // hold none (the kernel's answer for such maps is EINVAL too).
+            if flags & !BPF_F_LOCK != 0 || flags & BPF_F_LOCK != 0 {
+                return Err(libc::EINVAL);
             }
-            BPF_MAP_DELETE_ELEM => {
-                if object.frozen.load(Ordering::Acquire) {
-                    return Err(libc::EPERM);
-                }
-                map.delete(user(key_ptr, key_size)?)
-            }
-            _ => {
-                let key = if key_ptr == 0 { None } else { Some(&*user(key_ptr, key_size)?) };
-                map.next_key(key, user(value_ptr, key_size)?)
-            }
-        };
-        result.map(|()| 0)
+            let key = user::read(key_ptr, key_size)?;
+            let mut value = vec![0u8; value_size];
+            map.lookup(&key, &mut value)?;
+            user::write(value_ptr, &value)?;
+        }
+        BPF_MAP_UPDATE_ELEM => {
+            writable()?;
+            let key = user::read(key_ptr, key_size)?;
+            let value = user::read(value_ptr, value_size)?;
+            map.update(&key, &value, flags)?;
+        }
+        BPF_MAP_DELETE_ELEM => {
+            writable()?;
+            map.delete(&user::read(key_ptr, key_size)?)?;
+        }
+        _ => {
+            // GET_NEXT_KEY: a NULL key asks for the first one.
+            let key = if key_ptr == 0 { None } else { Some(user::read(key_ptr, key_size)?) };
+            let mut next = vec![0u8; key_size];
+            map.next_key(key.as_deref(), &mut next)?;
+            user::write(value_ptr, &next)?;
+        }
     }
+    Ok(0)
 }
 
 /// The program's bytecode with `lddw` map references turned from descriptors into region map
@@ -244,41 +389,63 @@ fn relocate(insns: &mut [u8]) -> Result<(), String> {
     Ok(())
 }
 
-fn prog_load(a: &[u8]) -> Result<c_int, c_int> {
+/// BPF_PROG_LOAD, in bpf_prog_load's order: flags and unsupported fields (EINVAL), the
+/// instruction count (E2BIG), the license and the instructions copied in (EFAULT), the type and
+/// name (EINVAL), the log's attributes (EINVAL), uebpf's checks (EACCES, the reason in the
+/// log), the log written out (EFAULT, or ENOSPC if it did not fit: either wins over the
+/// verdict), log_true_size written back into attr if the caller's attr holds it (EFAULT).
+fn prog_load(a: &[u8], attr: u64, attr_size: u32) -> Result<c_int, c_int> {
     let (prog_type, insn_cnt, insns, license) = (u32_at(a, 0), u32_at(a, 4), u64_at(a, 8), u64_at(a, 16));
-    let (log_level, log_size, log_buf) = (u32_at(a, 24), u32_at(a, 28), u64_at(a, 32));
-    let name = name_at(a, 48);
-    let fail = |errno: c_int, why: String| {
-        write_log(log_buf, log_size, log_level, &why);
-        Err(errno)
+    let log = Log { level: u32_at(a, 24), size: u32_at(a, 28), buf: u64_at(a, 32) };
+    let early_log = |why: &str| {
+        // Refusals before the verifier would run: the log is written only if it is sane.
+        if log.check().is_ok() {
+            let _ = log.finish(Some(why));
+        }
     };
+    if u32_at(a, 44) & !PROG_FLAGS != 0 {
+        return Err(libc::EINVAL);
+    }
+    if u32_at(a, 108) != 0 || u32_at(a, 112) != 0 {
+        early_log("BTF-attached programs (fentry, tp_btf...) are not supported by uebpf");
+        return Err(libc::EINVAL);
+    }
+    // Offload (prog_ifindex), kernel-side CO-RE (core_relo_cnt, core_relos), tokens,
+    // fd_array_cnt, signatures: features uebpf does not have.
+    if u32_at(a, 64) != 0 || zero(a, 116, 120).is_err() || zero(a, 128, 140).is_err() || zero(a, 144, ATTR_SIZE).is_err() {
+        early_log("offload, kernel CO-RE relocations, tokens, fd_array_cnt and signatures are not supported by uebpf");
+        return Err(libc::EINVAL);
+    }
+    if insn_cnt == 0 || insn_cnt > MAX_INSNS {
+        return Err(libc::E2BIG);
+    }
+    let (license, _) = user::read_str(license, LICENSE_MAX)?;
+    let license = String::from_utf8_lossy(&license).into_owned();
+    let mut bytecode = user::read(insns, insn_cnt as usize * 8)?;
     let Some(&(_, type_name)) = LOADABLE.iter().find(|(t, _)| *t == prog_type) else {
         let known: Vec<&str> = LOADABLE.iter().map(|(_, n)| *n).collect();
-        return fail(libc::EINVAL, format!("program type {prog_type} is not supported by uebpf (it loads {})", known.join(", ")));
+        early_log(&format!("program type {prog_type} is not supported by uebpf (it loads {})", known.join(", ")));
+        return Err(libc::EINVAL);
     };
-    if u32_at(a, 108) != 0 || u32_at(a, 112) != 0 {
-        return fail(libc::EINVAL, "BTF-attached programs (fentry, tp_btf...) are not supported by uebpf".into());
-    }
-    if insn_cnt == 0 || insn_cnt > 1_000_000 {
-        return fail(libc::EINVAL, format!("{insn_cnt} instructions (1 to 1000000)"));
-    }
-    // SAFETY: the loader passes insn_cnt instructions and a C string license (bpf(2) contract).
-    let (mut bytecode, license) = unsafe {
-        (user(insns, insn_cnt as usize * 8)?.to_vec(), if license == 0 { String::new() } else { CStr::from_ptr(license as *const _).to_string_lossy().into_owned() })
-    };
+    let name = name_at(a, 48)?;
+    log.check()?;
     let label = if name.is_empty() { "(unnamed)".to_string() } else { name.clone() };
-    if let Err(why) = relocate(&mut bytecode) {
-        return fail(libc::EINVAL, format!("program `{label}`: {why}"));
-    }
     let region = region()?;
     // uebpf's load-time checks: helpers it provides, then the VM's checks with the region's maps.
-    let checked = uebpf::check_program(&label, &bytecode).map_err(|e| e.0).and_then(|()| {
-        let instance = uebpf::Instance::new(region).map_err(|e| e.0)?;
-        Program::load(&bytecode, instance.environment()).map(drop).map_err(|e| format!("program `{label}`: {e}"))
-    });
-    if let Err(why) = checked {
-        return fail(libc::EACCES, why);
+    let checked = relocate(&mut bytecode)
+        .map_err(|why| (libc::EINVAL, format!("program `{label}`: {why}")))
+        .and_then(|()| uebpf::check_program(&label, &bytecode).map_err(|e| (libc::EACCES, e.0)))
+        .and_then(|()| {
+            let instance = uebpf::Instance::new(region).map_err(|e| (libc::EACCES, e.0))?;
+            Program::load(&bytecode, instance.environment()).map(drop).map_err(|e| (libc::EACCES, format!("program `{label}`: {e}")))
+        });
+    let (true_size, logged) = log.finish(checked.as_ref().err().map(|(_, why)| why.as_str()));
+    logged?;
+    // bpf_check writes log_true_size back when the caller's attr reaches it.
+    if attr_size as usize >= 144 {
+        user::write(attr + 140, &true_size.to_ne_bytes())?;
     }
+    checked.map_err(|(errno, _)| errno)?;
     let kind = match prog_type {
         2 => ProgramKind::Kprobe,
         5 => ProgramKind::Tracepoint,
@@ -288,27 +455,47 @@ fn prog_load(a: &[u8]) -> Result<c_int, c_int> {
     let spec = ProgramSpec { name: &name, section: type_name, kind, prog_type, license: &license, bytecode: &bytecode };
     let id = match region.add_program(&spec) {
         Ok(id) => id,
-        Err(e) => return fail(libc::ENOMEM, e.0),
+        Err(e) => {
+            eprintln!("uebpf: program `{label}`: {}", e.0);
+            return Err(libc::ENOMEM);
+        }
     };
     let fd = new_fd()?;
     let gpl = ["GPL", "GPL v2", "GPL and additional rights", "Dual BSD/GPL", "Dual MIT/GPL", "Dual MPL/GPL"].contains(&license.as_str());
     Ok(register(fd, Object::Prog(ProgObject { id, prog_type, name, insn_count: insn_cnt, gpl })))
 }
 
-fn btf_load(a: &[u8]) -> Result<c_int, c_int> {
-    let (data, log_buf, size, log_size, log_level) = (u64_at(a, 0), u64_at(a, 8), u32_at(a, 16), u32_at(a, 20), u32_at(a, 24));
-    // SAFETY: the loader passes btf_size bytes of BTF.
-    let data = unsafe { user(data, size as usize)? }.to_vec();
-    if let Err(e) = uebpf::check_btf(&data) {
-        write_log(log_buf, log_size, log_level, &e.0);
-        return Err(libc::EINVAL);
+/// BPF_BTF_LOAD, in btf_parse's order: unsupported flags and tokens (EINVAL), the size
+/// (E2BIG above BTF_MAX_SIZE), the log's attributes (EINVAL), the data copied in (EFAULT), the
+/// parse (EINVAL, the reason in the log), the log written out, btf_log_true_size written back.
+fn btf_load(a: &[u8], attr: u64, attr_size: u32) -> Result<c_int, c_int> {
+    let (data, size) = (u64_at(a, 0), u32_at(a, 16));
+    let log = Log { level: u32_at(a, 24), size: u32_at(a, 20), buf: u64_at(a, 8) };
+    if zero(a, 32, 40).is_err() {
+        return Err(libc::EINVAL); // btf_flags, btf_token_fd: tokens are not supported
     }
+    if size > BTF_MAX_SIZE {
+        return Err(libc::E2BIG);
+    }
+    log.check()?;
+    let data = user::read(data, size as usize)?;
+    let parsed = uebpf::check_btf(&data);
+    let (true_size, logged) = log.finish(parsed.as_ref().err().map(|e| e.0.as_str()));
+    logged?;
+    if attr_size as usize >= 32 {
+        user::write(attr + 28, &true_size.to_ne_bytes())?;
+    }
+    parsed.map_err(|_| libc::EINVAL)?;
     let fd = new_fd()?;
     Ok(register(fd, Object::Btf(BtfObject { id: next_id(), data })))
 }
 
 fn link_create(a: &[u8], prog: &ProgObject) -> Result<c_int, c_int> {
     let (target_fd, attach_type, cookie) = (u32_at(a, 4) as c_int, u32_at(a, 8), u64_at(a, 16));
+    // bpf_perf_link_attach: no link flags are defined.
+    if u32_at(a, 12) != 0 {
+        return Err(libc::EINVAL);
+    }
     if attach_type != BPF_PERF_EVENT {
         eprintln!("uebpf: link attach type {attach_type} is not supported by uebpf (it links programs to perf events: uprobes and syscall tracepoints)");
         return Err(libc::EINVAL);
@@ -320,28 +507,39 @@ fn link_create(a: &[u8], prog: &ProgObject) -> Result<c_int, c_int> {
     Ok(register(fd, Object::Link(LinkObject { id: next_id(), prog_id: prog.id, attachment })))
 }
 
-/// BPF_OBJ_GET_INFO_BY_FD: the kernel's info structs, as far as the caller's info_len reaches.
-fn object_info(a: &[u8], attr: *mut u8, object: &Object) -> Result<c_int, c_int> {
+/// BPF_OBJ_GET_INFO_BY_FD: the kernel's info structs, as far as the caller's info_len reaches,
+/// with its checks: a caller's struct larger than ours must be zero beyond it (E2BIG, at most a
+/// page), the caller's struct is read (prog and BTF info carry pointers) and written back, and
+/// so is info_len in attr; each copy EFAULT if it fails.
+fn object_info(a: &[u8], attr: u64, object: &Object) -> Result<c_int, c_int> {
     let (info_len, info_ptr) = (u32_at(a, 4) as usize, u64_at(a, 8));
-    let mut info = vec![0u8; 232];
+    let size = match object {
+        Object::Map(_) => 88,   // struct bpf_map_info
+        Object::Prog(_) => 232, // struct bpf_prog_info
+        Object::Link(_) => 48,  // struct bpf_link_info
+        Object::Btf(_) => 32,   // struct bpf_btf_info
+        Object::PerfEvent(_) => return Err(libc::EINVAL),
+    };
+    check_tail_zero(info_ptr, size, info_len)?;
+    let len = info_len.min(size);
+    let theirs = user::read(info_ptr, len)?;
+    let mut info = vec![0u8; size];
     let put32 = |info: &mut Vec<u8>, at: usize, v: u32| info[at..at + 4].copy_from_slice(&v.to_ne_bytes());
     let put64 = |info: &mut Vec<u8>, at: usize, v: u64| info[at..at + 8].copy_from_slice(&v.to_ne_bytes());
     let put_name = |info: &mut Vec<u8>, at: usize, name: &str| {
         let len = name.len().min(15);
         info[at..at + len].copy_from_slice(&name.as_bytes()[..len]);
     };
-    let size = match object {
+    match object {
         Object::Map(m) => {
-            // struct bpf_map_info
             let d = m.map.def();
             for (at, v) in [(0, d.map_type), (4, m.id), (8, d.key_size), (12, d.value_size), (16, d.max_entries), (20, d.map_flags)] {
                 put32(&mut info, at, v);
             }
             put_name(&mut info, 24, m.map.name());
-            88
         }
         Object::Prog(p) => {
-            // struct bpf_prog_info: type, id, xlated_prog_len, created_by_uid, name, gpl_compatible
+            // type, id, xlated_prog_len, created_by_uid, name, gpl_compatible
             put32(&mut info, 0, p.prog_type);
             put32(&mut info, 4, p.id);
             put32(&mut info, 20, p.insn_count * 8);
@@ -349,39 +547,26 @@ fn object_info(a: &[u8], attr: *mut u8, object: &Object) -> Result<c_int, c_int>
             put32(&mut info, 48, unsafe { libc::getuid() });
             put_name(&mut info, 64, &p.name);
             put32(&mut info, 84, u32::from(p.gpl));
-            232
         }
         Object::Link(l) => {
-            // struct bpf_link_info: type, id, prog_id
             for (at, v) in [(0, BPF_LINK_TYPE_PERF_EVENT), (4, l.id), (8, l.prog_id)] {
                 put32(&mut info, at, v);
             }
-            48
         }
         Object::Btf(b) => {
-            // struct bpf_btf_info: btf (copied if the caller's buffer is large enough), btf_size, id
-            let (user_btf, user_size) = if info_len >= 12 {
-                // SAFETY: the caller's info buffer holds info_len bytes.
-                unsafe { (std::ptr::read_unaligned(info_ptr as *const u64), std::ptr::read_unaligned((info_ptr + 8) as *const u32)) }
-            } else {
-                (0, 0)
-            };
-            if user_btf != 0 && user_size as usize >= b.data.len() {
-                // SAFETY: the caller's BTF buffer holds user_size bytes.
-                unsafe { std::ptr::copy_nonoverlapping(b.data.as_ptr(), user_btf as *mut u8, b.data.len()) };
+            // btf (the caller's buffer: as much of the BTF as btf_size holds), btf_size, id.
+            let (user_btf, user_size) = if len >= 12 { (u64_at(&theirs, 0), u32_at(&theirs, 8)) } else { (0, 0) };
+            let copied = b.data.len().min(user_size as usize);
+            if user_btf != 0 {
+                user::write(user_btf, &b.data[..copied])?;
             }
             put64(&mut info, 0, user_btf);
             put32(&mut info, 8, b.data.len() as u32);
             put32(&mut info, 12, b.id);
-            32
         }
-        Object::PerfEvent(_) => return Err(libc::EINVAL),
-    };
-    let len = info_len.min(size);
-    // SAFETY: the caller's info buffer holds info_len bytes; info_len is at offset 4 of attr.
-    unsafe {
-        std::ptr::copy_nonoverlapping(info.as_ptr(), info_ptr as *mut u8, len);
-        attr.add(4).cast::<u32>().write_unaligned(len as u32);
+        Object::PerfEvent(_) => unreachable!("refused above"),
     }
+    user::write(info_ptr, &info[..len])?;
+    user::write(attr + 4, &(len as u32).to_ne_bytes())?;
     Ok(0)
 }

@@ -7,15 +7,16 @@
 //! the sixth) as a variadic call. This crate is therefore x86-64 only, like the rest of uebpf.
 
 use std::ffi::{c_char, c_int, c_long, c_ulong, c_void};
-use std::panic::AssertUnwindSafe;
 
 use crate::objects::{lookup, unregister, Object};
 use crate::{bpf, epoll, perf, real, ring};
 
-/// Runs a handler; a panic (a bug) becomes EIO with a message instead of aborting the loader.
+/// Runs a handler; a panic (a bug) becomes EIO with one line on stderr instead of aborting the
+/// loader (a panic may not unwind into C) or printing a backtrace into its output.
 fn guarded<T>(handler: impl FnOnce() -> Result<T, c_int>) -> Result<T, c_int> {
-    std::panic::catch_unwind(AssertUnwindSafe(handler)).unwrap_or_else(|_| {
-        eprintln!("uebpf: internal error in the bpf(2) server (see the message above)");
+    uebpf::panics::quietly(handler).unwrap_or_else(|message| {
+        // Not eprintln!, which panics itself when stderr is closed.
+        uebpf::write_stderr(format!("uebpf: internal error in the bpf(2) server: {message}\n").as_bytes());
         Err(libc::EIO)
     })
 }

@@ -12,6 +12,8 @@
 //! loader, which cannot read tracefs, can attach them too. Other categories go to the kernel.
 
 use std::ffi::{c_char, c_int, c_long, CStr, CString};
+
+use uebpf::user;
 use std::os::unix::fs::MetadataExt;
 use std::sync::{Mutex, OnceLock};
 
@@ -107,10 +109,11 @@ fn event_type(name: &str, given: u32) -> u32 {
     kernel_tracepoint_id(name).unwrap_or(given)
 }
 
-/// `fopen` of a tracefs id file of a syscall tracepoint: a stream holding our id.
+/// `fopen` of a tracefs id file of a syscall tracepoint: a stream holding our id. A path that
+/// cannot be read goes to the C library, whose open(2) answers EFAULT.
 pub fn fopen_tracepoint_id(path: *const c_char) -> Option<*mut libc::FILE> {
-    // SAFETY: fopen's caller passes a C string.
-    let path = unsafe { CStr::from_ptr(path) }.to_str().ok()?;
+    let (path, _) = user::read_str(path as u64, libc::PATH_MAX as usize).ok()?;
+    let path = std::str::from_utf8(&path).ok()?;
     let name = served_tracepoint(path)?;
     // The buffer must outlive the stream: a few bytes per tracepoint, kept for the process.
     let text: &'static CStr = Box::leak(CString::new(format!("{}\n", tracepoint_id(&name))).expect("digits").into_boxed_c_str());
@@ -118,21 +121,27 @@ pub fn fopen_tracepoint_id(path: *const c_char) -> Option<*mut libc::FILE> {
     Some(unsafe { libc::fmemopen(text.as_ptr() as *mut _, text.to_bytes().len(), c"r".as_ptr()) })
 }
 
+/// The first 72 bytes of a perf_event_attr (through config2), read fault-safely as
+/// perf_copy_attr reads it: `size` (0 meaning PERF_ATTR_SIZE_VER0, 64 bytes) bytes of the
+/// caller's, zero-extended. None if it cannot be read: the kernel then answers (EFAULT).
+fn read_perf_attr(attr: u64) -> Option<[u8; 72]> {
+    let mut head = [0u8; 8];
+    user::read_into(attr, &mut head).ok()?;
+    let size = match u32::from_ne_bytes(head[4..8].try_into().expect("4 bytes")) {
+        0 => 64,
+        size => size as usize,
+    };
+    let mut buf = [0u8; 72];
+    user::read_into(attr, &mut buf[..size.min(72)]).ok()?;
+    Some(buf)
+}
+
 /// `perf_event_open(attr, pid, cpu, group_fd, flags)`: None if not for uebpf.
 pub fn perf_event_open(attr: *const u8, pid: c_int) -> Option<Result<c_long, c_int>> {
-    if attr.is_null() {
-        return None;
-    }
-    // SAFETY: perf_event_attr starts with type, size, config, ..., config1 at 56, config2 at 64
-    // (PERF_ATTR_SIZE_VER1 = 72 bytes, which every caller passes at least).
-    let (kind, config, config1, config2) = unsafe {
-        (
-            attr.cast::<u32>().read_unaligned(),
-            attr.add(8).cast::<u64>().read_unaligned(),
-            attr.add(56).cast::<u64>().read_unaligned(),
-            attr.add(64).cast::<u64>().read_unaligned(),
-        )
-    };
+    // perf_event_attr: type at 0, size at 4, config at 8, config1 at 56, config2 at 64.
+    let a = read_perf_attr(attr as u64)?;
+    let u64_at = |at: usize| u64::from_ne_bytes(a[at..at + 8].try_into().expect("8 bytes"));
+    let (kind, config, config1, config2) = (u32::from_ne_bytes(a[0..4].try_into().expect("4 bytes")), u64_at(8), u64_at(56), u64_at(64));
     let probe = if uprobe_pmu().is_some_and(|(pmu, _)| pmu == kind) {
         let (_, bit) = uprobe_pmu()?;
         uprobe(config, config1, config2, bit, pid)
@@ -151,8 +160,13 @@ fn uprobe(config: u64, path: u64, offset: u64, retprobe_bit: u32, pid: c_int) ->
     if path == 0 {
         return Err(libc::EINVAL);
     }
-    // SAFETY: libbpf passes the binary path as a C string in config1.
-    let path = unsafe { CStr::from_ptr(path as *const c_char) }.to_str().map_err(|_| libc::EINVAL)?;
+    // perf_uprobe_init: strndup_user(path, PATH_MAX), EFAULT if it cannot be read, E2BIG if no
+    // NUL comes within PATH_MAX bytes.
+    let (path, terminated) = user::read_str(path, libc::PATH_MAX as usize)?;
+    if !terminated {
+        return Err(libc::E2BIG);
+    }
+    let path = std::str::from_utf8(&path).map_err(|_| libc::EINVAL)?;
     let canonical = std::fs::canonicalize(path).map_err(|e| e.raw_os_error().unwrap_or(libc::ENOENT))?;
     let meta = std::fs::metadata(&canonical).map_err(|e| e.raw_os_error().unwrap_or(libc::ENOENT))?;
     if !meta.is_file() || offset >= meta.len() {

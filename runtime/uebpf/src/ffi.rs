@@ -46,7 +46,9 @@ pub extern "C" fn uebpf_last_error() -> *const c_char {
 /// `path` is a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn uebpf_object_open(path: *const c_char) -> *mut Object {
-    match str_arg(path, "path").and_then(Object::open) {
+    // Object::open catches aya-obj's panics itself; this catch is for anything else on the way,
+    // since a panic unwinding into C aborts the host.
+    match str_arg(path, "path").and_then(|path| crate::panics::catch("opening the object", || Object::open(path))) {
         Ok(object) => Box::into_raw(Box::new(object)),
         Err(e) => fail(e, std::ptr::null_mut()),
     }
@@ -98,11 +100,13 @@ pub unsafe extern "C" fn uebpf_object_load(object: *mut Object, region_name: *co
         return fail(Error("object is NULL".into()), std::ptr::null_mut());
     }
     let object = *Box::from_raw(object);
-    let loaded = if region_name.is_null() {
-        object.load(Target::Anonymous)
-    } else {
-        str_arg(region_name, "region name").and_then(|name| object.load(Target::Named(name)))
-    };
+    let loaded = crate::panics::catch("loading the object", || {
+        if region_name.is_null() {
+            object.load(Target::Anonymous)
+        } else {
+            str_arg(region_name, "region name").and_then(|name| object.load(Target::Named(name)))
+        }
+    });
     match loaded {
         Ok(instance) => Box::into_raw(Box::new(instance)),
         Err(e) => fail(e, std::ptr::null_mut()),

@@ -26,8 +26,10 @@ mod instance;
 mod load;
 pub mod nofault;
 mod object;
+pub mod panics;
 mod printk;
 mod probe;
+pub mod user;
 
 pub use error::Error;
 pub use helpers::write_stderr;

@@ -9,6 +9,7 @@ use uebpf_maps::{Region, RegionSpec};
 use uebpf_vm::insn::{decode_all, CLASS_JMP, JMP_CALL};
 
 use crate::error::{chain, Error};
+use crate::panics;
 use crate::helpers::{helper_name, is_provided, provided_names};
 use crate::instance::Instance;
 use crate::object::{initial_data, map_def, Object};
@@ -55,7 +56,9 @@ pub fn check_program(name: &str, bytecode: &[u8]) -> Result<(), Error> {
 
 /// Checks that `data` is BTF uebpf can read (what a `BPF_BTF_LOAD` of it may be answered with).
 pub fn check_btf(data: &[u8]) -> Result<(), Error> {
-    aya_obj::btf::Btf::parse(data, object::Endianness::default()).map(drop).map_err(|e| Error(format!("BTF: {}", chain(&e))))
+    panics::catch("parsing BTF (aya-obj)", || {
+        aya_obj::btf::Btf::parse(data, object::Endianness::default()).map(drop).map_err(|e| Error(format!("BTF: {}", chain(&e))))
+    })
 }
 
 impl Object {
@@ -76,8 +79,13 @@ impl Object {
         Ok(RegionSpec { arena_bytes: bytes, map_capacity: maps.max(1), prog_capacity: programs.max(1), attach_capacity: programs.max(1) })
     }
 
-    /// Creates this object's maps in `region` and stores its programs there.
-    pub fn load_into(mut self, region: &Region, target_btf: &Path) -> Result<(), Error> {
+    /// Creates this object's maps in `region` and stores its programs there. aya-obj's
+    /// relocations run on the object's own data, which a panic there drops with the error.
+    pub fn load_into(self, region: &Region, target_btf: &Path) -> Result<(), Error> {
+        panics::catch("loading the object (aya-obj relocations)", || self.load_unguarded(region, target_btf))
+    }
+
+    fn load_unguarded(mut self, region: &Region, target_btf: &Path) -> Result<(), Error> {
         if self.obj.has_btf_relocations() {
             let btf = aya_obj::btf::Btf::parse_file(target_btf, object::Endianness::default())
                 .map_err(|e| Error(format!("CO-RE: cannot read the target BTF {}: {}", target_btf.display(), chain(&e))))?;

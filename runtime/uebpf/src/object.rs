@@ -15,6 +15,7 @@ use object::{Object as _, ObjectSection as _, ObjectSymbol as _, SymbolKind};
 use uebpf_maps::{MapDef, ProgramKind};
 
 use crate::error::{chain, Error};
+use crate::panics;
 
 /// A program of the object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,10 +69,16 @@ impl Object {
         Object::from_bytes(&name, &data).map_err(|e| Error(format!("{}: {}", path.display(), e.0)))
     }
 
-    /// Parses an object held in memory; `name` is used in messages.
+    /// Parses an object held in memory; `name` is used in messages. A malformed object is an
+    /// error, never a panic or an abort (see `check_sections` and `panics`).
     pub fn from_bytes(name: &str, data: &[u8]) -> Result<Object, Error> {
-        let obj = aya_obj::Object::parse(data).map_err(|e| Error(format!("not a loadable BPF object: {}", chain(&e))))?;
+        // The `object` crate reads every offset and size it is given with bounds checks: it
+        // reads the ELF first, so that aya-obj only ever sees a file whose sections make sense.
         let elf = object::File::parse(data).map_err(|e| Error(format!("not an ELF object: {e}")))?;
+        check_sections(&elf)?;
+        let obj = panics::catch("parsing the object (aya-obj)", || {
+            aya_obj::Object::parse(data).map_err(|e| Error(format!("not a loadable BPF object: {}", chain(&e))))
+        })?;
         let sections = elf.sections().filter_map(|s| Some((s.index().0, s.name().ok()?.to_string()))).collect();
         let globals = elf
             .symbols()
@@ -118,9 +125,11 @@ impl Object {
     /// Sets a global variable before loading, like writing `skel->rodata->name` (or `->data`,
     /// `->bss`) before `skel__load()`. `value` must have the variable's size.
     pub fn set_global(&mut self, name: &str, value: &[u8]) -> Result<(), Error> {
-        self.obj
-            .patch_map_data(HashMap::from([(name, (value, true))]))
-            .map_err(|e| Error(format!("cannot set global `{name}`: {}", chain(&e))))
+        let obj = &mut self.obj;
+        panics::catch("setting a global (aya-obj)", || {
+            obj.patch_map_data(HashMap::from([(name, (value, true))]))
+                .map_err(|e| Error(format!("cannot set global `{name}`: {}", chain(&e))))
+        })
     }
 
     /// Changes a map's max_entries before loading (`bpf_map__set_max_entries`).
@@ -137,6 +146,28 @@ impl Object {
         found.set_max_entries(max_entries);
         Ok(())
     }
+}
+
+/// Largest uninitialised (`SHT_NOBITS`, `.bss`) section accepted. aya-obj allocates such a
+/// section's declared size as the initial value of its map, and a corrupt size (2^63) would
+/// abort the process on the allocation, which no `catch_unwind` can stop; the map would be
+/// refused anyway (uebpf_maps' value-size limit is 16 MiB).
+const MAX_NOBITS_SECTION: u64 = 16 << 20;
+
+/// Refuses what aya-obj would turn into an unbounded allocation, before it parses the file:
+/// data of every other section lies inside the file, which `object` checks.
+fn check_sections(elf: &object::File<'_>) -> Result<(), Error> {
+    for section in elf.sections() {
+        let uninitialised = matches!(section.kind(), object::SectionKind::UninitializedData | object::SectionKind::UninitializedTls);
+        if uninitialised && section.size() > MAX_NOBITS_SECTION {
+            let name = section.name().unwrap_or("?");
+            return Err(Error(format!(
+                "section `{name}` declares {} bytes of uninitialised data (at most {MAX_NOBITS_SECTION})",
+                section.size()
+            )));
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn map_def(map: &ObjMap) -> MapDef {

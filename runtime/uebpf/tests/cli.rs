@@ -1,10 +1,16 @@
-//! The `uebpf` command: JSON out, one-line errors, trace_printk on stderr.
+//! The `uebpf` command: JSON out, one-line errors, trace_printk on stderr; SIGINT and SIGTERM stop
+//! an endless program; a reader that goes away ends it quietly.
 
 mod common;
 
-use std::process::{Command, Output};
+use std::os::fd::FromRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use common::object;
+use uebpf::maps::{ProgramKind, ProgramSpec, Region, RegionSpec};
+use uebpf_vm::asm::*;
 
 fn uebpf(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_uebpf")).args(args).output().expect("uebpf runs")
@@ -52,4 +58,128 @@ fn bad_input_is_one_line_and_a_nonzero_status() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot open region /dev/shm/uebpf-no-such-region"));
     assert_eq!(uebpf(&["frobnicate"]).status.code(), Some(2));
     assert_eq!(uebpf(&["run", path.to_str().unwrap()]).status.code(), Some(2));
+}
+
+/// A `.bpf.o` whose program `spin` is `goto -1`, built with clang; None (and why) without it.
+fn endless_object(dir: &Path) -> Option<PathBuf> {
+    let source = dir.join("spin.bpf.c");
+    let object = dir.join("spin.bpf.o");
+    std::fs::write(
+        &source,
+        "#define SEC(name) __attribute__((section(name), used))\n\
+         SEC(\"uprobe\") int spin(void *ctx) { for (;;) {} return 0; }\n\
+         char LICENSE[] SEC(\"license\") = \"GPL\";\n",
+    )
+    .unwrap();
+    match Command::new("clang").args(["-O2", "-target", "bpf", "-c"]).arg(&source).arg("-o").arg(&object).output() {
+        Ok(out) if out.status.success() => Some(object),
+        Ok(out) => {
+            eprintln!("skipping `uebpf run` of an endless object: clang failed: {}", String::from_utf8_lossy(&out.stderr));
+            None
+        }
+        Err(e) => {
+            eprintln!("skipping `uebpf run` of an endless object: cannot run clang: {e}");
+            None
+        }
+    }
+}
+
+/// Starts `uebpf ARGS`, waits until `ready` holds (the program is running), sends `signal` and
+/// expects the command to end within a few seconds with 128 + signal and one stderr line.
+fn stops_on(args: &[&str], signal: i32, ready: impl Fn() -> bool) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_uebpf")).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let started = Instant::now();
+    while !ready() {
+        assert!(started.elapsed() < Duration::from_secs(10), "{args:?} did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Let it spin for a moment inside the program.
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(child.try_wait().unwrap().is_none(), "{args:?} ended by itself");
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(child.id() as i32, signal) };
+    let sent = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if sent.elapsed() > Duration::from_secs(5) {
+            let _ = child.kill();
+            panic!("{args:?} still runs 5 s after signal {signal}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(status.code(), Some(128 + signal), "{args:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stderr), "uebpf: interrupted\n", "{args:?}");
+}
+
+#[test]
+fn an_endless_program_stops_on_sigint_and_sigterm() {
+    let dir = std::env::temp_dir().join(format!("uebpf-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    if let Some(object) = endless_object(&dir) {
+        let object = object.to_str().unwrap();
+        for engine in ["jit", "interpreter"] {
+            for signal in [libc::SIGTERM, libc::SIGINT] {
+                // A named region: it exists once the object is loaded, and must be gone after.
+                let name = format!("test-cli-spin-{}-{engine}-{signal}", std::process::id());
+                let path = uebpf::maps::region_path(&name);
+                stops_on(&["run", object, "spin", "--engine", engine, "--region", &name], signal, || path.exists());
+                assert!(!path.exists(), "{} left behind", path.display());
+            }
+        }
+    }
+    // `exec` of an endless program in a region another process (this one) created.
+    let name = format!("test-cli-exec-{}", std::process::id());
+    let region = Region::create(&name, RegionSpec::with_arena(1 << 16)).unwrap();
+    let bytecode = Asm::new().ja("spin").label("spin").ja("spin").build().unwrap();
+    let spec = ProgramSpec { name: "spin", section: "uprobe", kind: ProgramKind::Uprobe, prog_type: 2, license: "GPL", bytecode: &bytecode };
+    region.add_program(&spec).unwrap();
+    stops_on(&["exec", &name, "spin", "--engine", "jit"], libc::SIGTERM, || true);
+    assert!(uebpf::maps::region_path(&name).exists(), "exec leaves a region it did not create alone");
+    drop(region);
+    // A budget stops it in the interpreter without a signal; the JIT has none.
+    let budget = uebpf(&["exec", "no-such-region", "p", "--engine", "jit", "--budget", "10"]);
+    assert_eq!(budget.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&budget.stderr).contains("--budget needs --engine interpreter"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_instruction_budget_stops_the_interpreter() {
+    let name = format!("test-cli-budget-{}", std::process::id());
+    let region = Region::create(&name, RegionSpec::with_arena(1 << 16)).unwrap();
+    let bytecode = Asm::new().label("spin").ja("spin").build().unwrap();
+    let spec = ProgramSpec { name: "spin", section: "uprobe", kind: ProgramKind::Uprobe, prog_type: 2, license: "GPL", bytecode: &bytecode };
+    region.add_program(&spec).unwrap();
+    let output = uebpf(&["exec", &name, "spin", "--budget", "1000"]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("instruction budget of 1000 exhausted"), "{stderr}");
+}
+
+/// stdout whose reader is already gone: every write fails with EPIPE.
+fn closed_pipe() -> Stdio {
+    let mut fds = [0; 2];
+    // SAFETY: a fresh pipe; we keep only its write end, owned by the returned Stdio.
+    unsafe {
+        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+        libc::close(fds[0]);
+        Stdio::from(std::os::fd::OwnedFd::from_raw_fd(fds[1]))
+    }
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_the_command_quietly() {
+    let path = object("functrace");
+    let path = path.to_str().unwrap();
+    let info = Command::new(env!("CARGO_BIN_EXE_uebpf")).args(["info", path]).stdout(closed_pipe()).output().unwrap();
+    assert_eq!(info.status.code(), Some(141));
+    assert_eq!(String::from_utf8_lossy(&info.stderr), "", "no panic message");
+    // A named region is removed all the same.
+    let name = format!("test-cli-pipe-{}", std::process::id());
+    let run = Command::new(env!("CARGO_BIN_EXE_uebpf")).args(["run", path, "functrace_entry", "--region", &name]).stdout(closed_pipe()).output().unwrap();
+    assert_eq!((run.status.code(), String::from_utf8_lossy(&run.stderr).as_ref()), (Some(141), ""));
+    assert!(!uebpf::maps::region_path(&name).exists());
 }

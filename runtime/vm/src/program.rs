@@ -19,6 +19,8 @@ pub struct Program {
     pub(crate) map_lookups: BTreeMap<usize, MapLookup>,
     /// Start slot of every function, ascending; the entry function starts at 0.
     pub(crate) functions: Vec<usize>,
+    /// Per function: bytes below r10 the JIT zeroes on entry (verify::stack_reach).
+    pub(crate) stack_reach: Vec<u32>,
     pub(crate) regions: Vec<MemoryRegion>,
 }
 
@@ -45,7 +47,14 @@ impl Program {
                 is_helper_call.then(|| env.helper(insn.imm as u32)).flatten()
             })
             .collect();
-        Ok(Program { insns, helper_at, map_lookups, functions: layout.functions, regions: env.regions.clone() })
+        Ok(Program {
+            insns,
+            helper_at,
+            map_lookups,
+            functions: layout.functions,
+            stack_reach: layout.stack_reach,
+            regions: env.regions.clone(),
+        })
     }
 
     /// Number of instruction slots.

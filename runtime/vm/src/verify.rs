@@ -15,6 +15,8 @@ pub const MAX_INSNS: usize = 1_000_000;
 pub(crate) struct Layout {
     /// Start slot of every function, ascending; the entry function starts at 0.
     pub functions: Vec<usize>,
+    /// Per function: how many bytes below r10 its frame must be zeroed on entry (see `stack_reach`).
+    pub stack_reach: Vec<u32>,
 }
 
 fn register(reg: u8) -> Result<(), K> {
@@ -186,6 +188,15 @@ fn check_memory(insn: &Insn) -> Result<(), K> {
                     if !known {
                         return Err(K::UnknownAtomicOp { op });
                     }
+                    // A fetching atomic (and xchg) loads the old memory value into a register:
+                    // r0 for cmpxchg, the source register for the others. kernel/bpf/verifier.c
+                    // (check_atomic) checks that register as a destination, which refuses r10
+                    // ("frame pointer is read only"); so must we, or `atomic_fetch_add [r1], r10`
+                    // would move the frame pointer and every r10-relative access the checks
+                    // bounded would land wherever the program likes.
+                    if op & ATOMIC_FETCH != 0 && op != ATOMIC_CMPXCHG {
+                        writable_register(insn.src)?;
+                    }
                 }
                 _ => return Err(K::UnknownOpcode),
             }
@@ -303,7 +314,55 @@ pub(crate) fn check(insns: &[Insn], env: &Environment) -> Result<Layout, LoadErr
     }
 
     check_call_graph(insns, &functions)?;
-    Ok(Layout { functions })
+    let stack_reach = stack_reach(insns, &functions, &lddw_tail);
+    Ok(Layout { functions, stack_reach })
+}
+
+/// Whether `insn` uses r10 as a value rather than as the base of a load or store: copying it
+/// into another register (`mov r1, r10`, `add r1, r10`), storing it, or combining it into memory
+/// with an atomic. Such a copy can become a pointer anywhere into the frame (and be handed to a
+/// helper or a callee), so nothing bounds what part of the frame is read. Comparing r10 in a
+/// jump makes no pointer and does not count.
+fn lets_r10_escape(insn: &Insn) -> bool {
+    match insn.class() {
+        CLASS_ALU | CLASS_ALU64 => insn.op() != ALU_END && insn.uses_src_reg() && insn.src == FRAME_POINTER,
+        CLASS_STX => insn.src == FRAME_POINTER,
+        _ => false,
+    }
+}
+
+/// Bytes of each function's frame, counted down from r10, that a program can read, rounded up to
+/// 16: the whole 512-byte frame if the function lets r10 escape (`lets_r10_escape`), else down
+/// to its lowest r10-relative access (0 if it makes none). Nothing else reaches a frame: r10 is
+/// never written, a callee's r10 is its own frame, and without an escaped copy no other pointer
+/// into a frame exists. The JIT zeroes that much of each frame on entry, so a program reading
+/// stack it never wrote sees 0 as on the interpreter (which zeroes every frame), never the
+/// stale native stack (return addresses, the stack protector's canary) below its caller.
+fn stack_reach(insns: &[Insn], functions: &[usize], lddw_tail: &[bool]) -> Vec<u32> {
+    let function_of = |slot: usize| functions.partition_point(|&start| start <= slot) - 1;
+    let mut lowest = vec![0i64; functions.len()];
+    let mut escapes = vec![false; functions.len()];
+    for (index, insn) in insns.iter().enumerate() {
+        if lddw_tail[index] {
+            continue;
+        }
+        let f = function_of(index);
+        escapes[f] |= lets_r10_escape(insn);
+        let base = match insn.class() {
+            CLASS_LDX => insn.src,
+            CLASS_ST | CLASS_STX => insn.dst,
+            _ => continue,
+        };
+        if base == FRAME_POINTER {
+            // stack_bounds kept the access inside [r10-512, r10).
+            lowest[f] = lowest[f].min(i64::from(insn.off));
+        }
+    }
+    lowest
+        .iter()
+        .zip(&escapes)
+        .map(|(&low, &escaped)| if escaped { STACK_SIZE as u32 } else { ((-low as u32) + 15) & !15 })
+        .collect()
 }
 
 /// Rejects recursion and call chains deeper than MAX_CALL_FRAMES, so that every engine's frames
@@ -371,4 +430,146 @@ fn check_call_graph(insns: &[Insn], functions: &[usize]) -> Result<(), LoadError
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::asm::*;
+    use crate::error::LoadErrorKind as K;
+    use crate::insn::*;
+    use crate::{Environment, Program};
+
+    fn insn(opcode: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+        Insn { opcode, dst, src, off, imm }
+    }
+
+    /// Loads `first` (followed by `r0 = 0; exit`), expecting the frame-pointer refusal at slot 0
+    /// with the instruction's text in the message.
+    fn refused(first: &[Insn]) {
+        let mut a = Asm::new();
+        for &i in first {
+            a.raw(i);
+        }
+        a.mov64(R0, 0).exit();
+        let err = Program::load(&a.build().unwrap(), &Environment::new()).err().unwrap_or_else(|| panic!("{first:?} was accepted"));
+        assert_eq!((err.index, &err.kind), (0, &K::WritesFramePointer), "{first:?}: {err}");
+        let text = crate::disasm::format_insn(&first[0]);
+        assert_eq!(err.to_string(), format!("instruction 0 (`{text}`): r10 (frame pointer) is read-only"));
+    }
+
+    /// Every instruction form that writes a register, with r10 as the register written.
+    #[test]
+    fn every_register_writing_form_refuses_r10() {
+        // ALU and ALU64, immediate and register sources (every operation the checks know).
+        for class in [CLASS_ALU, CLASS_ALU64] {
+            for op in [ALU_ADD, ALU_SUB, ALU_MUL, ALU_DIV, ALU_OR, ALU_AND, ALU_LSH, ALU_RSH, ALU_MOD, ALU_XOR, ALU_MOV, ALU_ARSH] {
+                refused(&[insn(class | op, 10, 0, 0, 1)]);
+                refused(&[insn(class | op | SRC_X, 10, 1, 0, 0)]);
+                refused(&[insn(class | op | SRC_X, 10, 10, 0, 0)]);
+            }
+            refused(&[insn(class | ALU_NEG, 10, 0, 0, 0)]);
+        }
+        for width in [16, 32, 64] {
+            refused(&[insn(CLASS_ALU | ALU_END, 10, 0, 0, width)]);
+            refused(&[insn(CLASS_ALU | ALU_END | SRC_X, 10, 0, 0, width)]);
+        }
+        // Loads, from the context and from the stack.
+        for size in [SIZE_B, SIZE_H, SIZE_W, SIZE_DW] {
+            refused(&[insn(CLASS_LDX | MODE_MEM | size, 10, 1, 0, 0)]);
+            refused(&[insn(CLASS_LDX | MODE_MEM | size, 10, 10, -8, 0)]);
+        }
+        // lddw, plain and with map sources (refused before any map is resolved).
+        for pseudo in [PSEUDO_NONE, PSEUDO_MAP_FD, PSEUDO_MAP_VALUE] {
+            refused(&[insn(OP_LDDW, 10, pseudo, 0, 1), insn(0, 0, 0, 0, 0)]);
+        }
+        // Atomics that load the old value into the source register, on the stack and elsewhere,
+        // at both widths: the forms the checks used to let through.
+        for size in [SIZE_W, SIZE_DW] {
+            for op in [ATOMIC_ADD, ATOMIC_OR, ATOMIC_AND, ATOMIC_XOR] {
+                refused(&[insn(CLASS_STX | MODE_ATOMIC | size, 10, 10, -8, op | ATOMIC_FETCH)]);
+                refused(&[insn(CLASS_STX | MODE_ATOMIC | size, 1, 10, 0, op | ATOMIC_FETCH)]);
+            }
+            refused(&[insn(CLASS_STX | MODE_ATOMIC | size, 10, 10, -8, ATOMIC_XCHG)]);
+            refused(&[insn(CLASS_STX | MODE_ATOMIC | size, 1, 10, 0, ATOMIC_XCHG)]);
+        }
+    }
+
+    /// Forms that only read r10 stay accepted: it is a pointer like any other for them.
+    #[test]
+    fn reading_r10_is_fine() {
+        let ok = |a: &mut Asm| {
+            a.mov64(R0, 0).exit();
+            Program::load(&a.build().unwrap(), &Environment::new()).map(drop)
+        };
+        for size in [4, 8] {
+            // Atomics on the stack, and r10 as the value of a non-fetching atomic (the kernel
+            // lets privileged programs store pointers) and of cmpxchg, which loads into r0.
+            for op in [ATOMIC_ADD, ATOMIC_OR, ATOMIC_AND, ATOMIC_XOR, ATOMIC_CMPXCHG] {
+                ok(Asm::new().atomic(size, op, R10, -8, R10)).unwrap();
+                ok(Asm::new().atomic(size, op, R1, 0, R10)).unwrap();
+            }
+            ok(Asm::new().atomic(size, ATOMIC_ADD | ATOMIC_FETCH, R10, -8, R2)).unwrap();
+        }
+        ok(Asm::new().stx(8, R1, 0, R10).mov64(R2, R10).add64(R2, R10).jeq(R10, R2, "x").label("x")).unwrap();
+    }
+
+    fn reach(a: &Asm) -> Vec<u32> {
+        Program::load(&a.build().unwrap(), &Environment::new()).unwrap().stack_reach
+    }
+
+    #[test]
+    fn stack_reach_is_the_lowest_access_unless_r10_escapes() {
+        assert_eq!(reach(Asm::new().mov64(R0, 0).exit()), [0]);
+        assert_eq!(reach(Asm::new().ldx(8, R0, R10, -8).exit()), [16]);
+        assert_eq!(reach(Asm::new().st(4, R10, -40, 1).ldx(1, R0, R10, -3).exit()), [48]);
+        assert_eq!(reach(Asm::new().ldx(8, R0, R10, -512).exit()), [512]);
+        // Copies of r10 (to pass a stack pointer to a helper, say) reach the whole frame.
+        assert_eq!(reach(Asm::new().mov64(R1, R10).ldx(8, R0, R10, -8).exit()), [512]);
+        assert_eq!(reach(Asm::new().mov32(R1, R10).mov64(R0, 0).exit()), [512]);
+        assert_eq!(reach(Asm::new().stx(8, R1, 0, R10).mov64(R0, 0).exit()), [512]);
+        assert_eq!(reach(Asm::new().atomic(8, ATOMIC_ADD, R1, 0, R10).mov64(R0, 0).exit()), [512]);
+        // Comparing r10 makes no pointer; byte swaps do not read a source register.
+        assert_eq!(reach(Asm::new().jeq(R1, R10, "x").label("x").be(R1, 64).mov64(R0, 0).exit()), [0]);
+        // Per function: only the callee lets r10 escape here.
+        let mut a = Asm::new();
+        a.ldx(8, R0, R10, -24).call("f").exit();
+        a.label("f").mov64(R1, R10).mov64(R0, 0).exit();
+        assert_eq!(reach(&a), [32, 512]);
+    }
+
+    /// The interpreter as an oracle: every single instruction the checks accept, with r10 in
+    /// any register field, leaves r10 as it was. `r9` keeps a copy of r10; every other register
+    /// points into the stack, so memory forms touch only the frame.
+    #[test]
+    fn no_accepted_instruction_moves_r10() {
+        let imms = [0, 1, 8, 16, 32, 64, -8, ATOMIC_OR, ATOMIC_AND, ATOMIC_XOR, ATOMIC_XCHG, ATOMIC_CMPXCHG];
+        let imms: Vec<i32> = imms.iter().flat_map(|&i| [i, i | ATOMIC_FETCH]).collect();
+        let mut checked = 0;
+        for opcode in 0..=255u8 {
+            if opcode == OP_LDDW {
+                continue; // two slots; covered by the refusal test
+            }
+            for (dst, src) in (0..=10u8).flat_map(|d| (0..=10u8).map(move |s| (d, s))) {
+                if (dst != 10 && src != 10) || dst == 9 || src == 9 {
+                    continue;
+                }
+                for &imm in &imms {
+                    for off in [-8i16, 0] {
+                        let mut a = Asm::new();
+                        a.mov64(R9, R10);
+                        for r in 0..=8 {
+                            a.mov64(Reg(r), R10).add64(Reg(r), -256);
+                        }
+                        a.raw(insn(opcode, dst, src, off, imm));
+                        a.mov64(R0, R10).sub64(R0, R9).exit();
+                        let Ok(program) = Program::load(&a.build().unwrap(), &Environment::new()) else { continue };
+                        let r0 = program.interpret(&mut [], Some(64)).unwrap_or(0);
+                        assert_eq!(r0, 0, "{} moved r10", crate::disasm::format_insn(&insn(opcode, dst, src, off, imm)));
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 1000, "only {checked} accepted forms");
+    }
 }

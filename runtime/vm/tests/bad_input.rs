@@ -61,6 +61,39 @@ fn registers_are_checked() {
     assert!(load(Asm::new().mov64(R1, R10).st(8, R10, -8, 1).mov64(R0, 0).exit()).is_ok());
 }
 
+/// The shape of the exploit the checks once let through: `xchg [r1], r10` puts a context word in
+/// r10, after which an `r10`-relative store the checks bounded writes wherever that word points.
+/// Every fetching atomic is refused at load, so neither engine ever runs it.
+#[test]
+fn atomics_cannot_load_into_the_frame_pointer_on_either_engine() {
+    let exploit = |op: i32, size: u8| {
+        let mut a = Asm::new();
+        a.atomic(size, op, R1, 0, R10).st(8, R10, -8, 0x41).mov64(R0, 0).exit();
+        a.build().unwrap()
+    };
+    for size in [4, 8] {
+        for op in [ATOMIC_XCHG, ATOMIC_ADD | ATOMIC_FETCH, ATOMIC_AND | ATOMIC_FETCH, ATOMIC_OR | ATOMIC_FETCH, ATOMIC_XOR | ATOMIC_FETCH] {
+            let code = exploit(op, size);
+            let err = Program::load(&code, &Environment::new()).err().expect("refused");
+            assert_eq!((err.index, &err.kind), (0, &K::WritesFramePointer), "{err}");
+            assert!(err.to_string().contains(", r10`): r10 (frame pointer) is read-only"), "{err}");
+            for engine in [0, 1] {
+                // SAFETY: a fresh VM, freed below; code is valid for its length.
+                unsafe {
+                    let vm = uebpf_vm::ffi::uebpf_vm_new();
+                    assert_eq!(uebpf_vm::ffi::uebpf_vm_load(vm, code.as_ptr(), code.len(), engine), -1);
+                    let message = std::ffi::CStr::from_ptr(uebpf_vm::ffi::uebpf_vm_last_error(vm)).to_string_lossy().into_owned();
+                    assert!(message.starts_with("instruction 0 (`atomic_") && message.ends_with("r10 (frame pointer) is read-only"), "{message}");
+                    let mut ctx = [0u8; 8];
+                    let mut result = 0;
+                    assert_eq!(uebpf_vm::ffi::uebpf_vm_run(vm, ctx.as_mut_ptr().cast(), ctx.len(), &mut result), -1, "nothing loaded, nothing runs");
+                    uebpf_vm::ffi::uebpf_vm_free(vm);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn unknown_helper() {
     let msg = rejected(Asm::new().call_helper(999).exit(), 0, K::UnknownHelper { id: 999 });

@@ -8,7 +8,6 @@
 //! maps and drains its ring buffers (as `uebpf dump`) and removes the region. Targets run with
 //! the agent and `UEBPF_REGION=NAME`; `uebpf dump NAME` reads the rings meanwhile.
 
-use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -17,7 +16,7 @@ use uebpf::maps::{kernel_tracepoint_id, AttachKind, AttachSpec, AttachState, Pro
 use uebpf::{Instance, ProgramDesc, VMLINUX_BTF};
 use uebpf_hook::{file_offset, Location};
 
-use crate::{deferred_set, dump, open_object, Options};
+use crate::{dump, open_object, signals, write_line, Options};
 
 /// One attachment to write: (program, binary, symbol or offset); a tracepoint program's
 /// `category/name` is its location (no binary).
@@ -45,11 +44,9 @@ pub(crate) fn attach(options: &Options) -> Result<Value, String> {
         region.add_attachment(&spec).map_err(|e| e.0)?;
         attached.push(json!({"program": want.program.name, "target": spec.target, "offset": spec.offset}));
     }
-    println!("READY");
-    std::io::stdout().flush().map_err(|e| format!("cannot write to stdout: {e}"))?;
-    let mut signal = 0;
-    // SAFETY: SIGINT and SIGTERM are blocked (deferring_signals); sigwait takes one of them.
-    unsafe { libc::sigwait(&deferred_set(), &mut signal) };
+    write_line("READY").map_err(|e| format!("cannot write to stdout: {e}"))?;
+    // SIGINT or SIGTERM is the cue to dump and remove the region (taken: not an interruption).
+    signals::wait();
     let mut document = dump(&instance);
     document["attached"] = json!(attached);
     Ok(document)

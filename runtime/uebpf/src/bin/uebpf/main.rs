@@ -22,11 +22,16 @@
 //!                                          (wait.rs)
 //!
 //! OPTIONS: --engine interpreter|jit (default interpreter)  --repeat N (default 1)
+//!          --budget N (interpreter: stop a run after N instructions)
 //!          --regs di=1,si=0x10,dx=str:hello (struct pt_regs fields; str: passes a string's address)
 //!          --set NAME=VALUE (run: a global, before loading)  --region NAME (run)
 //!
 //! Output is one JSON document on stdout; errors are one line on stderr and exit status 1
-//! (2 for usage errors). SIGINT/SIGTERM during a run are deferred until the region is removed.
+//! (2 for usage errors). SIGINT/SIGTERM stop a running program (or a wait) at once, and
+//! otherwise once the work under way is done; either way a region the command created is
+//! removed, `uebpf: interrupted` is printed and the status is 130 or 143 (signals.rs). A reader
+//! that goes away (`uebpf info OBJ | head`) ends the command quietly with status 141, as a shell
+//! reports a process SIGPIPE killed.
 
 use std::ffi::CString;
 use std::process::ExitCode;
@@ -36,15 +41,17 @@ use uebpf::maps::{def::map_type_name, AgentStatus, AttachKind, AttachState, Regi
 use uebpf::{Engine, Instance, Object, PtRegs, Target};
 
 mod attach;
+mod signals;
 mod wait;
 
-const USAGE: &str = "usage: uebpf info OBJ | uebpf run OBJ PROG [--engine interpreter|jit] [--repeat N] [--regs R=V,...] [--set NAME=VALUE]... [--region NAME] | uebpf exec REGION PROG [--engine E] [--repeat N] [--regs R=V,...] | uebpf dump REGION | uebpf attachments REGION | uebpf fire REGION [--engine E] [--repeat N] [--regs R=V,...] [--ret N] [--wait] | uebpf attach OBJ --region NAME [--attach PROG:BINARY:SYMBOL]... [--pid PID] [--set NAME=VALUE]... | uebpf wait-applied REGION --pid PID [--timeout SECONDS]";
+const USAGE: &str = "usage: uebpf info OBJ | uebpf run OBJ PROG [--engine interpreter|jit] [--repeat N] [--budget N] [--regs R=V,...] [--set NAME=VALUE]... [--region NAME] | uebpf exec REGION PROG [--engine E] [--repeat N] [--budget N] [--regs R=V,...] | uebpf dump REGION | uebpf attachments REGION | uebpf fire REGION [--engine E] [--repeat N] [--regs R=V,...] [--ret N] [--wait] | uebpf attach OBJ --region NAME [--attach PROG:BINARY:SYMBOL]... [--pid PID] [--set NAME=VALUE]... | uebpf wait-applied REGION --pid PID [--timeout SECONDS]";
 
 struct Options {
     command: String,
     positional: Vec<String>,
     engine: Engine,
     repeat: u64,
+    budget: Option<u64>,
     regs: Vec<(String, String)>,
     sets: Vec<(String, String)>,
     region: Option<String>,
@@ -68,7 +75,7 @@ fn pairs(text: &str, what: &str) -> Result<Vec<(String, String)>, String> {
 
 fn parse_options() -> Result<Options, String> {
     use lexopt::prelude::*;
-    let mut options = Options { command: String::new(), positional: Vec::new(), engine: Engine::Interpreter, repeat: 1, regs: Vec::new(), sets: Vec::new(), region: None, ret: 0, wait: false, attaches: Vec::new(), pid: None, timeout_s: 10.0 };
+    let mut options = Options { command: String::new(), positional: Vec::new(), engine: Engine::Interpreter, repeat: 1, budget: None, regs: Vec::new(), sets: Vec::new(), region: None, ret: 0, wait: false, attaches: Vec::new(), pid: None, timeout_s: 10.0 };
     let mut parser = lexopt::Parser::from_env();
     let text = |v: std::ffi::OsString| v.into_string().map_err(|_| usage("arguments must be UTF-8"));
     while let Some(arg) = parser.next().map_err(usage)? {
@@ -83,6 +90,9 @@ fn parse_options() -> Result<Options, String> {
             Long("repeat") => {
                 options.repeat = text(parser.value().map_err(usage)?)?.parse().ok().filter(|&n| n > 0).ok_or_else(|| usage("--repeat needs a positive count"))?
             }
+            Long("budget") => {
+                options.budget = Some(text(parser.value().map_err(usage)?)?.parse().ok().filter(|&n| n > 0).ok_or_else(|| usage("--budget needs a positive instruction count"))?)
+            }
             Long("regs") => options.regs.extend(pairs(&text(parser.value().map_err(usage)?)?, "register")?),
             Long("set") => options.sets.extend(pairs(&text(parser.value().map_err(usage)?)?, "global")?),
             Long("region") => options.region = Some(text(parser.value().map_err(usage)?)?),
@@ -96,7 +106,7 @@ fn parse_options() -> Result<Options, String> {
                 options.timeout_s = text(parser.value().map_err(usage)?)?.parse().ok().filter(|&t: &f64| t > 0.0).ok_or_else(|| usage("--timeout needs a positive number of seconds"))?
             }
             Long("help") | Short('h') => {
-                println!("{USAGE}");
+                let _ = write_line(USAGE);
                 std::process::exit(0);
             }
             Value(value) if options.command.is_empty() => options.command = text(value)?,
@@ -112,6 +122,9 @@ fn parse_options() -> Result<Options, String> {
     };
     if options.positional.len() != wanted {
         return Err(usage(format!("`{}` takes {wanted} argument(s)", options.command)));
+    }
+    if options.budget.is_some() && options.engine == Engine::Jit {
+        return Err(usage("--budget needs --engine interpreter (the JIT checks nothing at run time)"));
     }
     match options.command.as_str() {
         "attach" if options.region.is_none() => return Err(usage("`attach` needs --region NAME (the region targets open)")),
@@ -192,7 +205,9 @@ fn info(path: &str) -> Result<Value, String> {
         .maps()
         .iter()
         .map(|m| {
-            let supported = m.def.validate().map(|_| true).unwrap_or(false);
+            // validate() and the storage limit: what loading would say (a corrupt max_entries
+            // is reported here, not allocated).
+            let supported = m.def.storage_size(uebpf::maps::current::possible_cpus()).is_ok();
             json!({"name": m.name, "type": map_type_name(m.def.map_type), "key_size": m.def.key_size, "value_size": m.def.value_size,
                    "max_entries": m.def.max_entries, "flags": m.def.map_flags, "supported": supported})
         })
@@ -202,7 +217,8 @@ fn info(path: &str) -> Result<Value, String> {
 
 /// Runs `name` `repeat` times on the registers; returns (last r0, runs).
 fn run_program(instance: &Instance, name: &str, options: &Options) -> Result<Value, String> {
-    let program = instance.program(name, options.engine).map_err(|e| e.0)?;
+    let mut program = instance.program(name, options.engine).map_err(|e| e.0)?;
+    program.set_budget(options.budget);
     let (regs, _strings) = registers(&options.regs)?;
     let mut r0 = 0;
     for _ in 0..options.repeat {
@@ -231,7 +247,8 @@ fn run(options: &Options) -> Result<Value, String> {
     let object = open_object(path, options)?;
     let target = options.region.as_deref().map_or(Target::Anonymous, Target::Named);
     let instance = object.load(target).map_err(|e| e.0)?;
-    let mut result = run_program(&instance, program, options)?;
+    // The load created the named region: a signal while the program runs removes it.
+    let mut result = signals::interruptible(options.region.as_deref(), || run_program(&instance, program, options))?;
     let dumped = dump(&instance);
     result["maps"] = dumped["maps"].clone();
     result["rings"] = dumped["rings"].clone();
@@ -278,7 +295,7 @@ fn agent_json(agent: &AgentStatus) -> Value {
 fn fire(region: &str, options: &Options) -> Result<Value, String> {
     let (regs, _strings) = registers(&options.regs)?;
     if options.wait {
-        println!("{}", json!({"pid": std::process::id()}));
+        write_line(&json!({"pid": std::process::id()}).to_string()).map_err(|e| format!("cannot write to stdout: {e}"))?;
         let mut line = String::new();
         std::io::stdin().read_line(&mut line).map_err(|e| format!("cannot read stdin: {e}"))?;
     }
@@ -291,7 +308,8 @@ fn fire(region: &str, options: &Options) -> Result<Value, String> {
         if s.state != AttachState::Enabled || s.kind == AttachKind::SyscallTracepoint || !admitted {
             continue;
         }
-        let program = instance.program_by_id(s.prog_id, options.engine).map_err(|e| e.0)?;
+        let mut program = instance.program_by_id(s.prog_id, options.engine).map_err(|e| e.0)?;
+        program.set_budget(options.budget);
         let mut ctx = regs;
         if s.kind == AttachKind::Uretprobe {
             ctx.ax = options.ret;
@@ -312,70 +330,57 @@ fn open_region(name: &str) -> Result<Instance, String> {
     Instance::new(&region).map_err(|e| e.0)
 }
 
-const DEFERRED: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
-
-/// Whether SIGINT or SIGTERM arrived while deferred (see `deferring_signals`).
-fn pending_interrupt() -> bool {
-    // SAFETY: reads this thread's pending set into a zeroed buffer.
-    unsafe {
-        let mut pending: libc::sigset_t = std::mem::zeroed();
-        libc::sigpending(&mut pending);
-        DEFERRED.iter().any(|&signal| libc::sigismember(&pending, signal) == 1)
-    }
+/// Writes one line to stdout, flushed (an error, e.g. a closed pipe, is the caller's to handle).
+pub(crate) fn write_line(text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}")?;
+    out.flush()
 }
 
-/// The deferred signals as a set.
-fn deferred_set() -> libc::sigset_t {
-    // SAFETY: builds a set in a zeroed buffer.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for signal in DEFERRED {
-            libc::sigaddset(&mut set, signal);
-        }
-        set
-    }
-}
-
-/// Blocks SIGINT and SIGTERM so that a named region is always removed; returns whether one
-/// arrived (the caller exits 130 then, as if interrupted after cleaning up).
-fn deferring_signals<T>(work: impl FnOnce() -> T) -> (T, bool) {
-    let set = deferred_set();
-    // SAFETY: plain signal mask manipulation on the calling (only) thread.
-    unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-    let result = work();
-    (result, pending_interrupt())
+/// One line on stderr; a closed stderr is ignored (`eprintln!` would panic).
+fn error_line(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
 fn main() -> ExitCode {
     let options = match parse_options() {
         Ok(options) => options,
         Err(e) => {
-            eprintln!("uebpf: {e}");
+            error_line(&format!("uebpf: {e}"));
             return ExitCode::from(2);
         }
     };
-    let (result, interrupted) = deferring_signals(|| match options.command.as_str() {
+    signals::start();
+    let result = match options.command.as_str() {
         "info" => info(&options.positional[0]),
         "run" => run(&options),
-        "exec" => open_region(&options.positional[0]).and_then(|i| run_program(&i, &options.positional[1], &options)),
+        "exec" => open_region(&options.positional[0])
+            .and_then(|i| signals::interruptible(None, || run_program(&i, &options.positional[1], &options))),
         "attachments" => open_region(&options.positional[0]).map(|i| attachments(&i)),
-        "fire" => fire(&options.positional[0], &options),
+        // Waits on stdin, runs programs: nothing of ours to clean up.
+        "fire" => signals::interruptible(None, || fire(&options.positional[0], &options)),
         "attach" => attach::attach(&options),
-        "wait-applied" => wait::wait_applied(&options),
+        "wait-applied" => signals::interruptible(None, || wait::wait_applied(&options)),
         _ => open_region(&options.positional[0]).map(|i| dump(&i)),
-    });
-    if interrupted {
-        eprintln!("uebpf: interrupted");
-        return ExitCode::from(130);
+    };
+    if let Some(signal) = signals::pending() {
+        error_line("uebpf: interrupted");
+        return ExitCode::from(128 + signal as u8);
     }
     match result {
-        Ok(document) => {
-            println!("{document:#}");
-            ExitCode::SUCCESS
-        }
+        Ok(document) => match write_line(&format!("{document:#}")) {
+            Ok(()) => ExitCode::SUCCESS,
+            // The reader is gone (`| head`): nothing left to say, and no one to say it to.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::from(128 + libc::SIGPIPE as u8),
+            Err(e) => {
+                error_line(&format!("uebpf: cannot write to stdout: {e}"));
+                ExitCode::FAILURE
+            }
+        },
         Err(e) => {
-            eprintln!("uebpf: {e}");
+            error_line(&format!("uebpf: {e}"));
             ExitCode::FAILURE
         }
     }

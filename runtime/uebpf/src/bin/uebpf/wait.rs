@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use uebpf::maps::{current, generation_reached, AgentStatus, Region};
 
-use crate::{agent_json, pending_interrupt, Options};
+use crate::{agent_json, write_line, Options};
 
 /// How often the waiter re-checks that the target still runs while no agent reports.
 const RECHECK: Duration = Duration::from_millis(50);
@@ -34,9 +34,6 @@ pub(crate) fn wait_applied(options: &Options) -> Result<Value, String> {
         }
         if current::process_is_gone(pid) {
             return Err(format!("process {pid} exited before its agent applied region {name}'s attachments"));
-        }
-        if pending_interrupt() {
-            return Err("interrupted".into());
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -58,7 +55,7 @@ fn verdict(status: &AgentStatus, generation: u32) -> Result<Value, String> {
     if r.failed == 0 && r.unsupported == 0 {
         return Ok(document);
     }
-    println!("{document:#}");
+    write_line(&format!("{document:#}")).map_err(|e| format!("cannot write to stdout: {e}"))?;
     Err(match r.failed {
         0 => format!("{} attachment(s) are not supported by uebpf: {}", r.unsupported, r.message),
         failed => format!("the agent in process {} could not apply {failed} attachment(s): {}", status.pid, r.message),
