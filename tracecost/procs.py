@@ -49,25 +49,46 @@ class Usage:
         return self.user_s + self.sys_s
 
 
-def die_with_parent(parent: int):
-    """A preexec_fn: the child gets SIGKILL when tracecost (thread `parent` runs in) dies.
+# The signals that unwind tracecost (Ctrl-C, and SIGTERM/SIGHUP: install_termination_handler).
+UNWINDING = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
-    The signal follows the thread that forked; tracecost forks from its main thread only.
-    If tracecost died before the prctl, the child was already re-parented and must not run."""
+
+def spawn(argv: list[str], **kwargs) -> subprocess.Popen:
+    """subprocess.Popen for every child tracecost starts: it dies with tracecost.
+
+    The child sets its parent-death signal between fork and exec (a preexec_fn). Python runs
+    its at-fork handlers around such a fork, and a KeyboardInterrupt raised inside one is
+    printed and dropped: a Ctrl-C would be lost. So the unwinding signals are blocked in
+    tracecost for the fork alone (they wait, and are taken right after), and the child
+    restores tracecost's own mask before it execs."""
+    parent = os.getpid()
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("tracecost starts processes from its main thread only (their death signal follows it)")
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, UNWINDING)
 
     def arm() -> None:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if os.getppid() != parent:  # tracecost died before the prctl: the child must not run
             os._exit(127)
 
-    return arm
+    try:
+        return subprocess.Popen(argv, preexec_fn=arm, **kwargs)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def run_command(argv: list[str], *, timeout_s: float | None = None, **kwargs) -> subprocess.CompletedProcess:
-    """subprocess.run for the short commands tracecost runs (lttng, bpftool, babeltrace2...):
-    output captured as text, and the command dies with tracecost like every other child."""
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
-                          preexec_fn=die_with_parent(os.getpid()), **kwargs)
+    """subprocess.run for the commands tracecost runs to their end (lttng, bpftool, babeltrace2,
+    uebpf-vmbench...): output captured as text; started by `spawn`, so it dies with tracecost."""
+    with spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout_s)
+        except BaseException:  # a timeout, or Ctrl-C: the command goes with it
+            process.kill()
+            process.wait()
+            raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def _exit_code(status: int) -> int:
@@ -114,8 +135,7 @@ class Child:
         stdout = open(stdout_path, "wb") if stdout_path else subprocess.PIPE
         self.started = time.monotonic()
         try:
-            self.popen = subprocess.Popen(argv, stdout=stdout, stderr=self._stderr, env=env,
-                                          start_new_session=True, preexec_fn=die_with_parent(os.getpid()))
+            self.popen = spawn(argv, stdout=stdout, stderr=self._stderr, env=env, start_new_session=True)
         except OSError as err:
             self._stderr.close()
             raise TracecostError(f"cannot start {self.name}: {err.strerror}") from err
