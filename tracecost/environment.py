@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 from tracecost import __version__, paths
+from tracecost.procs import run_command
 
 VERSION_COMMANDS = {
     "clang": ["clang", "--version"],
@@ -25,7 +26,7 @@ PKG_CONFIG_LIBRARIES = {"libbpf": "libbpf", "lttng-ust": "lttng-ust"}
 
 def _first_line(argv: list[str]) -> str | None:
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        result = run_command(argv, timeout_s=10)
         lines = (result.stdout or result.stderr).strip().splitlines()
         if result.returncode == 0 and lines:
             return lines[0].strip()
@@ -61,8 +62,8 @@ def _mitigations() -> dict[str, str]:
 def _git() -> dict:
     def git(*args):
         return _first_line(["git", "-C", str(paths.REPO), *args])
-    dirty = subprocess.run(["git", "-C", str(paths.REPO), "status", "--porcelain"], capture_output=True,
-                           text=True).stdout.strip() if git("rev-parse", "HEAD") else ""
+    dirty = run_command(["git", "-C", str(paths.REPO), "status", "--porcelain"]).stdout.strip() \
+        if git("rev-parse", "HEAD") else ""
     return {"commit": git("rev-parse", "HEAD"), "dirty": bool(dirty)}
 
 

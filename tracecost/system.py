@@ -7,7 +7,6 @@ import functools
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -49,7 +48,7 @@ def ensure_tracefs(say=print) -> None:
     """Syscall tracepoints are found through tracefs; mount it where the kernel expects it."""
     if (TRACEFS / "events").is_dir():
         return
-    result = subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], capture_output=True, text=True)
+    result = run_command(["mount", "-t", "tracefs", "nodev", str(TRACEFS)])
     if result.returncode != 0:
         raise TracecostError(f"cannot mount tracefs at {TRACEFS}: {result.stderr.strip() or 'mount failed'}")
     say(f"mounted tracefs at {TRACEFS}")
@@ -65,14 +64,14 @@ def kernel_lockdown() -> str | None:
     if LOCKDOWN.exists():
         return _selected_mode(LOCKDOWN.read_text())
     with interrupts_deferred(), tempfile.TemporaryDirectory(prefix="tracecost-securityfs-") as folder:
-        mounted = subprocess.run(["mount", "-t", "securityfs", "securityfs", folder], capture_output=True)
+        mounted = run_command(["mount", "-t", "securityfs", "securityfs", folder])
         if mounted.returncode != 0:
             return None
         try:
             lockdown = Path(folder) / "lockdown"
             return _selected_mode(lockdown.read_text()) if lockdown.exists() else None
         finally:
-            subprocess.run(["umount", folder], capture_output=True)
+            run_command(["umount", folder])
 
 
 def _selected_mode(text: str) -> str | None:
