@@ -71,6 +71,8 @@ impl MapKind {
 
 /// Name of a kernel map type for messages.
 pub fn map_type_name(map_type: u32) -> &'static str {
+    // A table of names wrapped by hand: rustfmt would put each on a line of its own.
+    #[rustfmt::skip]
     const NAMES: [&str; 34] = [
         "unspec", "hash", "array", "prog_array", "perf_event_array", "percpu_hash", "percpu_array",
         "stack_trace", "cgroup_array", "lru_hash", "lru_percpu_hash", "lpm_trie", "array_of_maps",
