@@ -35,9 +35,8 @@ pub(crate) fn spawn(name: String) {
         }
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut previous);
         // Probes off on the spawning thread too: the spawn is the agent's work, not the target's.
-        let spawned = without_probes(|| {
-            std::thread::Builder::new().name("uebpf-agent".into()).spawn(move || without_probes(|| watch(&name)))
-        });
+        let spawned =
+            without_probes(|| std::thread::Builder::new().name("uebpf-agent".into()).spawn(move || without_probes(|| watch(&name))));
         libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
         if let Err(e) = spawned {
             warn(&format!("cannot start the agent thread, later attaches will not be seen: {e}"));

@@ -100,7 +100,9 @@ fn thread_state() -> &'static ThreadState {
 /// for every thread (static TLS), so a stub can address it as `fs:[offset]`.
 pub(crate) fn thread_state_offset() -> i32 {
     let thread_pointer: usize;
-    unsafe { std::arch::asm!("mov {tp}, qword ptr fs:[0]", tp = out(reg) thread_pointer, options(pure, readonly, nostack, preserves_flags)) };
+    unsafe {
+        std::arch::asm!("mov {tp}, qword ptr fs:[0]", tp = out(reg) thread_pointer, options(pure, readonly, nostack, preserves_flags))
+    };
     (thread_state() as *const ThreadState as usize).wrapping_sub(thread_pointer) as isize as i32
 }
 

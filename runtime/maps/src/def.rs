@@ -135,13 +135,8 @@ impl MapDef {
                 self.map_type
             ));
         };
-        let known = BPF_F_NO_PREALLOC
-            | BPF_F_RDONLY
-            | BPF_F_WRONLY
-            | BPF_F_ZERO_SEED
-            | BPF_F_RDONLY_PROG
-            | BPF_F_WRONLY_PROG
-            | BPF_F_MMAPABLE;
+        let known =
+            BPF_F_NO_PREALLOC | BPF_F_RDONLY | BPF_F_WRONLY | BPF_F_ZERO_SEED | BPF_F_RDONLY_PROG | BPF_F_WRONLY_PROG | BPF_F_MMAPABLE;
         if self.map_flags & !known != 0 {
             return fail(format!("map flags {:#x} are not supported by uebpf", self.map_flags & !known));
         }
@@ -264,7 +259,12 @@ mod tests {
     fn storage_is_bounded() {
         // Within the limit: a 1 GiB ring; beyond it: any type whose entries need more.
         assert!(def(BPF_MAP_TYPE_RINGBUF, 0, 0, 1 << 30).layout(2).is_ok());
-        for d in [def(BPF_MAP_TYPE_ARRAY, 4, 8, 1 << 31), def(BPF_MAP_TYPE_HASH, 4, 8, 1 << 31), def(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, 1 << 28), def(BPF_MAP_TYPE_RINGBUF, 0, 0, 1 << 31)] {
+        for d in [
+            def(BPF_MAP_TYPE_ARRAY, 4, 8, 1 << 31),
+            def(BPF_MAP_TYPE_HASH, 4, 8, 1 << 31),
+            def(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, 1 << 28),
+            def(BPF_MAP_TYPE_RINGBUF, 0, 0, 1 << 31),
+        ] {
             let err = d.layout(2).unwrap_err().0;
             assert!(err.contains("more than uebpf's limit of 2147483648 bytes per map"), "{err}");
             assert!(d.exceeds_limits(2));

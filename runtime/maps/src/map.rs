@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use crate::array::ArrayView;
 use crate::def::{MapDef, MapKind};
+use crate::error::Error;
 use crate::hash::HashView;
 use crate::layout::{Bucket, HashControl, PAGE_SIZE};
-use crate::error::Error;
 use crate::region::{MapInfo, Region, Shared};
 use crate::ringbuf::RingBuf;
 use crate::Errno;

@@ -80,10 +80,7 @@ impl ProgramKind {
 
     fn from_u32(value: u32) -> ProgramKind {
         use ProgramKind::*;
-        [Other, Uprobe, Uretprobe, Tracepoint, RawTracepoint, Kprobe, Kretprobe]
-            .into_iter()
-            .find(|k| *k as u32 == value)
-            .unwrap_or(Other)
+        [Other, Uprobe, Uretprobe, Tracepoint, RawTracepoint, Kprobe, Kretprobe].into_iter().find(|k| *k as u32 == value).unwrap_or(Other)
     }
 }
 
@@ -200,9 +197,7 @@ pub fn check_name(name: &str) -> Result<(), Error> {
     if ok {
         Ok(())
     } else {
-        Err(Error(format!(
-            "invalid region name {name:?}: use 1-200 characters from A-Z a-z 0-9 . _ - (not starting with .)"
-        )))
+        Err(Error(format!("invalid region name {name:?}: use 1-200 characters from A-Z a-z 0-9 . _ - (not starting with .)")))
     }
 }
 
@@ -213,9 +208,7 @@ pub fn region_path(name: &str) -> PathBuf {
 
 fn map_shared(fd: &OwnedFd, len: usize) -> Result<*mut u8, Error> {
     // SAFETY: a fresh shared mapping of a file we hold open.
-    let base = unsafe {
-        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
-    };
+    let base = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
     if base == libc::MAP_FAILED {
         return Err(os_error("cannot map the region"));
     }
@@ -239,9 +232,7 @@ impl Region {
         let path = region_path(name);
         let c_path = CString::new(path.as_os_str().as_encoded_bytes()).expect("checked name has no NUL");
         // SAFETY: plain open(2) with a valid path.
-        let fd = unsafe {
-            libc::open(c_path.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC, 0o600)
-        };
+        let fd = unsafe { libc::open(c_path.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC, 0o600) };
         if fd < 0 {
             return Err(os_error(format!("cannot create {}", path.display())));
         }
@@ -320,9 +311,7 @@ impl Region {
         // O_NONBLOCK: a FIFO planted under the name must not block the opener (regular files
         // ignore the flag).
         // SAFETY: plain open(2).
-        let fd = unsafe {
-            libc::open(c_path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        };
+        let fd = unsafe { libc::open(c_path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK) };
         if fd < 0 {
             let err = std::io::Error::last_os_error();
             if err.raw_os_error() == Some(libc::ELOOP) {
@@ -428,10 +417,7 @@ impl Region {
         let layout = def.layout(self.possible_cpus()).map_err(|e| fail(e.0))?;
         if let Some(data) = initial {
             if kind != MapKind::Array || data.len() > def.value_size as usize {
-                return Err(fail(format!(
-                    "initial data ({} bytes) needs an array map with values of at least that size",
-                    data.len()
-                )));
+                return Err(fail(format!("initial data ({} bytes) needs an array map with values of at least that size", data.len())));
             }
         }
         let h = self.header();
@@ -488,10 +474,7 @@ impl Region {
 
     /// The first map called `name`.
     pub fn map_info_by_name(&self, name: &str) -> Result<MapInfo, Error> {
-        self.maps()
-            .into_iter()
-            .find(|m| m.name == name)
-            .ok_or_else(|| Error(format!("no map named `{name}` in the region")))
+        self.maps().into_iter().find(|m| m.name == name).ok_or_else(|| Error(format!("no map named `{name}` in the region")))
     }
 
     /// This process's view of map `id`, for operations.

@@ -288,11 +288,32 @@ fn a_libbpf_style_consumer_reads_the_ring_from_the_region_file() {
     let page = 4096usize;
     // SAFETY: fresh shared mappings of the region file at page-aligned offsets.
     let (consumer, producer) = unsafe {
-        let consumer = libc::mmap(std::ptr::null_mut(), page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, region.fd(), info.ringbuf_consumer_offset() as i64);
-        let producer = libc::mmap(std::ptr::null_mut(), page + 2 * size, libc::PROT_READ, libc::MAP_SHARED, region.fd(), info.ringbuf_producer_offset() as i64);
+        let consumer = libc::mmap(
+            std::ptr::null_mut(),
+            page,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            region.fd(),
+            info.ringbuf_consumer_offset() as i64,
+        );
+        let producer = libc::mmap(
+            std::ptr::null_mut(),
+            page + 2 * size,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            region.fd(),
+            info.ringbuf_producer_offset() as i64,
+        );
         assert!(consumer != libc::MAP_FAILED && producer != libc::MAP_FAILED);
         // The kernel maps the data twice; from a file that is a second mapping right after.
-        let again = libc::mmap((producer as *mut u8).add(page + size).cast(), size, libc::PROT_READ, libc::MAP_SHARED | libc::MAP_FIXED, region.fd(), info.values_offset() as i64);
+        let again = libc::mmap(
+            (producer as *mut u8).add(page + size).cast(),
+            size,
+            libc::PROT_READ,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            region.fd(),
+            info.values_offset() as i64,
+        );
         assert!(again != libc::MAP_FAILED);
         (consumer as *mut u64, producer as *const u8)
     };
@@ -360,7 +381,12 @@ fn attach_table_is_shared_append_only_and_signals_changes() {
     server.set_attachment_state(id, AttachState::Detached).unwrap();
     let err = server.set_attachment_state(id, AttachState::Enabled).unwrap_err().0;
     assert!(err.contains("detached"), "{err}");
-    let tp = AttachSpec { kind: AttachKind::SyscallTracepoint, target: "raw_syscalls/sys_enter".into(), state: AttachState::Enabled, ..spec.clone() };
+    let tp = AttachSpec {
+        kind: AttachKind::SyscallTracepoint,
+        target: "raw_syscalls/sys_enter".into(),
+        state: AttachState::Enabled,
+        ..spec.clone()
+    };
     assert_eq!(server.add_attachment(&tp).unwrap(), id + 1, "ids are never reused");
     assert!(server.add_attachment(&AttachSpec { target: "x".repeat(300), ..spec }).unwrap_err().0.contains("1 to 255 bytes"));
 }

@@ -207,7 +207,13 @@ fn subject_fd(cmd: c_long, attr: &[u8]) -> Option<c_int> {
         BPF_OBJ_PIN => u32_at(attr, 8),
         BPF_PROG_ATTACH | BPF_PROG_DETACH => u32_at(attr, 4),
         BPF_RAW_TRACEPOINT_OPEN => u32_at(attr, 8),
-        BPF_PROG_TEST_RUN | BPF_OBJ_GET_INFO_BY_FD | BPF_PROG_QUERY | BPF_LINK_CREATE | BPF_LINK_UPDATE | BPF_LINK_DETACH | BPF_PROG_BIND_MAP => u32_at(attr, 0),
+        BPF_PROG_TEST_RUN
+        | BPF_OBJ_GET_INFO_BY_FD
+        | BPF_PROG_QUERY
+        | BPF_LINK_CREATE
+        | BPF_LINK_UPDATE
+        | BPF_LINK_DETACH
+        | BPF_PROG_BIND_MAP => u32_at(attr, 0),
         _ => return None,
     } as c_int)
 }
@@ -258,7 +264,13 @@ fn on_object(cmd: c_long, buf: &[u8], attr: u64, object: &Object) -> Result<c_in
 }
 
 fn map_create(a: &[u8]) -> Result<c_int, c_int> {
-    let def = MapDef { map_type: u32_at(a, 0), key_size: u32_at(a, 4), value_size: u32_at(a, 8), max_entries: u32_at(a, 12), map_flags: u32_at(a, 16) };
+    let def = MapDef {
+        map_type: u32_at(a, 0),
+        key_size: u32_at(a, 4),
+        value_size: u32_at(a, 8),
+        max_entries: u32_at(a, 12),
+        map_flags: u32_at(a, 16),
+    };
     let name = name_at(a, 28)?;
     if u32_at(a, 20) != 0 || u32_at(a, 44) != 0 {
         eprintln!("uebpf: map `{name}`: map-in-map and device offload are not supported by uebpf");

@@ -144,10 +144,13 @@ pub extern "C" fn epoll_wait(epfd: c_int, events: *mut libc::epoll_event, max: c
         return finish(guarded(|| epoll::wait(&member, events, max, timeout)));
     }
     let rings = crate::objects::rings();
-    let bridges: Vec<_> = rings.iter().filter_map(|object| match &**object {
-        Object::Map(map) => map.bridge.as_ref(),
-        _ => None,
-    }).collect();
+    let bridges: Vec<_> = rings
+        .iter()
+        .filter_map(|object| match &**object {
+            Object::Map(map) => map.bridge.as_ref(),
+            _ => None,
+        })
+        .collect();
     let _waiting: Vec<_> = bridges.iter().filter(|_| timeout != 0).map(|bridge| bridge.waiting()).collect();
     for bridge in &bridges {
         bridge.refresh();

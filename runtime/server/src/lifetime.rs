@@ -63,7 +63,17 @@ fn create() -> Result<Region, String> {
     // SAFETY: registers plain functions; see their comments.
     unsafe {
         libc::atexit(remove_at_exit);
-        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGSEGV, libc::SIGBUS, libc::SIGABRT, libc::SIGFPE, libc::SIGILL] {
+        for signal in [
+            libc::SIGINT,
+            libc::SIGTERM,
+            libc::SIGHUP,
+            libc::SIGQUIT,
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGABRT,
+            libc::SIGFPE,
+            libc::SIGILL,
+        ] {
             remove_on_signal(signal);
         }
     }
@@ -79,7 +89,8 @@ fn remove_if_orphaned(name: &str) -> Result<bool, String> {
     if !gone {
         return Err(format!("region {} belongs to the running process {owner}", region_path(name).display()));
     }
-    std::fs::remove_file(region_path(name)).map_err(|e| format!("cannot remove the orphaned region {}: {e}", region_path(name).display()))?;
+    std::fs::remove_file(region_path(name))
+        .map_err(|e| format!("cannot remove the orphaned region {}: {e}", region_path(name).display()))?;
     Ok(true)
 }
 

@@ -63,10 +63,7 @@ fn specialised_lookup(map: &Map) -> Option<MapLookup> {
 
 impl MapResolver for Resolver {
     fn map_handle(&self, id: i32) -> Result<u64, String> {
-        usize::try_from(id - 1)
-            .ok()
-            .and_then(|i| self.handles.get(i).copied())
-            .ok_or_else(|| format!("no map with id {id} in the region"))
+        usize::try_from(id - 1).ok().and_then(|i| self.handles.get(i).copied()).ok_or_else(|| format!("no map with id {id} in the region"))
     }
 
     fn map_value_address(&self, id: i32, offset: u32) -> Result<u64, String> {
@@ -157,7 +154,8 @@ impl Instance {
 
     /// Loads program `id` (e.g. an attach table entry's `prog_id`) for `engine`.
     pub fn program_by_id(&self, id: u32, engine: Engine) -> Result<LoadedProgram, Error> {
-        let info = self.programs().into_iter().find(|p| p.id == id).ok_or_else(|| Error(format!("no program with id {id} in the region")))?;
+        let info =
+            self.programs().into_iter().find(|p| p.id == id).ok_or_else(|| Error(format!("no program with id {id} in the region")))?;
         self.load_program(info, engine)
     }
 

@@ -9,10 +9,10 @@ use uebpf_maps::{Region, RegionSpec};
 use uebpf_vm::insn::{decode_all, CLASS_JMP, JMP_CALL};
 
 use crate::error::{chain, Error};
-use crate::panics;
 use crate::helpers::{helper_name, is_provided, provided_names};
 use crate::instance::Instance;
 use crate::object::{initial_data, map_def, Object};
+use crate::panics;
 
 /// The kernel BTF CO-RE relocations are resolved against.
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -32,7 +32,8 @@ pub enum Target<'a> {
 /// Rejects, with the program's name and a reason, bytecode that calls a helper uebpf does not
 /// provide or carries an unresolved CO-RE relocation.
 pub fn check_program(name: &str, bytecode: &[u8]) -> Result<(), Error> {
-    let insns = decode_all(bytecode).ok_or_else(|| Error(format!("program `{name}`: bytecode length {} is not a multiple of 8", bytecode.len())))?;
+    let insns = decode_all(bytecode)
+        .ok_or_else(|| Error(format!("program `{name}`: bytecode length {} is not a multiple of 8", bytecode.len())))?;
     for (index, insn) in insns.iter().enumerate() {
         if insn.opcode != CLASS_JMP | JMP_CALL || insn.src != 0 {
             continue;

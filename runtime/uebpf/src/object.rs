@@ -65,7 +65,8 @@ impl Object {
     pub fn open(path: impl AsRef<Path>) -> Result<Object, Error> {
         let path = path.as_ref();
         let data = std::fs::read(path).map_err(|e| Error(format!("cannot read {}: {e}", path.display())))?;
-        let name = path.file_name().map_or("object".into(), |n| n.to_string_lossy().trim_end_matches(".o").trim_end_matches(".bpf").to_string());
+        let name =
+            path.file_name().map_or("object".into(), |n| n.to_string_lossy().trim_end_matches(".o").trim_end_matches(".bpf").to_string());
         Object::from_bytes(&name, &data).map_err(|e| Error(format!("{}: {}", path.display(), e.0)))
     }
 
@@ -135,11 +136,8 @@ impl Object {
     /// Changes a map's max_entries before loading (`bpf_map__set_max_entries`).
     pub fn set_max_entries(&mut self, map: &str, max_entries: u32) -> Result<(), Error> {
         let known: Vec<String> = self.maps().into_iter().map(|m| m.name).collect();
-        let found = self
-            .obj
-            .maps
-            .get_mut(map)
-            .ok_or_else(|| Error(format!("no map `{map}` in the object (it has: {})", known.join(", "))))?;
+        let found =
+            self.obj.maps.get_mut(map).ok_or_else(|| Error(format!("no map `{map}` in the object (it has: {})", known.join(", "))))?;
         if matches!(found.section_kind(), EbpfSectionKind::Data | EbpfSectionKind::Rodata | EbpfSectionKind::Bss) {
             return Err(Error(format!("map `{map}` holds global data; its size is fixed")));
         }

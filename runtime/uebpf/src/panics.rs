@@ -104,7 +104,8 @@ mod tests {
         assert_eq!(catch("x", || Ok(5)).unwrap(), 5);
         assert_eq!(catch("x", || Err::<(), _>(Error("no".into()))).unwrap_err().0, "no");
         // Nested: the inner one is caught by the inner catch.
-        let outer = catch("outer", || catch("inner", || -> Result<(), Error> { panic!("deep") }).map_err(|e| Error(format!("kept: {}", e.0))));
+        let outer =
+            catch("outer", || catch("inner", || -> Result<(), Error> { panic!("deep") }).map_err(|e| Error(format!("kept: {}", e.0))));
         assert!(outer.unwrap_err().0.starts_with("kept: inner failed on malformed input: deep"));
     }
 }

@@ -24,7 +24,19 @@ fn json(output: &Output) -> serde_json::Value {
 #[test]
 fn run_prints_r0_maps_records_and_trace_printk_lines() {
     let path = object("uebpf_check");
-    let output = uebpf(&["run", path.to_str().unwrap(), "lang", "--engine", "jit", "--set", "scale=3,verbose=1", "--regs", "di=5,si=7,dx=str:hello", "--repeat", "2"]);
+    let output = uebpf(&[
+        "run",
+        path.to_str().unwrap(),
+        "lang",
+        "--engine",
+        "jit",
+        "--set",
+        "scale=3,verbose=1",
+        "--regs",
+        "di=5,si=7,dx=str:hello",
+        "--repeat",
+        "2",
+    ]);
     let document = json(&output);
     assert_eq!((document["runs"].as_u64(), document["r0"].as_u64()), (Some(2), Some(0)));
     // .data starts at 1000 and `lang` increments it once per run.
@@ -134,7 +146,8 @@ fn an_endless_program_stops_on_sigint_and_sigterm() {
     let name = format!("test-cli-exec-{}", std::process::id());
     let region = Region::create(&name, RegionSpec::with_arena(1 << 16)).unwrap();
     let bytecode = Asm::new().ja("spin").label("spin").ja("spin").build().unwrap();
-    let spec = ProgramSpec { name: "spin", section: "uprobe", kind: ProgramKind::Uprobe, prog_type: 2, license: "GPL", bytecode: &bytecode };
+    let spec =
+        ProgramSpec { name: "spin", section: "uprobe", kind: ProgramKind::Uprobe, prog_type: 2, license: "GPL", bytecode: &bytecode };
     region.add_program(&spec).unwrap();
     stops_on(&["exec", &name, "spin", "--engine", "jit"], libc::SIGTERM, || true);
     assert!(uebpf::maps::region_path(&name).exists(), "exec leaves a region it did not create alone");
@@ -151,7 +164,8 @@ fn an_instruction_budget_stops_the_interpreter() {
     let name = format!("test-cli-budget-{}", std::process::id());
     let region = Region::create(&name, RegionSpec::with_arena(1 << 16)).unwrap();
     let bytecode = Asm::new().label("spin").ja("spin").build().unwrap();
-    let spec = ProgramSpec { name: "spin", section: "uprobe", kind: ProgramKind::Uprobe, prog_type: 2, license: "GPL", bytecode: &bytecode };
+    let spec =
+        ProgramSpec { name: "spin", section: "uprobe", kind: ProgramKind::Uprobe, prog_type: 2, license: "GPL", bytecode: &bytecode };
     region.add_program(&spec).unwrap();
     let output = uebpf(&["exec", &name, "spin", "--budget", "1000"]);
     assert_eq!(output.status.code(), Some(1));
@@ -179,7 +193,11 @@ fn a_reader_that_goes_away_ends_the_command_quietly() {
     assert_eq!(String::from_utf8_lossy(&info.stderr), "", "no panic message");
     // A named region is removed all the same.
     let name = format!("test-cli-pipe-{}", std::process::id());
-    let run = Command::new(env!("CARGO_BIN_EXE_uebpf")).args(["run", path, "functrace_entry", "--region", &name]).stdout(closed_pipe()).output().unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_uebpf"))
+        .args(["run", path, "functrace_entry", "--region", &name])
+        .stdout(closed_pipe())
+        .output()
+        .unwrap();
     assert_eq!((run.status.code(), String::from_utf8_lossy(&run.stderr).as_ref()), (Some(141), ""));
     assert!(!uebpf::maps::region_path(&name).exists());
 }

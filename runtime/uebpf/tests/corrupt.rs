@@ -102,7 +102,24 @@ impl Rng {
 
     /// Values that tend to break size and offset arithmetic.
     fn interesting(&mut self, len: usize) -> u64 {
-        let values = [0, 1, 4, 8, 0x7f, 0x80, 0xff, 0xffff, 0x7fff_ffff, 0x8000_0000, 0xffff_ffff, 1 << 32, 1 << 63, u64::MAX, len as u64, len as u64 + 1];
+        let values = [
+            0,
+            1,
+            4,
+            8,
+            0x7f,
+            0x80,
+            0xff,
+            0xffff,
+            0x7fff_ffff,
+            0x8000_0000,
+            0xffff_ffff,
+            1 << 32,
+            1 << 63,
+            u64::MAX,
+            len as u64,
+            len as u64 + 1,
+        ];
         if self.below(4) == 0 {
             self.next()
         } else {

@@ -134,7 +134,16 @@ fn the_interpreter_lets_programs_read_but_not_write_rodata() {
     write.lddw_map_value(R1, id, 0).st(8, R1, 0, 7).mov64(R0, 0).exit();
     for (name, program) in [("read", &read), ("write", &write)] {
         let bytecode = program.build().unwrap();
-        region.add_program(&ProgramSpec { name, section: "uprobe", kind: ProgramKind::Uprobe, prog_type: 2, license: "GPL", bytecode: &bytecode }).unwrap();
+        region
+            .add_program(&ProgramSpec {
+                name,
+                section: "uprobe",
+                kind: ProgramKind::Uprobe,
+                prog_type: 2,
+                license: "GPL",
+                bytecode: &bytecode,
+            })
+            .unwrap();
     }
     let instance = Instance::new(&region).unwrap();
     let mut ctx = [0u8; 8];
@@ -210,7 +219,16 @@ fn both_engines_find_the_same_array_element_for_any_key() {
         a.lddw_map_fd(R1, id).call_helper(1).stx(8, R7, 8, R0).jeq(R0, 0, "none").ldx(8, R0, R0, 0).exit();
         a.label("none").mov64(R0, -1).exit();
         let bytecode = a.build().unwrap();
-        region.add_program(&ProgramSpec { name: "lookup", section: "uprobe", kind: ProgramKind::Uprobe, prog_type: 2, license: "GPL", bytecode: &bytecode }).unwrap();
+        region
+            .add_program(&ProgramSpec {
+                name: "lookup",
+                section: "uprobe",
+                kind: ProgramKind::Uprobe,
+                prog_type: 2,
+                license: "GPL",
+                bytecode: &bytecode,
+            })
+            .unwrap();
         let instance = Instance::new(&region).unwrap();
         // Element k, CPU c (all c of one element follow each other): the value 100 + 10 k + c.
         let map = instance.map("array").unwrap();

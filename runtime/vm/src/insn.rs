@@ -154,12 +154,7 @@ pub fn decode_all(bytecode: &[u8]) -> Option<Vec<Insn>> {
     if bytecode.len() % INSN_SIZE != 0 {
         return None;
     }
-    Some(
-        bytecode
-            .chunks_exact(INSN_SIZE)
-            .map(|c| Insn::decode(c.try_into().expect("chunks_exact yields 8-byte chunks")))
-            .collect(),
-    )
+    Some(bytecode.chunks_exact(INSN_SIZE).map(|c| Insn::decode(c.try_into().expect("chunks_exact yields 8-byte chunks"))).collect())
 }
 
 /// Concatenates the encodings of `insns`.

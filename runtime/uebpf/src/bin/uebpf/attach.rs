@@ -70,7 +70,8 @@ fn wanted(programs: &[ProgramDesc], arguments: &[String], object: &str) -> Resul
         let malformed = || format!("--attach {argument:?}: want PROGRAM:BINARY:SYMBOL");
         let (name, rest) = argument.split_once(':').ok_or_else(malformed)?;
         let (binary, location) = rest.rsplit_once(':').ok_or_else(malformed)?;
-        let program = programs.iter().find(|p| p.name == name).ok_or_else(|| format!("--attach {argument:?}: {object} has no program `{name}`"))?;
+        let program =
+            programs.iter().find(|p| p.name == name).ok_or_else(|| format!("--attach {argument:?}: {object} has no program `{name}`"))?;
         if !probe(program) {
             return Err(format!("--attach {argument:?}: program `{name}` is a {:?} program, not a uprobe or uretprobe", program.kind));
         }
@@ -89,12 +90,34 @@ fn attach_spec(want: &Wanted, prog_id: u32, pid: i32) -> Result<AttachSpec, Stri
     if want.program.kind == ProgramKind::Tracepoint {
         let (target, offset) = (want.location.clone(), kernel_tracepoint_id(&want.location).unwrap_or(0).into());
         let kind = AttachKind::SyscallTracepoint;
-        return Ok(AttachSpec { kind, prog_id, pid, target, offset, ref_ctr_offset: 0, cookie: 0, dev: 0, ino: 0, state: AttachState::Enabled });
+        return Ok(AttachSpec {
+            kind,
+            prog_id,
+            pid,
+            target,
+            offset,
+            ref_ctr_offset: 0,
+            cookie: 0,
+            dev: 0,
+            ino: 0,
+            state: AttachState::Enabled,
+        });
     }
     let binary = std::fs::canonicalize(&want.binary).map_err(|e| format!("{}: {e}", want.binary))?;
     let meta = std::fs::metadata(&binary).map_err(|e| format!("{}: {e}", binary.display()))?;
     let offset = file_offset(&binary, &Location::parse(&want.location)).map_err(|e| e.to_string())?;
     let kind = if want.program.kind == ProgramKind::Uretprobe { AttachKind::Uretprobe } else { AttachKind::Uprobe };
     let target = binary.to_str().ok_or_else(|| format!("{}: the path is not UTF-8", binary.display()))?.to_string();
-    Ok(AttachSpec { kind, prog_id, pid, target, offset, ref_ctr_offset: 0, cookie: 0, dev: meta.dev(), ino: meta.ino(), state: AttachState::Enabled })
+    Ok(AttachSpec {
+        kind,
+        prog_id,
+        pid,
+        target,
+        offset,
+        ref_ctr_offset: 0,
+        cookie: 0,
+        dev: meta.dev(),
+        ino: meta.ino(),
+        state: AttachState::Enabled,
+    })
 }

@@ -69,13 +69,31 @@ fn usage(why: impl std::fmt::Display) -> String {
 fn pairs(text: &str, what: &str) -> Result<Vec<(String, String)>, String> {
     text.split(',')
         .filter(|p| !p.is_empty())
-        .map(|p| p.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| usage(format!("invalid {what} `{p}` (want NAME=VALUE)"))))
+        .map(|p| {
+            p.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| usage(format!("invalid {what} `{p}` (want NAME=VALUE)")))
+        })
         .collect()
 }
 
 fn parse_options() -> Result<Options, String> {
     use lexopt::prelude::*;
-    let mut options = Options { command: String::new(), positional: Vec::new(), engine: Engine::Interpreter, repeat: 1, budget: None, regs: Vec::new(), sets: Vec::new(), region: None, ret: 0, wait: false, attaches: Vec::new(), pid: None, timeout_s: 10.0 };
+    let mut options = Options {
+        command: String::new(),
+        positional: Vec::new(),
+        engine: Engine::Interpreter,
+        repeat: 1,
+        budget: None,
+        regs: Vec::new(),
+        sets: Vec::new(),
+        region: None,
+        ret: 0,
+        wait: false,
+        attaches: Vec::new(),
+        pid: None,
+        timeout_s: 10.0,
+    };
     let mut parser = lexopt::Parser::from_env();
     let text = |v: std::ffi::OsString| v.into_string().map_err(|_| usage("arguments must be UTF-8"));
     while let Some(arg) = parser.next().map_err(usage)? {
@@ -88,10 +106,20 @@ fn parse_options() -> Result<Options, String> {
                 }
             }
             Long("repeat") => {
-                options.repeat = text(parser.value().map_err(usage)?)?.parse().ok().filter(|&n| n > 0).ok_or_else(|| usage("--repeat needs a positive count"))?
+                options.repeat = text(parser.value().map_err(usage)?)?
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| usage("--repeat needs a positive count"))?
             }
             Long("budget") => {
-                options.budget = Some(text(parser.value().map_err(usage)?)?.parse().ok().filter(|&n| n > 0).ok_or_else(|| usage("--budget needs a positive instruction count"))?)
+                options.budget = Some(
+                    text(parser.value().map_err(usage)?)?
+                        .parse()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .ok_or_else(|| usage("--budget needs a positive instruction count"))?,
+                )
             }
             Long("regs") => options.regs.extend(pairs(&text(parser.value().map_err(usage)?)?, "register")?),
             Long("set") => options.sets.extend(pairs(&text(parser.value().map_err(usage)?)?, "global")?),
@@ -100,10 +128,20 @@ fn parse_options() -> Result<Options, String> {
             Long("wait") => options.wait = true,
             Long("attach") => options.attaches.push(text(parser.value().map_err(usage)?)?),
             Long("pid") => {
-                options.pid = Some(text(parser.value().map_err(usage)?)?.parse().ok().filter(|&p| p > 0).ok_or_else(|| usage("--pid needs a process id"))?)
+                options.pid = Some(
+                    text(parser.value().map_err(usage)?)?
+                        .parse()
+                        .ok()
+                        .filter(|&p| p > 0)
+                        .ok_or_else(|| usage("--pid needs a process id"))?,
+                )
             }
             Long("timeout") => {
-                options.timeout_s = text(parser.value().map_err(usage)?)?.parse().ok().filter(|&t: &f64| t > 0.0).ok_or_else(|| usage("--timeout needs a positive number of seconds"))?
+                options.timeout_s = text(parser.value().map_err(usage)?)?
+                    .parse()
+                    .ok()
+                    .filter(|&t: &f64| t > 0.0)
+                    .ok_or_else(|| usage("--timeout needs a positive number of seconds"))?
             }
             Long("help") | Short('h') => {
                 let _ = write_line(USAGE);
