@@ -68,7 +68,7 @@ fn save_state(a: &mut CodeAssembler) -> Result<(), IcedError> {
     // The ABI's direction flag for the handler (the caller's comes back with the other flags).
     // Tested first: DF is almost never set, and an unconditional cld cost ~0.5 ns per pass.
     let mut direction_clear = a.create_label();
-    a.test(byte_ptr(rbx + (OFFSET_FLAGS + 1)), (DF >> 8) as u32)?;
+    a.test(byte_ptr(rbx + (OFFSET_FLAGS + 1)), DF >> 8)?;
     a.jz(direction_clear)?;
     a.cld()?;
     a.set_label(&mut direction_clear)

@@ -64,6 +64,7 @@ extern "C" {
 
 #[no_mangle]
 #[inline(never)]
+#[allow(clippy::identity_op)] // `a * 1`: each argument weighted by its position, the first too
 extern "C" fn hook_test_seven(a: u64, b: u64, c: u64, d: u64, e: u64, f: u64, g: u64) -> u64 {
     black_box(a * 1 + b * 2 + c * 3 + d * 4 + e * 5 + f * 6 + g * 7)
 }

@@ -332,7 +332,7 @@ fn a_libbpf_style_consumer_reads_the_ring_from_the_region_file() {
                 let len = std::ptr::read_volatile(header as *const u32);
                 assert_eq!(len & (RINGBUF_BUSY_BIT | RINGBUF_DISCARD_BIT), 0);
                 consumed.push(std::slice::from_raw_parts(header.add(8), len as usize).to_vec());
-                cons += ((len as u64 + 8) + 7) / 8 * 8;
+                cons += (len as u64 + 8).next_multiple_of(8);
                 std::ptr::write_volatile(consumer, cons);
             }
         }

@@ -166,6 +166,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::manual_c_str_literals)] // where the NUL lies is what these cases test: spelled out
     fn strings_follow_the_kernel() {
         for path in paths() {
             let mut buf = [0xaau8; 8];
