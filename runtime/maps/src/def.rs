@@ -127,7 +127,7 @@ impl MapDef {
     /// Checks the definition as the kernel's map_alloc_check functions do, and that uebpf
     /// supports the type and flags.
     pub fn validate(&self) -> Result<MapKind, Error> {
-        let fail = |why: String| Err(Error(why));
+        let fail = |why: String| Err(Error::invalid(why));
         let Some(kind) = MapKind::of(self.map_type) else {
             return fail(format!(
                 "map type {} ({}) is not supported by uebpf (supported: array, percpu_array, hash, percpu_hash, ringbuf)",
@@ -226,7 +226,7 @@ impl MapDef {
             }
         }
         if layout.size > MAX_MAP_STORAGE {
-            return Err(Error(format!(
+            return Err(Error::invalid(format!(
                 "{} entries need {} bytes of storage, more than uebpf's limit of {MAX_MAP_STORAGE} bytes per map",
                 self.max_entries, layout.size
             )));
@@ -246,13 +246,13 @@ mod tests {
     #[test]
     fn kernel_rules_are_enforced_with_reasons() {
         assert_eq!(def(BPF_MAP_TYPE_ARRAY, 4, 8, 1).validate(), Ok(MapKind::Array));
-        assert!(def(BPF_MAP_TYPE_ARRAY, 8, 8, 1).validate().unwrap_err().0.contains("4-byte key"));
-        assert!(def(BPF_MAP_TYPE_HASH, 4, 8, 0).validate().unwrap_err().0.contains("max_entries"));
-        assert!(def(BPF_MAP_TYPE_RINGBUF, 0, 0, 5000).validate().unwrap_err().0.contains("power of two"));
-        let lru = def(9, 4, 8, 4).validate().unwrap_err().0;
+        assert!(def(BPF_MAP_TYPE_ARRAY, 8, 8, 1).validate().unwrap_err().to_string().contains("4-byte key"));
+        assert!(def(BPF_MAP_TYPE_HASH, 4, 8, 0).validate().unwrap_err().to_string().contains("max_entries"));
+        assert!(def(BPF_MAP_TYPE_RINGBUF, 0, 0, 5000).validate().unwrap_err().to_string().contains("power of two"));
+        let lru = def(9, 4, 8, 4).validate().unwrap_err().to_string();
         assert!(lru.contains("lru_hash (9) is not supported"), "{lru}");
         let flags = MapDef { map_flags: 1 << 12, ..def(BPF_MAP_TYPE_HASH, 4, 4, 4) };
-        assert!(flags.validate().unwrap_err().0.contains("0x1000"));
+        assert!(flags.validate().unwrap_err().to_string().contains("0x1000"));
     }
 
     #[test]
@@ -265,7 +265,7 @@ mod tests {
             def(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, 1 << 28),
             def(BPF_MAP_TYPE_RINGBUF, 0, 0, 1 << 31),
         ] {
-            let err = d.layout(2).unwrap_err().0;
+            let err = d.layout(2).unwrap_err().to_string();
             assert!(err.contains("more than uebpf's limit of 2147483648 bytes per map"), "{err}");
             assert!(d.exceeds_limits(2));
         }

@@ -31,7 +31,7 @@ pub mod ringbuf;
 pub use agents::{generation_reached, AgentReport, AgentStatus};
 pub use attach::{kernel_tracepoint_id, AttachInfo, AttachKind, AttachSpec, AttachState};
 pub use def::{MapDef, MapKind, StorageLayout};
-pub use error::Error;
+pub use error::{Error, ErrorKind};
 pub use map::{Map, ProgramMemory};
 pub use region::{
     check_name, check_trusted, region_path, MapInfo, ProgramInfo, ProgramKind, ProgramSpec, Region, RegionSpec, DEFAULT_REGION, REFUSED,

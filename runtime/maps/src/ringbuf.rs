@@ -63,7 +63,8 @@ impl RingBuf {
     /// Maps the ring whose control page, consumer page, producer page and data start at the
     /// given region offsets (validated by the caller).
     pub(crate) fn map(shared: &Shared, control: u64, consumer: u64, producer: u64, data: u64, size: u64) -> Result<RingBuf, Error> {
-        let fail = |what: &str| Error(format!("cannot map the ring buffer's data twice ({what}): {}", std::io::Error::last_os_error()));
+        let fail =
+            |what: &str| Error::io(format_args!("cannot map the ring buffer's data twice ({what})"), std::io::Error::last_os_error());
         let len = 2 * size as usize;
         // SAFETY: reserve address space, then map the data file range into both halves.
         unsafe {

@@ -5,7 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use uebpf_maps::def::*;
 use uebpf_maps::layout::{RINGBUF_BUSY_BIT, RINGBUF_DISCARD_BIT};
 use uebpf_maps::ringbuf::*;
-use uebpf_maps::{region_path, MapDef, Region, RegionSpec};
+use uebpf_maps::{region_path, ErrorKind, MapDef, Region, RegionSpec};
 
 fn def(map_type: u32, key_size: u32, value_size: u32, max_entries: u32) -> MapDef {
     MapDef { map_type, key_size, value_size, max_entries, map_flags: 0 }
@@ -36,12 +36,14 @@ fn named_region_is_private_shared_and_removed_by_its_creator() {
         let mut value = [0u8; 8];
         other.map(id).unwrap().lookup(&1u32.to_ne_bytes(), &mut value).unwrap();
         assert_eq!(u64::from_ne_bytes(value), 7);
-        assert!(Region::create(&name, RegionSpec::with_arena(4096)).unwrap_err().0.contains("File exists"));
+        let exists = Region::create(&name, RegionSpec::with_arena(4096)).unwrap_err();
+        assert!(exists.to_string().contains("File exists") && exists.kind() == ErrorKind::AlreadyExists, "{exists:?}");
         drop(other);
         assert!(path.exists(), "an opener must not remove the region");
     }
     assert!(!path.exists(), "the creator removes the region");
-    assert!(Region::open(&name).unwrap_err().0.contains("No such file"));
+    let missing = Region::open(&name).unwrap_err();
+    assert!(missing.to_string().contains("No such file") && missing.kind() == ErrorKind::NotFound, "{missing:?}");
 }
 
 /// Only a region of this process's own uid, mode 0600, with one name and no symbolic link on
@@ -51,7 +53,11 @@ fn regions_another_user_could_control_are_refused() {
     let name = unique_name("trust");
     let path = region_path(&name);
     let region = Region::create(&name, RegionSpec::with_arena(4096)).unwrap();
-    let refused = |name: &str| Region::open(name).unwrap_err().0;
+    let refused = |name: &str| {
+        let err = Region::open(name).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Refused, "{err}");
+        err.to_string()
+    };
 
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     assert!(refused(&name).contains("mode 0644"), "{}", refused(&name));
@@ -100,12 +106,17 @@ fn trust_rules_for_a_region_file() {
 
 #[test]
 fn bad_names_and_full_regions_are_clear_errors() {
-    assert!(Region::create("../etc/x", RegionSpec::with_arena(4096)).unwrap_err().0.contains("invalid region name"));
+    let err = Region::create("../etc/x", RegionSpec::with_arena(4096)).unwrap_err();
+    assert!(err.to_string().contains("invalid region name") && err.kind() == ErrorKind::Invalid, "{err:?}");
     let region = Region::create_anonymous(RegionSpec::with_arena(4096)).unwrap();
-    let err = region.create_map("big", &def(BPF_MAP_TYPE_ARRAY, 4, 4096, 4), None).unwrap_err().0;
-    assert!(err.contains("map `big`: region full"), "{err}");
-    let err = region.create_map("lru", &def(9, 4, 8, 4), None).unwrap_err().0;
-    assert!(err.contains("lru_hash (9) is not supported"), "{err}");
+    let err = region.create_map("big", &def(BPF_MAP_TYPE_ARRAY, 4, 4096, 4), None).unwrap_err();
+    assert!(err.to_string().contains("map `big`: region full") && err.kind() == ErrorKind::RegionFull, "{err:?}");
+    let err = region.create_map("lru", &def(9, 4, 8, 4), None).unwrap_err();
+    assert!(err.to_string().contains("lru_hash (9) is not supported") && err.kind() == ErrorKind::Invalid, "{err:?}");
+    let one_map = Region::create_anonymous(RegionSpec { map_capacity: 1, ..RegionSpec::with_arena(1 << 16) }).unwrap();
+    one_map.create_map("first", &def(BPF_MAP_TYPE_ARRAY, 4, 8, 1), None).unwrap();
+    let err = one_map.create_map("second", &def(BPF_MAP_TYPE_ARRAY, 4, 8, 1), None).unwrap_err();
+    assert_eq!((err.to_string().as_str(), err.kind()), ("map `second`: the region's map table is full (1 maps)", ErrorKind::TableFull));
 }
 
 #[test]
@@ -379,7 +390,7 @@ fn attach_table_is_shared_append_only_and_signals_changes() {
     assert_eq!(agent.attachments()[0].spec.state, AttachState::Enabled);
     assert_eq!(agent.attachments()[0].changed_at, agent.attach_generation());
     server.set_attachment_state(id, AttachState::Detached).unwrap();
-    let err = server.set_attachment_state(id, AttachState::Enabled).unwrap_err().0;
+    let err = server.set_attachment_state(id, AttachState::Enabled).unwrap_err().to_string();
     assert!(err.contains("detached"), "{err}");
     let tp = AttachSpec {
         kind: AttachKind::SyscallTracepoint,
@@ -388,7 +399,7 @@ fn attach_table_is_shared_append_only_and_signals_changes() {
         ..spec.clone()
     };
     assert_eq!(server.add_attachment(&tp).unwrap(), id + 1, "ids are never reused");
-    assert!(server.add_attachment(&AttachSpec { target: "x".repeat(300), ..spec }).unwrap_err().0.contains("1 to 255 bytes"));
+    assert!(server.add_attachment(&AttachSpec { target: "x".repeat(300), ..spec }).unwrap_err().to_string().contains("1 to 255 bytes"));
 }
 
 #[test]

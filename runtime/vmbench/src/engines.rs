@@ -188,8 +188,8 @@ fn embedded_engine<'a>(engine: &str, embedded: &Embedded) -> Result<Runner<'a>, 
     match engine {
         "uebpf-interpreter" | "uebpf-jit" => {
             let mode = if engine == "uebpf-jit" { Engine::Jit } else { Engine::Interpreter };
-            let program = embedded.instance.program(embedded.program, mode).map_err(|e| e.0)?;
-            Ok(Box::new(move |packet: &mut [u8], iterations| time_fallible(iterations, || program.run(packet).map_err(|e| e.0))))
+            let program = embedded.instance.program(embedded.program, mode).map_err(|e| e.to_string())?;
+            Ok(Box::new(move |packet: &mut [u8], iterations| time_fallible(iterations, || program.run(packet).map_err(|e| e.to_string()))))
         }
         "uebpf-c-api-jit" => {
             let program = CProgram::load(embedded, 1)?;

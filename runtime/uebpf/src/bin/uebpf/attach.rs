@@ -31,17 +31,17 @@ pub(crate) fn attach(options: &Options) -> Result<Value, String> {
     let name = options.region.as_deref().expect("checked by parse_options");
     let object = open_object(path, options)?;
     let wanted = wanted(&object.programs(), &options.attaches, path)?;
-    let mut spec = object.region_spec().map_err(|e| e.0)?;
+    let mut spec = object.region_spec().map_err(|e| e.to_string())?;
     spec.attach_capacity = spec.attach_capacity.max(wanted.len() as u32);
-    let region = Region::create(name, spec).map_err(|e| e.0)?;
-    object.load_into(&region, Path::new(VMLINUX_BTF)).map_err(|e| format!("{path}: {}", e.0))?;
-    let instance = Instance::new(&region).map_err(|e| e.0)?;
+    let region = Region::create(name, spec).map_err(|e| e.to_string())?;
+    object.load_into(&region, Path::new(VMLINUX_BTF)).map_err(|e| format!("{path}: {e}"))?;
+    let instance = Instance::new(&region).map_err(|e| e.to_string())?;
     let programs = region.programs();
     let mut attached = Vec::new();
     for want in &wanted {
         let id = programs.iter().find(|p| p.name == want.program.name).map(|p| p.id).expect("the object's programs were loaded");
         let spec = attach_spec(want, id, options.pid.unwrap_or(-1))?;
-        region.add_attachment(&spec).map_err(|e| e.0)?;
+        region.add_attachment(&spec).map_err(|e| e.to_string())?;
         attached.push(json!({"program": want.program.name, "target": spec.target, "offset": spec.offset}));
     }
     write_line("READY").map_err(|e| format!("cannot write to stdout: {e}"))?;

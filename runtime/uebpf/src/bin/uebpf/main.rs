@@ -233,7 +233,7 @@ fn dump(instance: &Instance) -> Value {
 }
 
 fn info(path: &str) -> Result<Value, String> {
-    let object = Object::open(path).map_err(|e| e.0)?;
+    let object = Object::open(path).map_err(|e| e.to_string())?;
     let programs: Vec<Value> = object
         .programs()
         .iter()
@@ -255,27 +255,27 @@ fn info(path: &str) -> Result<Value, String> {
 
 /// Runs `name` `repeat` times on the registers; returns (last r0, runs).
 fn run_program(instance: &Instance, name: &str, options: &Options) -> Result<Value, String> {
-    let mut program = instance.program(name, options.engine).map_err(|e| e.0)?;
+    let mut program = instance.program(name, options.engine).map_err(|e| e.to_string())?;
     program.set_budget(options.budget);
     let (regs, _strings) = registers(&options.regs)?;
     let mut r0 = 0;
     for _ in 0..options.repeat {
         let mut ctx = regs;
-        r0 = program.run(ctx.as_bytes_mut()).map_err(|e| e.0)?;
+        r0 = program.run(ctx.as_bytes_mut()).map_err(|e| e.to_string())?;
     }
     Ok(json!({"program": name, "engine": format!("{:?}", options.engine).to_lowercase(), "runs": options.repeat, "r0": r0}))
 }
 
 /// Opens the object at `path` with the `--set` globals applied.
 fn open_object(path: &str, options: &Options) -> Result<Object, String> {
-    let mut object = Object::open(path).map_err(|e| e.0)?;
+    let mut object = Object::open(path).map_err(|e| e.to_string())?;
     for (name, value) in &options.sets {
         let size = object.global_size(name).ok_or_else(|| format!("{path} has no global variable `{name}`"))?;
         let bytes = integer(value)?.to_le_bytes();
         if size > 8 {
             return Err(format!("global `{name}` has {size} bytes; --set writes integers of up to 8"));
         }
-        object.set_global(name, &bytes[..size]).map_err(|e| e.0)?;
+        object.set_global(name, &bytes[..size]).map_err(|e| e.to_string())?;
     }
     Ok(object)
 }
@@ -284,7 +284,7 @@ fn run(options: &Options) -> Result<Value, String> {
     let (path, program) = (&options.positional[0], &options.positional[1]);
     let object = open_object(path, options)?;
     let target = options.region.as_deref().map_or(Target::Anonymous, Target::Named);
-    let instance = object.load(target).map_err(|e| e.0)?;
+    let instance = object.load(target).map_err(|e| e.to_string())?;
     // The load created the named region: a signal while the program runs removes it.
     let mut result = signals::interruptible(options.region.as_deref(), || run_program(&instance, program, options))?;
     let dumped = dump(&instance);
@@ -346,7 +346,7 @@ fn fire(region: &str, options: &Options) -> Result<Value, String> {
         if s.state != AttachState::Enabled || s.kind == AttachKind::SyscallTracepoint || !admitted {
             continue;
         }
-        let mut program = instance.program_by_id(s.prog_id, options.engine).map_err(|e| e.0)?;
+        let mut program = instance.program_by_id(s.prog_id, options.engine).map_err(|e| e.to_string())?;
         program.set_budget(options.budget);
         let mut ctx = regs;
         if s.kind == AttachKind::Uretprobe {
@@ -355,7 +355,7 @@ fn fire(region: &str, options: &Options) -> Result<Value, String> {
         let mut r0 = 0;
         for _ in 0..options.repeat {
             let mut run_ctx = ctx;
-            r0 = program.run(run_ctx.as_bytes_mut()).map_err(|e| e.0)?;
+            r0 = program.run(run_ctx.as_bytes_mut()).map_err(|e| e.to_string())?;
         }
         fired.push(json!({"attachment": attachment.id, "kind": attach_kind(s.kind), "program": program.info().name,
                           "target": s.target, "offset": s.offset, "runs": options.repeat, "r0": r0}));
@@ -364,8 +364,8 @@ fn fire(region: &str, options: &Options) -> Result<Value, String> {
 }
 
 fn open_region(name: &str) -> Result<Instance, String> {
-    let region = Region::open(name).map_err(|e| e.0)?;
-    Instance::new(&region).map_err(|e| e.0)
+    let region = Region::open(name).map_err(|e| e.to_string())?;
+    Instance::new(&region).map_err(|e| e.to_string())
 }
 
 /// Writes one line to stdout, flushed (an error, e.g. a closed pipe, is the caller's to handle).
