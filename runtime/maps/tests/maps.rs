@@ -1,6 +1,8 @@
 //! Map semantics (the kernel's error codes), region lifecycle, and the ring buffer's record layout.
 
 use std::os::unix::fs::PermissionsExt;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use uebpf_maps::def::*;
 use uebpf_maps::layout::{RINGBUF_BUSY_BIT, RINGBUF_DISCARD_BIT};
@@ -17,6 +19,42 @@ fn anonymous() -> Region {
 
 fn unique_name(test: &str) -> String {
     format!("test-{test}-{}", std::process::id())
+}
+
+/// How long the waiters below may sleep: a wait that lasts this long was not woken.
+const WAIT_LIMIT: Duration = Duration::from_secs(10);
+
+/// Runs `wait` (a futex wait of at most WAIT_LIMIT) on a thread of its own and returns once
+/// that thread sleeps in it, so that what the caller does next happens to a blocked waiter. The
+/// thread gives back what `wait` returned and how long it slept.
+fn blocked_waiter<T: Send + 'static>(wait: impl FnOnce() -> T + Send + 'static) -> JoinHandle<(T, Duration)> {
+    let (tid_sender, tid) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        tid_sender.send(unsafe { libc::gettid() }).unwrap();
+        let started = Instant::now();
+        (wait(), started.elapsed())
+    });
+    until_in_shared_futex_wait(tid.recv().unwrap());
+    waiter
+}
+
+/// Returns once thread `tid` of this process sleeps in FUTEX_WAIT on a shared word (the region's
+/// futexes; glibc's own locks wait with FUTEX_PRIVATE_FLAG). The kernel shows a blocked thread's
+/// system call in /proc/self/task/TID/syscall: "202 0xADDRESS 0xOP ...", 202 being futex(2) on
+/// x86-64; a thread not blocked in one shows "running" or another number.
+fn until_in_shared_futex_wait(tid: libc::pid_t) {
+    let path = format!("/proc/self/task/{tid}/syscall");
+    let started = Instant::now();
+    loop {
+        let syscall = std::fs::read_to_string(&path).unwrap();
+        let fields: Vec<&str> = syscall.split_whitespace().collect();
+        if fields.get(..3).is_some_and(|f| f[0] == "202" && f[2] == "0x0") {
+            return;
+        }
+        assert!(started.elapsed() < WAIT_LIMIT, "thread {tid} never slept in FUTEX_WAIT ({})", syscall.trim());
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 #[test]
@@ -358,7 +396,6 @@ fn a_libbpf_style_consumer_reads_the_ring_from_the_region_file() {
 
 #[test]
 fn attach_table_is_shared_append_only_and_signals_changes() {
-    use std::time::Duration;
     use uebpf_maps::{AttachKind, AttachSpec, AttachState};
     let name = unique_name("attach");
     let server = Region::create(&name, RegionSpec::with_arena(4096)).unwrap();
@@ -377,11 +414,12 @@ fn attach_table_is_shared_append_only_and_signals_changes() {
         ino: 2,
         state: AttachState::Disabled,
     };
-    // A waiter in another thread (as an agent would) notices the attach.
-    let waiter = std::thread::spawn(move || agent.wait_attach_change(seen, Duration::from_secs(10)));
-    std::thread::sleep(Duration::from_millis(50));
+    // A waiter asleep in another thread (as an agent would be) is woken by the attach.
+    let waiter = blocked_waiter(move || agent.wait_attach_change(seen, WAIT_LIMIT));
     let id = server.add_attachment(&spec).unwrap();
-    assert_ne!(waiter.join().unwrap(), seen, "the waiter saw the new generation");
+    let (generation, waited) = waiter.join().unwrap();
+    assert_ne!(generation, seen, "the waiter saw the new generation");
+    assert!(waited < WAIT_LIMIT, "woken by the attach, not by its timeout ({waited:?})");
     let agent = Region::open(&name).unwrap();
     let found = agent.attachments();
     assert_eq!(found.len(), 1);
@@ -404,7 +442,6 @@ fn attach_table_is_shared_append_only_and_signals_changes() {
 
 #[test]
 fn agent_slots_report_passes_and_wake_waiters() {
-    use std::time::Duration;
     use uebpf_maps::{generation_reached, AgentReport};
     let name = unique_name("agents");
     let server = Region::create(&name, RegionSpec::with_arena(4096)).unwrap();
@@ -417,11 +454,12 @@ fn agent_slots_report_passes_and_wake_waiters() {
     assert!(!generation_reached(claimed.report.applied, server.attach_generation()), "nothing counts as applied before a pass");
     // A waiter (as `uebpf wait-applied`) sleeps on the agent generation and sees the report.
     let seen = server.agent_generation();
-    let waiter = std::thread::spawn(move || server.wait_agent_change(seen, Duration::from_secs(10)));
-    std::thread::sleep(Duration::from_millis(50));
+    let waiter = blocked_waiter(move || server.wait_agent_change(seen, WAIT_LIMIT));
     let report = AgentReport { applied: agent.attach_generation(), hooks: 2, failed: 1, unsupported: 0, message: "é".repeat(200) };
     agent.report_agent(slot, me, &report).unwrap();
-    assert_ne!(waiter.join().unwrap(), seen, "the waiter was woken");
+    let (generation, waited) = waiter.join().unwrap();
+    assert_ne!(generation, seen, "the waiter saw the new generation");
+    assert!(waited < WAIT_LIMIT, "woken by the report, not by its timeout ({waited:?})");
     let status = agent.agent(me).unwrap();
     assert_eq!(status.passes, 1);
     assert!(generation_reached(status.report.applied, agent.attach_generation()));

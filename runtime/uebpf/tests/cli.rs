@@ -96,8 +96,36 @@ fn endless_object(dir: &Path) -> Option<PathBuf> {
     }
 }
 
-/// Starts `uebpf ARGS`, waits until `ready` holds (the program is running), sends `signal` and
-/// expects the command to end within a few seconds with 128 + signal and one stderr line.
+/// User CPU time of process `pid` (utime in /proc/PID/stat, in clock ticks).
+fn user_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after "(comm)": state is field 3, utime field 14.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 1..].split_whitespace().collect();
+    let ticks: u64 = fields[11].parse().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    Duration::from_millis(ticks * 1000 / per_second)
+}
+
+/// Returns once process `pid` has run `cpu` of user time more than when called and its main
+/// thread is runnable, not blocked in a system call (/proc/PID/syscall says "running"). Past its
+/// start-up the command does nothing but run the endless program, which is then running.
+fn until_spinning(pid: u32, cpu: Duration) {
+    let started = Instant::now();
+    let before = user_time(pid);
+    loop {
+        let syscall = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap();
+        if user_time(pid) >= before + cpu && syscall.starts_with("running") {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "process {pid} is not spinning ({})", syscall.trim());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Starts `uebpf ARGS`, waits until `ready` holds (the program is loaded) and the command spins in
+/// the program, sends `signal` and expects the command to end within a few seconds with 128 +
+/// signal and one stderr line.
 fn stops_on(args: &[&str], signal: i32, ready: impl Fn() -> bool) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_uebpf")).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let started = Instant::now();
@@ -105,8 +133,9 @@ fn stops_on(args: &[&str], signal: i32, ready: impl Fn() -> bool) {
         assert!(started.elapsed() < Duration::from_secs(10), "{args:?} did not start");
         std::thread::sleep(Duration::from_millis(10));
     }
-    // Let it spin for a moment inside the program.
-    std::thread::sleep(Duration::from_millis(100));
+    // A signal before the program runs would end the command the same way (signals.rs): make
+    // sure it lands while the program spins.
+    until_spinning(child.id(), Duration::from_millis(50));
     assert!(child.try_wait().unwrap().is_none(), "{args:?} ended by itself");
     // SAFETY: signals our own child.
     unsafe { libc::kill(child.id() as i32, signal) };
