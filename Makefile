@@ -139,3 +139,9 @@ $(BIN)/uebpf-crosscheck: runtime/crosscheck/crosscheck.c runtime/uebpf/include/u
 # Conformance tests load programs into the kernel: run as root. Object tests load $(UEBPF_OBJECTS).
 runtime-test: $(UEBPF_OBJECTS)
 	UEBPF_OBJECTS=$(abspath $(BPF)) cargo test --release --manifest-path runtime/Cargo.toml
+
+# The Rust half of `lint`: formatting (runtime/rustfmt.toml) and clippy, warnings as errors.
+.PHONY: lint-rust
+lint-rust:
+	cargo fmt --manifest-path runtime/Cargo.toml --all -- --check
+	cargo clippy --release --manifest-path runtime/Cargo.toml --all-targets -- -D warnings

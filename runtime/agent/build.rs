@@ -9,7 +9,9 @@ const HEADER: &str = "/usr/include/x86_64-linux-gnu/asm/unistd_64.h";
 fn main() {
     println!("cargo:rerun-if-changed={HEADER}");
     let text = std::fs::read_to_string(HEADER).unwrap_or_else(|e| panic!("{HEADER}: {e} (install linux-libc-dev)"));
-    let mut table = String::from("/// (name, number) of every x86-64 system call, from asm/unistd_64.h.\npub const SYSCALL_NUMBERS: &[(&str, i64)] = &[\n");
+    let mut table = String::from(
+        "/// (name, number) of every x86-64 system call, from asm/unistd_64.h.\npub const SYSCALL_NUMBERS: &[(&str, i64)] = &[\n",
+    );
     for line in text.lines() {
         let mut words = line.split_whitespace();
         if let (Some("#define"), Some(name), Some(number)) = (words.next(), words.next(), words.next()) {

@@ -30,7 +30,7 @@ mod watcher;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-use uebpf::maps::{check_name, current, region_path, Region, DEFAULT_REGION, REFUSED, REGION_ENV};
+use uebpf::maps::{check_name, current, region_path, ErrorKind, Region, DEFAULT_REGION, REGION_ENV};
 use uebpf_hook::without_probes;
 
 use forklock::ForkLock;
@@ -71,7 +71,7 @@ extern "C" fn start() {
         Err(_) => (DEFAULT_REGION.to_string(), false),
     };
     if let Err(e) = check_name(&name) {
-        return warn(&format!("{REGION_ENV}: {}", e.0));
+        return warn(&format!("{REGION_ENV}: {e}"));
     }
     if !named && !region_path(&name).exists() {
         return;
@@ -92,7 +92,7 @@ extern "C" fn start() {
             Err(e) => warn(&e),
         },
         // Another user's region (or a link, or a loose mode): its programs never run here.
-        Err(e) if e.0.starts_with(REFUSED) => warn_refused(&e.0),
+        Err(e) if e.kind() == ErrorKind::Refused => warn_refused(&e.to_string()),
         // Not there yet, or still being created: the thread waits for it.
         Err(_) => {}
     });

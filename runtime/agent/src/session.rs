@@ -42,7 +42,7 @@ pub(crate) struct Session {
 
 impl Session {
     pub(crate) fn new(region: Region) -> Result<Session, String> {
-        let instance = Instance::new(&region).map_err(|e| e.0)?;
+        let instance = Instance::new(&region).map_err(|e| e.to_string())?;
         let seen = region.attach_generation().wrapping_sub(1);
         Ok(Session { region, instance, slot: None, hooks: HashMap::new(), judged: HashMap::new(), seen })
     }
@@ -91,11 +91,11 @@ impl Session {
                     self.slot = Some((me, slot));
                     slot
                 }
-                Err(e) => return warn(&format!("{} (nobody can wait for this process's probes)", e.0)),
+                Err(e) => return warn(&format!("{e} (nobody can wait for this process's probes)")),
             },
         };
         if let Err(e) = self.region.report_agent(slot, me, report) {
-            warn(&e.0);
+            warn(&e.to_string());
         }
     }
 
@@ -202,9 +202,9 @@ impl Session {
 
     fn program(&mut self, id: u32) -> Result<LoadedProgram, String> {
         if self.region.maps().len() > self.instance.maps().count() {
-            self.instance = Instance::new(&self.region).map_err(|e| e.0)?;
+            self.instance = Instance::new(&self.region).map_err(|e| e.to_string())?;
         }
-        self.instance.program_by_id(id, Engine::Jit).map_err(|e| e.0)
+        self.instance.program_by_id(id, Engine::Jit).map_err(|e| e.to_string())
     }
 
     fn program_name(&self, id: u32) -> String {

@@ -188,7 +188,8 @@ mod tests {
         assert_eq!((offset_of!(TraceEntry, common_preempt_count), offset_of!(TraceEntry, common_pid)), (3, 4));
         assert_eq!((offset_of!(SysEnter, nr), offset_of!(SysEnter, args), size_of::<SysEnter>()), (8, 16, 64));
         // syscalls/sys_enter_getpgid/format: int __syscall_nr 8/4, pid_t pid 16/8.
-        let context = SysEnter { entry: TraceEntry { common_type: 291, common_pid: 77, ..TraceEntry::default() }, nr: 121, args: [5, 0, 0, 0, 0, 0] };
+        let context =
+            SysEnter { entry: TraceEntry { common_type: 291, common_pid: 77, ..TraceEntry::default() }, nr: 121, args: [5, 0, 0, 0, 0, 0] };
         // SAFETY: a plain-old-data struct viewed as its bytes.
         let bytes: [u8; 64] = unsafe { std::mem::transmute(context) };
         assert_eq!(u16::from_le_bytes([bytes[0], bytes[1]]), 291);

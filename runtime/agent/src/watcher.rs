@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use uebpf::maps::{current, region_path, Region, REFUSED};
+use uebpf::maps::{current, region_path, ErrorKind, Region};
 use uebpf_hook::without_probes;
 
 use crate::session::Session;
@@ -35,9 +35,8 @@ pub(crate) fn spawn(name: String) {
         }
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut previous);
         // Probes off on the spawning thread too: the spawn is the agent's work, not the target's.
-        let spawned = without_probes(|| {
-            std::thread::Builder::new().name("uebpf-agent".into()).spawn(move || without_probes(|| watch(&name)))
-        });
+        let spawned =
+            without_probes(|| std::thread::Builder::new().name("uebpf-agent".into()).spawn(move || without_probes(|| watch(&name))));
         libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
         if let Err(e) = spawned {
             warn(&format!("cannot start the agent thread, later attaches will not be seen: {e}"));
@@ -95,14 +94,15 @@ fn wait_for_region(name: &str) -> Region {
                 // Being created (the header is written last), or not ours to open: a region
                 // refused for its owner, links or mode is said at once, the first time.
                 let since = *unopenable_since.get_or_insert_with(Instant::now);
-                if since.elapsed() < CREATION_PATIENCE && !e.0.starts_with(REFUSED) {
+                let refused = e.kind() == ErrorKind::Refused;
+                if since.elapsed() < CREATION_PATIENCE && !refused {
                     std::thread::sleep(Duration::from_millis(1));
                     continue;
                 }
-                if e.0.starts_with(REFUSED) {
-                    warn_refused(&e.0);
+                if refused {
+                    warn_refused(&e.to_string());
                 } else if !complained {
-                    warn(&e.0);
+                    warn(&e.to_string());
                     complained = true;
                 }
                 std::thread::sleep(LIVENESS_PERIOD);

@@ -16,6 +16,7 @@
 //! the same frames.
 
 use std::cell::Cell;
+use std::ptr::NonNull;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::OnceLock;
 
@@ -100,7 +101,9 @@ fn thread_state() -> &'static ThreadState {
 /// for every thread (static TLS), so a stub can address it as `fs:[offset]`.
 pub(crate) fn thread_state_offset() -> i32 {
     let thread_pointer: usize;
-    unsafe { std::arch::asm!("mov {tp}, qword ptr fs:[0]", tp = out(reg) thread_pointer, options(pure, readonly, nostack, preserves_flags)) };
+    unsafe {
+        std::arch::asm!("mov {tp}, qword ptr fs:[0]", tp = out(reg) thread_pointer, options(pure, readonly, nostack, preserves_flags))
+    };
     (thread_state() as *const ThreadState as usize).wrapping_sub(thread_pointer) as isize as i32
 }
 
@@ -160,7 +163,8 @@ pub(crate) unsafe extern "C" fn on_return(regs: *mut PtRegs) -> usize {
 
 /// Saves the return address at `[sp]`; false (and counted) when the shadow stack is full.
 unsafe fn push_return(thread: &ThreadState, regs: &PtRegs, site: &Site) -> bool {
-    let shadow = match shadow_stack(thread) {
+    // SAFETY: `busy` is set (see `shadow_stack`); the borrow ends when this returns.
+    let shadow = match shadow_stack(thread).map(|shadow| &mut *shadow.as_ptr()) {
         Some(shadow) if shadow.depth < SHADOW_CAPACITY => shadow,
         _ => {
             site.missed_returns.fetch_add(1, Relaxed);
@@ -174,6 +178,7 @@ unsafe fn push_return(thread: &ThreadState, regs: &PtRegs, site: &Site) -> bool 
 }
 
 unsafe fn pop_return(thread: &ThreadState, sp: usize) -> ShadowEntry {
+    // SAFETY: `busy` is set (see `shadow_stack`); the borrow ends when this returns.
     let Some(shadow) = thread.shadow.get().as_mut() else {
         fatal(b"uebpf-hook: a return probe fired on a thread with no shadow stack\n");
     };
@@ -200,7 +205,14 @@ fn fatal(message: &[u8]) -> ! {
     }
 }
 
-unsafe fn shadow_stack(thread: &ThreadState) -> Option<&mut ShadowStack> {
+/// This thread's shadow stack, mapped on first use; `None` if it cannot be.
+///
+/// A pointer, not a `&mut`: the stack is the thread's, not the borrowed `ThreadState`'s, and
+/// the entry stubs' inline push (stubs.rs) writes it too. SAFETY contract: a caller may use it
+/// as a `&mut ShadowStack` while `busy` is set (as `push_return` and `pop_return` are called),
+/// not beyond: only this thread touches the stack, and while busy a signal handler's hits on
+/// this thread are skipped, by the stubs' inline push too, so nothing else reads or writes it.
+unsafe fn shadow_stack(thread: &ThreadState) -> Option<NonNull<ShadowStack>> {
     if thread.shadow.get().is_null() {
         let key = *exit_key()?;
         let mapped = libc::mmap(
@@ -217,7 +229,7 @@ unsafe fn shadow_stack(thread: &ThreadState) -> Option<&mut ShadowStack> {
         libc::pthread_setspecific(key, mapped);
         thread.shadow.set(mapped.cast());
     }
-    thread.shadow.get().as_mut()
+    NonNull::new(thread.shadow.get())
 }
 
 /// The pthread key whose destructor unmaps a thread's shadow stack.

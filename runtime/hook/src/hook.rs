@@ -152,12 +152,9 @@ fn build_site(target: &Target, sites: &[&'static Site]) -> Result<&'static Site>
         stale_returns: AtomicU64::new(0),
         next: AtomicPtr::new(std::ptr::null_mut()),
     }));
-    let dispatch = stubs::Dispatch {
-        on_entry: dispatch::on_entry as *const () as usize,
-        on_return: dispatch::on_return as *const () as usize,
-    };
-    let stub = stubs::entry_stub(page as usize, target.address, site, dispatch, trampoline_at)
-        .expect("the entry stub assembles");
+    let dispatch =
+        stubs::Dispatch { on_entry: dispatch::on_entry as *const () as usize, on_return: dispatch::on_return as *const () as usize };
+    let stub = stubs::entry_stub(page as usize, target.address, site, dispatch, trampoline_at).expect("the entry stub assembles");
     unsafe {
         codemem::write(page, 0, &stub);
         codemem::write(page, TRAMPOLINE_OFFSET, &trampoline.code);

@@ -258,9 +258,10 @@ impl Writable {
         let page = crate::codemem::PAGE;
         let start = address & !(page - 1);
         let end = (address + len).next_multiple_of(page);
-        let mapping = maps.iter().find(|m| m.contains(address)).filter(|m| m.contains(end - 1)).ok_or_else(|| {
-            Error::system(format!("{address:#x}: code not in one mapping"), io::Error::from_raw_os_error(libc::EFAULT))
-        })?;
+        let mapping =
+            maps.iter().find(|m| m.contains(address)).filter(|m| m.contains(end - 1)).ok_or_else(|| {
+                Error::system(format!("{address:#x}: code not in one mapping"), io::Error::from_raw_os_error(libc::EFAULT))
+            })?;
         let prot = mapping.prot();
         if unsafe { libc::mprotect(start as *mut _, end - start, prot | libc::PROT_WRITE) } != 0 {
             return Err(Error::system(format!("mprotect of the code at {address:#x}"), io::Error::last_os_error()));
@@ -301,9 +302,7 @@ fn sync_cores() -> Result<()> {
         let why = io::Error::other(why.clone());
         return Err(Error::system("patching code while other threads run needs membarrier(SYNC_CORE)", why));
     }
-    membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE)
-        .map(drop)
-        .map_err(|e| Error::system("membarrier(SYNC_CORE)", e))
+    membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE).map(drop).map_err(|e| Error::system("membarrier(SYNC_CORE)", e))
 }
 
 fn register_trap_site(site: &'static Site) -> Result<()> {

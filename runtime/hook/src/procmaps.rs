@@ -41,9 +41,7 @@ impl Mapping {
 
 pub(crate) fn read() -> io::Result<Vec<Mapping>> {
     let text = std::fs::read_to_string("/proc/self/maps")?;
-    text.lines()
-        .map(|line| parse(line).ok_or_else(|| io::Error::other(format!("unexpected /proc/self/maps line {line:?}"))))
-        .collect()
+    text.lines().map(|line| parse(line).ok_or_else(|| io::Error::other(format!("unexpected /proc/self/maps line {line:?}")))).collect()
 }
 
 fn parse(line: &str) -> Option<Mapping> {

@@ -11,8 +11,8 @@
 //! bytes are never changed.
 
 use iced_x86::{
-    BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, FlowControl, Formatter, Instruction,
-    InstructionBlock, IntelFormatter, OpKind,
+    BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, FlowControl, Formatter, Instruction, InstructionBlock,
+    IntelFormatter, OpKind,
 };
 
 use crate::error::{Error, Result};
@@ -50,10 +50,7 @@ pub(crate) fn analyse(target: &Target, body: &[u8]) -> Result<Prologue> {
         }
         len += instruction.len();
         if len < PATCH_LEN && leaves(&instruction) {
-            return Err(refuse(format!(
-                "`{}` at +{at:#x} leaves the function inside the {PATCH_LEN} patched bytes",
-                text(&instruction)
-            )));
+            return Err(refuse(format!("`{}` at +{at:#x} leaves the function inside the {PATCH_LEN} patched bytes", text(&instruction))));
         }
         instructions.push(instruction);
     }
@@ -88,7 +85,10 @@ pub(crate) fn relocate(target: &Target, prologue: &Prologue, at: usize) -> Resul
 fn leaves(instruction: &Instruction) -> bool {
     matches!(
         instruction.flow_control(),
-        FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch | FlowControl::Interrupt
+        FlowControl::Return
+            | FlowControl::UnconditionalBranch
+            | FlowControl::IndirectBranch
+            | FlowControl::Interrupt
             | FlowControl::Exception
     )
 }

@@ -34,8 +34,8 @@ pub struct PtRegs {
 }
 
 const NAMES: [&str; 21] = [
-    "r15", "r14", "r13", "r12", "bp", "bx", "r11", "r10", "r9", "r8", "ax", "cx", "dx", "si", "di", "orig_ax", "ip", "cs",
-    "flags", "sp", "ss",
+    "r15", "r14", "r13", "r12", "bp", "bx", "r11", "r10", "r9", "r8", "ax", "cx", "dx", "si", "di", "orig_ax", "ip", "cs", "flags", "sp",
+    "ss",
 ];
 
 impl PtRegs {
@@ -56,7 +56,10 @@ impl PtRegs {
 
     /// Sets a register by its pt_regs field name (`di`, `ax`, ...).
     pub fn set(&mut self, name: &str, value: u64) -> Result<(), String> {
-        let index = NAMES.iter().position(|n| *n == name).ok_or_else(|| format!("unknown register `{name}` (pt_regs has: {})", NAMES.join(", ")))?;
+        let index = NAMES
+            .iter()
+            .position(|n| *n == name)
+            .ok_or_else(|| format!("unknown register `{name}` (pt_regs has: {})", NAMES.join(", ")))?;
         self.as_bytes_mut()[index * 8..index * 8 + 8].copy_from_slice(&value.to_ne_bytes());
         Ok(())
     }

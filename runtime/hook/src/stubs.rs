@@ -43,9 +43,7 @@ const XMM_SAVE: i32 = 16 * 16;
 
 /// Pushed after flags/cs/ip/orig_ax, last pushed = first field (r15).
 const PUSHED: [AsmRegister64; 15] = [rdi, rsi, rdx, rcx, rax, r8, r9, r10, r11, rbx, rbp, r12, r13, r14, r15];
-const XMM: [AsmRegisterXmm; 16] = [
-    xmm0, xmm1, xmm2, xmm3, xmm4, xmm5, xmm6, xmm7, xmm8, xmm9, xmm10, xmm11, xmm12, xmm13, xmm14, xmm15,
-];
+const XMM: [AsmRegisterXmm; 16] = [xmm0, xmm1, xmm2, xmm3, xmm4, xmm5, xmm6, xmm7, xmm8, xmm9, xmm10, xmm11, xmm12, xmm13, xmm14, xmm15];
 
 /// Builds pt_regs below the red zone, with `sp` = the stack pointer at entry to the stub;
 /// leaves rbx = &pt_regs and rsp 16-byte aligned below the saved xmm registers.
@@ -70,7 +68,7 @@ fn save_state(a: &mut CodeAssembler) -> Result<(), IcedError> {
     // The ABI's direction flag for the handler (the caller's comes back with the other flags).
     // Tested first: DF is almost never set, and an unconditional cld cost ~0.5 ns per pass.
     let mut direction_clear = a.create_label();
-    a.test(byte_ptr(rbx + (OFFSET_FLAGS + 1)), (DF >> 8) as u32)?;
+    a.test(byte_ptr(rbx + (OFFSET_FLAGS + 1)), DF >> 8)?;
     a.jz(direction_clear)?;
     a.cld()?;
     a.set_label(&mut direction_clear)

@@ -64,6 +64,7 @@ extern "C" {
 
 #[no_mangle]
 #[inline(never)]
+#[allow(clippy::identity_op)] // `a * 1`: each argument weighted by its position, the first too
 extern "C" fn hook_test_seven(a: u64, b: u64, c: u64, d: u64, e: u64, f: u64, g: u64) -> u64 {
     black_box(a * 1 + b * 2 + c * 3 + d * 4 + e * 5 + f * 6 + g * 7)
 }
@@ -277,7 +278,14 @@ fn recursion_balances_entries_and_returns() {
     let target = this_binary("hook_test_recurse");
     let (entries, entry_data) = leak(Record::default());
     let (returns, return_data) = leak(Record::default());
-    let expected: Vec<u64> = (0..=300).scan(1u64, |acc, n| { if n > 0 { *acc ^= n; } Some(*acc) }).collect();
+    let expected: Vec<u64> = (0..=300)
+        .scan(1u64, |acc, n| {
+            if n > 0 {
+                *acc ^= n;
+            }
+            Some(*acc)
+        })
+        .collect();
     let _entry = Hook::entry(&target, count_first_arg, entry_data).unwrap();
     let _ret = Hook::ret(&target, count_return, return_data).unwrap();
     assert_eq!(hook_test_recurse(black_box(300)), expected[300]);
@@ -394,5 +402,8 @@ fn a_thread_stopped_inside_the_patch_is_moved_to_the_trampoline() {
     let mut byte = 0u8;
     assert_eq!(unsafe { hook_test_read(pipe[0], &mut byte, 1) }, 1);
     assert_eq!((byte, record.hits.load(SeqCst)), (b'y', 1));
-    unsafe { libc::close(pipe[0]); libc::close(pipe[1]) };
+    unsafe {
+        libc::close(pipe[0]);
+        libc::close(pipe[1])
+    };
 }

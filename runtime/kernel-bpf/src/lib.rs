@@ -107,14 +107,14 @@ fn insn(opcode: u8, dst: u8, src: u8, off: i16, imm: i32) -> [u8; 8] {
 fn adapter(data_len: usize) -> Vec<u8> {
     let len = i32::try_from(data_len).expect("XDP packets are far below 2 GiB");
     let code: [[u8; 8]; ADAPTER_LEN] = [
-        insn(0x61, 2, 1, 4, 0),    // ldxw r2, [r1+4]   data_end
-        insn(0x61, 1, 1, 0, 0),    // ldxw r1, [r1+0]   data
-        insn(0xbf, 3, 1, 0, 0),    // mov64 r3, r1
-        insn(0x07, 3, 0, 0, len),  // add64 r3, len
-        insn(0xbd, 3, 2, 2, 0),    // jle r3, r2, +2
-        insn(0xb4, 0, 0, 0, -1),   // mov32 r0, -1
-        insn(0x95, 0, 0, 0, 0),    // exit
-        insn(0xb7, 2, 0, 0, len),  // mov64 r2, len
+        insn(0x61, 2, 1, 4, 0),   // ldxw r2, [r1+4]   data_end
+        insn(0x61, 1, 1, 0, 0),   // ldxw r1, [r1+0]   data
+        insn(0xbf, 3, 1, 0, 0),   // mov64 r3, r1
+        insn(0x07, 3, 0, 0, len), // add64 r3, len
+        insn(0xbd, 3, 2, 2, 0),   // jle r3, r2, +2
+        insn(0xb4, 0, 0, 0, -1),  // mov32 r0, -1
+        insn(0x95, 0, 0, 0, 0),   // exit
+        insn(0xb7, 2, 0, 0, len), // mov64 r2, len
     ];
     code.concat()
 }

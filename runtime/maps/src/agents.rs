@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::current;
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::futex;
 use crate::layout::{AgentEntry, AGENT_MESSAGE_LEN};
 use crate::region::Region;
@@ -86,7 +86,7 @@ impl Region {
                 return Ok(slot);
             }
         }
-        Err(Error(format!("the region's agent table is full ({} processes)", self.header().agent_capacity)))
+        Err(Error::new(ErrorKind::TableFull, format!("the region's agent table is full ({} processes)", self.header().agent_capacity)))
     }
 
     /// Publishes the outcome of a pass of the agent of `pid` in `slot`.
@@ -111,7 +111,7 @@ impl Region {
     fn owned_agent_entry(&self, slot: u32, pid: u32) -> Result<&AgentEntry, Error> {
         self.agent_entry(slot)
             .filter(|entry| (entry.owner.load(Ordering::Acquire) >> 32) as u32 == pid)
-            .ok_or_else(|| Error(format!("agent slot {slot} does not belong to process {pid}")))
+            .ok_or_else(|| Error::invalid(format!("agent slot {slot} does not belong to process {pid}")))
     }
 
     fn write_report(&self, entry: &AgentEntry, report: &AgentReport, passes: u32) {

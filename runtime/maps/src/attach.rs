@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::futex;
 use crate::layout::{read_name, write_name, AttachEntry, TARGET_LEN};
 use crate::region::Region;
@@ -103,17 +103,20 @@ impl Region {
     /// Records an attachment; returns its id.
     pub fn add_attachment(&self, spec: &AttachSpec) -> Result<u32, Error> {
         if spec.target.is_empty() || spec.target.len() >= TARGET_LEN || spec.target.contains('\0') {
-            return Err(Error(format!("attach target {:?} must be 1 to {} bytes without NUL", spec.target, TARGET_LEN - 1)));
+            return Err(Error::invalid(format!("attach target {:?} must be 1 to {} bytes without NUL", spec.target, TARGET_LEN - 1)));
         }
         if spec.state == AttachState::Detached {
-            return Err(Error("a new attachment cannot be detached".into()));
+            return Err(Error::invalid("a new attachment cannot be detached"));
         }
         let h = self.header();
         let id = {
             let _guard = h.alloc_lock.lock();
             let index = h.attach_count.load(Ordering::Relaxed);
             if index >= h.attach_capacity {
-                return Err(Error(format!("the region's attach table is full ({} attachments)", h.attach_capacity)));
+                return Err(Error::new(
+                    ErrorKind::TableFull,
+                    format!("the region's attach table is full ({} attachments)", h.attach_capacity),
+                ));
             }
             let mut entry = AttachEntry {
                 id: index + 1,
@@ -143,14 +146,14 @@ impl Region {
     /// Changes an attachment's state. Detached is final: changing a detached entry is an error.
     pub fn set_attachment_state(&self, id: u32, state: AttachState) -> Result<(), Error> {
         if id == 0 || id > self.attach_count() {
-            return Err(Error(format!("no attachment with id {id}")));
+            return Err(Error::not_found(format!("no attachment with id {id}")));
         }
         // SAFETY: a published entry; only its atomics change.
         let entry = unsafe { &*self.attach_entry_ptr(id - 1) };
         let h = self.header();
         let _guard = h.alloc_lock.lock();
         if entry.state.load(Ordering::Relaxed) == AttachState::Detached as u32 {
-            return Err(Error(format!("attachment {id} is detached")));
+            return Err(Error::invalid(format!("attachment {id} is detached")));
         }
         entry.changed_at.store(h.attach_generation.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
         entry.state.store(state as u32, Ordering::Release);

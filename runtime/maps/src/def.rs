@@ -71,6 +71,8 @@ impl MapKind {
 
 /// Name of a kernel map type for messages.
 pub fn map_type_name(map_type: u32) -> &'static str {
+    // A table of names wrapped by hand: rustfmt would put each on a line of its own.
+    #[rustfmt::skip]
     const NAMES: [&str; 34] = [
         "unspec", "hash", "array", "prog_array", "perf_event_array", "percpu_hash", "percpu_array",
         "stack_trace", "cgroup_array", "lru_hash", "lru_percpu_hash", "lpm_trie", "array_of_maps",
@@ -125,7 +127,7 @@ impl MapDef {
     /// Checks the definition as the kernel's map_alloc_check functions do, and that uebpf
     /// supports the type and flags.
     pub fn validate(&self) -> Result<MapKind, Error> {
-        let fail = |why: String| Err(Error(why));
+        let fail = |why: String| Err(Error::invalid(why));
         let Some(kind) = MapKind::of(self.map_type) else {
             return fail(format!(
                 "map type {} ({}) is not supported by uebpf (supported: array, percpu_array, hash, percpu_hash, ringbuf)",
@@ -133,13 +135,8 @@ impl MapDef {
                 self.map_type
             ));
         };
-        let known = BPF_F_NO_PREALLOC
-            | BPF_F_RDONLY
-            | BPF_F_WRONLY
-            | BPF_F_ZERO_SEED
-            | BPF_F_RDONLY_PROG
-            | BPF_F_WRONLY_PROG
-            | BPF_F_MMAPABLE;
+        let known =
+            BPF_F_NO_PREALLOC | BPF_F_RDONLY | BPF_F_WRONLY | BPF_F_ZERO_SEED | BPF_F_RDONLY_PROG | BPF_F_WRONLY_PROG | BPF_F_MMAPABLE;
         if self.map_flags & !known != 0 {
             return fail(format!("map flags {:#x} are not supported by uebpf", self.map_flags & !known));
         }
@@ -229,7 +226,7 @@ impl MapDef {
             }
         }
         if layout.size > MAX_MAP_STORAGE {
-            return Err(Error(format!(
+            return Err(Error::invalid(format!(
                 "{} entries need {} bytes of storage, more than uebpf's limit of {MAX_MAP_STORAGE} bytes per map",
                 self.max_entries, layout.size
             )));
@@ -249,21 +246,26 @@ mod tests {
     #[test]
     fn kernel_rules_are_enforced_with_reasons() {
         assert_eq!(def(BPF_MAP_TYPE_ARRAY, 4, 8, 1).validate(), Ok(MapKind::Array));
-        assert!(def(BPF_MAP_TYPE_ARRAY, 8, 8, 1).validate().unwrap_err().0.contains("4-byte key"));
-        assert!(def(BPF_MAP_TYPE_HASH, 4, 8, 0).validate().unwrap_err().0.contains("max_entries"));
-        assert!(def(BPF_MAP_TYPE_RINGBUF, 0, 0, 5000).validate().unwrap_err().0.contains("power of two"));
-        let lru = def(9, 4, 8, 4).validate().unwrap_err().0;
+        assert!(def(BPF_MAP_TYPE_ARRAY, 8, 8, 1).validate().unwrap_err().to_string().contains("4-byte key"));
+        assert!(def(BPF_MAP_TYPE_HASH, 4, 8, 0).validate().unwrap_err().to_string().contains("max_entries"));
+        assert!(def(BPF_MAP_TYPE_RINGBUF, 0, 0, 5000).validate().unwrap_err().to_string().contains("power of two"));
+        let lru = def(9, 4, 8, 4).validate().unwrap_err().to_string();
         assert!(lru.contains("lru_hash (9) is not supported"), "{lru}");
         let flags = MapDef { map_flags: 1 << 12, ..def(BPF_MAP_TYPE_HASH, 4, 4, 4) };
-        assert!(flags.validate().unwrap_err().0.contains("0x1000"));
+        assert!(flags.validate().unwrap_err().to_string().contains("0x1000"));
     }
 
     #[test]
     fn storage_is_bounded() {
         // Within the limit: a 1 GiB ring; beyond it: any type whose entries need more.
         assert!(def(BPF_MAP_TYPE_RINGBUF, 0, 0, 1 << 30).layout(2).is_ok());
-        for d in [def(BPF_MAP_TYPE_ARRAY, 4, 8, 1 << 31), def(BPF_MAP_TYPE_HASH, 4, 8, 1 << 31), def(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, 1 << 28), def(BPF_MAP_TYPE_RINGBUF, 0, 0, 1 << 31)] {
-            let err = d.layout(2).unwrap_err().0;
+        for d in [
+            def(BPF_MAP_TYPE_ARRAY, 4, 8, 1 << 31),
+            def(BPF_MAP_TYPE_HASH, 4, 8, 1 << 31),
+            def(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, 1 << 28),
+            def(BPF_MAP_TYPE_RINGBUF, 0, 0, 1 << 31),
+        ] {
+            let err = d.layout(2).unwrap_err().to_string();
             assert!(err.contains("more than uebpf's limit of 2147483648 bytes per map"), "{err}");
             assert!(d.exceeds_limits(2));
         }

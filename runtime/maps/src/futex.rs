@@ -16,7 +16,8 @@ pub(crate) fn wake(word: &AtomicU32) {
 pub(crate) fn wait(word: &AtomicU32, seen: u32, timeout: Duration) -> bool {
     let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
     // SAFETY: FUTEX_WAIT on a shared word with a relative timeout; every other way it returns is fine.
-    let result = unsafe { libc::syscall(libc::SYS_futex, word as *const AtomicU32, libc::FUTEX_WAIT, seen, &ts as *const libc::timespec, 0, 0) };
+    let result =
+        unsafe { libc::syscall(libc::SYS_futex, word as *const AtomicU32, libc::FUTEX_WAIT, seen, &ts as *const libc::timespec, 0, 0) };
     !(result < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR))
 }
 

@@ -31,9 +31,12 @@ pub mod ringbuf;
 pub use agents::{generation_reached, AgentReport, AgentStatus};
 pub use attach::{kernel_tracepoint_id, AttachInfo, AttachKind, AttachSpec, AttachState};
 pub use def::{MapDef, MapKind, StorageLayout};
-pub use error::Error;
+pub use error::{Error, ErrorKind};
 pub use map::{Map, ProgramMemory};
-pub use region::{check_name, check_trusted, region_path, REFUSED, DEFAULT_REGION, REGION_ENV, MapInfo, ProgramInfo, ProgramKind, ProgramSpec, Region, RegionSpec};
+pub use region::{
+    check_name, check_trusted, region_path, MapInfo, ProgramInfo, ProgramKind, ProgramSpec, Region, RegionSpec, DEFAULT_REGION, REFUSED,
+    REGION_ENV,
+};
 pub use ringbuf::RingBuf;
 
 /// A positive errno value, as the kernel returns (negated) for the same map operation.

@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use crate::array::ArrayView;
 use crate::def::{MapDef, MapKind};
+use crate::error::{Error, ErrorKind};
 use crate::hash::HashView;
 use crate::layout::{Bucket, HashControl, PAGE_SIZE};
-use crate::error::Error;
 use crate::region::{MapInfo, Region, Shared};
 use crate::ringbuf::RingBuf;
 use crate::Errno;
@@ -83,7 +83,7 @@ fn check_entry(region: &Region, info: &MapInfo) -> Result<MapKind, Error> {
     let consistent = info.area.is_multiple_of(PAGE_SIZE as u64) && info.storage == info.def.layout(region.possible_cpus())?;
     region.shared.at(info.area, info.storage.size)?;
     if !consistent {
-        return Err(Error(format!("map `{}` (id {}): its region entry is corrupt", info.name, info.id)));
+        return Err(Error::new(ErrorKind::Corrupt, format!("map `{}` (id {}): its region entry is corrupt", info.name, info.id)));
     }
     info.def.validate()
 }

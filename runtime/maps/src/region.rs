@@ -14,12 +14,12 @@ use std::sync::Arc;
 
 use crate::current;
 use crate::def::{MapDef, MapKind, StorageLayout};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::layout::*;
 use crate::map::Map;
 
 fn os_error(what: impl fmt::Display) -> Error {
-    Error(format!("{what}: {}", std::io::Error::last_os_error()))
+    Error::io(what, std::io::Error::last_os_error())
 }
 
 /// The environment variable that names the region a loader (bpf(2) server) and its targets
@@ -27,8 +27,9 @@ fn os_error(what: impl fmt::Display) -> Error {
 pub const REGION_ENV: &str = "UEBPF_REGION";
 pub const DEFAULT_REGION: &str = "default";
 
-/// How `Region::open` begins the error for a region it will not use (see `check_trusted`), as
-/// opposed to one it cannot open yet: an agent says the first at once, and waits out the second.
+/// How `Region::open` begins the message of a region it will not use (see `check_trusted`):
+/// an error of kind [`ErrorKind::Refused`], as opposed to one it cannot open yet (an agent says
+/// the first at once, and waits out the second).
 pub const REFUSED: &str = "refused region";
 
 /// Where named regions live.
@@ -80,10 +81,7 @@ impl ProgramKind {
 
     fn from_u32(value: u32) -> ProgramKind {
         use ProgramKind::*;
-        [Other, Uprobe, Uretprobe, Tracepoint, RawTracepoint, Kprobe, Kretprobe]
-            .into_iter()
-            .find(|k| *k as u32 == value)
-            .unwrap_or(Other)
+        [Other, Uprobe, Uretprobe, Tracepoint, RawTracepoint, Kprobe, Kretprobe].into_iter().find(|k| *k as u32 == value).unwrap_or(Other)
     }
 }
 
@@ -163,7 +161,7 @@ impl Shared {
     pub(crate) fn at(&self, offset: u64, len: u64) -> Result<*mut u8, Error> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len as u64 => Ok(self.base.wrapping_add(offset as usize)),
-            _ => Err(Error(format!("offset {offset:#x} + {len} lies outside the {}-byte region", self.len))),
+            _ => Err(Error::new(ErrorKind::Corrupt, format!("offset {offset:#x} + {len} lies outside the {}-byte region", self.len))),
         }
     }
 }
@@ -200,9 +198,7 @@ pub fn check_name(name: &str) -> Result<(), Error> {
     if ok {
         Ok(())
     } else {
-        Err(Error(format!(
-            "invalid region name {name:?}: use 1-200 characters from A-Z a-z 0-9 . _ - (not starting with .)"
-        )))
+        Err(Error::invalid(format!("invalid region name {name:?}: use 1-200 characters from A-Z a-z 0-9 . _ - (not starting with .)")))
     }
 }
 
@@ -213,9 +209,7 @@ pub fn region_path(name: &str) -> PathBuf {
 
 fn map_shared(fd: &OwnedFd, len: usize) -> Result<*mut u8, Error> {
     // SAFETY: a fresh shared mapping of a file we hold open.
-    let base = unsafe {
-        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
-    };
+    let base = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
     if base == libc::MAP_FAILED {
         return Err(os_error("cannot map the region"));
     }
@@ -226,7 +220,7 @@ fn check_page_size() -> Result<(), Error> {
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if page as usize != PAGE_SIZE {
-        return Err(Error(format!("uebpf regions need {PAGE_SIZE}-byte pages; this system uses {page}")));
+        return Err(Error::new(ErrorKind::System, format!("uebpf regions need {PAGE_SIZE}-byte pages; this system uses {page}")));
     }
     Ok(())
 }
@@ -239,9 +233,7 @@ impl Region {
         let path = region_path(name);
         let c_path = CString::new(path.as_os_str().as_encoded_bytes()).expect("checked name has no NUL");
         // SAFETY: plain open(2) with a valid path.
-        let fd = unsafe {
-            libc::open(c_path.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC, 0o600)
-        };
+        let fd = unsafe { libc::open(c_path.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC, 0o600) };
         if fd < 0 {
             return Err(os_error(format!("cannot create {}", path.display())));
         }
@@ -320,15 +312,13 @@ impl Region {
         // O_NONBLOCK: a FIFO planted under the name must not block the opener (regular files
         // ignore the flag).
         // SAFETY: plain open(2).
-        let fd = unsafe {
-            libc::open(c_path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        };
+        let fd = unsafe { libc::open(c_path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK) };
         if fd < 0 {
             let err = std::io::Error::last_os_error();
             if err.raw_os_error() == Some(libc::ELOOP) {
-                return Err(Error(format!("{REFUSED} {}: it is a symbolic link", path.display())));
+                return Err(Error::new(ErrorKind::Refused, format!("{REFUSED} {}: it is a symbolic link", path.display())));
             }
-            return Err(Error(format!("cannot open region {}: {err}", path.display())));
+            return Err(Error::io(format_args!("cannot open region {}", path.display()), err));
         }
         // SAFETY: fresh descriptor we own.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -338,10 +328,11 @@ impl Region {
             return Err(os_error(format!("cannot stat {}", path.display())));
         }
         // SAFETY: geteuid has no preconditions.
-        check_trusted(&stat, unsafe { libc::geteuid() }).map_err(|why| Error(format!("{REFUSED} {}: {why}", path.display())))?;
+        check_trusted(&stat, unsafe { libc::geteuid() })
+            .map_err(|why| Error::new(ErrorKind::Refused, format!("{REFUSED} {}: {why}", path.display())))?;
         let len = stat.st_size as usize;
         if len < PAGE_SIZE {
-            return Err(Error(format!("{} is not a uebpf region (only {len} bytes)", path.display())));
+            return Err(Error::new(ErrorKind::Corrupt, format!("{} is not a uebpf region (only {len} bytes)", path.display())));
         }
         let base = map_shared(&fd, len)?;
         let region = Region { shared: Arc::new(Shared { fd, base, len, path: Some(path), remove_on_drop: false }) };
@@ -354,17 +345,17 @@ impl Region {
         let path = self.path().map_or("region".into(), |p| p.display().to_string());
         std::sync::atomic::fence(Ordering::Acquire);
         if h.magic != MAGIC {
-            return Err(Error(format!("{path} is not a uebpf region (or is still being created)")));
+            return Err(Error::new(ErrorKind::Corrupt, format!("{path} is not a uebpf region (or is still being created)")));
         }
         if h.version != VERSION || h.page_size as usize != PAGE_SIZE {
-            return Err(Error(format!("{path} has layout version {} (this uebpf reads {VERSION})", h.version)));
+            return Err(Error::new(ErrorKind::Corrupt, format!("{path} has layout version {} (this uebpf reads {VERSION})", h.version)));
         }
         let tables_fit = self.shared.at(h.map_table, u64::from(h.map_capacity) * std::mem::size_of::<MapEntry>() as u64).is_ok()
             && self.shared.at(h.prog_table, u64::from(h.prog_capacity) * std::mem::size_of::<ProgEntry>() as u64).is_ok()
             && self.shared.at(h.attach_table, u64::from(h.attach_capacity) * std::mem::size_of::<AttachEntry>() as u64).is_ok()
             && self.shared.at(h.agent_table, u64::from(h.agent_capacity) * std::mem::size_of::<AgentEntry>() as u64).is_ok();
         if h.size != self.shared.len as u64 || !tables_fit || h.possible_cpus == 0 {
-            return Err(Error(format!("{path}: corrupt header (sizes or tables out of range)")));
+            return Err(Error::new(ErrorKind::Corrupt, format!("{path}: corrupt header (sizes or tables out of range)")));
         }
         Ok(())
     }
@@ -401,10 +392,11 @@ impl Region {
         let header = unsafe { &mut *(self.shared.base as *mut RegionHeader) };
         let start = align_up(header.alloc_next, PAGE_SIZE as u64);
         let end = start.checked_add(len).filter(|&end| end <= header.size).ok_or_else(|| {
-            Error(format!(
-                "region full: {what} needs {len} bytes, {} are left (create the region with a larger arena)",
-                header.size.saturating_sub(start)
-            ))
+            let left = header.size.saturating_sub(start);
+            Error::new(
+                ErrorKind::RegionFull,
+                format!("region full: {what} needs {len} bytes, {left} are left (create the region with a larger arena)"),
+            )
         })?;
         header.alloc_next = end;
         Ok(start)
@@ -423,24 +415,22 @@ impl Region {
     /// Creates a map and returns its id. `initial` fills the value of element 0 of an array map
     /// (global data: `.data`, `.rodata`).
     pub fn create_map(&self, name: &str, def: &MapDef, initial: Option<&[u8]>) -> Result<u32, Error> {
-        let fail = |why: String| Error(format!("map `{name}`: {why}"));
-        let kind = def.validate().map_err(|e| fail(e.0))?;
-        let layout = def.layout(self.possible_cpus()).map_err(|e| fail(e.0))?;
+        let fail = |e: Error| e.context(format_args!("map `{name}`"));
+        let kind = def.validate().map_err(fail)?;
+        let layout = def.layout(self.possible_cpus()).map_err(fail)?;
         if let Some(data) = initial {
             if kind != MapKind::Array || data.len() > def.value_size as usize {
-                return Err(fail(format!(
-                    "initial data ({} bytes) needs an array map with values of at least that size",
-                    data.len()
-                )));
+                let why = format!("initial data ({} bytes) needs an array map with values of at least that size", data.len());
+                return Err(fail(Error::invalid(why)));
             }
         }
         let h = self.header();
         let _guard = h.alloc_lock.lock();
         let index = h.map_count.load(Ordering::Relaxed);
         if index >= h.map_capacity {
-            return Err(fail(format!("the region's map table is full ({} maps)", h.map_capacity)));
+            return Err(fail(Error::new(ErrorKind::TableFull, format!("the region's map table is full ({} maps)", h.map_capacity))));
         }
-        let area = self.allocate(layout.size, &format!("map `{name}`")).map_err(|e| fail(e.0))?;
+        let area = self.allocate(layout.size, &format!("map `{name}`")).map_err(fail)?;
         let mut entry = MapEntry {
             id: index + 1,
             map_type: def.map_type,
@@ -480,7 +470,7 @@ impl Region {
     pub fn map_info(&self, id: u32) -> Result<MapInfo, Error> {
         let count = self.header().map_count.load(Ordering::Acquire).min(self.header().map_capacity);
         if id == 0 || id > count {
-            return Err(Error(format!("no map with id {id} (the region has {count})")));
+            return Err(Error::not_found(format!("no map with id {id} (the region has {count})")));
         }
         // SAFETY: as in maps().
         Ok(entry_info(unsafe { &*self.map_entry_ptr(id - 1) }))
@@ -488,10 +478,7 @@ impl Region {
 
     /// The first map called `name`.
     pub fn map_info_by_name(&self, name: &str) -> Result<MapInfo, Error> {
-        self.maps()
-            .into_iter()
-            .find(|m| m.name == name)
-            .ok_or_else(|| Error(format!("no map named `{name}` in the region")))
+        self.maps().into_iter().find(|m| m.name == name).ok_or_else(|| Error::not_found(format!("no map named `{name}` in the region")))
     }
 
     /// This process's view of map `id`, for operations.
@@ -501,18 +488,21 @@ impl Region {
 
     /// Stores a program; returns its id.
     pub fn add_program(&self, spec: &ProgramSpec) -> Result<u32, Error> {
-        let fail = |why: String| Error(format!("program `{}`: {why}", spec.name));
+        let fail = |e: Error| e.context(format_args!("program `{}`", spec.name));
         if spec.bytecode.is_empty() || !spec.bytecode.len().is_multiple_of(8) {
-            return Err(fail(format!("bytecode length {} is not a positive multiple of 8", spec.bytecode.len())));
+            return Err(fail(Error::invalid(format!("bytecode length {} is not a positive multiple of 8", spec.bytecode.len()))));
         }
         let h = self.header();
         let _guard = h.alloc_lock.lock();
         let index = h.prog_count.load(Ordering::Relaxed);
         if index >= h.prog_capacity {
-            return Err(fail(format!("the region's program table is full ({} programs)", h.prog_capacity)));
+            return Err(fail(Error::new(
+                ErrorKind::TableFull,
+                format!("the region's program table is full ({} programs)", h.prog_capacity),
+            )));
         }
         let len = spec.bytecode.len() as u64;
-        let insns = self.allocate(len, &format!("program `{}`", spec.name)).map_err(|e| fail(e.0))?;
+        let insns = self.allocate(len, &format!("program `{}`", spec.name)).map_err(fail)?;
         // SAFETY: freshly allocated arena bytes, inside the region (allocate checked).
         unsafe { std::ptr::copy_nonoverlapping(spec.bytecode.as_ptr(), self.shared.base.add(insns as usize), spec.bytecode.len()) };
         let mut entry = ProgEntry {
@@ -558,7 +548,7 @@ impl Region {
     pub fn program_bytecode(&self, id: u32) -> Result<Vec<u8>, Error> {
         let count = self.header().prog_count.load(Ordering::Acquire).min(self.header().prog_capacity);
         if id == 0 || id > count {
-            return Err(Error(format!("no program with id {id} (the region has {count})")));
+            return Err(Error::not_found(format!("no program with id {id} (the region has {count})")));
         }
         // SAFETY: published entry.
         let e = unsafe { &*self.prog_entry_ptr(id - 1) };

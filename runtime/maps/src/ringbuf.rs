@@ -17,9 +17,9 @@
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::layout::*;
 use crate::error::Error;
 use crate::futex;
+use crate::layout::*;
 use crate::region::Shared;
 use crate::Errno;
 
@@ -63,11 +63,19 @@ impl RingBuf {
     /// Maps the ring whose control page, consumer page, producer page and data start at the
     /// given region offsets (validated by the caller).
     pub(crate) fn map(shared: &Shared, control: u64, consumer: u64, producer: u64, data: u64, size: u64) -> Result<RingBuf, Error> {
-        let fail = |what: &str| Error(format!("cannot map the ring buffer's data twice ({what}): {}", std::io::Error::last_os_error()));
+        let fail =
+            |what: &str| Error::io(format_args!("cannot map the ring buffer's data twice ({what})"), std::io::Error::last_os_error());
         let len = 2 * size as usize;
         // SAFETY: reserve address space, then map the data file range into both halves.
         unsafe {
-            let base = libc::mmap(std::ptr::null_mut(), len, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0);
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            );
             if base == libc::MAP_FAILED {
                 return Err(fail("reserve"));
             }
@@ -79,7 +87,8 @@ impl RingBuf {
             for half in 0..2 {
                 let at = (base as *mut u8).add(half * size as usize);
                 let flags = libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_POPULATE;
-                let mapped = libc::mmap(at.cast(), size as usize, libc::PROT_READ | libc::PROT_WRITE, flags, shared.raw_fd(), data as libc::off_t);
+                let mapped =
+                    libc::mmap(at.cast(), size as usize, libc::PROT_READ | libc::PROT_WRITE, flags, shared.raw_fd(), data as libc::off_t);
                 if mapped == libc::MAP_FAILED {
                     libc::munmap(base, len);
                     return Err(fail("map"));

@@ -1,11 +1,13 @@
 //! Map semantics (the kernel's error codes), region lifecycle, and the ring buffer's record layout.
 
 use std::os::unix::fs::PermissionsExt;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use uebpf_maps::def::*;
 use uebpf_maps::layout::{RINGBUF_BUSY_BIT, RINGBUF_DISCARD_BIT};
 use uebpf_maps::ringbuf::*;
-use uebpf_maps::{region_path, MapDef, Region, RegionSpec};
+use uebpf_maps::{region_path, ErrorKind, MapDef, Region, RegionSpec};
 
 fn def(map_type: u32, key_size: u32, value_size: u32, max_entries: u32) -> MapDef {
     MapDef { map_type, key_size, value_size, max_entries, map_flags: 0 }
@@ -17,6 +19,42 @@ fn anonymous() -> Region {
 
 fn unique_name(test: &str) -> String {
     format!("test-{test}-{}", std::process::id())
+}
+
+/// How long the waiters below may sleep: a wait that lasts this long was not woken.
+const WAIT_LIMIT: Duration = Duration::from_secs(10);
+
+/// Runs `wait` (a futex wait of at most WAIT_LIMIT) on a thread of its own and returns once
+/// that thread sleeps in it, so that what the caller does next happens to a blocked waiter. The
+/// thread gives back what `wait` returned and how long it slept.
+fn blocked_waiter<T: Send + 'static>(wait: impl FnOnce() -> T + Send + 'static) -> JoinHandle<(T, Duration)> {
+    let (tid_sender, tid) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        tid_sender.send(unsafe { libc::gettid() }).unwrap();
+        let started = Instant::now();
+        (wait(), started.elapsed())
+    });
+    until_in_shared_futex_wait(tid.recv().unwrap());
+    waiter
+}
+
+/// Returns once thread `tid` of this process sleeps in FUTEX_WAIT on a shared word (the region's
+/// futexes; glibc's own locks wait with FUTEX_PRIVATE_FLAG). The kernel shows a blocked thread's
+/// system call in /proc/self/task/TID/syscall: "202 0xADDRESS 0xOP ...", 202 being futex(2) on
+/// x86-64; a thread not blocked in one shows "running" or another number.
+fn until_in_shared_futex_wait(tid: libc::pid_t) {
+    let path = format!("/proc/self/task/{tid}/syscall");
+    let started = Instant::now();
+    loop {
+        let syscall = std::fs::read_to_string(&path).unwrap();
+        let fields: Vec<&str> = syscall.split_whitespace().collect();
+        if fields.get(..3).is_some_and(|f| f[0] == "202" && f[2] == "0x0") {
+            return;
+        }
+        assert!(started.elapsed() < WAIT_LIMIT, "thread {tid} never slept in FUTEX_WAIT ({})", syscall.trim());
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 #[test]
@@ -36,12 +74,14 @@ fn named_region_is_private_shared_and_removed_by_its_creator() {
         let mut value = [0u8; 8];
         other.map(id).unwrap().lookup(&1u32.to_ne_bytes(), &mut value).unwrap();
         assert_eq!(u64::from_ne_bytes(value), 7);
-        assert!(Region::create(&name, RegionSpec::with_arena(4096)).unwrap_err().0.contains("File exists"));
+        let exists = Region::create(&name, RegionSpec::with_arena(4096)).unwrap_err();
+        assert!(exists.to_string().contains("File exists") && exists.kind() == ErrorKind::AlreadyExists, "{exists:?}");
         drop(other);
         assert!(path.exists(), "an opener must not remove the region");
     }
     assert!(!path.exists(), "the creator removes the region");
-    assert!(Region::open(&name).unwrap_err().0.contains("No such file"));
+    let missing = Region::open(&name).unwrap_err();
+    assert!(missing.to_string().contains("No such file") && missing.kind() == ErrorKind::NotFound, "{missing:?}");
 }
 
 /// Only a region of this process's own uid, mode 0600, with one name and no symbolic link on
@@ -51,7 +91,11 @@ fn regions_another_user_could_control_are_refused() {
     let name = unique_name("trust");
     let path = region_path(&name);
     let region = Region::create(&name, RegionSpec::with_arena(4096)).unwrap();
-    let refused = |name: &str| Region::open(name).unwrap_err().0;
+    let refused = |name: &str| {
+        let err = Region::open(name).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Refused, "{err}");
+        err.to_string()
+    };
 
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     assert!(refused(&name).contains("mode 0644"), "{}", refused(&name));
@@ -100,12 +144,17 @@ fn trust_rules_for_a_region_file() {
 
 #[test]
 fn bad_names_and_full_regions_are_clear_errors() {
-    assert!(Region::create("../etc/x", RegionSpec::with_arena(4096)).unwrap_err().0.contains("invalid region name"));
+    let err = Region::create("../etc/x", RegionSpec::with_arena(4096)).unwrap_err();
+    assert!(err.to_string().contains("invalid region name") && err.kind() == ErrorKind::Invalid, "{err:?}");
     let region = Region::create_anonymous(RegionSpec::with_arena(4096)).unwrap();
-    let err = region.create_map("big", &def(BPF_MAP_TYPE_ARRAY, 4, 4096, 4), None).unwrap_err().0;
-    assert!(err.contains("map `big`: region full"), "{err}");
-    let err = region.create_map("lru", &def(9, 4, 8, 4), None).unwrap_err().0;
-    assert!(err.contains("lru_hash (9) is not supported"), "{err}");
+    let err = region.create_map("big", &def(BPF_MAP_TYPE_ARRAY, 4, 4096, 4), None).unwrap_err();
+    assert!(err.to_string().contains("map `big`: region full") && err.kind() == ErrorKind::RegionFull, "{err:?}");
+    let err = region.create_map("lru", &def(9, 4, 8, 4), None).unwrap_err();
+    assert!(err.to_string().contains("lru_hash (9) is not supported") && err.kind() == ErrorKind::Invalid, "{err:?}");
+    let one_map = Region::create_anonymous(RegionSpec { map_capacity: 1, ..RegionSpec::with_arena(1 << 16) }).unwrap();
+    one_map.create_map("first", &def(BPF_MAP_TYPE_ARRAY, 4, 8, 1), None).unwrap();
+    let err = one_map.create_map("second", &def(BPF_MAP_TYPE_ARRAY, 4, 8, 1), None).unwrap_err();
+    assert_eq!((err.to_string().as_str(), err.kind()), ("map `second`: the region's map table is full (1 maps)", ErrorKind::TableFull));
 }
 
 #[test]
@@ -288,11 +337,32 @@ fn a_libbpf_style_consumer_reads_the_ring_from_the_region_file() {
     let page = 4096usize;
     // SAFETY: fresh shared mappings of the region file at page-aligned offsets.
     let (consumer, producer) = unsafe {
-        let consumer = libc::mmap(std::ptr::null_mut(), page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, region.fd(), info.ringbuf_consumer_offset() as i64);
-        let producer = libc::mmap(std::ptr::null_mut(), page + 2 * size, libc::PROT_READ, libc::MAP_SHARED, region.fd(), info.ringbuf_producer_offset() as i64);
+        let consumer = libc::mmap(
+            std::ptr::null_mut(),
+            page,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            region.fd(),
+            info.ringbuf_consumer_offset() as i64,
+        );
+        let producer = libc::mmap(
+            std::ptr::null_mut(),
+            page + 2 * size,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            region.fd(),
+            info.ringbuf_producer_offset() as i64,
+        );
         assert!(consumer != libc::MAP_FAILED && producer != libc::MAP_FAILED);
         // The kernel maps the data twice; from a file that is a second mapping right after.
-        let again = libc::mmap((producer as *mut u8).add(page + size).cast(), size, libc::PROT_READ, libc::MAP_SHARED | libc::MAP_FIXED, region.fd(), info.values_offset() as i64);
+        let again = libc::mmap(
+            (producer as *mut u8).add(page + size).cast(),
+            size,
+            libc::PROT_READ,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            region.fd(),
+            info.values_offset() as i64,
+        );
         assert!(again != libc::MAP_FAILED);
         (consumer as *mut u64, producer as *const u8)
     };
@@ -311,7 +381,7 @@ fn a_libbpf_style_consumer_reads_the_ring_from_the_region_file() {
                 let len = std::ptr::read_volatile(header as *const u32);
                 assert_eq!(len & (RINGBUF_BUSY_BIT | RINGBUF_DISCARD_BIT), 0);
                 consumed.push(std::slice::from_raw_parts(header.add(8), len as usize).to_vec());
-                cons += ((len as u64 + 8) + 7) / 8 * 8;
+                cons += (len as u64 + 8).next_multiple_of(8);
                 std::ptr::write_volatile(consumer, cons);
             }
         }
@@ -326,7 +396,6 @@ fn a_libbpf_style_consumer_reads_the_ring_from_the_region_file() {
 
 #[test]
 fn attach_table_is_shared_append_only_and_signals_changes() {
-    use std::time::Duration;
     use uebpf_maps::{AttachKind, AttachSpec, AttachState};
     let name = unique_name("attach");
     let server = Region::create(&name, RegionSpec::with_arena(4096)).unwrap();
@@ -345,11 +414,12 @@ fn attach_table_is_shared_append_only_and_signals_changes() {
         ino: 2,
         state: AttachState::Disabled,
     };
-    // A waiter in another thread (as an agent would) notices the attach.
-    let waiter = std::thread::spawn(move || agent.wait_attach_change(seen, Duration::from_secs(10)));
-    std::thread::sleep(Duration::from_millis(50));
+    // A waiter asleep in another thread (as an agent would be) is woken by the attach.
+    let waiter = blocked_waiter(move || agent.wait_attach_change(seen, WAIT_LIMIT));
     let id = server.add_attachment(&spec).unwrap();
-    assert_ne!(waiter.join().unwrap(), seen, "the waiter saw the new generation");
+    let (generation, waited) = waiter.join().unwrap();
+    assert_ne!(generation, seen, "the waiter saw the new generation");
+    assert!(waited < WAIT_LIMIT, "woken by the attach, not by its timeout ({waited:?})");
     let agent = Region::open(&name).unwrap();
     let found = agent.attachments();
     assert_eq!(found.len(), 1);
@@ -358,16 +428,20 @@ fn attach_table_is_shared_append_only_and_signals_changes() {
     assert_eq!(agent.attachments()[0].spec.state, AttachState::Enabled);
     assert_eq!(agent.attachments()[0].changed_at, agent.attach_generation());
     server.set_attachment_state(id, AttachState::Detached).unwrap();
-    let err = server.set_attachment_state(id, AttachState::Enabled).unwrap_err().0;
+    let err = server.set_attachment_state(id, AttachState::Enabled).unwrap_err().to_string();
     assert!(err.contains("detached"), "{err}");
-    let tp = AttachSpec { kind: AttachKind::SyscallTracepoint, target: "raw_syscalls/sys_enter".into(), state: AttachState::Enabled, ..spec.clone() };
+    let tp = AttachSpec {
+        kind: AttachKind::SyscallTracepoint,
+        target: "raw_syscalls/sys_enter".into(),
+        state: AttachState::Enabled,
+        ..spec.clone()
+    };
     assert_eq!(server.add_attachment(&tp).unwrap(), id + 1, "ids are never reused");
-    assert!(server.add_attachment(&AttachSpec { target: "x".repeat(300), ..spec }).unwrap_err().0.contains("1 to 255 bytes"));
+    assert!(server.add_attachment(&AttachSpec { target: "x".repeat(300), ..spec }).unwrap_err().to_string().contains("1 to 255 bytes"));
 }
 
 #[test]
 fn agent_slots_report_passes_and_wake_waiters() {
-    use std::time::Duration;
     use uebpf_maps::{generation_reached, AgentReport};
     let name = unique_name("agents");
     let server = Region::create(&name, RegionSpec::with_arena(4096)).unwrap();
@@ -380,11 +454,12 @@ fn agent_slots_report_passes_and_wake_waiters() {
     assert!(!generation_reached(claimed.report.applied, server.attach_generation()), "nothing counts as applied before a pass");
     // A waiter (as `uebpf wait-applied`) sleeps on the agent generation and sees the report.
     let seen = server.agent_generation();
-    let waiter = std::thread::spawn(move || server.wait_agent_change(seen, Duration::from_secs(10)));
-    std::thread::sleep(Duration::from_millis(50));
+    let waiter = blocked_waiter(move || server.wait_agent_change(seen, WAIT_LIMIT));
     let report = AgentReport { applied: agent.attach_generation(), hooks: 2, failed: 1, unsupported: 0, message: "é".repeat(200) };
     agent.report_agent(slot, me, &report).unwrap();
-    assert_ne!(waiter.join().unwrap(), seen, "the waiter was woken");
+    let (generation, waited) = waiter.join().unwrap();
+    assert_ne!(generation, seen, "the waiter saw the new generation");
+    assert!(waited < WAIT_LIMIT, "woken by the report, not by its timeout ({waited:?})");
     let status = agent.agent(me).unwrap();
     assert_eq!(status.passes, 1);
     assert!(generation_reached(status.report.applied, agent.attach_generation()));

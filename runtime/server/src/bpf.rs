@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use uebpf::user;
-use uebpf_maps::{MapDef, MapKind, ProgramKind, ProgramSpec};
+use uebpf_maps::{ErrorKind, MapDef, MapKind, ProgramKind, ProgramSpec};
 use uebpf_vm::insn::{decode_all, OP_LDDW};
 use uebpf_vm::Program;
 
@@ -207,7 +207,13 @@ fn subject_fd(cmd: c_long, attr: &[u8]) -> Option<c_int> {
         BPF_OBJ_PIN => u32_at(attr, 8),
         BPF_PROG_ATTACH | BPF_PROG_DETACH => u32_at(attr, 4),
         BPF_RAW_TRACEPOINT_OPEN => u32_at(attr, 8),
-        BPF_PROG_TEST_RUN | BPF_OBJ_GET_INFO_BY_FD | BPF_PROG_QUERY | BPF_LINK_CREATE | BPF_LINK_UPDATE | BPF_LINK_DETACH | BPF_PROG_BIND_MAP => u32_at(attr, 0),
+        BPF_PROG_TEST_RUN
+        | BPF_OBJ_GET_INFO_BY_FD
+        | BPF_PROG_QUERY
+        | BPF_LINK_CREATE
+        | BPF_LINK_UPDATE
+        | BPF_LINK_DETACH
+        | BPF_PROG_BIND_MAP => u32_at(attr, 0),
         _ => return None,
     } as c_int)
 }
@@ -258,7 +264,13 @@ fn on_object(cmd: c_long, buf: &[u8], attr: u64, object: &Object) -> Result<c_in
 }
 
 fn map_create(a: &[u8]) -> Result<c_int, c_int> {
-    let def = MapDef { map_type: u32_at(a, 0), key_size: u32_at(a, 4), value_size: u32_at(a, 8), max_entries: u32_at(a, 12), map_flags: u32_at(a, 16) };
+    let def = MapDef {
+        map_type: u32_at(a, 0),
+        key_size: u32_at(a, 4),
+        value_size: u32_at(a, 8),
+        max_entries: u32_at(a, 12),
+        map_flags: u32_at(a, 16),
+    };
     let name = name_at(a, 28)?;
     if u32_at(a, 20) != 0 || u32_at(a, 44) != 0 {
         eprintln!("uebpf: map `{name}`: map-in-map and device offload are not supported by uebpf");
@@ -280,14 +292,14 @@ fn map_create(a: &[u8]) -> Result<c_int, c_int> {
     }
     let region = region()?;
     let id = region.create_map(&name, &def, None).map_err(|e| {
-        if e.0.contains("region full") {
-            eprintln!("uebpf: {} (the server's region: set {})", e.0, crate::lifetime::SIZE_ENV);
+        if e.kind() == ErrorKind::RegionFull {
+            eprintln!("uebpf: {e} (the server's region: set {})", crate::lifetime::SIZE_ENV);
             libc::ENOMEM
         } else {
-            eprintln!("uebpf: {}", e.0);
+            eprintln!("uebpf: {e}");
             if def.exceeds_limits(uebpf_maps::current::possible_cpus()) {
                 libc::E2BIG // as the kernel answers sizes above its limits
-            } else if e.0.contains("full") {
+            } else if e.kind() == ErrorKind::TableFull {
                 libc::ENOSPC
             } else {
                 libc::EINVAL
@@ -295,7 +307,7 @@ fn map_create(a: &[u8]) -> Result<c_int, c_int> {
         }
     })?;
     let map = Arc::new(region.map(id).map_err(|e| {
-        eprintln!("uebpf: {}", e.0);
+        eprintln!("uebpf: {e}");
         libc::ENOMEM
     })?);
     let fd = new_fd()?;
@@ -434,9 +446,9 @@ fn prog_load(a: &[u8], attr: u64, attr_size: u32) -> Result<c_int, c_int> {
     // uebpf's load-time checks: helpers it provides, then the VM's checks with the region's maps.
     let checked = relocate(&mut bytecode)
         .map_err(|why| (libc::EINVAL, format!("program `{label}`: {why}")))
-        .and_then(|()| uebpf::check_program(&label, &bytecode).map_err(|e| (libc::EACCES, e.0)))
+        .and_then(|()| uebpf::check_program(&label, &bytecode).map_err(|e| (libc::EACCES, e.to_string())))
         .and_then(|()| {
-            let instance = uebpf::Instance::new(region).map_err(|e| (libc::EACCES, e.0))?;
+            let instance = uebpf::Instance::new(region).map_err(|e| (libc::EACCES, e.to_string()))?;
             Program::load(&bytecode, instance.environment()).map(drop).map_err(|e| (libc::EACCES, format!("program `{label}`: {e}")))
         });
     let (true_size, logged) = log.finish(checked.as_ref().err().map(|(_, why)| why.as_str()));
@@ -456,7 +468,7 @@ fn prog_load(a: &[u8], attr: u64, attr_size: u32) -> Result<c_int, c_int> {
     let id = match region.add_program(&spec) {
         Ok(id) => id,
         Err(e) => {
-            eprintln!("uebpf: program `{label}`: {}", e.0);
+            eprintln!("uebpf: program `{label}`: {e}");
             return Err(libc::ENOMEM);
         }
     };
@@ -480,7 +492,7 @@ fn btf_load(a: &[u8], attr: u64, attr_size: u32) -> Result<c_int, c_int> {
     log.check()?;
     let data = user::read(data, size as usize)?;
     let parsed = uebpf::check_btf(&data);
-    let (true_size, logged) = log.finish(parsed.as_ref().err().map(|e| e.0.as_str()));
+    let (true_size, logged) = log.finish(parsed.as_ref().err().map(|e| e.to_string()).as_deref());
     logged?;
     if attr_size as usize >= 32 {
         user::write(attr + 28, &true_size.to_ne_bytes())?;

@@ -213,6 +213,25 @@ mod tests {
         wait(member, &mut event, 1, timeout).map(|n| (n, if n > 0 { event.u64 } else { 0 }))
     }
 
+    /// Returns once thread `tid` of this process sleeps in FUTEX_WAIT on a shared word (the
+    /// ring's; glibc's own locks wait with FUTEX_PRIVATE_FLAG), so that what the caller does next
+    /// happens to a blocked waiter. The kernel shows a blocked thread's system call in
+    /// /proc/self/task/TID/syscall: "202 0xADDRESS 0xOP ...", 202 being futex(2) on x86-64; a
+    /// thread not blocked in one (still spinning for a record, say) shows "running" or another.
+    fn until_in_shared_futex_wait(tid: libc::pid_t) {
+        let path = format!("/proc/self/task/{tid}/syscall");
+        let started = Instant::now();
+        loop {
+            let syscall = std::fs::read_to_string(&path).unwrap();
+            let fields: Vec<&str> = syscall.split_whitespace().collect();
+            if fields.get(..3).is_some_and(|f| f[0] == "202" && f[2] == "0x0") {
+                return;
+            }
+            assert!(started.elapsed() < Duration::from_secs(10), "thread {tid} never slept in FUTEX_WAIT ({})", syscall.trim());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     #[test]
     fn only_an_instance_of_exactly_one_plain_ring_waits_on_the_futex() {
         let (ring, _map) = ring_object();
@@ -248,11 +267,14 @@ mod tests {
         let record = ring.reserve(8);
         assert_eq!(poll(&member, 0), Ok((0, 0)), "a record being written is not readable yet");
         let seen = ring.wakeup_seq();
+        // SAFETY: gettid has no preconditions.
+        let consumer = unsafe { libc::gettid() };
         let submitter = std::thread::spawn({
             let map = Arc::clone(&map);
             let record = record as usize;
             move || {
-                std::thread::sleep(Duration::from_millis(50));
+                // The submit must find the consumer asleep: the path under test.
+                until_in_shared_futex_wait(consumer);
                 map.ringbuf().unwrap().commit(record as *mut u8, 0, false);
             }
         });
@@ -283,12 +305,13 @@ mod tests {
         }
         let (sender, receiver) = std::sync::mpsc::channel();
         let waiter = std::thread::spawn(move || {
-            // SAFETY: pthread_self has no preconditions.
-            sender.send(unsafe { libc::pthread_self() } as usize).unwrap();
+            // SAFETY: pthread_self and gettid have no preconditions.
+            sender.send(unsafe { (libc::pthread_self() as usize, libc::gettid()) }).unwrap();
             poll(&member, -1)
         });
-        let thread = receiver.recv().unwrap();
-        std::thread::sleep(Duration::from_millis(100));
+        let (thread, tid) = receiver.recv().unwrap();
+        // A signal before the wait would be handled and forgotten, and the wait never end.
+        until_in_shared_futex_wait(tid);
         // SAFETY: the waiter thread is alive until it returns, which needs this signal.
         unsafe { libc::pthread_kill(thread as libc::pthread_t, libc::SIGUSR2) };
         assert_eq!(waiter.join().unwrap(), Err(libc::EINTR));

@@ -118,7 +118,10 @@ pub extern "C" fn epoll_create1(flags: c_int) -> c_int {
 
 fn followed(epfd: c_int) -> c_int {
     if epfd >= 0 {
-        let _ = guarded(|| Ok(epoll::created(epfd)));
+        let _ = guarded(|| {
+            epoll::created(epfd);
+            Ok(())
+        });
     }
     epfd
 }
@@ -130,7 +133,10 @@ pub extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut libc:
     if result == 0 {
         // SAFETY: the kernel has just read it (ADD, MOD); DEL may pass null.
         let event = (!event.is_null()).then(|| unsafe { event.read() });
-        let _ = guarded(|| Ok(epoll::controlled(epfd, op, fd, event)));
+        let _ = guarded(|| {
+            epoll::controlled(epfd, op, fd, event);
+            Ok(())
+        });
     }
     result
 }
@@ -144,10 +150,13 @@ pub extern "C" fn epoll_wait(epfd: c_int, events: *mut libc::epoll_event, max: c
         return finish(guarded(|| epoll::wait(&member, events, max, timeout)));
     }
     let rings = crate::objects::rings();
-    let bridges: Vec<_> = rings.iter().filter_map(|object| match &**object {
-        Object::Map(map) => map.bridge.as_ref(),
-        _ => None,
-    }).collect();
+    let bridges: Vec<_> = rings
+        .iter()
+        .filter_map(|object| match &**object {
+            Object::Map(map) => map.bridge.as_ref(),
+            _ => None,
+        })
+        .collect();
     let _waiting: Vec<_> = bridges.iter().filter(|_| timeout != 0).map(|bridge| bridge.waiting()).collect();
     for bridge in &bridges {
         bridge.refresh();

@@ -11,7 +11,7 @@
 use std::ffi::{c_int, CString};
 use std::sync::OnceLock;
 
-use uebpf_maps::{region_path, Region, RegionSpec, DEFAULT_REGION, REGION_ENV};
+use uebpf_maps::{region_path, ErrorKind, Region, RegionSpec, DEFAULT_REGION, REGION_ENV};
 
 pub const SIZE_ENV: &str = "UEBPF_REGION_SIZE";
 const DEFAULT_SIZE: u64 = 256 << 20;
@@ -54,16 +54,26 @@ fn create() -> Result<Region, String> {
     };
     let spec = RegionSpec { arena_bytes, map_capacity: CAPACITY, prog_capacity: CAPACITY, attach_capacity: CAPACITY };
     let region = match Region::create(&name, spec) {
-        Err(e) if e.0.contains("File exists") && remove_if_orphaned(&name)? => Region::create(&name, spec),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists && remove_if_orphaned(&name)? => Region::create(&name, spec),
         other => other,
     }
-    .map_err(|e| format!("{} (set {REGION_ENV} to give each loader its own region)", e.0))?;
+    .map_err(|e| format!("{e} (set {REGION_ENV} to give each loader its own region)"))?;
     let path = CString::new(region_path(&name).into_os_string().into_encoded_bytes()).expect("region names hold no NUL");
     let _ = PATH.set(path);
     // SAFETY: registers plain functions; see their comments.
     unsafe {
         libc::atexit(remove_at_exit);
-        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGSEGV, libc::SIGBUS, libc::SIGABRT, libc::SIGFPE, libc::SIGILL] {
+        for signal in [
+            libc::SIGINT,
+            libc::SIGTERM,
+            libc::SIGHUP,
+            libc::SIGQUIT,
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGABRT,
+            libc::SIGFPE,
+            libc::SIGILL,
+        ] {
             remove_on_signal(signal);
         }
     }
@@ -72,14 +82,15 @@ fn create() -> Result<Region, String> {
 
 /// True (after removing it) if region `name` was left by a process that no longer exists.
 fn remove_if_orphaned(name: &str) -> Result<bool, String> {
-    let existing = Region::open(name).map_err(|e| e.0)?;
+    let existing = Region::open(name).map_err(|e| e.to_string())?;
     let owner = existing.creator_pid() as libc::pid_t;
     // SAFETY: signal 0 only checks that the process exists.
     let gone = unsafe { libc::kill(owner, 0) } == -1 && crate::objects::errno() == libc::ESRCH;
     if !gone {
         return Err(format!("region {} belongs to the running process {owner}", region_path(name).display()));
     }
-    std::fs::remove_file(region_path(name)).map_err(|e| format!("cannot remove the orphaned region {}: {e}", region_path(name).display()))?;
+    std::fs::remove_file(region_path(name))
+        .map_err(|e| format!("cannot remove the orphaned region {}: {e}", region_path(name).display()))?;
     Ok(true)
 }
 

@@ -13,9 +13,9 @@
 
 use std::ffi::{c_char, c_int, c_long, CStr, CString};
 
-use uebpf::user;
 use std::os::unix::fs::MetadataExt;
 use std::sync::{Mutex, OnceLock};
+use uebpf::user;
 
 use uebpf_maps::{kernel_tracepoint_id, AttachKind, AttachSpec, AttachState};
 
@@ -32,9 +32,20 @@ const BPF_PROG_TYPE_TRACEPOINT: u32 = 5;
 pub const TRACEPOINT_ID_BASE: u32 = 0x7ebf_0000;
 
 pub enum Probe {
-    Uprobe { retprobe: bool, path: String, dev: u64, ino: u64, offset: u64, ref_ctr_offset: u64, pid: i32 },
+    Uprobe {
+        retprobe: bool,
+        path: String,
+        dev: u64,
+        ino: u64,
+        offset: u64,
+        ref_ctr_offset: u64,
+        pid: i32,
+    },
     /// `id`: the id libbpf was given for `name` (uebpf's own).
-    Tracepoint { name: String, id: u32 },
+    Tracepoint {
+        name: String,
+        id: u32,
+    },
 }
 
 pub struct PerfEvent {
@@ -231,7 +242,7 @@ pub fn attach(event: &PerfEvent, prog: &ProgObject, cookie: u64, by_link: bool) 
     };
     let spec = AttachSpec { state: if state.enabled { AttachState::Enabled } else { AttachState::Disabled }, ..spec };
     let id = region()?.add_attachment(&spec).map_err(|e| {
-        eprintln!("uebpf: cannot attach program {}: {}", prog.name, e.0);
+        eprintln!("uebpf: cannot attach program {}: {e}", prog.name);
         libc::ENOSPC
     })?;
     state.attachment = Some(id);

@@ -162,7 +162,15 @@ fn refresh(fd: c_int, map: &Map) {
 }
 
 /// `mmap` of a map descriptor.
-pub fn mmap(object: &MapObject, region: &Region, addr: *mut c_void, len: usize, prot: c_int, flags: c_int, offset: i64) -> Result<*mut c_void, c_int> {
+pub fn mmap(
+    object: &MapObject,
+    region: &Region,
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    offset: i64,
+) -> Result<*mut c_void, c_int> {
     let page = PAGE_SIZE as u64;
     let info = object.map.info();
     if flags & libc::MAP_SHARED == 0 || offset < 0 || len == 0 {

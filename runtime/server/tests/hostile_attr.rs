@@ -165,7 +165,8 @@ impl Env {
         bpf_at(BPF_MAP_UPDATE_ELEM, update.ptr(), ATTR).expect("hash update");
         let insns = insns_ok();
         let prog = bpf_at(BPF_PROG_LOAD, Env::prog_attr(&insns, c"GPL".as_ptr() as u64).ptr(), ATTR).expect("program load") as u32;
-        let uprobe_type = std::fs::read_to_string("/sys/bus/event_source/devices/uprobe/type").ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0);
+        let uprobe_type =
+            std::fs::read_to_string("/sys/bus/event_source/devices/uprobe/type").ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0);
         Env { rw, hole: rw + PAGE as u64, unmapped, ro, none, array, hash, prog, uprobe_type }
     }
 
@@ -247,10 +248,16 @@ fn cases() -> Vec<Case> {
     c.push(case("map_create: max_entries 0", EINVAL, |_| bpf(BPF_MAP_CREATE, &array(8, 0))));
     c.push(case("map_create: unknown type", EINVAL, |_| bpf(BPF_MAP_CREATE, &array(8, 1).u32(0, 9999))));
     c.push(case("map_create: ring of 5000 bytes", EINVAL, |_| bpf(BPF_MAP_CREATE, &Attr::new().u32(0, 27).u32(12, 5000))));
-    c.push(case("map_create: hash value 1 GiB", E2BIG, |_| bpf(BPF_MAP_CREATE, &Attr::new().u32(0, 1).u32(4, 4).u32(8, 1 << 30).u32(12, 1))));
-    c.push(case("map_create: hash of 2^31 entries", E2BIG, |_| bpf(BPF_MAP_CREATE, &Attr::new().u32(0, 1).u32(4, 4).u32(8, 8).u32(12, 1 << 31))));
+    c.push(case("map_create: hash value 1 GiB", E2BIG, |_| {
+        bpf(BPF_MAP_CREATE, &Attr::new().u32(0, 1).u32(4, 4).u32(8, 1 << 30).u32(12, 1))
+    }));
+    c.push(case("map_create: hash of 2^31 entries", E2BIG, |_| {
+        bpf(BPF_MAP_CREATE, &Attr::new().u32(0, 1).u32(4, 4).u32(8, 8).u32(12, 1 << 31))
+    }));
     c.push(case("map_create: per-CPU value 64 KiB", E2BIG, |_| bpf(BPF_MAP_CREATE, &array(64 << 10, 1).u32(0, 6))));
-    c.push(case("map_create: BTF type ids with a bad btf_fd", libc::EBADF, |_| bpf(BPF_MAP_CREATE, &array(8, 1).u32(48, 999).u32(52, 1).u32(56, 2))));
+    c.push(case("map_create: BTF type ids with a bad btf_fd", libc::EBADF, |_| {
+        bpf(BPF_MAP_CREATE, &array(8, 1).u32(48, 999).u32(52, 1).u32(56, 2))
+    }));
     let big = "uebpf keeps maps in one shared file and refuses more than 2 GiB of storage per map (MAX_MAP_STORAGE) or values above 16 MiB; the kernel allocates them";
     for (name, attr) in [
         ("map_create: array value 1 GiB", array(1 << 30, 1)),
@@ -260,7 +267,10 @@ fn cases() -> Vec<Case> {
         c.push(Case { stricter: Some(big), ..case(name, E2BIG, move |_| bpf(BPF_MAP_CREATE, &attr)) });
     }
     let key = "uebpf keeps hash keys within MAX_BPF_STACK (512 bytes), as kernels before 6.x did; 6.18 accepts 1024";
-    c.push(Case { stricter: Some(key), ..case("map_create: hash key 1024 bytes", E2BIG, |_| bpf(BPF_MAP_CREATE, &Attr::new().u32(0, 1).u32(4, 1024).u32(8, 8).u32(12, 1))) });
+    c.push(Case {
+        stricter: Some(key),
+        ..case("map_create: hash key 1024 bytes", E2BIG, |_| bpf(BPF_MAP_CREATE, &Attr::new().u32(0, 1).u32(4, 1024).u32(8, 8).u32(12, 1)))
+    });
 
     // Map elements: keys and values copied in and out.
     c.push(case("lookup: key NULL", EFAULT, |e| e.elem(BPF_MAP_LOOKUP_ELEM, e.array, 0, e.buf(8), 0)));
@@ -309,30 +319,53 @@ fn cases() -> Vec<Case> {
     c.push(case("prog_load: insns NULL", EFAULT, with(insns_ok(), |a, _| a.u64(8, 0))));
     c.push(case("prog_load: insns unmapped", EFAULT, with(insns_ok(), |a, e| a.u64(8, e.unmapped))));
     c.push(case("prog_load: insns PROT_NONE", EFAULT, with(insns_ok(), |a, e| a.u64(8, e.none))));
-    c.push(case("prog_load: insns run into unmapped memory", EFAULT, with(insns_ok(), |a, e| {
-        put(e.hole - 8, &insns_ok()[..8]);
-        a.u64(8, e.hole - 8)
-    })));
+    c.push(case(
+        "prog_load: insns run into unmapped memory",
+        EFAULT,
+        with(insns_ok(), |a, e| {
+            put(e.hole - 8, &insns_ok()[..8]);
+            a.u64(8, e.hole - 8)
+        }),
+    ));
     c.push(case("prog_load: license NULL", EFAULT, with(insns_ok(), |a, _| a.u64(16, 0))));
     c.push(case("prog_load: license unmapped", EFAULT, with(insns_ok(), |a, e| a.u64(16, e.unmapped))));
-    c.push(case("prog_load: license runs into an inaccessible page", EFAULT, with(insns_ok(), |a, e| {
-        put(e.hole - 3, b"GPL");
-        a.u64(16, e.hole - 3)
-    })));
-    c.push(case("prog_load: license ends right before an inaccessible page", 0, with(insns_ok(), |a, e| {
-        put(e.hole - 4, b"GPL\0");
-        a.u64(16, e.hole - 4)
-    })));
+    c.push(case(
+        "prog_load: license runs into an inaccessible page",
+        EFAULT,
+        with(insns_ok(), |a, e| {
+            put(e.hole - 3, b"GPL");
+            a.u64(16, e.hole - 3)
+        }),
+    ));
+    c.push(case(
+        "prog_load: license ends right before an inaccessible page",
+        0,
+        with(insns_ok(), |a, e| {
+            put(e.hole - 4, b"GPL\0");
+            a.u64(16, e.hole - 4)
+        }),
+    ));
     c.push(case("prog_load: log buffer unmapped", EFAULT, with(insns_ok(), |a, e| a.u32(24, 1).u32(28, 4096).u64(32, e.unmapped))));
     c.push(case("prog_load: log buffer read-only", EFAULT, with(insns_ok(), |a, e| a.u32(24, 1).u32(28, 4096).u64(32, e.ro))));
-    c.push(case("prog_load: refused, log buffer unmapped", EFAULT, with(insns_bad(), |a, e| a.u32(24, 1).u32(28, 4096).u64(32, e.unmapped))));
+    c.push(case(
+        "prog_load: refused, log buffer unmapped",
+        EFAULT,
+        with(insns_bad(), |a, e| a.u32(24, 1).u32(28, 4096).u64(32, e.unmapped)),
+    ));
     c.push(case("prog_load: log buffer without a level", EINVAL, with(insns_bad(), |a, e| a.u32(28, 4096).u64(32, e.buf(4096)))));
     c.push(case("prog_load: log buffer with size 0", EINVAL, with(insns_bad(), |a, e| a.u32(24, 1).u64(32, e.buf(4096)))));
     c.push(case("prog_load: log size without a buffer", EINVAL, with(insns_bad(), |a, _| a.u32(24, 1).u32(28, 4096))));
-    c.push(case("prog_load: unknown log level bits", EINVAL, with(insns_bad(), |a, e| a.u32(24, 0x100).u32(28, 4096).u64(32, e.buf(4096)))));
+    c.push(case(
+        "prog_load: unknown log level bits",
+        EINVAL,
+        with(insns_bad(), |a, e| a.u32(24, 0x100).u32(28, 4096).u64(32, e.buf(4096))),
+    ));
     c.push(case("prog_load: log size 2^31", EINVAL, with(insns_bad(), |a, e| a.u32(24, 1).u32(28, 1 << 31).u64(32, e.buf(4096)))));
     c.push(case("prog_load: refused, log too small", libc::ENOSPC, with(insns_bad(), |a, e| a.u32(24, 1).u32(28, 16).u64(32, e.buf(16)))));
-    c.push(Case { verifier: true, ..case("prog_load: refused, log fine", libc::EACCES, with(insns_bad(), |a, e| a.u32(24, 1).u32(28, 4096).u64(32, e.buf(4096)))) });
+    c.push(Case {
+        verifier: true,
+        ..case("prog_load: refused, log fine", libc::EACCES, with(insns_bad(), |a, e| a.u32(24, 1).u32(28, 4096).u64(32, e.buf(4096))))
+    });
     c.push(case("prog_load: name with '-'", EINVAL, with(insns_ok(), |a, _| a.bytes(48, b"a-b"))));
     c.push(case("prog_load: unknown prog_flags bit", EINVAL, with(insns_ok(), |a, _| a.u32(44, 1 << 20))));
     c.push(case("prog_load: attr tail beyond the union nonzero", E2BIG, with(insns_ok(), |a, _| a.len(200).byte(180, 1))));
@@ -354,14 +387,22 @@ fn cases() -> Vec<Case> {
     c.push(case("btf_load: 17 MiB unmapped", E2BIG, btf(|a, e| a.u64(0, e.unmapped).u32(16, 17 << 20))));
     c.push(case("btf_load: 3 bytes", EINVAL, btf(|a, e| a.u64(0, e.buf(16)).u32(16, 3))));
     c.push(case("btf_load: 0 bytes", EINVAL, btf(|a, e| a.u64(0, e.buf(16)).u32(16, 0))));
-    c.push(case("btf_load: garbage, log unmapped", EFAULT, btf(|a, e| {
-        put(e.rw, &[0x41; 100]);
-        a.u64(0, e.rw).u32(16, 100).u64(8, e.unmapped).u32(20, 4096).u32(24, 1)
-    })));
-    c.push(case("btf_load: garbage, log fine", EINVAL, btf(|a, e| {
-        put(e.rw, &[0x41; 100]);
-        a.u64(0, e.rw).u32(16, 100).u64(8, e.buf(4096)).u32(20, 4096).u32(24, 1)
-    })));
+    c.push(case(
+        "btf_load: garbage, log unmapped",
+        EFAULT,
+        btf(|a, e| {
+            put(e.rw, &[0x41; 100]);
+            a.u64(0, e.rw).u32(16, 100).u64(8, e.unmapped).u32(20, 4096).u32(24, 1)
+        }),
+    ));
+    c.push(case(
+        "btf_load: garbage, log fine",
+        EINVAL,
+        btf(|a, e| {
+            put(e.rw, &[0x41; 100]);
+            a.u64(0, e.rw).u32(16, 100).u64(8, e.buf(4096)).u32(20, 4096).u32(24, 1)
+        }),
+    ));
     c.push(case("btf_load: byte after the last field", EINVAL, btf(|a, e| a.u64(0, e.buf(16)).u32(16, 16).byte(44, 1))));
 
     // BPF_OBJ_GET_INFO_BY_FD on a map.
@@ -370,11 +411,15 @@ fn cases() -> Vec<Case> {
     c.push(case("info: buffer unmapped", EFAULT, info(|a, e| a.u32(4, 88).u64(8, e.unmapped))));
     c.push(case("info: buffer read-only", EFAULT, info(|a, e| a.u32(4, 88).u64(8, e.ro))));
     c.push(case("info: info_len above a page", E2BIG, info(|a, e| a.u32(4, 8192).u64(8, e.buf(8192)))));
-    c.push(case("info: info_len 200, nonzero beyond the struct", E2BIG, info(|a, e| {
-        let b = e.buf(200);
-        put(b + 150, &[1]);
-        a.u32(4, 200).u64(8, b)
-    })));
+    c.push(case(
+        "info: info_len 200, nonzero beyond the struct",
+        E2BIG,
+        info(|a, e| {
+            let b = e.buf(200);
+            put(b + 150, &[1]);
+            a.u32(4, 200).u64(8, b)
+        }),
+    ));
     c.push(case("info: info_len 200, zero beyond the struct", 0, info(|a, e| a.u32(4, 200).u64(8, e.buf(200)))));
     c.push(case("info: byte after the last field", EINVAL, info(|a, e| a.u32(4, 88).u64(8, e.buf(88)).byte(20, 1))));
     c.push(case("info: read-only attr (info_len is written back)", EFAULT, |e| {
@@ -386,12 +431,20 @@ fn cases() -> Vec<Case> {
     }));
 
     // Links and map binding on a program.
-    c.push(case("link_create: perf event fd -1", libc::EBADF, |e| bpf(BPF_LINK_CREATE, &Attr::new().u32(0, e.prog).u32(4, u32::MAX).u32(8, BPF_PERF_EVENT))));
-    c.push(case("link_create: flags", EINVAL, |e| bpf(BPF_LINK_CREATE, &Attr::new().u32(0, e.prog).u32(4, u32::MAX).u32(8, BPF_PERF_EVENT).u32(12, 1))));
-    c.push(case("link_create: byte after the last field", EINVAL, |e| bpf(BPF_LINK_CREATE, &Attr::new().u32(0, e.prog).u32(4, u32::MAX).u32(8, BPF_PERF_EVENT).byte(64, 1))));
+    c.push(case("link_create: perf event fd -1", libc::EBADF, |e| {
+        bpf(BPF_LINK_CREATE, &Attr::new().u32(0, e.prog).u32(4, u32::MAX).u32(8, BPF_PERF_EVENT))
+    }));
+    c.push(case("link_create: flags", EINVAL, |e| {
+        bpf(BPF_LINK_CREATE, &Attr::new().u32(0, e.prog).u32(4, u32::MAX).u32(8, BPF_PERF_EVENT).u32(12, 1))
+    }));
+    c.push(case("link_create: byte after the last field", EINVAL, |e| {
+        bpf(BPF_LINK_CREATE, &Attr::new().u32(0, e.prog).u32(4, u32::MAX).u32(8, BPF_PERF_EVENT).byte(64, 1))
+    }));
     c.push(case("prog_bind_map: all good", 0, |e| bpf(BPF_PROG_BIND_MAP, &Attr::new().u32(0, e.prog).u32(4, e.array))));
     c.push(case("prog_bind_map: flags", EINVAL, |e| bpf(BPF_PROG_BIND_MAP, &Attr::new().u32(0, e.prog).u32(4, e.array).u32(8, 1))));
-    c.push(case("prog_bind_map: byte after the last field", EINVAL, |e| bpf(BPF_PROG_BIND_MAP, &Attr::new().u32(0, e.prog).u32(4, e.array).byte(16, 1))));
+    c.push(case("prog_bind_map: byte after the last field", EINVAL, |e| {
+        bpf(BPF_PROG_BIND_MAP, &Attr::new().u32(0, e.prog).u32(4, e.array).byte(16, 1))
+    }));
 
     // perf_event_open of the uprobe PMU: the path pointer.
     c.push(case("perf uprobe: path NULL", EINVAL, |e| e.perf_uprobe(0, 0)));

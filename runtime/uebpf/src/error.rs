@@ -1,6 +1,6 @@
-//! The runtime's error is uebpf-maps' (one message that says what failed and why).
+//! The runtime's error is uebpf-maps' (one message that says what failed and why, and its kind).
 
-pub use uebpf_maps::Error;
+pub use uebpf_maps::{Error, ErrorKind};
 
 /// An error and its sources, joined with ": " (aya-obj's errors keep the detail in the sources).
 pub(crate) fn chain(error: &dyn std::error::Error) -> String {

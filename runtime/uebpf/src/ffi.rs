@@ -23,7 +23,7 @@ fn set_error(message: &str) {
 
 /// Stores the error and returns `fallback`.
 fn fail<T>(error: Error, fallback: T) -> T {
-    set_error(&error.0);
+    set_error(&error.to_string());
     fallback
 }
 
@@ -31,9 +31,9 @@ fn fail<T>(error: Error, fallback: T) -> T {
 /// `text` is null or a NUL-terminated string.
 unsafe fn str_arg<'a>(text: *const c_char, what: &str) -> Result<&'a str, Error> {
     if text.is_null() {
-        return Err(Error(format!("{what} is NULL")));
+        return Err(Error::invalid(format!("{what} is NULL")));
     }
-    CStr::from_ptr(text).to_str().map_err(|_| Error(format!("{what} is not UTF-8")))
+    CStr::from_ptr(text).to_str().map_err(|_| Error::invalid(format!("{what} is not UTF-8")))
 }
 
 /// The message of this thread's last failure ("" if none).
@@ -67,9 +67,9 @@ pub unsafe extern "C" fn uebpf_object_close(object: *mut Object) {
 /// `object` live; `name` NUL-terminated; `value` readable for `size` bytes.
 #[no_mangle]
 pub unsafe extern "C" fn uebpf_object_set_global(object: *mut Object, name: *const c_char, value: *const c_void, size: usize) -> c_int {
-    let Some(object) = object.as_mut() else { return fail(Error("object is NULL".into()), -1) };
+    let Some(object) = object.as_mut() else { return fail(Error::invalid("object is NULL"), -1) };
     if value.is_null() {
-        return fail(Error("value is NULL".into()), -1);
+        return fail(Error::invalid("value is NULL"), -1);
     }
     let value = std::slice::from_raw_parts(value.cast::<u8>(), size);
     match str_arg(name, "name").and_then(|name| object.set_global(name, value)) {
@@ -82,7 +82,7 @@ pub unsafe extern "C" fn uebpf_object_set_global(object: *mut Object, name: *con
 /// `object` live; `map` NUL-terminated.
 #[no_mangle]
 pub unsafe extern "C" fn uebpf_object_set_max_entries(object: *mut Object, map: *const c_char, max_entries: u32) -> c_int {
-    let Some(object) = object.as_mut() else { return fail(Error("object is NULL".into()), -1) };
+    let Some(object) = object.as_mut() else { return fail(Error::invalid("object is NULL"), -1) };
     match str_arg(map, "map").and_then(|map| object.set_max_entries(map, max_entries)) {
         Ok(()) => 0,
         Err(e) => fail(e, -1),
@@ -97,7 +97,7 @@ pub unsafe extern "C" fn uebpf_object_set_max_entries(object: *mut Object, map: 
 #[no_mangle]
 pub unsafe extern "C" fn uebpf_object_load(object: *mut Object, region_name: *const c_char) -> *mut Instance {
     if object.is_null() {
-        return fail(Error("object is NULL".into()), std::ptr::null_mut());
+        return fail(Error::invalid("object is NULL"), std::ptr::null_mut());
     }
     let object = *Box::from_raw(object);
     let loaded = crate::panics::catch("loading the object", || {
@@ -163,11 +163,11 @@ pub unsafe extern "C" fn uebpf_program_count(instance: *const Instance) -> usize
 #[no_mangle]
 pub unsafe extern "C" fn uebpf_program_info(instance: *const Instance, index: usize, info: *mut ProgramInfoC) -> c_int {
     let (Some(instance), Some(info)) = (instance.as_ref(), info.as_mut()) else {
-        return fail(Error("instance or info is NULL".into()), -1);
+        return fail(Error::invalid("instance or info is NULL"), -1);
     };
     let programs = instance.programs();
     let Some(program) = programs.get(index) else {
-        return fail(Error(format!("no program at index {index} (there are {})", programs.len())), -1);
+        return fail(Error::not_found(format!("no program at index {index} (there are {})", programs.len())), -1);
     };
     info.id = program.id;
     info.kind = program.kind as u32;
@@ -182,11 +182,11 @@ pub unsafe extern "C" fn uebpf_program_info(instance: *const Instance, index: us
 /// `instance` live; `name` NUL-terminated.
 #[no_mangle]
 pub unsafe extern "C" fn uebpf_program_load(instance: *const Instance, name: *const c_char, engine: c_int) -> *mut LoadedProgram {
-    let Some(instance) = instance.as_ref() else { return fail(Error("instance is NULL".into()), std::ptr::null_mut()) };
+    let Some(instance) = instance.as_ref() else { return fail(Error::invalid("instance is NULL"), std::ptr::null_mut()) };
     let engine = match engine {
         0 => Engine::Interpreter,
         1 => Engine::Jit,
-        other => return fail(Error(format!("unknown engine {other} (0 interpreter, 1 JIT)")), std::ptr::null_mut()),
+        other => return fail(Error::invalid(format!("unknown engine {other} (0 interpreter, 1 JIT)")), std::ptr::null_mut()),
     };
     match str_arg(name, "program name").and_then(|name| instance.program(name, engine)) {
         Ok(program) => Box::into_raw(Box::new(program)),
@@ -210,7 +210,7 @@ pub unsafe extern "C" fn uebpf_program_free(program: *mut LoadedProgram) {
 #[no_mangle]
 pub unsafe extern "C" fn uebpf_program_run(program: *const LoadedProgram, ctx: *mut c_void, ctx_len: usize, result: *mut u64) -> c_int {
     let (Some(program), false) = (program.as_ref(), result.is_null()) else {
-        return fail(Error("program or result is NULL".into()), -1);
+        return fail(Error::invalid("program or result is NULL"), -1);
     };
     match program.run_raw(ctx.cast(), ctx_len) {
         Ok(r0) => {
@@ -236,7 +236,7 @@ pub unsafe extern "C" fn uebpf_program_jit_function(program: *const LoadedProgra
 /// `instance` live; `name` NUL-terminated.
 #[no_mangle]
 pub unsafe extern "C" fn uebpf_map_find(instance: *const Instance, name: *const c_char) -> *const Map {
-    let Some(instance) = instance.as_ref() else { return fail(Error("instance is NULL".into()), std::ptr::null()) };
+    let Some(instance) = instance.as_ref() else { return fail(Error::invalid("instance is NULL"), std::ptr::null()) };
     match str_arg(name, "map name").and_then(|name| instance.map(name)) {
         Ok(map) => map,
         Err(e) => fail(e, std::ptr::null()),
@@ -258,7 +258,7 @@ pub unsafe extern "C" fn uebpf_map_count(instance: *const Instance) -> usize {
 pub unsafe extern "C" fn uebpf_map_at(instance: *const Instance, index: usize) -> *const Map {
     match instance.as_ref().and_then(|i| i.maps().nth(index)) {
         Some(map) => map,
-        None => fail(Error(format!("no map at index {index}")), std::ptr::null()),
+        None => fail(Error::not_found(format!("no map at index {index}")), std::ptr::null()),
     }
 }
 
@@ -286,7 +286,7 @@ pub struct MapInfoC {
 #[no_mangle]
 pub unsafe extern "C" fn uebpf_map_info(map: *const Map, info: *mut MapInfoC) -> c_int {
     let (Some(map), Some(info)) = (map.as_ref(), info.as_mut()) else {
-        return fail(Error("map or info is NULL".into()), -1);
+        return fail(Error::invalid("map or info is NULL"), -1);
     };
     let i = map.info();
     info.id = i.id;

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use uebpf_maps::{Map, RingBuf};
 
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 
 const CAPACITY: usize = 4096;
 const RING_CAPACITY: usize = 256;
@@ -42,7 +42,9 @@ fn claim(table: &[AtomicPtr<Map>], map: *mut Map) -> Option<usize> {
 pub(crate) fn register(map: Arc<Map>) -> Result<Registration, Error> {
     let _guard = ALLOCATION.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let pointer = Arc::as_ptr(&map) as *mut Map;
-    let full = |what: &str, capacity: usize| Error(format!("this process has {capacity} {what} registered, the most uebpf supports"));
+    let full = |what: &str, capacity: usize| {
+        Error::new(ErrorKind::TableFull, format!("this process has {capacity} {what} registered, the most uebpf supports"))
+    };
     let slot = claim(&SLOTS, pointer).ok_or_else(|| full("maps", CAPACITY))?;
     let ring_slot = match map.ringbuf() {
         None => None,

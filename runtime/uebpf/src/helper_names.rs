@@ -1,6 +1,8 @@
 //! Kernel helper names by id (the order of `__BPF_FUNC_MAPPER` in linux/bpf.h, from
 //! linux-libc-dev 6.1), so that a program calling a helper uebpf lacks gets a message naming it.
 
+// A table of names wrapped by hand: rustfmt would put each on a line of its own.
+#[rustfmt::skip]
 pub(crate) const HELPER_NAMES: [&str; 210] = [
     "unspec", "map_lookup_elem", "map_update_elem", "map_delete_elem", "probe_read", "ktime_get_ns",
     "trace_printk", "get_prandom_u32", "get_smp_processor_id", "skb_store_bytes", "l3_csum_replace",

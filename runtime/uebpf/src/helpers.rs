@@ -7,7 +7,6 @@
 
 use std::cell::Cell;
 
-
 use uebpf_maps::{current, Map};
 use uebpf_vm::{Environment, HelperFn};
 
@@ -263,4 +262,3 @@ pub(crate) fn helper_name(id: u32) -> String {
 pub(crate) fn provided_names() -> String {
     HELPERS.iter().map(|&(id, _)| helper_name(id)).collect::<Vec<_>>().join(", ")
 }
-

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 
 use uebpf_maps::{current, Map, MapKind, ProgramInfo, Region};
-use uebpf_vm::{Environment, JitFunction, JitProgram, MapLookup, MapResolver, MemoryRegion, Program};
+use uebpf_vm::{Environment, JitError, JitFunction, JitProgram, MapLookup, MapResolver, MemoryRegion, Program};
 
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::handles::{register, Registration};
 use crate::helpers::{lookup_in_map, register_all};
 use crate::load::check_program;
@@ -63,10 +63,7 @@ fn specialised_lookup(map: &Map) -> Option<MapLookup> {
 
 impl MapResolver for Resolver {
     fn map_handle(&self, id: i32) -> Result<u64, String> {
-        usize::try_from(id - 1)
-            .ok()
-            .and_then(|i| self.handles.get(i).copied())
-            .ok_or_else(|| format!("no map with id {id} in the region"))
+        usize::try_from(id - 1).ok().and_then(|i| self.handles.get(i).copied()).ok_or_else(|| format!("no map with id {id} in the region"))
     }
 
     fn map_value_address(&self, id: i32, offset: u32) -> Result<u64, String> {
@@ -128,7 +125,7 @@ impl Instance {
     pub fn map(&self, name: &str) -> Result<&Map, Error> {
         self.maps().find(|m| m.name() == name).ok_or_else(|| {
             let names: Vec<&str> = self.maps().map(Map::name).collect();
-            Error(format!("no map `{name}` (the region has: {})", names.join(", ")))
+            Error::not_found(format!("no map `{name}` (the region has: {})", names.join(", ")))
         })
     }
 
@@ -138,7 +135,7 @@ impl Instance {
             .and_then(|id| id.checked_sub(1))
             .and_then(|i| self.inner.maps.get(i))
             .map(|m| &**m)
-            .ok_or_else(|| Error(format!("no map with id {id}")))
+            .ok_or_else(|| Error::not_found(format!("no map with id {id}")))
     }
 
     pub fn programs(&self) -> Vec<ProgramInfo> {
@@ -150,14 +147,18 @@ impl Instance {
         let programs = self.programs();
         let info = programs.iter().find(|p| p.name == name).cloned().ok_or_else(|| {
             let names: Vec<&str> = programs.iter().map(|p| p.name.as_str()).collect();
-            Error(format!("no program `{name}` (the region has: {})", names.join(", ")))
+            Error::not_found(format!("no program `{name}` (the region has: {})", names.join(", ")))
         })?;
         self.load_program(info, engine)
     }
 
     /// Loads program `id` (e.g. an attach table entry's `prog_id`) for `engine`.
     pub fn program_by_id(&self, id: u32, engine: Engine) -> Result<LoadedProgram, Error> {
-        let info = self.programs().into_iter().find(|p| p.id == id).ok_or_else(|| Error(format!("no program with id {id} in the region")))?;
+        let info = self
+            .programs()
+            .into_iter()
+            .find(|p| p.id == id)
+            .ok_or_else(|| Error::not_found(format!("no program with id {id} in the region")))?;
         self.load_program(info, engine)
     }
 
@@ -165,10 +166,14 @@ impl Instance {
         let name = info.name.as_str();
         let bytecode = self.inner.region.program_bytecode(info.id)?;
         check_program(name, &bytecode)?;
-        let program = Program::load(&bytecode, &self.inner.env).map_err(|e| Error(format!("program `{name}`: {e}")))?;
+        let program = Program::load(&bytecode, &self.inner.env).map_err(|e| Error::invalid(format!("program `{name}`: {e}")))?;
         let code = match engine {
             Engine::Interpreter => Code::Interpreter(program),
-            Engine::Jit => Code::Jit(JitProgram::compile(&program).map_err(|e| Error(format!("program `{name}`: {e}")))?),
+            Engine::Jit => Code::Jit(JitProgram::compile(&program).map_err(|e| {
+                // Executable memory the system would not map; otherwise code the JIT could not encode.
+                let kind = if matches!(e, JitError::Memory(_)) { ErrorKind::System } else { ErrorKind::Invalid };
+                Error::new(kind, format!("program `{name}`: {e}"))
+            })?),
         };
         Ok(LoadedProgram { info, code, budget: None, _instance: self.clone() })
     }
@@ -210,9 +215,9 @@ impl LoadedProgram {
     /// `ctx` valid for reads and writes of `len` bytes. A JIT-loaded program is trusted.
     pub unsafe fn run_raw(&self, ctx: *mut u8, len: usize) -> Result<u64, Error> {
         match &self.code {
-            Code::Interpreter(program) => {
-                program.interpret_raw(ctx, len, self.budget).map_err(|e| Error(format!("program `{}`: {e}", self.info.name)))
-            }
+            Code::Interpreter(program) => program
+                .interpret_raw(ctx, len, self.budget)
+                .map_err(|e| Error::new(ErrorKind::ProgramStopped, format!("program `{}`: {e}", self.info.name))),
             Code::Jit(jit) => Ok((jit.function())(ctx, len as u64)),
         }
     }

@@ -31,7 +31,7 @@ mod printk;
 mod probe;
 pub mod user;
 
-pub use error::Error;
+pub use error::{Error, ErrorKind};
 pub use helpers::write_stderr;
 pub use instance::{Engine, Instance, LoadedProgram};
 pub use load::{check_btf, check_program, Target, VMLINUX_BTF};

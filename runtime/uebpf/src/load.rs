@@ -8,11 +8,11 @@ use std::path::Path;
 use uebpf_maps::{Region, RegionSpec};
 use uebpf_vm::insn::{decode_all, CLASS_JMP, JMP_CALL};
 
-use crate::error::{chain, Error};
-use crate::panics;
+use crate::error::{chain, Error, ErrorKind};
 use crate::helpers::{helper_name, is_provided, provided_names};
 use crate::instance::Instance;
 use crate::object::{initial_data, map_def, Object};
+use crate::panics;
 
 /// The kernel BTF CO-RE relocations are resolved against.
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -32,19 +32,20 @@ pub enum Target<'a> {
 /// Rejects, with the program's name and a reason, bytecode that calls a helper uebpf does not
 /// provide or carries an unresolved CO-RE relocation.
 pub fn check_program(name: &str, bytecode: &[u8]) -> Result<(), Error> {
-    let insns = decode_all(bytecode).ok_or_else(|| Error(format!("program `{name}`: bytecode length {} is not a multiple of 8", bytecode.len())))?;
+    let insns = decode_all(bytecode)
+        .ok_or_else(|| Error::invalid(format!("program `{name}`: bytecode length {} is not a multiple of 8", bytecode.len())))?;
     for (index, insn) in insns.iter().enumerate() {
         if insn.opcode != CLASS_JMP | JMP_CALL || insn.src != 0 {
             continue;
         }
         if insn.imm == CORE_POISON {
-            return Err(Error(format!(
+            return Err(Error::invalid(format!(
                 "program `{name}`, instruction {index}: a CO-RE relocation found no matching field or type in the target BTF"
             )));
         }
         let id = insn.imm as u32;
         if !is_provided(id) {
-            return Err(Error(format!(
+            return Err(Error::invalid(format!(
                 "program `{name}` calls {} ({id}), which uebpf does not provide (it provides {})",
                 helper_name(id),
                 provided_names()
@@ -57,7 +58,7 @@ pub fn check_program(name: &str, bytecode: &[u8]) -> Result<(), Error> {
 /// Checks that `data` is BTF uebpf can read (what a `BPF_BTF_LOAD` of it may be answered with).
 pub fn check_btf(data: &[u8]) -> Result<(), Error> {
     panics::catch("parsing BTF (aya-obj)", || {
-        aya_obj::btf::Btf::parse(data, object::Endianness::default()).map(drop).map_err(|e| Error(format!("BTF: {}", chain(&e))))
+        aya_obj::btf::Btf::parse(data, object::Endianness::default()).map(drop).map_err(|e| Error::invalid(format!("BTF: {}", chain(&e))))
     })
 }
 
@@ -67,7 +68,7 @@ impl Object {
         let cpus = uebpf_maps::current::possible_cpus();
         let mut bytes = 0;
         for (name, map) in self.sorted_maps() {
-            bytes += map_def(map).storage_size(cpus).map_err(|e| Error(format!("map `{name}`: {e}")))?;
+            bytes += map_def(map).storage_size(cpus).map_err(|e| e.context(format_args!("map `{name}`")))?;
         }
         let page = uebpf_maps::layout::PAGE_SIZE as u64;
         let functions: u64 = self.obj.functions.values().map(|f| f.instructions.len() as u64 * 8).sum();
@@ -87,9 +88,10 @@ impl Object {
 
     fn load_unguarded(mut self, region: &Region, target_btf: &Path) -> Result<(), Error> {
         if self.obj.has_btf_relocations() {
-            let btf = aya_obj::btf::Btf::parse_file(target_btf, object::Endianness::default())
-                .map_err(|e| Error(format!("CO-RE: cannot read the target BTF {}: {}", target_btf.display(), chain(&e))))?;
-            self.obj.relocate_btf(&btf).map_err(|e| Error(format!("CO-RE relocation failed: {}", chain(&e))))?;
+            let btf = aya_obj::btf::Btf::parse_file(target_btf, object::Endianness::default()).map_err(|e| {
+                Error::new(ErrorKind::System, format!("CO-RE: cannot read the target BTF {}: {}", target_btf.display(), chain(&e)))
+            })?;
+            self.obj.relocate_btf(&btf).map_err(|e| Error::invalid(format!("CO-RE relocation failed: {}", chain(&e))))?;
         }
         let mut ids = BTreeMap::new();
         for (name, map) in self.sorted_maps() {
@@ -100,8 +102,8 @@ impl Object {
         let maps = self.obj.maps.clone();
         self.obj
             .relocate_maps(maps.iter().map(|(name, map)| (name.as_str(), ids[name] as i32, map)), &text_sections)
-            .map_err(|e| Error(format!("map relocation failed: {}", chain(&e))))?;
-        self.obj.relocate_calls(&text_sections).map_err(|e| Error(format!("call relocation failed: {}", chain(&e))))?;
+            .map_err(|e| Error::invalid(format!("map relocation failed: {}", chain(&e))))?;
+        self.obj.relocate_calls(&text_sections).map_err(|e| Error::invalid(format!("call relocation failed: {}", chain(&e))))?;
         for program in self.programs() {
             let key = self.obj.programs[&program.name].function_key();
             let insns = &self.obj.functions[&key].instructions;
@@ -130,7 +132,7 @@ impl Object {
             Target::Named(name) => Region::create(name, spec)?,
         };
         let name = self.name.clone();
-        self.load_into(&region, Path::new(VMLINUX_BTF)).map_err(|e| Error(format!("{name}: {}", e.0)))?;
+        self.load_into(&region, Path::new(VMLINUX_BTF)).map_err(|e| e.context(name))?;
         Instance::new(&region)
     }
 }

@@ -64,9 +64,10 @@ pub struct Object {
 impl Object {
     pub fn open(path: impl AsRef<Path>) -> Result<Object, Error> {
         let path = path.as_ref();
-        let data = std::fs::read(path).map_err(|e| Error(format!("cannot read {}: {e}", path.display())))?;
-        let name = path.file_name().map_or("object".into(), |n| n.to_string_lossy().trim_end_matches(".o").trim_end_matches(".bpf").to_string());
-        Object::from_bytes(&name, &data).map_err(|e| Error(format!("{}: {}", path.display(), e.0)))
+        let data = std::fs::read(path).map_err(|e| Error::io(format_args!("cannot read {}", path.display()), e))?;
+        let name =
+            path.file_name().map_or("object".into(), |n| n.to_string_lossy().trim_end_matches(".o").trim_end_matches(".bpf").to_string());
+        Object::from_bytes(&name, &data).map_err(|e| e.context(path.display()))
     }
 
     /// Parses an object held in memory; `name` is used in messages. A malformed object is an
@@ -74,10 +75,10 @@ impl Object {
     pub fn from_bytes(name: &str, data: &[u8]) -> Result<Object, Error> {
         // The `object` crate reads every offset and size it is given with bounds checks: it
         // reads the ELF first, so that aya-obj only ever sees a file whose sections make sense.
-        let elf = object::File::parse(data).map_err(|e| Error(format!("not an ELF object: {e}")))?;
+        let elf = object::File::parse(data).map_err(|e| Error::invalid(format!("not an ELF object: {e}")))?;
         check_sections(&elf)?;
         let obj = panics::catch("parsing the object (aya-obj)", || {
-            aya_obj::Object::parse(data).map_err(|e| Error(format!("not a loadable BPF object: {}", chain(&e))))
+            aya_obj::Object::parse(data).map_err(|e| Error::invalid(format!("not a loadable BPF object: {}", chain(&e))))
         })?;
         let sections = elf.sections().filter_map(|s| Some((s.index().0, s.name().ok()?.to_string()))).collect();
         let globals = elf
@@ -128,7 +129,7 @@ impl Object {
         let obj = &mut self.obj;
         panics::catch("setting a global (aya-obj)", || {
             obj.patch_map_data(HashMap::from([(name, (value, true))]))
-                .map_err(|e| Error(format!("cannot set global `{name}`: {}", chain(&e))))
+                .map_err(|e| Error::invalid(format!("cannot set global `{name}`: {}", chain(&e))))
         })
     }
 
@@ -139,9 +140,9 @@ impl Object {
             .obj
             .maps
             .get_mut(map)
-            .ok_or_else(|| Error(format!("no map `{map}` in the object (it has: {})", known.join(", "))))?;
+            .ok_or_else(|| Error::not_found(format!("no map `{map}` in the object (it has: {})", known.join(", "))))?;
         if matches!(found.section_kind(), EbpfSectionKind::Data | EbpfSectionKind::Rodata | EbpfSectionKind::Bss) {
-            return Err(Error(format!("map `{map}` holds global data; its size is fixed")));
+            return Err(Error::invalid(format!("map `{map}` holds global data; its size is fixed")));
         }
         found.set_max_entries(max_entries);
         Ok(())
@@ -161,7 +162,7 @@ fn check_sections(elf: &object::File<'_>) -> Result<(), Error> {
         let uninitialised = matches!(section.kind(), object::SectionKind::UninitializedData | object::SectionKind::UninitializedTls);
         if uninitialised && section.size() > MAX_NOBITS_SECTION {
             let name = section.name().unwrap_or("?");
-            return Err(Error(format!(
+            return Err(Error::invalid(format!(
                 "section `{name}` declares {} bytes of uninitialised data (at most {MAX_NOBITS_SECTION})",
                 section.size()
             )));

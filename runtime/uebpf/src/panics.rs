@@ -81,7 +81,7 @@ pub fn quietly<R>(f: impl FnOnce() -> R) -> Result<R, String> {
 /// malformed input: MESSAGE (at FILE:LINE)", and prints nothing. `f` works on data it owns,
 /// dropped with the error (callers pass nothing they share).
 pub fn catch<T>(what: &str, f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
-    quietly(f).unwrap_or_else(|message| Err(Error(format!("{what} failed on malformed input: {message}"))))
+    quietly(f).unwrap_or_else(|message| Err(Error::invalid(format!("{what} failed on malformed input: {message}"))))
 }
 
 #[cfg(test)]
@@ -97,14 +97,14 @@ mod tests {
             Ok(())
         })
         .unwrap_err()
-        .0;
+        .to_string();
         assert!(err.starts_with("the parser failed on malformed input: index out of bounds"), "{err}");
         assert!(err.contains("(at ") && err.contains("panics.rs:"), "{err}");
         assert!(!err.contains('\n'));
         assert_eq!(catch("x", || Ok(5)).unwrap(), 5);
-        assert_eq!(catch("x", || Err::<(), _>(Error("no".into()))).unwrap_err().0, "no");
+        assert_eq!(catch("x", || Err::<(), _>(Error::not_found("no"))).unwrap_err(), Error::not_found("no"));
         // Nested: the inner one is caught by the inner catch.
-        let outer = catch("outer", || catch("inner", || -> Result<(), Error> { panic!("deep") }).map_err(|e| Error(format!("kept: {}", e.0))));
-        assert!(outer.unwrap_err().0.starts_with("kept: inner failed on malformed input: deep"));
+        let outer = catch("outer", || catch("inner", || -> Result<(), Error> { panic!("deep") }).map_err(|e| e.context("kept")));
+        assert!(outer.unwrap_err().to_string().starts_with("kept: inner failed on malformed input: deep"));
     }
 }

@@ -151,7 +151,7 @@ mod tests {
         assert_eq!(f("a=%d b=%u c=%x", [u64::MAX, u64::MAX, 255]), Ok("a=-1 b=4294967295 c=ff".into()));
         assert_eq!(f("%ld %lld %llx", [u64::MAX, 5, 0xabc]), Ok("-1 5 abc".into()));
         assert_eq!(f("[%5d][%-4u][%04x]", [42, 7, 0xa]), Ok("[   42][7   ][000a]".into()));
-        assert_eq!(f("%s!", [b"hi\0".as_ptr() as u64, 0, 0]), Ok("hi!".into()));
+        assert_eq!(f("%s!", [c"hi".as_ptr() as u64, 0, 0]), Ok("hi!".into()));
         assert_eq!(f("%s|", [8, 0, 0]), Ok("|".into()), "an unreadable string prints empty");
         assert_eq!(f("100%%", [0; 3]), Ok("100%".into()));
         assert_eq!(f("%d %d %d %d", [1, 2, 3]), Err(libc::EINVAL), "at most three arguments");

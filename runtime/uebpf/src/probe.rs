@@ -166,6 +166,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::manual_c_str_literals)] // where the NUL lies is what these cases test: spelled out
     fn strings_follow_the_kernel() {
         for path in paths() {
             let mut buf = [0xaau8; 8];
@@ -182,7 +183,14 @@ mod tests {
     fn before_a_hole(text: &[u8]) -> (*mut u8, *const u8) {
         // SAFETY: a fresh private mapping; the copy fits in its first page.
         unsafe {
-            let base = libc::mmap(std::ptr::null_mut(), 2 * PAGE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) as *mut u8;
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                2 * PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            ) as *mut u8;
             libc::munmap(base.add(PAGE).cast(), PAGE);
             let at = base.add(PAGE - text.len());
             std::ptr::copy_nonoverlapping(text.as_ptr(), at, text.len());
@@ -235,7 +243,7 @@ mod tests {
     /// Runs `body` in a forked child (no core file) and returns its wait status.
     fn in_child(body: impl FnOnce() -> i32) -> i32 {
         nofault::install().unwrap(); // before the fork: the child never initialises anything
-        // SAFETY: the child only runs `body` (signal calls, raw memory access) and _exits.
+                                     // SAFETY: the child only runs `body` (signal calls, raw memory access) and _exits.
         unsafe {
             let pid = libc::fork();
             assert!(pid >= 0);

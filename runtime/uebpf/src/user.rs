@@ -82,7 +82,8 @@ mod tests {
     fn page_then_hole() -> (*mut u8, u64) {
         // SAFETY: a fresh private mapping; the second page is unmapped again at once.
         unsafe {
-            let p = libc::mmap(std::ptr::null_mut(), 8192, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+            let p =
+                libc::mmap(std::ptr::null_mut(), 8192, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
             assert_ne!(p, libc::MAP_FAILED);
             libc::munmap(p.cast::<u8>().add(4096).cast(), 4096);
             (p.cast(), p as u64 + 4096)

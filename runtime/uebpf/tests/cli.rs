@@ -24,7 +24,19 @@ fn json(output: &Output) -> serde_json::Value {
 #[test]
 fn run_prints_r0_maps_records_and_trace_printk_lines() {
     let path = object("uebpf_check");
-    let output = uebpf(&["run", path.to_str().unwrap(), "lang", "--engine", "jit", "--set", "scale=3,verbose=1", "--regs", "di=5,si=7,dx=str:hello", "--repeat", "2"]);
+    let output = uebpf(&[
+        "run",
+        path.to_str().unwrap(),
+        "lang",
+        "--engine",
+        "jit",
+        "--set",
+        "scale=3,verbose=1",
+        "--regs",
+        "di=5,si=7,dx=str:hello",
+        "--repeat",
+        "2",
+    ]);
     let document = json(&output);
     assert_eq!((document["runs"].as_u64(), document["r0"].as_u64()), (Some(2), Some(0)));
     // .data starts at 1000 and `lang` increments it once per run.
@@ -84,8 +96,36 @@ fn endless_object(dir: &Path) -> Option<PathBuf> {
     }
 }
 
-/// Starts `uebpf ARGS`, waits until `ready` holds (the program is running), sends `signal` and
-/// expects the command to end within a few seconds with 128 + signal and one stderr line.
+/// User CPU time of process `pid` (utime in /proc/PID/stat, in clock ticks).
+fn user_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after "(comm)": state is field 3, utime field 14.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 1..].split_whitespace().collect();
+    let ticks: u64 = fields[11].parse().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    Duration::from_millis(ticks * 1000 / per_second)
+}
+
+/// Returns once process `pid` has run `cpu` of user time more than when called and its main
+/// thread is runnable, not blocked in a system call (/proc/PID/syscall says "running"). Past its
+/// start-up the command does nothing but run the endless program, which is then running.
+fn until_spinning(pid: u32, cpu: Duration) {
+    let started = Instant::now();
+    let before = user_time(pid);
+    loop {
+        let syscall = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap();
+        if user_time(pid) >= before + cpu && syscall.starts_with("running") {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "process {pid} is not spinning ({})", syscall.trim());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Starts `uebpf ARGS`, waits until `ready` holds (the program is loaded) and the command spins in
+/// the program, sends `signal` and expects the command to end within a few seconds with 128 +
+/// signal and one stderr line.
 fn stops_on(args: &[&str], signal: i32, ready: impl Fn() -> bool) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_uebpf")).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let started = Instant::now();
@@ -93,8 +133,9 @@ fn stops_on(args: &[&str], signal: i32, ready: impl Fn() -> bool) {
         assert!(started.elapsed() < Duration::from_secs(10), "{args:?} did not start");
         std::thread::sleep(Duration::from_millis(10));
     }
-    // Let it spin for a moment inside the program.
-    std::thread::sleep(Duration::from_millis(100));
+    // A signal before the program runs would end the command the same way (signals.rs): make
+    // sure it lands while the program spins.
+    until_spinning(child.id(), Duration::from_millis(50));
     assert!(child.try_wait().unwrap().is_none(), "{args:?} ended by itself");
     // SAFETY: signals our own child.
     unsafe { libc::kill(child.id() as i32, signal) };
@@ -134,7 +175,8 @@ fn an_endless_program_stops_on_sigint_and_sigterm() {
     let name = format!("test-cli-exec-{}", std::process::id());
     let region = Region::create(&name, RegionSpec::with_arena(1 << 16)).unwrap();
     let bytecode = Asm::new().ja("spin").label("spin").ja("spin").build().unwrap();
-    let spec = ProgramSpec { name: "spin", section: "uprobe", kind: ProgramKind::Uprobe, prog_type: 2, license: "GPL", bytecode: &bytecode };
+    let spec =
+        ProgramSpec { name: "spin", section: "uprobe", kind: ProgramKind::Uprobe, prog_type: 2, license: "GPL", bytecode: &bytecode };
     region.add_program(&spec).unwrap();
     stops_on(&["exec", &name, "spin", "--engine", "jit"], libc::SIGTERM, || true);
     assert!(uebpf::maps::region_path(&name).exists(), "exec leaves a region it did not create alone");
@@ -151,7 +193,8 @@ fn an_instruction_budget_stops_the_interpreter() {
     let name = format!("test-cli-budget-{}", std::process::id());
     let region = Region::create(&name, RegionSpec::with_arena(1 << 16)).unwrap();
     let bytecode = Asm::new().label("spin").ja("spin").build().unwrap();
-    let spec = ProgramSpec { name: "spin", section: "uprobe", kind: ProgramKind::Uprobe, prog_type: 2, license: "GPL", bytecode: &bytecode };
+    let spec =
+        ProgramSpec { name: "spin", section: "uprobe", kind: ProgramKind::Uprobe, prog_type: 2, license: "GPL", bytecode: &bytecode };
     region.add_program(&spec).unwrap();
     let output = uebpf(&["exec", &name, "spin", "--budget", "1000"]);
     assert_eq!(output.status.code(), Some(1));
@@ -179,7 +222,11 @@ fn a_reader_that_goes_away_ends_the_command_quietly() {
     assert_eq!(String::from_utf8_lossy(&info.stderr), "", "no panic message");
     // A named region is removed all the same.
     let name = format!("test-cli-pipe-{}", std::process::id());
-    let run = Command::new(env!("CARGO_BIN_EXE_uebpf")).args(["run", path, "functrace_entry", "--region", &name]).stdout(closed_pipe()).output().unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_uebpf"))
+        .args(["run", path, "functrace_entry", "--region", &name])
+        .stdout(closed_pipe())
+        .output()
+        .unwrap();
     assert_eq!((run.status.code(), String::from_utf8_lossy(&run.stderr).as_ref()), (Some(141), ""));
     assert!(!uebpf::maps::region_path(&name).exists());
 }

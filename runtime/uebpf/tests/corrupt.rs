@@ -57,7 +57,7 @@ fn saved_corrupt_objects_are_refused() {
         if name.starts_with("array-of-2-pow-31-entries") {
             // Parses fine; its map would need 16 GiB: refused at load, quickly, by every path.
             let object = opened.unwrap();
-            let err = object.region_spec().unwrap_err().0;
+            let err = object.region_spec().unwrap_err().to_string();
             assert!(err.contains("map `values`") && err.contains("more than uebpf's limit"), "{err}");
             assert!(object.load(Target::Anonymous).is_err());
             assert!(info.status.success(), "{stderr}");
@@ -72,7 +72,7 @@ fn saved_corrupt_objects_are_refused() {
             assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
             continue;
         }
-        let err = opened.err().unwrap_or_else(|| panic!("{name} opened")).0;
+        let err = opened.err().unwrap_or_else(|| panic!("{name} opened")).to_string();
         one_line(&err);
         let c_err = open_through_c(path).expect_err("uebpf_object_open refuses it");
         one_line(&c_err);
@@ -102,7 +102,24 @@ impl Rng {
 
     /// Values that tend to break size and offset arithmetic.
     fn interesting(&mut self, len: usize) -> u64 {
-        let values = [0, 1, 4, 8, 0x7f, 0x80, 0xff, 0xffff, 0x7fff_ffff, 0x8000_0000, 0xffff_ffff, 1 << 32, 1 << 63, u64::MAX, len as u64, len as u64 + 1];
+        let values = [
+            0,
+            1,
+            4,
+            8,
+            0x7f,
+            0x80,
+            0xff,
+            0xffff,
+            0x7fff_ffff,
+            0x8000_0000,
+            0xffff_ffff,
+            1 << 32,
+            1 << 63,
+            u64::MAX,
+            len as u64,
+            len as u64 + 1,
+        ];
         if self.below(4) == 0 {
             self.next()
         } else {
@@ -198,20 +215,20 @@ fn mutate(rng: &mut Rng, data: &[u8]) -> Vec<u8> {
 /// one line. `c_path`: also open it through the C API from that file.
 fn exercise(data: &[u8], c_path: Option<&Path>, load: bool) {
     match Object::from_bytes("fuzz", data) {
-        Err(e) => one_line(&e.0),
+        Err(e) => one_line(&e.to_string()),
         Ok(object) => {
             let programs = object.programs();
             let _ = object.maps();
             match object.region_spec() {
-                Err(e) => one_line(&e.0),
+                Err(e) => one_line(&e.to_string()),
                 Ok(spec) if load && spec.arena_bytes <= LOAD_ARENA_LIMIT => match object.load(Target::Anonymous) {
-                    Err(e) => one_line(&e.0),
+                    Err(e) => one_line(&e.to_string()),
                     Ok(instance) => {
                         for program in &programs {
                             for engine in [Engine::Interpreter, Engine::Jit] {
                                 // Compiled, never run: a corrupted program is not trusted.
                                 if let Err(e) = instance.program(&program.name, engine) {
-                                    one_line(&e.0);
+                                    one_line(&e.to_string());
                                 }
                             }
                         }

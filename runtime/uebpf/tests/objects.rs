@@ -40,15 +40,15 @@ fn sections_give_kinds_and_maps_keep_their_declarations() {
 #[test]
 fn loader_settings_are_checked() {
     let mut object = Object::open(object("functrace")).unwrap();
-    let err = object.set_global("submit_flags", &[1, 2]).unwrap_err().0;
+    let err = object.set_global("submit_flags", &[1, 2]).unwrap_err().to_string();
     assert!(err.contains("submit_flags") && err.contains("size"), "{err}");
-    let err = object.set_max_entries("nope", 4096).unwrap_err().0;
+    let err = object.set_max_entries("nope", 4096).unwrap_err().to_string();
     assert!(err.contains("no map `nope`") && err.contains("events"), "{err}");
-    assert!(object.set_max_entries(".rodata", 2).unwrap_err().0.contains("global data"));
+    assert!(object.set_max_entries(".rodata", 2).unwrap_err().to_string().contains("global data"));
     object.set_max_entries("events", 1 << 12).unwrap();
     let instance = object.load(Target::Anonymous).unwrap();
     assert_eq!(instance.map("events").unwrap().def().max_entries, 4096);
-    let err = Object::open("/nonexistent.bpf.o").err().unwrap().0;
+    let err = Object::open("/nonexistent.bpf.o").err().unwrap().to_string();
     assert!(err.contains("cannot read /nonexistent.bpf.o"), "{err}");
 }
 
@@ -57,7 +57,7 @@ fn a_load_that_fails_leaves_no_region_behind() {
     let name = format!("test-failed-{}", std::process::id());
     let mut object = Object::open(object("functrace")).unwrap();
     object.set_max_entries("events", 5000).unwrap();
-    let err = object.load(Target::Named(&name)).err().unwrap().0;
+    let err = object.load(Target::Named(&name)).err().unwrap().to_string();
     assert!(err.contains("map `events`") && err.contains("power of two"), "{err}");
     assert!(!uebpf::maps::region_path(&name).exists());
 }
@@ -87,11 +87,11 @@ fn with_program(bytecode: &[u8]) -> Instance {
 fn helpers_uebpf_lacks_and_failed_core_relocations_are_named() {
     let mut a = Asm::new();
     a.call_helper(35).exit(); // bpf_get_current_task
-    let err = with_program(&a.build().unwrap()).program("test", Engine::Interpreter).err().unwrap().0;
+    let err = with_program(&a.build().unwrap()).program("test", Engine::Interpreter).err().unwrap().to_string();
     assert!(err.contains("calls bpf_get_current_task (35), which uebpf does not provide"), "{err}");
     let mut a = Asm::new();
     a.call_helper(0xbad2310).exit();
-    let err = with_program(&a.build().unwrap()).program("test", Engine::Jit).err().unwrap().0;
+    let err = with_program(&a.build().unwrap()).program("test", Engine::Jit).err().unwrap().to_string();
     assert!(err.contains("CO-RE relocation found no matching field"), "{err}");
 }
 
@@ -119,7 +119,7 @@ fn the_interpreter_stops_a_program_that_writes_outside_its_memory() {
     // Writes through the map value pointer far beyond the value: the interpreter refuses.
     let mut a = Asm::new();
     a.lddw(R1, 0x1000).st(8, R1, 0, 1).mov64(R0, 0).exit();
-    let err = with_program(&a.build().unwrap()).program("test", Engine::Interpreter).unwrap().run(&mut [0u8; 8]).unwrap_err().0;
+    let err = with_program(&a.build().unwrap()).program("test", Engine::Interpreter).unwrap().run(&mut [0u8; 8]).unwrap_err().to_string();
     assert!(err.contains("write of 8 bytes at 0x1000 is outside"), "{err}");
 }
 
@@ -134,12 +134,21 @@ fn the_interpreter_lets_programs_read_but_not_write_rodata() {
     write.lddw_map_value(R1, id, 0).st(8, R1, 0, 7).mov64(R0, 0).exit();
     for (name, program) in [("read", &read), ("write", &write)] {
         let bytecode = program.build().unwrap();
-        region.add_program(&ProgramSpec { name, section: "uprobe", kind: ProgramKind::Uprobe, prog_type: 2, license: "GPL", bytecode: &bytecode }).unwrap();
+        region
+            .add_program(&ProgramSpec {
+                name,
+                section: "uprobe",
+                kind: ProgramKind::Uprobe,
+                prog_type: 2,
+                license: "GPL",
+                bytecode: &bytecode,
+            })
+            .unwrap();
     }
     let instance = Instance::new(&region).unwrap();
     let mut ctx = [0u8; 8];
     assert_eq!(instance.program("read", Engine::Interpreter).unwrap().run(&mut ctx).unwrap(), 42);
-    let err = instance.program("write", Engine::Interpreter).unwrap().run(&mut ctx).unwrap_err().0;
+    let err = instance.program("write", Engine::Interpreter).unwrap().run(&mut ctx).unwrap_err().to_string();
     assert!(err.contains("write of 8 bytes"), "{err}");
 }
 
@@ -210,7 +219,16 @@ fn both_engines_find_the_same_array_element_for_any_key() {
         a.lddw_map_fd(R1, id).call_helper(1).stx(8, R7, 8, R0).jeq(R0, 0, "none").ldx(8, R0, R0, 0).exit();
         a.label("none").mov64(R0, -1).exit();
         let bytecode = a.build().unwrap();
-        region.add_program(&ProgramSpec { name: "lookup", section: "uprobe", kind: ProgramKind::Uprobe, prog_type: 2, license: "GPL", bytecode: &bytecode }).unwrap();
+        region
+            .add_program(&ProgramSpec {
+                name: "lookup",
+                section: "uprobe",
+                kind: ProgramKind::Uprobe,
+                prog_type: 2,
+                license: "GPL",
+                bytecode: &bytecode,
+            })
+            .unwrap();
         let instance = Instance::new(&region).unwrap();
         // Element k, CPU c (all c of one element follow each other): the value 100 + 10 k + c.
         let map = instance.map("array").unwrap();

@@ -92,7 +92,8 @@ fn a_ring_filled_by_one_process_and_drained_by_another_keeps_every_record_in_ord
         u64::from_ne_bytes(value[8..].try_into().unwrap())
     };
     assert_eq!(failed, dropped, "the program's count of failed reservations is the ring's");
-    let gaps: u64 = received.attempts.windows(2).map(|w| w[1] - w[0] - 1).sum::<u64>() + received.attempts[0] - 1 + (N - received.attempts.last().unwrap());
+    let gaps: u64 = received.attempts.windows(2).map(|w| w[1] - w[0] - 1).sum::<u64>() + received.attempts[0] - 1
+        + (N - received.attempts.last().unwrap());
     assert_eq!(gaps, dropped, "the missing attempts are exactly the dropped ones");
     assert!(received.pids.iter().all(|&pid| pid == producer_pid), "records carry the producer's pid");
 }

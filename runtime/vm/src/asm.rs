@@ -240,10 +240,7 @@ impl Asm {
             let target = *self.labels.get(name).ok_or_else(|| format!("undefined label `{name}`"))?;
             let delta = target as i64 - (*at as i64 + 1);
             match kind {
-                Fixup::Jump => {
-                    insns[*at].off =
-                        i16::try_from(delta).map_err(|_| format!("jump to `{name}` does not fit 16 bits"))?
-                }
+                Fixup::Jump => insns[*at].off = i16::try_from(delta).map_err(|_| format!("jump to `{name}` does not fit 16 bits"))?,
                 Fixup::Call => insns[*at].imm = delta as i32,
             }
         }

@@ -82,12 +82,7 @@ fn atomic_name(imm: i32) -> String {
 /// Formats `insn` in the style of `llvm-objdump`/`bpftool` mnemonics (`add64 r1, 5`,
 /// `ldxw r0, [r1+4]`, `jeq r1, r2, +3`). Unknown encodings print as raw fields.
 pub fn format_insn(insn: &Insn) -> String {
-    let raw = || {
-        format!(
-            "opcode {:#04x} dst r{} src r{} off {} imm {}",
-            insn.opcode, insn.dst, insn.src, insn.off, insn.imm
-        )
-    };
+    let raw = || format!("opcode {:#04x} dst r{} src r{} off {} imm {}", insn.opcode, insn.dst, insn.src, insn.off, insn.imm);
     match insn.class() {
         CLASS_ALU | CLASS_ALU64 => {
             let width = if insn.class() == CLASS_ALU64 { "64" } else { "32" };

@@ -59,8 +59,7 @@ pub struct MemoryRegion {
 impl MemoryRegion {
     /// True if `[addr, addr + size)` lies inside this region.
     pub fn contains(&self, addr: u64, size: u64) -> bool {
-        addr >= self.start
-            && addr.checked_add(size).is_some_and(|end| end <= self.start.saturating_add(self.len))
+        addr >= self.start && addr.checked_add(size).is_some_and(|end| end <= self.start.saturating_add(self.len))
     }
 }
 

@@ -11,30 +11,62 @@ use crate::insn::Insn;
 pub enum LoadErrorKind {
     Empty,
     /// Length in bytes is not a multiple of 8.
-    Truncated { len: usize },
-    TooLong { slots: usize, max: usize },
+    Truncated {
+        len: usize,
+    },
+    TooLong {
+        slots: usize,
+        max: usize,
+    },
     UnknownOpcode,
     /// Valid in the ISA but outside what this VM executes (v4 instructions, legacy packet access, kfuncs).
     Unsupported(&'static str),
-    InvalidRegister { reg: u8 },
+    InvalidRegister {
+        reg: u8,
+    },
     WritesFramePointer,
     /// A field the encoding says must be zero is not.
     ReservedField(&'static str),
-    JumpOutOfRange { target: i64 },
-    JumpIntoLddw { target: usize },
-    JumpAcrossFunctions { target: usize },
+    JumpOutOfRange {
+        target: i64,
+    },
+    JumpIntoLddw {
+        target: usize,
+    },
+    JumpAcrossFunctions {
+        target: usize,
+    },
     IncompleteLddw,
-    UnknownHelper { id: i32 },
-    CallTargetOutOfRange { target: i64 },
-    RecursiveCall { target: usize },
-    CallDepthExceeded { depth: usize, max: usize },
+    UnknownHelper {
+        id: i32,
+    },
+    CallTargetOutOfRange {
+        target: i64,
+    },
+    RecursiveCall {
+        target: usize,
+    },
+    CallDepthExceeded {
+        depth: usize,
+        max: usize,
+    },
     /// The last instruction of a function is neither `exit` nor `ja`: execution could fall off.
     FallsOffEnd,
-    StackOutOfBounds { off: i16, size: u8 },
+    StackOutOfBounds {
+        off: i16,
+        size: u8,
+    },
     DivisionByZeroImmediate,
-    ShiftOutOfRange { amount: i32, width: u8 },
-    InvalidByteSwapWidth { width: i32 },
-    UnknownAtomicOp { op: i32 },
+    ShiftOutOfRange {
+        amount: i32,
+        width: u8,
+    },
+    InvalidByteSwapWidth {
+        width: i32,
+    },
+    UnknownAtomicOp {
+        op: i32,
+    },
     /// The map hook could not resolve an `lddw` map reference (or no hook was installed).
     MapReference(String),
 }
@@ -64,10 +96,9 @@ impl fmt::Display for LoadErrorKind {
                 write!(f, "bpf-to-bpf call chain is {depth} frames deep, limit is {max}")
             }
             FallsOffEnd => write!(f, "function does not end in exit or ja: execution would fall off its end"),
-            StackOutOfBounds { off, size } => write!(
-                f,
-                "stack access of {size} bytes at r10{off:+} is outside the 512-byte frame [r10-512, r10)"
-            ),
+            StackOutOfBounds { off, size } => {
+                write!(f, "stack access of {size} bytes at r10{off:+} is outside the 512-byte frame [r10-512, r10)")
+            }
             DivisionByZeroImmediate => write!(f, "division or modulo by immediate zero"),
             ShiftOutOfRange { amount, width } => {
                 write!(f, "shift by immediate {amount} is out of range for {width}-bit operands")

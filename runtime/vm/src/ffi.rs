@@ -42,12 +42,7 @@ unsafe fn vm_mut<'a>(vm: *mut UebpfVm) -> Option<&'a mut UebpfVm> {
 
 #[no_mangle]
 pub extern "C" fn uebpf_vm_new() -> *mut UebpfVm {
-    Box::into_raw(Box::new(UebpfVm {
-        env: Environment::new(),
-        loaded: None,
-        budget: None,
-        last_error: CString::default(),
-    }))
+    Box::into_raw(Box::new(UebpfVm { env: Environment::new(), loaded: None, budget: None, last_error: CString::default() }))
 }
 
 /// # Safety

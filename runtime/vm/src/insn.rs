@@ -151,15 +151,10 @@ pub fn jump_target(index: usize, insn: &Insn) -> Option<usize> {
 
 /// Splits bytecode into instruction slots; `None` if the length is not a multiple of 8.
 pub fn decode_all(bytecode: &[u8]) -> Option<Vec<Insn>> {
-    if bytecode.len() % INSN_SIZE != 0 {
+    if !bytecode.len().is_multiple_of(INSN_SIZE) {
         return None;
     }
-    Some(
-        bytecode
-            .chunks_exact(INSN_SIZE)
-            .map(|c| Insn::decode(c.try_into().expect("chunks_exact yields 8-byte chunks")))
-            .collect(),
-    )
+    Some(bytecode.chunks_exact(INSN_SIZE).map(|c| Insn::decode(c.try_into().expect("chunks_exact yields 8-byte chunks"))).collect())
 }
 
 /// Concatenates the encodings of `insns`.

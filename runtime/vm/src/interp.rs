@@ -21,9 +21,7 @@ struct AccessRules<'a> {
 impl AccessRules<'_> {
     fn allows(&self, addr: u64, size: u64, write: bool) -> bool {
         let in_stack = addr >= self.stack_lo && addr.checked_add(size).is_some_and(|end| end <= self.stack_hi);
-        in_stack
-            || self.ctx.contains(addr, size)
-            || self.regions.iter().any(|r| (r.writable || !write) && r.contains(addr, size))
+        in_stack || self.ctx.contains(addr, size) || self.regions.iter().any(|r| (r.writable || !write) && r.contains(addr, size))
     }
 }
 
@@ -212,11 +210,7 @@ impl Program {
                 CLASS_JMP | CLASS_JMP32 => match insn.op() {
                     JMP_JA => pc = (pc as i64 + i64::from(insn.off)) as usize,
                     JMP_CALL if insn.src == CALL_LOCAL => {
-                        frames[depth] = Frame {
-                            return_pc: pc,
-                            saved: [reg[6], reg[7], reg[8], reg[9]],
-                            frame_pointer: reg[10],
-                        };
+                        frames[depth] = Frame { return_pc: pc, saved: [reg[6], reg[7], reg[8], reg[9]], frame_pointer: reg[10] };
                         depth += 1;
                         reg[10] -= STACK_SIZE as u64;
                         rules.stack_lo -= STACK_SIZE as u64;

@@ -27,18 +27,14 @@ pub struct Program {
 impl Program {
     /// Checks `bytecode` against `env` and prepares it for execution.
     pub fn load(bytecode: &[u8], env: &Environment) -> Result<Program, LoadError> {
-        let mut insns = decode_all(bytecode).ok_or_else(|| {
-            LoadError::whole(bytecode.len() / INSN_SIZE, LoadErrorKind::Truncated { len: bytecode.len() })
-        })?;
+        let mut insns = decode_all(bytecode)
+            .ok_or_else(|| LoadError::whole(bytecode.len() / INSN_SIZE, LoadErrorKind::Truncated { len: bytecode.len() }))?;
         let layout = verify::check(&insns, env)?;
         // Before the references are resolved: the analysis reads the map fds of the lddws.
         let sites = lookup_sites(&insns, &layout.functions);
         resolve_map_references(&mut insns, env)?;
-        let map_lookups = env
-            .maps
-            .iter()
-            .flat_map(|resolver| sites.iter().filter_map(|&(slot, fd)| Some((slot, resolver.map_lookup(fd)?))))
-            .collect();
+        let map_lookups =
+            env.maps.iter().flat_map(|resolver| sites.iter().filter_map(|&(slot, fd)| Some((slot, resolver.map_lookup(fd)?)))).collect();
         let helper_at = insns
             .iter()
             .map(|insn| {

@@ -181,10 +181,8 @@ fn check_memory(insn: &Insn) -> Result<(), K> {
                     }
                     let op = insn.imm;
                     let plain = [ATOMIC_ADD, ATOMIC_OR, ATOMIC_AND, ATOMIC_XOR];
-                    let known = plain.contains(&op)
-                        || plain.iter().any(|p| p | ATOMIC_FETCH == op)
-                        || op == ATOMIC_XCHG
-                        || op == ATOMIC_CMPXCHG;
+                    let known =
+                        plain.contains(&op) || plain.iter().any(|p| p | ATOMIC_FETCH == op) || op == ATOMIC_XCHG || op == ATOMIC_CMPXCHG;
                     if !known {
                         return Err(K::UnknownAtomicOp { op });
                     }
@@ -265,8 +263,8 @@ pub(crate) fn check(insns: &[Insn], env: &Environment) -> Result<Layout, LoadErr
         };
         result.map_err(|kind| LoadError::at(index, *insn, kind))?;
         if is_local_call(insn) {
-            let callee = target(index, insn.imm.into(), len)
-                .map_err(|t| LoadError::at(index, *insn, K::CallTargetOutOfRange { target: t }))?;
+            let callee =
+                target(index, insn.imm.into(), len).map_err(|t| LoadError::at(index, *insn, K::CallTargetOutOfRange { target: t }))?;
             functions.push(callee);
         }
         if insn.opcode == OP_LDDW {
@@ -306,8 +304,7 @@ pub(crate) fn check(insns: &[Insn], env: &Environment) -> Result<Layout, LoadErr
     for (f, &start) in functions.iter().enumerate() {
         let end = functions.get(f + 1).copied().unwrap_or(len);
         let last = end - 1;
-        let ends_cleanly = !lddw_tail[last]
-            && (insns[last].opcode == CLASS_JMP | JMP_EXIT || insns[last].opcode == CLASS_JMP | JMP_JA);
+        let ends_cleanly = !lddw_tail[last] && (insns[last].opcode == CLASS_JMP | JMP_EXIT || insns[last].opcode == CLASS_JMP | JMP_JA);
         if !ends_cleanly || start == end {
             return Err(LoadError::at(last, insns[last], K::FallsOffEnd));
         }
@@ -358,11 +355,7 @@ fn stack_reach(insns: &[Insn], functions: &[usize], lddw_tail: &[bool]) -> Vec<u
             lowest[f] = lowest[f].min(i64::from(insn.off));
         }
     }
-    lowest
-        .iter()
-        .zip(&escapes)
-        .map(|(&low, &escaped)| if escaped { STACK_SIZE as u32 } else { ((-low as u32) + 15) & !15 })
-        .collect()
+    lowest.iter().zip(&escapes).map(|(&low, &escaped)| if escaped { STACK_SIZE as u32 } else { ((-low as u32) + 15) & !15 }).collect()
 }
 
 /// Rejects recursion and call chains deeper than MAX_CALL_FRAMES, so that every engine's frames
@@ -398,9 +391,7 @@ fn check_call_graph(insns: &[Insn], functions: &[usize]) -> Result<(), LoadError
         if let Some(&(site, callee)) = callees[visit.function].get(visit.next) {
             visit.next += 1;
             match marks[callee] {
-                Mark::OnPath => {
-                    return Err(LoadError::at(site, insns[site], K::RecursiveCall { target: functions[callee] }))
-                }
+                Mark::OnPath => return Err(LoadError::at(site, insns[site], K::RecursiveCall { target: functions[callee] })),
                 Mark::Done(depth, _) => {
                     if depth > visit.deepest {
                         visit.deepest = depth;

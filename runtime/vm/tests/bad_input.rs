@@ -83,10 +83,17 @@ fn atomics_cannot_load_into_the_frame_pointer_on_either_engine() {
                     let vm = uebpf_vm::ffi::uebpf_vm_new();
                     assert_eq!(uebpf_vm::ffi::uebpf_vm_load(vm, code.as_ptr(), code.len(), engine), -1);
                     let message = std::ffi::CStr::from_ptr(uebpf_vm::ffi::uebpf_vm_last_error(vm)).to_string_lossy().into_owned();
-                    assert!(message.starts_with("instruction 0 (`atomic_") && message.ends_with("r10 (frame pointer) is read-only"), "{message}");
+                    assert!(
+                        message.starts_with("instruction 0 (`atomic_") && message.ends_with("r10 (frame pointer) is read-only"),
+                        "{message}"
+                    );
                     let mut ctx = [0u8; 8];
                     let mut result = 0;
-                    assert_eq!(uebpf_vm::ffi::uebpf_vm_run(vm, ctx.as_mut_ptr().cast(), ctx.len(), &mut result), -1, "nothing loaded, nothing runs");
+                    assert_eq!(
+                        uebpf_vm::ffi::uebpf_vm_run(vm, ctx.as_mut_ptr().cast(), ctx.len(), &mut result),
+                        -1,
+                        "nothing loaded, nothing runs"
+                    );
                     uebpf_vm::ffi::uebpf_vm_free(vm);
                 }
             }

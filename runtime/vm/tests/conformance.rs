@@ -60,7 +60,6 @@ fn corpus_agrees_with_kernel() {
     }
     let cases = corpus();
     assert!(cases.len() >= 30, "corpus has only {} programs", cases.len());
-    let failures: Vec<String> =
-        cases.iter().filter_map(|case| compare(case).err().map(|e| format!("[{}] {e}", case.name))).collect();
+    let failures: Vec<String> = cases.iter().filter_map(|case| compare(case).err().map(|e| format!("[{}] {e}", case.name))).collect();
     assert!(failures.is_empty(), "{} of {} programs disagree:\n{}", failures.len(), cases.len(), failures.join("\n"));
 }

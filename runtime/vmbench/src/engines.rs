@@ -13,10 +13,16 @@ use uebpf_vm::{ffi, JitFunction, JitProgram, Program};
 use crate::programs::{BenchProgram, Embedded};
 
 pub const ENGINES: [(&str, &str); 8] = [
-    ("uebpf-interpreter", "uebpf interpreter through the Rust API (Program::interpret, every access checked; embed_* programs: uebpf::LoadedProgram::run)"),
+    (
+        "uebpf-interpreter",
+        "uebpf interpreter through the Rust API (Program::interpret, every access checked; embed_* programs: uebpf::LoadedProgram::run)",
+    ),
     ("uebpf-jit", "uebpf x86-64 JIT through the Rust API (JitProgram::run; embed_* programs: uebpf::LoadedProgram::run)"),
     ("uebpf-c-api-jit", "uebpf JIT called from C through uebpf_vm_run (embed_* programs: uebpf_program_run), the C embedding APIs"),
-    ("uebpf-c-jit-fn", "uebpf JIT called from C through the pointer uebpf_vm_jit_function (embed_* programs: uebpf_program_jit_function) returns"),
+    (
+        "uebpf-c-jit-fn",
+        "uebpf JIT called from C through the pointer uebpf_vm_jit_function (embed_* programs: uebpf_program_jit_function) returns",
+    ),
     ("rbpf-interpreter", "rbpf 0.4 interpreter (EbpfVmRaw::execute_program)"),
     ("rbpf-jit", "rbpf 0.4 x86-64 JIT (EbpfVmRaw::execute_program_jit)"),
     ("kernel-jit", "Linux BPF JIT via BPF_PROG_TEST_RUN (XDP, repeat=N); kernel-measured mean ns per run"),
@@ -106,10 +112,8 @@ fn c_jit_fn<'a>(program: &BenchProgram) -> Result<Runner<'a>, String> {
     let jit = unsafe { ffi::uebpf_vm_jit_function(vm.ptr()) }.ok_or("no JIT function after a JIT load")?;
     Ok(Box::new(move |packet: &mut [u8], iterations| {
         let _owner = &vm; // the entry point lives as long as the VM
-        // SAFETY: jit is live while vm is; packet is valid for its length.
-        Ok(time_c_loop(iterations, || unsafe {
-            embed_jit_fn_loop(jit, packet.as_mut_ptr().cast(), packet.len(), iterations)
-        }))
+                          // SAFETY: jit is live while vm is; packet is valid for its length.
+        Ok(time_c_loop(iterations, || unsafe { embed_jit_fn_loop(jit, packet.as_mut_ptr().cast(), packet.len(), iterations) }))
     }))
 }
 
@@ -184,8 +188,8 @@ fn embedded_engine<'a>(engine: &str, embedded: &Embedded) -> Result<Runner<'a>, 
     match engine {
         "uebpf-interpreter" | "uebpf-jit" => {
             let mode = if engine == "uebpf-jit" { Engine::Jit } else { Engine::Interpreter };
-            let program = embedded.instance.program(embedded.program, mode).map_err(|e| e.0)?;
-            Ok(Box::new(move |packet: &mut [u8], iterations| time_fallible(iterations, || program.run(packet).map_err(|e| e.0))))
+            let program = embedded.instance.program(embedded.program, mode).map_err(|e| e.to_string())?;
+            Ok(Box::new(move |packet: &mut [u8], iterations| time_fallible(iterations, || program.run(packet).map_err(|e| e.to_string()))))
         }
         "uebpf-c-api-jit" => {
             let program = CProgram::load(embedded, 1)?;
@@ -207,7 +211,7 @@ fn embedded_engine<'a>(engine: &str, embedded: &Embedded) -> Result<Runner<'a>, 
             let jit = unsafe { uebpf::ffi::uebpf_program_jit_function(program.ptr()) }.ok_or("no JIT function after a JIT load")?;
             Ok(Box::new(move |packet: &mut [u8], iterations| {
                 let _owner = &program; // the entry point lives as long as the program
-                // SAFETY: jit is live while the program is; packet is valid for its length.
+                                       // SAFETY: jit is live while the program is; packet is valid for its length.
                 Ok(time_c_loop(iterations, || unsafe { embed_jit_fn_loop(jit, packet.as_mut_ptr().cast(), packet.len(), iterations) }))
             }))
         }

@@ -65,9 +65,7 @@ fn select<'a>(all: &[&'a str], wanted: &Option<Vec<String>>, what: &str) -> Resu
     let Some(wanted) = wanted else { return Ok(all.to_vec()) };
     wanted
         .iter()
-        .map(|name| {
-            all.iter().find(|n| **n == name).copied().ok_or_else(|| format!("unknown {what} `{name}`; known: {}", all.join(", ")))
-        })
+        .map(|name| all.iter().find(|n| **n == name).copied().ok_or_else(|| format!("unknown {what} `{name}`; known: {}", all.join(", "))))
         .collect()
 }
 
@@ -143,8 +141,8 @@ fn run(options: &Options) -> Result<Value, String> {
     for (program, loaded) in programs.iter().zip(&loaded) {
         let expected = reference(program, loaded)?;
         for &engine in &chosen_engines {
-            let prepared = prepare(engine, program, loaded)
-                .and_then(|mut runner| check(engine, &mut runner, program, &expected).map(|()| runner));
+            let prepared =
+                prepare(engine, program, loaded).and_then(|mut runner| check(engine, &mut runner, program, &expected).map(|()| runner));
             match prepared {
                 Ok(runner) => contenders.push(Contender { program, engine, runner, samples: Vec::new() }),
                 Err(reason) => unsupported.push(json!({"program": program.name, "engine": engine, "reason": reason})),
@@ -170,14 +168,11 @@ fn run(options: &Options) -> Result<Value, String> {
         }
     }
 
-    let samples: Vec<Value> = contenders
-        .iter()
-        .map(|c| json!({"program": c.program.name, "engine": c.engine, "ns_per_run": c.samples}))
-        .collect();
+    let samples: Vec<Value> =
+        contenders.iter().map(|c| json!({"program": c.program.name, "engine": c.engine, "ns_per_run": c.samples})).collect();
     let descriptions: BTreeMap<&str, &str> = programs.iter().map(|p| (p.name, p.description)).collect();
     let instructions: BTreeMap<&str, usize> = programs.iter().zip(&loaded).map(|(p, l)| (p.name, l.len())).collect();
-    let engine_descriptions: BTreeMap<&str, &str> =
-        ENGINES.iter().filter(|(name, _)| chosen_engines.contains(name)).copied().collect();
+    let engine_descriptions: BTreeMap<&str, &str> = ENGINES.iter().filter(|(name, _)| chosen_engines.contains(name)).copied().collect();
     Ok(json!({
         "programs": chosen_programs,
         "engines": chosen_engines,

@@ -244,7 +244,7 @@ fn embedded() -> Result<Vec<BenchProgram>, String> {
     unsafe { native_embed_values[1] = EMBED_VALUE };
     let bytecode = |name: &str| -> Result<Vec<u8>, String> {
         let id = instance.programs().iter().find(|p| p.name == name).map(|p| p.id).ok_or(format!("{name} missing"))?;
-        instance.region().program_bytecode(id).map_err(|e| e.0)
+        instance.region().program_bytecode(id).map_err(|e| e.to_string())
     };
     let mut regs = PtRegs::with_args(&[1]);
     let packet = regs.as_bytes_mut().to_vec();

@@ -17,12 +17,8 @@ const MAX_PASSES: usize = 6;
 
 /// Slots that a backward jump lands on, ascending.
 fn loop_heads(program: &Program) -> Vec<usize> {
-    let mut heads: Vec<usize> = program
-        .insns
-        .iter()
-        .enumerate()
-        .filter_map(|(index, insn)| jump_target(index, insn).filter(|&target| target <= index))
-        .collect();
+    let mut heads: Vec<usize> =
+        program.insns.iter().enumerate().filter_map(|(index, insn)| jump_target(index, insn).filter(|&target| target <= index)).collect();
     heads.sort_unstable();
     heads.dedup();
     heads

@@ -31,17 +31,17 @@ pub(crate) fn attach(options: &Options) -> Result<Value, String> {
     let name = options.region.as_deref().expect("checked by parse_options");
     let object = open_object(path, options)?;
     let wanted = wanted(&object.programs(), &options.attaches, path)?;
-    let mut spec = object.region_spec().map_err(|e| e.0)?;
+    let mut spec = object.region_spec().map_err(|e| e.to_string())?;
     spec.attach_capacity = spec.attach_capacity.max(wanted.len() as u32);
-    let region = Region::create(name, spec).map_err(|e| e.0)?;
-    object.load_into(&region, Path::new(VMLINUX_BTF)).map_err(|e| format!("{path}: {}", e.0))?;
-    let instance = Instance::new(&region).map_err(|e| e.0)?;
+    let region = Region::create(name, spec).map_err(|e| e.to_string())?;
+    object.load_into(&region, Path::new(VMLINUX_BTF)).map_err(|e| format!("{path}: {e}"))?;
+    let instance = Instance::new(&region).map_err(|e| e.to_string())?;
     let programs = region.programs();
     let mut attached = Vec::new();
     for want in &wanted {
         let id = programs.iter().find(|p| p.name == want.program.name).map(|p| p.id).expect("the object's programs were loaded");
         let spec = attach_spec(want, id, options.pid.unwrap_or(-1))?;
-        region.add_attachment(&spec).map_err(|e| e.0)?;
+        region.add_attachment(&spec).map_err(|e| e.to_string())?;
         attached.push(json!({"program": want.program.name, "target": spec.target, "offset": spec.offset}));
     }
     write_line("READY").map_err(|e| format!("cannot write to stdout: {e}"))?;
@@ -70,7 +70,8 @@ fn wanted(programs: &[ProgramDesc], arguments: &[String], object: &str) -> Resul
         let malformed = || format!("--attach {argument:?}: want PROGRAM:BINARY:SYMBOL");
         let (name, rest) = argument.split_once(':').ok_or_else(malformed)?;
         let (binary, location) = rest.rsplit_once(':').ok_or_else(malformed)?;
-        let program = programs.iter().find(|p| p.name == name).ok_or_else(|| format!("--attach {argument:?}: {object} has no program `{name}`"))?;
+        let program =
+            programs.iter().find(|p| p.name == name).ok_or_else(|| format!("--attach {argument:?}: {object} has no program `{name}`"))?;
         if !probe(program) {
             return Err(format!("--attach {argument:?}: program `{name}` is a {:?} program, not a uprobe or uretprobe", program.kind));
         }
@@ -89,12 +90,34 @@ fn attach_spec(want: &Wanted, prog_id: u32, pid: i32) -> Result<AttachSpec, Stri
     if want.program.kind == ProgramKind::Tracepoint {
         let (target, offset) = (want.location.clone(), kernel_tracepoint_id(&want.location).unwrap_or(0).into());
         let kind = AttachKind::SyscallTracepoint;
-        return Ok(AttachSpec { kind, prog_id, pid, target, offset, ref_ctr_offset: 0, cookie: 0, dev: 0, ino: 0, state: AttachState::Enabled });
+        return Ok(AttachSpec {
+            kind,
+            prog_id,
+            pid,
+            target,
+            offset,
+            ref_ctr_offset: 0,
+            cookie: 0,
+            dev: 0,
+            ino: 0,
+            state: AttachState::Enabled,
+        });
     }
     let binary = std::fs::canonicalize(&want.binary).map_err(|e| format!("{}: {e}", want.binary))?;
     let meta = std::fs::metadata(&binary).map_err(|e| format!("{}: {e}", binary.display()))?;
     let offset = file_offset(&binary, &Location::parse(&want.location)).map_err(|e| e.to_string())?;
     let kind = if want.program.kind == ProgramKind::Uretprobe { AttachKind::Uretprobe } else { AttachKind::Uprobe };
     let target = binary.to_str().ok_or_else(|| format!("{}: the path is not UTF-8", binary.display()))?.to_string();
-    Ok(AttachSpec { kind, prog_id, pid, target, offset, ref_ctr_offset: 0, cookie: 0, dev: meta.dev(), ino: meta.ino(), state: AttachState::Enabled })
+    Ok(AttachSpec {
+        kind,
+        prog_id,
+        pid,
+        target,
+        offset,
+        ref_ctr_offset: 0,
+        cookie: 0,
+        dev: meta.dev(),
+        ino: meta.ino(),
+        state: AttachState::Enabled,
+    })
 }

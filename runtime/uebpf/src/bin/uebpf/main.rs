@@ -69,13 +69,31 @@ fn usage(why: impl std::fmt::Display) -> String {
 fn pairs(text: &str, what: &str) -> Result<Vec<(String, String)>, String> {
     text.split(',')
         .filter(|p| !p.is_empty())
-        .map(|p| p.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| usage(format!("invalid {what} `{p}` (want NAME=VALUE)"))))
+        .map(|p| {
+            p.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| usage(format!("invalid {what} `{p}` (want NAME=VALUE)")))
+        })
         .collect()
 }
 
 fn parse_options() -> Result<Options, String> {
     use lexopt::prelude::*;
-    let mut options = Options { command: String::new(), positional: Vec::new(), engine: Engine::Interpreter, repeat: 1, budget: None, regs: Vec::new(), sets: Vec::new(), region: None, ret: 0, wait: false, attaches: Vec::new(), pid: None, timeout_s: 10.0 };
+    let mut options = Options {
+        command: String::new(),
+        positional: Vec::new(),
+        engine: Engine::Interpreter,
+        repeat: 1,
+        budget: None,
+        regs: Vec::new(),
+        sets: Vec::new(),
+        region: None,
+        ret: 0,
+        wait: false,
+        attaches: Vec::new(),
+        pid: None,
+        timeout_s: 10.0,
+    };
     let mut parser = lexopt::Parser::from_env();
     let text = |v: std::ffi::OsString| v.into_string().map_err(|_| usage("arguments must be UTF-8"));
     while let Some(arg) = parser.next().map_err(usage)? {
@@ -88,10 +106,20 @@ fn parse_options() -> Result<Options, String> {
                 }
             }
             Long("repeat") => {
-                options.repeat = text(parser.value().map_err(usage)?)?.parse().ok().filter(|&n| n > 0).ok_or_else(|| usage("--repeat needs a positive count"))?
+                options.repeat = text(parser.value().map_err(usage)?)?
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| usage("--repeat needs a positive count"))?
             }
             Long("budget") => {
-                options.budget = Some(text(parser.value().map_err(usage)?)?.parse().ok().filter(|&n| n > 0).ok_or_else(|| usage("--budget needs a positive instruction count"))?)
+                options.budget = Some(
+                    text(parser.value().map_err(usage)?)?
+                        .parse()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .ok_or_else(|| usage("--budget needs a positive instruction count"))?,
+                )
             }
             Long("regs") => options.regs.extend(pairs(&text(parser.value().map_err(usage)?)?, "register")?),
             Long("set") => options.sets.extend(pairs(&text(parser.value().map_err(usage)?)?, "global")?),
@@ -100,10 +128,20 @@ fn parse_options() -> Result<Options, String> {
             Long("wait") => options.wait = true,
             Long("attach") => options.attaches.push(text(parser.value().map_err(usage)?)?),
             Long("pid") => {
-                options.pid = Some(text(parser.value().map_err(usage)?)?.parse().ok().filter(|&p| p > 0).ok_or_else(|| usage("--pid needs a process id"))?)
+                options.pid = Some(
+                    text(parser.value().map_err(usage)?)?
+                        .parse()
+                        .ok()
+                        .filter(|&p| p > 0)
+                        .ok_or_else(|| usage("--pid needs a process id"))?,
+                )
             }
             Long("timeout") => {
-                options.timeout_s = text(parser.value().map_err(usage)?)?.parse().ok().filter(|&t: &f64| t > 0.0).ok_or_else(|| usage("--timeout needs a positive number of seconds"))?
+                options.timeout_s = text(parser.value().map_err(usage)?)?
+                    .parse()
+                    .ok()
+                    .filter(|&t: &f64| t > 0.0)
+                    .ok_or_else(|| usage("--timeout needs a positive number of seconds"))?
             }
             Long("help") | Short('h') => {
                 let _ = write_line(USAGE);
@@ -195,7 +233,7 @@ fn dump(instance: &Instance) -> Value {
 }
 
 fn info(path: &str) -> Result<Value, String> {
-    let object = Object::open(path).map_err(|e| e.0)?;
+    let object = Object::open(path).map_err(|e| e.to_string())?;
     let programs: Vec<Value> = object
         .programs()
         .iter()
@@ -217,27 +255,27 @@ fn info(path: &str) -> Result<Value, String> {
 
 /// Runs `name` `repeat` times on the registers; returns (last r0, runs).
 fn run_program(instance: &Instance, name: &str, options: &Options) -> Result<Value, String> {
-    let mut program = instance.program(name, options.engine).map_err(|e| e.0)?;
+    let mut program = instance.program(name, options.engine).map_err(|e| e.to_string())?;
     program.set_budget(options.budget);
     let (regs, _strings) = registers(&options.regs)?;
     let mut r0 = 0;
     for _ in 0..options.repeat {
         let mut ctx = regs;
-        r0 = program.run(ctx.as_bytes_mut()).map_err(|e| e.0)?;
+        r0 = program.run(ctx.as_bytes_mut()).map_err(|e| e.to_string())?;
     }
     Ok(json!({"program": name, "engine": format!("{:?}", options.engine).to_lowercase(), "runs": options.repeat, "r0": r0}))
 }
 
 /// Opens the object at `path` with the `--set` globals applied.
 fn open_object(path: &str, options: &Options) -> Result<Object, String> {
-    let mut object = Object::open(path).map_err(|e| e.0)?;
+    let mut object = Object::open(path).map_err(|e| e.to_string())?;
     for (name, value) in &options.sets {
         let size = object.global_size(name).ok_or_else(|| format!("{path} has no global variable `{name}`"))?;
         let bytes = integer(value)?.to_le_bytes();
         if size > 8 {
             return Err(format!("global `{name}` has {size} bytes; --set writes integers of up to 8"));
         }
-        object.set_global(name, &bytes[..size]).map_err(|e| e.0)?;
+        object.set_global(name, &bytes[..size]).map_err(|e| e.to_string())?;
     }
     Ok(object)
 }
@@ -246,7 +284,7 @@ fn run(options: &Options) -> Result<Value, String> {
     let (path, program) = (&options.positional[0], &options.positional[1]);
     let object = open_object(path, options)?;
     let target = options.region.as_deref().map_or(Target::Anonymous, Target::Named);
-    let instance = object.load(target).map_err(|e| e.0)?;
+    let instance = object.load(target).map_err(|e| e.to_string())?;
     // The load created the named region: a signal while the program runs removes it.
     let mut result = signals::interruptible(options.region.as_deref(), || run_program(&instance, program, options))?;
     let dumped = dump(&instance);
@@ -308,7 +346,7 @@ fn fire(region: &str, options: &Options) -> Result<Value, String> {
         if s.state != AttachState::Enabled || s.kind == AttachKind::SyscallTracepoint || !admitted {
             continue;
         }
-        let mut program = instance.program_by_id(s.prog_id, options.engine).map_err(|e| e.0)?;
+        let mut program = instance.program_by_id(s.prog_id, options.engine).map_err(|e| e.to_string())?;
         program.set_budget(options.budget);
         let mut ctx = regs;
         if s.kind == AttachKind::Uretprobe {
@@ -317,7 +355,7 @@ fn fire(region: &str, options: &Options) -> Result<Value, String> {
         let mut r0 = 0;
         for _ in 0..options.repeat {
             let mut run_ctx = ctx;
-            r0 = program.run(run_ctx.as_bytes_mut()).map_err(|e| e.0)?;
+            r0 = program.run(run_ctx.as_bytes_mut()).map_err(|e| e.to_string())?;
         }
         fired.push(json!({"attachment": attachment.id, "kind": attach_kind(s.kind), "program": program.info().name,
                           "target": s.target, "offset": s.offset, "runs": options.repeat, "r0": r0}));
@@ -326,8 +364,8 @@ fn fire(region: &str, options: &Options) -> Result<Value, String> {
 }
 
 fn open_region(name: &str) -> Result<Instance, String> {
-    let region = Region::open(name).map_err(|e| e.0)?;
-    Instance::new(&region).map_err(|e| e.0)
+    let region = Region::open(name).map_err(|e| e.to_string())?;
+    Instance::new(&region).map_err(|e| e.to_string())
 }
 
 /// Writes one line to stdout, flushed (an error, e.g. a closed pipe, is the caller's to handle).

@@ -25,7 +25,7 @@ pub(crate) fn wait_applied(options: &Options) -> Result<Value, String> {
     let name = &options.positional[0];
     let pid = options.pid.expect("checked by parse_options") as u32;
     let deadline = Instant::now() + Duration::from_secs_f64(options.timeout_s);
-    let region = Region::open(name).map_err(|e| e.0)?;
+    let region = Region::open(name).map_err(|e| e.to_string())?;
     let generation = region.attach_generation();
     loop {
         let seen = region.agent_generation();
