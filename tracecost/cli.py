@@ -7,9 +7,11 @@ import os
 import random
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tracecost import __version__, tracers, transport
@@ -31,10 +33,24 @@ out = Console() if sys.stdout.isatty() else Console(width=160)
 err = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=160)
 # Options that take several values separated by spaces, as in seed 000 (`-s 3 4 5`).
 MULTI_VALUE_OPTIONS = {"-s", "--scenarios"}
+# A bare `tracecost`: click >= 8.2 raises this with the whole help as its message (8.1 printed the help).
+NO_COMMAND = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 def say(message: str) -> None:
-    err.print(f"[dim]tracecost:[/dim] {message}", highlight=False)
+    # Escaped: messages hold paths and names from the command line, where "[/x]" is not markup.
+    err.print(f"[dim]tracecost:[/dim] {escape(message)}", highlight=False)
+
+
+def one_line(message: str) -> str:
+    """An error message as one printable line: a value from the command line or from a file may
+    hold line breaks or terminal control characters, which an error must not pass on."""
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in message.strip())
+
+
+def fail(message: str, code: int) -> NoReturn:
+    err.print(f"tracecost: error: {one_line(message)}", markup=False, emoji=False, highlight=False, soft_wrap=True)
+    sys.exit(code)
 
 
 def join_multi_values(argv: list[str]) -> list[str]:
@@ -316,22 +332,28 @@ def report(sources: tuple[Path, ...], output: Path | None) -> None:
 
 
 def main() -> None:
-    install_termination_handler()
     try:
-        code = cli(args=join_multi_values(sys.argv[1:]), standalone_mode=False)
+        install_termination_handler()
+        # make_context and invoke rather than cli(): click's main() answers a Ctrl-C with an empty
+        # line of its own before the one below, and handles errors that are handled here.
+        with cli.make_context("tracecost", join_multi_values(sys.argv[1:])) as ctx:
+            code = cli.invoke(ctx)
+    except NO_COMMAND as error:
+        fail(f"no command given (see '{error.ctx.command_path} --help')", error.exit_code)
     except click.UsageError as error:
         # One line, like every other error (click would add the usage and a hint on lines of their own).
         hint = f" (see '{error.ctx.command_path} --help')" if error.ctx else ""
-        err.print(f"tracecost: error: {error.format_message()}{hint}", highlight=False, soft_wrap=True)
-        sys.exit(error.exit_code)
+        fail(f"{error.format_message()}{hint}", error.exit_code)
     except click.ClickException as error:
-        error.show()
-        sys.exit(error.exit_code)
+        fail(error.format_message(), error.exit_code)
     except click.exceptions.Exit as exit_:
         sys.exit(exit_.exit_code)
     except TracecostError as error:
-        err.print(f"tracecost: error: {error}", highlight=False, soft_wrap=True)
-        sys.exit(1)
+        fail(str(error), 1)
+    except OSError as error:
+        # A file or folder the command could not use (the disk filled up, a folder vanished): its
+        # own line, not a traceback. Results already measured were written before the report.
+        fail(str(error), 1)
     except (KeyboardInterrupt, click.Abort):
         err.print("tracecost: interrupted; everything it started was stopped and removed")
         sys.exit(130)
