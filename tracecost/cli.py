@@ -18,8 +18,9 @@ from tracecost import __version__, tracers, transport
 from tracecost.errors import TracecostError
 from tracecost.execute import default_out_dir, execute
 from tracecost.machine_lock import exclusive_machine
+from tracecost.options import SEED, CommaList, FiniteFloatRange, Known, NonEmptyPath
 from tracecost.procs import install_termination_handler
-from tracecost.micro.ops import MAX_OPS_PER_HIT, OPS, op_by_name, with_baselines
+from tracecost.micro.ops import MAX_OPS_PER_HIT, OPS, with_baselines
 from tracecost.micro.runtimes import RUNTIMES
 from tracecost.suites import duration as duration_suite
 from tracecost.suites import micro as micro_suite
@@ -67,24 +68,18 @@ def join_multi_values(argv: list[str]) -> list[str]:
     return joined
 
 
-def comma_list(kind):
-    def parse(_ctx, param, value):
-        if value is None:
-            return None
-        try:
-            return [kind(item) for item in str(value).split(",") if item.strip()]
-        except ValueError as error:
-            raise click.BadParameter(f"{value!r} is not a comma-separated list", param=param) from error
-    return parse
+def with_baseline(names: list[str], baseline: str, option: str) -> list[str]:
+    """The methods of a suite that measures against its untraced reference, which must be among them."""
+    if baseline not in names:
+        raise click.BadParameter(f"{baseline} is needed: the others are measured against it", param_hint=f"'{option}'")
+    return names
 
 
-def methods_with_baseline(methods: list[str], known: tuple[str, ...]) -> list[str]:
-    """--methods of a suite that measures against its untraced baseline: known names, baseline among them."""
-    unknown = [name for name in methods if name not in known]
-    if unknown or "baseline" not in methods:
-        problem = f"unknown method {unknown[0]!r}" if unknown else "baseline is needed (the untraced reference)"
-        raise click.BadParameter(f"{problem} (methods: {', '.join(known)})", param_hint="'--methods'")
-    return list(dict.fromkeys(methods))
+def new_seed(seed: int | None) -> int:
+    return seed if seed is not None else random.SystemRandom().randrange(2**31)
+
+
+seed_option = click.option("--seed", type=SEED, help="Seed of the run order (default: random, recorded).")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -141,14 +136,14 @@ def print_scenarios() -> None:
 
 @cli.command()
 @click.option("--list-scenarios", is_flag=True, help="List the scenarios and exit.")
-@click.option("-s", "--scenarios", callback=comma_list(int), metavar="N [N ...]",
+@click.option("-s", "--scenarios", metavar="N [N ...]", type=CommaList(click.INT),
               help="Scenario indexes (default: all).")
 @click.option("-r", "--runs", default=10, show_default=True, type=click.IntRange(1, 1000),
               help="Measured repetitions (after one discarded warm-up).")
 @click.option("--methods", default=",".join(duration_suite.METHODS), show_default=True,
-              callback=comma_list(str), help="Comma-separated methods.")
+              type=CommaList(Known("method", duration_suite.METHODS)), help="Comma-separated methods.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
-@click.option("--seed", type=int, help="Seed of the run order (default: random, recorded).")
+@seed_option
 @click.option("--quick", is_flag=True, help=f"1/{duration_suite.QUICK_DIVISOR} of the calls, for smoke runs.")
 @click.option("--wakeup", default=WAKEUPS[0], show_default=True, type=click.Choice(WAKEUPS),
               help="Ring-buffer wakeups of the eBPF tracers (kernel and uebpf).")
@@ -164,8 +159,7 @@ def duration(list_scenarios, scenarios, runs, methods, out_dir, seed, quick, wak
             raise click.BadParameter(str(error), param_hint="'-s' / '--scenarios'") from error
     config = duration_suite.DurationConfig(
         scenarios=scenarios or [s.index for s in duration_suite.SCENARIOS],
-        methods=methods_with_baseline(methods, duration_suite.METHODS), runs=runs,
-        seed=seed if seed is not None else random.SystemRandom().randrange(2**31),
+        methods=with_baseline(methods, "baseline", "--methods"), runs=runs, seed=new_seed(seed),
         call_divisor=duration_suite.QUICK_DIVISOR if quick else 1, wakeup=wakeup)
     sys.exit(execute([(SUITES["duration"], config)], out_dir or default_out_dir("duration"), out, err, say))
 
@@ -182,7 +176,7 @@ def print_ops() -> None:
 
 @cli.command()
 @click.option("--list-ops", is_flag=True, help="List the operations and exit.")
-@click.option("--ops", callback=comma_list(str), metavar="OP[,OP...]",
+@click.option("--ops", type=CommaList(Known("operation", OPS)), metavar="OP[,OP...]",
               help="Operations (default: all). Helper operations also measure the empty uprobe they are "
                    "measured against.")
 @click.option("--iter", "iterations", default=micro_suite.DEFAULT_ITER, show_default=True,
@@ -190,46 +184,40 @@ def print_ops() -> None:
 @click.option("-r", "--runs", default=5, show_default=True, type=click.IntRange(1, 1000),
               help="Measured repetitions (after one discarded warm-up).")
 @click.option("--runtimes", default=",".join(micro_suite.DEFAULT_RUNTIMES), show_default=True,
-              callback=comma_list(str), help="Comma-separated runtimes (untraced is the baseline, always needed).")
+              type=CommaList(Known("runtime", RUNTIMES)),
+              help="Comma-separated runtimes (untraced is the baseline, always needed).")
 @click.option("--ops-per-hit", default=micro_suite.DEFAULT_OPS_PER_HIT, show_default=True,
               type=click.IntRange(1, MAX_OPS_PER_HIT),
               help="Helper calls per probe hit (read, write, map operations); costs are reported per call.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
-@click.option("--seed", type=int, help="Seed of the run order (default: random, recorded).")
+@seed_option
 def micro(list_ops, ops, iterations, runs, runtimes, ops_per_hit, out_dir, seed) -> None:
     """Probe micro-benchmarks: uprobe, uretprobe, helpers, map operations, syscall tracepoint."""
     if list_ops:
         print_ops()
         return
-    for name in ops or []:
-        try:
-            op_by_name(name)
-        except TracecostError as error:
-            raise click.BadParameter(str(error), param_hint="'--ops'") from error
-    for name in runtimes:
-        if name not in RUNTIMES:
-            raise click.BadParameter(f"unknown runtime {name!r} (one of {', '.join(RUNTIMES)})",
-                                     param_hint="'--runtimes'")
     config = micro_suite.MicroConfig(
-        ops=with_baselines(ops) if ops else list(OPS), runtimes=runtimes, iter=iterations, runs=runs, ops_per_hit=ops_per_hit,
-        seed=seed if seed is not None else random.SystemRandom().randrange(2**31))
+        ops=with_baselines(ops) if ops else list(OPS), runtimes=with_baseline(runtimes, "untraced", "--runtimes"),
+        iter=iterations, runs=runs, ops_per_hit=ops_per_hit, seed=new_seed(seed))
     sys.exit(execute([(SUITES["micro"], config)], out_dir or default_out_dir("micro"), out, err, say))
 
 
 @cli.command()
 @click.option("--list", "list_only", is_flag=True, help="List the programs and engines and exit.")
-@click.option("--programs", callback=comma_list(str), help="Comma-separated programs (default: all).")
-@click.option("--engines", callback=comma_list(str), help="Comma-separated engines (default: all).")
+@click.option("--programs", type=CommaList(), help="Comma-separated programs (default: all).")
+@click.option("--engines", type=CommaList(), help="Comma-separated engines (default: all).")
 @click.option("-r", "--runs", default=10, show_default=True, type=click.IntRange(1, 1000),
               help="Measured repetitions (after one discarded warm-up).")
 @click.option("--iterations", default=10_000, show_default=True, type=click.IntRange(1, 10_000_000),
               help="Program runs timed together in one measurement.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
-@click.option("--seed", type=int, help="Seed of the run order (default: random, recorded).")
+@seed_option
 def vm(list_only, programs, engines, runs, iterations, out_dir, seed) -> None:
     """eBPF execution engines: uebpf interpreter and JIT, rbpf, the kernel JIT, native C."""
     from tracecost.suites import vm as vm_suite
 
+    # The names are uebpf-vmbench's: without a build that is the error, not the names.
+    vm_suite.catalogue()
     if list_only:
         table = Table(title="vm programs and engines")
         table.add_column("kind")
@@ -246,8 +234,10 @@ def vm(list_only, programs, engines, runs, iterations, out_dir, seed) -> None:
         except TracecostError as error:
             raise click.BadParameter(str(error), param_hint=f"'--{kind}'") from error
     config = vm_suite.VmConfig(programs=programs, engines=engines, runs=runs, iterations=iterations,
-                               seed=seed if seed is not None else random.SystemRandom().randrange(2**31))
+                               seed=new_seed(seed))
     sys.exit(execute([(SUITES["vm"], config)], out_dir or default_out_dir("vm"), out, err, say))
+
+
 def power_of_two_buffer(_ctx, param, value: int) -> int:
     """A ring buffer's size: a power of two of at least one page per CPU (the perf buffer splits it per CPU)."""
     cpus, page = os.sysconf("SC_NPROCESSORS_ONLN"), os.sysconf("SC_PAGE_SIZE")
@@ -264,17 +254,11 @@ def wakeup_mode(_ctx, param, value: str) -> str:
         raise click.BadParameter(str(error), param=param) from error
 
 
-def producer_counts(ctx, param, value: str) -> list[int]:
-    counts = comma_list(int)(ctx, param, value)
-    if not counts or any(not 1 <= n <= transport.MAX_PRODUCERS for n in counts):
-        raise click.BadParameter(f"{value!r}: every producer count must be 1..{transport.MAX_PRODUCERS}", param=param)
-    return sorted(set(counts))
-
-
 @cli.command("transport")
 @click.option("--producers", default=",".join(map(str, transport_suite.RUN_PRODUCERS)), show_default=True,
-              callback=producer_counts, help="Comma-separated numbers of producer processes.")
-@click.option("--duration", "duration_s", default=3.0, show_default=True, type=click.FloatRange(0.1, 3600),
+              type=CommaList(click.IntRange(1, transport.MAX_PRODUCERS)),
+              help="Comma-separated numbers of producer processes.")
+@click.option("--duration", "duration_s", default=3.0, show_default=True, type=FiniteFloatRange(0.1, 3600),
               help="Seconds each run's producers call getpgid.")
 @click.option("--runs", default=5, show_default=True, type=click.IntRange(1, 1000),
               help="Measured repetitions (after one discarded warm-up).")
@@ -286,38 +270,34 @@ def producer_counts(ctx, param, value: str) -> list[int]:
               type=click.IntRange(transport.EVENT_HEADER_BYTES, transport.MAX_PAYLOAD_BYTES),
               help="Record bytes: the 40-byte event, padded with zeros.")
 @click.option("--methods", default=",".join(transport_suite.METHODS), show_default=True,
-              callback=comma_list(str), help="Comma-separated methods (baseline, the reference, is always needed).")
+              type=CommaList(Known("method", transport_suite.METHODS)),
+              help="Comma-separated methods (baseline, the reference, is always needed).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
-@click.option("--seed", type=int, help="Seed of the run order (default: random, recorded).")
+@seed_option
 def transport_command(producers, duration_s, runs, buffer_bytes, wakeup, payload_bytes, methods, out_dir,
                       seed) -> None:
     """BPF ring buffer vs perf buffer under a getpgid load from N producers."""
     config = transport_suite.TransportConfig(
-        producers=producers, duration_s=duration_s, runs=runs, buffer_bytes=buffer_bytes, wakeup=wakeup,
-        payload_bytes=payload_bytes, methods=methods_with_baseline(methods, transport_suite.METHODS),
-        seed=seed if seed is not None else random.SystemRandom().randrange(2**31))
+        producers=sorted(producers), duration_s=duration_s, runs=runs, buffer_bytes=buffer_bytes, wakeup=wakeup,
+        payload_bytes=payload_bytes, methods=with_baseline(methods, "baseline", "--methods"), seed=new_seed(seed))
     sys.exit(execute([(SUITES["transport"], config)], out_dir or default_out_dir("transport"), out, err, say))
 
 
 @cli.command()
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
-@click.option("--seed", type=int, help="Seed of the run order (default: random, recorded).")
-@click.option("--suites", "suite_names", callback=comma_list(str), default=",".join(SUITES), show_default=True,
-              help="Comma-separated suites to run.")
+@seed_option
+@click.option("--suites", "suite_names", type=CommaList(Known("suite", SUITES)), default=",".join(SUITES),
+              show_default=True, help="Comma-separated suites to run.")
 def run(out_dir: Path | None, seed: int | None, suite_names: list[str]) -> None:
     """Every suite at its default size, into one results.json and one report.html."""
-    unknown = [name for name in suite_names if name not in SUITES]
-    if unknown:
-        raise click.BadParameter(f"unknown suite(s) {', '.join(unknown)} (one of {', '.join(SUITES)})",
-                                 param_hint="'--suites'")
-    seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+    seed = new_seed(seed)
     entries = [(SUITES[name], SUITES[name].run_config(seed)) for name in suite_names]
     sys.exit(execute(entries, out_dir or default_out_dir("run"), out, err, say))
 
 
 @cli.command()
-@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("-o", "--output", type=click.Path(path_type=Path),
+@click.argument("sources", nargs=-1, required=True, type=NonEmptyPath(path_type=Path))
+@click.option("-o", "--output", type=NonEmptyPath(path_type=Path),
               help="Report file (default: report.html beside a single results file, else ./report.html).")
 def report(sources: tuple[Path, ...], output: Path | None) -> None:
     """Re-render report.html from results.json files alone (one section per suite)."""
