@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -16,9 +17,9 @@ from rich.table import Table
 
 from tracecost import __version__, tracers, transport
 from tracecost.errors import TracecostError
-from tracecost.execute import default_out_dir, execute
+from tracecost.execute import OUT_FILES, default_out_dir, execute
 from tracecost.machine_lock import exclusive_machine
-from tracecost.options import SEED, CommaList, FiniteFloatRange, Known, NonEmptyPath
+from tracecost.options import SEED, CommaList, FiniteFloatRange, Known, NonEmptyPath, writable_dir
 from tracecost.procs import install_termination_handler
 from tracecost.micro.ops import MAX_OPS_PER_HIT, OPS, with_baselines
 from tracecost.micro.runtimes import RUNTIMES
@@ -79,7 +80,26 @@ def new_seed(seed: int | None) -> int:
     return seed if seed is not None else random.SystemRandom().randrange(2**31)
 
 
+out_option = click.option("--out", "out_dir", type=NonEmptyPath(file_okay=False, path_type=Path),
+                          help="Results directory (checked writable before anything is measured).")
 seed_option = click.option("--seed", type=SEED, help="Seed of the run order (default: random, recorded).")
+
+
+def measure(entries: list, out_dir: Path | None, command: str) -> None:
+    """Run the suites and exit with execute's status. The results directory is created and written to
+    first: a bad --out has to fail before minutes of measuring, not lose them."""
+    out_dir = out_dir if out_dir is not None else default_out_dir(command)
+    created = not out_dir.exists()
+    try:
+        writable_dir(out_dir, OUT_FILES)
+    except TracecostError as error:
+        raise click.BadParameter(str(error), param_hint="'--out'") from None
+    try:
+        sys.exit(execute(entries, out_dir, out, err, say))
+    finally:
+        if created:  # a run that stopped before writing anything leaves no empty folder (rmdir: only if empty)
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -142,7 +162,7 @@ def print_scenarios() -> None:
               help="Measured repetitions (after one discarded warm-up).")
 @click.option("--methods", default=",".join(duration_suite.METHODS), show_default=True,
               type=CommaList(Known("method", duration_suite.METHODS)), help="Comma-separated methods.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
+@out_option
 @seed_option
 @click.option("--quick", is_flag=True, help=f"1/{duration_suite.QUICK_DIVISOR} of the calls, for smoke runs.")
 @click.option("--wakeup", default=WAKEUPS[0], show_default=True, type=click.Choice(WAKEUPS),
@@ -161,7 +181,7 @@ def duration(list_scenarios, scenarios, runs, methods, out_dir, seed, quick, wak
         scenarios=scenarios or [s.index for s in duration_suite.SCENARIOS],
         methods=with_baseline(methods, "baseline", "--methods"), runs=runs, seed=new_seed(seed),
         call_divisor=duration_suite.QUICK_DIVISOR if quick else 1, wakeup=wakeup)
-    sys.exit(execute([(SUITES["duration"], config)], out_dir or default_out_dir("duration"), out, err, say))
+    measure([(SUITES["duration"], config)], out_dir, "duration")
 
 
 def print_ops() -> None:
@@ -189,7 +209,7 @@ def print_ops() -> None:
 @click.option("--ops-per-hit", default=micro_suite.DEFAULT_OPS_PER_HIT, show_default=True,
               type=click.IntRange(1, MAX_OPS_PER_HIT),
               help="Helper calls per probe hit (read, write, map operations); costs are reported per call.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
+@out_option
 @seed_option
 def micro(list_ops, ops, iterations, runs, runtimes, ops_per_hit, out_dir, seed) -> None:
     """Probe micro-benchmarks: uprobe, uretprobe, helpers, map operations, syscall tracepoint."""
@@ -199,7 +219,7 @@ def micro(list_ops, ops, iterations, runs, runtimes, ops_per_hit, out_dir, seed)
     config = micro_suite.MicroConfig(
         ops=with_baselines(ops) if ops else list(OPS), runtimes=with_baseline(runtimes, "untraced", "--runtimes"),
         iter=iterations, runs=runs, ops_per_hit=ops_per_hit, seed=new_seed(seed))
-    sys.exit(execute([(SUITES["micro"], config)], out_dir or default_out_dir("micro"), out, err, say))
+    measure([(SUITES["micro"], config)], out_dir, "micro")
 
 
 @cli.command()
@@ -210,7 +230,7 @@ def micro(list_ops, ops, iterations, runs, runtimes, ops_per_hit, out_dir, seed)
               help="Measured repetitions (after one discarded warm-up).")
 @click.option("--iterations", default=10_000, show_default=True, type=click.IntRange(1, 10_000_000),
               help="Program runs timed together in one measurement.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
+@out_option
 @seed_option
 def vm(list_only, programs, engines, runs, iterations, out_dir, seed) -> None:
     """eBPF execution engines: uebpf interpreter and JIT, rbpf, the kernel JIT, native C."""
@@ -235,7 +255,7 @@ def vm(list_only, programs, engines, runs, iterations, out_dir, seed) -> None:
             raise click.BadParameter(str(error), param_hint=f"'--{kind}'") from error
     config = vm_suite.VmConfig(programs=programs, engines=engines, runs=runs, iterations=iterations,
                                seed=new_seed(seed))
-    sys.exit(execute([(SUITES["vm"], config)], out_dir or default_out_dir("vm"), out, err, say))
+    measure([(SUITES["vm"], config)], out_dir, "vm")
 
 
 def power_of_two_buffer(_ctx, param, value: int) -> int:
@@ -272,7 +292,7 @@ def wakeup_mode(_ctx, param, value: str) -> str:
 @click.option("--methods", default=",".join(transport_suite.METHODS), show_default=True,
               type=CommaList(Known("method", transport_suite.METHODS)),
               help="Comma-separated methods (baseline, the reference, is always needed).")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
+@out_option
 @seed_option
 def transport_command(producers, duration_s, runs, buffer_bytes, wakeup, payload_bytes, methods, out_dir,
                       seed) -> None:
@@ -280,24 +300,23 @@ def transport_command(producers, duration_s, runs, buffer_bytes, wakeup, payload
     config = transport_suite.TransportConfig(
         producers=sorted(producers), duration_s=duration_s, runs=runs, buffer_bytes=buffer_bytes, wakeup=wakeup,
         payload_bytes=payload_bytes, methods=with_baseline(methods, "baseline", "--methods"), seed=new_seed(seed))
-    sys.exit(execute([(SUITES["transport"], config)], out_dir or default_out_dir("transport"), out, err, say))
+    measure([(SUITES["transport"], config)], out_dir, "transport")
 
 
 @cli.command()
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
+@out_option
 @seed_option
 @click.option("--suites", "suite_names", type=CommaList(Known("suite", SUITES)), default=",".join(SUITES),
               show_default=True, help="Comma-separated suites to run.")
 def run(out_dir: Path | None, seed: int | None, suite_names: list[str]) -> None:
     """Every suite at its default size, into one results.json and one report.html."""
     seed = new_seed(seed)
-    entries = [(SUITES[name], SUITES[name].run_config(seed)) for name in suite_names]
-    sys.exit(execute(entries, out_dir or default_out_dir("run"), out, err, say))
+    measure([(SUITES[name], SUITES[name].run_config(seed)) for name in suite_names], out_dir, "run")
 
 
 @cli.command()
 @click.argument("sources", nargs=-1, required=True, type=NonEmptyPath(path_type=Path))
-@click.option("-o", "--output", type=NonEmptyPath(path_type=Path),
+@click.option("-o", "--output", type=NonEmptyPath(dir_okay=False, path_type=Path),
               help="Report file (default: report.html beside a single results file, else ./report.html).")
 def report(sources: tuple[Path, ...], output: Path | None) -> None:
     """Re-render report.html from results.json files alone (one section per suite)."""
@@ -308,6 +327,10 @@ def report(sources: tuple[Path, ...], output: Path | None) -> None:
     if output is None:
         only = sources[0]
         output = (only if only.is_dir() else only.parent) / REPORT_NAME if len(sources) == 1 else Path(REPORT_NAME)
+    try:
+        writable_dir(output.parent, [output.name])
+    except TracecostError as error:
+        raise click.BadParameter(str(error), param_hint="'-o' / '--output'") from None
     say(f"report: {write_report(docs, output)}")
 
 

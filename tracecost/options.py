@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import math
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
 
 import click
+
+from tracecost.errors import TracecostError
 
 # A seed is stored in results.json: keep it an integer every JSON reader holds exactly.
 SEED = click.IntRange(0, 2**63 - 1)
@@ -64,3 +69,21 @@ class NonEmptyPath(click.Path):
             self.fail("an empty path", param, ctx)
         return super().convert(value, param, ctx)
 
+
+def writable_dir(path: Path, files: Iterable[str] = ()) -> Path:
+    """`path`, created if missing, once a file has been created in it and removed again, and none of
+    `files` there is anything but a regular file (they are replaced whole: a folder in the way would
+    fail that, and root would replace a device). Results are written after minutes of measuring: a
+    folder they cannot go to has to fail before, not after."""
+    if path.exists() and not path.is_dir():
+        raise TracecostError(f"{path} is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".tracecost-write-test-"):
+            pass
+    except OSError as error:
+        raise TracecostError(f"cannot write in {path}: {error.strerror or error}") from None
+    for name in files:
+        if (path / name).exists() and not (path / name).is_file():
+            raise TracecostError(f"{path / name} is in the way: it is not a regular file")
+    return path
