@@ -155,7 +155,9 @@ def test_baseline_refuses_to_run_while_a_program_is_attached(tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--producers", "0"], "every producer count must be 1..64"),
+    (["--producers", "0"], "0 is not in the range 1<=x<=64"),
+    (["--producers", "1,,2"], "has an empty item"),
+    (["--duration", "nan"], "not a finite number"),
     (["--wakeup", "bogus"], "unknown wakeup mode 'bogus'"),
     (["--wakeup", "sampled:0"], "unknown wakeup mode 'sampled:0'"),
     (["--buffer-bytes", "100000"], "100000 is not a power of two"),

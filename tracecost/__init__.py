@@ -1,3 +1,25 @@
 """tracecost: what does tracing cost on this machine?"""
 
 __version__ = "0.1.0"
+
+
+def main() -> None:
+    """The `tracecost` command. Importing the CLI (click, rich, numpy, scipy...) takes a noticeable
+    moment: a Ctrl-C then must end as quietly as one later, so the import happens here, in the one
+    module Python has already loaded, with nothing heavy imported yet."""
+    import os
+    import sys
+
+    # A closed stdout or stderr (`tracecost ... >&-`) is None in Python: write that output nowhere.
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 (open as long as the process)
+    try:
+        from tracecost import cli
+    except KeyboardInterrupt:
+        sys.stderr.write("tracecost: interrupted\n")
+        sys.stderr.flush()
+        # Nothing has started yet, so there is nothing to clean up; and an exit through the
+        # interpreter's shutdown may still end by SIGINT when the interrupt hit inside an import.
+        os._exit(130)
+    cli.main()

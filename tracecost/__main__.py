@@ -1,3 +1,3 @@
-from tracecost.cli import main
+from tracecost import main
 
 main()

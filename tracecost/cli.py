@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tracecost import __version__, tracers, transport
 from tracecost.errors import TracecostError
-from tracecost.execute import default_out_dir, execute
+from tracecost.execute import OUT_FILES, default_out_dir, execute
 from tracecost.machine_lock import exclusive_machine
+from tracecost.options import SEED, CommaList, FiniteFloatRange, Known, NonEmptyPath, writable_dir
 from tracecost.procs import install_termination_handler
-from tracecost.micro.ops import MAX_OPS_PER_HIT, OPS, op_by_name, with_baselines
+from tracecost.micro.ops import MAX_OPS_PER_HIT, OPS, with_baselines
 from tracecost.micro.runtimes import RUNTIMES
 from tracecost.suites import duration as duration_suite
 from tracecost.suites import micro as micro_suite
@@ -31,10 +35,24 @@ out = Console() if sys.stdout.isatty() else Console(width=160)
 err = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=160)
 # Options that take several values separated by spaces, as in seed 000 (`-s 3 4 5`).
 MULTI_VALUE_OPTIONS = {"-s", "--scenarios"}
+# A bare `tracecost`: click >= 8.2 raises this with the whole help as its message (8.1 printed the help).
+NO_COMMAND = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 def say(message: str) -> None:
-    err.print(f"[dim]tracecost:[/dim] {message}", highlight=False)
+    # Escaped: messages hold paths and names from the command line, where "[/x]" is not markup.
+    err.print(f"[dim]tracecost:[/dim] {escape(message)}", highlight=False)
+
+
+def one_line(message: str) -> str:
+    """An error message as one printable line: a value from the command line or from a file may
+    hold line breaks or terminal control characters, which an error must not pass on."""
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in message.strip())
+
+
+def fail(message: str, code: int) -> NoReturn:
+    err.print(f"tracecost: error: {one_line(message)}", markup=False, emoji=False, highlight=False, soft_wrap=True)
+    sys.exit(code)
 
 
 def join_multi_values(argv: list[str]) -> list[str]:
@@ -51,24 +69,37 @@ def join_multi_values(argv: list[str]) -> list[str]:
     return joined
 
 
-def comma_list(kind):
-    def parse(_ctx, param, value):
-        if value is None:
-            return None
-        try:
-            return [kind(item) for item in str(value).split(",") if item.strip()]
-        except ValueError as error:
-            raise click.BadParameter(f"{value!r} is not a comma-separated list", param=param) from error
-    return parse
+def with_baseline(names: list[str], baseline: str, option: str) -> list[str]:
+    """The methods of a suite that measures against its untraced reference, which must be among them."""
+    if baseline not in names:
+        raise click.BadParameter(f"{baseline} is needed: the others are measured against it", param_hint=f"'{option}'")
+    return names
 
 
-def methods_with_baseline(methods: list[str], known: tuple[str, ...]) -> list[str]:
-    """--methods of a suite that measures against its untraced baseline: known names, baseline among them."""
-    unknown = [name for name in methods if name not in known]
-    if unknown or "baseline" not in methods:
-        problem = f"unknown method {unknown[0]!r}" if unknown else "baseline is needed (the untraced reference)"
-        raise click.BadParameter(f"{problem} (methods: {', '.join(known)})", param_hint="'--methods'")
-    return list(dict.fromkeys(methods))
+def new_seed(seed: int | None) -> int:
+    return seed if seed is not None else random.SystemRandom().randrange(2**31)
+
+
+out_option = click.option("--out", "out_dir", type=NonEmptyPath(file_okay=False, path_type=Path),
+                          help="Results directory (checked writable before anything is measured).")
+seed_option = click.option("--seed", type=SEED, help="Seed of the run order (default: random, recorded).")
+
+
+def measure(entries: list, out_dir: Path | None, command: str) -> None:
+    """Run the suites and exit with execute's status. The results directory is created and written to
+    first: a bad --out has to fail before minutes of measuring, not lose them."""
+    out_dir = out_dir if out_dir is not None else default_out_dir(command)
+    created = not out_dir.exists()
+    try:
+        writable_dir(out_dir, OUT_FILES)
+    except TracecostError as error:
+        raise click.BadParameter(str(error), param_hint="'--out'") from None
+    try:
+        sys.exit(execute(entries, out_dir, out, err, say))
+    finally:
+        if created:  # a run that stopped before writing anything leaves no empty folder (rmdir: only if empty)
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -125,14 +156,14 @@ def print_scenarios() -> None:
 
 @cli.command()
 @click.option("--list-scenarios", is_flag=True, help="List the scenarios and exit.")
-@click.option("-s", "--scenarios", callback=comma_list(int), metavar="N [N ...]",
+@click.option("-s", "--scenarios", metavar="N [N ...]", type=CommaList(click.INT),
               help="Scenario indexes (default: all).")
 @click.option("-r", "--runs", default=10, show_default=True, type=click.IntRange(1, 1000),
               help="Measured repetitions (after one discarded warm-up).")
 @click.option("--methods", default=",".join(duration_suite.METHODS), show_default=True,
-              callback=comma_list(str), help="Comma-separated methods.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
-@click.option("--seed", type=int, help="Seed of the run order (default: random, recorded).")
+              type=CommaList(Known("method", duration_suite.METHODS)), help="Comma-separated methods.")
+@out_option
+@seed_option
 @click.option("--quick", is_flag=True, help=f"1/{duration_suite.QUICK_DIVISOR} of the calls, for smoke runs.")
 @click.option("--wakeup", default=WAKEUPS[0], show_default=True, type=click.Choice(WAKEUPS),
               help="Ring-buffer wakeups of the eBPF tracers (kernel and uebpf).")
@@ -148,10 +179,9 @@ def duration(list_scenarios, scenarios, runs, methods, out_dir, seed, quick, wak
             raise click.BadParameter(str(error), param_hint="'-s' / '--scenarios'") from error
     config = duration_suite.DurationConfig(
         scenarios=scenarios or [s.index for s in duration_suite.SCENARIOS],
-        methods=methods_with_baseline(methods, duration_suite.METHODS), runs=runs,
-        seed=seed if seed is not None else random.SystemRandom().randrange(2**31),
+        methods=with_baseline(methods, "baseline", "--methods"), runs=runs, seed=new_seed(seed),
         call_divisor=duration_suite.QUICK_DIVISOR if quick else 1, wakeup=wakeup)
-    sys.exit(execute([(SUITES["duration"], config)], out_dir or default_out_dir("duration"), out, err, say))
+    measure([(SUITES["duration"], config)], out_dir, "duration")
 
 
 def print_ops() -> None:
@@ -166,7 +196,7 @@ def print_ops() -> None:
 
 @cli.command()
 @click.option("--list-ops", is_flag=True, help="List the operations and exit.")
-@click.option("--ops", callback=comma_list(str), metavar="OP[,OP...]",
+@click.option("--ops", type=CommaList(Known("operation", OPS)), metavar="OP[,OP...]",
               help="Operations (default: all). Helper operations also measure the empty uprobe they are "
                    "measured against.")
 @click.option("--iter", "iterations", default=micro_suite.DEFAULT_ITER, show_default=True,
@@ -174,46 +204,40 @@ def print_ops() -> None:
 @click.option("-r", "--runs", default=5, show_default=True, type=click.IntRange(1, 1000),
               help="Measured repetitions (after one discarded warm-up).")
 @click.option("--runtimes", default=",".join(micro_suite.DEFAULT_RUNTIMES), show_default=True,
-              callback=comma_list(str), help="Comma-separated runtimes (untraced is the baseline, always needed).")
+              type=CommaList(Known("runtime", RUNTIMES)),
+              help="Comma-separated runtimes (untraced is the baseline, always needed).")
 @click.option("--ops-per-hit", default=micro_suite.DEFAULT_OPS_PER_HIT, show_default=True,
               type=click.IntRange(1, MAX_OPS_PER_HIT),
               help="Helper calls per probe hit (read, write, map operations); costs are reported per call.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
-@click.option("--seed", type=int, help="Seed of the run order (default: random, recorded).")
+@out_option
+@seed_option
 def micro(list_ops, ops, iterations, runs, runtimes, ops_per_hit, out_dir, seed) -> None:
     """Probe micro-benchmarks: uprobe, uretprobe, helpers, map operations, syscall tracepoint."""
     if list_ops:
         print_ops()
         return
-    for name in ops or []:
-        try:
-            op_by_name(name)
-        except TracecostError as error:
-            raise click.BadParameter(str(error), param_hint="'--ops'") from error
-    for name in runtimes:
-        if name not in RUNTIMES:
-            raise click.BadParameter(f"unknown runtime {name!r} (one of {', '.join(RUNTIMES)})",
-                                     param_hint="'--runtimes'")
     config = micro_suite.MicroConfig(
-        ops=with_baselines(ops) if ops else list(OPS), runtimes=runtimes, iter=iterations, runs=runs, ops_per_hit=ops_per_hit,
-        seed=seed if seed is not None else random.SystemRandom().randrange(2**31))
-    sys.exit(execute([(SUITES["micro"], config)], out_dir or default_out_dir("micro"), out, err, say))
+        ops=with_baselines(ops) if ops else list(OPS), runtimes=with_baseline(runtimes, "untraced", "--runtimes"),
+        iter=iterations, runs=runs, ops_per_hit=ops_per_hit, seed=new_seed(seed))
+    measure([(SUITES["micro"], config)], out_dir, "micro")
 
 
 @cli.command()
 @click.option("--list", "list_only", is_flag=True, help="List the programs and engines and exit.")
-@click.option("--programs", callback=comma_list(str), help="Comma-separated programs (default: all).")
-@click.option("--engines", callback=comma_list(str), help="Comma-separated engines (default: all).")
+@click.option("--programs", type=CommaList(), help="Comma-separated programs (default: all).")
+@click.option("--engines", type=CommaList(), help="Comma-separated engines (default: all).")
 @click.option("-r", "--runs", default=10, show_default=True, type=click.IntRange(1, 1000),
               help="Measured repetitions (after one discarded warm-up).")
 @click.option("--iterations", default=10_000, show_default=True, type=click.IntRange(1, 10_000_000),
               help="Program runs timed together in one measurement.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
-@click.option("--seed", type=int, help="Seed of the run order (default: random, recorded).")
+@out_option
+@seed_option
 def vm(list_only, programs, engines, runs, iterations, out_dir, seed) -> None:
     """eBPF execution engines: uebpf interpreter and JIT, rbpf, the kernel JIT, native C."""
     from tracecost.suites import vm as vm_suite
 
+    # The names are uebpf-vmbench's: without a build that is the error, not the names.
+    vm_suite.catalogue()
     if list_only:
         table = Table(title="vm programs and engines")
         table.add_column("kind")
@@ -230,8 +254,10 @@ def vm(list_only, programs, engines, runs, iterations, out_dir, seed) -> None:
         except TracecostError as error:
             raise click.BadParameter(str(error), param_hint=f"'--{kind}'") from error
     config = vm_suite.VmConfig(programs=programs, engines=engines, runs=runs, iterations=iterations,
-                               seed=seed if seed is not None else random.SystemRandom().randrange(2**31))
-    sys.exit(execute([(SUITES["vm"], config)], out_dir or default_out_dir("vm"), out, err, say))
+                               seed=new_seed(seed))
+    measure([(SUITES["vm"], config)], out_dir, "vm")
+
+
 def power_of_two_buffer(_ctx, param, value: int) -> int:
     """A ring buffer's size: a power of two of at least one page per CPU (the perf buffer splits it per CPU)."""
     cpus, page = os.sysconf("SC_NPROCESSORS_ONLN"), os.sysconf("SC_PAGE_SIZE")
@@ -248,17 +274,11 @@ def wakeup_mode(_ctx, param, value: str) -> str:
         raise click.BadParameter(str(error), param=param) from error
 
 
-def producer_counts(ctx, param, value: str) -> list[int]:
-    counts = comma_list(int)(ctx, param, value)
-    if not counts or any(not 1 <= n <= transport.MAX_PRODUCERS for n in counts):
-        raise click.BadParameter(f"{value!r}: every producer count must be 1..{transport.MAX_PRODUCERS}", param=param)
-    return sorted(set(counts))
-
-
 @cli.command("transport")
 @click.option("--producers", default=",".join(map(str, transport_suite.RUN_PRODUCERS)), show_default=True,
-              callback=producer_counts, help="Comma-separated numbers of producer processes.")
-@click.option("--duration", "duration_s", default=3.0, show_default=True, type=click.FloatRange(0.1, 3600),
+              type=CommaList(click.IntRange(1, transport.MAX_PRODUCERS)),
+              help="Comma-separated numbers of producer processes.")
+@click.option("--duration", "duration_s", default=3.0, show_default=True, type=FiniteFloatRange(0.1, 3600),
               help="Seconds each run's producers call getpgid.")
 @click.option("--runs", default=5, show_default=True, type=click.IntRange(1, 1000),
               help="Measured repetitions (after one discarded warm-up).")
@@ -270,38 +290,33 @@ def producer_counts(ctx, param, value: str) -> list[int]:
               type=click.IntRange(transport.EVENT_HEADER_BYTES, transport.MAX_PAYLOAD_BYTES),
               help="Record bytes: the 40-byte event, padded with zeros.")
 @click.option("--methods", default=",".join(transport_suite.METHODS), show_default=True,
-              callback=comma_list(str), help="Comma-separated methods (baseline, the reference, is always needed).")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
-@click.option("--seed", type=int, help="Seed of the run order (default: random, recorded).")
+              type=CommaList(Known("method", transport_suite.METHODS)),
+              help="Comma-separated methods (baseline, the reference, is always needed).")
+@out_option
+@seed_option
 def transport_command(producers, duration_s, runs, buffer_bytes, wakeup, payload_bytes, methods, out_dir,
                       seed) -> None:
     """BPF ring buffer vs perf buffer under a getpgid load from N producers."""
     config = transport_suite.TransportConfig(
-        producers=producers, duration_s=duration_s, runs=runs, buffer_bytes=buffer_bytes, wakeup=wakeup,
-        payload_bytes=payload_bytes, methods=methods_with_baseline(methods, transport_suite.METHODS),
-        seed=seed if seed is not None else random.SystemRandom().randrange(2**31))
-    sys.exit(execute([(SUITES["transport"], config)], out_dir or default_out_dir("transport"), out, err, say))
+        producers=sorted(producers), duration_s=duration_s, runs=runs, buffer_bytes=buffer_bytes, wakeup=wakeup,
+        payload_bytes=payload_bytes, methods=with_baseline(methods, "baseline", "--methods"), seed=new_seed(seed))
+    measure([(SUITES["transport"], config)], out_dir, "transport")
 
 
 @cli.command()
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Results directory.")
-@click.option("--seed", type=int, help="Seed of the run order (default: random, recorded).")
-@click.option("--suites", "suite_names", callback=comma_list(str), default=",".join(SUITES), show_default=True,
-              help="Comma-separated suites to run.")
+@out_option
+@seed_option
+@click.option("--suites", "suite_names", type=CommaList(Known("suite", SUITES)), default=",".join(SUITES),
+              show_default=True, help="Comma-separated suites to run.")
 def run(out_dir: Path | None, seed: int | None, suite_names: list[str]) -> None:
     """Every suite at its default size, into one results.json and one report.html."""
-    unknown = [name for name in suite_names if name not in SUITES]
-    if unknown:
-        raise click.BadParameter(f"unknown suite(s) {', '.join(unknown)} (one of {', '.join(SUITES)})",
-                                 param_hint="'--suites'")
-    seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
-    entries = [(SUITES[name], SUITES[name].run_config(seed)) for name in suite_names]
-    sys.exit(execute(entries, out_dir or default_out_dir("run"), out, err, say))
+    seed = new_seed(seed)
+    measure([(SUITES[name], SUITES[name].run_config(seed)) for name in suite_names], out_dir, "run")
 
 
 @cli.command()
-@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("-o", "--output", type=click.Path(path_type=Path),
+@click.argument("sources", nargs=-1, required=True, type=NonEmptyPath(path_type=Path))
+@click.option("-o", "--output", type=NonEmptyPath(dir_okay=False, path_type=Path),
               help="Report file (default: report.html beside a single results file, else ./report.html).")
 def report(sources: tuple[Path, ...], output: Path | None) -> None:
     """Re-render report.html from results.json files alone (one section per suite)."""
@@ -312,26 +327,36 @@ def report(sources: tuple[Path, ...], output: Path | None) -> None:
     if output is None:
         only = sources[0]
         output = (only if only.is_dir() else only.parent) / REPORT_NAME if len(sources) == 1 else Path(REPORT_NAME)
+    try:
+        writable_dir(output.parent, [output.name])
+    except TracecostError as error:
+        raise click.BadParameter(str(error), param_hint="'-o' / '--output'") from None
     say(f"report: {write_report(docs, output)}")
 
 
 def main() -> None:
-    install_termination_handler()
     try:
-        code = cli(args=join_multi_values(sys.argv[1:]), standalone_mode=False)
+        install_termination_handler()
+        # make_context and invoke rather than cli(): click's main() answers a Ctrl-C with an empty
+        # line of its own before the one below, and handles errors that are handled here.
+        with cli.make_context("tracecost", join_multi_values(sys.argv[1:])) as ctx:
+            code = cli.invoke(ctx)
+    except NO_COMMAND as error:
+        fail(f"no command given (see '{error.ctx.command_path} --help')", error.exit_code)
     except click.UsageError as error:
         # One line, like every other error (click would add the usage and a hint on lines of their own).
         hint = f" (see '{error.ctx.command_path} --help')" if error.ctx else ""
-        err.print(f"tracecost: error: {error.format_message()}{hint}", highlight=False, soft_wrap=True)
-        sys.exit(error.exit_code)
+        fail(f"{error.format_message()}{hint}", error.exit_code)
     except click.ClickException as error:
-        error.show()
-        sys.exit(error.exit_code)
+        fail(error.format_message(), error.exit_code)
     except click.exceptions.Exit as exit_:
         sys.exit(exit_.exit_code)
     except TracecostError as error:
-        err.print(f"tracecost: error: {error}", highlight=False, soft_wrap=True)
-        sys.exit(1)
+        fail(str(error), 1)
+    except OSError as error:
+        # A file or folder the command could not use (the disk filled up, a folder vanished): its
+        # own line, not a traceback. Results already measured were written before the report.
+        fail(str(error), 1)
     except (KeyboardInterrupt, click.Abort):
         err.print("tracecost: interrupted; everything it started was stopped and removed")
         sys.exit(130)

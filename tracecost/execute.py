@@ -21,6 +21,10 @@ from tracecost.tracers.base import Say
 from tracecost.workspace import workspace
 
 
+# What execute writes into its results folder.
+OUT_FILES = (results.RESULTS_NAME, results.PARTIAL_NAME, REPORT_NAME)
+
+
 def default_out_dir(name: str) -> Path:
     return Path("results") / f"{name}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
 

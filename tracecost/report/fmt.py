@@ -24,5 +24,9 @@ def with_ci(estimate: dict, key: str = "value", digits: int = 1) -> str:
     return number(value, digits) if half == "–" else f"{number(value, digits)} {half}"
 
 
+def count(value) -> str:
+    return "–" if value is None else f"{value:,}"
+
+
 def mib(kb) -> float | None:
     return None if kb is None else kb / 1024

@@ -30,16 +30,54 @@ def sections_of(doc: dict) -> list[Section]:
         renderer = RENDERERS.get(name)
         if renderer is None:
             raise TracecostError(f"no report section for suite {name!r}")
-        sections.append(renderer(suite, doc["environment"]))
+        try:
+            sections.append(renderer(suite, doc["environment"]))
+        except Exception as error:
+            # The schema leaves parts of a results file open (configs, environment, extra fields), so a
+            # file can pass it with a field of a type no suite writes. The renderers handle every empty
+            # and null value the schema allows; anything else ends here, in one line that says where.
+            raise TracecostError(f"cannot draw the report's {name} section from these results "
+                                 f"({type(error).__name__}: {error})") from error
     return sections
+
+
+def _text(value) -> str:
+    return "not recorded" if value is None else str(value)
+
+
+def _pairs(value, separator: str = ": ", missing: str | None = None) -> str:
+    """An environment mapping as "key: value; ..." (anything else as it is: the schema leaves it open)."""
+    if not isinstance(value, dict):
+        return _text(value)
+    return "; ".join(f"{key}{separator}{(item or missing) if missing else item}" for key, item in value.items())
+
+
+def environment_rows(env: dict) -> list[tuple[str, str]]:
+    """What the report shows of an environment. The schema requires a few fields and types none, and
+    files from older versions lack some: a missing or odd field shows as such, never breaks the page."""
+    git = env.get("git") if isinstance(env.get("git"), dict) else {}
+    commit = _text(git.get("commit") or "unknown") + (" (with uncommitted changes)" if git.get("dirty") else "")
+    return [("Date", _text(env.get("date"))),
+            ("Kernel", f"{_text(env.get('kernel'))} ({_text(env.get('machine'))})"),
+            ("CPU", f"{_text(env.get('cpu_model'))}, {_text(env.get('cpus_online'))} online"),
+            ("Virtualisation", _pairs(env.get("virtualisation"))),
+            ("CPU frequency governor", _text(env.get("cpufreq_governor"))),
+            ("CPU mitigations", _pairs(env.get("mitigations"))),
+            ("Tools", _pairs(env.get("tools"), missing="not found")),
+            ("Libraries", _pairs(env.get("libraries"), separator=" ", missing="not found")),
+            ("Build flags", _pairs(env.get("build"))),
+            ("Python", _text(env.get("python"))),
+            ("Git commit", commit)]
 
 
 def render(docs: list[dict]) -> str:
     """One page: every suite of every document, then the environments they were measured in."""
     sections = [section for doc in docs for section in sections_of(doc)]
-    environments = [doc["environment"] for doc in docs]
-    return _template().render(sections=sections, environments=environments, version=__version__,
-                              plotly_js=_plotly_js())
+    first = docs[0]["environment"]
+    header = (f"{_text(first.get('kernel'))} · {_text(first.get('cpu_model'))} · {_text(first.get('cpus_online'))} "
+              f"CPUs · measured {_text(first.get('date'))}")
+    return _template().render(sections=sections, header=header, version=__version__, plotly_js=_plotly_js(),
+                              environments=[environment_rows(doc["environment"]) for doc in docs])
 
 
 @cache
@@ -54,7 +92,8 @@ def write_report(docs: list[dict], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        # errors="replace": JSON may escape a lone surrogate, which UTF-8 cannot hold.
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as handle:
             handle.write(html)
         os.chmod(temporary, 0o644)
         os.replace(temporary, path)

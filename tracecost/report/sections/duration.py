@@ -20,7 +20,7 @@ def _summary_series(table, scenarios, methods, metric, scale=1.0) -> list[Series
         return None if value is None else value * scale
     out = []
     for method in methods:
-        stats = [table.get((s, method), {}).get(metric, {}) for s in scenarios]
+        stats = [table.get((s, method), {}).get(metric) or {} for s in scenarios]
         out.append(Series(method, [scaled(x.get("mean")) for x in stats], [scaled(x.get("ci95_low")) for x in stats],
                           [scaled(x.get("ci95_high")) for x in stats]))
     return out
@@ -167,6 +167,9 @@ def render(suite: dict, environment: dict) -> Section:
             if not agg:
                 continue
             baseline = method == "baseline"
+            # Optional summaries (not in every file): a missing one shows as "–".
+            app_rss, tracer_cpu, tracer_rss = (agg.get(name) or {} for name in
+                                               ("app_peak_rss_kb", "tracer_cpu_s", "tracer_peak_rss_kb"))
             rows.append([
                 scenario["name"], style.label(method), str(agg["n"]), fmt.number(agg["wall_s"]["mean"], 3),
                 "–" if baseline else fmt.with_ci(agg["overhead_app_pct"]),
@@ -175,15 +178,15 @@ def render(suite: dict, environment: dict) -> Section:
                 "–" if baseline else fmt.with_ci(agg["overhead_per_call_pct"]),
                 "–" if baseline else fmt.with_ci(agg["overhead_ns_per_call"]),
                 f"{agg['events']['captured']:,} / {agg['events']['expected']:,}", f"{agg['events']['dropped']:,}",
-                fmt.number(fmt.mib(agg["app_peak_rss_kb"]["mean"])),
-                "–" if baseline else fmt.number(agg["tracer_cpu_s"]["mean"], 3),
-                "–" if baseline else fmt.number(fmt.mib(agg["tracer_peak_rss_kb"]["mean"])),
+                fmt.number(fmt.mib(app_rss.get("mean"))),
+                "–" if baseline else fmt.number(tracer_cpu.get("mean"), 3),
+                "–" if baseline else fmt.number(fmt.mib(tracer_rss.get("mean"))),
                 "–" if baseline else fmt.number((agg.get("tracer_sleeps_per_call") or {}).get("mean"), 2),
             ])
     note = (f"{config['runs']} measured runs per cell after a discarded warm-up, methods in a seeded random order "
             f"(seed {config['seed']}). ± is the 95% CI: t-distribution for means; "
             f"{config.get('overhead_ci_method', 'see results.json')}."
-            + (f" eBPF ring-buffer wakeups: {config['ebpf_wakeup']} ({config['ebpf_wakeup_meaning']})."
+            + (f" eBPF ring-buffer wakeups: {config['ebpf_wakeup']} ({config.get('ebpf_wakeup_meaning', '')})."
                if "ebpf_wakeup" in config else ""))
     return Section(
         suite="duration", title="Overhead vs traced-function duration",

@@ -85,7 +85,8 @@ def findings(config: dict, table: dict, traced: list[str], suite: dict) -> list[
             out.append(f"Not supported by {runtime_noun(runtime)}: {listed}. Every call failed with that error "
                        "(counted BPF-side): these are not deletes, and no cost per delete is reported.")
     for cell in suite.get("unavailable", []):
-        out.append(f"{ops.get(cell['op'], {}).get('label', cell['op'])} was not measured on "
+        op = cell.get("op")  # the schema requires only method and reason of an unavailable cell
+        out.append(f"{ops.get(op, {}).get('label', op or 'an operation')} was not measured on "
                    f"{runtime_noun(cell['method'])}: {cell['reason']}.")
     for runtime in COMPARED_BY_DEFAULT:
         if runtime not in config["runtimes"]:
@@ -99,7 +100,7 @@ def findings(config: dict, table: dict, traced: list[str], suite: dict) -> list[
 def render(suite: dict, environment: dict) -> Section:
     config, aggregates = suite["config"], suite["aggregates"]
     table = {(agg["op"], agg["runtime"]): agg for agg in aggregates}
-    unavailable = {(cell["op"], cell["method"]) for cell in suite.get("unavailable", [])}
+    unavailable = {(cell.get("op"), cell["method"]) for cell in suite.get("unavailable", [])}
     ops = [op["name"] for op in config["ops"]]
     labels = {op["name"]: op["label"] for op in config["ops"]}
     kind = {op["name"]: op["kind"] for op in config["ops"]}
@@ -163,7 +164,7 @@ def render(suite: dict, environment: dict) -> Section:
                 fmt.number(ns["max"]), fmt.number(ns["sd"]), fmt.ci_half(ns), fmt.with_ci(agg["ns_per_call"], key="mean"),
                 fmt.with_ci(agg["added_ns_per_call"]) if agg["added_ns_per_call"] else "–",
                 "–" if runtime == UNTRACED else per_op_cell(agg, unavailable),
-                "–" if runtime == UNTRACED else f"{agg['calls_per_run']:,} per program",
+                "–" if runtime == UNTRACED else f"{fmt.count(agg.get('calls_per_run'))} per program",
                 "; ".join(f"{program}: " + ", ".join(f"{code} {calls:,}" for code, calls in codes.items())
                           for program, codes in agg["helper_results"].items()) or "–"])
     note = (f"{config['runs']} measured runs per cell after a discarded warm-up run, runtimes in a seeded random order "
@@ -171,7 +172,7 @@ def render(suite: dict, environment: dict) -> Section:
             f"calls. Median call: the mean over runs of each run's median call (min, max, SD over runs); mean "
             f"call: of each run's mean. SD: sample standard deviation over runs; ±: 95% CI of the mean "
             f"(t-distribution); per-operation CIs by Welch's t, speedups by the delta method. Every traced run's programs ran exactly once per call "
-            f"(warm-up included), counted BPF-side, or the run failed. Hash deletes: {config['hash_delete']}. "
+            f"(warm-up included), counted BPF-side, or the run failed. Hash deletes: {config.get('hash_delete', 'not recorded')}. "
             f"Size: {config['size']}.")
     return Section(
         suite="micro", title="Probe micro-benchmarks",

@@ -4,7 +4,6 @@ table, every figure computed from the recorded runs."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from tracecost import stats
@@ -23,25 +22,34 @@ class Metric:
     """A per-run figure the two mechanisms are compared on."""
 
     label: str
-    value: Callable[[dict], float]
+    path: tuple[str, ...]   # where a run record holds it
     digits: int
     better: str | None      # "higher", "lower", or None where neither is better
+    divisor: float = 1.0    # 1e3: ns recorded, us shown
+
+    def value(self, run: dict) -> float | None:
+        """The run's figure, or None where the record has none (the schema lets latency_ns, consumer,
+        drop_pct... be null)."""
+        value = run
+        for key in self.path:
+            value = value.get(key) if isinstance(value, dict) else None
+        return None if value is None else value / self.divisor
 
 
-RECEIVED = Metric("Received events/s", lambda r: r["received_per_s"], 0, "higher")
-P50 = Metric("p50 latency (us)", lambda r: r["latency_ns"]["p50"] / 1e3, 1, "lower")
-P99 = Metric("p99 latency (us)", lambda r: r["latency_ns"]["p99"] / 1e3, 1, "lower")
+RECEIVED = Metric("Received events/s", ("received_per_s",), 0, "higher")
+P50 = Metric("p50 latency (us)", ("latency_ns", "p50"), 1, "lower", 1e3)
+P99 = Metric("p99 latency (us)", ("latency_ns", "p99"), 1, "lower", 1e3)
 COMPARED = (
     RECEIVED,
-    Metric("Drop %", lambda r: r["drop_pct"], 2, "lower"),
-    Metric("Mean latency (us)", lambda r: r["latency_ns"]["mean"] / 1e3, 1, "lower"),
+    Metric("Drop %", ("drop_pct",), 2, "lower"),
+    Metric("Mean latency (us)", ("latency_ns", "mean"), 1, "lower", 1e3),
     P50,
     P99,
-    Metric("Max latency (us)", lambda r: r["latency_ns"]["max"] / 1e3, 1, "lower"),
-    Metric("Producer wall time per call (ns)", lambda r: r["ns_per_call"], 0, "lower"),
-    Metric("Producer CPU time per call (ns)", lambda r: r["cpu_ns_per_call"], 0, "lower"),
-    Metric("Consumer CPU (% of one CPU)", lambda r: r["consumer_cpu_pct"], 1, "lower"),
-    Metric("Consumer wakeups/s", lambda r: r["consumer"]["wakeups_per_s"], 0, None),
+    Metric("Max latency (us)", ("latency_ns", "max"), 1, "lower", 1e3),
+    Metric("Producer wall time per call (ns)", ("ns_per_call",), 0, "lower"),
+    Metric("Producer CPU time per call (ns)", ("cpu_ns_per_call",), 0, "lower"),
+    Metric("Consumer CPU (% of one CPU)", ("consumer_cpu_pct",), 1, "lower"),
+    Metric("Consumer wakeups/s", ("consumer", "wakeups_per_s"), 0, None),
 )
 
 
@@ -57,8 +65,8 @@ def compare(runs: list[dict], producers: int, metric: Metric) -> dict:
     """Ring buffer vs perf buffer on one metric: means, (ring ÷ perf − 1) × 100 with its CI, and a verdict
     from Welch's t (the difference's 95% CI excludes 0), which stays sound when one mechanism's runs vary
     so much that the delta method's ratio CI does not."""
-    ring = [metric.value(r) for r in _runs_of(runs, producers, "ringbuf")]
-    perf = [metric.value(r) for r in _runs_of(runs, producers, "perfbuf")]
+    ring, perf = ([value for r in _runs_of(runs, producers, mechanism) if (value := metric.value(r)) is not None]
+                  for mechanism in MECHANISMS)
     relative, difference = stats.overhead_percent(ring, perf), stats.difference(ring, perf)
     ring_stats, perf_stats = stats.summarize(ring), stats.summarize(perf)
     if not ring or not perf:
@@ -184,11 +192,12 @@ def _price_finding(cell: dict | None, producers: int) -> list[str]:
 
 def findings(config: dict, table: dict, runs: list[dict], failures: list[dict]) -> list[str]:
     counts = config["producers"]
-    out = [line for producers in sorted({counts[0], counts[-1]}) for line in _comparison_findings(runs, producers)]
+    ends = sorted({counts[0], counts[-1]}) if counts else []   # fewest and most producers, if any
+    out = [line for producers in ends for line in _comparison_findings(runs, producers)]
     for mechanism in CHARTED:
         out += _drop_finding(table, runs, counts, mechanism)
     for mechanism in CHARTED:
-        out += _price_finding(table.get((counts[0], mechanism)), counts[0])
+        out += [line for producers in counts[:1] for line in _price_finding(table.get((producers, mechanism)), producers)]
     sizes = {size for key, agg in table.items() if key[1] in MECHANISMS for size in agg["buffer_bytes"]}
     if len(sizes) > 1:
         out.append(f"The buffers were not equal: {', '.join(f'{s:,}' for s in sorted(sizes))} bytes (perf buffers "

@@ -26,7 +26,7 @@ def findings(config: dict, table: dict) -> list[str]:
         if engine == reference:
             continue
         ratios = [_cell(table, p, engine).get("relative_to_kernel_jit", {}).get("value") for p in programs]
-        ratios = [r for r in ratios if r]
+        ratios = [r for r in ratios if r is not None and r > 0]   # a geometric mean needs positive ratios
         if len(ratios) == len(programs) and ratios:
             geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
             worst = max(zip(ratios, programs))
