@@ -179,6 +179,21 @@ def test_a_lock_held_by_another_user_names_the_holder(tmp_path, other_user, stic
     assert lock.stat().st_uid == uid, "the planted file is used as it is, never re-owned or re-moded"
 
 
+def test_no_lock_measures_beside_a_held_lock_and_says_so_in_the_results(tmp_path, other_user, sticky_lock):
+    as_user, _, _ = other_user
+    holder = subprocess.Popen([*as_user, "flock", str(sticky_lock), "sleep", "60"], start_new_session=True)
+    try:
+        assert wait_until(lambda: sticky_lock.exists() and str(sticky_lock.stat().st_ino) in Path("/proc/locks").read_text())
+        result = subprocess.run([*TRACECOST, "duration", "-s", "0", "-r", "1", "--quick", "--methods", "baseline",
+                                 "--no-lock", "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                                timeout=120, env={**os.environ, "TRACECOST_LOCK": str(sticky_lock)})
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["environment"]["machine_lock"] is False
+
+
 
 # --- tracecost killed outright ----------------------------------------------------------------
 

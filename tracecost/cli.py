@@ -83,6 +83,14 @@ def new_seed(seed: int | None) -> int:
 out_option = click.option("--out", "out_dir", type=NonEmptyPath(file_okay=False, path_type=Path),
                           help="Results directory (checked writable before anything is measured).")
 seed_option = click.option("--seed", type=SEED, help="Seed of the run order (default: random, recorded).")
+# Read by measure() and validate through the context: every measuring command takes it the same way.
+lock_option = click.option("--no-lock", is_flag=True, expose_value=False, is_eager=False,
+                           callback=lambda ctx, _param, value: ctx.meta.__setitem__("tracecost.no_lock", value),
+                           help="Measure without the machine lock (another run may disturb this one; recorded).")
+
+
+def machine_lock_wanted() -> bool:
+    return not click.get_current_context().meta.get("tracecost.no_lock", False)
 
 
 def measure(entries: list, out_dir: Path | None, command: str) -> None:
@@ -95,7 +103,7 @@ def measure(entries: list, out_dir: Path | None, command: str) -> None:
     except TracecostError as error:
         raise click.BadParameter(str(error), param_hint="'--out'") from None
     try:
-        sys.exit(execute(entries, out_dir, out, err, say))
+        sys.exit(execute(entries, out_dir, out, err, say, lock=machine_lock_wanted()))
     finally:
         if created:  # a run that stopped before writing anything leaves no empty folder (rmdir: only if empty)
             with contextlib.suppress(OSError):
@@ -114,12 +122,13 @@ def cli() -> None:
 @click.option("--method", "method_name", default="all", show_default=True,
               type=click.Choice(["all", *tracers.TRACERS]), help="Tracer to validate.")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+@lock_option
 def validate(calls: int, method_name: str, as_json: bool) -> None:
     """Check that each tracer captures every call with every value right."""
     from tracecost.validate import validate as run_validation
 
     names = list(tracers.TRACERS) if method_name == "all" else [method_name]
-    with exclusive_machine(), workspace(say) as work:
+    with exclusive_machine(machine_lock_wanted()), workspace(say) as work:
         result = run_validation([tracers.make_method(name) for name in names], calls, work, say)
     if as_json:
         click.echo(json.dumps(result, indent=2))
@@ -164,6 +173,7 @@ def print_scenarios() -> None:
               type=CommaList(Known("method", duration_suite.METHODS)), help="Comma-separated methods.")
 @out_option
 @seed_option
+@lock_option
 @click.option("--quick", is_flag=True, help=f"1/{duration_suite.QUICK_DIVISOR} of the calls, for smoke runs.")
 @click.option("--wakeup", default=WAKEUPS[0], show_default=True, type=click.Choice(WAKEUPS),
               help="Ring-buffer wakeups of the eBPF tracers (kernel and uebpf).")
@@ -211,6 +221,7 @@ def print_ops() -> None:
               help="Helper calls per probe hit (read, write, map operations); costs are reported per call.")
 @out_option
 @seed_option
+@lock_option
 def micro(list_ops, ops, iterations, runs, runtimes, ops_per_hit, out_dir, seed) -> None:
     """Probe micro-benchmarks: uprobe, uretprobe, helpers, map operations, syscall tracepoint."""
     if list_ops:
@@ -232,6 +243,7 @@ def micro(list_ops, ops, iterations, runs, runtimes, ops_per_hit, out_dir, seed)
               help="Program runs timed together in one measurement.")
 @out_option
 @seed_option
+@lock_option
 def vm(list_only, programs, engines, runs, iterations, out_dir, seed) -> None:
     """eBPF execution engines: uebpf interpreter and JIT, rbpf, the kernel JIT, native C."""
     from tracecost.suites import vm as vm_suite
@@ -294,6 +306,7 @@ def wakeup_mode(_ctx, param, value: str) -> str:
               help="Comma-separated methods (baseline, the reference, is always needed).")
 @out_option
 @seed_option
+@lock_option
 def transport_command(producers, duration_s, runs, buffer_bytes, wakeup, payload_bytes, methods, out_dir,
                       seed) -> None:
     """BPF ring buffer vs perf buffer under a getpgid load from N producers."""
@@ -306,6 +319,7 @@ def transport_command(producers, duration_s, runs, buffer_bytes, wakeup, payload
 @cli.command()
 @out_option
 @seed_option
+@lock_option
 @click.option("--suites", "suite_names", type=CommaList(Known("suite", SUITES)), default=",".join(SUITES),
               show_default=True, help="Comma-separated suites to run.")
 def run(out_dir: Path | None, seed: int | None, suite_names: list[str]) -> None:

@@ -39,13 +39,15 @@ def progress_bar(console: Console, total: int) -> Iterator[Any]:
         yield lambda label: progress.update(task, advance=1, description=label)
 
 
-def execute(entries: list[tuple[Suite, Any]], out_dir: Path, console: Console, err: Console, say: Say) -> int:
+def execute(entries: list[tuple[Suite, Any]], out_dir: Path, console: Console, err: Console, say: Say,
+            lock: bool = True) -> int:
     """Run every (suite, config) entry; write results.json (results.partial.json on Ctrl-C).
-    Returns the exit status: 0, or 1 if any run failed."""
-    env = environment.capture()
+    Returns the exit status: 0, or 1 if any run failed. lock=False (--no-lock): measured without
+    the machine lock, which the environment records."""
+    env = {**environment.capture(), "machine_lock": lock}
     finished: dict[str, dict] = {}
     total = sum(planned_runs(suite, config) for suite, config in entries)
-    with exclusive_machine(), workspace(say) as work, progress_bar(err, total) as advance:
+    with exclusive_machine(lock), workspace(say) as work, progress_bar(err, total) as advance:
         for suite, config in entries:
             try:
                 finished[suite.name] = run_suite(suite, config, work, say, advance)

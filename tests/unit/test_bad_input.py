@@ -180,7 +180,7 @@ def test_a_good_out_is_created_before_measuring_and_removed_if_nothing_was_writt
                                                                                    monkeypatch):
     out = tmp_path / "new" / "results"
 
-    def execute(entries, out_dir, *rest):
+    def execute(entries, out_dir, *rest, **options):
         assert out_dir == out and out_dir.is_dir() and os.access(out_dir, os.W_OK)
         assert list(out_dir.iterdir()) == []  # the write test leaves nothing behind
         raise Reached()
