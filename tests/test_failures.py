@@ -38,7 +38,7 @@ def test_missing_binary_is_a_clear_error(tmp_path):
 def test_unprivileged_user_gets_one_line_error(private_tmp):
     os.chmod(private_tmp, 0o777)
     result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-                             sys.executable, "-m", "tracecost", "validate", "--method", "ebpf"],
+                             sys.executable, "-m", "tracecost", "validate", "--methods", "ebpf"],
                             capture_output=True, text=True, cwd=REPO, timeout=60,
                             env={**os.environ, "TMPDIR": str(private_tmp), "PYTHONPATH": str(REPO)})
     assert result.returncode == 1, result.stdout + result.stderr
@@ -46,7 +46,7 @@ def test_unprivileged_user_gets_one_line_error(private_tmp):
 
 
 def test_missing_build_product_is_named(tmp_path):
-    result = run_tracecost("validate", "--method", "ebpf", env={"TRACECOST_BUILD": str(tmp_path)})
+    result = run_tracecost("validate", "--methods", "ebpf", env={"TRACECOST_BUILD": str(tmp_path)})
     assert result.returncode == 1
     output = result.stdout + result.stderr
     assert "missing build product" in output and "make build" in output
@@ -61,7 +61,7 @@ def test_ctrl_c_mid_run_leaves_nothing_behind(private_tmp, method):
     # Enough calls that the run is still going when the interrupt arrives.
     calls = "3000000" if method == "ebpf" else "10000000"
     tracing = {"ebpf": lambda: uprobes_in(LIBMYLIB), "lttng": tracecost_sessions, "uebpf": uebpf_regions}[method]
-    returncode, stderr = interrupt_tracecost("validate", "--method", method, "--calls", calls,
+    returncode, stderr = interrupt_tracecost("validate", "--methods", method, "--calls", calls,
                                              when=lambda: tracing() and processes_mentioning("sample_app"),
                                              env={"TMPDIR": str(private_tmp)}, timeout=30)
     assert returncode == 130, stderr
@@ -79,7 +79,7 @@ def test_a_second_measuring_tracecost_stops_at_once_naming_the_first(tmp_path, m
     from tracecost.machine_lock import exclusive_machine
 
     with exclusive_machine():
-        result = run_tracecost("validate", "--method", "ebpf", env={"TRACECOST_LOCK": str(lock)}, timeout=60)
+        result = run_tracecost("validate", "--methods", "ebpf", env={"TRACECOST_LOCK": str(lock)}, timeout=60)
     assert result.returncode == 1
     assert f"another measuring run holds {lock}: pid {os.getpid()} (" in result.stderr
     assert uprobes_in(LIBMYLIB) == []

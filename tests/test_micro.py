@@ -11,10 +11,10 @@ from browser import chromium, console_errors, open_report
 from conftest import BUILD, bpftool_json, fake_build, interrupt_tracecost, regions_removed, run_tracecost, uprobes_in
 from tracecost import results, system
 from tracecost.errors import TracecostError
-from tracecost.micro.bench import UNTOUCHED_BUFFER, WRITTEN_BUFFER, checked_counts, parse_victim_output
-from tracecost.micro.ops import OPS
-from tracecost.micro.runtimes import Counts
-from tracecost.report.sections.micro import render
+from tracecost.suites.micro.bench import UNTOUCHED_BUFFER, WRITTEN_BUFFER, checked_counts, parse_victim_output
+from tracecost.suites.micro.ops import OPS
+from tracecost.suites.micro.runtimes import Counts
+from tracecost.suites.micro.report import render
 from tracecost.suites.micro import MicroConfig, MicroSuite
 
 MICROBENCH = BUILD / "bin" / "microbench"
@@ -35,7 +35,7 @@ def our_programs_still_loaded() -> list:
 def micro_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("micro")
     with regions_removed(UEBPF_REGIONS):
-        result = run_tracecost("micro", "--iter", str(ITER), "--runs", "1", "--seed", "5", "--out", str(out))
+        result = run_tracecost("micro", "--iterations", str(ITER), "--runs", "1", "--seed", "5", "--out", str(out))
     return result, out
 
 
@@ -189,9 +189,9 @@ def test_summary_is_printed(micro_run):
 
 @pytest.mark.parametrize("args,message", [
     (["--ops", "uprobe,hash_frobnicate"], "unknown operation 'hash_frobnicate'"),
-    (["--iter", "0"], "--iter"),
+    (["--iterations", "0"], "--iter"),
     (["--ops-per-hit", "1001"], "--ops-per-hit"),
-    (["--runtimes", "untraced,dtrace"], "unknown runtime 'dtrace'"),
+    (["--methods", "untraced,dtrace"], "unknown method 'dtrace'"),
 ])
 def test_bad_input_is_a_one_line_usage_error(tmp_path, args, message):
     result = run_tracecost("micro", *args, "--out", str(tmp_path / "out"))
@@ -223,7 +223,7 @@ def test_a_probe_that_never_fires_fails_its_runs_with_the_reason(tmp_path):
     counts.write_text('{"hits":{"empty_uprobe":0},"results":{},"syscalls_seen":0,"peak_rss_kb":1}\n')
     script = f"echo READY; trap 'cat {counts}; exit 0' INT; while :; do sleep 0.05; done"
     out = tmp_path / "out"
-    result = run_tracecost("micro", "--ops", "uprobe", "--runtimes", "untraced,kernel", "--iter", "50",
+    result = run_tracecost("micro", "--ops", "uprobe", "--methods", "untraced,kernel", "--iterations", "50",
                            "--runs", "1", "--out", str(out),
                            env={"TRACECOST_BUILD": str(fake_build(tmp_path, "micro", script))})
     assert result.returncode == 1, result.stderr
@@ -237,7 +237,7 @@ def test_a_probe_that_never_fires_fails_its_runs_with_the_reason(tmp_path):
 def test_ctrl_c_mid_run_detaches_everything(tmp_path):
     out = tmp_path / "out"
     with regions_removed(UEBPF_REGIONS):
-        returncode, stderr = interrupt_tracecost("micro", "--ops", "hash_delete", "--iter", "1000000", "--runs", "1",
+        returncode, stderr = interrupt_tracecost("micro", "--ops", "hash_delete", "--iterations", "1000000", "--runs", "1",
                                                  "--out", str(out), when=lambda: uprobes_in(MICROBENCH))
     assert returncode == 130, stderr
     results.check(json.loads((out / "results.partial.json").read_text()))

@@ -123,7 +123,7 @@ def test_tracecost_region_names_cannot_be_guessed():
     from tracecost import uebpf as tracecost_uebpf
 
     libraries = tracecost_uebpf.Libraries(BUILD / "lib" / "libuebpf_server.so", AGENT)
-    names = {libraries.run_environments()[0]["UEBPF_REGION"] for _ in range(3)}
+    names = {libraries.run_environments().loader["UEBPF_REGION"] for _ in range(3)}
     assert len(names) == 3
     for name in names:
         prefix, random_part = name.rsplit("-", 1)
@@ -226,7 +226,7 @@ def running(pid: int) -> bool:
 # Each command runs long enough to be caught mid-run, with its tracers' processes up.
 KILLED_MID_RUN = {
     "duration": (["duration", "-s", "0", "-r", "20", "--methods", "baseline,lttng,ebpf,uebpf"], "uebpf"),
-    "micro": (["micro", "--ops", "uprobe", "-r", "20", "--runtimes", "untraced,kernel,uebpf"], "uebpf"),
+    "micro": (["micro", "--ops", "uprobe", "-r", "20", "--methods", "untraced,kernel,uebpf"], "uebpf"),
     "transport": (["transport", "--producers", "2", "--duration", "1", "--runs", "5",
                    "--methods", "baseline,ringbuf,uebpf"], "uebpf"),
     "vm": (["vm", "-r", "5"], "--iterations"),   # a measuring vmbench (not the --list of option checks)

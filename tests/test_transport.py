@@ -13,7 +13,7 @@ from conftest import (BUILD, bpftool_json, fake_build, interrupt_tracecost, proc
 from tracecost import results, system, transport
 from tracecost.errors import TracecostError
 from tracecost.latency import summarize_histogram
-from tracecost.report.sections.transport import RECEIVED, compare
+from tracecost.suites.transport.report import RECEIVED, compare
 
 CONSUMER, PRODUCER = BUILD / "bin" / "transport", BUILD / "bin" / "syscall_load"
 # The kernel keeps 15 characters of a program's name; bpftool shows the full one from BTF.

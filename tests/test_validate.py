@@ -64,7 +64,7 @@ def test_validate_passes_for_every_tracer(private_tmp):
 
 
 def test_validate_table_output(private_tmp):
-    result = run_tracecost("validate", "--calls", "200", "--method", "lttng", env={"TMPDIR": str(private_tmp)})
+    result = run_tracecost("validate", "--calls", "200", "--methods", "lttng", env={"TMPDIR": str(private_tmp)})
     assert result.returncode == 0, result.stderr
     assert "lttng" in result.stdout and "pass" in result.stdout
 

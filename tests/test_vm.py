@@ -12,7 +12,7 @@ ENGINES = ["uebpf-interpreter", "uebpf-jit", "rbpf-jit", "kernel-jit", "native-c
 @pytest.fixture(scope="module")
 def vm_results(tmp_path_factory):
     out = tmp_path_factory.mktemp("vm")
-    result = run_tracecost("vm", "--programs", "empty,memcpy,prime_sieve", "--engines", ",".join(ENGINES),
+    result = run_tracecost("vm", "--programs", "empty,memcpy,prime_sieve", "--methods", ",".join(ENGINES),
                            "-r", "2", "--iterations", "200", "--seed", "4", "--out", str(out))
     assert result.returncode == 0, result.stderr
     return out, result
@@ -44,7 +44,7 @@ def test_vm_section_draws_in_headless_chromium(vm_results, tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--engines", "uebpf-jit,turbo-jit"], "unknown engine turbo-jit"),
+    (["--methods", "uebpf-jit,turbo-jit"], "unknown method 'turbo-jit'"),
     (["--programs", "nope"], "unknown program nope"),
     (["--iterations", "0"], "--iterations"),
 ])

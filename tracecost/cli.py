@@ -15,19 +15,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tracecost import __version__, tracers, transport
+from tracecost import __version__, tracers
 from tracecost.errors import TracecostError
 from tracecost.execute import OUT_FILES, default_out_dir, execute
 from tracecost.machine_lock import exclusive_machine
-from tracecost.options import SEED, CommaList, FiniteFloatRange, Known, NonEmptyPath, writable_dir
+from tracecost.options import SEED, CommaList, Known, NonEmptyPath, writable_dir
 from tracecost.procs import install_termination_handler
-from tracecost.micro.ops import MAX_OPS_PER_HIT, OPS, with_baselines
-from tracecost.micro.runtimes import RUNTIMES
-from tracecost.suites import duration as duration_suite
-from tracecost.suites import micro as micro_suite
-from tracecost.suites import transport as transport_suite
 from tracecost.suites import SUITES
-from tracecost.tracers.ebpf import WAKEUPS
+from tracecost.suites.base import Suite, UsageProblem
 from tracecost.workspace import workspace
 
 # Piped output gets a wide fixed width: summary tables stay one row per line in logs.
@@ -119,15 +114,15 @@ def cli() -> None:
 @cli.command()
 @click.option("--calls", default=1000, show_default=True, type=click.IntRange(1, 10_000_000),
               help="Calls sample_app makes under each tracer.")
-@click.option("--method", "method_name", default="all", show_default=True,
-              type=click.Choice(["all", *tracers.TRACERS]), help="Tracer to validate.")
+@click.option("--methods", type=CommaList(Known("method", tracers.TRACERS)), metavar="M[,M...]",
+              help=f"Tracers to validate (default: all, {', '.join(tracers.TRACERS)}).")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
 @lock_option
-def validate(calls: int, method_name: str, as_json: bool) -> None:
+def validate(calls: int, methods: list[str] | None, as_json: bool) -> None:
     """Check that each tracer captures every call with every value right."""
     from tracecost.validate import validate as run_validation
 
-    names = list(tracers.TRACERS) if method_name == "all" else [method_name]
+    names = methods or list(tracers.TRACERS)
     with exclusive_machine(machine_lock_wanted()), workspace(say) as work:
         result = run_validation([tracers.make_method(name) for name in names], calls, work, say)
     if as_json:
@@ -154,166 +149,52 @@ def print_validation(result: dict) -> None:
             out.print(f"{name}: argument {field_name} not checked: {reason}", highlight=False)
 
 
-def print_scenarios() -> None:
-    table = Table(title="duration scenarios")
-    for column in ("index", "scenario", "work (us)", "calls", "represents"):
-        table.add_column(column)
-    for s in duration_suite.SCENARIOS:
-        table.add_row(str(s.index), s.name, str(s.work_us), f"{s.calls:,}", s.represents)
-    out.print(table)
+def methods_of(suite: Suite, names: list[str] | None) -> list[str]:
+    """--methods, checked against what the suite offers: known names, its baseline among them."""
+    known = suite.method_names()
+    if names is None:
+        return list(known)
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise click.BadParameter(f"unknown method {unknown[0]!r} (one of {', '.join(known)})",
+                                 param_hint="'--methods'")
+    return with_baseline(names, suite.baseline, "--methods") if suite.baseline else names
 
 
-@cli.command()
-@click.option("--list-scenarios", is_flag=True, help="List the scenarios and exit.")
-@click.option("-s", "--scenarios", metavar="N [N ...]", type=CommaList(click.INT),
-              help="Scenario indexes (default: all).")
-@click.option("-r", "--runs", default=10, show_default=True, type=click.IntRange(1, 1000),
-              help="Measured repetitions (after one discarded warm-up).")
-@click.option("--methods", default=",".join(duration_suite.METHODS), show_default=True,
-              type=CommaList(Known("method", duration_suite.METHODS)), help="Comma-separated methods.")
-@out_option
-@seed_option
-@lock_option
-@click.option("--quick", is_flag=True, help=f"1/{duration_suite.QUICK_DIVISOR} of the calls, for smoke runs.")
-@click.option("--wakeup", default=WAKEUPS[0], show_default=True, type=click.Choice(WAKEUPS),
-              help="Ring-buffer wakeups of the eBPF tracers (kernel and uebpf).")
-def duration(list_scenarios, scenarios, runs, methods, out_dir, seed, quick, wakeup) -> None:
-    """Overhead vs the traced function's duration (0 us to 1 ms)."""
-    if list_scenarios:
-        print_scenarios()
-        return
-    for index in scenarios or []:
+def suite_command(suite: Suite) -> click.Command:
+    """`tracecost <suite>`: the options every suite shares, then the suite's own (Suite.options)."""
+
+    def callback(list_only: bool, runs: int, methods: list[str] | None, out_dir: Path | None, seed: int | None,
+                 **options) -> None:
+        if list_only:
+            out.print(suite.listing())
+            return
         try:
-            duration_suite.scenario_by_index(index)
-        except TracecostError as error:
-            raise click.BadParameter(str(error), param_hint="'-s' / '--scenarios'") from error
-    config = duration_suite.DurationConfig(
-        scenarios=scenarios or [s.index for s in duration_suite.SCENARIOS],
-        methods=with_baseline(methods, "baseline", "--methods"), runs=runs, seed=new_seed(seed),
-        call_divisor=duration_suite.QUICK_DIVISOR if quick else 1, wakeup=wakeup)
-    measure([(SUITES["duration"], config)], out_dir, "duration")
+            config = suite.make_config(methods=methods_of(suite, methods), runs=runs, seed=new_seed(seed), **options)
+        except UsageProblem as problem:
+            raise click.BadParameter(str(problem), param_hint=f"'{problem.option}'") from None
+        measure([(suite, config)], out_dir, suite.name)
+
+    baseline = f"; {suite.baseline} is always needed: the others are measured against it" if suite.baseline else ""
+    shared = [
+        click.Option(["--list", "list_only"], is_flag=True, help=f"List the {suite.listing_noun} and exit."),
+        click.Option(["-r", "--runs"], default=suite.default_runs, show_default=True, type=click.IntRange(1, 1000),
+                     help="Measured repetitions (after one discarded warm-up)."),
+        click.Option(["--methods"], type=CommaList(), metavar="M[,M...]",
+                     help=f"Comma-separated methods (default: all, {suite.methods_help()}{baseline})."),
+    ]
+    own = [click.Option(list(option.flags) + [option.name], type=option.type, default=option.default,
+                        is_flag=option.is_flag, metavar=option.metavar, help=option.help,
+                        show_default=option.default is not None and not option.is_flag)
+           for option in suite.options]
+    command = click.Command(suite.name, callback=callback, params=shared + own, help=suite.help)
+    for decorate in (lock_option, seed_option, out_option):
+        command = decorate(command)
+    return command
 
 
-def print_ops() -> None:
-    table = Table(title="micro operations")
-    for column in ("operation", "what", "kind", "victim function", "programs"):
-        table.add_column(column)
-    for op in OPS.values():
-        programs = ", ".join([*op.programs, *([f"{op.refill} (untimed refill)"] if op.refill else [])])
-        table.add_row(op.name, op.label, op.kind, op.function, programs)
-    out.print(table)
-
-
-@cli.command()
-@click.option("--list-ops", is_flag=True, help="List the operations and exit.")
-@click.option("--ops", type=CommaList(Known("operation", OPS)), metavar="OP[,OP...]",
-              help="Operations (default: all). Helper operations also measure the empty uprobe they are "
-                   "measured against.")
-@click.option("--iter", "iterations", default=micro_suite.DEFAULT_ITER, show_default=True,
-              type=click.IntRange(1, 100_000_000), help="Timed calls per run, after min(1000, N) warm-up calls.")
-@click.option("-r", "--runs", default=5, show_default=True, type=click.IntRange(1, 1000),
-              help="Measured repetitions (after one discarded warm-up).")
-@click.option("--runtimes", default=",".join(micro_suite.DEFAULT_RUNTIMES), show_default=True,
-              type=CommaList(Known("runtime", RUNTIMES)),
-              help="Comma-separated runtimes (untraced is the baseline, always needed).")
-@click.option("--ops-per-hit", default=micro_suite.DEFAULT_OPS_PER_HIT, show_default=True,
-              type=click.IntRange(1, MAX_OPS_PER_HIT),
-              help="Helper calls per probe hit (read, write, map operations); costs are reported per call.")
-@out_option
-@seed_option
-@lock_option
-def micro(list_ops, ops, iterations, runs, runtimes, ops_per_hit, out_dir, seed) -> None:
-    """Probe micro-benchmarks: uprobe, uretprobe, helpers, map operations, syscall tracepoint."""
-    if list_ops:
-        print_ops()
-        return
-    config = micro_suite.MicroConfig(
-        ops=with_baselines(ops) if ops else list(OPS), runtimes=with_baseline(runtimes, "untraced", "--runtimes"),
-        iter=iterations, runs=runs, ops_per_hit=ops_per_hit, seed=new_seed(seed))
-    measure([(SUITES["micro"], config)], out_dir, "micro")
-
-
-@cli.command()
-@click.option("--list", "list_only", is_flag=True, help="List the programs and engines and exit.")
-@click.option("--programs", type=CommaList(), help="Comma-separated programs (default: all).")
-@click.option("--engines", type=CommaList(), help="Comma-separated engines (default: all).")
-@click.option("-r", "--runs", default=10, show_default=True, type=click.IntRange(1, 1000),
-              help="Measured repetitions (after one discarded warm-up).")
-@click.option("--iterations", default=10_000, show_default=True, type=click.IntRange(1, 10_000_000),
-              help="Program runs timed together in one measurement.")
-@out_option
-@seed_option
-@lock_option
-def vm(list_only, programs, engines, runs, iterations, out_dir, seed) -> None:
-    """eBPF execution engines: uebpf interpreter and JIT, rbpf, the kernel JIT, native C."""
-    from tracecost.suites import vm as vm_suite
-
-    # The names are uebpf-vmbench's: without a build that is the error, not the names.
-    vm_suite.catalogue()
-    if list_only:
-        table = Table(title="vm programs and engines")
-        table.add_column("kind")
-        table.add_column("name")
-        table.add_column("description")
-        for kind in ("programs", "engines"):
-            for name, description in vm_suite.catalogue()[kind].items():
-                table.add_row(kind[:-1], name, description)
-        out.print(table)
-        return
-    for kind, names in (("programs", programs), ("engines", engines)):
-        try:
-            vm_suite.check_names(kind, names)
-        except TracecostError as error:
-            raise click.BadParameter(str(error), param_hint=f"'--{kind}'") from error
-    config = vm_suite.VmConfig(programs=programs, engines=engines, runs=runs, iterations=iterations,
-                               seed=new_seed(seed))
-    measure([(SUITES["vm"], config)], out_dir, "vm")
-
-
-def power_of_two_buffer(_ctx, param, value: int) -> int:
-    """A ring buffer's size: a power of two of at least one page per CPU (the perf buffer splits it per CPU)."""
-    cpus, page = os.sysconf("SC_NPROCESSORS_ONLN"), os.sysconf("SC_PAGE_SIZE")
-    if value & (value - 1) or not cpus * page <= value <= transport.MAX_BUFFER_BYTES:
-        raise click.BadParameter(f"{value} is not a power of two between {cpus * page} (a page for each of the "
-                                 f"{cpus} CPUs' perf buffers) and {transport.MAX_BUFFER_BYTES}", param=param)
-    return value
-
-
-def wakeup_mode(_ctx, param, value: str) -> str:
-    try:
-        return transport.check_wakeup(value)
-    except TracecostError as error:
-        raise click.BadParameter(str(error), param=param) from error
-
-
-@cli.command("transport")
-@click.option("--producers", default=",".join(map(str, transport_suite.RUN_PRODUCERS)), show_default=True,
-              type=CommaList(click.IntRange(1, transport.MAX_PRODUCERS)),
-              help="Comma-separated numbers of producer processes.")
-@click.option("--duration", "duration_s", default=3.0, show_default=True, type=FiniteFloatRange(0.1, 3600),
-              help="Seconds each run's producers call getpgid.")
-@click.option("--runs", default=5, show_default=True, type=click.IntRange(1, 1000),
-              help="Measured repetitions (after one discarded warm-up).")
-@click.option("--buffer-bytes", default=transport_suite.DEFAULT_BUFFER_BYTES, show_default=True, type=int,
-              callback=power_of_two_buffer, help="Ring buffer bytes = perf buffer pages x page size x CPUs.")
-@click.option("--wakeup", default="default", show_default=True, callback=wakeup_mode,
-              help="default | sampled:N | none (see README for each mechanism's mapping).")
-@click.option("--payload", "payload_bytes", default=transport_suite.DEFAULT_PAYLOAD_BYTES, show_default=True,
-              type=click.IntRange(transport.EVENT_HEADER_BYTES, transport.MAX_PAYLOAD_BYTES),
-              help="Record bytes: the 40-byte event, padded with zeros.")
-@click.option("--methods", default=",".join(transport_suite.METHODS), show_default=True,
-              type=CommaList(Known("method", transport_suite.METHODS)),
-              help="Comma-separated methods (baseline, the reference, is always needed).")
-@out_option
-@seed_option
-@lock_option
-def transport_command(producers, duration_s, runs, buffer_bytes, wakeup, payload_bytes, methods, out_dir,
-                      seed) -> None:
-    """BPF ring buffer vs perf buffer under a getpgid load from N producers."""
-    config = transport_suite.TransportConfig(
-        producers=sorted(producers), duration_s=duration_s, runs=runs, buffer_bytes=buffer_bytes, wakeup=wakeup,
-        payload_bytes=payload_bytes, methods=with_baseline(methods, "baseline", "--methods"), seed=new_seed(seed))
-    measure([(SUITES["transport"], config)], out_dir, "transport")
+for _suite in SUITES.values():
+    cli.add_command(suite_command(_suite))
 
 
 @cli.command()

@@ -39,10 +39,26 @@ def without_nan(value):
     return value
 
 
+def schema() -> dict:
+    """The whole results schema: the shared part (results.schema.json) and each suite's own
+    (tracecost/suites/<name>/schema.json), at suites.<name>, with its $defs beside the shared ones."""
+    from tracecost.suites import SUITES   # the suites' renderers import this module
+
+    whole = json.loads(SCHEMA_PATH.read_text())
+    suites = whole["properties"]["suites"].setdefault("properties", {})
+    for name, suite in SUITES.items():
+        part = suite.schema()
+        clash = set(part["$defs"]) & set(whole["$defs"])
+        if clash:
+            raise TracecostError(f"suite {name}'s schema redefines {', '.join(sorted(clash))}")
+        whole["$defs"].update(part["$defs"])
+        suites[name] = part["suite"]
+    return whole
+
+
 @cache
 def _validator() -> jsonschema.protocols.Validator:
-    schema = json.loads(SCHEMA_PATH.read_text())
-    return jsonschema.Draft202012Validator(schema)
+    return jsonschema.Draft202012Validator(schema())
 
 
 def check(doc: dict, source: str = "results") -> None:

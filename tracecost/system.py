@@ -143,17 +143,16 @@ def describe_holders(entries: list[dict]) -> str:
                      for entry in entries)
 
 
-def require_nothing_attached(binary: Path) -> None:
-    """A baseline is only a baseline if no probe sits in the traced binary (DESIGN rule 3)."""
-    attached = uprobes_attached_to(binary)
-    if attached:
-        raise TracecostError(f"{len(attached)} probe(s) still attached to {binary} ({describe_holders(attached)}): "
-                             "a baseline run would measure them")
-
-
-def require_no_syscall_entry_programs() -> None:
-    """A system call baseline is only one if no BPF program runs at every system call entry."""
-    attached = programs_on_syscall_entry()
-    if attached:
-        raise TracecostError(f"{len(attached)} BPF program(s) attached to the system call entry tracepoint "
-                             f"({describe_holders(attached)}): an untraced system call would run them")
+def require_untraced(*, binary: Path | None = None, tracepoint: str | None = None,
+                     syscall_entries: bool = False) -> None:
+    """The one baseline guard (methodology: clean baselines): a baseline is only a baseline if no
+    probe sits in the traced `binary`, no program on the `tracepoint` it exercises, and (for system
+    call workloads) none at the system call entries. Names who attached what, otherwise."""
+    checks = [(binary and uprobes_attached_to(binary), f"probe(s) still attached to {binary}"),
+              (tracepoint and programs_on_tracepoint(tracepoint), f"BPF program(s) attached to {tracepoint}"),
+              (syscall_entries and programs_on_syscall_entry(),
+               "BPF program(s) attached to the system call entry tracepoints")]
+    for attached, what in checks:
+        if attached:
+            raise TracecostError(f"{len(attached)} {what} ({describe_holders(attached)}): a baseline run would "
+                                 "measure them")

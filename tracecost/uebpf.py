@@ -10,7 +10,7 @@ import itertools
 import os
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from subprocess import TimeoutExpired
 
@@ -21,9 +21,17 @@ from tracecost.procs import run_command
 SHM = Path("/dev/shm")
 _runs = itertools.count()
 
-# What one run of a loader needs: (loader environment, target environment, check once the loader exited).
-RunEnvironments = tuple[dict[str, str], dict[str, str], Callable[[], None]]
-KERNEL: RunEnvironments = ({}, {}, lambda: None)     # the kernel's path preloads nothing
+@dataclass(frozen=True)
+class RunEnvironments:
+    """What one run of a loader needs on a runtime: the loader's and the target's environment
+    additions, and the check to make once the loader has exited."""
+
+    loader: dict[str, str] = field(default_factory=dict)
+    target: dict[str, str] = field(default_factory=dict)
+    after_exit: Callable[[], None] = lambda: None
+
+
+KERNEL = RunEnvironments()     # the kernel's path preloads nothing
 
 
 @dataclass(frozen=True)
@@ -52,8 +60,9 @@ class Libraries:
                 region_file.unlink(missing_ok=True)
                 raise TracecostError(f"the uebpf loader exited but left its region {region_file} behind")
 
-        return ({"UEBPF_REGION": region, "LD_PRELOAD": str(self.server)},
-                {"UEBPF_REGION": region, "LD_PRELOAD": str(self.agent)}, require_region_removed)
+        return RunEnvironments(loader={"UEBPF_REGION": region, "LD_PRELOAD": str(self.server)},
+                               target={"UEBPF_REGION": region, "LD_PRELOAD": str(self.agent)},
+                               after_exit=require_region_removed)
 
 
 def require_runtime() -> Libraries:

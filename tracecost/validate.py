@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tracecost.errors import TracecostError
-from tracecost.traced_app import run_sample_app
+from tracecost.suites.duration.traced_app import run_sample_app
 from tracecost.tracers.base import Event, Method, Say
 from tracecost.workload import call_args, expected_return
 from tracecost.workspace import fresh_dir

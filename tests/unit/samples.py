@@ -8,7 +8,7 @@ import itertools
 import random
 
 from tracecost import results
-from tracecost.micro.ops import OPS
+from tracecost.suites.micro.ops import OPS
 from tracecost.suites import duration, micro, transport
 from tracecost.suites.transport import LATENCY_STATS
 

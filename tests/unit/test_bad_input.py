@@ -90,12 +90,12 @@ BAD_VALUES = {
 }
 # command -> option -> the kinds above that are good values for it
 OPTIONS = {
-    "validate": {"--calls": set(), "--method": set()},
+    "validate": {"--calls": set(), "--methods": set()},
     "duration": {"--scenarios": {"zero"}, "--runs": set(), "--methods": set(), "--seed": {"zero"},
                  "--wakeup": set()},
-    "micro": {"--ops": set(), "--iter": set(), "--runs": set(), "--runtimes": set(), "--ops-per-hit": set(),
+    "micro": {"--ops": set(), "--iterations": set(), "--runs": set(), "--methods": set(), "--ops-per-hit": set(),
               "--seed": {"zero"}},
-    "vm": {"--programs": set(), "--engines": set(), "--runs": set(), "--iterations": set(), "--seed": {"zero"}},
+    "vm": {"--programs": set(), "--methods": set(), "--runs": set(), "--iterations": set(), "--seed": {"zero"}},
     "transport": {"--producers": set(), "--duration": {"fraction", "exponent"}, "--runs": set(),
                   "--buffer-bytes": set(), "--wakeup": set(), "--payload": set(), "--methods": set(),
                   "--seed": {"zero"}},
@@ -122,7 +122,7 @@ def test_duration_specific_usage_errors(tracecost, args, words):
 
 
 def test_micro_needs_the_untraced_runtime(tracecost):
-    assert_one_line_error(tracecost("micro", "--runtimes", "kernel,uebpf"), 2, "untraced is needed")
+    assert_one_line_error(tracecost("micro", "--methods", "kernel,uebpf"), 2, "untraced is needed")
 
 
 @pytest.mark.parametrize("args", [[], ["nosuch"], ["duration", "stray"], ["duration", "--nosuch"], ["duration", "-r"]],
@@ -135,7 +135,7 @@ def test_usage_mistakes_are_one_line(tracecost, args):
     ("transport", ["--producers", "2,1,2", "--methods", "baseline,ringbuf,baseline"],
      {"producers": [1, 2], "methods": ["baseline", "ringbuf"]}),
     ("duration", ["-s", "5", "0", "5"], {"scenarios": [5, 0]}),
-    ("micro", ["--runtimes", "untraced,untraced,kernel"], {"runtimes": ["untraced", "kernel"]}),
+    ("micro", ["--methods", "untraced,untraced,kernel"], {"runtimes": ["untraced", "kernel"]}),
 ], ids=["transport", "duration", "micro"])
 def test_a_repeated_list_item_counts_once(tracecost, command, args, expected):
     with pytest.raises(Reached) as reached:

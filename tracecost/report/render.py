@@ -12,7 +12,7 @@ import jinja2
 from tracecost import __version__, paths
 from tracecost.errors import TracecostError
 from tracecost.report.model import Section
-from tracecost.report.sections import RENDERERS
+from tracecost.suites import SUITES
 
 REPORT_NAME = "report.html"
 
@@ -27,11 +27,11 @@ def _template() -> jinja2.Template:
 def sections_of(doc: dict) -> list[Section]:
     sections = []
     for name, suite in doc["suites"].items():
-        renderer = RENDERERS.get(name)
-        if renderer is None:
+        entry = SUITES.get(name)
+        if entry is None:
             raise TracecostError(f"no report section for suite {name!r}")
         try:
-            sections.append(renderer(suite, doc["environment"]))
+            sections.append(entry.render(suite, doc["environment"]))
         except Exception as error:
             # The schema leaves parts of a results file open (configs, environment, extra fields), so a
             # file can pass it with a field of a type no suite writes. The renderers handle every empty
@@ -67,7 +67,9 @@ def environment_rows(env: dict) -> list[tuple[str, str]]:
             ("Libraries", _pairs(env.get("libraries"), separator=" ", missing="not found")),
             ("Build flags", _pairs(env.get("build"))),
             ("Python", _text(env.get("python"))),
-            ("Git commit", commit)]
+            ("Git commit", commit),
+            *([("Machine lock", "not held: measured with --no-lock, another run may have disturbed it")]
+              if env.get("machine_lock") is False else [])]
 
 
 def render(docs: list[dict]) -> str:

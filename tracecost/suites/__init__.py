@@ -1,8 +1,15 @@
-"""The suite table: `tracecost run` runs every entry; each also has a command of its own."""
+"""The suite table. Each entry is one folder under tracecost/suites/ (see suites/base.py for what it
+holds); `tracecost <name>` is generated from the entry, and `tracecost run` runs every entry at its
+default size. Adding a suite: a new folder, and one line here."""
 
 from tracecost.suites.duration import DurationSuite
 from tracecost.suites.micro import MicroSuite
 from tracecost.suites.transport import TransportSuite
 from tracecost.suites.vm import VmSuite
 
-SUITES = {suite.name: suite for suite in (DurationSuite(), MicroSuite(), TransportSuite(), VmSuite())}
+SUITES = {suite.name: suite for suite in (
+    DurationSuite(),
+    MicroSuite(),
+    TransportSuite(),
+    VmSuite(),
+)}

@@ -1,4 +1,5 @@
-"""A suite is one entry in the suite table: the shared runner (tracecost/runner.py) does the rest.
+"""A suite is one folder under tracecost/suites/ and one entry in the table (suites/__init__.py):
+the shared runner (tracecost/runner.py) and command line (tracecost/cli.py) do the rest.
 
 Like the kernel's selftests/bpf/bench.c, a benchmark only says *what* to run and
 *how to measure one run*; repetitions, warm-up, interleaving, clean-up, failures,
@@ -7,19 +8,52 @@ statistics plumbing, results.json and the report are the runner's job.
 Every suite is a matrix: groups (a scenario, a producer count, an operation...) x
 methods (baseline, lttng, ebpf, a ring buffer...). Each repetition runs every
 method once per group, in an order shuffled with the seed.
+
+A suite's folder holds all of it: the Suite subclass (its __init__.py: options as data,
+the config, what one run measures, its statistics and terminal summary), its domain code,
+its report section (report.py: `render`) and its part of the results schema (schema.json).
+The command `tracecost <suite>` is generated from the entry: the shared options (-r/--runs,
+--methods, --out, --seed, --list, --no-lock) mean the same for every suite.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import sys
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from rich.table import Table
 
+from tracecost.errors import TracecostError
 from tracecost.tracers.base import Say
+
+
+class UsageProblem(TracecostError):
+    """An option value a suite cannot use (exit 2, naming the option)."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(message)
+        self.option = option
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a suite's own, as data: the command line turns it into a click option whose value
+    reaches `Suite.make_config` under `name`."""
+
+    flags: tuple[str, ...]
+    name: str
+    help: str
+    type: Any = None
+    default: Any = None
+    is_flag: bool = False
+    metavar: str | None = None
+    callback: Callable | None = None
 
 
 @dataclass(frozen=True)
@@ -37,6 +71,41 @@ class Runnable(Protocol):
 class Suite(ABC):
     name: str
     title: str
+    # The command's one-line help.
+    help: str
+    # What --list lists (e.g. "scenarios"), and -r/--runs' default for the suite's own command.
+    listing_noun: str = "methods"
+    default_runs: int = 10
+    # The method the others are measured against, which --methods must include (None: no such method).
+    baseline: str | None = "baseline"
+    options: tuple[Option, ...] = ()
+
+    @abstractmethod
+    def method_names(self) -> tuple[str, ...]:
+        """Every method --methods may name, in the default order (the default is all of them)."""
+
+    def methods_help(self) -> str:
+        """The methods, as --help shows them."""
+        return ", ".join(self.method_names())
+
+    @abstractmethod
+    def make_config(self, *, methods: list[str], runs: int, seed: int, **options: Any) -> Any:
+        """The config of one command line (the suite's own options by their Option.name); a value the
+        suite cannot use raises UsageProblem."""
+
+    @abstractmethod
+    def listing(self) -> Table:
+        """What --list prints."""
+
+    @abstractmethod
+    def render(self, suite: dict, environment: dict) -> Any:
+        """The report section (tracecost.report.model.Section) of this suite's part of a results file."""
+
+    def schema(self) -> dict:
+        """This suite's part of the results schema: schema.json in the suite's folder, holding
+        {"suite": <the schema of results["suites"][name]>, "$defs": {...}}."""
+        folder = Path(sys.modules[type(self).__module__].__file__).parent
+        return json.loads((folder / "schema.json").read_text())
 
     @abstractmethod
     def groups(self, config: Any) -> list[Group]: ...

@@ -1,20 +1,23 @@
-"""The interface every tracing method implements, and what a traced run yields.
+"""Tracers of a traced library (the duration suite's and validate's methods), and what a traced run yields.
 
-A method is opened once per command (checks, daemons), then traces one run at a
-time: `with method.trace(workdir) as run:` starts the tracer and returns once it
-is attached; the workload runs with `run.app_env`; leaving the block stops the
+A tracer is a method (tracecost/methods.py): opened once per command (checks, daemons), then
+attached for one run at a time: `with method.attached(workdir) as run:` starts the tracer and
+returns once it is attached; the workload runs with `run.app_env`; leaving the block stops the
 tracer by its PID and fills `run.capture` with what the tracer itself counted.
 """
 
 from __future__ import annotations
 
 import contextlib
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from abc import abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-Say = Callable[[str], None]
+from tracecost import methods
+from tracecost.methods import Say
+
+__all__ = ["Say", "Event", "ProcessCost", "Capture", "TracedRun", "Method", "Baseline"]
 
 
 @dataclass
@@ -46,7 +49,7 @@ class ProcessCost:
 
 @dataclass
 class Capture:
-    """Counted by the tracer, never estimated (DESIGN rule 2)."""
+    """Counted by the tracer, never estimated (methodology: counted events)."""
 
     captured: int
     dropped: int
@@ -62,29 +65,17 @@ class TracedRun:
     capture: Capture | None = None
 
 
-class Method(ABC):
-    name: str
-    label: str
+class Method(methods.Method):
     # Arguments this mechanism cannot observe, with the reason (reported, never hidden).
     unobservable: dict[str, str] = {}
 
-    def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
-        """Per-command preparation (privilege checks, daemons); clean-up goes on `stack`."""
-
     @abstractmethod
-    def trace(self, workdir: Path) -> contextlib.AbstractContextManager[TracedRun]:
+    def attached(self, workdir: Path) -> contextlib.AbstractContextManager[TracedRun]:
         ...
 
 
-class Baseline(Method):
+class Baseline(methods.Baseline, Method):
     """No tracer: but first prove that nothing is attached to the traced library."""
 
-    name, label = "baseline", "Baseline"
-
-    def __init__(self, guard: Callable[[], None]):
-        self._guard = guard
-
-    @contextlib.contextmanager
-    def trace(self, workdir: Path) -> Iterator[TracedRun]:
-        self._guard()
-        yield TracedRun(app_env={})
+    def nothing(self) -> TracedRun:
+        return TracedRun(app_env={})

@@ -25,14 +25,17 @@ SUMMARY_KEYS = ("received", "entry", "exit", "submitted", "dropped", "bytes", "p
 
 DEFAULT_RINGBUF_BYTES = 16 << 20
 DEFAULT_POLL_MS = 100      # functrace's own default: how long a poll waits for a wakeup
-WAKEUPS = ("adaptive", "force", "none")      # the first is the default
+# The same words as the transport suite's --wakeup: "default" is the kernel's own policy (adaptive).
+WAKEUPS = ("default", "force", "none")      # the first is the default
 # What each policy costs the traced program: at a few microseconds between events the consumer
-# keeps catching up and sleeping, and "adaptive" then pays a wakeup per record.
+# keeps catching up and sleeping, and "default" then pays a wakeup per record.
 WAKEUP_MEANING = {
-    "adaptive": "the kernel's default: a record wakes the consumer when it has caught up (bpf_ringbuf_submit flags 0)",
+    "default": "the kernel's default: a record wakes the consumer when it has caught up (bpf_ringbuf_submit flags 0)",
     "force": "every record wakes the consumer (BPF_RB_FORCE_WAKEUP)",
     "none": "no record wakes the consumer (BPF_RB_NO_WAKEUP); it polls on a timeout",
 }
+# functrace's own names (tracers/ebpf/functrace.c).
+FUNCTRACE_WAKEUP = {"default": "adaptive", "force": "force", "none": "none"}
 READY_TIMEOUT_S = 30
 DRAIN_TIMEOUT_S = 120
 
@@ -74,7 +77,7 @@ class Functrace(Method):
     """The functrace loader (tracers/ebpf/functrace.c) and what it captured; the runtime it runs
     against (the kernel, or uebpf) is the subclass's."""
 
-    def __init__(self, ringbuf_bytes: int = DEFAULT_RINGBUF_BYTES, wakeup: str = "adaptive",
+    def __init__(self, ringbuf_bytes: int = DEFAULT_RINGBUF_BYTES, wakeup: str = WAKEUPS[0],
                  poll_ms: int = DEFAULT_POLL_MS):
         if wakeup not in WAKEUPS:
             raise TracecostError(f"unknown wakeup policy {wakeup!r} (one of {', '.join(WAKEUPS)})")
@@ -88,12 +91,13 @@ class Functrace(Method):
         return uebpf.KERNEL
 
     @contextlib.contextmanager
-    def trace(self, workdir: Path) -> Iterator[TracedRun]:
+    def attached(self, workdir: Path) -> Iterator[TracedRun]:
         output = workdir / "functrace.bin"
         argv = [str(self.loader), "--binary", str(self.library), "--symbol", TRACED_SYMBOL,
-                "--output", str(output), "--ringbuf-bytes", str(self.ringbuf_bytes), "--wakeup", self.wakeup,
+                "--output", str(output), "--ringbuf-bytes", str(self.ringbuf_bytes), "--wakeup", FUNCTRACE_WAKEUP[self.wakeup],
                 "--poll-ms", str(self.poll_ms)]
-        loader_env, target_env, after_exit = self.environments()
+        environments = self.environments()
+        loader_env, target_env, after_exit = environments.loader, environments.target, environments.after_exit
         with started(lambda: Child(argv, stderr_path=workdir / "functrace.stderr",
                                    env={**os.environ, **loader_env})) as tracer:
             tracer.wait_for_line("READY", READY_TIMEOUT_S)

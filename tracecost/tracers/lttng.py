@@ -252,7 +252,7 @@ class Lttng(Method):
         self.daemon = stack.enter_context(session_daemon(workspace, say))
 
     @contextlib.contextmanager
-    def trace(self, workdir: Path) -> Iterator[TracedRun]:
+    def attached(self, workdir: Path) -> Iterator[TracedRun]:
         session = f"tracecost-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         trace_dir = workdir / "lttng-trace"
         self.daemon.require_alive()

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracecost import paths, system, uebpf
+from tracecost import methods, paths, system, uebpf
 from tracecost.errors import TracecostError
 from tracecost.latency import summarize_histogram
 from tracecost.procs import Child, Usage, started
@@ -77,31 +77,17 @@ class ConsumerReport:
     usage: Usage
 
 
-class Baseline:
+class Baseline(methods.Baseline):
     """The producers untraced; first it proves that no program sits on the tracepoint."""
 
-    name = "baseline"
+    def __init__(self):
+        super().__init__(tracepoint=TRACEPOINT)
 
     def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
         paths.artifact("bin/syscall_load")
 
-    def unavailable(self) -> str | None:
-        return None
 
-    def environments(self) -> uebpf.RunEnvironments:
-        return uebpf.KERNEL
-
-    @contextlib.contextmanager
-    def traced(self, tgids: list[int], workdir: Path, settings: Settings,
-               environments: uebpf.RunEnvironments) -> Iterator[None]:
-        attached = system.programs_on_tracepoint(TRACEPOINT)
-        if attached:
-            raise TracecostError(f"{len(attached)} BPF program(s) attached to {TRACEPOINT} "
-                                 f"({system.describe_holders(attached)}): a baseline run would measure them")
-        yield None
-
-
-class Mechanism:
+class Mechanism(methods.Method):
     """The transport consumer with one mechanism (ringbuf or perfbuf) on the kernel."""
 
     def __init__(self, name: str, buffer: str):
@@ -113,22 +99,16 @@ class Mechanism:
         self.consumer = paths.artifact("bin/transport")
         paths.artifact("bin/syscall_load")
 
-    def unavailable(self) -> str | None:
-        return None
-
-    def environments(self) -> uebpf.RunEnvironments:
-        return uebpf.KERNEL
-
     def applied(self, loader_env: dict[str, str], tgids: list[int]) -> None:
         """Returns once the attach is live in every producer (the kernel's is, at READY)."""
 
     @contextlib.contextmanager
-    def traced(self, tgids: list[int], workdir: Path, settings: Settings,
-               environments: uebpf.RunEnvironments) -> Iterator[Child]:
+    def attached(self, tgids: list[int], workdir: Path, settings: Settings,
+                 environments: uebpf.RunEnvironments) -> Iterator[Child]:
         argv = [str(self.consumer), "--mechanism", self.buffer, "--tgids", ",".join(map(str, tgids)),
                 "--buffer-bytes", str(settings.buffer_bytes), "--wakeup", settings.wakeup,
                 "--payload", str(settings.payload_bytes), "--poll-ms", str(CONSUMER_POLL_MS)]
-        loader_env = environments[0]
+        loader_env = environments.loader
         with started(lambda: Child(argv, stderr_path=workdir / "consumer.stderr", name=f"transport {self.name}",
                                    env={**os.environ, **loader_env})) as consumer:
             consumer.wait_for_line("READY", READY_TIMEOUT_S)
@@ -145,7 +125,7 @@ class UebpfMechanism(Mechanism):
         self.libraries = uebpf.require_runtime()
         self.uebpf_command = paths.artifact("bin/uebpf")
 
-    def unavailable(self) -> str | None:
+    def unavailable(self, cell=None) -> str | None:
         return NO_PERF_BUFFER if self.buffer == "perfbuf" else None
 
     def environments(self) -> uebpf.RunEnvironments:
@@ -166,10 +146,10 @@ def make_method(name: str) -> Baseline | Mechanism:
 
 def run_once(method: Baseline | Mechanism, producers: int, duration_s: float, settings: Settings,
              workdir: Path) -> dict:
-    """Measure one run; the record's fields are described in tracecost/results.schema.json (transport_run)."""
+    """Measure one run; the record's fields are described in schema.json beside this file (transport_run)."""
     load = str(paths.artifact("bin/syscall_load"))
     environments = method.environments()
-    producer_env = {**os.environ, **environments[1]}
+    producer_env = {**os.environ, **environments.target}
     with contextlib.ExitStack() as stack:
         loads = [stack.enter_context(started(
                      lambda i=i: Child([load], stderr_path=workdir / f"producer-{i}.stderr", name=f"producer {i}",
@@ -177,8 +157,8 @@ def run_once(method: Baseline | Mechanism, producers: int, duration_s: float, se
                  for i in range(producers)]
         for child in loads:
             child.wait_for_line("READY", READY_TIMEOUT_S)
-        consumer = stack.enter_context(method.traced([child.pid for child in loads], workdir, settings,
-                                                     environments))
+        consumer = stack.enter_context(method.attached([child.pid for child in loads], workdir, settings,
+                                                       environments))
         for child in loads:
             child.send(signal.SIGUSR1)
         time.sleep(duration_s)
@@ -186,7 +166,7 @@ def run_once(method: Baseline | Mechanism, producers: int, duration_s: float, se
             child.send(signal.SIGINT)
         reports = [_producer_report(child) for child in loads]
         consumed = _consumer_report(consumer) if consumer is not None else None
-    environments[2]()
+    environments.after_exit()
     buffer = method.buffer if isinstance(method, Mechanism) else None
     return _record(method.name, buffer, reports, consumed, settings)
 

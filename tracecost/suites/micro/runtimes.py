@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracecost import paths, system, uebpf
+from tracecost import methods, paths, system, uebpf
 from tracecost.errors import TracecostError
-from tracecost.micro.ops import REFILL_FUNCTION, Op
+from tracecost.suites.micro.ops import REFILL_FUNCTION, Op
 from tracecost.procs import Child, started
 from tracecost.tracers.base import Say
 
@@ -52,41 +52,28 @@ class Attachment:
     counts: Counts | None = None              # filled once the runtime has detached
 
 
-class Runtime:
-    name: str
+class Runtime(methods.Method):
+    """A runtime is the micro suite's method: `attached(op, victim_pid, workdir, ops_per_hit, environments)`."""
 
     def attaches_before_start(self, op: Op) -> bool:
         """True: attached() is entered before the victim starts, with victim_pid None."""
         return False
 
-    def environments(self) -> uebpf.RunEnvironments:
-        """One run's (loader, victim, after-exit check): the victim starts with its environment."""
-        return uebpf.KERNEL
-
-    def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
-        """Per-command checks, before any run."""
-
-    def unavailable(self, op: Op) -> str | None:
-        """Why this runtime cannot run `op` on this machine, or None."""
+    def unavailable(self, cell: Op | None = None) -> str | None:
+        """Why this runtime cannot run operation `cell` on this machine, or None."""
         return None
 
-    def attached(self, op: Op, victim_pid: int | None, workdir: Path, ops_per_hit: int,
-                 environments: uebpf.RunEnvironments) -> contextlib.AbstractContextManager[Attachment]:
-        raise NotImplementedError
 
-
-class Untraced(Runtime):
+class Untraced(methods.Baseline, Runtime):
     """No program: but first prove that none is attached where the victim would run it."""
 
     name = "untraced"
 
-    @contextlib.contextmanager
-    def attached(self, op: Op, victim_pid: int | None, workdir: Path, ops_per_hit: int,
-                 environments: uebpf.RunEnvironments) -> Iterator[Attachment]:
-        system.require_nothing_attached(victim_binary())
-        if op.attach_to_tracepoint:
-            system.require_no_syscall_entry_programs()
-        yield Attachment()
+    def untouched_for(self, op: Op, *args) -> dict:
+        return {"binary": victim_binary(), "syscall_entries": op.attach_to_tracepoint}
+
+    def nothing(self) -> Attachment:
+        return Attachment()
 
 
 class Kernel(Runtime):
@@ -99,9 +86,9 @@ class Kernel(Runtime):
         system.ensure_tracefs(say)
         self.loader = paths.artifact("bin/micro")
 
-    def unavailable(self, op: Op) -> str | None:
+    def unavailable(self, cell: Op | None = None) -> str | None:
         lockdown = system.kernel_lockdown()
-        if op.writes_user_memory and lockdown in LOCKED_DOWN:
+        if cell is not None and cell.writes_user_memory and lockdown in LOCKED_DOWN:
             return f"kernel lockdown ({lockdown}) forbids bpf_probe_write_user (LOCKDOWN_BPF_WRITE_USER)"
         return None
 
@@ -124,7 +111,7 @@ class Kernel(Runtime):
     def attached(self, op: Op, victim_pid: int | None, workdir: Path, ops_per_hit: int,
                  environments: uebpf.RunEnvironments) -> Iterator[Attachment]:
         argv = self.loader_argv(op, victim_pid, ops_per_hit)
-        loader_env, _, after_exit = environments
+        loader_env, after_exit = environments.loader, environments.after_exit
         with started(lambda: Child(argv, stderr_path=workdir / "micro.stderr",
                                    env={**os.environ, **loader_env})) as loader:
             loader.wait_for_line("READY", READY_TIMEOUT_S)
@@ -152,7 +139,7 @@ class Uebpf(Kernel):
         self.libraries = uebpf.require_runtime()
         self.uebpf_command = paths.artifact("bin/uebpf")
 
-    def unavailable(self, op: Op) -> str | None:
+    def unavailable(self, cell: Op | None = None) -> str | None:
         return None   # the kernel's lockdown does not reach uebpf: it writes user memory itself
 
     def applied(self, loader_env: dict[str, str], victim_pid: int | None) -> None:

@@ -1,22 +1,39 @@
-"""The transport benchmark (seed 003, measured properly): BPF ring buffer vs perf
-buffer under a getpgid load from 1 to N producer processes, with equal buffers,
-the same record and the same wakeup policy, every event and drop counted, and
-the price the traced producers pay measured against the same producers untraced."""
+"""The transport benchmark: BPF ring buffer vs perf buffer under a getpgid load from 1 to N
+producer processes, with equal buffers, the same record and the same wakeup policy, every event
+and drop counted, and the price the traced producers pay measured against the same producers
+untraced.
+
+The folder: this Suite, mechanisms.py (the producers, the consumer on each mechanism and
+runtime, one run), report.py (the report section), schema.json (this suite's results schema)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import click
 from rich.table import Table
 
 from tracecost import stats
+from tracecost.errors import TracecostError
 from tracecost.latency import PERCENTILES
-from tracecost.suites.base import Group, Suite
-from tracecost.transport import (CONSUMER_POLL_MS, EVENT_HEADER_BYTES, MECHANISMS, TRACEPOINT, UEBPF_MECHANISMS,
-                                 Baseline, Mechanism, Settings, make_method, run_once)
+from tracecost.options import CommaList, FiniteFloatRange
+from tracecost.suites.base import Group, Option, Suite, UsageProblem
+from tracecost.suites.transport import report
+from tracecost.suites.transport.mechanisms import (CONSUMER_POLL_MS, EVENT_HEADER_BYTES, MAX_BUFFER_BYTES,
+                                                   MAX_PAYLOAD_BYTES, MAX_PRODUCERS, MECHANISMS, TRACEPOINT,
+                                                   UEBPF_MECHANISMS, Baseline, Mechanism, Settings, check_wakeup,
+                                                   make_method, run_once)
 
 METHODS = ("baseline", *MECHANISMS, *UEBPF_MECHANISMS)
+METHOD_MEANING = {
+    "baseline": "the producers untraced (the reference)",
+    "ringbuf": "kernel eBPF: BPF ring buffer (BPF_MAP_TYPE_RINGBUF) to a libbpf consumer",
+    "perfbuf": "kernel eBPF: perf buffer (BPF_MAP_TYPE_PERF_EVENT_ARRAY) to a libbpf consumer",
+    "uebpf": "uebpf: the same consumer and program, on uebpf's ring buffer",
+    "uebpf-perfbuf": "uebpf: the perf buffer method on uebpf",
+}
 LATENCY_STATS = (*PERCENTILES, "max", "mean")
 DEFAULT_BUFFER_BYTES = 1 << 20     # the kernel selftests' ring buffer is 512 KiB; a perf buffer 2 x 128 pages here
 DEFAULT_PAYLOAD_BYTES = 64
@@ -49,9 +66,58 @@ class TransportConfig:
         return Settings(buffer_bytes=self.buffer_bytes, wakeup=self.wakeup, payload_bytes=self.payload_bytes)
 
 
+def buffer_size_problem(value: int) -> str | None:
+    """A ring buffer's size: a power of two of at least one page per CPU (the perf buffer splits it per CPU)."""
+    cpus, page = os.sysconf("SC_NPROCESSORS_ONLN"), os.sysconf("SC_PAGE_SIZE")
+    if value & (value - 1) or not cpus * page <= value <= MAX_BUFFER_BYTES:
+        return (f"{value} is not a power of two between {cpus * page} (a page for each of the {cpus} CPUs' perf "
+                f"buffers) and {MAX_BUFFER_BYTES}")
+    return None
+
+
 class TransportSuite(Suite):
     name = "transport"
     title = "Transport: BPF ring buffer vs perf buffer"
+    help = "BPF ring buffer vs perf buffer under a getpgid load from N producers."
+    default_runs = 5
+    options = (
+        Option(("--producers",), "producers", "Comma-separated numbers of producer processes.",
+               type=CommaList(click.IntRange(1, MAX_PRODUCERS)), default=",".join(map(str, RUN_PRODUCERS))),
+        Option(("--duration",), "duration_s", "Seconds each run's producers call getpgid.",
+               type=FiniteFloatRange(0.1, 3600), default=3.0),
+        Option(("--buffer-bytes",), "buffer_bytes", "Ring buffer bytes = perf buffer pages x page size x CPUs.",
+               type=click.INT, default=DEFAULT_BUFFER_BYTES),
+        Option(("--wakeup",), "wakeup", "default | sampled:N | none (see README for each mechanism's mapping).",
+               default="default"),
+        Option(("--payload",), "payload_bytes", "Record bytes: the 40-byte event, padded with zeros.",
+               type=click.IntRange(EVENT_HEADER_BYTES, MAX_PAYLOAD_BYTES), default=DEFAULT_PAYLOAD_BYTES),
+    )
+
+    def method_names(self) -> tuple[str, ...]:
+        return METHODS
+
+    def make_config(self, *, methods, runs, seed, producers=None, duration_s=3.0, buffer_bytes=DEFAULT_BUFFER_BYTES,
+                    wakeup="default", payload_bytes=DEFAULT_PAYLOAD_BYTES) -> TransportConfig:
+        if problem := buffer_size_problem(buffer_bytes):
+            raise UsageProblem("--buffer-bytes", problem)
+        try:
+            wakeup = check_wakeup(wakeup)
+        except TracecostError as error:
+            raise UsageProblem("--wakeup", str(error)) from None
+        return TransportConfig(producers=sorted(producers or RUN_PRODUCERS), duration_s=duration_s, runs=runs,
+                               buffer_bytes=buffer_bytes, wakeup=wakeup, payload_bytes=payload_bytes, methods=methods,
+                               seed=seed)
+
+    def listing(self) -> Table:
+        table = Table(title="transport methods")
+        table.add_column("method")
+        table.add_column("what")
+        for name in METHODS:
+            table.add_row(name, METHOD_MEANING[name])
+        return table
+
+    def render(self, suite: dict, environment: dict):
+        return report.render(suite, environment)
 
     def groups(self, config: TransportConfig) -> list[Group]:
         return [Group(key={"producers": n}, label=f"{n} producer{'s' if n > 1 else ''}") for n in config.producers]

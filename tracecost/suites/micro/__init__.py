@@ -1,7 +1,10 @@
-"""The probe micro-benchmarks (seeds 002 and 004, experiment 1 part 1): the cost of one uprobe,
-uretprobe, helper call, map operation and syscall tracepoint, per runtime.
+"""The probe micro-benchmarks: the cost of one uprobe, uretprobe, helper call, map operation and
+syscall tracepoint, per runtime.
 
-Groups are operations; methods are runtimes (untraced, kernel, uebpf).
+Groups are operations; methods are runtimes (untraced, kernel, uebpf). The folder: ops.py says
+what each operation attaches where; runtimes.py how a runtime (none, the kernel, uebpf) attaches
+it; bench.py runs the victim under a runtime and checks every count; report.py draws the report
+section; schema.json is this suite's part of the results schema.
 """
 
 from __future__ import annotations
@@ -9,21 +12,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import click
 from rich.table import Table
 
 from tracecost import stats, system
+from tracecost.options import CommaList, Known
 from tracecost.errors import TracecostError
-from tracecost.micro.bench import run_op
-from tracecost.micro.ops import EMPTY_PROBE_OP, HELPER, OPS, op_by_name, with_baselines
-from tracecost.micro.runtimes import RUNTIMES, Runtime
+from tracecost.suites.micro.bench import run_op
+from tracecost.suites.micro import report
+from tracecost.suites.micro.ops import EMPTY_PROBE_OP, HELPER, MAX_OPS_PER_HIT, OPS, op_by_name, with_baselines
+from tracecost.suites.micro.runtimes import RUNTIMES, Runtime
 from tracecost.report import fmt
-from tracecost.suites.base import Group, Suite
+from tracecost.suites.base import Group, Option, Suite
 
 UNTRACED, KERNEL, UEBPF = "untraced", "kernel", "uebpf"
 DEFAULT_RUNTIMES = (UNTRACED, KERNEL, UEBPF)
 DEFAULT_ITER = 100_000
 DEFAULT_OPS_PER_HIT = 1000
-WARMUP_CALLS = 1000            # untimed calls before the timed ones (at most --iter)
+WARMUP_CALLS = 1000            # untimed calls before the timed ones (at most --iterations)
 # `tracecost run`: ~1.5 minutes on 2 cores. A run's fixed cost (starting the victim, loading and
 # verifying the programs) dominates at this size, so fewer calls cost little precision per operation.
 RUN_ITER = 10_000
@@ -57,6 +63,38 @@ class MicroConfig:
 class MicroSuite(Suite):
     name = "micro"
     title = "Probe micro-benchmarks"
+    help = "Probe micro-benchmarks: uprobe, uretprobe, helpers, map operations, syscall tracepoint."
+    listing_noun = "operations"
+    default_runs = 5
+    baseline = UNTRACED
+    options = (
+        Option(("--ops",), "ops", "Operations (default: all). Helper operations also measure the empty uprobe they "
+               "are measured against.", type=CommaList(Known("operation", OPS)), metavar="OP[,OP...]"),
+        Option(("--iterations",), "iterations", "Timed calls per run, after min(1000, N) warm-up calls.",
+               type=click.IntRange(1, 100_000_000), default=DEFAULT_ITER),
+        Option(("--ops-per-hit",), "ops_per_hit", "Helper calls per probe hit (read, write, map operations); "
+               "costs are reported per call.", type=click.IntRange(1, MAX_OPS_PER_HIT), default=DEFAULT_OPS_PER_HIT),
+    )
+
+    def method_names(self) -> tuple[str, ...]:
+        return tuple(RUNTIMES)
+
+    def make_config(self, *, methods, runs, seed, ops=None, iterations=DEFAULT_ITER,
+                    ops_per_hit=DEFAULT_OPS_PER_HIT) -> MicroConfig:
+        return MicroConfig(ops=with_baselines(ops) if ops else list(OPS), runtimes=methods, iter=iterations,
+                           runs=runs, ops_per_hit=ops_per_hit, seed=seed)
+
+    def listing(self) -> Table:
+        table = Table(title="micro operations")
+        for column in ("operation", "what", "kind", "victim function", "programs"):
+            table.add_column(column)
+        for op in OPS.values():
+            programs = ", ".join([*op.programs, *([f"{op.refill} (untimed refill)"] if op.refill else [])])
+            table.add_row(op.name, op.label, op.kind, op.function, programs)
+        return table
+
+    def render(self, suite: dict, environment: dict):
+        return report.render(suite, environment)
 
     def groups(self, config: MicroConfig) -> list[Group]:
         return [Group(key={"op": op.name, "kind": op.kind, "function": op.function,

@@ -1,17 +1,24 @@
-"""The duration study (seed 000, done right): how tracing overhead depends on how long the
-traced function runs, per call and for the whole application."""
+"""The duration study: how tracing overhead depends on how long the traced function runs, per
+call and for the whole application (docs/methodology.md for how each figure is measured).
+
+The folder: this Suite, traced_app.py (one run of sample_app under one method; the methods
+themselves are tracecost/tracers, which `tracecost validate` shares), report.py (the report
+section) and schema.json (this suite's part of the results schema)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import click
 from rich.table import Table
 
 from tracecost import stats
 from tracecost.errors import TracecostError
-from tracecost.suites.base import Group, Suite
-from tracecost.traced_app import run_sample_app
+from tracecost.options import CommaList
+from tracecost.suites.base import Group, Option, Suite, UsageProblem
+from tracecost.suites.duration import report
+from tracecost.suites.duration.traced_app import run_sample_app
 from tracecost.tracers import make_method
 from tracecost.tracers.base import Method
 from tracecost.tracers.ebpf import WAKEUP_MEANING, WAKEUPS
@@ -49,7 +56,7 @@ def scenario_by_index(index: int) -> Scenario:
         if scenario.index == index:
             return scenario
     raise TracecostError(f"unknown scenario {index} (scenarios are {SCENARIOS[0].index}..{SCENARIOS[-1].index}; "
-                         "see --list-scenarios)")
+                         "see --list)")
 
 
 @dataclass
@@ -73,6 +80,39 @@ def _process_costs(costs) -> dict:
 class DurationSuite(Suite):
     name = "duration"
     title = "Overhead vs traced-function duration"
+    help = "Overhead vs the traced function's duration (0 us to 1 ms)."
+    listing_noun = "scenarios"
+    default_runs = 10
+    options = (
+        Option(("-s", "--scenarios"), "scenarios", "Scenario indexes (default: all).", type=CommaList(click.INT),
+               metavar="N [N ...]"),
+        Option(("--quick",), "quick", f"1/{QUICK_DIVISOR} of the calls, for smoke runs.", is_flag=True),
+        Option(("--wakeup",), "wakeup", "Ring-buffer wakeups of the eBPF tracers (kernel and uebpf).",
+               type=click.Choice(WAKEUPS), default=WAKEUPS[0]),
+    )
+
+    def method_names(self) -> tuple[str, ...]:
+        return METHODS
+
+    def make_config(self, *, methods, runs, seed, scenarios=None, quick=False, wakeup=WAKEUPS[0]) -> DurationConfig:
+        for index in scenarios or []:
+            try:
+                scenario_by_index(index)
+            except TracecostError as error:
+                raise UsageProblem("-s' / '--scenarios", str(error)) from None
+        return DurationConfig(scenarios=scenarios or [s.index for s in SCENARIOS], methods=methods, runs=runs,
+                              seed=seed, call_divisor=QUICK_DIVISOR if quick else 1, wakeup=wakeup)
+
+    def listing(self) -> Table:
+        table = Table(title="duration scenarios")
+        for column in ("index", "scenario", "work (us)", "calls", "represents"):
+            table.add_column(column)
+        for s in SCENARIOS:
+            table.add_row(str(s.index), s.name, str(s.work_us), f"{s.calls:,}", s.represents)
+        return table
+
+    def render(self, suite: dict, environment: dict):
+        return report.render(suite, environment)
 
     def groups(self, config: DurationConfig) -> list[Group]:
         groups = []

@@ -1,5 +1,6 @@
-"""Execution-engine efficiency (seed 004, experiment 1 part 2): the same eBPF programs on the
-uebpf interpreter and JIT, rbpf, the kernel JIT and native C, timed by build/bin/uebpf-vmbench.
+"""Execution-engine efficiency: the same eBPF programs on the uebpf interpreter and JIT, rbpf, the
+kernel JIT and native C, timed by build/bin/uebpf-vmbench (runtime/vmbench). The folder: this
+Suite, report.py (the report section), schema.json (this suite's part of the results schema).
 
 Each run of the matrix is one uebpf-vmbench process measuring one (program, engine) pair over
 `iterations` calls after its own warm-up; the shared runner interleaves engines and repeats."""
@@ -8,17 +9,19 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+import click
 from rich.table import Table
 
 from tracecost import paths, stats, system
 from tracecost.errors import TracecostError
-from tracecost.suites.base import Group, Suite
+from tracecost.options import CommaList
 from tracecost.procs import run_command
+from tracecost.suites.base import Group, Option, Suite, UsageProblem
+from tracecost.suites.vm import report
 
 REFERENCE_ENGINE = "kernel-jit"
 RUN_TIMEOUT_S = 600
@@ -31,7 +34,7 @@ def vmbench() -> Path:
 @cache
 def catalogue() -> dict:
     """{"programs": {name: description}, "engines": {name: description}} as vmbench lists them."""
-    result = subprocess.run([str(vmbench()), "--list"], capture_output=True, text=True, timeout=60)
+    result = run_command([str(vmbench()), "--list"], timeout_s=60)
     if result.returncode != 0:
         raise TracecostError(f"uebpf-vmbench --list failed: {result.stderr.strip()[-200:]}")
     listing = json.loads(result.stdout)
@@ -70,6 +73,40 @@ class Engine:
 class VmSuite(Suite):
     name = "vm"
     title = "eBPF execution engines"
+    help = "eBPF execution engines (the methods): uebpf interpreter and JIT, rbpf, the kernel JIT, native C."
+    listing_noun = "programs and engines"
+    default_runs = 10
+    baseline = None     # every engine is compared with the kernel JIT, but none is required
+    options = (
+        Option(("--programs",), "programs", "Comma-separated programs (default: all).", type=CommaList()),
+        Option(("--iterations",), "iterations", "Program runs timed together in one measurement.",
+               type=click.IntRange(1, 10_000_000), default=10_000),
+    )
+
+    def method_names(self) -> tuple[str, ...]:
+        return tuple(catalogue()["engines"])
+
+    def methods_help(self) -> str:
+        return "every engine uebpf-vmbench has: see --list"   # known only to the build
+
+    def make_config(self, *, methods, runs, seed, programs=None, iterations=10_000) -> VmConfig:
+        try:
+            check_names("programs", programs)
+        except TracecostError as error:
+            raise UsageProblem("--programs", str(error)) from None
+        return VmConfig(programs=programs, engines=methods, runs=runs, iterations=iterations, seed=seed)
+
+    def listing(self) -> Table:
+        table = Table(title="vm programs and engines")
+        for column in ("kind", "name", "description"):
+            table.add_column(column)
+        for kind in ("programs", "engines"):
+            for name, description in catalogue()[kind].items():
+                table.add_row(kind[:-1], name, description)
+        return table
+
+    def render(self, suite: dict, environment: dict):
+        return report.render(suite, environment)
 
     def groups(self, config: VmConfig) -> list[Group]:
         descriptions = catalogue()["programs"]

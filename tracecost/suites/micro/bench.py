@@ -18,8 +18,8 @@ from pathlib import Path
 
 from tracecost.errors import TracecostError
 from tracecost.latency import summarize_histogram
-from tracecost.micro.ops import HELPER, Op
-from tracecost.micro.runtimes import Counts, Runtime, victim_binary
+from tracecost.suites.micro.ops import HELPER, Op
+from tracecost.suites.micro.runtimes import Counts, Runtime, victim_binary
 from tracecost.procs import Child, json_fields, started
 
 READY_TIMEOUT_S = 30
@@ -61,7 +61,7 @@ def run_op(op: Op, runtime: Runtime, workdir: Path, iterations: int, warmup: int
         # (the agent installs its hooks at start-up). Either way the victim waits for SIGUSR1.
         attachment = (stack.enter_context(runtime.attached(op, None, workdir, ops_per_hit, environments))
                       if runtime.attaches_before_start(op) else None)
-        env = {**os.environ, **environments[1]}
+        env = {**os.environ, **environments.target}
         victim = stack.enter_context(started(lambda: Child(argv, stderr_path=workdir / "microbench.stderr",
                                                            env=env)))
         victim.wait_for_line("READY", READY_TIMEOUT_S)

@@ -24,7 +24,7 @@ class AppRun:
 
 def run_sample_app(method: Method, workdir: Path, calls: int, work_us: int = 0) -> AppRun:
     """Start the tracer, run sample_app to its end, stop the tracer; errors name what failed."""
-    with method.trace(workdir) as traced:
+    with method.attached(workdir) as traced:
         env = {**os.environ, "SIMULATED_WORK_US": str(work_us), **traced.app_env}
         usage, stdout, child = run_to_completion([str(sample_app()), str(calls)],
                                                  stderr_path=workdir / "sample_app.stderr", env=env,
