@@ -1,6 +1,7 @@
 # tracecost: one Makefile drives setup, the C/BPF build, the Rust runtime and the Python package.
 #   make run    setup + build, then `tracecost run` (every suite, report.html)
-#   make test   setup + build, then the whole test suite
+#   make test   setup + build + lint, then the whole test suite
+#   make lint   rustfmt, clippy and ruff: the tree passes them
 SHELL   := /bin/bash
 BUILD   := build
 VENV    := .venv
@@ -18,7 +19,7 @@ SKEL := $(BUILD)/skel
 SETUP_STAMP := $(VENV)/.setup-stamp
 PLOTLY_JS := $(BUILD)/vendor/plotly-basic.min.js
 
-.PHONY: all setup build run test clean
+.PHONY: all setup build run test clean lint lint-python
 # BPF objects and skeletons are products too (uebpf loads the .bpf.o files): keep them.
 .SECONDARY:
 all: build
@@ -32,7 +33,7 @@ $(SETUP_STAMP): pyproject.toml scripts/setup.sh
 
 build: setup workloads tracers runtime runtime-tools hook-victims $(BUILD)/buildinfo.json $(PLOTLY_JS)
 
-# Build flags, recorded with every result (DESIGN rule 6).
+# Build flags, recorded with every result (docs/methodology.md: the environment is recorded).
 $(BUILD)/buildinfo.json: Makefile | $(BIN)
 	printf '{"cflags": "%s", "bpf_cflags": "%s", "cc": "%s", "clang": "%s"}\n' '$(CFLAGS)' '$(BPF_CFLAGS)' \
 	  "$$($(CC) --version | head -1)" "$$($(CLANG) --version | head -1)" > $@
@@ -44,8 +45,15 @@ $(PLOTLY_JS): scripts/fetch_plotly_basic.sh
 run: build
 	$(VENV)/bin/tracecost run
 
-test: build runtime-test
+test: build lint runtime-test
 	$(VENV)/bin/pytest -q tests
+
+lint: lint-rust lint-python
+
+# The Python half of `lint`: ruff's checks and formatting (pyproject.toml [tool.ruff]).
+lint-python: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 clean:
 	rm -rf $(BUILD)
@@ -101,7 +109,7 @@ $(SKEL)/%.skel.h: $(BPF)/%.bpf.o | $(SKEL)
 
 # --- tracers ----------------------------------------------------------------------------------
 .PHONY: tracers
-# The compatibility corpus (seed 004, experiment 8) adds three small uprobe loaders.
+# The compatibility corpus (tests/test_compat.py) adds three small uprobe loaders.
 COMPAT_LOADERS := $(BIN)/malloc_sizes $(BIN)/func_latency $(BIN)/greet_printk
 tracers: $(BIN)/functrace $(BIN)/micro $(BIN)/transport $(COMPAT_LOADERS) $(LIB)/libmylib_lttng.so
 

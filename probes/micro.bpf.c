@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0
-/* micro: the programs of the probe micro-benchmarks (tracecost micro; seed 002).
+/* micro: the programs of the probe micro-benchmarks (tracecost micro).
  *
  * Each program counts its hits (a per-CPU counter, the same in every program,
  * so subtracting the empty uprobe's cost removes it). Programs that benchmark

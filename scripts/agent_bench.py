@@ -91,8 +91,13 @@ def agent_empty(function: str, iterations: int, kinds: list[str]) -> float:
     for kind in kinds:
         argv += ["--attach", f"{programs[kind]}:{HOOK_VICTIM}:{function}"]
     with ready(argv) as attach:
-        result = subprocess.run([str(HOOK_VICTIM), function, str(iterations)], capture_output=True, text=True,
-                                env=agent_env(name), timeout=TIMEOUT_S)
+        result = subprocess.run(
+            [str(HOOK_VICTIM), function, str(iterations)],
+            capture_output=True,
+            text=True,
+            env=agent_env(name),
+            timeout=TIMEOUT_S,
+        )
         if result.returncode != 0 or result.stderr:
             fail(f"hook_bench under the agent: {result.stderr.strip()}")
         attach.send_signal(signal.SIGINT)
@@ -118,8 +123,12 @@ def agent_micro(function: str, iterations: int, kinds: list[str]) -> float:
         for kind in kinds:
             loader_argv += ["--attach", f"{programs[kind]}:{function}"]
         with ready(loader_argv, {**os.environ, "LD_PRELOAD": str(SERVER), "UEBPF_REGION": name}) as loader:
-            waited = subprocess.run([str(UEBPF), "wait-applied", name, "--pid", str(victim.pid), "--timeout", "30"],
-                                    capture_output=True, text=True, timeout=60)
+            waited = subprocess.run(
+                [str(UEBPF), "wait-applied", name, "--pid", str(victim.pid), "--timeout", "30"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             if waited.returncode != 0:
                 fail(f"wait-applied: {waited.stderr.strip()}")
             victim.send_signal(signal.SIGUSR1)
@@ -148,7 +157,11 @@ def micro_untraced(function: str, iterations: int) -> float:
 def measure(layer: str, config: str, hooked: bool, iterations: int, micro_iterations: int) -> float:
     hook_function, micro_function, kinds = CONFIGS[config]
     if layer == "agent_micro":
-        return agent_micro(micro_function, micro_iterations, kinds) if hooked else micro_untraced(micro_function, micro_iterations)
+        return (
+            agent_micro(micro_function, micro_iterations, kinds)
+            if hooked
+            else micro_untraced(micro_function, micro_iterations)
+        )
     if not hooked:
         return hook_bench.run(hook_function, iterations, [])
     if layer == "bare_hook":
@@ -175,7 +188,10 @@ def main():
         for config in CONFIGS:
             deltas = [h - u for h, u in zip(samples[(layer, config, True)], samples[(layer, config, False)])]
             per_hit[layer][config] = {"median_ns": round(statistics.median(deltas), 2), "min_ns": round(min(deltas), 2)}
-    raw = {f"{layer}/{config}/{'hooked' if hooked else 'unhooked'}": values for (layer, config, hooked), values in samples.items()}
+    raw = {
+        f"{layer}/{config}/{'hooked' if hooked else 'unhooked'}": values
+        for (layer, config, hooked), values in samples.items()
+    }
     print(json.dumps({"config": vars(args), "per_hit": per_hit, "samples": raw}, indent=1))
 
 

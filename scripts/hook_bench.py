@@ -37,8 +37,12 @@ def run(function: str, iterations: int, kinds: list[str]) -> float:
     env = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="hook-bench-") as out:
         if kinds:
-            env.update(LD_PRELOAD=str(AGENT), UEBPF_HOOK_TEST_HANDLER="count", UEBPF_HOOK_TEST_OUT=out,
-                       UEBPF_HOOK_TEST_PROBES=",".join(f"{kind}:{VICTIM}:{function}" for kind in kinds))
+            env.update(
+                LD_PRELOAD=str(AGENT),
+                UEBPF_HOOK_TEST_HANDLER="count",
+                UEBPF_HOOK_TEST_OUT=out,
+                UEBPF_HOOK_TEST_PROBES=",".join(f"{kind}:{VICTIM}:{function}" for kind in kinds),
+            )
         result = subprocess.run([str(VICTIM), function, str(iterations)], capture_output=True, text=True, env=env)
         if result.returncode != 0:
             sys.exit(f"hook_bench: {VICTIM.name} failed: {result.stderr.strip()}")
@@ -77,7 +81,9 @@ def main() -> None:
         order.shuffle(cells)
         for name, hooked in cells:
             function, kinds = CONFIGS[name]
-            samples[name]["hooked" if hooked else "unhooked"].append(run(function, args.iterations, kinds if hooked else []))
+            samples[name]["hooked" if hooked else "unhooked"].append(
+                run(function, args.iterations, kinds if hooked else [])
+            )
     per_hit = {}
     for name, runs in samples.items():
         deltas = [h - u for h, u in zip(runs["hooked"], runs["unhooked"])]

@@ -26,14 +26,25 @@ SHM = Path("/dev/shm")
 
 
 def run_tracecost(*args: str, env: dict | None = None, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([*TRACECOST, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})}, **kwargs)
+    return subprocess.run(
+        [*TRACECOST, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        **kwargs,
+    )
 
 
 def interrupt_tracecost(*args: str, when, env: dict | None = None, timeout: float = 60) -> tuple[int, str]:
     """Run `tracecost ARGS`, press Ctrl-C (SIGINT) as soon as `when()` holds; return its exit status and stderr."""
-    proc = subprocess.Popen([*TRACECOST, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(
+        [*TRACECOST, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
     try:
         assert wait_until(when, timeout), f"tracecost {' '.join(args)} never reached the point to interrupt"
         proc.send_signal(signal.SIGINT)
@@ -68,7 +79,10 @@ def agent_env(region: str, **extra: str) -> dict[str, str]:
 def uebpf_loader(argv: list, region: str, tmp_path: Path, **env: str):
     """A loader under the server, ready (it printed READY); always gone afterwards."""
     from tracecost.procs import Child, started
-    with started(lambda: Child([str(a) for a in argv], stderr_path=tmp_path / f"{region}.err", env=server_env(region, **env))) as child:
+
+    with started(
+        lambda: Child([str(a) for a in argv], stderr_path=tmp_path / f"{region}.err", env=server_env(region, **env))
+    ) as child:
         child.wait_for_line("READY", timeout_s=30)
         yield child
 
@@ -87,8 +101,16 @@ def regions_removed(pattern: str):
 
 def functrace_argv(output: Path, *extra) -> list:
     """functrace on libmylib's traced function (the loader the uebpf tests run under the server)."""
-    return [BUILD / "bin" / "functrace", "--binary", BUILD / "lib" / "libmylib.so", "--symbol", "my_traced_function",
-            "--output", output, *extra]
+    return [
+        BUILD / "bin" / "functrace",
+        "--binary",
+        BUILD / "lib" / "libmylib.so",
+        "--symbol",
+        "my_traced_function",
+        "--output",
+        output,
+        *extra,
+    ]
 
 
 def uebpf(*args, check=True, **kwargs) -> dict:
@@ -101,7 +123,9 @@ def uebpf(*args, check=True, **kwargs) -> dict:
 
 def file_offset(binary: Path, symbol: str) -> int:
     """The symbol's file offset (what libbpf gives the kernel): value - segment vaddr + offset."""
-    symbols = subprocess.run(["nm", "-D", "--defined-only", str(binary)], capture_output=True, text=True, check=True).stdout
+    symbols = subprocess.run(
+        ["nm", "-D", "--defined-only", str(binary)], capture_output=True, text=True, check=True
+    ).stdout
     value = next(int(line.split()[0], 16) for line in symbols.splitlines() if line.split()[-1] == symbol)
     headers = subprocess.run(["readelf", "-lW", str(binary)], capture_output=True, text=True, check=True).stdout
     for line in headers.splitlines():
@@ -185,4 +209,13 @@ def tracefs_mounted(require_root_and_build):
     """A brand-new machine may not have tracefs mounted; tests read tracepoint ids from it
     directly, so mount it first, as the harness does before any tracepoint is used."""
     from tracecost.system import ensure_tracefs
+
     ensure_tracefs(say=lambda message: None)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test outside tests/unit is an integration test (root, a build, the real kernel and
+    services): `pytest -m "not integration"` or `pytest tests/unit` runs the rest."""
+    for item in items:
+        if "unit" not in item.path.parts:
+            item.add_marker(pytest.mark.integration)

@@ -21,8 +21,21 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (AGENT, BUILD, SHM, UEBPF, agent_env, file_offset, functrace_argv, regions_removed, uebpf,
-                      uebpf_loader, unused_uid, uprobes_in, wait_until)
+from conftest import (
+    AGENT,
+    BUILD,
+    SHM,
+    UEBPF,
+    agent_env,
+    file_offset,
+    functrace_argv,
+    regions_removed,
+    uebpf,
+    uebpf_loader,
+    unused_uid,
+    uprobes_in,
+    wait_until,
+)
 from tracecost.procs import Child, started
 from tracecost.tracers.ebpf import Ebpf, parse_summary, read_functrace
 from tracecost.validate import check_events
@@ -43,15 +56,20 @@ def no_region_left_behind():
 
 
 def run_sample_app(calls: int, env: dict, *prefix: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    result = subprocess.run([*prefix, str(SAMPLE_APP), str(calls)], capture_output=True, text=True, env=env,
-                            timeout=120, cwd=cwd)
+    result = subprocess.run(
+        [*prefix, str(SAMPLE_APP), str(calls)], capture_output=True, text=True, env=env, timeout=120, cwd=cwd
+    )
     assert result.returncode == 0, result.stderr
     return result
 
 
 def wait_applied(region: str, pid: int, check=True) -> subprocess.CompletedProcess:
-    result = subprocess.run([str(UEBPF), "wait-applied", region, "--pid", str(pid), "--timeout", "30"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [str(UEBPF), "wait-applied", region, "--pid", str(pid), "--timeout", "30"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if check:
         assert result.returncode == 0, result.stderr
     return result
@@ -90,8 +108,7 @@ def test_without_a_region_the_agent_is_inert(tmp_path):
     for label, extra in (("unset", {}), ("absent", {"UEBPF_REGION": region_name("absent")})):
         work = tmp_path / label
         work.mkdir()
-        preloaded = run_sample_app(200, {**env, **extra, "LD_PRELOAD": str(AGENT),
-                                         "TMPDIR": str(work)}, cwd=work)
+        preloaded = run_sample_app(200, {**env, **extra, "LD_PRELOAD": str(AGENT), "TMPDIR": str(work)}, cwd=work)
         result = parse_app_output(preloaded.stdout)
         assert (result.calls, result.checksum) == (plain.calls, plain.checksum)
         assert preloaded.stderr == ""
@@ -162,7 +179,9 @@ def go(target: Child) -> list[dict]:
     return [json.loads(line) for line in target.read_stdout().splitlines() if line.startswith("{")]
 
 
-def traced_live(tmp_path: Path, mode: str, n: int, label: str, by_pid: bool = True) -> tuple[list, dict, list[dict], str]:
+def traced_live(
+    tmp_path: Path, mode: str, n: int, label: str, by_pid: bool = True
+) -> tuple[list, dict, list[dict], str]:
     """Target first (no region yet), then the loader attaches (to its pid, or to every process),
     then wait-applied, then the calls: (events, loader summary, target reports, target stderr)."""
     region, output = region_name(label), tmp_path / "trace.bin"
@@ -264,11 +283,20 @@ def read_byte(pid: int, address: int) -> int:
 
 def test_two_pairs_at_once_do_not_see_each_other(tmp_path):
     first, second = region_name("pair-a"), region_name("pair-b")
-    with uebpf_loader(functrace_argv(tmp_path / "a.bin"), first, tmp_path) as a, \
-         uebpf_loader(functrace_argv(tmp_path / "b.bin"), second, tmp_path) as b:
-        apps = [subprocess.Popen([str(SAMPLE_APP), str(calls)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                 text=True, env=agent_env(region))
-                for region, calls in ((first, 3000), (second, 7000))]  # both at once
+    with (
+        uebpf_loader(functrace_argv(tmp_path / "a.bin"), first, tmp_path) as a,
+        uebpf_loader(functrace_argv(tmp_path / "b.bin"), second, tmp_path) as b,
+    ):
+        apps = [
+            subprocess.Popen(
+                [str(SAMPLE_APP), str(calls)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=agent_env(region),
+            )
+            for region, calls in ((first, 3000), (second, 7000))
+        ]  # both at once
         assert [app.communicate(timeout=120)[1] for app in apps] == ["", ""]
         assert [app.returncode for app in apps] == [0, 0]
         assert a.stop().exit_code == 0 and b.stop().exit_code == 0
@@ -290,8 +318,9 @@ def test_an_unprivileged_user_runs_loader_and_target(tmp_path):
             assert uprobes_in(LIBRARY) == [], "no kernel uprobe: the attach went to the region"
             # The agent goes into the target, not into setpriv: glibc aborts a process whose
             # threads end up with different credentials, and the agent's thread would.
-            app = run_sample_app(calls, {**os.environ, **env}, *as_user, "env", f"LD_PRELOAD={AGENT}",
-                                 f"UEBPF_REGION={region}")
+            app = run_sample_app(
+                calls, {**os.environ, **env}, *as_user, "env", f"LD_PRELOAD={AGENT}", f"UEBPF_REGION={region}"
+            )
             assert loader.stop().exit_code == 0, loader.stderr_text()
             summary = parse_summary(loader.read_stdout())
             assert "Operation not permitted" not in loader.stderr_text() + app.stderr
@@ -305,11 +334,21 @@ def test_a_function_that_cannot_be_hooked_is_named_and_the_target_runs_on(tmp_pa
     """hook_torture's 3-byte function: the agent refuses it with the hook engine's reason, on
     stderr, and the target returns what it returns unhooked."""
     region, victim = region_name("refused"), BUILD / "bin" / "hook_torture"
-    argv = [UEBPF, "attach", BUILD / "bpf" / "uebpf_embed.bpf.o", "--region", region, "--attach", f"empty:{victim}:torture_tiny"]
+    argv = [
+        UEBPF,
+        "attach",
+        BUILD / "bpf" / "uebpf_embed.bpf.o",
+        "--region",
+        region,
+        "--attach",
+        f"empty:{victim}:torture_tiny",
+    ]
     with started(lambda: Child([str(a) for a in argv], stderr_path=tmp_path / "attach.err")) as attach:
         attach.wait_for_line("READY", timeout_s=30)
         plain = subprocess.run([str(victim), "tiny"], capture_output=True, text=True, timeout=60)
-        hooked = subprocess.run([str(victim), "tiny"], capture_output=True, text=True, timeout=60, env=agent_env(region))
+        hooked = subprocess.run(
+            [str(victim), "tiny"], capture_output=True, text=True, timeout=60, env=agent_env(region)
+        )
         assert attach.stop().exit_code == 0
     assert hooked.returncode == plain.returncode == 0
     assert json.loads(hooked.stdout)["result"] == json.loads(plain.stdout)["result"]
@@ -344,15 +383,33 @@ def compile_probes(tmp_path: Path, source: str, **defines) -> Path:
     c_file, obj = tmp_path / "probes.bpf.c", tmp_path / "probes.bpf.o"
     c_file.write_text(SUMS_PRELUDE + source)
     flags = [f"-D{name}={value}" for name, value in defines.items()]
-    subprocess.run(["clang", "-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", f"-I{BUILD}", *flags,
-                    "-c", str(c_file), "-o", str(obj)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "clang",
+            "-O2",
+            "-g",
+            "-target",
+            "bpf",
+            "-D__TARGET_ARCH_x86",
+            f"-I{BUILD}",
+            *flags,
+            "-c",
+            str(c_file),
+            "-o",
+            str(obj),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return obj
 
 
 def sums_of(dumped: dict) -> dict[int, int]:
     """The `sums` array of a `uebpf attach` dump."""
-    return {int.from_bytes(bytes.fromhex(k), "little"): int.from_bytes(bytes.fromhex(v), "little")
-            for k, v in dumped["maps"]["sums"]["entries"]}
+    return {
+        int.from_bytes(bytes.fromhex(k), "little"): int.from_bytes(bytes.fromhex(v), "little")
+        for k, v in dumped["maps"]["sums"]["entries"]
+    }
 
 
 SYSCALL_PROBES = textwrap.dedent(r"""
@@ -416,11 +473,15 @@ def test_syscall_entry_tracepoints_run_at_libc_entry_points(tmp_path):
     syscalls/sys_enter_getpgid at syscall() and libc's getpgid wrapper: exact counts, the kernel's
     context (common_type, common_pid, __syscall_nr, arguments); a syscall never made runs 0 times;
     a tracepoint that is not a system call entry is reported unsupported, by name."""
-    raw, getpgid = (int(Path(f"/sys/kernel/tracing/events/{tp}/id").read_text())
-                    for tp in ("raw_syscalls/sys_enter", "syscalls/sys_enter_getpgid"))
+    raw, getpgid = (
+        int(Path(f"/sys/kernel/tracing/events/{tp}/id").read_text())
+        for tp in ("raw_syscalls/sys_enter", "syscalls/sys_enter_getpgid")
+    )
     obj = compile_probes(tmp_path, SYSCALL_PROBES, SUMS=8, TP_ID_RAW=raw, TP_ID_GETPGID=getpgid)
     region, n = region_name("syscall"), 3000
-    with started(lambda: Child([str(UEBPF), "attach", str(obj), "--region", region], stderr_path=tmp_path / "attach.err")) as attach:
+    with started(
+        lambda: Child([str(UEBPF), "attach", str(obj), "--region", region], stderr_path=tmp_path / "attach.err")
+    ) as attach:
         attach.wait_for_line("READY", timeout_s=30)
         argv = [sys.executable, "-c", SYSCALL_TARGET, str(n)]
         with started(lambda: Child(argv, stderr_path=tmp_path / "target.err", env=agent_env(region))) as target:
@@ -434,7 +495,9 @@ def test_syscall_entry_tracepoints_run_at_libc_entry_points(tmp_path):
     assert waited.returncode == 1
     status = json.loads(waited.stdout)
     assert (status["hooks"], status["failed"], status["unsupported"]) == (3, 0, 1), status
-    unsupported = "tracepoint sched/sched_switch is not supported by the uebpf agent (it runs system call entry tracepoints"
+    unsupported = (
+        "tracepoint sched/sched_switch is not supported by the uebpf agent (it runs system call entry tracepoints"
+    )
     assert unsupported in status["message"] and unsupported in waited.stderr
 
 
@@ -443,11 +506,18 @@ def test_wait_applied_fails_clearly_without_an_agent(tmp_path):
     with uebpf_loader(functrace_argv(tmp_path / "t.bin"), region, tmp_path) as loader:
         with waiting_target(tmp_path, dict(os.environ)) as target:  # no agent preloaded
             target.wait_for_line("READY", timeout_s=30)
-            result = subprocess.run([str(UEBPF), "wait-applied", region, "--pid", str(target.pid), "--timeout", "0.5"],
-                                    capture_output=True, text=True, timeout=60)
+            result = subprocess.run(
+                [str(UEBPF), "wait-applied", region, "--pid", str(target.pid), "--timeout", "0.5"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
         assert loader.stop().exit_code == 0
     assert result.returncode == 1
-    assert f"process {target.pid} did not apply region {region}'s attachments within 0.5 s: it has no agent" in result.stderr
+    assert (
+        f"process {target.pid} did not apply region {region}'s attachments within 0.5 s: it has no agent"
+        in result.stderr
+    )
 
 
 SECTION_PROBES = textwrap.dedent(r"""
@@ -466,10 +536,14 @@ def test_the_direct_attach_path_takes_targets_from_section_names(tmp_path):
     (uprobe//path:symbol), sample_app under the agent, the maps printed on SIGINT."""
     obj = compile_probes(tmp_path, SECTION_PROBES, SUMS=2, LIBRARY=f'"{LIBRARY.resolve()}"')
     region, calls = region_name("direct"), 400
-    with started(lambda: Child([str(UEBPF), "attach", str(obj), "--region", region], stderr_path=tmp_path / "attach.err")) as attach:
+    with started(
+        lambda: Child([str(UEBPF), "attach", str(obj), "--region", region], stderr_path=tmp_path / "attach.err")
+    ) as attach:
         attach.wait_for_line("READY", timeout_s=30)
         assert [(a["kind"], a["program"]) for a in uebpf("attachments", region)["attachments"]] == [
-            ("uprobe", "calls"), ("uretprobe", "returns")]
+            ("uprobe", "calls"),
+            ("uretprobe", "returns"),
+        ]
         run_sample_app(calls, agent_env(region))
         assert attach.stop().exit_code == 0, attach.stderr_text()
         dumped = json.loads(attach.read_stdout())
@@ -488,8 +562,9 @@ def test_the_direct_attach_path_refuses_bad_input(tmp_path):
     ]
     for extra, message in cases:
         region = region_name("bad")
-        result = subprocess.run([str(UEBPF), "attach", str(obj), "--region", region, *extra], capture_output=True,
-                                text=True, timeout=60)
+        result = subprocess.run(
+            [str(UEBPF), "attach", str(obj), "--region", region, *extra], capture_output=True, text=True, timeout=60
+        )
         assert result.returncode == 1 and message in result.stderr, (extra, result.stderr)
         assert result.stderr.count("\n") == 1
         assert not (SHM / f"uebpf-{region}").exists()

@@ -72,9 +72,15 @@ def traced_target(tmp_path: Path, mode: str) -> tuple[int, str, list]:
     region, output = f"test-faults-{mode}-{os.getpid()}", tmp_path / "trace.bin"
     workdir = tmp_path / mode
     workdir.mkdir()
-    target = subprocess.Popen([sys.executable, "-c", TARGET, str(LIBRARY), mode], env=agent_env(region),
-                              cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                              preexec_fn=allow_core_dumps)
+    target = subprocess.Popen(
+        [sys.executable, "-c", TARGET, str(LIBRARY), mode],
+        env=agent_env(region),
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        preexec_fn=allow_core_dumps,
+    )
     try:
         assert target.stdout.readline() == "READY\n"
         with uebpf_loader(functrace_argv(output, "--pid", target.pid), region, tmp_path) as loader:

@@ -1,4 +1,4 @@
-"""Compatibility corpus (seed 004, experiment 8): the same .bpf.o and the same unmodified libbpf
+"""Compatibility corpus: the same .bpf.o and the same unmodified libbpf
 loader, run against the kernel and against uebpf, must print the same thing for the same
 workload run.
 
@@ -31,6 +31,8 @@ from tracecost import system
 from tracecost.procs import Child, started
 from tracecost.tracers.ebpf import read_functrace
 
+pytestmark = pytest.mark.kernel
+
 APP = BUILD / "bin" / "compat_app"
 TRACE = Path("/sys/kernel/tracing/trace")
 OPS_PER_HIT = 4
@@ -39,9 +41,10 @@ OPS_PER_HIT = 4
 @dataclass
 class Run:
     """One corpus program on one workload run: what the loader and the workload left."""
-    side: str                  # "kernel" or "uebpf"
+
+    side: str  # "kernel" or "uebpf"
     app_pid: int
-    report: dict               # the workload's own account of its calls
+    report: dict  # the workload's own account of its calls
     loader_stdout: str
     app_stderr: str
     workdir: Path
@@ -68,43 +71,82 @@ def libc_of(pid: int) -> str:
 @dataclass(frozen=True)
 class CorpusProgram:
     name: str
-    loader: Callable[[int, Path], list]    # (workload pid, workdir) -> argv
-    output: Callable[[Run], object]         # what is compared
-    expected: Callable[[dict], object]      # that output, from the workload's report
+    loader: Callable[[int, Path], list]  # (workload pid, workdir) -> argv
+    output: Callable[[Run], object]  # what is compared
+    expected: Callable[[dict], object]  # that output, from the workload's report
 
 
 CORPUS = [
     CorpusProgram(
         "functrace",
-        lambda pid, work: [BUILD / "bin" / "functrace", "--binary", BUILD / "lib" / "libmylib.so",
-                           "--symbol", "my_traced_function", "--pid", pid, "--output", work / "trace.bin"],
+        lambda pid, work: [
+            BUILD / "bin" / "functrace",
+            "--binary",
+            BUILD / "lib" / "libmylib.so",
+            "--symbol",
+            "my_traced_function",
+            "--pid",
+            pid,
+            "--output",
+            work / "trace.bin",
+        ],
         lambda run: [(e.kind, e.a, e.b, e.s, e.ret) for e in read_functrace(run.workdir / "trace.bin")],
-        lambda report: [event for a, b, _c, s, ret in report["calls"]
-                        for event in (("entry", a, b, s, None), ("exit", None, None, None, ret))],
+        lambda report: [
+            event
+            for a, b, _c, s, ret in report["calls"]
+            for event in (("entry", a, b, s, None), ("exit", None, None, None, ret))
+        ],
     ),
     CorpusProgram(
         "micro map operations",
-        lambda pid, work: [BUILD / "bin" / "micro", "--binary", APP, "--pid", pid, "--ops-per-hit", OPS_PER_HIT,
-                           "--attach", "hash_update:compat_tick", "--attach", "percpu_array_lookup:compat_tick"],
-        lambda run: {"hits": {slot: n for slot, n in run.loader_json()["hits"].items() if n},
-                     "results": run.loader_json()["results"]},
-        lambda report: {"hits": {"hash_update": report["ticks"], "percpu_array_lookup": report["ticks"]},
-                        "results": {op: {"0": OPS_PER_HIT * report["ticks"]} for op in ("hash_update", "percpu_array_lookup")}},
+        lambda pid, work: [
+            BUILD / "bin" / "micro",
+            "--binary",
+            APP,
+            "--pid",
+            pid,
+            "--ops-per-hit",
+            OPS_PER_HIT,
+            "--attach",
+            "hash_update:compat_tick",
+            "--attach",
+            "percpu_array_lookup:compat_tick",
+        ],
+        lambda run: {
+            "hits": {slot: n for slot, n in run.loader_json()["hits"].items() if n},
+            "results": run.loader_json()["results"],
+        },
+        lambda report: {
+            "hits": {"hash_update": report["ticks"], "percpu_array_lookup": report["ticks"]},
+            "results": {op: {"0": OPS_PER_HIT * report["ticks"]} for op in ("hash_update", "percpu_array_lookup")},
+        },
     ),
     CorpusProgram(
         "malloc counter",
-        lambda pid, work: [BUILD / "bin" / "malloc_sizes", "--binary", libc_of(pid), "--symbol", "malloc", "--pid", pid],
+        lambda pid, work: [
+            BUILD / "bin" / "malloc_sizes",
+            "--binary",
+            libc_of(pid),
+            "--symbol",
+            "malloc",
+            "--pid",
+            pid,
+        ],
         # Only the workload's own sizes: its C library's internal requests (and, with uebpf, the
         # agent's) are not part of the workload's account.
-        lambda run: {size: run.loader_json()["sizes"].get(size) for size in run.report["mallocs"]}
-                    | {"overflow": run.loader_json()["overflow"]},
+        lambda run: (
+            {size: run.loader_json()["sizes"].get(size) for size in run.report["mallocs"]}
+            | {"overflow": run.loader_json()["overflow"]}
+        ),
         lambda report: report["mallocs"] | {"overflow": 0},
     ),
     CorpusProgram(
         "latency histogram",
         lambda pid, work: [BUILD / "bin" / "func_latency", "--binary", APP, "--symbol", "compat_timed", "--pid", pid],
         lambda run: run.loader_json()["buckets"],
-        lambda report: {str(bucket): n for bucket, n in Counter(int(math.log2(us)) for us in report["timed_us"]).items()},
+        lambda report: {
+            str(bucket): n for bucket, n in Counter(int(math.log2(us)) for us in report["timed_us"]).items()
+        },
     ),
     CorpusProgram(
         "bpf_printk",
@@ -124,16 +166,21 @@ def run_program(program: CorpusProgram, side: str, workdir: Path) -> Run:
     if side == "uebpf":
         loader_env = {**os.environ, "LD_PRELOAD": str(SERVER), "UEBPF_REGION": region}
         app_env = {**os.environ, "LD_PRELOAD": str(AGENT), "UEBPF_REGION": region}
-    app = subprocess.Popen([str(APP)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, env=app_env)
+    app = subprocess.Popen(
+        [str(APP)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=app_env
+    )
     try:
         assert app.stdout.readline().strip() == "READY", "compat_app did not start"
         argv = [str(a) for a in program.loader(app.pid, workdir)]
         with started(lambda: Child(argv, stderr_path=workdir / "loader.err", env=loader_env)) as loader:
             loader.wait_for_line("READY", timeout_s=30)
             if side == "uebpf":
-                waited = subprocess.run([str(UEBPF), "wait-applied", region, "--pid", str(app.pid), "--timeout", "30"],
-                                        capture_output=True, text=True, timeout=60)
+                waited = subprocess.run(
+                    [str(UEBPF), "wait-applied", region, "--pid", str(app.pid), "--timeout", "30"],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
                 assert waited.returncode == 0, waited.stderr
             report, app_stderr = app.communicate("go\n", timeout=60)
             assert app.returncode == 0, app_stderr

@@ -4,14 +4,23 @@ import json
 
 import pytest
 
-from conftest import (BUILD, fake_build, interrupt_tracecost, regions_removed, run_tracecost, tracecost_sessions,
-                      uprobes_in)
+from conftest import (
+    BUILD,
+    fake_build,
+    interrupt_tracecost,
+    regions_removed,
+    run_tracecost,
+    tracecost_sessions,
+    uprobes_in,
+)
 from tracecost import results
 from tracecost.suites.duration import QUICK_DIVISOR, QUICK_MIN_CALLS, SCENARIOS
 
+pytestmark = [pytest.mark.kernel, pytest.mark.lttng]
+
 LIBMYLIB = BUILD / "lib" / "libmylib.so"
 METHODS = ("baseline", "lttng", "ebpf", "uebpf")
-UEBPF_REGIONS = "uebpf-tracecost-*"     # the regions of tracecost's runs on uebpf (tracecost/uebpf.py)
+UEBPF_REGIONS = "uebpf-tracecost-*"  # the regions of tracecost's runs on uebpf (tracecost/uebpf.py)
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +37,7 @@ def test_quick_run_succeeds_with_schema_valid_results(quick_run):
     doc = results.load(out)  # validates against the schema
     suite = doc["suites"]["duration"]
     assert suite["failures"] == []
-    assert {(r["scenario"], r["method"]) for r in suite["runs"]} == \
-        {(s, m) for s in (0, 3) for m in METHODS}
+    assert {(r["scenario"], r["method"]) for r in suite["runs"]} == {(s, m) for s in (0, 3) for m in METHODS}
     assert len(suite["runs"]) == 3 * 2 * len(METHODS)  # (warm-up + 2) x 2 scenarios x methods
     assert "Empty function" in result.stdout and "uebpf" in result.stdout
     assert suite["config"]["ebpf_wakeup"] == "default" and "caught up" in suite["config"]["ebpf_wakeup_meaning"]
@@ -48,11 +56,13 @@ def test_every_traced_run_captured_every_event(quick_run):
             assert run["trace_bytes"] > 0 and run["tracer"]
 
 
-def test_kernel_uprobes_cost_microseconds_per_call(quick_run):
+def test_kernel_uprobes_cost_more_per_call_than_a_userspace_tracepoint(quick_run):
+    """An ordering measured in one run, true on any machine: a kernel uprobe traps into the kernel
+    twice per call, an LTTng-UST tracepoint stays in the process."""
     suite = results.load(quick_run[1])["suites"]["duration"]
-    ebpf = next(a for a in suite["aggregates"] if a["scenario"] == 0 and a["method"] == "ebpf")
-    assert ebpf["n"] == 2
-    assert ebpf["overhead_ns_per_call"]["value"] > 1000
+    cell = {a["method"]: a for a in suite["aggregates"] if a["scenario"] == 0}
+    assert cell["ebpf"]["n"] == 2
+    assert cell["ebpf"]["overhead_ns_per_call"]["value"] > cell["lttng"]["overhead_ns_per_call"]["value"] > 0
 
 
 def test_lttng_costs_include_its_daemons(quick_run):
@@ -84,24 +94,41 @@ def test_unknown_scenario_is_a_usage_error(tmp_path):
     assert not (tmp_path / "results.json").exists()
 
 
-@pytest.mark.parametrize("methods,message", [("baseline,dtrace", "unknown method 'dtrace'"),
-                                             ("lttng,ebpf", "baseline is needed")])
+@pytest.mark.parametrize(
+    "methods,message", [("baseline,dtrace", "unknown method 'dtrace'"), ("lttng,ebpf", "baseline is needed")]
+)
 def test_unknown_or_baseline_less_methods_are_a_usage_error(tmp_path, methods, message):
     result = run_tracecost("duration", "--methods", methods, "--out", str(tmp_path))
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not tmp_path.joinpath("results.json").exists()
 
 
-@pytest.mark.parametrize("script,reason", [
-    ("echo 'functrace: cannot attach uprobe to lib:f: No such process' >&2; exit 1", "cannot attach uprobe"),
-    ("printf 'TCFTRACE\\001\\000\\000\\000h\\000\\000\\000' > \"$6\"; echo READY; trap 'echo {\\\"received\\\":0,\\\"entry\\\":0,\\\"exit\\\":0,\\\"submitted\\\":0,"
-     "\\\"dropped\\\":0,\\\"bytes\\\":16,\\\"peak_rss_kb\\\":1}; exit 0' INT; while :; do sleep 0.05; done",
-     "captured no event"),
-])
+@pytest.mark.parametrize(
+    "script,reason",
+    [
+        ("echo 'functrace: cannot attach uprobe to lib:f: No such process' >&2; exit 1", "cannot attach uprobe"),
+        (
+            'printf \'TCFTRACE\\001\\000\\000\\000h\\000\\000\\000\' > "$6"; echo READY; trap \'echo {\\"received\\":0,\\"entry\\":0,\\"exit\\":0,\\"submitted\\":0,'
+            '\\"dropped\\":0,\\"bytes\\":16,\\"peak_rss_kb\\":1}; exit 0\' INT; while :; do sleep 0.05; done',
+            "captured no event",
+        ),
+    ],
+)
 def test_a_failing_tracer_fails_its_runs_by_name(tmp_path, script, reason):
     out = tmp_path / "out"
-    result = run_tracecost("duration", "--quick", "-s", "0", "-r", "1", "--methods", "baseline,ebpf",
-                           "--out", str(out), env={"TRACECOST_BUILD": str(fake_build(tmp_path, "functrace", script))})
+    result = run_tracecost(
+        "duration",
+        "--quick",
+        "-s",
+        "0",
+        "-r",
+        "1",
+        "--methods",
+        "baseline,ebpf",
+        "--out",
+        str(out),
+        env={"TRACECOST_BUILD": str(fake_build(tmp_path, "functrace", script))},
+    )
     assert result.returncode == 1, result.stderr
     assert reason in result.stderr and "ebpf" in result.stderr
     suite = results.load(out)["suites"]["duration"]
@@ -113,8 +140,16 @@ def test_ctrl_c_keeps_finished_runs_as_partial_results(tmp_path):
     out = tmp_path / "out"
     # Scenario 5 at full size: each traced run lasts over 2 s, a wide window to interrupt in.
     with regions_removed(UEBPF_REGIONS):
-        returncode, stderr = interrupt_tracecost("duration", "-s", "5", "-r", "2", "--out", str(out),
-                                                 when=lambda: uprobes_in(LIBMYLIB) or tracecost_sessions())
+        returncode, stderr = interrupt_tracecost(
+            "duration",
+            "-s",
+            "5",
+            "-r",
+            "2",
+            "--out",
+            str(out),
+            when=lambda: uprobes_in(LIBMYLIB) or tracecost_sessions(),
+        )
     assert returncode == 130, stderr
     partial = json.loads((out / "results.partial.json").read_text())
     results.check(partial)

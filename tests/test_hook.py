@@ -49,8 +49,12 @@ def run(case: str, n: int, tmp: Path, probes: list[str] = (), late: list[str] = 
     out = tmp / f"{case}-{len(probes)}-{len(late)}"
     if probes or late:
         out.mkdir()
-        env.update(LD_PRELOAD=str(AGENT), UEBPF_HOOK_TEST_OUT=str(out), UEBPF_HOOK_TEST_PROBES=",".join(probes),
-                   UEBPF_HOOK_TEST_LATE_PROBES=",".join(late))
+        env.update(
+            LD_PRELOAD=str(AGENT),
+            UEBPF_HOOK_TEST_OUT=str(out),
+            UEBPF_HOOK_TEST_PROBES=",".join(probes),
+            UEBPF_HOOK_TEST_LATE_PROBES=",".join(late),
+        )
     result = subprocess.run([str(VICTIM), case, str(n)], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.splitlines()]
@@ -74,7 +78,7 @@ def check_arguments(run_: Run, spec: str, line: dict, function: str, pid: int | 
     probe = run_.probe(spec, pid)
     expected = line["args"][function]
     assert probe["hits"] == line["calls"][function]
-    assert probe["sums"][:len(expected)] == [v & MASK for v in expected], probe
+    assert probe["sums"][: len(expected)] == [v & MASK for v in expected], probe
     assert (probe["skipped"], probe["missed_returns"], probe["stale_returns"]) == (0, 0, 0)
 
 
@@ -95,10 +99,13 @@ def test_rip_relative_loads_and_short_branches_in_the_prologue(tmp_path):
     assert hooked.probe(specs[0])["patch"] == "plain"  # attached in the constructor: one thread
 
 
-@pytest.mark.parametrize("case,symbol,reason", [
-    ("tiny", "torture_tiny", "the function is 3 bytes long: the 5-byte jump does not fit"),
-    ("into_patch", "torture_into_patch", "`jne 0x{:x}` at +0x8 jumps to +0x2, inside the 5 patched bytes"),
-])
+@pytest.mark.parametrize(
+    "case,symbol,reason",
+    [
+        ("tiny", "torture_tiny", "the function is 3 bytes long: the 5-byte jump does not fit"),
+        ("into_patch", "torture_into_patch", "`jne 0x{:x}` at +0x8 jumps to +0x2, inside the 5 patched bytes"),
+    ],
+)
 def test_unsafe_prologues_are_refused_naming_function_and_reason(case, symbol, reason, tmp_path):
     hooked = hooked_and_plain(case, 500, tmp_path, [entry(symbol)])
     [refusal] = hooked.only_summary()["refused"]
@@ -236,13 +243,16 @@ def test_longjmp_past_a_return_probe_drops_the_stale_entry(tmp_path):
     assert outer["hits"] == n and outer["stale_returns"] == 0
 
 
-@pytest.mark.parametrize("spec,message", [
-    (entry("no_such_function"), "no function symbol no_such_function"),
-    (f"entry:{BUILD}/bin/missing:main", "cannot read"),
-    (entry("torture_rip_global"), "not a function"),
-    ("sideways:x", "malformed probe"),
-    (ret("0x1"), "offset 0x1 is inside no function symbol"),
-])
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        (entry("no_such_function"), "no function symbol no_such_function"),
+        (f"entry:{BUILD}/bin/missing:main", "cannot read"),
+        (entry("torture_rip_global"), "not a function"),
+        ("sideways:x", "malformed probe"),
+        (ret("0x1"), "offset 0x1 is inside no function symbol"),
+    ],
+)
 def test_bad_probe_specs_are_one_line_errors(spec, message, tmp_path):
     hooked = hooked_and_plain("rip_relative", 10, tmp_path, [spec])
     [refusal] = hooked.only_summary()["refused"]

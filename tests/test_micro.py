@@ -6,16 +6,18 @@ import re
 import subprocess
 
 import pytest
-
 from browser import chromium, console_errors, open_report
+
 from conftest import BUILD, bpftool_json, fake_build, interrupt_tracecost, regions_removed, run_tracecost, uprobes_in
 from tracecost import results, system
 from tracecost.errors import TracecostError
+from tracecost.suites.micro import MicroConfig, MicroSuite
 from tracecost.suites.micro.bench import UNTOUCHED_BUFFER, WRITTEN_BUFFER, checked_counts, parse_victim_output
 from tracecost.suites.micro.ops import OPS
-from tracecost.suites.micro.runtimes import Counts
 from tracecost.suites.micro.report import render
-from tracecost.suites.micro import MicroConfig, MicroSuite
+from tracecost.suites.micro.runtimes import Counts
+
+pytestmark = pytest.mark.kernel
 
 MICROBENCH = BUILD / "bin" / "microbench"
 ITER, OPS_PER_HIT = 600, 1000
@@ -24,7 +26,7 @@ WARMUP = 600  # min(1000, ITER)
 PROGRAMS = {name[:15] for op in OPS.values() for name in (*op.programs, op.refill) if name}
 RUNTIMES = ("untraced", "kernel", "uebpf")
 TRACED = ("kernel", "uebpf")
-UEBPF_REGIONS = "uebpf-tracecost-*"     # the regions of tracecost's runs on uebpf (tracecost/uebpf.py)
+UEBPF_REGIONS = "uebpf-tracecost-*"  # the regions of tracecost's runs on uebpf (tracecost/uebpf.py)
 
 
 def our_programs_still_loaded() -> list:
@@ -56,8 +58,9 @@ def test_every_operation_runs_on_every_runtime_with_schema_valid_results(micro_r
     expected = {(op, runtime) for op in OPS for runtime in RUNTIMES} - unavailable
     assert {(r["op"], r["method"]) for r in suite["runs"]} == expected
     assert len(suite["runs"]) == 2 * len(expected)  # warm-up + 1 measured repetition
-    assert {(a["op"], a["runtime"]) for a in suite["aggregates"]} == \
-        {(op, runtime) for op in OPS for runtime in RUNTIMES}
+    assert {(a["op"], a["runtime"]) for a in suite["aggregates"]} == {
+        (op, runtime) for op in OPS for runtime in RUNTIMES
+    }
 
 
 def test_every_program_ran_once_per_call_of_the_victim(micro_run):
@@ -83,7 +86,8 @@ def test_every_helper_call_is_counted_and_succeeded_or_is_marked_unsupported(mic
             assert sum(codes.values()) == (WARMUP + ITER) * OPS_PER_HIT, (program, codes)
         if op.may_be_unsupported:  # array deletes: the kernel refuses every one, and so does uebpf
             assert run["unsupported"] == "EINVAL" and run["helper_results"][op.programs[0]] == {
-                "EINVAL": (WARMUP + ITER) * OPS_PER_HIT}
+                "EINVAL": (WARMUP + ITER) * OPS_PER_HIT
+            }
         else:
             assert run["unsupported"] is None
             assert all(set(codes) == {"ok"} for codes in run["helper_results"].values()), run
@@ -112,8 +116,16 @@ def test_write_runs_or_is_unavailable_with_the_lockdown_reason(micro_run):
     suite = results.load(micro_run[1])["suites"]["micro"]
     on_kernel = [cell for cell in suite["unavailable"] if cell["method"] == "kernel"]
     if system.kernel_lockdown() in ("integrity", "confidentiality"):
-        assert on_kernel == [{"op": "write", "kind": "helper", "function": "__bench_write",
-                              "ops_per_hit": OPS_PER_HIT, "method": "kernel", "reason": on_kernel[0]["reason"]}]
+        assert on_kernel == [
+            {
+                "op": "write",
+                "kind": "helper",
+                "function": "__bench_write",
+                "ops_per_hit": OPS_PER_HIT,
+                "method": "kernel",
+                "reason": on_kernel[0]["reason"],
+            }
+        ]
         assert "lockdown" in on_kernel[0]["reason"]
         assert "not measured micro [op=write" in micro_run[0].stderr
     else:
@@ -143,10 +155,11 @@ def test_uebpf_writes_user_memory_and_runs_the_syscall_tracepoints(micro_run):
 def test_uebpf_has_a_speedup_for_every_operation_both_runtimes_ran(micro_run):
     aggregates = results.load(micro_run[1])["suites"]["micro"]["aggregates"]
     cell = {(a["op"], a["runtime"]): a for a in aggregates}
-    compared = [op for op in OPS if all((cell[(op, runtime)]["per_op_ns"] or {}).get("value") is not None
-                                        for runtime in TRACED)]
+    compared = [
+        op for op in OPS if all((cell[(op, runtime)]["per_op_ns"] or {}).get("value") is not None for runtime in TRACED)
+    ]
     assert {"uprobe", "uretprobe", "uprobe_uretprobe", "read", "hash_update"} <= set(compared)
-    for op in compared:   # one run: no CI (see the synthetic test); a cheap op's cost can be noise-negative
+    for op in compared:  # one run: no CI (see the synthetic test); a cheap op's cost can be noise-negative
         kernel, mine = (cell[(op, runtime)]["per_op_ns"]["value"] for runtime in TRACED)
         speedup = cell[(op, "uebpf")]["speedup_vs_kernel"]["value"]
         # Medians are whole nanoseconds: a cost can be exactly 0, which has no ratio.
@@ -187,12 +200,15 @@ def test_summary_is_printed(micro_run):
     assert all(word in micro_run[0].stdout for word in ("hash_delete", "kernel", "uebpf"))
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--ops", "uprobe,hash_frobnicate"], "unknown operation 'hash_frobnicate'"),
-    (["--iterations", "0"], "--iter"),
-    (["--ops-per-hit", "1001"], "--ops-per-hit"),
-    (["--methods", "untraced,dtrace"], "unknown method 'dtrace'"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--ops", "uprobe,hash_frobnicate"], "unknown operation 'hash_frobnicate'"),
+        (["--iterations", "0"], "--iter"),
+        (["--ops-per-hit", "1001"], "--ops-per-hit"),
+        (["--methods", "untraced,dtrace"], "unknown method 'dtrace'"),
+    ],
+)
 def test_bad_input_is_a_one_line_usage_error(tmp_path, args, message):
     result = run_tracecost("micro", *args, "--out", str(tmp_path / "out"))
     assert result.returncode == 2, result.stderr
@@ -204,8 +220,11 @@ def test_bad_input_is_a_one_line_usage_error(tmp_path, args, message):
 def test_victim_probe_sites_are_separate_functions():
     # Identical code folding would make two sites one address, and one probe would fire for both.
     symbols = subprocess.run(["nm", str(MICROBENCH)], capture_output=True, text=True, check=True).stdout
-    addresses = {name: address for address, kind, name in (line.split() for line in symbols.splitlines()
-                                                           if len(line.split()) == 3) if name.startswith("__bench_")}
+    addresses = {
+        name: address
+        for address, kind, name in (line.split() for line in symbols.splitlines() if len(line.split()) == 3)
+        if name.startswith("__bench_")
+    }
     listed = subprocess.run([str(MICROBENCH), "--list"], capture_output=True, text=True, check=True).stdout.split()
     assert {op.function for op in OPS.values()} <= set(listed) <= set(addresses)
     assert len(set(addresses.values())) == len(addresses)
@@ -223,9 +242,20 @@ def test_a_probe_that_never_fires_fails_its_runs_with_the_reason(tmp_path):
     counts.write_text('{"hits":{"empty_uprobe":0},"results":{},"syscalls_seen":0,"peak_rss_kb":1}\n')
     script = f"echo READY; trap 'cat {counts}; exit 0' INT; while :; do sleep 0.05; done"
     out = tmp_path / "out"
-    result = run_tracecost("micro", "--ops", "uprobe", "--methods", "untraced,kernel", "--iterations", "50",
-                           "--runs", "1", "--out", str(out),
-                           env={"TRACECOST_BUILD": str(fake_build(tmp_path, "micro", script))})
+    result = run_tracecost(
+        "micro",
+        "--ops",
+        "uprobe",
+        "--methods",
+        "untraced,kernel",
+        "--iterations",
+        "50",
+        "--runs",
+        "1",
+        "--out",
+        str(out),
+        env={"TRACECOST_BUILD": str(fake_build(tmp_path, "micro", script))},
+    )
     assert result.returncode == 1, result.stderr
     suite = results.load(out)["suites"]["micro"]
     assert len(suite["failures"]) == 2  # warm-up and measured kernel runs
@@ -237,8 +267,18 @@ def test_a_probe_that_never_fires_fails_its_runs_with_the_reason(tmp_path):
 def test_ctrl_c_mid_run_detaches_everything(tmp_path):
     out = tmp_path / "out"
     with regions_removed(UEBPF_REGIONS):
-        returncode, stderr = interrupt_tracecost("micro", "--ops", "hash_delete", "--iterations", "1000000", "--runs", "1",
-                                                 "--out", str(out), when=lambda: uprobes_in(MICROBENCH))
+        returncode, stderr = interrupt_tracecost(
+            "micro",
+            "--ops",
+            "hash_delete",
+            "--iterations",
+            "1000000",
+            "--runs",
+            "1",
+            "--out",
+            str(out),
+            when=lambda: uprobes_in(MICROBENCH),
+        )
     assert returncode == 130, stderr
     results.check(json.loads((out / "results.partial.json").read_text()))
     assert uprobes_in(MICROBENCH) == [] and our_programs_still_loaded() == []
@@ -251,26 +291,48 @@ def synthetic_runs(runtime_ns: dict[str, dict[str, list[float]]], mean_excess: f
     for runtime, by_op in runtime_ns.items():
         for op, values in by_op.items():
             for value in values:
-                runs.append({"op": op, "method": runtime, "median_ns_per_call": value,
-                             "ns_per_call": value + mean_excess, "unsupported": None, "helper_results": {}})
+                runs.append(
+                    {
+                        "op": op,
+                        "method": runtime,
+                        "median_ns_per_call": value,
+                        "ns_per_call": value + mean_excess,
+                        "unsupported": None,
+                        "helper_results": {},
+                    }
+                )
     return runs
 
 
 def test_costs_compare_medians_so_a_preempted_run_does_not_move_them():
     config = MicroConfig(ops=["uprobe"], runtimes=["untraced", "kernel"], iter=10)
     runs = synthetic_runs({"untraced": {"uprobe": [30, 31, 29]}, "kernel": {"uprobe": [3030, 3031, 3029]}})
-    runs[0]["ns_per_call"] = 1030     # one untraced run lost 10 ms in 10k calls: its mean, not its median
+    runs[0]["ns_per_call"] = 1030  # one untraced run lost 10 ms in 10k calls: its mean, not its median
     cell = {(a["op"], a["runtime"]): a for a in MicroSuite().aggregate(runs, config)}
     assert cell[("uprobe", "kernel")]["per_op_ns"]["value"] == pytest.approx(3000)
     assert cell[("uprobe", "untraced")]["ns_per_call"]["mean"] == pytest.approx(1090 / 3)
 
 
 def victim_line(iter_: int, buckets: list) -> str:
-    call_ns = {"count": sum(b[2] for b in buckets), "sum_ns": sum(b[0] * b[2] for b in buckets), "min_ns": 0,
-               "max_ns": max(b[0] for b in buckets), "buckets": buckets}
-    return json.dumps({"function": "__bench_uprobe", "iter": iter_, "warmup": 0, "total_ns": call_ns["sum_ns"],
-                       "ns_per_call": call_ns["sum_ns"] / iter_, "checksum": 0, "call_ns": call_ns,
-                       "buffer": UNTOUCHED_BUFFER})
+    call_ns = {
+        "count": sum(b[2] for b in buckets),
+        "sum_ns": sum(b[0] * b[2] for b in buckets),
+        "min_ns": 0,
+        "max_ns": max(b[0] for b in buckets),
+        "buckets": buckets,
+    }
+    return json.dumps(
+        {
+            "function": "__bench_uprobe",
+            "iter": iter_,
+            "warmup": 0,
+            "total_ns": call_ns["sum_ns"],
+            "ns_per_call": call_ns["sum_ns"] / iter_,
+            "checksum": 0,
+            "call_ns": call_ns,
+            "buffer": UNTOUCHED_BUFFER,
+        }
+    )
 
 
 def test_the_victims_median_comes_from_its_histogram_of_every_timed_call():
@@ -282,8 +344,9 @@ def test_the_victims_median_comes_from_its_histogram_of_every_timed_call():
 
 def test_a_zero_cost_has_no_speedup_and_the_table_says_so():
     config = MicroConfig(ops=["uprobe"], runtimes=["untraced", "kernel", "uebpf"], iter=10)
-    runs = synthetic_runs({"untraced": {"uprobe": [30, 30]}, "kernel": {"uprobe": [3030, 3030]},
-                           "uebpf": {"uprobe": [30, 30]}})
+    runs = synthetic_runs(
+        {"untraced": {"uprobe": [30, 30]}, "kernel": {"uprobe": [3030, 3030]}, "uebpf": {"uprobe": [30, 30]}}
+    )
     aggregates = MicroSuite().aggregate(runs, config)
     uebpf = next(a for a in aggregates if a["runtime"] == "uebpf")
     assert uebpf["per_op_ns"]["value"] == 0 and uebpf["speedup_vs_kernel"]["value"] is None
@@ -292,19 +355,22 @@ def test_a_zero_cost_has_no_speedup_and_the_table_says_so():
 
 
 def test_speedup_is_computed_when_a_second_runtime_has_data():
-    config = MicroConfig(ops=["uprobe", "hash_lookup"], runtimes=["untraced", "kernel", "uebpf"], iter=10,
-                         ops_per_hit=100)
-    runs = synthetic_runs({
-        "untraced": {"uprobe": [30, 31, 29], "hash_lookup": [30, 30, 30]},
-        "kernel": {"uprobe": [3030, 3031, 3029], "hash_lookup": [5030, 5031, 5029]},
-        "uebpf": {"uprobe": [330, 331, 329], "hash_lookup": [2330, 2331, 2329]},
-    })
+    config = MicroConfig(
+        ops=["uprobe", "hash_lookup"], runtimes=["untraced", "kernel", "uebpf"], iter=10, ops_per_hit=100
+    )
+    runs = synthetic_runs(
+        {
+            "untraced": {"uprobe": [30, 31, 29], "hash_lookup": [30, 30, 30]},
+            "kernel": {"uprobe": [3030, 3031, 3029], "hash_lookup": [5030, 5031, 5029]},
+            "uebpf": {"uprobe": [330, 331, 329], "hash_lookup": [2330, 2331, 2329]},
+        }
+    )
     aggregates = MicroSuite().aggregate(runs, config)
     cell = {(a["op"], a["runtime"]): a for a in aggregates}
     assert cell[("uprobe", "kernel")]["per_op_ns"]["value"] == pytest.approx(3000)
     assert cell[("uprobe", "uebpf")]["speedup_vs_kernel"]["value"] == pytest.approx(10)
-    assert cell[("hash_lookup", "kernel")]["per_op_ns"]["value"] == pytest.approx(20)   # (5030 - 3030) / 100
-    assert cell[("hash_lookup", "uebpf")]["per_op_ns"]["value"] == pytest.approx(20)    # (2330 - 330) / 100
+    assert cell[("hash_lookup", "kernel")]["per_op_ns"]["value"] == pytest.approx(20)  # (5030 - 3030) / 100
+    assert cell[("hash_lookup", "uebpf")]["per_op_ns"]["value"] == pytest.approx(20)  # (2330 - 330) / 100
     assert cell[("hash_lookup", "uebpf")]["speedup_vs_kernel"]["value"] == pytest.approx(1)
     assert cell[("uprobe", "kernel")]["speedup_vs_kernel"] is None
     suite = {"config": MicroSuite().config_record(config), "aggregates": aggregates, "runs": runs, "failures": []}
@@ -317,29 +383,61 @@ def counts(hits: dict, results: dict | None = None) -> Counts:
     return Counts(hits=hits, results=results or {}, syscalls_seen=0, loader_cpu_s=0.0, loader_peak_rss_kb=1)
 
 
-@pytest.mark.parametrize("op,kernel_counts,buffer,reason", [
-    ("hash_delete", counts({"hash_delete": 10, "hash_refill": 10},
-                           {"hash_delete": {"ok": 15, "ENOENT": 5}, "hash_refill": {"ok": 20}}),
-     UNTOUCHED_BUFFER, "of 20 helper calls by hash_delete, 5 returned ENOENT; each one must succeed"),
-    ("hash_delete", counts({"hash_delete": 10, "hash_refill": 9}), UNTOUCHED_BUFFER, "hash_refill ran 9 times"),
-    ("array_delete", counts({"array_delete": 10}, {"array_delete": {"EINVAL": 19}}), UNTOUCHED_BUFFER,
-     "made 19 helper calls, not 10 hits x 2 per hit"),
-    ("array_delete", counts({"array_delete": 10}, {"array_delete": {"EINVAL": 10, "E2BIG": 10}}), UNTOUCHED_BUFFER,
-     "10 returned EINVAL, 10 returned E2BIG"),
-    ("uprobe", counts({"empty_uprobe": 10, "empty_uretprobe": 3}), UNTOUCHED_BUFFER, "were not attached ran"),
-    ("write", counts({"probe_write": 10}, {"probe_write": {"ok": 20}}), UNTOUCHED_BUFFER,
-     "does not hold what it wrote"),
-])
+@pytest.mark.parametrize(
+    "op,kernel_counts,buffer,reason",
+    [
+        (
+            "hash_delete",
+            counts(
+                {"hash_delete": 10, "hash_refill": 10},
+                {"hash_delete": {"ok": 15, "ENOENT": 5}, "hash_refill": {"ok": 20}},
+            ),
+            UNTOUCHED_BUFFER,
+            "of 20 helper calls by hash_delete, 5 returned ENOENT; each one must succeed",
+        ),
+        ("hash_delete", counts({"hash_delete": 10, "hash_refill": 9}), UNTOUCHED_BUFFER, "hash_refill ran 9 times"),
+        (
+            "array_delete",
+            counts({"array_delete": 10}, {"array_delete": {"EINVAL": 19}}),
+            UNTOUCHED_BUFFER,
+            "made 19 helper calls, not 10 hits x 2 per hit",
+        ),
+        (
+            "array_delete",
+            counts({"array_delete": 10}, {"array_delete": {"EINVAL": 10, "E2BIG": 10}}),
+            UNTOUCHED_BUFFER,
+            "10 returned EINVAL, 10 returned E2BIG",
+        ),
+        ("uprobe", counts({"empty_uprobe": 10, "empty_uretprobe": 3}), UNTOUCHED_BUFFER, "were not attached ran"),
+        (
+            "write",
+            counts({"probe_write": 10}, {"probe_write": {"ok": 20}}),
+            UNTOUCHED_BUFFER,
+            "does not hold what it wrote",
+        ),
+    ],
+)
 def test_a_run_whose_counts_do_not_add_up_fails_with_the_reason(op, kernel_counts, buffer, reason):
     with pytest.raises(TracecostError, match=re.escape(reason)):
         checked_counts(OPS[op], "kernel", kernel_counts, calls=10, ops_per_hit=2, buffer=buffer)
 
 
 def test_counts_that_add_up_are_kept():
-    refused = checked_counts(OPS["array_delete"], "kernel", counts({"array_delete": 10},
-                                                                   {"array_delete": {"EINVAL": 20}}),
-                             calls=10, ops_per_hit=2, buffer=UNTOUCHED_BUFFER)
+    refused = checked_counts(
+        OPS["array_delete"],
+        "kernel",
+        counts({"array_delete": 10}, {"array_delete": {"EINVAL": 20}}),
+        calls=10,
+        ops_per_hit=2,
+        buffer=UNTOUCHED_BUFFER,
+    )
     assert refused["unsupported"] == "EINVAL" and refused["hits"] == {"array_delete": 10}
-    written = checked_counts(OPS["write"], "kernel", counts({"probe_write": 10}, {"probe_write": {"ok": 20}}),
-                             calls=10, ops_per_hit=2, buffer=WRITTEN_BUFFER)
+    written = checked_counts(
+        OPS["write"],
+        "kernel",
+        counts({"probe_write": 10}, {"probe_write": {"ok": 20}}),
+        calls=10,
+        ops_per_hit=2,
+        buffer=WRITTEN_BUFFER,
+    )
     assert written["unsupported"] is None and written["helper_results"] == {"probe_write": {"ok": 20}}

@@ -24,6 +24,7 @@ def test_waiting_with_a_deadline_starts_no_thread(tmp_path, monkeypatch):
     # A thread alive at Ctrl-C would hold up interpreter exit until its deadline.
     def no_threads(_thread):
         raise AssertionError("Child.wait started a thread")
+
     with started(lambda: Child(["sleep", "0.3"], stderr_path=tmp_path / "sleep.err")) as child:
         monkeypatch.setattr(threading.Thread, "start", no_threads)
         assert child.wait(timeout_s=60).exit_code == 0

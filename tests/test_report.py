@@ -3,8 +3,8 @@
 import re
 
 import pytest
-
 from browser import chromium, console_errors, open_report
+
 from conftest import run_tracecost
 from tracecost import results
 from tracecost.report.render import render
@@ -23,9 +23,17 @@ def test_every_duration_chart_is_present_and_nothing_is_fetched(duration_results
     assert not re.search(r"<script[^>]+src=", html), "the report must not load scripts from anywhere"
     assert not re.search(r"<link[^>]+href=", html)
     assert html.count("Plotly.newPlot") == 1 and html.count("plotly.js (basic - minified) v") == 1  # inlined once
-    for title in ("Per-call overhead by function duration", "Whole-application overhead", "Total execution time",
-                  "Per-call time", "Absolute overhead per call", "Application memory", "Tracer memory",
-                  "Tracer CPU", "Tracer sleeps per call"):
+    for title in (
+        "Per-call overhead by function duration",
+        "Whole-application overhead",
+        "Total execution time",
+        "Per-call time",
+        "Absolute overhead per call",
+        "Application memory",
+        "Tracer memory",
+        "Tracer CPU",
+        "Tracer sleeps per call",
+    ):
         assert f'data-title="{title}"' in html
     assert "Key findings" in html and "Environment" in html and "95% confidence interval" in html
     # Small enough to mail: plotly.js's basic bundle is 1.2 MB of it; the results add little.
@@ -34,8 +42,9 @@ def test_every_duration_chart_is_present_and_nothing_is_fetched(duration_results
 
 def test_findings_are_computed_from_the_data(duration_results):
     doc = results.load(duration_results)
-    ebpf_abs = next(a for a in doc["suites"]["duration"]["aggregates"]
-                    if a["scenario"] == 0 and a["method"] == "ebpf")["overhead_ns_per_call"]["value"]
+    ebpf_abs = next(a for a in doc["suites"]["duration"]["aggregates"] if a["scenario"] == 0 and a["method"] == "ebpf")[
+        "overhead_ns_per_call"
+    ]["value"]
     html = (duration_results / "report.html").read_text()
     assert f"eBPF adds {ebpf_abs:,.0f}" in html
 
@@ -60,9 +69,13 @@ def test_html_in_results_is_escaped(duration_results):
     assert "<script>alert(1)</script>" not in html and "&lt;script&gt;" in html
 
 
-@pytest.mark.parametrize("content,message", [
-    ("not json", "not a readable JSON"), ('{"schema_version": 1}', "does not match the results schema"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("not json", "not a readable JSON"),
+        ('{"schema_version": 1}', "does not match the results schema"),
+    ],
+)
 def test_malformed_results_file_is_a_one_line_error(tmp_path, content, message):
     bad = tmp_path / "results.json"
     bad.write_text(content)

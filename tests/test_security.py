@@ -15,14 +15,26 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
-
-from conftest import (AGENT, BUILD, REPO, SHM, TRACECOST, UEBPF, agent_env, bpftool_json, functrace_argv, server_env,
-                      tracecost_sessions, unused_uid, wait_until)
 from test_agent import SECTION_PROBES, compile_probes, sums_of
+
+from conftest import (
+    AGENT,
+    BUILD,
+    REPO,
+    SHM,
+    TRACECOST,
+    UEBPF,
+    agent_env,
+    bpftool_json,
+    functrace_argv,
+    server_env,
+    tracecost_sessions,
+    unused_uid,
+    wait_until,
+)
 from tracecost.procs import Child, started
 from tracecost.workload import expected_checksum, parse_app_output
 
@@ -55,7 +67,9 @@ def attached_by(as_user: list[str], home: Path, region: str, tmp_path: Path):
     obj = compile_probes(tmp_path, SECTION_PROBES, SUMS=2, LIBRARY=f'"{LIBRARY.resolve()}"')
     shutil.copy(obj, home / "evil.bpf.o")
     argv = [*as_user, str(UEBPF), "attach", str(home / "evil.bpf.o"), "--region", region]
-    with started(lambda: Child(argv, stderr_path=tmp_path / "attach.err", env={**os.environ, "HOME": str(home)})) as attach:
+    with started(
+        lambda: Child(argv, stderr_path=tmp_path / "attach.err", env={**os.environ, "HOME": str(home)})
+    ) as attach:
         attach.wait_for_line("READY", timeout_s=30)
         yield attach
 
@@ -91,8 +105,9 @@ def test_a_region_open_to_others_is_refused_even_by_its_owner(tmp_path):
     """A 0666 region (any user could have written its programs) is not used, whoever owns it."""
     region = region_of("loose")
     obj = compile_probes(tmp_path, SECTION_PROBES, SUMS=2, LIBRARY=f'"{LIBRARY.resolve()}"')
-    with started(lambda: Child([str(UEBPF), "attach", str(obj), "--region", region],
-                               stderr_path=tmp_path / "attach.err")) as attach:
+    with started(
+        lambda: Child([str(UEBPF), "attach", str(obj), "--region", region], stderr_path=tmp_path / "attach.err")
+    ) as attach:
         attach.wait_for_line("READY", timeout_s=30)
         os.chmod(SHM / f"uebpf-{region}", 0o666)
         app = run_sample_app(agent_env(region))
@@ -111,8 +126,13 @@ def test_a_region_name_taken_by_another_user_is_refused_not_shared(other_user, t
         linked = region_of("planted-link")
         subprocess.run([*as_user, "ln", str(SHM / f"uebpf-{region}"), str(SHM / f"uebpf-{linked}")], check=True)
         for name in (region, linked):
-            result = subprocess.run([str(a) for a in functrace_argv(tmp_path / "t.bin")], capture_output=True,
-                                    text=True, env=server_env(name), timeout=60)
+            result = subprocess.run(
+                [str(a) for a in functrace_argv(tmp_path / "t.bin")],
+                capture_output=True,
+                text=True,
+                env=server_env(name),
+                timeout=60,
+            )
             assert result.returncode != 0 and "READY" not in result.stdout
             assert f"uebpf: refused region /dev/shm/uebpf-{name}" in result.stderr, result.stderr
         (SHM / f"uebpf-{linked}").unlink()
@@ -132,6 +152,7 @@ def test_tracecost_region_names_cannot_be_guessed():
 
 # --- the machine lock -------------------------------------------------------------------------
 
+
 @pytest.fixture
 def sticky_lock():
     """A lock path in a /run/lock-like folder: world-writable and sticky (its parent readable)."""
@@ -150,13 +171,34 @@ def test_a_symlink_planted_as_the_lock_is_refused_and_its_target_untouched(tmp_p
     victim.write_text("root:x:0:0\n")
     victim.chmod(0o644)
     subprocess.run([*as_user, "ln", "-s", str(victim), str(lock)], check=True)
-    result = subprocess.run([*TRACECOST, "duration", "-s", "0", "-r", "1", "--quick", "--methods", "baseline",
-                             "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "TRACECOST_LOCK": str(lock)})
+    result = subprocess.run(
+        [
+            *TRACECOST,
+            "duration",
+            "-s",
+            "0",
+            "-r",
+            "1",
+            "--quick",
+            "--methods",
+            "baseline",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TRACECOST_LOCK": str(lock)},
+    )
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1].endswith(
-        f"cannot open the machine lock {lock}: it is a symbolic link: refused (remove it, or pass --no-lock to "
-        "measure without the lock)"), result.stderr
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            f"cannot open the machine lock {lock}: it is a symbolic link: refused (remove it, or pass --no-lock to "
+            "measure without the lock)"
+        )
+    ), result.stderr
     assert victim.read_text() == "root:x:0:0\n" and victim.stat().st_mode & 0o777 == 0o644
 
 
@@ -166,9 +208,25 @@ def test_a_lock_held_by_another_user_names_the_holder(tmp_path, other_user, stic
     holder = subprocess.Popen([*as_user, "flock", str(lock), "sleep", "60"], start_new_session=True)
     try:
         assert wait_until(lambda: lock.exists() and str(lock.stat().st_ino) in Path("/proc/locks").read_text())
-        result = subprocess.run([*TRACECOST, "duration", "-s", "0", "-r", "1", "--quick", "--methods", "baseline",
-                                 "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
-                                env={**os.environ, "TRACECOST_LOCK": str(lock)})
+        result = subprocess.run(
+            [
+                *TRACECOST,
+                "duration",
+                "-s",
+                "0",
+                "-r",
+                "1",
+                "--quick",
+                "--methods",
+                "baseline",
+                "--out",
+                str(tmp_path / "out"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "TRACECOST_LOCK": str(lock)},
+        )
     finally:
         os.killpg(holder.pid, signal.SIGKILL)
         holder.wait()
@@ -183,10 +241,29 @@ def test_no_lock_measures_beside_a_held_lock_and_says_so_in_the_results(tmp_path
     as_user, _, _ = other_user
     holder = subprocess.Popen([*as_user, "flock", str(sticky_lock), "sleep", "60"], start_new_session=True)
     try:
-        assert wait_until(lambda: sticky_lock.exists() and str(sticky_lock.stat().st_ino) in Path("/proc/locks").read_text())
-        result = subprocess.run([*TRACECOST, "duration", "-s", "0", "-r", "1", "--quick", "--methods", "baseline",
-                                 "--no-lock", "--out", str(tmp_path / "out")], capture_output=True, text=True,
-                                timeout=120, env={**os.environ, "TRACECOST_LOCK": str(sticky_lock)})
+        assert wait_until(
+            lambda: sticky_lock.exists() and str(sticky_lock.stat().st_ino) in Path("/proc/locks").read_text()
+        )
+        result = subprocess.run(
+            [
+                *TRACECOST,
+                "duration",
+                "-s",
+                "0",
+                "-r",
+                "1",
+                "--quick",
+                "--methods",
+                "baseline",
+                "--no-lock",
+                "--out",
+                str(tmp_path / "out"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "TRACECOST_LOCK": str(sticky_lock)},
+        )
     finally:
         os.killpg(holder.pid, signal.SIGKILL)
         holder.wait()
@@ -194,8 +271,8 @@ def test_no_lock_measures_beside_a_held_lock_and_says_so_in_the_results(tmp_path
     assert json.loads((tmp_path / "out" / "results.json").read_text())["environment"]["machine_lock"] is False
 
 
-
 # --- tracecost killed outright ----------------------------------------------------------------
+
 
 def descendants(pid: int) -> list[int]:
     found, pending = [], [pid]
@@ -227,9 +304,11 @@ def running(pid: int) -> bool:
 KILLED_MID_RUN = {
     "duration": (["duration", "-s", "0", "-r", "20", "--methods", "baseline,lttng,ebpf,uebpf"], "uebpf"),
     "micro": (["micro", "--ops", "uprobe", "-r", "20", "--methods", "untraced,kernel,uebpf"], "uebpf"),
-    "transport": (["transport", "--producers", "2", "--duration", "1", "--runs", "5",
-                   "--methods", "baseline,ringbuf,uebpf"], "uebpf"),
-    "vm": (["vm", "-r", "5"], "--iterations"),   # a measuring vmbench (not the --list of option checks)
+    "transport": (
+        ["transport", "--producers", "2", "--duration", "1", "--runs", "5", "--methods", "baseline,ringbuf,uebpf"],
+        "uebpf",
+    ),
+    "vm": (["vm", "-r", "5"], "--iterations"),  # a measuring vmbench (not the --list of option checks)
 }
 
 
@@ -237,8 +316,14 @@ KILLED_MID_RUN = {
 def test_a_sigkilled_tracecost_leaves_nothing_running_and_the_next_run_cleans_up(suite, private_tmp, tmp_path):
     args, caught_when = KILLED_MID_RUN[suite]
     env = {**os.environ, "TMPDIR": str(private_tmp)}
-    proc = subprocess.Popen([*TRACECOST, *args, "--out", str(tmp_path / "out")], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [*TRACECOST, *args, "--out", str(tmp_path / "out")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     regions = f"uebpf-tracecost-{proc.pid}-*"
 
     def mid_run() -> bool:
@@ -261,8 +346,25 @@ def test_a_sigkilled_tracecost_leaves_nothing_running_and_the_next_run_cleans_up
             proc.kill()
             proc.wait()
     assert list(private_tmp.iterdir()), "the killed command's folder is still there (for the next run to clean)"
-    after = subprocess.run([*TRACECOST, "duration", "-s", "0", "-r", "1", "--quick", "--methods", "baseline",
-                            "--out", str(tmp_path / "next")], capture_output=True, text=True, env=env, timeout=120)
+    after = subprocess.run(
+        [
+            *TRACECOST,
+            "duration",
+            "-s",
+            "0",
+            "-r",
+            "1",
+            "--quick",
+            "--methods",
+            "baseline",
+            "--out",
+            str(tmp_path / "next"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert after.returncode == 0, after.stderr
     assert f"cleaned up after tracecost pid {proc.pid}, which did not end cleanly" in after.stderr, after.stderr
     assert list(SHM.glob(regions)) == []
@@ -272,11 +374,18 @@ def test_a_sigkilled_tracecost_leaves_nothing_running_and_the_next_run_cleans_up
 def test_a_session_daemon_that_dies_mid_run_fails_the_runs_and_none_is_started_again(tmp_path, private_tmp):
     if subprocess.run(["lttng", "--no-sessiond", "list"], capture_output=True).returncode == 0:
         pytest.skip("an lttng-sessiond is already running: tracecost would use it, not start its own")
-    proc = subprocess.Popen([*TRACECOST, "duration", "-s", "0", "-r", "30", "--methods", "baseline,lttng",
-                             "--out", str(tmp_path / "out")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "TMPDIR": str(private_tmp)})
-    daemons = lambda: [p for p in descendants(proc.pid)  # noqa: E731
-                       if running(p) and Path(f"/proc/{p}/comm").read_text().strip() == "lttng-sessiond"]
+    proc = subprocess.Popen(
+        [*TRACECOST, "duration", "-s", "0", "-r", "30", "--methods", "baseline,lttng", "--out", str(tmp_path / "out")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(private_tmp)},
+    )
+    daemons = lambda: [
+        p
+        for p in descendants(proc.pid)  # noqa: E731
+        if running(p) and Path(f"/proc/{p}/comm").read_text().strip() == "lttng-sessiond"
+    ]
     try:
         assert wait_until(lambda: daemons() and tracecost_sessions(), 60), "tracecost never started its daemon"
         daemon = min(daemons())
@@ -287,20 +396,49 @@ def test_a_session_daemon_that_dies_mid_run_fails_the_runs_and_none_is_started_a
             proc.kill()
     assert proc.returncode == 1, stderr
     assert f"lttng-sessiond (pid {daemon}) died during the run" in stderr, stderr
-    assert subprocess.run(["lttng", "--no-sessiond", "list"], capture_output=True).returncode != 0, \
+    assert subprocess.run(["lttng", "--no-sessiond", "list"], capture_output=True).returncode != 0, (
         "no daemon was started in its place"
-    assert not [p for p in Path("/proc").glob("[0-9]*") if running(int(p.name)) and
-                (p / "comm").exists() and (p / "comm").read_text().strip() in ("lttng-sessiond", "lttng-consumerd")]
+    )
+    assert not [
+        p
+        for p in Path("/proc").glob("[0-9]*")
+        if running(int(p.name))
+        and (p / "comm").exists()
+        and (p / "comm").read_text().strip() in ("lttng-sessiond", "lttng-consumerd")
+    ]
 
 
 def test_an_unprivileged_user_runs_a_suite_and_is_told_what_was_not_checked(other_user):
     """LTTng and uebpf need no privilege; the kernel-probe leftover check does, and is skipped with a note."""
     as_user, uid, home = other_user
-    result = subprocess.run([*as_user, *TRACECOST, "duration", "-s", "0", "-r", "1", "--quick",
-                             "--methods", "baseline,lttng,uebpf", "--out", str(home / "out")],
-                            capture_output=True, text=True, timeout=300, cwd=home,
-                            env={**os.environ, "HOME": str(home), "TMPDIR": str(home), "PYTHONPATH": str(REPO),
-                                 "TRACECOST_LOCK": str(home / "tracecost.lock"), "XDG_RUNTIME_DIR": ""})
+    result = subprocess.run(
+        [
+            *as_user,
+            *TRACECOST,
+            "duration",
+            "-s",
+            "0",
+            "-r",
+            "1",
+            "--quick",
+            "--methods",
+            "baseline,lttng,uebpf",
+            "--out",
+            str(home / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=home,
+        env={
+            **os.environ,
+            "HOME": str(home),
+            "TMPDIR": str(home),
+            "PYTHONPATH": str(REPO),
+            "TRACECOST_LOCK": str(home / "tracecost.lock"),
+            "XDG_RUNTIME_DIR": "",
+        },
+    )
     assert result.returncode == 0, result.stderr
     assert "not checked: kernel BPF programs left attached by other tools" in result.stderr
     document = json.loads((home / "out" / "results.json").read_text())
@@ -312,9 +450,16 @@ def test_the_tests_mount_tracefs_on_a_machine_where_it_is_not_mounted(tmp_path):
     """A brand-new machine: in a private mount namespace without tracefs, a test that reads
     tracepoint ids straight from tracefs passes (the session fixture mounts it first)."""
     test = "tests/test_agent.py::test_syscall_entry_tracepoints_run_at_libc_entry_points"
-    script = (f"umount /sys/kernel/tracing 2>/dev/null; test ! -e /sys/kernel/tracing/events || exit 3; "
-              f"exec {sys.executable} -m pytest -q -p no:cacheprovider --basetemp={tmp_path / 'inner'} {test}")
-    result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-                            capture_output=True, text=True, cwd=REPO, timeout=300)
+    script = (
+        f"umount /sys/kernel/tracing 2>/dev/null; test ! -e /sys/kernel/tracing/events || exit 3; "
+        f"exec {sys.executable} -m pytest -q -p no:cacheprovider --basetemp={tmp_path / 'inner'} {test}"
+    )
+    result = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr
     assert "1 passed" in result.stdout

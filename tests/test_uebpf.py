@@ -21,19 +21,30 @@ CROSSCHECK = BUILD / "bin" / "uebpf-crosscheck"
 SIDES = ("kernel", "interpreter", "jit")
 
 # (key, value, string, flags): the victim's integer arguments di, si, dx (a pointer to the string), cx.
-DEFAULT_CALLS = [(1, 10, "one", 0), (-5, 123456789, "a longer string argument", 1), (2147483647, 9223372036854775807, "x", 2)]
+DEFAULT_CALLS = [
+    (1, 10, "one", 0),
+    (-5, 123456789, "a longer string argument", 1),
+    (2147483647, 9223372036854775807, "x", 2),
+]
 
 # uebpf_check.bpf.c: key/value drive the map operations; flags: 1 delete, 2 discard, 4 reserve 1000 bytes.
 # Hash and array maps hold 4 entries and the small ring 4096 bytes, so the later calls hit E2BIG and a full ring.
 UEBPF_CHECK_CALLS = [
-    (1, 10, "one", 0), (1, 11, "two", 1), (2, 20, "three", 0), (3, 30, "four", 2),
-    (4, 40, "five", 4), (5, 50, "six", 4), (6, 60, "seven", 4), (7, 70, "eight", 4),
+    (1, 10, "one", 0),
+    (1, 11, "two", 1),
+    (2, 20, "three", 0),
+    (3, 30, "four", 2),
+    (4, 40, "five", 4),
+    (5, 50, "six", 4),
+    (6, 60, "seven", 4),
+    (7, 70, "eight", 4),
 ]
 
 
 @dataclass(frozen=True)
 class Layout:
     """A record's fields (name, struct format) and the ones that may differ, with why."""
+
     fields: tuple[tuple[str, str], ...]
     ignore: dict[str, str] = field(default_factory=dict)
     strings: tuple[str, ...] = ()
@@ -72,9 +83,23 @@ FUNCTRACE_EVENT = Layout(
 )
 OP_RECORD = Layout((("call", "I"), ("op", "I"), ("ret", "q")))
 LANG_RECORD = Layout(
-    (("key_via_core", "Q"), ("field_exists", "Q"), ("regs_size", "Q"), ("mixed", "Q"), ("total", "Q"),
-     ("data_calls", "Q"), ("pid", "I"), ("tid", "I"), ("cpu", "I"), ("str_ret", "i"), ("bad_read_ret", "i"),
-     ("pad", "i"), ("bad_read_buf", "Q"), ("comm", "16s"), ("str", "32s")),
+    (
+        ("key_via_core", "Q"),
+        ("field_exists", "Q"),
+        ("regs_size", "Q"),
+        ("mixed", "Q"),
+        ("total", "Q"),
+        ("data_calls", "Q"),
+        ("pid", "I"),
+        ("tid", "I"),
+        ("cpu", "I"),
+        ("str_ret", "i"),
+        ("bad_read_ret", "i"),
+        ("pad", "i"),
+        ("bad_read_buf", "Q"),
+        ("comm", "16s"),
+        ("str", "32s"),
+    ),
     strings=("comm", "str"),
 )
 RET_RECORD = Layout((("call", "I"), ("pad", "I"), ("ret", "q"), ("data_calls", "Q")))
@@ -90,8 +115,12 @@ CROSSCHECKS = [
     Crosscheck("functrace", layouts={"events": [FUNCTRACE_EVENT]}),
     Crosscheck("micro", sets={"ops_per_hit": 16}, programs=MICRO_FILL),
     Crosscheck("micro", sets={"ops_per_hit": 16}, programs=MICRO_DRAIN),
-    Crosscheck("uebpf_check", calls=UEBPF_CHECK_CALLS, sets={"scale": 3},
-               layouts={"results": [OP_RECORD, LANG_RECORD, RET_RECORD]}),
+    Crosscheck(
+        "uebpf_check",
+        calls=UEBPF_CHECK_CALLS,
+        sets={"scale": 3},
+        layouts={"results": [OP_RECORD, LANG_RECORD, RET_RECORD]},
+    ),
 ]
 
 
@@ -131,8 +160,11 @@ def differences(ring: str, check: Crosscheck, kernel: list[str], ours: list[str]
                 found.append(f"{ring} record {index}: kernel {a.hex()} != uebpf {b.hex()}")
             continue
         ra, rb = layout.decode(a), layout.decode(b)
-        found += [f"{ring} record {index} field {name}: kernel {ra[name]!r} != uebpf {rb[name]!r}"
-                  for name in ra if name not in layout.ignore and ra[name] != rb[name]]
+        found += [
+            f"{ring} record {index} field {name}: kernel {ra[name]!r} != uebpf {rb[name]!r}"
+            for name in ra
+            if name not in layout.ignore and ra[name] != rb[name]
+        ]
     return found
 
 
@@ -145,7 +177,9 @@ def test_same_maps_and_records_as_the_kernel(sides):
         assert ours["victim"] == kernel["victim"]
         assert sorted_entries(ours["maps"]) == sorted_entries(kernel["maps"]), f"{name}: maps differ"
         assert ours["rings"].keys() == kernel["rings"].keys()
-        problems = [p for ring in kernel["rings"] for p in differences(ring, check, kernel["rings"][ring], ours["rings"][ring])]
+        problems = [
+            p for ring in kernel["rings"] for p in differences(ring, check, kernel["rings"][ring], ours["rings"][ring])
+        ]
         assert not problems, f"{name} differs from the kernel:\n" + "\n".join(problems)
 
 
@@ -168,7 +202,9 @@ def test_the_checked_behaviour_is_the_kernels_documented_one():
     assert (ops[7, 1], ops[7, 2], ops[7, 3]) == (E2BIG, ENOENT, E2BIG), "a full hash refuses new keys"
     assert (ops[1, 10], ops[1, 11], ops[1, 12], ops[5, 10], ops[5, 13]) == (0, EEXIST, EINVAL, E2BIG, -1)
     assert ops[6, 8] == E2BIG, "percpu_hash holds keys 1-4 when key 5 comes"
-    assert [ops[c, 15] for c in range(1, 9)] == [0, 0, 0, 0, 0, 0, 0, -1], "the 4096-byte ring fills on the 8th reservation"
+    assert [ops[c, 15] for c in range(1, 9)] == [0, 0, 0, 0, 0, 0, 0, -1], (
+        "the 4096-byte ring fills on the 8th reservation"
+    )
     assert ops[1, 17] == EINVAL
     lang = records_of(results, "results", LANG_RECORD)
     assert [r["key_via_core"] for r in lang] == [c[0] for c in check.calls]
@@ -184,7 +220,18 @@ def test_the_checked_behaviour_is_the_kernels_documented_one():
 
 
 def test_a_global_the_object_lacks_is_a_clear_error():
-    result = subprocess.run([str(CROSSCHECK), str(BUILD / "bpf" / "uebpf_check.bpf.o"), "--sides", "interpreter",
-                             "--set=nonexistent=1", "--call=1,2,x,0"], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [
+            str(CROSSCHECK),
+            str(BUILD / "bpf" / "uebpf_check.bpf.o"),
+            "--sides",
+            "interpreter",
+            "--set=nonexistent=1",
+            "--call=1,2,x,0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1
     assert "no global variable `nonexistent`" in result.stderr

@@ -20,7 +20,18 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, SHM, UEBPF, file_offset, functrace_argv, regions_removed, server_env, uebpf, unused_uid, uprobes_in
+from conftest import (
+    BUILD,
+    SHM,
+    UEBPF,
+    file_offset,
+    functrace_argv,
+    regions_removed,
+    server_env,
+    uebpf,
+    unused_uid,
+    uprobes_in,
+)
 from conftest import uebpf_loader as loader
 from tracecost.procs import Child, started
 from tracecost.tracers.ebpf import parse_summary, read_functrace
@@ -50,14 +61,31 @@ def test_functrace_attaches_in_the_table_and_reports_exactly_the_fired_events(tm
             ("uprobe", "functrace_entry", "enabled", -1, str(LIBRARY.resolve()), offset),
             ("uretprobe", "functrace_exit", "enabled", -1, str(LIBRARY.resolve()), offset),
         ]
-        fired = uebpf("fire", region, "--engine", "jit", "--regs", "di=-7,si=0x123456789,dx=str:hello uebpf",
-                      "--ret", "-42", "--repeat", "5")
+        fired = uebpf(
+            "fire",
+            region,
+            "--engine",
+            "jit",
+            "--regs",
+            "di=-7,si=0x123456789,dx=str:hello uebpf",
+            "--ret",
+            "-42",
+            "--repeat",
+            "5",
+        )
         assert [f["runs"] for f in fired["fired"]] == [5, 5]
         usage = child.stop()
         summary = parse_summary(child.read_stdout())
     assert usage.exit_code == 0, child.stderr_text()
-    assert summary | {"peak_rss_kb": 0} == {"received": 10, "entry": 5, "exit": 5, "submitted": 10, "dropped": 0,
-                                            "bytes": 16 + 10 * 104, "peak_rss_kb": 0}
+    assert summary | {"peak_rss_kb": 0} == {
+        "received": 10,
+        "entry": 5,
+        "exit": 5,
+        "submitted": 10,
+        "dropped": 0,
+        "bytes": 16 + 10 * 104,
+        "peak_rss_kb": 0,
+    }
     events = read_functrace(output)
     entries = [e for e in events if e.kind == "entry"]
     exits = [e for e in events if e.kind == "exit"]
@@ -144,8 +172,13 @@ def test_raw_perf_event_calls_fill_the_attach_table(tmp_path):
     """perf_event_open + PERF_EVENT_IOC_SET_BPF/ENABLE (libbpf's path on kernels without perf
     links), close detaching, syscall tracepoint ids served for an unprivileged tracefs, checks."""
     region = region_name("raw")
-    result = subprocess.run([sys.executable, "-c", RAW_CALLS, str(UEBPF), str(LIBRARY)], capture_output=True,
-                            text=True, timeout=60, env=server_env(region))
+    result = subprocess.run(
+        [sys.executable, "-c", RAW_CALLS, str(UEBPF), str(LIBRARY)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=server_env(region),
+    )
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     library = str(LIBRARY.resolve())
@@ -166,13 +199,31 @@ def test_raw_perf_event_calls_fill_the_attach_table(tmp_path):
 def test_micro_loads_prefills_attaches_uprobes_and_a_syscall_tracepoint(tmp_path):
     region, microbench = region_name("micro"), (BUILD / "bin" / "microbench").resolve()
     # The stand-in target prints its pid, waits until the loader has attached, then fires.
-    target = subprocess.Popen([str(UEBPF), "fire", region, "--wait", "--repeat", "3"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    target = subprocess.Popen(
+        [str(UEBPF), "fire", region, "--wait", "--repeat", "3"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         target_pid = json.loads(target.stdout.readline())["pid"]
-        argv = [BUILD / "bin" / "micro", "--binary", microbench, "--pid", target_pid,
-                "--attach", "hash_lookup:__bench_hash_map_lookup", "--attach", "empty_uretprobe:__bench_uretprobe",
-                "--attach", "sys_enter_pid", "--prefill", "hash", "--ops-per-hit", "10"]
+        argv = [
+            BUILD / "bin" / "micro",
+            "--binary",
+            microbench,
+            "--pid",
+            target_pid,
+            "--attach",
+            "hash_lookup:__bench_hash_map_lookup",
+            "--attach",
+            "empty_uretprobe:__bench_uretprobe",
+            "--attach",
+            "sys_enter_pid",
+            "--prefill",
+            "hash",
+            "--ops-per-hit",
+            "10",
+        ]
         with loader(argv, region, tmp_path) as child:
             table = uebpf("attachments", region)["attachments"]
             assert [(a["kind"], a["program"], a["pid"], a["target"]) for a in table] == [
@@ -215,13 +266,20 @@ attr = struct.pack("<IIQQIIQ", 2, 2, ctypes.addressof(code), ctypes.addressof(li
 fd, err = bpf(5, attr)
 print("prog", fd, err, log.value.decode())
 """
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                            env=server_env(region_name("refusals")))
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=server_env(region_name("refusals")),
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "perf_event_array -1 22"
     assert "perf_event_array (4) is not supported by uebpf" in result.stderr
-    assert lines[1].startswith("prog -1 13 uebpf: program `(unnamed)` calls bpf_get_current_task (35), which uebpf does not provide")
+    assert lines[1].startswith(
+        "prog -1 13 uebpf: program `(unnamed)` calls bpf_get_current_task (35), which uebpf does not provide"
+    )
     assert not (SHM / f"uebpf-{region_name('refusals')}").exists()
 
 
@@ -242,8 +300,9 @@ time.sleep(60)
 
 
 def sleeping_loader(region: str, tmp_path: Path, action: str = "sleep") -> Child:
-    return Child([sys.executable, "-c", SLEEPING_LOADER, action], stderr_path=tmp_path / f"{action}.err",
-                 env=server_env(region))
+    return Child(
+        [sys.executable, "-c", SLEEPING_LOADER, action], stderr_path=tmp_path / f"{action}.err", env=server_env(region)
+    )
 
 
 @pytest.mark.parametrize("end", ["SIGTERM", "crash"])
@@ -281,8 +340,10 @@ def test_a_live_region_is_never_shared_and_an_orphaned_one_is_replaced(tmp_path)
 
 def test_two_loader_target_pairs_do_not_see_each_other(tmp_path):
     first, second = region_name("pair-a"), region_name("pair-b")
-    with loader(functrace_argv(tmp_path / "a.bin"), first, tmp_path) as a, \
-         loader(functrace_argv(tmp_path / "b.bin"), second, tmp_path) as b:
+    with (
+        loader(functrace_argv(tmp_path / "a.bin"), first, tmp_path) as a,
+        loader(functrace_argv(tmp_path / "b.bin"), second, tmp_path) as b,
+    ):
         uebpf("fire", first, "--regs", "di=1,si=1,dx=str:a", "--repeat", "3")
         assert a.stop().exit_code == 0 and b.stop().exit_code == 0
         summaries = parse_summary(a.read_stdout()), parse_summary(b.read_stdout())
@@ -304,13 +365,21 @@ def test_an_unprivileged_user_loads_attaches_and_consumes(tmp_path):
             assert (path.stat().st_uid, path.stat().st_mode & 0o777) == (uid, 0o600)
 
             assert uprobes_in(LIBRARY) == [], "no kernel uprobe: the attach went to the region"
-            fired = subprocess.run([*as_user, str(UEBPF), "fire", region, "--regs", "di=3,si=4,dx=str:user", "--ret", "7"],
-                                   capture_output=True, text=True, env={**os.environ, **env}, timeout=60)
+            fired = subprocess.run(
+                [*as_user, str(UEBPF), "fire", region, "--regs", "di=3,si=4,dx=str:user", "--ret", "7"],
+                capture_output=True,
+                text=True,
+                env={**os.environ, **env},
+                timeout=60,
+            )
             assert fired.returncode == 0, fired.stderr
             assert child.stop().exit_code == 0, child.stderr_text()
             summary = parse_summary(child.read_stdout())
             assert "Operation not permitted" not in child.stderr_text()
         assert (summary["entry"], summary["exit"]) == (1, 1)
-        assert [(e.kind, e.a, e.s, e.ret) for e in read_functrace(output)] == [("entry", 3, "user", None), ("exit", None, None, 7)]
+        assert [(e.kind, e.a, e.s, e.ret) for e in read_functrace(output)] == [
+            ("entry", 3, "user", None),
+            ("exit", None, None, 7),
+        ]
     finally:
         shutil.rmtree(home)

@@ -10,6 +10,8 @@ from tracecost.tracers.ebpf import Ebpf
 from tracecost.validate import check_events, validate_method
 from tracecost.workload import call_args, expected_return
 
+pytestmark = [pytest.mark.kernel, pytest.mark.lttng]
+
 PID = 4242
 
 

@@ -1,10 +1,12 @@
 """`tracecost vm`: engines on the same programs, through the shared runner, results and report."""
 
 import pytest
-
 from browser import chromium, console_errors, open_report
+
 from conftest import run_tracecost
 from tracecost import results
+
+pytestmark = pytest.mark.kernel
 
 ENGINES = ["uebpf-interpreter", "uebpf-jit", "rbpf-jit", "kernel-jit", "native-c"]
 
@@ -12,8 +14,21 @@ ENGINES = ["uebpf-interpreter", "uebpf-jit", "rbpf-jit", "kernel-jit", "native-c
 @pytest.fixture(scope="module")
 def vm_results(tmp_path_factory):
     out = tmp_path_factory.mktemp("vm")
-    result = run_tracecost("vm", "--programs", "empty,memcpy,prime_sieve", "--methods", ",".join(ENGINES),
-                           "-r", "2", "--iterations", "200", "--seed", "4", "--out", str(out))
+    result = run_tracecost(
+        "vm",
+        "--programs",
+        "empty,memcpy,prime_sieve",
+        "--methods",
+        ",".join(ENGINES),
+        "-r",
+        "2",
+        "--iterations",
+        "200",
+        "--seed",
+        "4",
+        "--out",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
     return out, result
 
@@ -27,8 +42,10 @@ def test_every_engine_times_every_program(vm_results):
         assert agg["supported"] and agg["n"] == 2 and agg["ns_per_run"]["mean"] > 0, agg
     assert cells[("memcpy", "kernel-jit")]["relative_to_kernel_jit"]["value"] == pytest.approx(1.0)
     # The interpreter checks every access: on real work it is slower than the JIT of the same runtime.
-    assert cells[("prime_sieve", "uebpf-interpreter")]["ns_per_run"]["mean"] > \
-        cells[("prime_sieve", "uebpf-jit")]["ns_per_run"]["mean"]
+    assert (
+        cells[("prime_sieve", "uebpf-interpreter")]["ns_per_run"]["mean"]
+        > cells[("prime_sieve", "uebpf-jit")]["ns_per_run"]["mean"]
+    )
     assert "uebpf-jit" in result.stdout
 
 
@@ -43,11 +60,14 @@ def test_vm_section_draws_in_headless_chromium(vm_results, tmp_path):
     assert errors == []
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--methods", "uebpf-jit,turbo-jit"], "unknown method 'turbo-jit'"),
-    (["--programs", "nope"], "unknown program nope"),
-    (["--iterations", "0"], "--iterations"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--methods", "uebpf-jit,turbo-jit"], "unknown method 'turbo-jit'"),
+        (["--programs", "nope"], "unknown program nope"),
+        (["--iterations", "0"], "--iterations"),
+    ],
+)
 def test_bad_input_is_a_usage_error(args, message, tmp_path):
     result = run_tracecost("vm", *args, "--out", str(tmp_path))
     assert result.returncode == 2 and message in result.stderr

@@ -30,8 +30,7 @@ def test_expected_return_truncates_the_double_toward_zero():
 
 
 def run_app(*args, env=None):
-    return subprocess.run([str(SAMPLE_APP), *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run([str(SAMPLE_APP), *args], capture_output=True, text=True, env={**os.environ, **(env or {})})
 
 
 def test_sample_app_checksum_matches_the_recomputed_returns():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
 import sys
 from pathlib import Path
@@ -28,7 +27,7 @@ from tracecost.workspace import workspace
 # Piped output gets a wide fixed width: summary tables stay one row per line in logs.
 out = Console() if sys.stdout.isatty() else Console(width=160)
 err = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=160)
-# Options that take several values separated by spaces, as in seed 000 (`-s 3 4 5`).
+# Options that take several values separated by spaces (`-s 3 4 5`), as well as commas.
 MULTI_VALUE_OPTIONS = {"-s", "--scenarios"}
 # A bare `tracecost`: click >= 8.2 raises this with the whole help as its message (8.1 printed the help).
 NO_COMMAND = getattr(click.exceptions, "NoArgsIsHelpError", ())
@@ -75,13 +74,22 @@ def new_seed(seed: int | None) -> int:
     return seed if seed is not None else random.SystemRandom().randrange(2**31)
 
 
-out_option = click.option("--out", "out_dir", type=NonEmptyPath(file_okay=False, path_type=Path),
-                          help="Results directory (checked writable before anything is measured).")
+out_option = click.option(
+    "--out",
+    "out_dir",
+    type=NonEmptyPath(file_okay=False, path_type=Path),
+    help="Results directory (checked writable before anything is measured).",
+)
 seed_option = click.option("--seed", type=SEED, help="Seed of the run order (default: random, recorded).")
 # Read by measure() and validate through the context: every measuring command takes it the same way.
-lock_option = click.option("--no-lock", is_flag=True, expose_value=False, is_eager=False,
-                           callback=lambda ctx, _param, value: ctx.meta.__setitem__("tracecost.no_lock", value),
-                           help="Measure without the machine lock (another run may disturb this one; recorded).")
+lock_option = click.option(
+    "--no-lock",
+    is_flag=True,
+    expose_value=False,
+    is_eager=False,
+    callback=lambda ctx, _param, value: ctx.meta.__setitem__("tracecost.no_lock", value),
+    help="Measure without the machine lock (another run may disturb this one; recorded).",
+)
 
 
 def machine_lock_wanted() -> bool:
@@ -112,10 +120,19 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--calls", default=1000, show_default=True, type=click.IntRange(1, 10_000_000),
-              help="Calls sample_app makes under each tracer.")
-@click.option("--methods", type=CommaList(Known("method", tracers.TRACERS)), metavar="M[,M...]",
-              help=f"Tracers to validate (default: all, {', '.join(tracers.TRACERS)}).")
+@click.option(
+    "--calls",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(1, 10_000_000),
+    help="Calls sample_app makes under each tracer.",
+)
+@click.option(
+    "--methods",
+    type=CommaList(Known("method", tracers.TRACERS)),
+    metavar="M[,M...]",
+    help=f"Tracers to validate (default: all, {', '.join(tracers.TRACERS)}).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
 @lock_option
 def validate(calls: int, methods: list[str] | None, as_json: bool) -> None:
@@ -137,8 +154,14 @@ def print_validation(result: dict) -> None:
     for column in ("tracer", "entry", "exit", "dropped", "mismatches", "verdict"):
         table.add_column(column, justify="left" if column in ("tracer", "verdict") else "right")
     for name, verdict in result["tracers"].items():
-        table.add_row(name, str(verdict["entry"]), str(verdict["exit"]), str(verdict["dropped"]),
-                      str(verdict["mismatches"]), "[green]pass[/green]" if verdict["passed"] else "[red]FAIL[/red]")
+        table.add_row(
+            name,
+            str(verdict["entry"]),
+            str(verdict["exit"]),
+            str(verdict["dropped"]),
+            str(verdict["mismatches"]),
+            "[green]pass[/green]" if verdict["passed"] else "[red]FAIL[/red]",
+        )
     out.print(table)
     for name, verdict in result["tracers"].items():
         if verdict["error"]:
@@ -156,16 +179,16 @@ def methods_of(suite: Suite, names: list[str] | None) -> list[str]:
         return list(known)
     unknown = [name for name in names if name not in known]
     if unknown:
-        raise click.BadParameter(f"unknown method {unknown[0]!r} (one of {', '.join(known)})",
-                                 param_hint="'--methods'")
+        raise click.BadParameter(f"unknown method {unknown[0]!r} (one of {', '.join(known)})", param_hint="'--methods'")
     return with_baseline(names, suite.baseline, "--methods") if suite.baseline else names
 
 
 def suite_command(suite: Suite) -> click.Command:
     """`tracecost <suite>`: the options every suite shares, then the suite's own (Suite.options)."""
 
-    def callback(list_only: bool, runs: int, methods: list[str] | None, out_dir: Path | None, seed: int | None,
-                 **options) -> None:
+    def callback(
+        list_only: bool, runs: int, methods: list[str] | None, out_dir: Path | None, seed: int | None, **options
+    ) -> None:
         if list_only:
             out.print(suite.listing())
             return
@@ -178,15 +201,32 @@ def suite_command(suite: Suite) -> click.Command:
     baseline = f"; {suite.baseline} is always needed: the others are measured against it" if suite.baseline else ""
     shared = [
         click.Option(["--list", "list_only"], is_flag=True, help=f"List the {suite.listing_noun} and exit."),
-        click.Option(["-r", "--runs"], default=suite.default_runs, show_default=True, type=click.IntRange(1, 1000),
-                     help="Measured repetitions (after one discarded warm-up)."),
-        click.Option(["--methods"], type=CommaList(), metavar="M[,M...]",
-                     help=f"Comma-separated methods (default: all, {suite.methods_help()}{baseline})."),
+        click.Option(
+            ["-r", "--runs"],
+            default=suite.default_runs,
+            show_default=True,
+            type=click.IntRange(1, 1000),
+            help="Measured repetitions (after one discarded warm-up).",
+        ),
+        click.Option(
+            ["--methods"],
+            type=CommaList(),
+            metavar="M[,M...]",
+            help=f"Comma-separated methods (default: all, {suite.methods_help()}{baseline}).",
+        ),
     ]
-    own = [click.Option(list(option.flags) + [option.name], type=option.type, default=option.default,
-                        is_flag=option.is_flag, metavar=option.metavar, help=option.help,
-                        show_default=option.default is not None and not option.is_flag)
-           for option in suite.options]
+    own = [
+        click.Option(
+            list(option.flags) + [option.name],
+            type=option.type,
+            default=option.default,
+            is_flag=option.is_flag,
+            metavar=option.metavar,
+            help=option.help,
+            show_default=option.default is not None and not option.is_flag,
+        )
+        for option in suite.options
+    ]
     command = click.Command(suite.name, callback=callback, params=shared + own, help=suite.help)
     for decorate in (lock_option, seed_option, out_option):
         command = decorate(command)
@@ -201,8 +241,14 @@ for _suite in SUITES.values():
 @out_option
 @seed_option
 @lock_option
-@click.option("--suites", "suite_names", type=CommaList(Known("suite", SUITES)), default=",".join(SUITES),
-              show_default=True, help="Comma-separated suites to run.")
+@click.option(
+    "--suites",
+    "suite_names",
+    type=CommaList(Known("suite", SUITES)),
+    default=",".join(SUITES),
+    show_default=True,
+    help="Comma-separated suites to run.",
+)
 def run(out_dir: Path | None, seed: int | None, suite_names: list[str]) -> None:
     """Every suite at its default size, into one results.json and one report.html."""
     seed = new_seed(seed)
@@ -211,8 +257,12 @@ def run(out_dir: Path | None, seed: int | None, suite_names: list[str]) -> None:
 
 @cli.command()
 @click.argument("sources", nargs=-1, required=True, type=NonEmptyPath(path_type=Path))
-@click.option("-o", "--output", type=NonEmptyPath(dir_okay=False, path_type=Path),
-              help="Report file (default: report.html beside a single results file, else ./report.html).")
+@click.option(
+    "-o",
+    "--output",
+    type=NonEmptyPath(dir_okay=False, path_type=Path),
+    help="Report file (default: report.html beside a single results file, else ./report.html).",
+)
 def report(sources: tuple[Path, ...], output: Path | None) -> None:
     """Re-render report.html from results.json files alone (one section per suite)."""
     from tracecost import results

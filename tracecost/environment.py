@@ -1,4 +1,4 @@
-"""The machine a result was measured on (DESIGN rule 6), recorded with every result."""
+"""The machine a result was measured on (docs/methodology.md, "The environment is recorded")."""
 
 from __future__ import annotations
 
@@ -49,9 +49,11 @@ def _cpu_model() -> str | None:
 def _virtualisation() -> dict:
     """What systemd-detect-virt says, and the CPU's hypervisor flag (a VM makes kernel traps dearer)."""
     flags = next((line for line in (_read("/proc/cpuinfo") or "").splitlines() if line.startswith("flags")), "")
-    return {"systemd_detect_virt": _first_line(["systemd-detect-virt"]) or "unavailable",
-            "hypervisor_cpu_flag": " hypervisor" in flags,
-            "dmi_product": _read("/sys/class/dmi/id/product_name")}
+    return {
+        "systemd_detect_virt": _first_line(["systemd-detect-virt"]) or "unavailable",
+        "hypervisor_cpu_flag": " hypervisor" in flags,
+        "dmi_product": _read("/sys/class/dmi/id/product_name"),
+    }
 
 
 def _mitigations() -> dict[str, str]:
@@ -62,8 +64,12 @@ def _mitigations() -> dict[str, str]:
 def _git() -> dict:
     def git(*args):
         return _first_line(["git", "-C", str(paths.REPO), *args])
-    dirty = run_command(["git", "-C", str(paths.REPO), "status", "--porcelain"]).stdout.strip() \
-        if git("rev-parse", "HEAD") else ""
+
+    dirty = (
+        run_command(["git", "-C", str(paths.REPO), "status", "--porcelain"]).stdout.strip()
+        if git("rev-parse", "HEAD")
+        else ""
+    )
     return {"commit": git("rev-parse", "HEAD"), "dirty": bool(dirty)}
 
 
@@ -86,8 +92,9 @@ def capture() -> dict:
         "cpufreq_governor": _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor") or "not exposed",
         "mitigations": _mitigations(),
         "tools": {name: _first_line(argv) for name, argv in VERSION_COMMANDS.items()},
-        "libraries": {name: _first_line(["pkg-config", "--modversion", module])
-                      for name, module in PKG_CONFIG_LIBRARIES.items()},
+        "libraries": {
+            name: _first_line(["pkg-config", "--modversion", module]) for name, module in PKG_CONFIG_LIBRARIES.items()
+        },
         "python": platform.python_version(),
         "tracecost": __version__,
         "build": _build_info(),

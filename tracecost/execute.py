@@ -13,13 +13,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tracecost import environment, results
-from tracecost.report.render import REPORT_NAME, write_report
 from tracecost.machine_lock import exclusive_machine
+from tracecost.report.render import REPORT_NAME, write_report
 from tracecost.runner import Interrupted, planned_runs, run_suite
 from tracecost.suites.base import Suite
 from tracecost.tracers.base import Say
 from tracecost.workspace import workspace
-
 
 # What execute writes into its results folder.
 OUT_FILES = (results.RESULTS_NAME, results.PARTIAL_NAME, REPORT_NAME)
@@ -32,15 +31,23 @@ def default_out_dir(name: str) -> Path:
 @contextlib.contextmanager
 def progress_bar(console: Console, total: int) -> Iterator[Any]:
     """A progress bar on a terminal; silent when stderr is not one."""
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=console, disable=not console.is_terminal, transient=True)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not console.is_terminal,
+        transient=True,
+    )
     with progress:
         task = progress.add_task("starting", total=total)
         yield lambda label: progress.update(task, advance=1, description=label)
 
 
-def execute(entries: list[tuple[Suite, Any]], out_dir: Path, console: Console, err: Console, say: Say,
-            lock: bool = True) -> int:
+def execute(
+    entries: list[tuple[Suite, Any]], out_dir: Path, console: Console, err: Console, say: Say, lock: bool = True
+) -> int:
     """Run every (suite, config) entry; write results.json (results.partial.json on Ctrl-C).
     Returns the exit status: 0, or 1 if any run failed. lock=False (--no-lock): measured without
     the machine lock, which the environment records."""
@@ -69,11 +76,16 @@ def execute(entries: list[tuple[Suite, Any]], out_dir: Path, console: Console, e
         err.print(f"[red]failed[/red] {escape(name + ' ' + describe(run) + ': ' + run['error'])}", highlight=False)
     for name, result in finished.items():
         for cell in result.get("unavailable", []):
-            err.print(f"[yellow]not measured[/yellow] {escape(name + ' ' + describe(cell) + ': ' + cell['reason'])}",
-                      highlight=False, soft_wrap=True)
+            err.print(
+                f"[yellow]not measured[/yellow] {escape(name + ' ' + describe(cell) + ': ' + cell['reason'])}",
+                highlight=False,
+                soft_wrap=True,
+            )
     if failures:
-        err.print(f"tracecost: {len(failures)} run(s) failed; they are in results.json and left out of every "
-                  "statistic", highlight=False)
+        err.print(
+            f"tracecost: {len(failures)} run(s) failed; they are in results.json and left out of every statistic",
+            highlight=False,
+        )
     return 1 if failures else 0
 
 

@@ -24,13 +24,14 @@ def summarize_histogram(histogram: dict) -> dict:
         raise TracecostError("the latency histogram is empty")
     if sum(bucket[2] for bucket in buckets) != count:
         raise TracecostError("the latency histogram's buckets do not add up to its count")
-    summary = {name: min(_percentile(buckets, count, percent), histogram["max_ns"])
-               for name, percent in PERCENTILES.items()}
+    summary = {
+        name: min(_percentile(buckets, count, percent), histogram["max_ns"]) for name, percent in PERCENTILES.items()
+    }
     return {**summary, "max": histogram["max_ns"], "mean": histogram["sum_ns"] / count}
 
 
 def _percentile(buckets: list, count: int, percent: float) -> int:
-    rank = max(1, math.ceil(percent / 100 * count))   # nearest-rank definition
+    rank = max(1, math.ceil(percent / 100 * count))  # nearest-rank definition
     seen = 0
     for lower, width, in_bucket in buckets:
         seen += in_bucket

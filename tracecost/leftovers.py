@@ -55,8 +55,10 @@ def private_dir(path: Path) -> Path:
         path.mkdir(mode=0o700)
     info = path.lstat()
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
-        raise TracecostError(f"refused state directory {path}: it must be a directory of uid {os.geteuid()} that "
-                             "no one else can write (remove it and run again)")
+        raise TracecostError(
+            f"refused state directory {path}: it must be a directory of uid {os.geteuid()} that "
+            "no one else can write (remove it and run again)"
+        )
     return path
 
 
@@ -91,8 +93,13 @@ class Ledger:
     processes: list[tuple[int, int]] = field(default_factory=list)
 
     def save(self) -> None:
-        record = {"pid": self.pid, "start": start_time(self.pid), "regions": self.regions, "dirs": self.dirs,
-                  "processes": self.processes}
+        record = {
+            "pid": self.pid,
+            "start": start_time(self.pid),
+            "regions": self.regions,
+            "dirs": self.dirs,
+            "processes": self.processes,
+        }
         temporary = self.path.with_suffix(".tmp")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as out:
@@ -127,7 +134,9 @@ def record_process(pid: int) -> None:
 
 def forget_process(pid: int) -> None:
     """The process was reaped: its pid may now name someone else's."""
-    if (ledger := _current()) is not None and (kept := [p for p in ledger.processes if p[0] != pid]) != ledger.processes:
+    if (ledger := _current()) is not None and (
+        kept := [p for p in ledger.processes if p[0] != pid]
+    ) != ledger.processes:
         ledger.processes = kept
         ledger.save()
 
@@ -150,8 +159,12 @@ def _remove_region(path: Path) -> int:
         info = path.lstat()
     except FileNotFoundError:
         return 0
-    if (path.parent != SHM or not path.name.startswith(REGION_PREFIX) or not stat.S_ISREG(info.st_mode)
-            or info.st_uid != os.geteuid()):
+    if (
+        path.parent != SHM
+        or not path.name.startswith(REGION_PREFIX)
+        or not stat.S_ISREG(info.st_mode)
+        or info.st_uid != os.geteuid()
+    ):
         return 0
     path.unlink(missing_ok=True)
     return 1
@@ -194,8 +207,10 @@ def clean_earlier(say) -> None:
         dirs = sum(_remove_dir(Path(p)) for p in record.get("dirs", []))
         ledger_path.unlink(missing_ok=True)
         if killed or regions or dirs:
-            say(f"cleaned up after tracecost pid {pid}, which did not end cleanly: {killed} process(es) "
-                f"stopped, {regions} uebpf region(s) and {dirs} temporary folder(s) removed")
+            say(
+                f"cleaned up after tracecost pid {pid}, which did not end cleanly: {killed} process(es) "
+                f"stopped, {regions} uebpf region(s) and {dirs} temporary folder(s) removed"
+            )
 
 
 @contextlib.contextmanager

@@ -38,13 +38,16 @@ def open_lock_file(path: Path) -> int:
     except OSError as err:
         # With O_CREAT a symbolic link in a sticky folder gives EACCES rather than ELOOP.
         why = "it is a symbolic link: refused" if err.errno == errno.ELOOP or path.is_symlink() else err.strerror
-        raise TracecostError(f"cannot open the machine lock {path}: {why} (remove it, or pass --no-lock to "
-                             "measure without the lock)") from None
+        raise TracecostError(
+            f"cannot open the machine lock {path}: {why} (remove it, or pass --no-lock to measure without the lock)"
+        ) from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         os.close(fd)
-        raise TracecostError(f"cannot open the machine lock {path}: not a regular file: refused (remove it, or pass "
-                             "--no-lock to measure without the lock)")
+        raise TracecostError(
+            f"cannot open the machine lock {path}: not a regular file: refused (remove it, or pass "
+            "--no-lock to measure without the lock)"
+        )
     return fd
 
 
@@ -84,8 +87,10 @@ def exclusive_machine(enabled: bool = True) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise TracecostError(f"another measuring run holds {LOCK_PATH}: {holder(fd)}; two at once would "
-                                 "disturb each other's timings and traces: wait for it, or pass --no-lock") from None
+            raise TracecostError(
+                f"another measuring run holds {LOCK_PATH}: {holder(fd)}; two at once would "
+                "disturb each other's timings and traces: wait for it, or pass --no-lock"
+            ) from None
         yield
     finally:
         os.close(fd)  # closing releases the lock

@@ -126,8 +126,15 @@ class Child:
     """A process tracecost started. stdout is a pipe (for handshakes and summaries);
     stderr goes to a file so that a chatty child can never block on it."""
 
-    def __init__(self, argv: list[str], *, stderr_path: Path, env: dict[str, str] | None = None,
-                 name: str | None = None, stdout_path: Path | None = None):
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        stderr_path: Path,
+        env: dict[str, str] | None = None,
+        name: str | None = None,
+        stdout_path: Path | None = None,
+    ):
         """stdout_path: send stdout to a file instead (for daemons nobody reads)."""
         self.name = name or Path(argv[0]).name
         self.stderr_path = stderr_path
@@ -227,8 +234,14 @@ class Child:
         wall = time.monotonic() - self.started
         self.popen.returncode = _exit_code(status)  # keep Popen from reaping a second time
         self._stderr.close()
-        self.usage = Usage(exit_code=_exit_code(status), wall_s=wall, user_s=rusage.ru_utime,
-                           sys_s=rusage.ru_stime, timed_out=timed_out, voluntary_switches=rusage.ru_nvcsw)
+        self.usage = Usage(
+            exit_code=_exit_code(status),
+            wall_s=wall,
+            user_s=rusage.ru_utime,
+            sys_s=rusage.ru_stime,
+            timed_out=timed_out,
+            voluntary_switches=rusage.ru_nvcsw,
+        )
         return self.usage
 
     def _exits_within(self, timeout_s: float) -> bool:
@@ -264,8 +277,9 @@ def started(child_factory):
             child.close()
 
 
-def run_to_completion(argv: list[str], *, stderr_path: Path, env: dict[str, str] | None = None,
-                      timeout_s: float = 3600) -> tuple[Usage, str, Child]:
+def run_to_completion(
+    argv: list[str], *, stderr_path: Path, env: dict[str, str] | None = None, timeout_s: float = 3600
+) -> tuple[Usage, str, Child]:
     """Run a workload to its end; return its usage, its stdout and the Child (for pid, stderr)."""
     with started(lambda: Child(argv, stderr_path=stderr_path, env=env)) as child:
         usage = child.wait(timeout_s=timeout_s)

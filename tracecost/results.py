@@ -42,7 +42,7 @@ def without_nan(value):
 def schema() -> dict:
     """The whole results schema: the shared part (results.schema.json) and each suite's own
     (tracecost/suites/<name>/schema.json), at suites.<name>, with its $defs beside the shared ones."""
-    from tracecost.suites import SUITES   # the suites' renderers import this module
+    from tracecost.suites import SUITES  # the suites' renderers import this module
 
     whole = json.loads(SCHEMA_PATH.read_text())
     suites = whole["properties"]["suites"].setdefault("properties", {})
@@ -104,8 +104,9 @@ def load(path: Path) -> dict:
         raise TracecostError(f"{path} is not a tracecost results file (no schema_version)")
     version = doc["schema_version"]
     if type(version) is not int or version != SCHEMA_VERSION:  # not bool: True == 1 in Python
-        raise TracecostError(f"{path}: results file has schema version {version!r}, this tracecost reads version "
-                             f"{SCHEMA_VERSION}")
+        raise TracecostError(
+            f"{path}: results file has schema version {version!r}, this tracecost reads version {SCHEMA_VERSION}"
+        )
     check(doc, str(path))
     return doc
 
@@ -113,6 +114,7 @@ def load(path: Path) -> dict:
 def parse(data: bytes, source: str) -> dict:
     """JSON as results.json may hold it: no NaN or infinity (written as null), integers a 64-bit
     reader holds, nesting no deeper than MAX_DEPTH (the report's code and the schema check recurse)."""
+
     def refuse_constant(name: str):
         raise ValueError(f"{name} is not a number JSON allows (undefined values are null)")
 

@@ -30,8 +30,9 @@ def planned_runs(suite: Suite, config: Any) -> int:
     return (config.runs + 1) * cells
 
 
-def run_suite(suite: Suite, config: Any, workspace: Path, say: Say,
-              advance: Callable[[str], None] = lambda label: None) -> dict:
+def run_suite(
+    suite: Suite, config: Any, workspace: Path, say: Say, advance: Callable[[str], None] = lambda label: None
+) -> dict:
     """Run the whole matrix and return the suite's results: {config, runs, aggregates, failures, unavailable}.
 
     Repetition 0 is a warm-up: measured like the others, kept in `runs` with
@@ -41,15 +42,23 @@ def run_suite(suite: Suite, config: Any, workspace: Path, say: Say,
     started_at = time.monotonic()
     groups, methods = suite.groups(config), suite.methods(config)
     runs: list[dict] = []
-    unavailable = [{**group.key, "method": method.name, "reason": reason} for group in groups for method in methods
-                   if (reason := suite.unavailable(group, method, config))]
+    unavailable = [
+        {**group.key, "method": method.name, "reason": reason}
+        for group in groups
+        for method in methods
+        if (reason := suite.unavailable(group, method, config))
+    ]
 
     def result() -> dict:
         counted = [run for run in runs if run["status"] == "ok" and not run["warmup"]]
-        return {"config": suite.config_record(config), "runs": runs,
-                "aggregates": suite.aggregate(counted, config),
-                "failures": [run for run in runs if run["status"] != "ok"], "unavailable": unavailable,
-                "elapsed_s": round(time.monotonic() - started_at, 1)}
+        return {
+            "config": suite.config_record(config),
+            "runs": runs,
+            "aggregates": suite.aggregate(counted, config),
+            "failures": [run for run in runs if run["status"] != "ok"],
+            "unavailable": unavailable,
+            "elapsed_s": round(time.monotonic() - started_at, 1),
+        }
 
     try:
         with contextlib.ExitStack() as stack:
@@ -68,8 +77,14 @@ def run_suite(suite: Suite, config: Any, workspace: Path, say: Say,
 
 
 def _one_run(suite, config, group, method, workspace, repetition, position) -> dict:
-    record = {**group.key, **suite.method_key(method), "method": method.name, "repetition": repetition,
-              "warmup": repetition == 0, "position": position}
+    record = {
+        **group.key,
+        **suite.method_key(method),
+        "method": method.name,
+        "repetition": repetition,
+        "warmup": repetition == 0,
+        "position": position,
+    }
     try:
         record.update(suite.measure(group, method, fresh_dir(workspace, "run"), config))
         record["status"] = "ok"

@@ -1,4 +1,4 @@
-"""Statistics every suite reports (DESIGN rule 5).
+"""Statistics every suite reports (docs/methodology.md, "Statistics").
 
 Spread is always labelled: `sd` is the sample standard deviation, `ci95` the
 95% confidence interval of the mean from Student's t-distribution (not 1.96).
@@ -31,15 +31,29 @@ def summarize(values: Sequence[float]) -> dict:
     data = np.asarray(values, dtype=float)
     n = len(data)
     if n == 0:
-        return {"n": 0, "mean": None, "sd": None, "median": None, "min": None, "max": None,
-                "ci95_low": None, "ci95_high": None}
+        return {
+            "n": 0,
+            "mean": None,
+            "sd": None,
+            "median": None,
+            "min": None,
+            "max": None,
+            "ci95_low": None,
+            "ci95_high": None,
+        }
     mean = float(data.mean())
     sd = float(data.std(ddof=1)) if n > 1 else None
     half = _t_quantile(n - 1) * sd / math.sqrt(n) if sd is not None else None
-    return {"n": n, "mean": mean, "sd": sd, "median": float(np.median(data)), "min": float(data.min()),
-            "max": float(data.max()),
-            "ci95_low": _finite(mean - half) if half is not None else None,
-            "ci95_high": _finite(mean + half) if half is not None else None}
+    return {
+        "n": n,
+        "mean": mean,
+        "sd": sd,
+        "median": float(np.median(data)),
+        "min": float(data.min()),
+        "max": float(data.max()),
+        "ci95_low": _finite(mean - half) if half is not None else None,
+        "ci95_high": _finite(mean + half) if half is not None else None,
+    }
 
 
 def _welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float] | None:
@@ -49,7 +63,7 @@ def _welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float] | None:
     va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
     if va + vb == 0:
         return va, vb, math.inf
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
     return va, vb, df
 
 
@@ -67,8 +81,13 @@ def difference(treated: Sequence[float], control: Sequence[float], divisor: floa
     va, vb, df = welch
     se = math.sqrt(va + vb) / abs(divisor)
     half = (_t_quantile(df) if math.isfinite(df) else 0.0) * se
-    return {"value": value, "ci95_low": value - half, "ci95_high": value + half, "se": se,
-            "df": df if math.isfinite(df) else None}
+    return {
+        "value": value,
+        "ci95_low": value - half,
+        "ci95_high": value + half,
+        "se": se,
+        "df": df if math.isfinite(df) else None,
+    }
 
 
 def ratio(numerator: dict, denominator: dict, covariance: float = 0.0) -> dict:
@@ -82,7 +101,7 @@ def ratio(numerator: dict, denominator: dict, covariance: float = 0.0) -> dict:
     se_a, se_b = numerator.get("se"), denominator.get("se")
     if se_a is None or se_b is None:
         return {"value": value, "ci95_low": None, "ci95_high": None}
-    variance = max(0.0, (se_a ** 2 + value ** 2 * se_b ** 2 - 2 * value * covariance) / b ** 2)
+    variance = max(0.0, (se_a**2 + value**2 * se_b**2 - 2 * value * covariance) / b**2)
     dfs = [df for df in (numerator.get("df"), denominator.get("df")) if df is not None]
     half = (_t_quantile(min(dfs)) if dfs else 0.0) * math.sqrt(variance)
     return {"value": value, "ci95_low": value - half, "ci95_high": value + half}
@@ -106,8 +125,9 @@ def ratio_of_means(treated: Sequence[float], control: Sequence[float]) -> dict:
 
 def overhead_percent(treated: Sequence[float], control: Sequence[float]) -> dict:
     """(mean(treated) / mean(control) - 1) x 100, with the ratio's 95% CI."""
-    return {key: None if value is None else (value - 1) * 100
-            for key, value in ratio_of_means(treated, control).items()}
+    return {
+        key: None if value is None else (value - 1) * 100 for key, value in ratio_of_means(treated, control).items()
+    }
 
 
 def variance_of_mean(values: Sequence[float]) -> float:

@@ -75,15 +75,18 @@ def kernel_lockdown() -> str | None:
 
 
 def _selected_mode(text: str) -> str | None:
-    """"none [integrity] confidentiality" -> "integrity"."""
+    """ "none [integrity] confidentiality" -> "integrity"."""
     return next((word.strip("[]") for word in text.split() if word.startswith("[")), None)
 
 
 @functools.cache
 def _say_unchecked() -> None:
     """Said once per command: an unprivileged user measures, with this one check left out."""
-    print("tracecost: not checked: kernel BPF programs left attached by other tools (listing them needs "
-          "CAP_SYS_ADMIN); baseline runs assume there are none", file=sys.stderr)
+    print(
+        "tracecost: not checked: kernel BPF programs left attached by other tools (listing them needs "
+        "CAP_SYS_ADMIN); baseline runs assume there are none",
+        file=sys.stderr,
+    )
 
 
 def bpf_perf_attachments() -> list[dict]:
@@ -134,25 +137,34 @@ def programs_on_syscall_entry() -> list[dict]:
 
 
 def describe_holders(entries: list[dict]) -> str:
-    """"pid 123 (bpftrace) prog 45, ...": who attached them, by process and program."""
+    """ "pid 123 (bpftrace) prog 45, ...": who attached them, by process and program."""
+
     def command(pid) -> str:
         with contextlib.suppress(OSError):
             return f" ({Path(f'/proc/{pid}/comm').read_text().strip()})"
         return ""
-    return ", ".join(f"pid {entry.get('pid')}{command(entry.get('pid'))} prog {entry.get('prog_id')}"
-                     for entry in entries)
+
+    return ", ".join(
+        f"pid {entry.get('pid')}{command(entry.get('pid'))} prog {entry.get('prog_id')}" for entry in entries
+    )
 
 
-def require_untraced(*, binary: Path | None = None, tracepoint: str | None = None,
-                     syscall_entries: bool = False) -> None:
+def require_untraced(
+    *, binary: Path | None = None, tracepoint: str | None = None, syscall_entries: bool = False
+) -> None:
     """The one baseline guard (methodology: clean baselines): a baseline is only a baseline if no
     probe sits in the traced `binary`, no program on the `tracepoint` it exercises, and (for system
     call workloads) none at the system call entries. Names who attached what, otherwise."""
-    checks = [(binary and uprobes_attached_to(binary), f"probe(s) still attached to {binary}"),
-              (tracepoint and programs_on_tracepoint(tracepoint), f"BPF program(s) attached to {tracepoint}"),
-              (syscall_entries and programs_on_syscall_entry(),
-               "BPF program(s) attached to the system call entry tracepoints")]
+    checks = [
+        (binary and uprobes_attached_to(binary), f"probe(s) still attached to {binary}"),
+        (tracepoint and programs_on_tracepoint(tracepoint), f"BPF program(s) attached to {tracepoint}"),
+        (
+            syscall_entries and programs_on_syscall_entry(),
+            "BPF program(s) attached to the system call entry tracepoints",
+        ),
+    ]
     for attached, what in checks:
         if attached:
-            raise TracecostError(f"{len(attached)} {what} ({describe_holders(attached)}): a baseline run would "
-                                 "measure them")
+            raise TracecostError(
+                f"{len(attached)} {what} ({describe_holders(attached)}): a baseline run would measure them"
+            )

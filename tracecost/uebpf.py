@@ -21,6 +21,7 @@ from tracecost.procs import run_command
 SHM = Path("/dev/shm")
 _runs = itertools.count()
 
+
 @dataclass(frozen=True)
 class RunEnvironments:
     """What one run of a loader needs on a runtime: the loader's and the target's environment
@@ -31,7 +32,7 @@ class RunEnvironments:
     after_exit: Callable[[], None] = lambda: None
 
 
-KERNEL = RunEnvironments()     # the kernel's path preloads nothing
+KERNEL = RunEnvironments()  # the kernel's path preloads nothing
 
 
 @dataclass(frozen=True)
@@ -60,9 +61,11 @@ class Libraries:
                 region_file.unlink(missing_ok=True)
                 raise TracecostError(f"the uebpf loader exited but left its region {region_file} behind")
 
-        return RunEnvironments(loader={"UEBPF_REGION": region, "LD_PRELOAD": str(self.server)},
-                               target={"UEBPF_REGION": region, "LD_PRELOAD": str(self.agent)},
-                               after_exit=require_region_removed)
+        return RunEnvironments(
+            loader={"UEBPF_REGION": region, "LD_PRELOAD": str(self.server)},
+            target={"UEBPF_REGION": region, "LD_PRELOAD": str(self.agent)},
+            after_exit=require_region_removed,
+        )
 
 
 def require_runtime() -> Libraries:
@@ -78,8 +81,10 @@ def wait_applied(uebpf_command: Path, loader_env: dict[str, str], pid: int) -> N
     region (hooked live); a clear error naming what it refused otherwise."""
     region = loader_env["UEBPF_REGION"]
     try:
-        result = run_command([str(uebpf_command), "wait-applied", region, "--pid", str(pid),
-                              "--timeout", str(WAIT_APPLIED_TIMEOUT_S)], timeout_s=WAIT_APPLIED_TIMEOUT_S + 30)
+        result = run_command(
+            [str(uebpf_command), "wait-applied", region, "--pid", str(pid), "--timeout", str(WAIT_APPLIED_TIMEOUT_S)],
+            timeout_s=WAIT_APPLIED_TIMEOUT_S + 30,
+        )
     except TimeoutExpired as err:
         raise TracecostError(f"uebpf wait-applied did not return for process {pid}") from err
     if result.returncode != 0:

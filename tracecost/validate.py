@@ -2,7 +2,7 @@
 
 A tracer passes only with exactly N entry and N exit events, nothing dropped, and
 every argument and return value equal to what sample_app passed and got, as
-recomputed from the call index (DESIGN rule 7).
+recomputed from the call index (docs/methodology.md, "Values are checked").
 """
 
 from __future__ import annotations
@@ -96,12 +96,20 @@ def validate_method(method: Method, calls: int, workspace: Path, say: Say) -> Ve
     verdict.mismatches, verdict.first_mismatches = check.mismatches, check.examples
     if capture.captured != check.entry + check.exit:
         verdict.error = f"the tracer counted {capture.captured} events but its trace holds {check.entry + check.exit}"
-    verdict.passed = (verdict.error is None and check.entry == calls and check.exit == calls
-                      and capture.dropped == 0 and check.mismatches == 0)
+    verdict.passed = (
+        verdict.error is None
+        and check.entry == calls
+        and check.exit == calls
+        and capture.dropped == 0
+        and check.mismatches == 0
+    )
     return verdict
 
 
 def validate(methods: list[Method], calls: int, workspace: Path, say: Say) -> dict:
     verdicts = {method.name: validate_method(method, calls, workspace, say) for method in methods}
-    return {"calls": calls, "passed": all(v.passed for v in verdicts.values()),
-            "tracers": {name: asdict(verdict) for name, verdict in verdicts.items()}}
+    return {
+        "calls": calls,
+        "passed": all(v.passed for v in verdicts.values()),
+        "tracers": {name: asdict(verdict) for name, verdict in verdicts.items()},
+    }

@@ -20,15 +20,14 @@ TRACED_SYMBOL = "my_traced_function"
 
 @dataclass(frozen=True)
 class CallArgs:
-    a: int      # int32
-    b: int      # uint64
-    c: float    # double
+    a: int  # int32
+    b: int  # uint64
+    c: float  # double
     s: str
 
 
 def call_args(index: int) -> CallArgs:
-    return CallArgs(a=index % 2001 - 1000, b=index * GOLDEN % U64, c=(index % 1000) * 0.5 - 100.25,
-                    s=f"call-{index}")
+    return CallArgs(a=index % 2001 - 1000, b=index * GOLDEN % U64, c=(index % 1000) * 0.5 - 100.25, s=f"call-{index}")
 
 
 def expected_return(args: CallArgs) -> int:
@@ -52,9 +51,17 @@ class AppResult:
 
 def parse_app_output(text: str) -> AppResult:
     """sample_app prints one JSON line: {"calls","total_ns","ns_per_call","checksum","peak_rss_kb"}."""
-    return json_fields(text, "sample_app", lambda fields: AppResult(
-        calls=int(fields["calls"]), total_ns=int(fields["total_ns"]), ns_per_call=float(fields["ns_per_call"]),
-        checksum=int(fields["checksum"]), peak_rss_kb=int(fields["peak_rss_kb"])))
+    return json_fields(
+        text,
+        "sample_app",
+        lambda fields: AppResult(
+            calls=int(fields["calls"]),
+            total_ns=int(fields["total_ns"]),
+            ns_per_call=float(fields["ns_per_call"]),
+            checksum=int(fields["checksum"]),
+            peak_rss_kb=int(fields["peak_rss_kb"]),
+        ),
+    )
 
 
 def sample_app() -> Path:

@@ -8,17 +8,26 @@ import itertools
 import random
 
 from tracecost import results
-from tracecost.suites.micro.ops import OPS
 from tracecost.suites import duration, micro, transport
+from tracecost.suites.micro.ops import OPS
 from tracecost.suites.transport import LATENCY_STATS
 
 ENVIRONMENT = {
-    "date": "2024-01-01T00:00:00+00:00", "hostname": "sample", "kernel": "Linux 6.1.0 #1 SMP",
-    "machine": "x86_64", "cpu_model": "Sample CPU", "cpus_online": 2,
+    "date": "2024-01-01T00:00:00+00:00",
+    "hostname": "sample",
+    "kernel": "Linux 6.1.0 #1 SMP",
+    "machine": "x86_64",
+    "cpu_model": "Sample CPU",
+    "cpus_online": 2,
     "virtualisation": {"systemd_detect_virt": "kvm", "hypervisor_cpu_flag": True, "dmi_product": None},
-    "cpufreq_governor": "not exposed", "mitigations": {"spectre_v2": "Mitigation: sample"},
-    "tools": {"clang": "clang 14", "lttng": None}, "libraries": {"libbpf": "1.1.0"}, "python": "3.11.2",
-    "tracecost": "0.1.0", "build": {"cflags": "-O2"}, "git": {"commit": "0" * 40, "dirty": False},
+    "cpufreq_governor": "not exposed",
+    "mitigations": {"spectre_v2": "Mitigation: sample"},
+    "tools": {"clang": "clang 14", "lttng": None},
+    "libraries": {"libbpf": "1.1.0"},
+    "python": "3.11.2",
+    "tracecost": "0.1.0",
+    "build": {"cflags": "-O2"},
+    "git": {"commit": "0" * 40, "dirty": False},
 }
 
 
@@ -28,8 +37,14 @@ def _repetitions(runs: int):
 
 def _suite(suite, config, runs: list[dict]) -> dict:
     counted = [run for run in runs if run["status"] == "ok" and not run["warmup"]]
-    return {"config": suite.config_record(config), "runs": runs, "aggregates": suite.aggregate(counted, config),
-            "failures": [], "unavailable": [], "elapsed_s": 1.0}
+    return {
+        "config": suite.config_record(config),
+        "runs": runs,
+        "aggregates": suite.aggregate(counted, config),
+        "failures": [],
+        "unavailable": [],
+        "elapsed_s": 1.0,
+    }
 
 
 def duration_suite(rng: random.Random) -> dict:
@@ -40,13 +55,29 @@ def duration_suite(rng: random.Random) -> dict:
         traced = method != "baseline"
         for repetition, warmup in _repetitions(config.runs):
             expected = 2 * group.key["calls"] if traced else 0
-            runs.append({
-                **group.key, "method": method, "repetition": repetition, "warmup": warmup, "position": 0,
-                "status": "ok", "wall_s": rng.uniform(1, 2), "user_s": 1.0, "sys_s": 0.1,
-                "app_peak_rss_kb": 4000, "app_exit_code": 0, "ns_per_call": rng.uniform(100, 200), "loop_ns": 1,
-                "events_expected": expected, "events_captured": expected, "events_dropped": 0, "trace_bytes": 10,
-                "tracer": {"consumer": {"cpu_s": 0.1, "peak_rss_kb": 2000, "sleeps": 5}} if traced else {},
-                "tracer_details": {}})
+            runs.append(
+                {
+                    **group.key,
+                    "method": method,
+                    "repetition": repetition,
+                    "warmup": warmup,
+                    "position": 0,
+                    "status": "ok",
+                    "wall_s": rng.uniform(1, 2),
+                    "user_s": 1.0,
+                    "sys_s": 0.1,
+                    "app_peak_rss_kb": 4000,
+                    "app_exit_code": 0,
+                    "ns_per_call": rng.uniform(100, 200),
+                    "loop_ns": 1,
+                    "events_expected": expected,
+                    "events_captured": expected,
+                    "events_dropped": 0,
+                    "trace_bytes": 10,
+                    "tracer": {"consumer": {"cpu_s": 0.1, "peak_rss_kb": 2000, "sleeps": 5}} if traced else {},
+                    "tracer_details": {},
+                }
+            )
     return _suite(suite, config, runs)
 
 
@@ -58,13 +89,24 @@ def micro_suite(rng: random.Random) -> dict:
         op = OPS[group.key["op"]]
         refused = "EINVAL" if op.may_be_unsupported and runtime != "untraced" else None
         for repetition, warmup in _repetitions(config.runs):
-            runs.append({
-                **group.key, "method": runtime, "repetition": repetition, "warmup": warmup, "position": 0,
-                "status": "ok", "ns_per_call": rng.uniform(50, 500), "median_ns_per_call": rng.uniform(50, 500),
-                "iter": config.iter, "warmup_calls": config.warmup, "calls": config.iter + config.warmup,
-                "hits": {} if runtime == "untraced" else {op.programs[0]: config.iter + config.warmup},
-                "helper_results": {} if runtime == "untraced" else {op.programs[0]: {refused or "0": 10}},
-                "unsupported": refused})
+            runs.append(
+                {
+                    **group.key,
+                    "method": runtime,
+                    "repetition": repetition,
+                    "warmup": warmup,
+                    "position": 0,
+                    "status": "ok",
+                    "ns_per_call": rng.uniform(50, 500),
+                    "median_ns_per_call": rng.uniform(50, 500),
+                    "iter": config.iter,
+                    "warmup_calls": config.warmup,
+                    "calls": config.iter + config.warmup,
+                    "hits": {} if runtime == "untraced" else {op.programs[0]: config.iter + config.warmup},
+                    "helper_results": {} if runtime == "untraced" else {op.programs[0]: {refused or "0": 10}},
+                    "unsupported": refused,
+                }
+            )
     return _suite(suite, config, runs)
 
 
@@ -77,20 +119,51 @@ def transport_suite(rng: random.Random) -> dict:
         for repetition, warmup in _repetitions(config.runs):
             calls = rng.randrange(1000, 2000)
             record = {
-                **group.key, "mechanism": method, "method": method, "repetition": repetition, "warmup": warmup,
-                "position": 0, "status": "ok", "wakeup": "default", "payload_bytes": 64, "duration_s": 0.5,
-                "calls": calls, "calls_per_s": calls / 0.5, "producer_calls_per_s": [calls / 0.5],
-                "ns_per_call": rng.uniform(100, 300), "cpu_ns_per_call": rng.uniform(100, 300),
-                "buffer_bytes": None, "produced": 0, "received": 0, "dropped": 0, "dropped_bpf": 0, "drop_pct": None,
-                "produced_per_s": None, "received_per_s": None, "latency_ns": None, "consumer_cpu_pct": None,
-                "consumer": None}
+                **group.key,
+                "mechanism": method,
+                "method": method,
+                "repetition": repetition,
+                "warmup": warmup,
+                "position": 0,
+                "status": "ok",
+                "wakeup": "default",
+                "payload_bytes": 64,
+                "duration_s": 0.5,
+                "calls": calls,
+                "calls_per_s": calls / 0.5,
+                "producer_calls_per_s": [calls / 0.5],
+                "ns_per_call": rng.uniform(100, 300),
+                "cpu_ns_per_call": rng.uniform(100, 300),
+                "buffer_bytes": None,
+                "produced": 0,
+                "received": 0,
+                "dropped": 0,
+                "dropped_bpf": 0,
+                "drop_pct": None,
+                "produced_per_s": None,
+                "received_per_s": None,
+                "latency_ns": None,
+                "consumer_cpu_pct": None,
+                "consumer": None,
+            }
             if traced:
-                record.update(buffer_bytes=config.buffer_bytes, produced=calls, received=calls, drop_pct=0.0,
-                              produced_per_s=calls / 0.5, received_per_s=calls / 0.5,
-                              latency_ns={name: rng.uniform(1e3, 1e5) for name in LATENCY_STATS},
-                              consumer_cpu_pct=10.0,
-                              consumer={"cpu_s": 0.05, "setup_cpu_s": 0.01, "wakeups": 100, "wakeups_per_s": 200.0,
-                                        "peak_rss_kb": 3000})
+                record.update(
+                    buffer_bytes=config.buffer_bytes,
+                    produced=calls,
+                    received=calls,
+                    drop_pct=0.0,
+                    produced_per_s=calls / 0.5,
+                    received_per_s=calls / 0.5,
+                    latency_ns={name: rng.uniform(1e3, 1e5) for name in LATENCY_STATS},
+                    consumer_cpu_pct=10.0,
+                    consumer={
+                        "cpu_s": 0.05,
+                        "setup_cpu_s": 0.01,
+                        "wakeups": 100,
+                        "wakeups_per_s": 200.0,
+                        "peak_rss_kb": 3000,
+                    },
+                )
             runs.append(record)
     return _suite(suite, config, runs)
 
@@ -98,6 +171,7 @@ def transport_suite(rng: random.Random) -> dict:
 def vm_suite(rng: random.Random) -> dict:
     """By hand: the vm suite's catalogue comes from the built uebpf-vmbench, which unit tests do without."""
     from tracecost import stats
+
     programs = {"empty": "returns 0", "sieve": "prime sieve"}
     engines = {"kernel-jit": "BPF_PROG_TEST_RUN", "uebpf-jit": "uebpf's JIT", "rbpf-jit": "rbpf's JIT"}
     runs, aggregates = [], []
@@ -107,22 +181,52 @@ def vm_suite(rng: random.Random) -> dict:
             supported = engine != "rbpf-jit" or program == "empty"
             timed = reference if engine == "kernel-jit" else [rng.uniform(5, 50) for _ in range(2)]
             for repetition, warmup in _repetitions(2):
-                run = {"program": program, "description": description, "method": engine,
-                       "repetition": repetition, "warmup": warmup, "position": 0, "status": "ok",
-                       "supported": supported}
-                run.update({"ns_per_run": timed[repetition - 1], "iterations": 100} if supported
-                           else {"reason": "no helper calls"})
+                run = {
+                    "program": program,
+                    "description": description,
+                    "method": engine,
+                    "repetition": repetition,
+                    "warmup": warmup,
+                    "position": 0,
+                    "status": "ok",
+                    "supported": supported,
+                }
+                run.update(
+                    {"ns_per_run": timed[repetition - 1], "iterations": 100}
+                    if supported
+                    else {"reason": "no helper calls"}
+                )
                 runs.append(run)
-            aggregates.append({
-                "program": program, "engine": engine, "n": 2 if supported else 0, "supported": supported,
-                "reason": None if supported else "no helper calls",
-                "ns_per_run": stats.summarize(timed if supported else []),
-                "relative_to_kernel_jit": stats.ratio_of_means(timed if supported else [], reference)})
-    config = {"programs": list(programs), "engines": list(engines), "program_descriptions": programs,
-              "engine_descriptions": engines, "runs": 2, "iterations": 100, "seed": 1,
-              "reference_engine": "kernel-jit", "ratio_ci_method": "delta method"}
-    return {"config": config, "runs": runs, "aggregates": aggregates, "failures": [], "unavailable": [],
-            "elapsed_s": 1.0}
+            aggregates.append(
+                {
+                    "program": program,
+                    "engine": engine,
+                    "n": 2 if supported else 0,
+                    "supported": supported,
+                    "reason": None if supported else "no helper calls",
+                    "ns_per_run": stats.summarize(timed if supported else []),
+                    "relative_to_kernel_jit": stats.ratio_of_means(timed if supported else [], reference),
+                }
+            )
+    config = {
+        "programs": list(programs),
+        "engines": list(engines),
+        "program_descriptions": programs,
+        "engine_descriptions": engines,
+        "runs": 2,
+        "iterations": 100,
+        "seed": 1,
+        "reference_engine": "kernel-jit",
+        "ratio_ci_method": "delta method",
+    }
+    return {
+        "config": config,
+        "runs": runs,
+        "aggregates": aggregates,
+        "failures": [],
+        "unavailable": [],
+        "elapsed_s": 1.0,
+    }
 
 
 SUITES = {"duration": duration_suite, "micro": micro_suite, "transport": transport_suite, "vm": vm_suite}

@@ -36,21 +36,24 @@ class Reached(Exception):
     """A measuring entry point was reached: the input was accepted."""
 
 
-VM_CATALOGUE = {"programs": {"empty": "returns 0", "sieve": "prime sieve"},
-                "engines": {"kernel-jit": "BPF_PROG_TEST_RUN", "uebpf-jit": "uebpf's JIT"}}
+VM_CATALOGUE = {
+    "programs": {"empty": "returns 0", "sieve": "prime sieve"},
+    "engines": {"kernel-jit": "BPF_PROG_TEST_RUN", "uebpf-jit": "uebpf's JIT"},
+}
 
 
 @pytest.fixture
 def tracecost(monkeypatch, capsys, tmp_path):
     """`tracecost ARGS` in this process, measuring nothing: returns (exit status, stderr lines)."""
+
     def reached(*args, **kwargs):
         raise Reached(args)
 
-    monkeypatch.setattr(cli, "execute", reached)             # every suite command
-    monkeypatch.setattr(cli, "exclusive_machine", reached)   # validate takes the machine lock first
+    monkeypatch.setattr(cli, "execute", reached)  # every suite command
+    monkeypatch.setattr(cli, "exclusive_machine", reached)  # validate takes the machine lock first
     monkeypatch.setattr(cli, "install_termination_handler", lambda: None)  # not in pytest's process
     monkeypatch.setattr(vm_suite, "catalogue", lambda: VM_CATALOGUE)  # uebpf-vmbench's list, without a build
-    monkeypatch.setattr(report_render, "_plotly_js", lambda: "")      # build/vendor's plotly.js
+    monkeypatch.setattr(report_render, "_plotly_js", lambda: "")  # build/vendor's plotly.js
     monkeypatch.chdir(tmp_path)  # default results folders land here
 
     def run(*args: str) -> tuple[int, list[str]]:
@@ -58,6 +61,7 @@ def tracecost(monkeypatch, capsys, tmp_path):
         with pytest.raises(SystemExit) as exit_:
             cli.main()
         return exit_.value.code, capsys.readouterr().err.strip().splitlines()
+
     return run
 
 
@@ -76,34 +80,72 @@ def python_env() -> dict[str, str]:
 def subprocess_tracecost(*args: str, cwd: Path, **popen) -> subprocess.CompletedProcess:
     """The real command, failing before it measures; with no build and a private lock even if it did not."""
     env = {**python_env(), "TRACECOST_BUILD": str(cwd / "no-build"), "TRACECOST_LOCK": str(cwd / "lock")}
-    return subprocess.run([sys.executable, "-m", "tracecost", *args], capture_output=True, text=True, cwd=cwd,
-                          env=env, timeout=60, check=False, **popen)
+    return subprocess.run(
+        [sys.executable, "-m", "tracecost", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=60,
+        check=False,
+        **popen,
+    )
 
 
 # --- every option of every command, with every kind of bad value ------------------------------------
 
 BAD_VALUES = {
-    "empty": "", "blank": " ", "negative": "-1", "zero": "0", "huge": "9" * 30, "5000 digits": "9" * 5000,
-    "nan": "nan", "inf": "inf", "minus inf": "-inf", "word": "abc", "fraction": "1.5", "exponent": "1e3",
-    "empty item": "1,,2", "trailing comma": "1,", "unknown name": "nosuch", "markup": "[/bold]",
-    "line break": "1\n2", "terminal escape": "\x1b[2J",
+    "empty": "",
+    "blank": " ",
+    "negative": "-1",
+    "zero": "0",
+    "huge": "9" * 30,
+    "5000 digits": "9" * 5000,
+    "nan": "nan",
+    "inf": "inf",
+    "minus inf": "-inf",
+    "word": "abc",
+    "fraction": "1.5",
+    "exponent": "1e3",
+    "empty item": "1,,2",
+    "trailing comma": "1,",
+    "unknown name": "nosuch",
+    "markup": "[/bold]",
+    "line break": "1\n2",
+    "terminal escape": "\x1b[2J",
 }
 # command -> option -> the kinds above that are good values for it
 OPTIONS = {
     "validate": {"--calls": set(), "--methods": set()},
-    "duration": {"--scenarios": {"zero"}, "--runs": set(), "--methods": set(), "--seed": {"zero"},
-                 "--wakeup": set()},
-    "micro": {"--ops": set(), "--iterations": set(), "--runs": set(), "--methods": set(), "--ops-per-hit": set(),
-              "--seed": {"zero"}},
+    "duration": {"--scenarios": {"zero"}, "--runs": set(), "--methods": set(), "--seed": {"zero"}, "--wakeup": set()},
+    "micro": {
+        "--ops": set(),
+        "--iterations": set(),
+        "--runs": set(),
+        "--methods": set(),
+        "--ops-per-hit": set(),
+        "--seed": {"zero"},
+    },
     "vm": {"--programs": set(), "--methods": set(), "--runs": set(), "--iterations": set(), "--seed": {"zero"}},
-    "transport": {"--producers": set(), "--duration": {"fraction", "exponent"}, "--runs": set(),
-                  "--buffer-bytes": set(), "--wakeup": set(), "--payload": set(), "--methods": set(),
-                  "--seed": {"zero"}},
+    "transport": {
+        "--producers": set(),
+        "--duration": {"fraction", "exponent"},
+        "--runs": set(),
+        "--buffer-bytes": set(),
+        "--wakeup": set(),
+        "--payload": set(),
+        "--methods": set(),
+        "--seed": {"zero"},
+    },
     "run": {"--seed": {"zero"}, "--suites": set()},
 }
-BAD_OPTION_CASES = [pytest.param(command, option, value, id=f"{command} {option} {kind}")
-                    for command, options in OPTIONS.items() for option, good in options.items()
-                    for kind, value in BAD_VALUES.items() if kind not in good]
+BAD_OPTION_CASES = [
+    pytest.param(command, option, value, id=f"{command} {option} {kind}")
+    for command, options in OPTIONS.items()
+    for option, good in options.items()
+    for kind, value in BAD_VALUES.items()
+    if kind not in good
+]
 
 
 @pytest.mark.parametrize("command,option,value", BAD_OPTION_CASES)
@@ -112,11 +154,15 @@ def test_a_bad_option_value_is_a_one_line_usage_error(tracecost, command, option
     assert_one_line_error(tracecost(command, f"{option}={value}"), 2, option)
 
 
-@pytest.mark.parametrize("args,words", [
-    (["-s", "0", "", "5"], ["--scenarios", "empty item"]),
-    (["-s", "0", "9"], ["unknown scenario 9"]),
-    (["--methods", "lttng,ebpf"], ["baseline is needed"]),
-], ids=["empty scenario among several", "unknown scenario among several", "no baseline"])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["-s", "0", "", "5"], ["--scenarios", "empty item"]),
+        (["-s", "0", "9"], ["unknown scenario 9"]),
+        (["--methods", "lttng,ebpf"], ["baseline is needed"]),
+    ],
+    ids=["empty scenario among several", "unknown scenario among several", "no baseline"],
+)
 def test_duration_specific_usage_errors(tracecost, args, words):
     assert_one_line_error(tracecost("duration", *args), 2, *words)
 
@@ -125,23 +171,33 @@ def test_micro_needs_the_untraced_runtime(tracecost):
     assert_one_line_error(tracecost("micro", "--methods", "kernel,uebpf"), 2, "untraced is needed")
 
 
-@pytest.mark.parametrize("args", [[], ["nosuch"], ["duration", "stray"], ["duration", "--nosuch"], ["duration", "-r"]],
-                         ids=["no command", "unknown command", "stray argument", "unknown option", "missing value"])
+@pytest.mark.parametrize(
+    "args",
+    [[], ["nosuch"], ["duration", "stray"], ["duration", "--nosuch"], ["duration", "-r"]],
+    ids=["no command", "unknown command", "stray argument", "unknown option", "missing value"],
+)
 def test_usage_mistakes_are_one_line(tracecost, args):
     assert_one_line_error(tracecost(*args), 2)
 
 
-@pytest.mark.parametrize("command,args,expected", [
-    ("transport", ["--producers", "2,1,2", "--methods", "baseline,ringbuf,baseline"],
-     {"producers": [1, 2], "methods": ["baseline", "ringbuf"]}),
-    ("duration", ["-s", "5", "0", "5"], {"scenarios": [5, 0]}),
-    ("micro", ["--methods", "untraced,untraced,kernel"], {"runtimes": ["untraced", "kernel"]}),
-], ids=["transport", "duration", "micro"])
+@pytest.mark.parametrize(
+    "command,args,expected",
+    [
+        (
+            "transport",
+            ["--producers", "2,1,2", "--methods", "baseline,ringbuf,baseline"],
+            {"producers": [1, 2], "methods": ["baseline", "ringbuf"]},
+        ),
+        ("duration", ["-s", "5", "0", "5"], {"scenarios": [5, 0]}),
+        ("micro", ["--methods", "untraced,untraced,kernel"], {"runtimes": ["untraced", "kernel"]}),
+    ],
+    ids=["transport", "duration", "micro"],
+)
 def test_a_repeated_list_item_counts_once(tracecost, command, args, expected):
     with pytest.raises(Reached) as reached:
         tracecost(command, *args, "--out", "out")
-    entries = reached.value.args[0][0]   # execute(entries, out_dir, ...)
-    (_, config), = entries
+    entries = reached.value.args[0][0]  # execute(entries, out_dir, ...)
+    ((_, config),) = entries
     assert {key: getattr(config, key) for key in expected} == expected
 
 
@@ -150,8 +206,19 @@ def test_a_repeated_list_item_counts_once(tracecost, command, args, expected):
 MEASURING_COMMANDS = ["duration", "micro", "vm", "transport", "run"]
 
 
-BAD_OUT = ["empty", "blank", "in /proc", "in /sys", "a file", "under a file", "a device", "results.json a folder",
-           "report.html a device", "read-only folder", "under a read-only folder"]
+BAD_OUT = [
+    "empty",
+    "blank",
+    "in /proc",
+    "in /sys",
+    "a file",
+    "under a file",
+    "a device",
+    "results.json a folder",
+    "report.html a device",
+    "read-only folder",
+    "under a read-only folder",
+]
 
 
 def bad_out(tmp_path: Path, kind: str) -> str:
@@ -160,10 +227,19 @@ def bad_out(tmp_path: Path, kind: str) -> str:
     read_only.mkdir(mode=0o500)
     (cluttered / "results.json").mkdir(parents=True)
     (cluttered / "report.html").symlink_to("/dev/null")
-    return {"empty": "", "blank": " ", "in /proc": "/proc/tracecost-out", "in /sys": "/sys/tracecost-out",
-            "a file": str(a_file), "under a file": str(a_file / "sub"), "a device": "/dev/null",
-            "results.json a folder": str(cluttered), "report.html a device": str(cluttered),
-            "read-only folder": str(read_only), "under a read-only folder": str(read_only / "sub")}[kind]
+    return {
+        "empty": "",
+        "blank": " ",
+        "in /proc": "/proc/tracecost-out",
+        "in /sys": "/sys/tracecost-out",
+        "a file": str(a_file),
+        "under a file": str(a_file / "sub"),
+        "a device": "/dev/null",
+        "results.json a folder": str(cluttered),
+        "report.html a device": str(cluttered),
+        "read-only folder": str(read_only),
+        "under a read-only folder": str(read_only / "sub"),
+    }[kind]
 
 
 @pytest.mark.parametrize("kind", BAD_OUT)
@@ -176,14 +252,16 @@ def test_a_bad_out_fails_before_measuring(tracecost, tmp_path, command, kind):
 
 
 @pytest.mark.parametrize("command", MEASURING_COMMANDS)
-def test_a_good_out_is_created_before_measuring_and_removed_if_nothing_was_written(tracecost, tmp_path, command,
-                                                                                   monkeypatch):
+def test_a_good_out_is_created_before_measuring_and_removed_if_nothing_was_written(
+    tracecost, tmp_path, command, monkeypatch
+):
     out = tmp_path / "new" / "results"
 
     def execute(entries, out_dir, *rest, **options):
         assert out_dir == out and out_dir.is_dir() and os.access(out_dir, os.W_OK)
         assert list(out_dir.iterdir()) == []  # the write test leaves nothing behind
         raise Reached()
+
     monkeypatch.setattr(cli, "execute", execute)
     with pytest.raises(Reached):
         tracecost(command, "--out", str(out))
@@ -205,8 +283,9 @@ def test_the_default_out_is_checked_too(tracecost, tmp_path):
 
 def test_bad_out_end_to_end_fails_at_once_in_one_line(tmp_path):
     started = time.monotonic()
-    result = subprocess_tracecost("duration", "-s", "5", "-r", "1", "--quick", "--methods", "baseline", "--out",
-                                  "/proc/x", cwd=tmp_path)
+    result = subprocess_tracecost(
+        "duration", "-s", "5", "-r", "1", "--quick", "--methods", "baseline", "--out", "/proc/x", cwd=tmp_path
+    )
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and "--out" in result.stderr and "Traceback" not in result.stderr
     assert time.monotonic() - started < 30
@@ -219,6 +298,7 @@ def test_nan_duration_end_to_end(tmp_path):
 
 # --- vm without a build ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("args", [[], ["--programs", "empty"], ["--list"]])
 def test_vm_without_a_build_says_so(tmp_path, args):
     result = subprocess_tracecost("vm", *args, cwd=tmp_path)
@@ -228,6 +308,7 @@ def test_vm_without_a_build_says_so(tmp_path, args):
 
 
 # --- Ctrl-C during start-up --------------------------------------------------------------------------
+
 
 def test_ctrl_c_while_importing_is_quiet(tmp_path):
     # Deterministic: the interrupt arrives while the CLI module is being imported.
@@ -239,16 +320,24 @@ def test_ctrl_c_while_importing_is_quiet(tmp_path):
         "            raise KeyboardInterrupt\n"
         "sys.meta_path.insert(0, Interrupt())\n"
         "from tracecost import main\n"
-        "main()\n")
-    result = subprocess.run([sys.executable, "-c", interrupt_the_import, "report", "x"], capture_output=True,
-                            text=True, cwd=tmp_path, env=python_env(), timeout=60,
-                            check=False)
+        "main()\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", interrupt_the_import, "report", "x"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=python_env(),
+        timeout=60,
+        check=False,
+    )
     assert (result.returncode, result.stderr) == (130, "tracecost: interrupted\n")
 
 
 def test_ctrl_c_while_parsing_options_is_quiet(tracecost, monkeypatch):
     def interrupted(argv):
         raise KeyboardInterrupt
+
     monkeypatch.setattr(cli, "join_multi_values", interrupted)
     code, lines = tracecost("duration")
     assert code == 130 and len(lines) == 1 and "interrupted" in lines[0]
@@ -258,8 +347,15 @@ def test_ctrl_c_while_parsing_options_is_quiet(tracecost, monkeypatch):
 def test_ctrl_c_soon_after_start_is_quiet(tmp_path, delay_s):
     # `report /dev/stdin` with stdin held open: start-up, then a read that waits, whenever the interrupt comes.
     env = python_env()
-    proc = subprocess.Popen([sys.executable, "-m", "tracecost", "report", "/dev/stdin"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracecost", "report", "/dev/stdin"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
     try:
         time.sleep(delay_s)
         proc.send_signal(signal.SIGINT)
@@ -271,6 +367,7 @@ def test_ctrl_c_soon_after_start_is_quiet(tmp_path, delay_s):
 
 
 # --- report: malformed files -------------------------------------------------------------------------
+
 
 def text_of(doc: dict) -> str:
     return json.dumps(doc, allow_nan=True)
@@ -310,21 +407,28 @@ MALFORMED = {
     "invalid UTF-8": (b'{"schema_version": 1, "x": "\xff"}', "not a readable JSON"),
     "byte order mark": (b"\xef\xbb\xbf" + SAMPLE.encode(), "not a readable JSON"),
     "binary": (bytes(range(256)), "not a readable JSON"),
-    "schema version 2": (text_of(with_change(lambda d: d.update(schema_version=2))).encode(),
-                         "results file has schema version 2, this tracecost reads version 1"),
+    "schema version 2": (
+        text_of(with_change(lambda d: d.update(schema_version=2))).encode(),
+        "results file has schema version 2, this tracecost reads version 1",
+    ),
     "schema version '1'": (text_of(with_change(lambda d: d.update(schema_version="1"))).encode(), "schema version '1'"),
-    "schema version true": (text_of(with_change(lambda d: d.update(schema_version=True))).encode(),
-                            "schema version True"),
+    "schema version true": (
+        text_of(with_change(lambda d: d.update(schema_version=True))).encode(),
+        "schema version True",
+    ),
     "no schema version": (text_of(with_change(lambda d: d.pop("schema_version"))).encode(), "no schema_version"),
     "suites a list": (text_of(with_change(lambda d: d.update(suites=[]))).encode(), "results schema"),
     "no suites": (text_of(with_change(lambda d: d.update(suites={}))).encode(), "results schema"),
     "environment a string": (text_of(with_change(lambda d: d.update(environment="x"))).encode(), "results schema"),
-    "runs a dict": (text_of(with_change(lambda d: d["suites"]["duration"].update(runs={}))).encode(),
-                    "results schema"),
-    "producers of strings": (text_of(document("transport")).replace('"producers": [1, 2]', '"producers": ["1"]', 1)
-                             .encode(), "results schema"),
-    "an unknown suite": (text_of(with_change(lambda d: d["suites"].update(bogus=d["suites"]["duration"]))).encode(),
-                         "no report section for suite 'bogus'"),
+    "runs a dict": (text_of(with_change(lambda d: d["suites"]["duration"].update(runs={}))).encode(), "results schema"),
+    "producers of strings": (
+        text_of(document("transport")).replace('"producers": [1, 2]', '"producers": ["1"]', 1).encode(),
+        "results schema",
+    ),
+    "an unknown suite": (
+        text_of(with_change(lambda d: d["suites"].update(bogus=d["suites"]["duration"]))).encode(),
+        "no report section for suite 'bogus'",
+    ),
 }
 
 
@@ -335,6 +439,7 @@ def results_file(tmp_path):
         path.parent.mkdir(exist_ok=True)
         path.write_bytes(content if isinstance(content, bytes) else text_of(content).encode())
         return path
+
     return write
 
 
@@ -354,8 +459,9 @@ def test_an_endless_file_is_refused_by_its_size(tracecost, tmp_path):
     assert_one_line_error(tracecost("report", "/dev/zero", "-o", str(tmp_path / "r.html")), 1, "larger than")
 
 
-@pytest.mark.parametrize("source,words", [("missing.json", "no results file"), ("empty-dir", "no results file"),
-                                          ("", "empty path")])
+@pytest.mark.parametrize(
+    "source,words", [("missing.json", "no results file"), ("empty-dir", "no results file"), ("", "empty path")]
+)
 def test_a_missing_source_is_a_one_line_error(tracecost, tmp_path, source, words):
     (tmp_path / "empty-dir").mkdir()
     assert_one_line_error(tracecost("report", source), 2 if not source else 1, words)
@@ -372,8 +478,13 @@ def test_an_unreadable_results_file_is_a_one_line_error(tracecost, results_file)
 def test_a_bad_report_output_is_a_one_line_usage_error(tracecost, results_file, tmp_path, kind):
     source = results_file(document("vm"))
     (tmp_path / "a-file").write_text("")
-    output = {"in /proc": "/proc/x", "a folder": str(tmp_path), "under a file": str(tmp_path / "a-file" / "r.html"),
-              "empty": "", "a device": "/dev/null"}[kind]
+    output = {
+        "in /proc": "/proc/x",
+        "a folder": str(tmp_path),
+        "under a file": str(tmp_path / "a-file" / "r.html"),
+        "empty": "",
+        "a device": "/dev/null",
+    }[kind]
     # A device is refused too: the report replaces its file whole, which would replace the device.
     assert_one_line_error(tracecost("report", str(source), "-o", output), 2, "-o")
 
@@ -401,6 +512,7 @@ def test_nan_results_end_to_end(tmp_path):
 
 # --- report: schema-valid files with edgy content render ---------------------------------------------
 
+
 def each_summary(value, change) -> None:
     """Apply `change` to every summary / estimate (a dict with ci95_low) anywhere in `value`."""
     if isinstance(value, dict):
@@ -418,6 +530,7 @@ def set_all(value: float | None):
         for key in summary:
             if key not in ("n", "se", "df"):
                 summary[key] = value
+
     return change
 
 
@@ -428,6 +541,7 @@ def empty_config_lists(name: str):
             if isinstance(item, list):
                 suite["config"][key] = []
         suite["runs"], suite["aggregates"] = [], []
+
     return change
 
 
@@ -435,6 +549,7 @@ def transport_runs_without(*fields: str):
     def change(doc: dict) -> None:
         for run in doc["suites"]["transport"]["runs"]:
             run.update(dict.fromkeys(fields))
+
     return change
 
 
@@ -442,6 +557,7 @@ def environment(**fields):
     def change(doc: dict) -> None:
         required = ("date", "kernel", "cpu_model", "cpus_online", "virtualisation", "tools", "git")
         doc["environment"] = {key: doc["environment"][key] for key in required} | fields
+
     return change
 
 
@@ -457,34 +573,86 @@ EDGY = {
     **{f"{name}: every statistic negative": (name, lambda d: each_summary(d, set_all(-1.0))) for name in SUITES},
     **{f"{name}: every statistic huge": (name, lambda d: each_summary(d, set_all(1e308))) for name in SUITES},
     **{f"{name}: every statistic zero": (name, lambda d: each_summary(d, set_all(0))) for name in SUITES},
-    **{f"{name}: no runs, no aggregates": (name, lambda d: [s.update(runs=[], aggregates=[])
-                                                              for s in d["suites"].values()]) for name in SUITES},
-    **{f"{name}: every run failed": (name, lambda d: [s.update(runs=[], aggregates=[], failures=[
-        {"method": "m", "repetition": 1, "warmup": False, "status": "failed", "error": "[/bold] \x1b broke"}])
-        for s in d["suites"].values()]) for name in SUITES},
-    "transport: no latency, consumer or drop figures": ("transport", transport_runs_without(
-        "latency_ns", "consumer", "drop_pct", "received_per_s", "produced_per_s", "consumer_cpu_pct")),
-    "transport: producers given twice": ("transport", lambda d: d["suites"]["transport"]["config"].update(
-        producers=[2, 1, 2])),
-    "duration: no tracer sleeps": ("duration", lambda d: [a.update(tracer_sleeps_per_call=None)
-                                                          for a in d["suites"]["duration"]["aggregates"]]),
-    "duration: no optional summaries": ("duration", lambda d: [
-        [a.pop(key) for key in ("app_peak_rss_kb", "tracer_cpu_s", "tracer_peak_rss_kb", "tracer_sleeps_per_call")]
-        for a in d["suites"]["duration"]["aggregates"]]),
+    **{
+        f"{name}: no runs, no aggregates": (
+            name,
+            lambda d: [s.update(runs=[], aggregates=[]) for s in d["suites"].values()],
+        )
+        for name in SUITES
+    },
+    **{
+        f"{name}: every run failed": (
+            name,
+            lambda d: [
+                s.update(
+                    runs=[],
+                    aggregates=[],
+                    failures=[
+                        {
+                            "method": "m",
+                            "repetition": 1,
+                            "warmup": False,
+                            "status": "failed",
+                            "error": "[/bold] \x1b broke",
+                        }
+                    ],
+                )
+                for s in d["suites"].values()
+            ],
+        )
+        for name in SUITES
+    },
+    "transport: no latency, consumer or drop figures": (
+        "transport",
+        transport_runs_without(
+            "latency_ns", "consumer", "drop_pct", "received_per_s", "produced_per_s", "consumer_cpu_pct"
+        ),
+    ),
+    "transport: producers given twice": (
+        "transport",
+        lambda d: d["suites"]["transport"]["config"].update(producers=[2, 1, 2]),
+    ),
+    "duration: no tracer sleeps": (
+        "duration",
+        lambda d: [a.update(tracer_sleeps_per_call=None) for a in d["suites"]["duration"]["aggregates"]],
+    ),
+    "duration: no optional summaries": (
+        "duration",
+        lambda d: [
+            [a.pop(key) for key in ("app_peak_rss_kb", "tracer_cpu_s", "tracer_peak_rss_kb", "tracer_sleeps_per_call")]
+            for a in d["suites"]["duration"]["aggregates"]
+        ],
+    ),
     "duration: no wakeup meaning": ("duration", lambda d: d["suites"]["duration"]["config"].pop("ebpf_wakeup_meaning")),
-    "micro: unavailable cells without op": ("micro", lambda d: d["suites"]["micro"].update(
-        unavailable=[{"method": "kernel", "reason": "locked down"}])),
-    "micro: no hash_delete or calls_per_run": ("micro", lambda d: [d["suites"]["micro"]["config"].pop("hash_delete"),
-                                                                  *(a.pop("calls_per_run")
-                                                                    for a in d["suites"]["micro"]["aggregates"])]),
-    "vm: negative ratios": ("vm", lambda d: [a["relative_to_kernel_jit"].update(value=-2.0)
-                                             for a in d["suites"]["vm"]["aggregates"]]),
+    "micro: unavailable cells without op": (
+        "micro",
+        lambda d: d["suites"]["micro"].update(unavailable=[{"method": "kernel", "reason": "locked down"}]),
+    ),
+    "micro: no hash_delete or calls_per_run": (
+        "micro",
+        lambda d: [
+            d["suites"]["micro"]["config"].pop("hash_delete"),
+            *(a.pop("calls_per_run") for a in d["suites"]["micro"]["aggregates"]),
+        ],
+    ),
+    "vm: negative ratios": (
+        "vm",
+        lambda d: [a["relative_to_kernel_jit"].update(value=-2.0) for a in d["suites"]["vm"]["aggregates"]],
+    ),
     "environment: only the required fields": ("vm", environment()),
-    "environment: fields of other types": ("vm", environment(virtualisation="kvm", tools=[], git=None, mitigations=7,
-                                                             libraries="x", build=None, machine={"a": [1]})),
+    "environment: fields of other types": (
+        "vm",
+        environment(
+            virtualisation="kvm", tools=[], git=None, mitigations=7, libraries="x", build=None, machine={"a": [1]}
+        ),
+    ),
     "environment: nulls": ("vm", lambda d: d.update(environment={key: None for key in d["environment"]})),
-    "unicode and markup everywhere": ("vm", lambda d: d["environment"].update(
-        cpu_model="Ünïcödé 🚀 测试 \u202e [/bold] <script>", kernel="\ud800 lone surrogate", date="\x00\x1b[2J")),
+    "unicode and markup everywhere": (
+        "vm",
+        lambda d: d["environment"].update(
+            cpu_model="Ünïcödé 🚀 测试 \u202e [/bold] <script>", kernel="\ud800 lone surrogate", date="\x00\x1b[2J"
+        ),
+    ),
 }
 
 
@@ -530,7 +698,11 @@ def mutated_documents(count: int, seed: int = 5):
             results.check(doc)
         except TracecostError:  # the schema refuses it: not a case for the renderers
             continue
-        found.append(pytest.param(doc, id=f"{'/'.join(map(str, path))}={'deleted' if mutation == 'delete' else repr(MUTATIONS[mutation])}"))
+        found.append(
+            pytest.param(
+                doc, id=f"{'/'.join(map(str, path))}={'deleted' if mutation == 'delete' else repr(MUTATIONS[mutation])}"
+            )
+        )
     return found
 
 

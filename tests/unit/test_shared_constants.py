@@ -22,11 +22,14 @@ def c_layout(tmp_path: Path, header: str, struct: str, fields: list[str]) -> dic
     if compiler is None:
         pytest.skip("no C compiler")
     lines = [f'printf("{name} %zu\\n", offsetof(struct {struct}, {name}));' for name in fields]
-    source = (f'#include <stddef.h>\n#include <stdio.h>\n#include "{header}"\n'
-              f'int main(void) {{ printf("sizeof %zu\\n", sizeof(struct {struct})); {" ".join(lines)} return 0; }}\n')
+    source = (
+        f'#include <stddef.h>\n#include <stdio.h>\n#include "{header}"\n'
+        f'int main(void) {{ printf("sizeof %zu\\n", sizeof(struct {struct})); {" ".join(lines)} return 0; }}\n'
+    )
     (tmp_path / "layout.c").write_text(source)
-    subprocess.run([compiler, "-I", str(REPO / "probes"), "-o", str(tmp_path / "layout"), str(tmp_path / "layout.c")],
-                   check=True)
+    subprocess.run(
+        [compiler, "-I", str(REPO / "probes"), "-o", str(tmp_path / "layout"), str(tmp_path / "layout.c")], check=True
+    )
     output = subprocess.run([str(tmp_path / "layout")], capture_output=True, text=True, check=True).stdout
     return {name: int(value) for name, value in (line.split() for line in output.splitlines())}
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 @dataclass
 class Chart:
     title: str
-    figure: dict            # plotly figure as JSON-ready dict: {"data": [...], "layout": {...}}
+    figure: dict  # plotly figure as JSON-ready dict: {"data": [...], "layout": {...}}
     caption: str = ""
 
 

@@ -19,8 +19,9 @@ REPORT_NAME = "report.html"
 
 @cache
 def _template() -> jinja2.Template:
-    environment = jinja2.Environment(loader=jinja2.PackageLoader("tracecost", "report"),
-                                     autoescape=True, undefined=jinja2.StrictUndefined)
+    environment = jinja2.Environment(
+        loader=jinja2.PackageLoader("tracecost", "report"), autoescape=True, undefined=jinja2.StrictUndefined
+    )
     return environment.get_template("report.html.j2")
 
 
@@ -36,8 +37,9 @@ def sections_of(doc: dict) -> list[Section]:
             # The schema leaves parts of a results file open (configs, environment, extra fields), so a
             # file can pass it with a field of a type no suite writes. The renderers handle every empty
             # and null value the schema allows; anything else ends here, in one line that says where.
-            raise TracecostError(f"cannot draw the report's {name} section from these results "
-                                 f"({type(error).__name__}: {error})") from error
+            raise TracecostError(
+                f"cannot draw the report's {name} section from these results ({type(error).__name__}: {error})"
+            ) from error
     return sections
 
 
@@ -57,29 +59,41 @@ def environment_rows(env: dict) -> list[tuple[str, str]]:
     files from older versions lack some: a missing or odd field shows as such, never breaks the page."""
     git = env.get("git") if isinstance(env.get("git"), dict) else {}
     commit = _text(git.get("commit") or "unknown") + (" (with uncommitted changes)" if git.get("dirty") else "")
-    return [("Date", _text(env.get("date"))),
-            ("Kernel", f"{_text(env.get('kernel'))} ({_text(env.get('machine'))})"),
-            ("CPU", f"{_text(env.get('cpu_model'))}, {_text(env.get('cpus_online'))} online"),
-            ("Virtualisation", _pairs(env.get("virtualisation"))),
-            ("CPU frequency governor", _text(env.get("cpufreq_governor"))),
-            ("CPU mitigations", _pairs(env.get("mitigations"))),
-            ("Tools", _pairs(env.get("tools"), missing="not found")),
-            ("Libraries", _pairs(env.get("libraries"), separator=" ", missing="not found")),
-            ("Build flags", _pairs(env.get("build"))),
-            ("Python", _text(env.get("python"))),
-            ("Git commit", commit),
-            *([("Machine lock", "not held: measured with --no-lock, another run may have disturbed it")]
-              if env.get("machine_lock") is False else [])]
+    return [
+        ("Date", _text(env.get("date"))),
+        ("Kernel", f"{_text(env.get('kernel'))} ({_text(env.get('machine'))})"),
+        ("CPU", f"{_text(env.get('cpu_model'))}, {_text(env.get('cpus_online'))} online"),
+        ("Virtualisation", _pairs(env.get("virtualisation"))),
+        ("CPU frequency governor", _text(env.get("cpufreq_governor"))),
+        ("CPU mitigations", _pairs(env.get("mitigations"))),
+        ("Tools", _pairs(env.get("tools"), missing="not found")),
+        ("Libraries", _pairs(env.get("libraries"), separator=" ", missing="not found")),
+        ("Build flags", _pairs(env.get("build"))),
+        ("Python", _text(env.get("python"))),
+        ("Git commit", commit),
+        *(
+            [("Machine lock", "not held: measured with --no-lock, another run may have disturbed it")]
+            if env.get("machine_lock") is False
+            else []
+        ),
+    ]
 
 
 def render(docs: list[dict]) -> str:
     """One page: every suite of every document, then the environments they were measured in."""
     sections = [section for doc in docs for section in sections_of(doc)]
     first = docs[0]["environment"]
-    header = (f"{_text(first.get('kernel'))} · {_text(first.get('cpu_model'))} · {_text(first.get('cpus_online'))} "
-              f"CPUs · measured {_text(first.get('date'))}")
-    return _template().render(sections=sections, header=header, version=__version__, plotly_js=_plotly_js(),
-                              environments=[environment_rows(doc["environment"]) for doc in docs])
+    header = (
+        f"{_text(first.get('kernel'))} · {_text(first.get('cpu_model'))} · {_text(first.get('cpus_online'))} "
+        f"CPUs · measured {_text(first.get('date'))}"
+    )
+    return _template().render(
+        sections=sections,
+        header=header,
+        version=__version__,
+        plotly_js=_plotly_js(),
+        environments=[environment_rows(doc["environment"]) for doc in docs],
+    )
 
 
 @cache

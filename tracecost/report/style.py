@@ -58,5 +58,5 @@ def lighter(hex_color: str, amount: float) -> str:
     """The colour mixed with white: amount 0 keeps it, 1 gives white (shades of one method's colour)."""
     if amount <= 0:
         return hex_color
-    channels = [int(hex_color[i:i + 2], 16) for i in (1, 3, 5)]
+    channels = [int(hex_color[i : i + 2], 16) for i in (1, 3, 5)]
     return "#" + "".join(f"{round(c + (255 - c) * amount):02x}" for c in channels)

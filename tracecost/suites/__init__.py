@@ -7,9 +7,12 @@ from tracecost.suites.micro import MicroSuite
 from tracecost.suites.transport import TransportSuite
 from tracecost.suites.vm import VmSuite
 
-SUITES = {suite.name: suite for suite in (
-    DurationSuite(),
-    MicroSuite(),
-    TransportSuite(),
-    VmSuite(),
-)}
+SUITES = {
+    suite.name: suite
+    for suite in (
+        DurationSuite(),
+        MicroSuite(),
+        TransportSuite(),
+        VmSuite(),
+    )
+}

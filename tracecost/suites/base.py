@@ -58,7 +58,7 @@ class Option:
 
 @dataclass(frozen=True)
 class Group:
-    key: dict[str, Any]   # copied into every run record of the group
+    key: dict[str, Any]  # copied into every run record of the group
     label: str
 
 

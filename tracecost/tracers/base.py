@@ -24,12 +24,12 @@ __all__ = ["Say", "Event", "ProcessCost", "Capture", "TracedRun", "Method", "Bas
 class Event:
     """One captured event, in the same shape whatever the tracer."""
 
-    kind: str                  # "entry" or "exit"
+    kind: str  # "entry" or "exit"
     ts_ns: int
     tid: int
     a: int | None = None
     b: int | None = None
-    c: float | None = None     # None where the tracer cannot see the argument
+    c: float | None = None  # None where the tracer cannot see the argument
     s: str | None = None
     ret: int | None = None
 
@@ -38,7 +38,7 @@ class Event:
 class ProcessCost:
     """CPU and peak memory a tracer-side process spent during one run."""
 
-    role: str                  # "consumer", "sessiond", "consumerd"
+    role: str  # "consumer", "sessiond", "consumerd"
     cpu_s: float
     peak_rss_kb: int
     # Times its threads blocked and were woken again (voluntary context switches, counted by
@@ -70,8 +70,7 @@ class Method(methods.Method):
     unobservable: dict[str, str] = {}
 
     @abstractmethod
-    def attached(self, workdir: Path) -> contextlib.AbstractContextManager[TracedRun]:
-        ...
+    def attached(self, workdir: Path) -> contextlib.AbstractContextManager[TracedRun]: ...
 
 
 class Baseline(methods.Baseline, Method):

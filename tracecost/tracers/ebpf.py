@@ -24,9 +24,9 @@ KINDS = {1: "entry", 2: "exit"}
 SUMMARY_KEYS = ("received", "entry", "exit", "submitted", "dropped", "bytes", "peak_rss_kb")
 
 DEFAULT_RINGBUF_BYTES = 16 << 20
-DEFAULT_POLL_MS = 100      # functrace's own default: how long a poll waits for a wakeup
+DEFAULT_POLL_MS = 100  # functrace's own default: how long a poll waits for a wakeup
 # The same words as the transport suite's --wakeup: "default" is the kernel's own policy (adaptive).
-WAKEUPS = ("default", "force", "none")      # the first is the default
+WAKEUPS = ("default", "force", "none")  # the first is the default
 # What each policy costs the traced program: at a few microseconds between events the consumer
 # keeps catching up and sleeping, and "default" then pays a wakeup per record.
 WAKEUP_MEANING = {
@@ -47,9 +47,11 @@ def read_functrace(path: Path) -> list[Event]:
         raise TracecostError(f"{path}: truncated functrace file ({len(data)} bytes)")
     magic, version, record_size = HEADER.unpack_from(data)
     if magic != MAGIC or version != FORMAT_VERSION or record_size != RECORD.size:
-        raise TracecostError(f"{path}: not a functrace v{FORMAT_VERSION} file "
-                             f"(magic {magic!r}, version {version}, record size {record_size})")
-    body = memoryview(data)[HEADER.size:]
+        raise TracecostError(
+            f"{path}: not a functrace v{FORMAT_VERSION} file "
+            f"(magic {magic!r}, version {version}, record size {record_size})"
+        )
+    body = memoryview(data)[HEADER.size :]
     if len(body) % RECORD.size:
         raise TracecostError(f"{path}: {len(body)} bytes of records is not a whole number of records")
     events = []
@@ -77,8 +79,9 @@ class Functrace(Method):
     """The functrace loader (tracers/ebpf/functrace.c) and what it captured; the runtime it runs
     against (the kernel, or uebpf) is the subclass's."""
 
-    def __init__(self, ringbuf_bytes: int = DEFAULT_RINGBUF_BYTES, wakeup: str = WAKEUPS[0],
-                 poll_ms: int = DEFAULT_POLL_MS):
+    def __init__(
+        self, ringbuf_bytes: int = DEFAULT_RINGBUF_BYTES, wakeup: str = WAKEUPS[0], poll_ms: int = DEFAULT_POLL_MS
+    ):
         if wakeup not in WAKEUPS:
             raise TracecostError(f"unknown wakeup policy {wakeup!r} (one of {', '.join(WAKEUPS)})")
         self.ringbuf_bytes, self.wakeup, self.poll_ms = ringbuf_bytes, wakeup, poll_ms
@@ -93,13 +96,26 @@ class Functrace(Method):
     @contextlib.contextmanager
     def attached(self, workdir: Path) -> Iterator[TracedRun]:
         output = workdir / "functrace.bin"
-        argv = [str(self.loader), "--binary", str(self.library), "--symbol", TRACED_SYMBOL,
-                "--output", str(output), "--ringbuf-bytes", str(self.ringbuf_bytes), "--wakeup", FUNCTRACE_WAKEUP[self.wakeup],
-                "--poll-ms", str(self.poll_ms)]
+        argv = [
+            str(self.loader),
+            "--binary",
+            str(self.library),
+            "--symbol",
+            TRACED_SYMBOL,
+            "--output",
+            str(output),
+            "--ringbuf-bytes",
+            str(self.ringbuf_bytes),
+            "--wakeup",
+            FUNCTRACE_WAKEUP[self.wakeup],
+            "--poll-ms",
+            str(self.poll_ms),
+        ]
         environments = self.environments()
         loader_env, target_env, after_exit = environments.loader, environments.target, environments.after_exit
-        with started(lambda: Child(argv, stderr_path=workdir / "functrace.stderr",
-                                   env={**os.environ, **loader_env})) as tracer:
+        with started(
+            lambda: Child(argv, stderr_path=workdir / "functrace.stderr", env={**os.environ, **loader_env})
+        ) as tracer:
             tracer.wait_for_line("READY", READY_TIMEOUT_S)
             run = TracedRun(app_env=target_env, read_events=lambda: read_functrace(output))
             yield run
@@ -110,15 +126,18 @@ class Functrace(Method):
             summary = parse_summary(tracer.read_stdout())
         after_exit()
         if summary["received"] != summary["submitted"]:
-            raise TracecostError(f"functrace consumer received {summary['received']} of "
-                                 f"{summary['submitted']} submitted records")
+            raise TracecostError(
+                f"functrace consumer received {summary['received']} of {summary['submitted']} submitted records"
+            )
         if not output.is_file():
             raise TracecostError(f"functrace wrote no trace file {output}")
-        run.capture = Capture(captured=summary["received"], dropped=summary["dropped"],
-                              trace_bytes=output.stat().st_size,
-                              costs=[ProcessCost("consumer", usage.cpu_s, summary["peak_rss_kb"],
-                                                 usage.voluntary_switches)],
-                              details={"entries": summary["entry"], "exits": summary["exit"]})
+        run.capture = Capture(
+            captured=summary["received"],
+            dropped=summary["dropped"],
+            trace_bytes=output.stat().st_size,
+            costs=[ProcessCost("consumer", usage.cpu_s, summary["peak_rss_kb"], usage.voluntary_switches)],
+            details={"entries": summary["entry"], "exits": summary["exit"]},
+        )
 
 
 class Ebpf(Functrace):
@@ -134,8 +153,10 @@ class Uebpf(Functrace):
     """The same loader and .bpf.o on uebpf: server preloaded into functrace, agent into the target."""
 
     name, label = "uebpf", "uebpf (userspace eBPF)"
-    unobservable = {"c": "a double travels in xmm0, and the program reads the kernel's pt_regs layout, "
-                         "which holds no SSE registers (the agent saves them, but cannot show them)"}
+    unobservable = {
+        "c": "a double travels in xmm0, and the program reads the kernel's pt_regs layout, "
+        "which holds no SSE registers (the agent saves them, but cannot show them)"
+    }
 
     def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
         super().open(stack, workspace, say)

@@ -47,6 +47,7 @@ def daemon_reachable() -> bool:
 
 # --- the session daemon and what it costs -------------------------------------------------
 
+
 def _descendants(pid: int) -> list[int]:
     found, pending = [], [pid]
     while pending:
@@ -149,8 +150,11 @@ def session_daemon(workspace: Path, say: Say) -> Iterator[SessionDaemon]:
     if daemon_reachable():
         yield SessionDaemon(_running_daemon_pid())
         return
-    daemon = Child(["lttng-sessiond", "--no-kernel"], stderr_path=workspace / "lttng-sessiond.log",
-                   stdout_path=workspace / "lttng-sessiond.out")
+    daemon = Child(
+        ["lttng-sessiond", "--no-kernel"],
+        stderr_path=workspace / "lttng-sessiond.log",
+        stdout_path=workspace / "lttng-sessiond.out",
+    )
     try:
         deadline = time.monotonic() + DAEMON_READY_TIMEOUT_S
         while not daemon_reachable():  # readiness: the daemon answers a client command
@@ -169,8 +173,10 @@ def session_daemon(workspace: Path, say: Say) -> Iterator[SessionDaemon]:
 
 # --- reading a trace ------------------------------------------------------------------------
 
-EVENT_LINE = re.compile(r"^\[(\d+)\.(\d{9})\] \S+ mylib:(func_entry|func_exit): "
-                        r"\{ cpu_id = \d+ \}, \{ vtid = (\d+) \}, \{ (.*) \}$")
+EVENT_LINE = re.compile(
+    r"^\[(\d+)\.(\d{9})\] \S+ mylib:(func_entry|func_exit): "
+    r"\{ cpu_id = \d+ \}, \{ vtid = (\d+) \}, \{ (.*) \}$"
+)
 ENTRY_FIELDS = re.compile(r'^a = (-?\d+), b = (\d+), c = (\S+), s = "(.*)"$')
 EXIT_FIELDS = re.compile(r"^ret = (-?\d+)$")
 DISCARDED = re.compile(r"discarded (\d+) events", re.IGNORECASE)
@@ -229,8 +235,10 @@ def channel_losses(session: str) -> tuple[int, int]:
     for channel in root.iterfind(".//mi:channel", ns):
         if channel.findtext("mi:name", namespaces=ns) == CHANNEL:
             attrs = channel.find("mi:attributes", ns)
-            return (int(attrs.findtext("mi:discarded_events", "0", ns)),
-                    int(attrs.findtext("mi:lost_packets", "0", ns)))
+            return (
+                int(attrs.findtext("mi:discarded_events", "0", ns)),
+                int(attrs.findtext("mi:lost_packets", "0", ns)),
+            )
     raise TracecostError(f"LTTng session {session} has no channel {CHANNEL}")
 
 
@@ -258,8 +266,15 @@ class Lttng(Method):
         self.daemon.require_alive()
         lttng("create", session, f"--output={trace_dir}")
         try:
-            lttng("enable-channel", "--userspace", f"--session={session}", f"--subbuf-size={self.subbuf_bytes}",
-                  f"--num-subbuf={self.num_subbuf}", "--discard", CHANNEL)
+            lttng(
+                "enable-channel",
+                "--userspace",
+                f"--session={session}",
+                f"--subbuf-size={self.subbuf_bytes}",
+                f"--num-subbuf={self.num_subbuf}",
+                "--discard",
+                CHANNEL,
+            )
             lttng("add-context", "--userspace", f"--session={session}", f"--channel={CHANNEL}", "--type=vtid")
             lttng("enable-event", "--userspace", f"--session={session}", f"--channel={CHANNEL}", EVENTS)
             before = self.daemon.snapshot()
@@ -273,6 +288,10 @@ class Lttng(Method):
         finally:
             with interrupts_deferred():
                 lttng("destroy", session, check=False)
-        run.capture = Capture(captured=count_events(trace_dir), dropped=discarded,
-                              trace_bytes=_tree_bytes(trace_dir), costs=costs,
-                              details={"lost_packets": lost_packets})
+        run.capture = Capture(
+            captured=count_events(trace_dir),
+            dropped=discarded,
+            trace_bytes=_tree_bytes(trace_dir),
+            costs=costs,
+            details={"lost_packets": lost_packets},
+        )

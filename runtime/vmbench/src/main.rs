@@ -1,4 +1,4 @@
-//! uebpf-vmbench: execution-engine efficiency (the bpftime benchmark's "experiment 1 part 2",
+//! uebpf-vmbench: execution-engine efficiency (the VM efficiency comparison of userspace eBPF runtimes,
 //! redone): the same eBPF programs on the uebpf interpreter and JIT, rbpf, the kernel JIT, and
 //! their native C twins. Prints one JSON document with the raw ns-per-run of every repetition;
 //! statistics are the caller's job.

@@ -42,8 +42,8 @@ SCENARIOS = (
     Scenario(5, "1000 us function", 1000, 2_000, "slow API"),
 )
 METHODS = ("baseline", "lttng", "ebpf", "uebpf")
-QUICK_DIVISOR = 50          # --quick: a fiftieth of the calls ...
-QUICK_MIN_CALLS = 40        # ... but never fewer than this
+QUICK_DIVISOR = 50  # --quick: a fiftieth of the calls ...
+QUICK_MIN_CALLS = 40  # ... but never fewer than this
 # `tracecost run`: 5 repetitions of half the calls, about 3 minutes on 2 cores. Each run still
 # busy-waits 1 to 1.25 s (scenarios 2-5) or makes 50k calls (0-1): the spread between runs, not
 # the calls within one, bounds the CI.
@@ -55,8 +55,9 @@ def scenario_by_index(index: int) -> Scenario:
     for scenario in SCENARIOS:
         if scenario.index == index:
             return scenario
-    raise TracecostError(f"unknown scenario {index} (scenarios are {SCENARIOS[0].index}..{SCENARIOS[-1].index}; "
-                         "see --list)")
+    raise TracecostError(
+        f"unknown scenario {index} (scenarios are {SCENARIOS[0].index}..{SCENARIOS[-1].index}; see --list)"
+    )
 
 
 @dataclass
@@ -65,16 +66,15 @@ class DurationConfig:
     methods: list[str] = field(default_factory=lambda: list(METHODS))
     runs: int = 10
     seed: int = 0
-    call_divisor: int = 1       # 1: seed 000's calls per scenario; QUICK_DIVISOR for --quick
-    wakeup: str = WAKEUPS[0]    # of the eBPF tracers' ring buffers (tracecost/tracers/ebpf.py)
+    call_divisor: int = 1  # 1: each scenario's full calls; QUICK_DIVISOR for --quick
+    wakeup: str = WAKEUPS[0]  # of the eBPF tracers' ring buffers (tracecost/tracers/ebpf.py)
 
     def calls(self, scenario: Scenario) -> int:
         return max(QUICK_MIN_CALLS, scenario.calls // self.call_divisor)
 
 
 def _process_costs(costs) -> dict:
-    return {cost.role: {"cpu_s": cost.cpu_s, "peak_rss_kb": cost.peak_rss_kb, "sleeps": cost.sleeps}
-            for cost in costs}
+    return {cost.role: {"cpu_s": cost.cpu_s, "peak_rss_kb": cost.peak_rss_kb, "sleeps": cost.sleeps} for cost in costs}
 
 
 class DurationSuite(Suite):
@@ -84,11 +84,21 @@ class DurationSuite(Suite):
     listing_noun = "scenarios"
     default_runs = 10
     options = (
-        Option(("-s", "--scenarios"), "scenarios", "Scenario indexes (default: all).", type=CommaList(click.INT),
-               metavar="N [N ...]"),
+        Option(
+            ("-s", "--scenarios"),
+            "scenarios",
+            "Scenario indexes (default: all).",
+            type=CommaList(click.INT),
+            metavar="N [N ...]",
+        ),
         Option(("--quick",), "quick", f"1/{QUICK_DIVISOR} of the calls, for smoke runs.", is_flag=True),
-        Option(("--wakeup",), "wakeup", "Ring-buffer wakeups of the eBPF tracers (kernel and uebpf).",
-               type=click.Choice(WAKEUPS), default=WAKEUPS[0]),
+        Option(
+            ("--wakeup",),
+            "wakeup",
+            "Ring-buffer wakeups of the eBPF tracers (kernel and uebpf).",
+            type=click.Choice(WAKEUPS),
+            default=WAKEUPS[0],
+        ),
     )
 
     def method_names(self) -> tuple[str, ...]:
@@ -100,8 +110,14 @@ class DurationSuite(Suite):
                 scenario_by_index(index)
             except TracecostError as error:
                 raise UsageProblem("-s' / '--scenarios", str(error)) from None
-        return DurationConfig(scenarios=scenarios or [s.index for s in SCENARIOS], methods=methods, runs=runs,
-                              seed=seed, call_divisor=QUICK_DIVISOR if quick else 1, wakeup=wakeup)
+        return DurationConfig(
+            scenarios=scenarios or [s.index for s in SCENARIOS],
+            methods=methods,
+            runs=runs,
+            seed=seed,
+            call_divisor=QUICK_DIVISOR if quick else 1,
+            wakeup=wakeup,
+        )
 
     def listing(self) -> Table:
         table = Table(title="duration scenarios")
@@ -118,9 +134,17 @@ class DurationSuite(Suite):
         groups = []
         for index in config.scenarios:
             scenario = scenario_by_index(index)
-            groups.append(Group(key={"scenario": scenario.index, "scenario_name": scenario.name,
-                                     "work_us": scenario.work_us, "calls": config.calls(scenario)},
-                                label=scenario.name))
+            groups.append(
+                Group(
+                    key={
+                        "scenario": scenario.index,
+                        "scenario_name": scenario.name,
+                        "work_us": scenario.work_us,
+                        "calls": config.calls(scenario),
+                    },
+                    label=scenario.name,
+                )
+            )
         return groups
 
     def methods(self, config: DurationConfig) -> list[Method]:
@@ -137,13 +161,21 @@ class DurationSuite(Suite):
             if captured == 0:
                 raise TracecostError(f"{method.name} captured no event of the {expected} expected")
             if captured + dropped != expected:
-                raise TracecostError(f"{method.name} accounts for {captured} captured + {dropped} dropped events, "
-                                     f"but sample_app made {expected}")
+                raise TracecostError(
+                    f"{method.name} accounts for {captured} captured + {dropped} dropped events, "
+                    f"but sample_app made {expected}"
+                )
         return {
-            "wall_s": run.usage.wall_s, "user_s": run.usage.user_s, "sys_s": run.usage.sys_s,
-            "app_peak_rss_kb": run.app.peak_rss_kb, "app_exit_code": run.usage.exit_code,
-            "ns_per_call": run.app.ns_per_call, "loop_ns": run.app.total_ns,
-            "events_expected": expected, "events_captured": captured, "events_dropped": dropped,
+            "wall_s": run.usage.wall_s,
+            "user_s": run.usage.user_s,
+            "sys_s": run.usage.sys_s,
+            "app_peak_rss_kb": run.app.peak_rss_kb,
+            "app_exit_code": run.usage.exit_code,
+            "ns_per_call": run.app.ns_per_call,
+            "loop_ns": run.app.total_ns,
+            "events_expected": expected,
+            "events_captured": captured,
+            "events_dropped": dropped,
             "trace_bytes": capture.trace_bytes if capture else 0,
             "tracer": _process_costs(capture.costs) if capture else {},
             "tracer_details": capture.details if capture else {},
@@ -161,28 +193,57 @@ class DurationSuite(Suite):
 
     def summary(self, aggregates: list[dict]) -> Table:
         table = Table(title="duration: per-call and whole-application overhead (95% CI)")
-        for column in ("scenario", "method", "n", "ns/call", "abs. overhead ns/call", "per-call %", "app %",
-                       "dropped", "sleeps/call"):
+        for column in (
+            "scenario",
+            "method",
+            "n",
+            "ns/call",
+            "abs. overhead ns/call",
+            "per-call %",
+            "app %",
+            "dropped",
+            "sleeps/call",
+        ):
             table.add_column(column, justify="left" if column in ("scenario", "method") else "right")
         for agg in aggregates:
             ns = agg["ns_per_call"]
-            table.add_row(agg["scenario_name"], agg["method"], str(agg["n"]), _with_ci(ns["mean"], ns),
-                          _with_ci(agg["overhead_ns_per_call"]["value"], agg["overhead_ns_per_call"]),
-                          _with_ci(agg["overhead_per_call_pct"]["value"], agg["overhead_per_call_pct"]),
-                          _with_ci(agg["overhead_app_pct"]["value"], agg["overhead_app_pct"]),
-                          str(agg["events"]["dropped"]), _sleeps(agg["tracer_sleeps_per_call"]))
+            table.add_row(
+                agg["scenario_name"],
+                agg["method"],
+                str(agg["n"]),
+                _with_ci(ns["mean"], ns),
+                _with_ci(agg["overhead_ns_per_call"]["value"], agg["overhead_ns_per_call"]),
+                _with_ci(agg["overhead_per_call_pct"]["value"], agg["overhead_per_call_pct"]),
+                _with_ci(agg["overhead_app_pct"]["value"], agg["overhead_app_pct"]),
+                str(agg["events"]["dropped"]),
+                _sleeps(agg["tracer_sleeps_per_call"]),
+            )
         return table
 
     def run_config(self, seed: int) -> DurationConfig:
         return DurationConfig(runs=RUN_REPETITIONS, seed=seed, call_divisor=RUN_DIVISOR)
 
     def config_record(self, config: DurationConfig) -> dict:
-        return {"scenarios": [{"index": s.index, "name": s.name, "work_us": s.work_us, "calls": config.calls(s),
-                               "represents": s.represents} for s in map(scenario_by_index, config.scenarios)],
-                "methods": config.methods, "runs": config.runs, "seed": config.seed,
-                "quick": config.call_divisor == QUICK_DIVISOR, "call_divisor": config.call_divisor,
-                "ebpf_wakeup": config.wakeup, "ebpf_wakeup_meaning": WAKEUP_MEANING[config.wakeup],
-                "overhead_ci_method": "delta method with Welch-Satterthwaite df (ratios); Welch t (differences)"}
+        return {
+            "scenarios": [
+                {
+                    "index": s.index,
+                    "name": s.name,
+                    "work_us": s.work_us,
+                    "calls": config.calls(s),
+                    "represents": s.represents,
+                }
+                for s in map(scenario_by_index, config.scenarios)
+            ],
+            "methods": config.methods,
+            "runs": config.runs,
+            "seed": config.seed,
+            "quick": config.call_divisor == QUICK_DIVISOR,
+            "call_divisor": config.call_divisor,
+            "ebpf_wakeup": config.wakeup,
+            "ebpf_wakeup_meaning": WAKEUP_MEANING[config.wakeup],
+            "overhead_ci_method": "delta method with Welch-Satterthwaite df (ratios); Welch t (differences)",
+        }
 
 
 def _aggregate(key: dict, method: str, runs: list[dict], baseline: list[dict]) -> dict:
@@ -193,7 +254,9 @@ def _aggregate(key: dict, method: str, runs: list[dict], baseline: list[dict]) -
         return sum(cost[quantity] for cost in run["tracer"].values())
 
     return {
-        **key, "method": method, "n": len(runs),
+        **key,
+        "method": method,
+        "n": len(runs),
         "ns_per_call": stats.summarize(column(runs, "ns_per_call")),
         "wall_s": stats.summarize(column(runs, "wall_s")),
         "user_s": stats.summarize(column(runs, "user_s")),
@@ -202,12 +265,15 @@ def _aggregate(key: dict, method: str, runs: list[dict], baseline: list[dict]) -
         "tracer_cpu_s": stats.summarize([tracer_total(r, "cpu_s") for r in runs]),
         "tracer_peak_rss_kb": stats.summarize([tracer_total(r, "peak_rss_kb") for r in runs]),
         # None for the baseline (no tracer-side process), not 0: nothing was there to sleep.
-        "tracer_sleeps_per_call": None if method == "baseline"
+        "tracer_sleeps_per_call": None
+        if method == "baseline"
         else stats.summarize([tracer_total(r, "sleeps") / key["calls"] for r in runs]),
         "trace_bytes": stats.summarize(column(runs, "trace_bytes")),
-        "events": {"expected": sum(column(runs, "events_expected")),
-                   "captured": sum(column(runs, "events_captured")),
-                   "dropped": sum(column(runs, "events_dropped"))},
+        "events": {
+            "expected": sum(column(runs, "events_expected")),
+            "captured": sum(column(runs, "events_captured")),
+            "dropped": sum(column(runs, "events_dropped")),
+        },
         "overhead_per_call_pct": stats.overhead_percent(column(runs, "ns_per_call"), column(baseline, "ns_per_call")),
         "overhead_app_pct": stats.overhead_percent(column(runs, "wall_s"), column(baseline, "wall_s")),
         "overhead_ns_per_call": stats.difference(column(runs, "ns_per_call"), column(baseline, "ns_per_call")),

@@ -16,20 +16,20 @@ import click
 from rich.table import Table
 
 from tracecost import stats, system
-from tracecost.options import CommaList, Known
 from tracecost.errors import TracecostError
-from tracecost.suites.micro.bench import run_op
-from tracecost.suites.micro import report
-from tracecost.suites.micro.ops import EMPTY_PROBE_OP, HELPER, MAX_OPS_PER_HIT, OPS, op_by_name, with_baselines
-from tracecost.suites.micro.runtimes import RUNTIMES, Runtime
+from tracecost.options import CommaList, Known
 from tracecost.report import fmt
 from tracecost.suites.base import Group, Option, Suite
+from tracecost.suites.micro import report
+from tracecost.suites.micro.bench import run_op
+from tracecost.suites.micro.ops import EMPTY_PROBE_OP, HELPER, MAX_OPS_PER_HIT, OPS, op_by_name, with_baselines
+from tracecost.suites.micro.runtimes import RUNTIMES, Runtime
 
 UNTRACED, KERNEL, UEBPF = "untraced", "kernel", "uebpf"
 DEFAULT_RUNTIMES = (UNTRACED, KERNEL, UEBPF)
 DEFAULT_ITER = 100_000
 DEFAULT_OPS_PER_HIT = 1000
-WARMUP_CALLS = 1000            # untimed calls before the timed ones (at most --iterations)
+WARMUP_CALLS = 1000  # untimed calls before the timed ones (at most --iterations)
 # `tracecost run`: ~1.5 minutes on 2 cores. A run's fixed cost (starting the victim, loading and
 # verifying the programs) dominates at this size, so fewer calls cost little precision per operation.
 RUN_ITER = 10_000
@@ -68,21 +68,43 @@ class MicroSuite(Suite):
     default_runs = 5
     baseline = UNTRACED
     options = (
-        Option(("--ops",), "ops", "Operations (default: all). Helper operations also measure the empty uprobe they "
-               "are measured against.", type=CommaList(Known("operation", OPS)), metavar="OP[,OP...]"),
-        Option(("--iterations",), "iterations", "Timed calls per run, after min(1000, N) warm-up calls.",
-               type=click.IntRange(1, 100_000_000), default=DEFAULT_ITER),
-        Option(("--ops-per-hit",), "ops_per_hit", "Helper calls per probe hit (read, write, map operations); "
-               "costs are reported per call.", type=click.IntRange(1, MAX_OPS_PER_HIT), default=DEFAULT_OPS_PER_HIT),
+        Option(
+            ("--ops",),
+            "ops",
+            "Operations (default: all). Helper operations also measure the empty uprobe they are measured against.",
+            type=CommaList(Known("operation", OPS)),
+            metavar="OP[,OP...]",
+        ),
+        Option(
+            ("--iterations",),
+            "iterations",
+            "Timed calls per run, after min(1000, N) warm-up calls.",
+            type=click.IntRange(1, 100_000_000),
+            default=DEFAULT_ITER,
+        ),
+        Option(
+            ("--ops-per-hit",),
+            "ops_per_hit",
+            "Helper calls per probe hit (read, write, map operations); costs are reported per call.",
+            type=click.IntRange(1, MAX_OPS_PER_HIT),
+            default=DEFAULT_OPS_PER_HIT,
+        ),
     )
 
     def method_names(self) -> tuple[str, ...]:
         return tuple(RUNTIMES)
 
-    def make_config(self, *, methods, runs, seed, ops=None, iterations=DEFAULT_ITER,
-                    ops_per_hit=DEFAULT_OPS_PER_HIT) -> MicroConfig:
-        return MicroConfig(ops=with_baselines(ops) if ops else list(OPS), runtimes=methods, iter=iterations,
-                           runs=runs, ops_per_hit=ops_per_hit, seed=seed)
+    def make_config(
+        self, *, methods, runs, seed, ops=None, iterations=DEFAULT_ITER, ops_per_hit=DEFAULT_OPS_PER_HIT
+    ) -> MicroConfig:
+        return MicroConfig(
+            ops=with_baselines(ops) if ops else list(OPS),
+            runtimes=methods,
+            iter=iterations,
+            runs=runs,
+            ops_per_hit=ops_per_hit,
+            seed=seed,
+        )
 
     def listing(self) -> Table:
         table = Table(title="micro operations")
@@ -97,10 +119,18 @@ class MicroSuite(Suite):
         return report.render(suite, environment)
 
     def groups(self, config: MicroConfig) -> list[Group]:
-        return [Group(key={"op": op.name, "kind": op.kind, "function": op.function,
-                           "ops_per_hit": config.ops_per_hit if op.kind == HELPER else None},
-                      label=op.label)
-                for op in map(op_by_name, with_baselines(config.ops))]
+        return [
+            Group(
+                key={
+                    "op": op.name,
+                    "kind": op.kind,
+                    "function": op.function,
+                    "ops_per_hit": config.ops_per_hit if op.kind == HELPER else None,
+                },
+                label=op.label,
+            )
+            for op in map(op_by_name, with_baselines(config.ops))
+        ]
 
     def methods(self, config: MicroConfig) -> list[Runtime]:
         if UNTRACED not in config.runtimes:
@@ -122,59 +152,97 @@ class MicroSuite(Suite):
             op = op_by_name(group.key["op"])
             for runtime in config.runtimes:
                 mine = [r for r in runs if r["op"] == op.name and r["method"] == runtime]
-                agg = {**group.key, "runtime": runtime, "label": op.label, "n": len(mine),
-                       "ns_per_call": stats.summarize(ns(op.name, runtime, "ns_per_call")),
-                       "median_ns_per_call": stats.summarize(ns(op.name, runtime)),
-                       "calls_per_run": config.warmup + config.iter,
-                       "unsupported": next((r["unsupported"] for r in mine if r["unsupported"]), None),
-                       "helper_results": _summed_results(mine),
-                       "added_ns_per_call": None, "per_op_ns": None, "refused_call_ns": None, "per_op_basis": None,
-                       "speedup_vs_kernel": None}
+                agg = {
+                    **group.key,
+                    "runtime": runtime,
+                    "label": op.label,
+                    "n": len(mine),
+                    "ns_per_call": stats.summarize(ns(op.name, runtime, "ns_per_call")),
+                    "median_ns_per_call": stats.summarize(ns(op.name, runtime)),
+                    "calls_per_run": config.warmup + config.iter,
+                    "unsupported": next((r["unsupported"] for r in mine if r["unsupported"]), None),
+                    "helper_results": _summed_results(mine),
+                    "added_ns_per_call": None,
+                    "per_op_ns": None,
+                    "refused_call_ns": None,
+                    "per_op_basis": None,
+                    "speedup_vs_kernel": None,
+                }
                 if runtime != UNTRACED:
                     agg["added_ns_per_call"] = stats.difference(ns(op.name, runtime), ns(op.name, UNTRACED))
                     agg["per_op_basis"] = PER_OP_BASIS[op.kind]
-                    cost = (stats.difference(ns(op.name, runtime), ns(EMPTY_PROBE_OP, runtime),
-                                                    config.ops_per_hit)
-                            if op.kind == HELPER else agg["added_ns_per_call"])
+                    cost = (
+                        stats.difference(ns(op.name, runtime), ns(EMPTY_PROBE_OP, runtime), config.ops_per_hit)
+                        if op.kind == HELPER
+                        else agg["added_ns_per_call"]
+                    )
                     # A call the runtime refuses is no operation: its cost is kept apart, never as per_op_ns.
                     agg["refused_call_ns" if agg["unsupported"] else "per_op_ns"] = cost
                 aggregates.append(agg)
-            _add_speedups(aggregates[-len(config.runtimes):], op.kind, ns(op.name, UNTRACED))
+            _add_speedups(aggregates[-len(config.runtimes) :], op.kind, ns(op.name, UNTRACED))
         return aggregates
 
     def summary(self, aggregates: list[dict]) -> Table:
         table = Table(title="micro: time per call and cost per operation (ns, ±95% CI)")
         for column in ("operation", "runtime", "n", "median ns/call", "per operation", "helper results"):
-            table.add_column(column, justify="left" if column in ("operation", "runtime", "helper results")
-                             else "right")
+            table.add_column(
+                column, justify="left" if column in ("operation", "runtime", "helper results") else "right"
+            )
         for agg in aggregates:
-            table.add_row(agg["op"], agg["runtime"], str(agg["n"]), fmt.with_ci(agg["median_ns_per_call"], key="mean"),
-                          per_op_text(agg), results_text(agg))
+            table.add_row(
+                agg["op"],
+                agg["runtime"],
+                str(agg["n"]),
+                fmt.with_ci(agg["median_ns_per_call"], key="mean"),
+                per_op_text(agg),
+                results_text(agg),
+            )
         return table
 
     def run_config(self, seed: int) -> MicroConfig:
-        return MicroConfig(iter=RUN_ITER, runs=RUN_REPETITIONS, seed=seed,
-                           size=f"tracecost run's size (~1.5 minutes on 2 cores): {RUN_ITER:,} timed calls per run "
-                                f"instead of the micro command's {DEFAULT_ITER:,}, {RUN_REPETITIONS} runs")
+        return MicroConfig(
+            iter=RUN_ITER,
+            runs=RUN_REPETITIONS,
+            seed=seed,
+            size=f"tracecost run's size (~1.5 minutes on 2 cores): {RUN_ITER:,} timed calls per run "
+            f"instead of the micro command's {DEFAULT_ITER:,}, {RUN_REPETITIONS} runs",
+        )
 
     def config_record(self, config: MicroConfig) -> dict:
         ops = [op_by_name(name) for name in with_baselines(config.ops)]
-        return {"ops": [{"name": op.name, "label": op.label, "kind": op.kind, "function": op.function,
-                         "programs": list(op.programs), "refill": op.refill, "prefill": op.prefill} for op in ops],
-                "runtimes": config.runtimes, "iter": config.iter, "warmup": config.warmup,
-                "ops_per_hit": config.ops_per_hit, "runs": config.runs, "seed": config.seed, "size": config.size,
-                "kernel_lockdown": system.kernel_lockdown(),
-                "timing": "each call timed on its own (CLOCK_MONOTONIC before and after); untraced ns/call is "
-                          "the call plus one clock read; a run's median is that of its timed calls, from a "
-                          "log-linear histogram (at most 3.1% above the true median), its mean the exact total "
-                          "over the calls",
-                "maps": "array, hash (preallocated), per-CPU array, per-CPU hash: u32 key, u64 value, "
-                        f"{config.ops_per_hit} keys touched per hit (keys 0..ops_per_hit-1)",
-                "hash_delete": "refill between hits: after every timed call the victim calls __bench_refill "
-                               "untimed, where the same runtime re-inserts the deleted keys; hash maps are "
-                               "prefilled, so every lookup finds, every update replaces, every delete deletes",
-                "per_op_basis": PER_OP_BASIS,
-                "speedup": "kernel per-op cost / runtime per-op cost, 95% CI by the delta method"}
+        return {
+            "ops": [
+                {
+                    "name": op.name,
+                    "label": op.label,
+                    "kind": op.kind,
+                    "function": op.function,
+                    "programs": list(op.programs),
+                    "refill": op.refill,
+                    "prefill": op.prefill,
+                }
+                for op in ops
+            ],
+            "runtimes": config.runtimes,
+            "iter": config.iter,
+            "warmup": config.warmup,
+            "ops_per_hit": config.ops_per_hit,
+            "runs": config.runs,
+            "seed": config.seed,
+            "size": config.size,
+            "kernel_lockdown": system.kernel_lockdown(),
+            "timing": "each call timed on its own (CLOCK_MONOTONIC before and after); untraced ns/call is "
+            "the call plus one clock read; a run's median is that of its timed calls, from a "
+            "log-linear histogram (at most 3.1% above the true median), its mean the exact total "
+            "over the calls",
+            "maps": "array, hash (preallocated), per-CPU array, per-CPU hash: u32 key, u64 value, "
+            f"{config.ops_per_hit} keys touched per hit (keys 0..ops_per_hit-1)",
+            "hash_delete": "refill between hits: after every timed call the victim calls __bench_refill "
+            "untimed, where the same runtime re-inserts the deleted keys; hash maps are "
+            "prefilled, so every lookup finds, every update replaces, every delete deletes",
+            "per_op_basis": PER_OP_BASIS,
+            "speedup": "kernel per-op cost / runtime per-op cost, 95% CI by the delta method",
+        }
 
 
 def _summed_results(runs: list[dict]) -> dict[str, dict[str, int]]:
@@ -207,6 +275,7 @@ def per_op_text(agg: dict) -> str:
 
 
 def results_text(agg: dict) -> str:
-    return "; ".join(f"{program}: " + ", ".join(f"{code} {calls:,}" for code, calls in by_code.items())
-                     for program, by_code in agg["helper_results"].items())
-
+    return "; ".join(
+        f"{program}: " + ", ".join(f"{code} {calls:,}" for code, calls in by_code.items())
+        for program, by_code in agg["helper_results"].items()
+    )

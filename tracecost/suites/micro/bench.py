@@ -18,15 +18,15 @@ from pathlib import Path
 
 from tracecost.errors import TracecostError
 from tracecost.latency import summarize_histogram
+from tracecost.procs import Child, json_fields, started
 from tracecost.suites.micro.ops import HELPER, Op
 from tracecost.suites.micro.runtimes import Counts, Runtime, victim_binary
-from tracecost.procs import Child, json_fields, started
 
 READY_TIMEOUT_S = 30
 VICTIM_TIMEOUT_S = 3600
-BUFFER_BYTES = 32                            # workloads/microbench BUFFER_BYTES = probes/micro.h MICRO_BUFFER_BYTES
+BUFFER_BYTES = 32  # workloads/microbench BUFFER_BYTES = probes/micro.h MICRO_BUFFER_BYTES
 UNTOUCHED_BUFFER = "00" * BUFFER_BYTES
-WRITTEN_BUFFER = "a5" * BUFFER_BYTES         # probes/micro.h MICRO_WRITE_BYTE
+WRITTEN_BUFFER = "a5" * BUFFER_BYTES  # probes/micro.h MICRO_WRITE_BYTE
 
 
 @dataclass(frozen=True)
@@ -36,34 +36,52 @@ class VictimResult:
     warmup: int
     total_ns: int
     ns_per_call: float
-    median_ns: int          # of the timed calls, from the victim's histogram (within 3.1%, never below)
+    median_ns: int  # of the timed calls, from the victim's histogram (within 3.1%, never below)
     buffer: str
 
 
 def parse_victim_output(text: str) -> VictimResult:
     """microbench prints one JSON line per function; a run times exactly one."""
+
     def victim_result(fields: dict) -> VictimResult:
         call_ns = fields["call_ns"]
         if call_ns["count"] != int(fields["iter"]):
             raise TracecostError(f"microbench timed {call_ns['count']} calls, not its {fields['iter']} iterations")
-        return VictimResult(function=str(fields["function"]), iter=int(fields["iter"]), warmup=int(fields["warmup"]),
-                            total_ns=int(fields["total_ns"]), ns_per_call=float(fields["ns_per_call"]),
-                            median_ns=summarize_histogram(call_ns)["p50"], buffer=str(fields["buffer"]))
+        return VictimResult(
+            function=str(fields["function"]),
+            iter=int(fields["iter"]),
+            warmup=int(fields["warmup"]),
+            total_ns=int(fields["total_ns"]),
+            ns_per_call=float(fields["ns_per_call"]),
+            median_ns=summarize_histogram(call_ns)["p50"],
+            buffer=str(fields["buffer"]),
+        )
+
     return json_fields(text, "microbench", victim_result)
 
 
 def run_op(op: Op, runtime: Runtime, workdir: Path, iterations: int, warmup: int, ops_per_hit: int) -> dict:
-    argv = [str(victim_binary()), "--call", op.function, "--iter", str(iterations), "--warmup", str(warmup),
-            "--wait-go"]
+    argv = [
+        str(victim_binary()),
+        "--call",
+        op.function,
+        "--iter",
+        str(iterations),
+        "--warmup",
+        str(warmup),
+        "--wait-go",
+    ]
     environments = runtime.environments()
     with contextlib.ExitStack() as stack:
         # The kernel attaches to the running victim (by its pid); uebpf's uprobes before it starts
         # (the agent installs its hooks at start-up). Either way the victim waits for SIGUSR1.
-        attachment = (stack.enter_context(runtime.attached(op, None, workdir, ops_per_hit, environments))
-                      if runtime.attaches_before_start(op) else None)
+        attachment = (
+            stack.enter_context(runtime.attached(op, None, workdir, ops_per_hit, environments))
+            if runtime.attaches_before_start(op)
+            else None
+        )
         env = {**os.environ, **environments.target}
-        victim = stack.enter_context(started(lambda: Child(argv, stderr_path=workdir / "microbench.stderr",
-                                                           env=env)))
+        victim = stack.enter_context(started(lambda: Child(argv, stderr_path=workdir / "microbench.stderr", env=env)))
         victim.wait_for_line("READY", READY_TIMEOUT_S)
         if attachment is None:
             attachment = stack.enter_context(runtime.attached(op, victim.pid, workdir, ops_per_hit, environments))
@@ -71,22 +89,35 @@ def run_op(op: Op, runtime: Runtime, workdir: Path, iterations: int, warmup: int
         usage = victim.wait(timeout_s=VICTIM_TIMEOUT_S)
         stdout = victim.read_stdout()
     if usage.timed_out or usage.exit_code != 0:
-        reason = f"did not finish within {VICTIM_TIMEOUT_S} s" if usage.timed_out else \
-            f"failed with exit status {usage.exit_code}: {victim.error_line() or 'no message'}"
+        reason = (
+            f"did not finish within {VICTIM_TIMEOUT_S} s"
+            if usage.timed_out
+            else f"failed with exit status {usage.exit_code}: {victim.error_line() or 'no message'}"
+        )
         raise TracecostError(f"microbench under {runtime.name} {reason}")
     result = parse_victim_output(stdout)
     if (result.function, result.iter, result.warmup) != (op.function, iterations, warmup):
-        raise TracecostError(f"microbench ran {result.function} {result.warmup}+{result.iter} times, "
-                             f"{op.function} {warmup}+{iterations} were asked for")
-    record = {"ns_per_call": result.ns_per_call, "median_ns_per_call": result.median_ns,
-              "total_ns": result.total_ns, "iter": iterations,
-              "warmup_calls": warmup, "calls": warmup + iterations, "victim_cpu_s": usage.cpu_s}
+        raise TracecostError(
+            f"microbench ran {result.function} {result.warmup}+{result.iter} times, "
+            f"{op.function} {warmup}+{iterations} were asked for"
+        )
+    record = {
+        "ns_per_call": result.ns_per_call,
+        "median_ns_per_call": result.median_ns,
+        "total_ns": result.total_ns,
+        "iter": iterations,
+        "warmup_calls": warmup,
+        "calls": warmup + iterations,
+        "victim_cpu_s": usage.cpu_s,
+    }
     if attachment.counts is None:
         if result.buffer != UNTOUCHED_BUFFER:
             raise TracecostError("something wrote into the untraced victim's buffer: a probe is still attached")
         return {**record, "hits": {}, "helper_results": {}, "unsupported": None, "loader": None}
-    return {**record, **checked_counts(op, runtime.name, attachment.counts, warmup + iterations, ops_per_hit,
-                                       result.buffer)}
+    return {
+        **record,
+        **checked_counts(op, runtime.name, attachment.counts, warmup + iterations, ops_per_hit, result.buffer),
+    }
 
 
 def checked_counts(op: Op, runtime: str, counts: Counts, calls: int, ops_per_hit: int, buffer: str) -> dict:
@@ -95,8 +126,10 @@ def checked_counts(op: Op, runtime: str, counts: Counts, calls: int, ops_per_hit
     for program in attached:
         ran = counts.hits.get(program, 0)
         if ran != calls:
-            raise TracecostError(f"{runtime}: program {program} ran {ran:,} times, but the victim made {calls:,} "
-                                 f"calls (warm-up included) to its probe site")
+            raise TracecostError(
+                f"{runtime}: program {program} ran {ran:,} times, but the victim made {calls:,} "
+                f"calls (warm-up included) to its probe site"
+            )
     stray = {program: n for program, n in counts.hits.items() if n and program not in attached}
     if stray:
         raise TracecostError(f"{runtime}: programs that were not attached ran: {stray}")
@@ -107,21 +140,30 @@ def checked_counts(op: Op, runtime: str, counts: Counts, calls: int, ops_per_hit
             results = counts.results.get(program, {})
             made = sum(results.values())
             if made != calls * ops_per_hit:
-                raise TracecostError(f"{runtime}: program {program} made {made:,} helper calls, not {calls:,} "
-                                     f"hits x {ops_per_hit} per hit")
+                raise TracecostError(
+                    f"{runtime}: program {program} made {made:,} helper calls, not {calls:,} "
+                    f"hits x {ops_per_hit} per hit"
+                )
             failures = {code: n for code, n in results.items() if code != "ok"}
-            refused_by_design = (op.may_be_unsupported and program in op.programs and len(failures) == 1
-                                 and "ok" not in results)
+            refused_by_design = (
+                op.may_be_unsupported and program in op.programs and len(failures) == 1 and "ok" not in results
+            )
             if refused_by_design:
                 unsupported = next(iter(failures))
             elif failures:
                 listed = ", ".join(f"{n:,} returned {code}" for code, n in failures.items())
-                raise TracecostError(f"{runtime}: of {made:,} helper calls by {program}, {listed}; "
-                                     "each one must succeed")
+                raise TracecostError(
+                    f"{runtime}: of {made:,} helper calls by {program}, {listed}; each one must succeed"
+                )
             helper_results[program] = results
     if op.writes_user_memory and buffer != WRITTEN_BUFFER:
-        raise TracecostError(f"{runtime}: bpf_probe_write_user reported success, but the victim's buffer does "
-                             "not hold what it wrote")
-    return {"hits": {program: counts.hits[program] for program in attached}, "helper_results": helper_results,
-            "unsupported": unsupported, "syscalls_seen": counts.syscalls_seen,
-            "loader": {"cpu_s": counts.loader_cpu_s, "peak_rss_kb": counts.loader_peak_rss_kb}}
+        raise TracecostError(
+            f"{runtime}: bpf_probe_write_user reported success, but the victim's buffer does not hold what it wrote"
+        )
+    return {
+        "hits": {program: counts.hits[program] for program in attached},
+        "helper_results": helper_results,
+        "unsupported": unsupported,
+        "syscalls_seen": counts.syscalls_seen,
+        "loader": {"cpu_s": counts.loader_cpu_s, "peak_rss_kb": counts.loader_peak_rss_kb},
+    }

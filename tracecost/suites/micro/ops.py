@@ -1,6 +1,6 @@
 """The operations of the micro-benchmarks: which victim function, which programs, how to count.
 
-Function names are workloads/microbench's (seed 002's names); program names are
+Function names are workloads/microbench's ; program names are
 probes/micro.bpf.c's. Three kinds of operation:
   probe    the cost of the probe itself: traced minus untraced time per call
   helper   a helper called ops_per_hit times per hit: (time per call minus the
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from tracecost.errors import TracecostError
 
 PROBE, HELPER, SYSCALL = "probe", "helper", "syscall"
-MAX_OPS_PER_HIT = 1000            # probes/micro.h MICRO_MAX_OPS_PER_HIT
+MAX_OPS_PER_HIT = 1000  # probes/micro.h MICRO_MAX_OPS_PER_HIT
 REFILL_FUNCTION = "__bench_refill"
 # Helper operations are measured against this operation's time per call.
 EMPTY_PROBE_OP = "uprobe"
@@ -26,10 +26,10 @@ class Op:
     name: str
     label: str
     kind: str
-    function: str                   # the victim function timed
-    programs: tuple[str, ...]       # attached to `function` (tracepoint programs: to their tracepoint)
-    refill: str | None = None       # attached to REFILL_FUNCTION, run untimed between timed calls
-    prefill: str | None = None      # hash map the loader fills with keys 0..ops_per_hit-1 before attaching
+    function: str  # the victim function timed
+    programs: tuple[str, ...]  # attached to `function` (tracepoint programs: to their tracepoint)
+    refill: str | None = None  # attached to REFILL_FUNCTION, run untimed between timed calls
+    prefill: str | None = None  # hash map the loader fills with keys 0..ops_per_hit-1 before attaching
     # The kernel refuses this operation by design (array maps cannot delete): every call failing
     # with one errno is a result ("not supported"), not a broken run.
     may_be_unsupported: bool = False
@@ -43,26 +43,42 @@ class Op:
 def _map_ops(map_name: str, label: str, function_stem: str, hashed: bool) -> list[Op]:
     def op(action: str, **extra) -> Op:
         name = f"{map_name}_{action}"
-        return Op(name, f"{label} {action}", HELPER, f"__bench_{function_stem}_map_{action}", (name,),
-                  prefill=map_name if hashed else None, **extra)
-    delete = (dict(refill=f"{map_name}_refill") if hashed else dict(may_be_unsupported=True))
+        return Op(
+            name,
+            f"{label} {action}",
+            HELPER,
+            f"__bench_{function_stem}_map_{action}",
+            (name,),
+            prefill=map_name if hashed else None,
+            **extra,
+        )
+
+    delete = dict(refill=f"{map_name}_refill") if hashed else dict(may_be_unsupported=True)
     return [op("update"), op("lookup"), op("delete", **delete)]
 
 
-OPS: dict[str, Op] = {op.name: op for op in [
-    Op("uprobe", "Empty uprobe", PROBE, "__bench_uprobe", ("empty_uprobe",)),
-    Op("uretprobe", "Empty uretprobe", PROBE, "__bench_uretprobe", ("empty_uretprobe",)),
-    Op("uprobe_uretprobe", "Empty uprobe + uretprobe", PROBE, "__bench_uprobe_uretprobe",
-       ("empty_uprobe", "empty_uretprobe")),
-    Op("read", "bpf_probe_read_user (32 B)", HELPER, "__bench_read", ("probe_read",)),
-    Op("write", "bpf_probe_write_user (32 B)", HELPER, "__bench_write", ("probe_write",), writes_user_memory=True),
-    *_map_ops("array", "Array map", "array", hashed=False),
-    *_map_ops("hash", "Hash map", "hash", hashed=True),
-    *_map_ops("percpu_array", "Per-CPU array map", "per_cpu_array", hashed=False),
-    *_map_ops("percpu_hash", "Per-CPU hash map", "per_cpu_hash", hashed=True),
-    Op("syscall_pid", "Syscall tracepoint, own PID", SYSCALL, "__bench_syscall", ("sys_enter_pid",)),
-    Op("syscall_all", "Syscall tracepoint, every process", SYSCALL, "__bench_syscall", ("sys_enter_all",)),
-]}
+OPS: dict[str, Op] = {
+    op.name: op
+    for op in [
+        Op("uprobe", "Empty uprobe", PROBE, "__bench_uprobe", ("empty_uprobe",)),
+        Op("uretprobe", "Empty uretprobe", PROBE, "__bench_uretprobe", ("empty_uretprobe",)),
+        Op(
+            "uprobe_uretprobe",
+            "Empty uprobe + uretprobe",
+            PROBE,
+            "__bench_uprobe_uretprobe",
+            ("empty_uprobe", "empty_uretprobe"),
+        ),
+        Op("read", "bpf_probe_read_user (32 B)", HELPER, "__bench_read", ("probe_read",)),
+        Op("write", "bpf_probe_write_user (32 B)", HELPER, "__bench_write", ("probe_write",), writes_user_memory=True),
+        *_map_ops("array", "Array map", "array", hashed=False),
+        *_map_ops("hash", "Hash map", "hash", hashed=True),
+        *_map_ops("percpu_array", "Per-CPU array map", "per_cpu_array", hashed=False),
+        *_map_ops("percpu_hash", "Per-CPU hash map", "per_cpu_hash", hashed=True),
+        Op("syscall_pid", "Syscall tracepoint, own PID", SYSCALL, "__bench_syscall", ("sys_enter_pid",)),
+        Op("syscall_all", "Syscall tracepoint, every process", SYSCALL, "__bench_syscall", ("sys_enter_all",)),
+    ]
+}
 
 
 def op_by_name(name: str) -> Op:

@@ -1,4 +1,5 @@
-"""Report section of the probe micro-benchmarks (seed 002's table, seed 004's summary and detail tables)."""
+"""Report section of the probe micro-benchmarks: a summary table (kernel vs uebpf per operation) and the
+detail tables."""
 
 from __future__ import annotations
 
@@ -8,12 +9,17 @@ from tracecost.report.model import Chart, Section, TableBlock
 
 UNTRACED, KERNEL = "untraced", "kernel"
 NOT_MEASURED = "not measured yet"
-COMPARED_BY_DEFAULT = ("uebpf",)   # the userspace runtime's column is there before its data is
+COMPARED_BY_DEFAULT = ("uebpf",)  # the userspace runtime's column is there before its data is
 RUNTIME_NOUNS = {KERNEL: "the kernel"}
-SYSCALL_SCOPES = {"syscall_pid": "when it returns at once for other processes",
-                  "syscall_all": "when it counts every process's system calls"}
-SHORT_BASIS = {"probe": "traced − untraced median", "syscall": "traced − untraced median",
-               "helper": "(call − empty uprobe median) ÷ ops per hit"}
+SYSCALL_SCOPES = {
+    "syscall_pid": "when it returns at once for other processes",
+    "syscall_all": "when it counts every process's system calls",
+}
+SHORT_BASIS = {
+    "probe": "traced − untraced median",
+    "syscall": "traced − untraced median",
+    "helper": "(call − empty uprobe median) ÷ ops per hit",
+}
 
 
 def runtime_noun(runtime: str) -> str:
@@ -50,8 +56,14 @@ def _series(table: dict, ops: list[str], runtimes: list[str], metric: str, key: 
     out = []
     for runtime in runtimes:
         values = [_drawable(_cell(table, op, runtime), metric) for op in ops]
-        out.append(Series(runtime, [v.get(key) for v in values], [v.get("ci95_low") for v in values],
-                          [v.get("ci95_high") for v in values]))
+        out.append(
+            Series(
+                runtime,
+                [v.get(key) for v in values],
+                [v.get("ci95_low") for v in values],
+                [v.get("ci95_high") for v in values],
+            )
+        )
     return out
 
 
@@ -60,38 +72,59 @@ def findings(config: dict, table: dict, traced: list[str], suite: dict) -> list[
     out = []
     for runtime in traced:
         name = style.label(runtime)
-        probes = [(op, _cell(table, op, runtime).get("per_op_ns")) for op in ("uprobe", "uretprobe", "uprobe_uretprobe")
-                  if op in ops]
-        measured = [f"{ops[op]['label'].lower()} {fmt.with_ci(est, digits=0)} ns" for op, est in probes
-                    if est and est.get("value") is not None]
+        probes = [
+            (op, _cell(table, op, runtime).get("per_op_ns"))
+            for op in ("uprobe", "uretprobe", "uprobe_uretprobe")
+            if op in ops
+        ]
+        measured = [
+            f"{ops[op]['label'].lower()} {fmt.with_ci(est, digits=0)} ns"
+            for op, est in probes
+            if est and est.get("value") is not None
+        ]
         if measured:
             out.append(f"{name}, per call: {'; '.join(measured)} (each minus the untraced call).")
         syscalls = [(op, _cell(table, op, runtime).get("per_op_ns")) for op in SYSCALL_SCOPES if op in ops]
-        parts = [f"{fmt.with_ci(est, digits=0)} ns {SYSCALL_SCOPES[op]}" for op, est in syscalls
-                 if est and est.get("value") is not None]
+        parts = [
+            f"{fmt.with_ci(est, digits=0)} ns {SYSCALL_SCOPES[op]}"
+            for op, est in syscalls
+            if est and est.get("value") is not None
+        ]
         if parts:
-            out.append(f"{name}: an empty sys_enter tracepoint program adds {' and '.join(parts)} to a getppid() "
-                       "system call.")
+            out.append(
+                f"{name}: an empty sys_enter tracepoint program adds {' and '.join(parts)} to a getppid() system call."
+            )
         helpers = [(op, _cell(table, op, runtime)) for op in ops if ops[op]["kind"] == "helper"]
-        costs = [(op, agg["per_op_ns"]["value"]) for op, agg in helpers
-                 if _drawable(agg, "per_op_ns").get("value") is not None]
+        costs = [
+            (op, agg["per_op_ns"]["value"])
+            for op, agg in helpers
+            if _drawable(agg, "per_op_ns").get("value") is not None
+        ]
         if costs:
             cheapest, dearest = min(costs, key=lambda c: c[1]), max(costs, key=lambda c: c[1])
-            out.append(f"{name}: per helper call, from {cheapest[1]:,.1f} ns ({ops[cheapest[0]]['label']}) to "
-                       f"{dearest[1]:,.1f} ns ({ops[dearest[0]]['label']}), with the probe's own cost subtracted.")
+            out.append(
+                f"{name}: per helper call, from {cheapest[1]:,.1f} ns ({ops[cheapest[0]]['label']}) to "
+                f"{dearest[1]:,.1f} ns ({ops[dearest[0]]['label']}), with the probe's own cost subtracted."
+            )
         refused = [(op, agg["unsupported"]) for op, agg in helpers if agg.get("unsupported")]
         if refused:
             listed = " and ".join(f"{ops[op]['label']} ({code})" for op, code in refused)
-            out.append(f"Not supported by {runtime_noun(runtime)}: {listed}. Every call failed with that error "
-                       "(counted BPF-side): these are not deletes, and no cost per delete is reported.")
+            out.append(
+                f"Not supported by {runtime_noun(runtime)}: {listed}. Every call failed with that error "
+                "(counted BPF-side): these are not deletes, and no cost per delete is reported."
+            )
     for cell in suite.get("unavailable", []):
         op = cell.get("op")  # the schema requires only method and reason of an unavailable cell
-        out.append(f"{ops.get(op, {}).get('label', op or 'an operation')} was not measured on "
-                   f"{runtime_noun(cell['method'])}: {cell['reason']}.")
+        out.append(
+            f"{ops.get(op, {}).get('label', op or 'an operation')} was not measured on "
+            f"{runtime_noun(cell['method'])}: {cell['reason']}."
+        )
     for runtime in COMPARED_BY_DEFAULT:
         if runtime not in config["runtimes"]:
-            out.append(f"The {style.label(runtime)} column is {NOT_MEASURED}: these results hold no "
-                       f"{style.label(runtime)} runs.")
+            out.append(
+                f"The {style.label(runtime)} column is {NOT_MEASURED}: these results hold no "
+                f"{style.label(runtime)} runs."
+            )
     if suite["failures"]:
         out.append(f"{len(suite['failures'])} run(s) failed and are left out of every figure (see results.json).")
     return out
@@ -111,27 +144,49 @@ def render(suite: dict, environment: dict) -> Section:
 
     charts = []
     if probe_ops:
-        charts.append(Chart(
-            "Probe and tracepoint cost per call",
-            _bars("Cost per call: probe or tracepoint (ns)", probe_ops,
-                  _series(table, probe_ops, traced, "per_op_ns", "value"), "ns added per call (log)"),
-            f"The runtime's median ns per call minus the untraced median ns per call of the same victim function "
-            f"(medians of each run's calls: a preemption moves a mean, not a median). {CI_NOTE} (Welch t)"))
+        charts.append(
+            Chart(
+                "Probe and tracepoint cost per call",
+                _bars(
+                    "Cost per call: probe or tracepoint (ns)",
+                    probe_ops,
+                    _series(table, probe_ops, traced, "per_op_ns", "value"),
+                    "ns added per call (log)",
+                ),
+                f"The runtime's median ns per call minus the untraced median ns per call of the same victim function "
+                f"(medians of each run's calls: a preemption moves a mean, not a median). {CI_NOTE} (Welch t)",
+            )
+        )
     if helper_ops:
-        charts.append(Chart(
-            "Helper and map operation cost",
-            _bars("Cost per helper call (ns)", helper_ops, _series(table, helper_ops, traced, "per_op_ns", "value"),
-                  "ns per helper call (log)"),
-            f"(median ns per call - the same runtime's empty-uprobe median) / {config['ops_per_hit']} helper calls per "
-            f"hit; it includes the program's loop and the tally of each return code. Operations a runtime refuses "
-            f"(array deletes: EINVAL) are not drawn. {CI_NOTE} (Welch t) Values at or below 0 cannot be drawn on a "
-            "log axis; the tables have them."))
-    charts.append(Chart(
-        "Time per call",
-        _bars("Victim time per call (ns)", ops, _series(table, ops, runtimes, "median_ns_per_call", "mean"),
-              "median ns per call (log)"),
-        f"As the victim measured it: mean over runs of each run's median of {config['iter']:,} timed calls. Each "
-        f"call is timed on its own, so untraced it is the call plus one clock read. {CI_NOTE}"))
+        charts.append(
+            Chart(
+                "Helper and map operation cost",
+                _bars(
+                    "Cost per helper call (ns)",
+                    helper_ops,
+                    _series(table, helper_ops, traced, "per_op_ns", "value"),
+                    "ns per helper call (log)",
+                ),
+                "(median ns per call - the same runtime's empty-uprobe median) / "
+                f"{config['ops_per_hit']} helper calls per "
+                f"hit; it includes the program's loop and the tally of each return code. Operations a runtime refuses "
+                f"(array deletes: EINVAL) are not drawn. {CI_NOTE} (Welch t) Values at or below 0 cannot be drawn on a "
+                "log axis; the tables have them.",
+            )
+        )
+    charts.append(
+        Chart(
+            "Time per call",
+            _bars(
+                "Victim time per call (ns)",
+                ops,
+                _series(table, ops, runtimes, "median_ns_per_call", "mean"),
+                "median ns per call (log)",
+            ),
+            f"As the victim measured it: mean over runs of each run's median of {config['iter']:,} timed calls. Each "
+            f"call is timed on its own, so untraced it is the call plus one clock read. {CI_NOTE}",
+        )
+    )
 
     compared = [r for r in runtimes if r not in (UNTRACED, KERNEL)] or list(COMPARED_BY_DEFAULT)
     summary_columns = ["Operation", "Measured as", "Ops per hit", "Kernel (ns/op)"]
@@ -140,8 +195,12 @@ def render(suite: dict, environment: dict) -> Section:
     summary_rows = []
     for op in ops:
         kernel = _cell(table, op, KERNEL)
-        row = [labels[op], SHORT_BASIS.get(kind[op], "–"), str(kernel.get("ops_per_hit") or 1),
-               per_op_cell(kernel, unavailable)]
+        row = [
+            labels[op],
+            SHORT_BASIS.get(kind[op], "–"),
+            str(kernel.get("ops_per_hit") or 1),
+            per_op_cell(kernel, unavailable),
+        ]
         for runtime in compared:
             other = _cell(table, op, runtime)
             speedup = other.get("speedup_vs_kernel") or {}
@@ -150,8 +209,21 @@ def render(suite: dict, environment: dict) -> Section:
             row += [per_op_cell(other, unavailable), shown if other else NOT_MEASURED]
         summary_rows.append(row)
 
-    detail_columns = ["Operation", "Runtime", "n", "Median call (ns)", "Min", "Max", "SD", "±95% CI", "Mean call (ns)",
-                      "Added vs untraced (ns/call)", "Per operation (ns)", "Hits per run", "Helper return codes"]
+    detail_columns = [
+        "Operation",
+        "Runtime",
+        "n",
+        "Median call (ns)",
+        "Min",
+        "Max",
+        "SD",
+        "±95% CI",
+        "Mean call (ns)",
+        "Added vs untraced (ns/call)",
+        "Per operation (ns)",
+        "Hits per run",
+        "Helper return codes",
+    ]
     detail_rows = []
     for op in ops:
         for runtime in runtimes:
@@ -159,30 +231,56 @@ def render(suite: dict, environment: dict) -> Section:
             if not agg:
                 continue
             ns = agg["median_ns_per_call"]
-            detail_rows.append([
-                labels[op], style.label(runtime), str(agg["n"]), fmt.number(ns["mean"]), fmt.number(ns["min"]),
-                fmt.number(ns["max"]), fmt.number(ns["sd"]), fmt.ci_half(ns), fmt.with_ci(agg["ns_per_call"], key="mean"),
-                fmt.with_ci(agg["added_ns_per_call"]) if agg["added_ns_per_call"] else "–",
-                "–" if runtime == UNTRACED else per_op_cell(agg, unavailable),
-                "–" if runtime == UNTRACED else f"{fmt.count(agg.get('calls_per_run'))} per program",
-                "; ".join(f"{program}: " + ", ".join(f"{code} {calls:,}" for code, calls in codes.items())
-                          for program, codes in agg["helper_results"].items()) or "–"])
-    note = (f"{config['runs']} measured runs per cell after a discarded warm-up run, runtimes in a seeded random order "
-            f"(seed {config['seed']}); each run: {config['warmup']:,} warm-up calls, then {config['iter']:,} timed "
-            f"calls. Median call: the mean over runs of each run's median call (min, max, SD over runs); mean "
-            f"call: of each run's mean. SD: sample standard deviation over runs; ±: 95% CI of the mean "
-            f"(t-distribution); per-operation CIs by Welch's t, speedups by the delta method. Every traced run's programs ran exactly once per call "
-            f"(warm-up included), counted BPF-side, or the run failed. Hash deletes: {config.get('hash_delete', 'not recorded')}. "
-            f"Size: {config['size']}.")
+            detail_rows.append(
+                [
+                    labels[op],
+                    style.label(runtime),
+                    str(agg["n"]),
+                    fmt.number(ns["mean"]),
+                    fmt.number(ns["min"]),
+                    fmt.number(ns["max"]),
+                    fmt.number(ns["sd"]),
+                    fmt.ci_half(ns),
+                    fmt.with_ci(agg["ns_per_call"], key="mean"),
+                    fmt.with_ci(agg["added_ns_per_call"]) if agg["added_ns_per_call"] else "–",
+                    "–" if runtime == UNTRACED else per_op_cell(agg, unavailable),
+                    "–" if runtime == UNTRACED else f"{fmt.count(agg.get('calls_per_run'))} per program",
+                    "; ".join(
+                        f"{program}: " + ", ".join(f"{code} {calls:,}" for code, calls in codes.items())
+                        for program, codes in agg["helper_results"].items()
+                    )
+                    or "–",
+                ]
+            )
+    note = (
+        f"{config['runs']} measured runs per cell after a discarded warm-up run, runtimes in a seeded random order "
+        f"(seed {config['seed']}); each run: {config['warmup']:,} warm-up calls, then {config['iter']:,} timed "
+        f"calls. Median call: the mean over runs of each run's median call (min, max, SD over runs); mean "
+        f"call: of each run's mean. SD: sample standard deviation over runs; ±: 95% CI of the mean "
+        "(t-distribution); per-operation CIs by Welch's t, speedups by the delta method. "
+        "Every traced run's programs ran exactly once per call "
+        "(warm-up included), counted BPF-side, or the run failed. "
+        f"Hash deletes: {config.get('hash_delete', 'not recorded')}. "
+        f"Size: {config['size']}."
+    )
     return Section(
-        suite="micro", title="Probe micro-benchmarks",
-        intro="What one probe, one helper call and one map operation cost, per runtime (seed 002). The victim "
-              "(microbench) times noinline functions; each runtime attaches one operation's programs to it. "
-              "Probe and syscall costs are the traced minus the untraced time per call; helper and map costs "
-              f"are measured {config['ops_per_hit']} calls per hit and reported per call, with the empty uprobe's "
-              "cost subtracted. The kernel cannot attach a tracepoint program to one process: \"own PID\" "
-              "means the program returns at once for every other process.",
-        findings=findings(config, table, traced, suite), charts=charts,
-        tables=[TableBlock("Kernel vs userspace eBPF, per operation", summary_columns, summary_rows,
-                           "Speedup: kernel cost per operation ÷ the other runtime's, with a 95% CI (delta method)."),
-                TableBlock("Every operation and runtime", detail_columns, detail_rows, note)])
+        suite="micro",
+        title="Probe micro-benchmarks",
+        intro="What one probe, one helper call and one map operation cost, per runtime. The victim "
+        "(microbench) times noinline functions; each runtime attaches one operation's programs to it. "
+        "Probe and syscall costs are the traced minus the untraced time per call; helper and map costs "
+        f"are measured {config['ops_per_hit']} calls per hit and reported per call, with the empty uprobe's "
+        'cost subtracted. The kernel cannot attach a tracepoint program to one process: "own PID" '
+        "means the program returns at once for every other process.",
+        findings=findings(config, table, traced, suite),
+        charts=charts,
+        tables=[
+            TableBlock(
+                "Kernel vs userspace eBPF, per operation",
+                summary_columns,
+                summary_rows,
+                "Speedup: kernel cost per operation ÷ the other runtime's, with a 95% CI (delta method).",
+            ),
+            TableBlock("Every operation and runtime", detail_columns, detail_rows, note),
+        ],
+    )

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from tracecost import methods, paths, system, uebpf
 from tracecost.errors import TracecostError
-from tracecost.suites.micro.ops import REFILL_FUNCTION, Op
 from tracecost.procs import Child, started
+from tracecost.suites.micro.ops import REFILL_FUNCTION, Op
 from tracecost.tracers.base import Say
 
 LOCKED_DOWN = ("integrity", "confidentiality")
@@ -40,16 +40,16 @@ def victim_binary() -> Path:
 class Counts:
     """What the programs counted (BPF-side), as the loader reported it."""
 
-    hits: dict[str, int]                      # program -> times it ran for the victim
-    results: dict[str, dict[str, int]]        # program -> {return code: helper calls}
-    syscalls_seen: int                        # sys_enter_all: every process's system calls
+    hits: dict[str, int]  # program -> times it ran for the victim
+    results: dict[str, dict[str, int]]  # program -> {return code: helper calls}
+    syscalls_seen: int  # sys_enter_all: every process's system calls
     loader_cpu_s: float
     loader_peak_rss_kb: int
 
 
 @dataclass
 class Attachment:
-    counts: Counts | None = None              # filled once the runtime has detached
+    counts: Counts | None = None  # filled once the runtime has detached
 
 
 class Runtime(methods.Method):
@@ -108,12 +108,14 @@ class Kernel(Runtime):
         """Returns once the attach is live for the victim (the kernel's is, at READY)."""
 
     @contextlib.contextmanager
-    def attached(self, op: Op, victim_pid: int | None, workdir: Path, ops_per_hit: int,
-                 environments: uebpf.RunEnvironments) -> Iterator[Attachment]:
+    def attached(
+        self, op: Op, victim_pid: int | None, workdir: Path, ops_per_hit: int, environments: uebpf.RunEnvironments
+    ) -> Iterator[Attachment]:
         argv = self.loader_argv(op, victim_pid, ops_per_hit)
         loader_env, after_exit = environments.loader, environments.after_exit
-        with started(lambda: Child(argv, stderr_path=workdir / "micro.stderr",
-                                   env={**os.environ, **loader_env})) as loader:
+        with started(
+            lambda: Child(argv, stderr_path=workdir / "micro.stderr", env={**os.environ, **loader_env})
+        ) as loader:
             loader.wait_for_line("READY", READY_TIMEOUT_S)
             self.applied(loader_env, victim_pid)
             attachment = Attachment()
@@ -140,7 +142,7 @@ class Uebpf(Kernel):
         self.uebpf_command = paths.artifact("bin/uebpf")
 
     def unavailable(self, cell: Op | None = None) -> str | None:
-        return None   # the kernel's lockdown does not reach uebpf: it writes user memory itself
+        return None  # the kernel's lockdown does not reach uebpf: it writes user memory itself
 
     def applied(self, loader_env: dict[str, str], victim_pid: int | None) -> None:
         if victim_pid is not None:
@@ -162,11 +164,17 @@ def parse_counts(text: str, loader_cpu_s: float) -> Counts:
     lines = [line for line in text.splitlines() if line.strip()]
     try:
         summary = json.loads(lines[-1])
-        results = {program: {result_name(code): int(calls) for code, calls in by_code.items()}
-                   for program, by_code in summary["results"].items()}
-        return Counts(hits={name: int(n) for name, n in summary["hits"].items()}, results=results,
-                      syscalls_seen=int(summary["syscalls_seen"]), loader_cpu_s=loader_cpu_s,
-                      loader_peak_rss_kb=int(summary["peak_rss_kb"]))
+        results = {
+            program: {result_name(code): int(calls) for code, calls in by_code.items()}
+            for program, by_code in summary["results"].items()
+        }
+        return Counts(
+            hits={name: int(n) for name, n in summary["hits"].items()},
+            results=results,
+            syscalls_seen=int(summary["syscalls_seen"]),
+            loader_cpu_s=loader_cpu_s,
+            loader_peak_rss_kb=int(summary["peak_rss_kb"]),
+        )
     except (IndexError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise TracecostError(f"the micro loader printed no valid counts ({text.strip()[-80:]!r})") from err
 

@@ -34,15 +34,17 @@ from tracecost.procs import Child, Usage, started
 from tracecost.tracers.base import Say
 
 MECHANISMS = ("ringbuf", "perfbuf")
-UEBPF_MECHANISMS = {"uebpf": "ringbuf", "uebpf-perfbuf": "perfbuf"}   # method -> the buffer it uses
-NO_PERF_BUFFER = ("uebpf has no perf event array (BPF_MAP_TYPE_PERF_EVENT_ARRAY, bpf_perf_event_output): "
-                  "the perf buffer is kernel-only")
+UEBPF_MECHANISMS = {"uebpf": "ringbuf", "uebpf-perfbuf": "perfbuf"}  # method -> the buffer it uses
+NO_PERF_BUFFER = (
+    "uebpf has no perf event array (BPF_MAP_TYPE_PERF_EVENT_ARRAY, bpf_perf_event_output): "
+    "the perf buffer is kernel-only"
+)
 TRACEPOINT = "sys_enter_getpgid"
-EVENT_HEADER_BYTES = 40          # struct transport_event (probes/transport.h)
-MAX_PAYLOAD_BYTES = 4096         # TRANSPORT_MAX_PAYLOAD
-MAX_BUFFER_BYTES = 256 << 20     # MAX_BUFFER_BYTES in transport.c
+EVENT_HEADER_BYTES = 40  # struct transport_event (probes/transport.h)
+MAX_PAYLOAD_BYTES = 4096  # TRANSPORT_MAX_PAYLOAD
+MAX_BUFFER_BYTES = 256 << 20  # MAX_BUFFER_BYTES in transport.c
 MAX_PRODUCERS = 64
-CONSUMER_POLL_MS = 10            # the consumer drains on its own after this long without a wakeup
+CONSUMER_POLL_MS = 10  # the consumer drains on its own after this long without a wakeup
 READY_TIMEOUT_S = 30
 STOP_TIMEOUT_S = 30
 DRAIN_TIMEOUT_S = 120
@@ -103,14 +105,33 @@ class Mechanism(methods.Method):
         """Returns once the attach is live in every producer (the kernel's is, at READY)."""
 
     @contextlib.contextmanager
-    def attached(self, tgids: list[int], workdir: Path, settings: Settings,
-                 environments: uebpf.RunEnvironments) -> Iterator[Child]:
-        argv = [str(self.consumer), "--mechanism", self.buffer, "--tgids", ",".join(map(str, tgids)),
-                "--buffer-bytes", str(settings.buffer_bytes), "--wakeup", settings.wakeup,
-                "--payload", str(settings.payload_bytes), "--poll-ms", str(CONSUMER_POLL_MS)]
+    def attached(
+        self, tgids: list[int], workdir: Path, settings: Settings, environments: uebpf.RunEnvironments
+    ) -> Iterator[Child]:
+        argv = [
+            str(self.consumer),
+            "--mechanism",
+            self.buffer,
+            "--tgids",
+            ",".join(map(str, tgids)),
+            "--buffer-bytes",
+            str(settings.buffer_bytes),
+            "--wakeup",
+            settings.wakeup,
+            "--payload",
+            str(settings.payload_bytes),
+            "--poll-ms",
+            str(CONSUMER_POLL_MS),
+        ]
         loader_env = environments.loader
-        with started(lambda: Child(argv, stderr_path=workdir / "consumer.stderr", name=f"transport {self.name}",
-                                   env={**os.environ, **loader_env})) as consumer:
+        with started(
+            lambda: Child(
+                argv,
+                stderr_path=workdir / "consumer.stderr",
+                name=f"transport {self.name}",
+                env={**os.environ, **loader_env},
+            )
+        ) as consumer:
             consumer.wait_for_line("READY", READY_TIMEOUT_S)
             self.applied(loader_env, tgids)
             yield consumer
@@ -144,21 +165,27 @@ def make_method(name: str) -> Baseline | Mechanism:
     return Mechanism(name, name)
 
 
-def run_once(method: Baseline | Mechanism, producers: int, duration_s: float, settings: Settings,
-             workdir: Path) -> dict:
+def run_once(
+    method: Baseline | Mechanism, producers: int, duration_s: float, settings: Settings, workdir: Path
+) -> dict:
     """Measure one run; the record's fields are described in schema.json beside this file (transport_run)."""
     load = str(paths.artifact("bin/syscall_load"))
     environments = method.environments()
     producer_env = {**os.environ, **environments.target}
     with contextlib.ExitStack() as stack:
-        loads = [stack.enter_context(started(
-                     lambda i=i: Child([load], stderr_path=workdir / f"producer-{i}.stderr", name=f"producer {i}",
-                                       env=producer_env)))
-                 for i in range(producers)]
+        loads = [
+            stack.enter_context(
+                started(
+                    lambda i=i: Child(
+                        [load], stderr_path=workdir / f"producer-{i}.stderr", name=f"producer {i}", env=producer_env
+                    )
+                )
+            )
+            for i in range(producers)
+        ]
         for child in loads:
             child.wait_for_line("READY", READY_TIMEOUT_S)
-        consumer = stack.enter_context(method.attached([child.pid for child in loads], workdir, settings,
-                                                       environments))
+        consumer = stack.enter_context(method.attached([child.pid for child in loads], workdir, settings, environments))
         for child in loads:
             child.send(signal.SIGUSR1)
         time.sleep(duration_s)
@@ -205,19 +232,30 @@ def _last_json_line(text: str, who: str) -> dict:
     return fields
 
 
-def _record(name: str, buffer: str | None, reports: list[ProducerReport], consumed: ConsumerReport | None,
-            settings: Settings) -> dict:
+def _record(
+    name: str, buffer: str | None, reports: list[ProducerReport], consumed: ConsumerReport | None, settings: Settings
+) -> dict:
     calls = sum(r.calls for r in reports)
     duration_s = max(r.elapsed_ns for r in reports) / 1e9
     record = {
-        "wakeup": settings.wakeup, "payload_bytes": settings.payload_bytes,
-        "duration_s": duration_s, "calls": calls,
-        "calls_per_s": calls / duration_s,   # over the same window as produced/s and received/s
+        "wakeup": settings.wakeup,
+        "payload_bytes": settings.payload_bytes,
+        "duration_s": duration_s,
+        "calls": calls,
+        "calls_per_s": calls / duration_s,  # over the same window as produced/s and received/s
         "producer_calls_per_s": [r.calls / (r.elapsed_ns / 1e9) for r in reports],
         "ns_per_call": sum(r.elapsed_ns for r in reports) / calls,
         "cpu_ns_per_call": sum(r.cpu_ns for r in reports) / calls,
-        "buffer_bytes": None, "produced": 0, "received": 0, "dropped": 0, "dropped_bpf": 0, "drop_pct": None,
-        "produced_per_s": None, "received_per_s": None, "latency_ns": None, "consumer_cpu_pct": None,
+        "buffer_bytes": None,
+        "produced": 0,
+        "received": 0,
+        "dropped": 0,
+        "dropped_bpf": 0,
+        "drop_pct": None,
+        "produced_per_s": None,
+        "received_per_s": None,
+        "latency_ns": None,
+        "consumer_cpu_pct": None,
         "consumer": None,
     }
     if consumed is None:
@@ -225,22 +263,40 @@ def _record(name: str, buffer: str | None, reports: list[ProducerReport], consum
     counts = _checked_counts(name, buffer, consumed.summary, calls)
     window_cpu_s = consumed.usage.cpu_s - counts["setup_cpu_ns"] / 1e9
     record.update(
-        buffer_bytes=counts["buffer_bytes"], produced=counts["produced"], received=counts["received"],
-        dropped=counts["dropped"], dropped_bpf=counts["failed"],
+        buffer_bytes=counts["buffer_bytes"],
+        produced=counts["produced"],
+        received=counts["received"],
+        dropped=counts["dropped"],
+        dropped_bpf=counts["failed"],
         drop_pct=100 * counts["dropped"] / counts["produced"],
-        produced_per_s=counts["produced"] / duration_s, received_per_s=counts["received"] / duration_s,
+        produced_per_s=counts["produced"] / duration_s,
+        received_per_s=counts["received"] / duration_s,
         latency_ns=summarize_histogram(consumed.summary["latency"]),
         consumer_cpu_pct=100 * window_cpu_s / duration_s,
-        consumer={"cpu_s": window_cpu_s, "setup_cpu_s": counts["setup_cpu_ns"] / 1e9,
-                  "wakeups": counts["wakeups"], "wakeups_per_s": counts["wakeups"] / duration_s,
-                  "peak_rss_kb": counts["peak_rss_kb"]})
+        consumer={
+            "cpu_s": window_cpu_s,
+            "setup_cpu_s": counts["setup_cpu_ns"] / 1e9,
+            "wakeups": counts["wakeups"],
+            "wakeups_per_s": counts["wakeups"] / duration_s,
+            "peak_rss_kb": counts["peak_rss_kb"],
+        },
+    )
     return record
 
 
 def _checked_counts(name: str, buffer: str | None, summary: dict, calls: int) -> dict:
     """The consumer's counts, once they add up with each other and with the producers' calls."""
-    keys = ("produced", "submitted", "failed", "lost_reported", "received", "buffer_bytes", "setup_cpu_ns",
-            "wakeups", "peak_rss_kb")
+    keys = (
+        "produced",
+        "submitted",
+        "failed",
+        "lost_reported",
+        "received",
+        "buffer_bytes",
+        "setup_cpu_ns",
+        "wakeups",
+        "peak_rss_kb",
+    )
     try:
         counts = {key: int(summary[key]) for key in keys}
     except (KeyError, TypeError, ValueError) as err:
@@ -249,14 +305,17 @@ def _checked_counts(name: str, buffer: str | None, summary: dict, calls: int) ->
     # which must equal the program's own count of failed outputs.
     counts["dropped"] = counts["failed"] if buffer == "ringbuf" else counts["lost_reported"]
     if counts["produced"] != calls:
-        raise TracecostError(f"the {name} program saw {counts['produced']:,} of the producers' {calls:,} getpgid "
-                             "calls")
+        raise TracecostError(f"the {name} program saw {counts['produced']:,} of the producers' {calls:,} getpgid calls")
     if counts["received"] == 0:
         raise TracecostError(f"the {name} consumer received no record")
     if counts["received"] + counts["dropped"] != counts["produced"]:
-        raise TracecostError(f"{name}: received {counts['received']:,} + dropped {counts['dropped']:,} != produced "
-                             f"{counts['produced']:,}")
+        raise TracecostError(
+            f"{name}: received {counts['received']:,} + dropped {counts['dropped']:,} != produced "
+            f"{counts['produced']:,}"
+        )
     if counts["dropped"] != counts["failed"]:
-        raise TracecostError(f"{name}: the perf buffer reported {counts['lost_reported']:,} lost records, the "
-                             f"program counted {counts['failed']:,} failed outputs")
+        raise TracecostError(
+            f"{name}: the perf buffer reported {counts['lost_reported']:,} lost records, the "
+            f"program counted {counts['failed']:,} failed outputs"
+        )
     return counts

@@ -53,8 +53,8 @@ def check_names(kind: str, names: list[str] | None) -> list[str]:
 
 @dataclass
 class VmConfig:
-    programs: list[str] | None = None      # None: every program vmbench has
-    engines: list[str] | None = None       # None: every engine
+    programs: list[str] | None = None  # None: every program vmbench has
+    engines: list[str] | None = None  # None: every engine
     runs: int = 10
     iterations: int = 10_000
     seed: int = 0
@@ -76,18 +76,23 @@ class VmSuite(Suite):
     help = "eBPF execution engines (the methods): uebpf interpreter and JIT, rbpf, the kernel JIT, native C."
     listing_noun = "programs and engines"
     default_runs = 10
-    baseline = None     # every engine is compared with the kernel JIT, but none is required
+    baseline = None  # every engine is compared with the kernel JIT, but none is required
     options = (
         Option(("--programs",), "programs", "Comma-separated programs (default: all).", type=CommaList()),
-        Option(("--iterations",), "iterations", "Program runs timed together in one measurement.",
-               type=click.IntRange(1, 10_000_000), default=10_000),
+        Option(
+            ("--iterations",),
+            "iterations",
+            "Program runs timed together in one measurement.",
+            type=click.IntRange(1, 10_000_000),
+            default=10_000,
+        ),
     )
 
     def method_names(self) -> tuple[str, ...]:
         return tuple(catalogue()["engines"])
 
     def methods_help(self) -> str:
-        return "every engine uebpf-vmbench has: see --list"   # known only to the build
+        return "every engine uebpf-vmbench has: see --list"  # known only to the build
 
     def make_config(self, *, methods, runs, seed, programs=None, iterations=10_000) -> VmConfig:
         try:
@@ -110,16 +115,27 @@ class VmSuite(Suite):
 
     def groups(self, config: VmConfig) -> list[Group]:
         descriptions = catalogue()["programs"]
-        return [Group({"program": name, "description": descriptions[name]}, name)
-                for name in check_names("programs", config.programs)]
+        return [
+            Group({"program": name, "description": descriptions[name]}, name)
+            for name in check_names("programs", config.programs)
+        ]
 
     def methods(self, config: VmConfig) -> list[Engine]:
         descriptions = catalogue()["engines"]
         return [Engine(name, descriptions[name]) for name in check_names("engines", config.engines)]
 
     def measure(self, group: Group, method: Engine, workdir: Path, config: VmConfig) -> dict:
-        argv = [str(vmbench()), "--runs", "1", "--iterations", str(config.iterations),
-                "--programs", group.key["program"], "--engines", method.name]
+        argv = [
+            str(vmbench()),
+            "--runs",
+            "1",
+            "--iterations",
+            str(config.iterations),
+            "--programs",
+            group.key["program"],
+            "--engines",
+            method.name,
+        ]
         result = run_command(argv, timeout_s=RUN_TIMEOUT_S)
         if result.returncode != 0:
             raise TracecostError(f"uebpf-vmbench failed: {result.stderr.strip().splitlines()[-1:] or 'no message'}")
@@ -141,17 +157,23 @@ class VmSuite(Suite):
                 cell = [r for r in mine if r["method"] == engine.name]
                 timed = [r["ns_per_run"] for r in cell if r["supported"]]
                 reasons = sorted({r["reason"] for r in cell if not r["supported"]})
-                aggregates.append({
-                    "program": program, "engine": engine.name, "n": len(timed),
-                    "supported": not reasons, "reason": "; ".join(reasons) or None,
-                    "ns_per_run": stats.summarize(timed),
-                    "relative_to_kernel_jit": stats.ratio_of_means(timed, reference),
-                })
+                aggregates.append(
+                    {
+                        "program": program,
+                        "engine": engine.name,
+                        "n": len(timed),
+                        "supported": not reasons,
+                        "reason": "; ".join(reasons) or None,
+                        "ns_per_run": stats.summarize(timed),
+                        "relative_to_kernel_jit": stats.ratio_of_means(timed, reference),
+                    }
+                )
         return aggregates
 
     def summary(self, aggregates: list[dict]) -> Table:
-        table = Table(title="vm: ns per program run (95% CI) and time relative to the kernel JIT",
-                      caption_justify="left")
+        table = Table(
+            title="vm: ns per program run (95% CI) and time relative to the kernel JIT", caption_justify="left"
+        )
         for column in ("program", "engine", "n", "ns/run", "× kernel JIT"):
             table.add_column(column, justify="left" if column in ("program", "engine") else "right")
         unsupported: dict[tuple[str, str], list[str]] = {}
@@ -162,20 +184,36 @@ class VmSuite(Suite):
                 continue
             ns, rel = agg["ns_per_run"], agg["relative_to_kernel_jit"]
             half = "" if ns["ci95_low"] is None else f" ±{(ns['ci95_high'] - ns['ci95_low']) / 2:,.1f}"
-            table.add_row(agg["program"], agg["engine"], str(agg["n"]), f"{ns['mean']:,.1f}{half}",
-                          "-" if rel["value"] is None else f"{rel['value']:.2f}")
+            table.add_row(
+                agg["program"],
+                agg["engine"],
+                str(agg["n"]),
+                f"{ns['mean']:,.1f}{half}",
+                "-" if rel["value"] is None else f"{rel['value']:.2f}",
+            )
         # The reasons under the table, once per engine and reason, rather than in a cell that
         # would widen the figures' column to a sentence.
-        table.caption = "\n".join(f"n/a: {engine} cannot run {', '.join(programs)}: {reason}"
-                                   for (engine, reason), programs in unsupported.items()) or None
+        table.caption = (
+            "\n".join(
+                f"n/a: {engine} cannot run {', '.join(programs)}: {reason}"
+                for (engine, reason), programs in unsupported.items()
+            )
+            or None
+        )
         return table
 
     def run_config(self, seed: int) -> VmConfig:
         return VmConfig(runs=5, iterations=1000, seed=seed)
 
     def config_record(self, config: VmConfig) -> dict:
-        return {"programs": check_names("programs", config.programs), "engines": check_names("engines", config.engines),
-                "program_descriptions": catalogue()["programs"], "engine_descriptions": catalogue()["engines"],
-                "runs": config.runs, "iterations": config.iterations, "seed": config.seed,
-                "reference_engine": REFERENCE_ENGINE,
-                "ratio_ci_method": "delta method with Welch-Satterthwaite df"}
+        return {
+            "programs": check_names("programs", config.programs),
+            "engines": check_names("engines", config.engines),
+            "program_descriptions": catalogue()["programs"],
+            "engine_descriptions": catalogue()["engines"],
+            "runs": config.runs,
+            "iterations": config.iterations,
+            "seed": config.seed,
+            "reference_engine": REFERENCE_ENGINE,
+            "ratio_ci_method": "delta method with Welch-Satterthwaite df",
+        }

@@ -28,7 +28,20 @@ class Probe:
 
 
 class StandIn(Suite):
-    name, title = "standin", "stand-in"
+    name, title, help = "standin", "stand-in", "A stand-in suite."
+
+    # The command-line and report parts of the contract: the runner never calls them.
+    def method_names(self):
+        return ("a", "b", "c")
+
+    def make_config(self, *, methods, runs, seed, **options):
+        return Config(runs=runs)
+
+    def listing(self):
+        return None
+
+    def render(self, suite, environment):
+        return None
 
     def __init__(self, fail_on=None, interrupt_after=None):
         self.methods_ = [Probe("a"), Probe("b"), Probe("c")]
@@ -80,7 +93,7 @@ def test_order_is_shuffled_and_reproducible_from_the_seed(tmp_path):
     run_suite(orders[2], Config(seed=8), tmp_path, print)
     assert orders[0].calls == orders[1].calls
     assert orders[0].calls != orders[2].calls
-    first_of_each_pass = {tuple(orders[0].calls[i:i + 3]) for i in range(0, len(orders[0].calls), 3)}
+    first_of_each_pass = {tuple(orders[0].calls[i : i + 3]) for i in range(0, len(orders[0].calls), 3)}
     assert len(first_of_each_pass) > 1  # not the same order every time
 
 

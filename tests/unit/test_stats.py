@@ -36,8 +36,9 @@ def test_difference_uses_welch():
     d = difference(a, b)
     assert d["value"] == pytest.approx(8.5)
     va, vb = 1.0 / 3, (5 / 3) / 4
-    df = (va + vb) ** 2 / (va ** 2 / 2 + vb ** 2 / 3)
+    df = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 3)
     from scipy.stats import t
+
     half = t.ppf(0.975, df) * math.sqrt(va + vb)
     assert d["ci95_low"] == pytest.approx(8.5 - half) and d["ci95_high"] == pytest.approx(8.5 + half)
 
@@ -79,8 +80,9 @@ def test_ratio_by_the_delta_method():
 
 def test_ratio_of_means_by_the_delta_method():
     from tracecost.stats import ratio_of_means
+
     r = ratio_of_means([20.0, 22.0, 24.0], [10.0, 10.0, 10.0])
     assert r["value"] == pytest.approx(2.2)
     # Var(mean a) = 4/3, Var(mean b) = 0: se = 2.2 * sqrt((4/3) / 22^2); df = 2
-    half = 4.302652730 * 2.2 * math.sqrt((4 / 3) / 22 ** 2)
+    half = 4.302652730 * 2.2 * math.sqrt((4 / 3) / 22**2)
     assert r["ci95_low"] == pytest.approx(2.2 - half) and r["ci95_high"] == pytest.approx(2.2 + half)

@@ -13,13 +13,23 @@ def functrace_file(path, records, magic=b"TCFTRACE", version=1, record_size=RECO
 
 
 def test_functrace_file_round_trip(tmp_path):
-    path = functrace_file(tmp_path / "t.bin", [
-        (10, 7, 8, 1, -1000, 2**64 - 1, 0, b"call-0".ljust(64, b"\0")),
-        (11, 7, 8, 2, 0, 0, -3094, b"\0" * 64),
-    ])
+    path = functrace_file(
+        tmp_path / "t.bin",
+        [
+            (10, 7, 8, 1, -1000, 2**64 - 1, 0, b"call-0".ljust(64, b"\0")),
+            (11, 7, 8, 2, 0, 0, -3094, b"\0" * 64),
+        ],
+    )
     entry, exit_ = read_functrace(path)
-    assert (entry.kind, entry.ts_ns, entry.tid, entry.a, entry.b, entry.s, entry.c) == \
-        ("entry", 10, 8, -1000, 2**64 - 1, "call-0", None)
+    assert (entry.kind, entry.ts_ns, entry.tid, entry.a, entry.b, entry.s, entry.c) == (
+        "entry",
+        10,
+        8,
+        -1000,
+        2**64 - 1,
+        "call-0",
+        None,
+    )
     assert (exit_.kind, exit_.ret) == ("exit", -3094)
 
 
@@ -56,15 +66,21 @@ def test_babeltrace_text_parses_events_and_discards():
     events, discarded = parse_babeltrace(BABELTRACE)
     assert [e.kind for e in events] == ["entry", "exit"]
     entry, exit_ = events
-    assert (entry.ts_ns, entry.tid, entry.a, entry.b, entry.c, entry.s) == \
-        (1763765243486666387, 3269, -1000, 0, -100.25, "call-0")
+    assert (entry.ts_ns, entry.tid, entry.a, entry.b, entry.c, entry.s) == (
+        1763765243486666387,
+        3269,
+        -1000,
+        0,
+        -100.25,
+        "call-0",
+    )
     assert exit_.ret == -3094
     assert discarded == 15
 
 
 def test_babeltrace_unexpected_fields_are_an_error():
     with pytest.raises(TracecostError):
-        parse_babeltrace('[1.000000001] vm mylib:func_entry: { cpu_id = 0 }, { vtid = 1 }, { a = 1 }')
+        parse_babeltrace("[1.000000001] vm mylib:func_entry: { cpu_id = 0 }, { vtid = 1 }, { a = 1 }")
 
 
 def test_loader_summary():
