@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracecost.errors import TracecostError
+from tracecost.files import write_atomically
 
 SHM = Path("/dev/shm")
 # Region files tracecost names (see uebpf.Libraries.run_environments).
@@ -100,11 +101,7 @@ class Ledger:
             "dirs": self.dirs,
             "processes": self.processes,
         }
-        temporary = self.path.with_suffix(".tmp")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as out:
-            json.dump(record, out)
-        os.replace(temporary, self.path)
+        write_atomically(self.path, json.dumps(record))
 
 
 _ledger: Ledger | None = None

@@ -257,6 +257,16 @@ class Child:
         self.send(sig)
         return self.wait(timeout_s=timeout_s)
 
+    def finished(self, what: str, sig: int | None = signal.SIGINT, timeout_s: float = 60) -> Usage:
+        """Stop the child with `sig` (None: wait for it to end by itself) and require a clean exit:
+        a child that failed or would not stop is an error naming `what`, its reason and its last
+        stderr line."""
+        usage = self.wait(timeout_s=timeout_s) if sig is None else self.stop(sig, timeout_s=timeout_s)
+        if usage.exit_code != 0 or usage.timed_out:
+            reason = "did not stop" if usage.timed_out else f"exit status {usage.exit_code}"
+            raise TracecostError(f"{what} failed ({reason}): {self.error_line() or 'no message'}")
+        return usage
+
     def close(self) -> None:
         """Whatever happened, leave no process behind."""
         if self.running:
@@ -284,6 +294,19 @@ def run_to_completion(
     with started(lambda: Child(argv, stderr_path=stderr_path, env=env)) as child:
         usage = child.wait(timeout_s=timeout_s)
         return usage, child.read_stdout(), child
+
+
+def last_json_line(text: str, program: str, parse=lambda fields: fields):
+    """`parse(fields)` of the JSON object on the last line `program` printed (its summary, after
+    whatever it printed before); a missing or malformed one is a clear error."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    try:
+        fields = json.loads(lines[-1])
+        if not isinstance(fields, dict):
+            raise TypeError("not a JSON object")
+        return parse(fields)
+    except (IndexError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise TracecostError(f"{program} printed no valid JSON summary ({text.strip()[-80:]!r}): {err}") from err
 
 
 def json_fields(text: str, program: str, parse):

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from functools import cache
 from pathlib import Path
 
 import jsonschema
 
 from tracecost.errors import TracecostError
+from tracecost.files import write_atomically
 
 SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).with_name("results.schema.json")
@@ -72,17 +71,7 @@ def write(doc: dict, path: Path) -> Path:
     """Validate, then write atomically (a reader never sees half a file)."""
     doc = without_nan(doc)
     check(doc)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(doc, handle, indent=1, allow_nan=False)
-            handle.write("\n")
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomically(path, json.dumps(doc, indent=1, allow_nan=False) + "\n", mode=0o600)
 
 
 def load(path: Path) -> dict:

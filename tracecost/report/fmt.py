@@ -1,4 +1,4 @@
-"""Number formatting for report tables and findings."""
+"""Number formatting for report tables, findings and the terminal summaries: one "value ±CI" helper."""
 
 from __future__ import annotations
 
@@ -9,19 +9,22 @@ def number(value, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
-def ci_half(estimate: dict, digits: int = 1) -> str:
+def ci_half(estimate: dict, digits: int = 1, scale: float = 1.0) -> str:
     low, high = estimate.get("ci95_low"), estimate.get("ci95_high")
     if low is None or high is None:
         return "–"
-    return f"±{(high - low) / 2:,.{digits}f}"
+    return f"±{(high - low) / 2 * scale:,.{digits}f}"
 
 
-def with_ci(estimate: dict, key: str = "value", digits: int = 1) -> str:
+def with_ci(estimate: dict, key: str = "value", digits: int = 1, scale: float = 1.0, missing: str = "–") -> str:
+    """ "12.3 ±0.4": `estimate[key]` and the half-width of its 95% CI, both times `scale`; `missing`
+    if the value is undefined, the value alone if its CI is."""
     value = estimate.get(key)
     if value is None:
-        return "–"
-    half = ci_half(estimate, digits)
-    return number(value, digits) if half == "–" else f"{number(value, digits)} {half}"
+        return missing
+    half = ci_half(estimate, digits, scale)
+    text = number(value * scale, digits)
+    return text if half == "–" else f"{text} {half}"
 
 
 def count(value) -> str:

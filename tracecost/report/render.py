@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from functools import cache
 from pathlib import Path
 
@@ -11,6 +9,7 @@ import jinja2
 
 from tracecost import __version__, paths
 from tracecost.errors import TracecostError
+from tracecost.files import write_atomically
 from tracecost.report.model import Section
 from tracecost.suites import SUITES
 
@@ -104,16 +103,5 @@ def _plotly_js() -> str:
 
 
 def write_report(docs: list[dict], path: Path) -> Path:
-    html = render(docs)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        # errors="replace": JSON may escape a lone surrogate, which UTF-8 cannot hold.
-        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as handle:
-            handle.write(html)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
+    """report.html, readable by everyone (a report is meant to be shared; results.json stays 0600)."""
+    return write_atomically(path, render(docs), mode=0o644)

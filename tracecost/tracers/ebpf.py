@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import signal
 import struct
 from collections.abc import Iterator
 from pathlib import Path
 
 from tracecost import paths, system, uebpf
 from tracecost.errors import TracecostError
-from tracecost.procs import Child, started
+from tracecost.procs import Child, last_json_line, started
 from tracecost.tracers.base import Capture, Event, Method, ProcessCost, Say, TracedRun
 from tracecost.workload import TRACED_SYMBOL, traced_library
 
@@ -67,12 +65,7 @@ def read_functrace(path: Path) -> list[Event]:
 
 def parse_summary(text: str) -> dict[str, int]:
     """functrace's last stdout line: {"received","entry","exit","submitted","dropped","bytes","peak_rss_kb"}."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    try:
-        summary = json.loads(lines[-1])
-        return {key: int(summary[key]) for key in SUMMARY_KEYS}
-    except (IndexError, ValueError, KeyError, TypeError) as err:
-        raise TracecostError(f"functrace printed no valid summary ({text.strip()[-80:]!r})") from err
+    return last_json_line(text, "functrace", lambda summary: {key: int(summary[key]) for key in SUMMARY_KEYS})
 
 
 class Functrace(Method):
@@ -119,10 +112,7 @@ class Functrace(Method):
             tracer.wait_for_line("READY", READY_TIMEOUT_S)
             run = TracedRun(app_env=target_env, read_events=lambda: read_functrace(output))
             yield run
-            usage = tracer.stop(signal.SIGINT, timeout_s=DRAIN_TIMEOUT_S)
-            if usage.exit_code != 0 or usage.timed_out:
-                reason = "did not stop" if usage.timed_out else f"exit status {usage.exit_code}"
-                raise TracecostError(f"functrace failed ({reason}): {tracer.error_line() or 'no message'}")
+            usage = tracer.finished("functrace", timeout_s=DRAIN_TIMEOUT_S)
             summary = parse_summary(tracer.read_stdout())
         after_exit()
         if summary["received"] != summary["submitted"]:

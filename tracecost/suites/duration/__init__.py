@@ -16,6 +16,7 @@ from rich.table import Table
 from tracecost import stats
 from tracecost.errors import TracecostError
 from tracecost.options import CommaList
+from tracecost.report import fmt
 from tracecost.suites.base import Group, Option, Suite, UsageProblem
 from tracecost.suites.duration import report
 from tracecost.suites.duration.traced_app import run_sample_app
@@ -211,10 +212,10 @@ class DurationSuite(Suite):
                 agg["scenario_name"],
                 agg["method"],
                 str(agg["n"]),
-                _with_ci(ns["mean"], ns),
-                _with_ci(agg["overhead_ns_per_call"]["value"], agg["overhead_ns_per_call"]),
-                _with_ci(agg["overhead_per_call_pct"]["value"], agg["overhead_per_call_pct"]),
-                _with_ci(agg["overhead_app_pct"]["value"], agg["overhead_app_pct"]),
+                _with_ci(ns, "mean"),
+                _with_ci(agg["overhead_ns_per_call"]),
+                _with_ci(agg["overhead_per_call_pct"]),
+                _with_ci(agg["overhead_app_pct"]),
                 str(agg["events"]["dropped"]),
                 _sleeps(agg["tracer_sleeps_per_call"]),
             )
@@ -284,9 +285,5 @@ def _sleeps(summary: dict | None) -> str:
     return "-" if summary is None or summary["mean"] is None else f"{summary['mean']:.2f}"
 
 
-def _with_ci(value, interval: dict) -> str:
-    if value is None:
-        return "-"
-    low, high = interval.get("ci95_low"), interval.get("ci95_high")
-    text = f"{value:,.1f}"
-    return text if low is None else f"{text} ±{(high - low) / 2:,.1f}"
+def _with_ci(estimate: dict, key: str = "value") -> str:
+    return fmt.with_ci(estimate, key=key, missing="-")

@@ -4,7 +4,7 @@ overhead with CIs, tracer-side CPU, memory and sleeps, and drops."""
 from __future__ import annotations
 
 from tracecost.report import fmt, style
-from tracecost.report.figures import CI_NOTE, Series, grouped_bars, lines
+from tracecost.report.figures import CI_NOTE, Series, from_stats, grouped_bars, lines
 from tracecost.report.model import Chart, Section, TableBlock
 
 ACCEPTABLE_OVERHEAD_PCT = 5.0
@@ -15,47 +15,12 @@ def _by_key(aggregates: list[dict]) -> dict[tuple[int, str], dict]:
     return {(agg["scenario"], agg["method"]): agg for agg in aggregates}
 
 
-def _summary_series(table, scenarios, methods, metric, scale=1.0) -> list[Series]:
-    """Mean and 95% CI of a summarised metric ({"mean","ci95_low","ci95_high"})."""
-
-    def scaled(value):
-        return None if value is None else value * scale
-
-    out = []
-    for method in methods:
-        stats = [table.get((s, method), {}).get(metric) or {} for s in scenarios]
-        out.append(
-            Series(
-                method,
-                [scaled(x.get("mean")) for x in stats],
-                [scaled(x.get("ci95_low")) for x in stats],
-                [scaled(x.get("ci95_high")) for x in stats],
-            )
-        )
-    return out
-
-
-def _estimate_series(table, scenarios, methods, metric) -> list[Series]:
-    """Value and 95% CI of an estimate ({"value","ci95_low","ci95_high"})."""
-    out = []
-    for method in methods:
-        est = [table.get((s, method), {}).get(metric, {}) for s in scenarios]
-        out.append(
-            Series(
-                method,
-                [x.get("value") for x in est],
-                [x.get("ci95_low") for x in est],
-                [x.get("ci95_high") for x in est],
-            )
-        )
-    return out
-
-
-def _tracer_total(runs: list[dict], scenario: int, method: str, quantity: str) -> list[float]:
+def _series(table, scenarios, methods, metric, key="mean", scale=1.0) -> list[Series]:
+    """Per method, the aggregate `metric` across scenarios with its 95% CI: a summary (key "mean") or
+    an estimate (key "value")."""
     return [
-        sum(cost[quantity] for cost in run["tracer"].values())
-        for run in runs
-        if run["scenario"] == scenario and run["method"] == method
+        from_stats(method, [table.get((s, method), {}).get(metric) or {} for s in scenarios], key=key, scale=scale)
+        for method in methods
     ]
 
 
@@ -129,23 +94,13 @@ def render(suite: dict, environment: dict) -> Section:
     x = [f"{s['work_us']} us" for s in config["scenarios"]]
     methods = config["methods"]
     tracers = [m for m in methods if m != "baseline"]
-    ok_runs = [r for r in suite["runs"] if r["status"] == "ok" and not r["warmup"]]
-
-    def resource(metric_runs, quantity, scale):
-        series = []
-        for method in tracers:
-            values = [metric_runs(s, method, quantity) for s in scenarios]
-            means = [sum(v) / len(v) * scale if v else None for v in values]
-            series.append(Series(method, means))
-        return series
-
     charts = [
         Chart(
             "Per-call overhead by function duration",
             lines(
                 "Per-call overhead (%)",
                 x,
-                _estimate_series(table, scenarios, tracers, "overhead_per_call_pct"),
+                _series(table, scenarios, tracers, "overhead_per_call_pct", key="value"),
                 x_title=X_TITLE,
                 y_title="overhead per call (%, log)",
                 log_y=True,
@@ -158,7 +113,7 @@ def render(suite: dict, environment: dict) -> Section:
             lines(
                 "Whole-application overhead (%)",
                 x,
-                _estimate_series(table, scenarios, tracers, "overhead_app_pct"),
+                _series(table, scenarios, tracers, "overhead_app_pct", key="value"),
                 x_title=X_TITLE,
                 y_title="wall-time overhead (%)",
             ),
@@ -169,7 +124,7 @@ def render(suite: dict, environment: dict) -> Section:
             grouped_bars(
                 "Total execution time (s)",
                 x,
-                _summary_series(table, scenarios, methods, "wall_s"),
+                _series(table, scenarios, methods, "wall_s"),
                 x_title=X_TITLE,
                 y_title="wall time (s, log)",
                 log_y=True,
@@ -181,7 +136,7 @@ def render(suite: dict, environment: dict) -> Section:
             grouped_bars(
                 "Time per call (ns)",
                 x,
-                _summary_series(table, scenarios, methods, "ns_per_call"),
+                _series(table, scenarios, methods, "ns_per_call"),
                 x_title=X_TITLE,
                 y_title="ns per call (log)",
                 log_y=True,
@@ -193,7 +148,7 @@ def render(suite: dict, environment: dict) -> Section:
             lines(
                 "Absolute overhead per call (ns)",
                 x,
-                _estimate_series(table, scenarios, tracers, "overhead_ns_per_call"),
+                _series(table, scenarios, tracers, "overhead_ns_per_call", key="value"),
                 x_title=X_TITLE,
                 y_title="ns added per call (log)",
                 log_y=True,
@@ -205,7 +160,7 @@ def render(suite: dict, environment: dict) -> Section:
             grouped_bars(
                 "Application peak RSS (MiB)",
                 x,
-                _summary_series(table, scenarios, methods, "app_peak_rss_kb", scale=1 / 1024),
+                _series(table, scenarios, methods, "app_peak_rss_kb", scale=1 / 1024),
                 x_title=X_TITLE,
                 y_title="MiB",
             ),
@@ -216,23 +171,23 @@ def render(suite: dict, environment: dict) -> Section:
             grouped_bars(
                 "Tracer peak RSS (MiB)",
                 x,
-                resource(lambda s, m, q: _tracer_total(ok_runs, s, m, q), "peak_rss_kb", 1 / 1024),
+                _series(table, scenarios, tracers, "tracer_peak_rss_kb", scale=1 / 1024),
                 x_title=X_TITLE,
                 y_title="MiB",
             ),
             "Mean over runs of the tracer-side processes' peak RSS: eBPF's consumer; LTTng's session "
-            "and consumer daemons.",
+            f"and consumer daemons. {CI_NOTE}",
         ),
         Chart(
             "Tracer CPU",
             grouped_bars(
                 "Tracer CPU time per run (s)",
                 x,
-                resource(lambda s, m, q: _tracer_total(ok_runs, s, m, q), "cpu_s", 1.0),
+                _series(table, scenarios, tracers, "tracer_cpu_s"),
                 x_title=X_TITLE,
                 y_title="CPU seconds",
             ),
-            "Mean over runs of user + system CPU of the tracer-side processes.",
+            f"Mean over runs of user + system CPU of the tracer-side processes. {CI_NOTE}",
         ),
     ]
     if any(agg.get("tracer_sleeps_per_call") for agg in aggregates):  # files from before the count have none
@@ -242,7 +197,7 @@ def render(suite: dict, environment: dict) -> Section:
                 lines(
                     "Tracer sleeps per traced call",
                     x,
-                    _summary_series(table, scenarios, tracers, "tracer_sleeps_per_call"),
+                    _series(table, scenarios, tracers, "tracer_sleeps_per_call"),
                     x_title=X_TITLE,
                     y_title="sleeps per call",
                 ),

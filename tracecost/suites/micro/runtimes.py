@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
-import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from tracecost import methods, paths, system, uebpf
-from tracecost.errors import TracecostError
-from tracecost.procs import Child, started
+from tracecost.procs import Child, last_json_line, started
 from tracecost.suites.micro.ops import REFILL_FUNCTION, Op
 from tracecost.tracers.base import Say
 
@@ -120,10 +117,7 @@ class Kernel(Runtime):
             self.applied(loader_env, victim_pid)
             attachment = Attachment()
             yield attachment
-            usage = loader.stop(signal.SIGINT, timeout_s=STOP_TIMEOUT_S)
-            if usage.exit_code != 0 or usage.timed_out:
-                reason = "did not stop" if usage.timed_out else f"exit status {usage.exit_code}"
-                raise TracecostError(f"the micro loader failed ({reason}): {loader.error_line() or 'no message'}")
+            usage = loader.finished("the micro loader", timeout_s=STOP_TIMEOUT_S)
             attachment.counts = parse_counts(loader.read_stdout(), usage.cpu_s)
         after_exit()
 
@@ -161,9 +155,8 @@ def result_name(code: str) -> str:
 
 def parse_counts(text: str, loader_cpu_s: float) -> Counts:
     """The loader's last stdout line (see tracers/ebpf/micro.c)."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    try:
-        summary = json.loads(lines[-1])
+
+    def counts(summary: dict) -> Counts:
         results = {
             program: {result_name(code): int(calls) for code, calls in by_code.items()}
             for program, by_code in summary["results"].items()
@@ -175,8 +168,8 @@ def parse_counts(text: str, loader_cpu_s: float) -> Counts:
             loader_cpu_s=loader_cpu_s,
             loader_peak_rss_kb=int(summary["peak_rss_kb"]),
         )
-    except (IndexError, ValueError, KeyError, TypeError, AttributeError) as err:
-        raise TracecostError(f"the micro loader printed no valid counts ({text.strip()[-80:]!r})") from err
+
+    return last_json_line(text, "the micro loader", counts)
 
 
 RUNTIMES = {runtime.name: runtime for runtime in (Untraced, Kernel, Uebpf)}

@@ -19,6 +19,7 @@ from tracecost import stats
 from tracecost.errors import TracecostError
 from tracecost.latency import PERCENTILES
 from tracecost.options import CommaList, FiniteFloatRange
+from tracecost.report import fmt
 from tracecost.suites.base import Group, Option, Suite, UsageProblem
 from tracecost.suites.transport import report
 from tracecost.suites.transport.mechanisms import (
@@ -303,9 +304,4 @@ def _aggregate(producers: int, method: str, runs: list[dict], baseline: list[dic
 
 
 def _with_ci(estimate: dict, key: str = "mean", digits: int = 1, scale: float = 1.0) -> str:
-    value = estimate.get(key)
-    if value is None:
-        return "-"
-    low, high = estimate.get("ci95_low"), estimate.get("ci95_high")
-    text = f"{value * scale:,.{digits}f}"
-    return text if low is None or high is None else f"{text} ±{(high - low) / 2 * scale:,.{digits}f}"
+    return fmt.with_ci(estimate, key=key, digits=digits, scale=scale, missing="-")

@@ -18,7 +18,6 @@ is checked against the others; a run that does not add up is an error.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import signal
@@ -30,7 +29,7 @@ from pathlib import Path
 from tracecost import methods, paths, system, uebpf
 from tracecost.errors import TracecostError
 from tracecost.latency import summarize_histogram
-from tracecost.procs import Child, Usage, started
+from tracecost.procs import Child, Usage, last_json_line, started
 from tracecost.tracers.base import Say
 
 MECHANISMS = ("ringbuf", "perfbuf")
@@ -199,37 +198,20 @@ def run_once(
 
 
 def _producer_report(child: Child) -> ProducerReport:
-    usage = child.wait(timeout_s=STOP_TIMEOUT_S)
-    if usage.exit_code != 0 or usage.timed_out:
-        reason = "did not stop" if usage.timed_out else f"exit status {usage.exit_code}"
-        raise TracecostError(f"{child.name} failed ({reason}): {child.error_line() or 'no message'}")
-    fields = _last_json_line(child.read_stdout(), child.name)
-    try:
-        report = ProducerReport(int(fields["calls"]), int(fields["elapsed_ns"]), int(fields["cpu_ns"]))
-    except (KeyError, TypeError, ValueError) as err:
-        raise TracecostError(f"{child.name} printed a malformed report: {err}") from err
+    child.finished(child.name, sig=None, timeout_s=STOP_TIMEOUT_S)
+    report = last_json_line(
+        child.read_stdout(),
+        child.name,
+        lambda fields: ProducerReport(int(fields["calls"]), int(fields["elapsed_ns"]), int(fields["cpu_ns"])),
+    )
     if report.calls == 0 or report.elapsed_ns == 0:
         raise TracecostError(f"{child.name} made no getpgid call")
     return report
 
 
 def _consumer_report(consumer: Child) -> ConsumerReport:
-    usage = consumer.stop(signal.SIGINT, timeout_s=DRAIN_TIMEOUT_S)
-    if usage.exit_code != 0 or usage.timed_out:
-        reason = "did not stop" if usage.timed_out else f"exit status {usage.exit_code}"
-        raise TracecostError(f"{consumer.name} consumer failed ({reason}): {consumer.error_line() or 'no message'}")
-    return ConsumerReport(_last_json_line(consumer.read_stdout(), consumer.name), usage)
-
-
-def _last_json_line(text: str, who: str) -> dict:
-    lines = [line for line in text.splitlines() if line.strip()]
-    try:
-        fields = json.loads(lines[-1])
-    except (IndexError, ValueError) as err:
-        raise TracecostError(f"{who} printed no JSON report ({text.strip()[-80:]!r})") from err
-    if not isinstance(fields, dict):
-        raise TracecostError(f"{who} printed no JSON report ({lines[-1][:80]!r})")
-    return fields
+    usage = consumer.finished(f"{consumer.name} consumer", timeout_s=DRAIN_TIMEOUT_S)
+    return ConsumerReport(last_json_line(consumer.read_stdout(), consumer.name), usage)
 
 
 def _record(

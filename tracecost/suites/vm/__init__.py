@@ -20,6 +20,7 @@ from tracecost import paths, stats, system
 from tracecost.errors import TracecostError
 from tracecost.options import CommaList
 from tracecost.procs import run_command
+from tracecost.report import fmt
 from tracecost.suites.base import Group, Option, Suite, UsageProblem
 from tracecost.suites.vm import report
 
@@ -183,12 +184,11 @@ class VmSuite(Suite):
                 unsupported.setdefault((agg["engine"], agg["reason"]), []).append(agg["program"])
                 continue
             ns, rel = agg["ns_per_run"], agg["relative_to_kernel_jit"]
-            half = "" if ns["ci95_low"] is None else f" ±{(ns['ci95_high'] - ns['ci95_low']) / 2:,.1f}"
             table.add_row(
                 agg["program"],
                 agg["engine"],
                 str(agg["n"]),
-                f"{ns['mean']:,.1f}{half}",
+                fmt.with_ci(ns, key="mean", missing="-"),
                 "-" if rel["value"] is None else f"{rel['value']:.2f}",
             )
         # The reasons under the table, once per engine and reason, rather than in a cell that
