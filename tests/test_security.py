@@ -164,109 +164,53 @@ def sticky_lock():
         shutil.rmtree(folder)
 
 
+def smallest_run(lock: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    """The quickest measuring command (one baseline run), with the machine lock at `lock`."""
+    argv = [*TRACECOST, "duration", "-s", "0", "-r", "1", "--quick", "--methods", "baseline", *extra]
+    return subprocess.run([*argv, "--out", str(out)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TRACECOST_LOCK": str(lock)})  # fmt: skip
+
+
+@contextlib.contextmanager
+def lock_held_by(as_user: list[str], lock: Path):
+    """`flock LOCK sleep 60` as another user, holding the lock for the block; its Popen."""
+    holder = subprocess.Popen([*as_user, "flock", str(lock), "sleep", "60"], start_new_session=True)
+    try:
+        assert wait_until(lambda: lock.exists() and str(lock.stat().st_ino) in Path("/proc/locks").read_text())
+        yield holder
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+
+
 def test_a_symlink_planted_as_the_lock_is_refused_and_its_target_untouched(tmp_path, other_user, sticky_lock):
     as_user, _, _ = other_user
-    lock = sticky_lock
     victim = sticky_lock.parent / "passwd"
     victim.write_text("root:x:0:0\n")
     victim.chmod(0o644)
-    subprocess.run([*as_user, "ln", "-s", str(victim), str(lock)], check=True)
-    result = subprocess.run(
-        [
-            *TRACECOST,
-            "duration",
-            "-s",
-            "0",
-            "-r",
-            "1",
-            "--quick",
-            "--methods",
-            "baseline",
-            "--out",
-            str(tmp_path / "out"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "TRACECOST_LOCK": str(lock)},
-    )
+    subprocess.run([*as_user, "ln", "-s", str(victim), str(sticky_lock)], check=True)
+    result = smallest_run(sticky_lock, tmp_path / "out")
     assert result.returncode == 1
-    assert (
-        result.stderr.strip()
-        .splitlines()[-1]
-        .endswith(
-            f"cannot open the machine lock {lock}: it is a symbolic link: refused (remove it, or pass --no-lock to "
-            "measure without the lock)"
-        )
-    ), result.stderr
+    refusal = f"cannot open the machine lock {sticky_lock}: it is a symbolic link: refused (remove it, or pass"
+    assert refusal in result.stderr.strip().splitlines()[-1], result.stderr
     assert victim.read_text() == "root:x:0:0\n" and victim.stat().st_mode & 0o777 == 0o644
 
 
 def test_a_lock_held_by_another_user_names_the_holder(tmp_path, other_user, sticky_lock):
-    as_user, uid, home = other_user
-    lock = sticky_lock
-    holder = subprocess.Popen([*as_user, "flock", str(lock), "sleep", "60"], start_new_session=True)
-    try:
-        assert wait_until(lambda: lock.exists() and str(lock.stat().st_ino) in Path("/proc/locks").read_text())
-        result = subprocess.run(
-            [
-                *TRACECOST,
-                "duration",
-                "-s",
-                "0",
-                "-r",
-                "1",
-                "--quick",
-                "--methods",
-                "baseline",
-                "--out",
-                str(tmp_path / "out"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, "TRACECOST_LOCK": str(lock)},
-        )
-    finally:
-        os.killpg(holder.pid, signal.SIGKILL)
-        holder.wait()
+    as_user, uid, _ = other_user
+    with lock_held_by(as_user, sticky_lock) as holder:
+        result = smallest_run(sticky_lock, tmp_path / "out")
     assert result.returncode == 1
     message = result.stderr.strip().splitlines()[-1]
-    assert f"another measuring run holds {lock}: pid {holder.pid} (flock, user {uid})" in message, message
+    assert f"another measuring run holds {sticky_lock}: pid {holder.pid} (flock, user {uid})" in message, message
     assert "pass --no-lock" in message
-    assert lock.stat().st_uid == uid, "the planted file is used as it is, never re-owned or re-moded"
+    assert sticky_lock.stat().st_uid == uid, "the planted file is used as it is, never re-owned or re-moded"
 
 
 def test_no_lock_measures_beside_a_held_lock_and_says_so_in_the_results(tmp_path, other_user, sticky_lock):
     as_user, _, _ = other_user
-    holder = subprocess.Popen([*as_user, "flock", str(sticky_lock), "sleep", "60"], start_new_session=True)
-    try:
-        assert wait_until(
-            lambda: sticky_lock.exists() and str(sticky_lock.stat().st_ino) in Path("/proc/locks").read_text()
-        )
-        result = subprocess.run(
-            [
-                *TRACECOST,
-                "duration",
-                "-s",
-                "0",
-                "-r",
-                "1",
-                "--quick",
-                "--methods",
-                "baseline",
-                "--no-lock",
-                "--out",
-                str(tmp_path / "out"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, "TRACECOST_LOCK": str(sticky_lock)},
-        )
-    finally:
-        os.killpg(holder.pid, signal.SIGKILL)
-        holder.wait()
+    with lock_held_by(as_user, sticky_lock):
+        result = smallest_run(sticky_lock, tmp_path / "out", "--no-lock")
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / "out" / "results.json").read_text())["environment"]["machine_lock"] is False
 
