@@ -10,6 +10,10 @@ def main() -> None:
     import os
     import sys
 
+    from tracecost import interrupts
+
+    interrupts.install()  # first: a Ctrl-C during the imports below must not be lost or noisy
+
     # A closed stdout or stderr (`tracecost ... >&-`) is None in Python: write that output nowhere.
     for name in ("stdout", "stderr"):
         if getattr(sys, name) is None:
@@ -21,5 +25,9 @@ def main() -> None:
         sys.stderr.flush()
         # Nothing has started yet, so there is nothing to clean up; and an exit through the
         # interpreter's shutdown may still end by SIGINT when the interrupt hit inside an import.
+        os._exit(130)
+    if interrupts.received:  # raised where Python drops it (an import lock's callback): exit all the same
+        sys.stderr.write("tracecost: interrupted\n")
+        sys.stderr.flush()
         os._exit(130)
     cli.main()

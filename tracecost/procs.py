@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracecost import leftovers
+from tracecost import interrupts, leftovers
 from tracecost.errors import TracecostError
 
 PR_SET_PDEATHSIG = 1
@@ -49,8 +49,7 @@ class Usage:
         return self.user_s + self.sys_s
 
 
-# The signals that unwind tracecost (Ctrl-C, and SIGTERM/SIGHUP: install_termination_handler).
-UNWINDING = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+UNWINDING = set(interrupts.UNWINDING)
 
 
 def spawn(argv: list[str], **kwargs) -> subprocess.Popen:
@@ -96,13 +95,8 @@ def _exit_code(status: int) -> int:
 
 
 def install_termination_handler() -> None:
-    """SIGTERM and SIGHUP unwind like Ctrl-C, so the same clean-up paths run."""
-
-    def interrupt(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, interrupt)
-    signal.signal(signal.SIGHUP, interrupt)
+    """SIGINT, SIGTERM and SIGHUP unwind like Ctrl-C, and none is lost (tracecost/interrupts.py)."""
+    interrupts.install()
 
 
 @contextlib.contextmanager

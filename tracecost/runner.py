@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tracecost import leftovers
+from tracecost import interrupts, leftovers
 from tracecost.errors import TracecostError
 from tracecost.suites.base import Suite
 from tracecost.tracers.base import Say
@@ -70,6 +70,7 @@ def run_suite(
                     rng.shuffle(order)
                     for position, method in enumerate(order):
                         runs.append(_one_run(suite, config, group, method, workspace, repetition, position))
+                        interrupts.raise_if_interrupted()  # a Ctrl-C Python dropped during the run
                         advance(f"{group.label} / {method.name}")
     except KeyboardInterrupt as interrupt:
         raise Interrupted(result()) from interrupt
