@@ -35,7 +35,8 @@ NO_COMMAND = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 def say(message: str) -> None:
     # Escaped: messages hold paths and names from the command line, where "[/x]" is not markup.
-    err.print(f"[dim]tracecost:[/dim] {escape(message)}", highlight=False)
+    # soft_wrap: a message is one line however long (a log is read with grep; a terminal wraps it).
+    err.print(f"[dim]tracecost:[/dim] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 def one_line(message: str) -> str:
@@ -272,11 +273,18 @@ def report(sources: tuple[Path, ...], output: Path | None) -> None:
     if output is None:
         only = sources[0]
         output = (only if only.is_dir() else only.parent) / REPORT_NAME if len(sources) == 1 else Path(REPORT_NAME)
-    try:
-        writable_dir(output.parent, [output.name])
-    except TracecostError as error:
-        raise click.BadParameter(str(error), param_hint="'-o' / '--output'") from None
+    writable_output(output, "-o' / '--output")
     say(f"report: {write_report(docs, output)}")
+
+
+def writable_output(path: Path, option: str) -> Path:
+    """An output file's path, once its folder is writable and nothing but a regular file is in its place;
+    else a usage error naming the option (checked before any work, like --out)."""
+    try:
+        writable_dir(path.parent, [path.name])
+    except TracecostError as error:
+        raise click.BadParameter(str(error), param_hint=f"'{option}'") from None
+    return path
 
 
 def main() -> None:

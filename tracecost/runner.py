@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tracecost import interrupts, leftovers
+from tracecost import interrupts, leftovers, results
 from tracecost.errors import TracecostError
 from tracecost.suites.base import Suite
 from tracecost.tracers.base import Say
@@ -50,11 +50,10 @@ def run_suite(
     ]
 
     def result() -> dict:
-        counted = [run for run in runs if run["status"] == "ok" and not run["warmup"]]
         return {
             "config": suite.config_record(config),
             "runs": runs,
-            "aggregates": suite.aggregate(counted, config),
+            "aggregates": suite.aggregate(results.counted(runs), config),
             "failures": [run for run in runs if run["status"] != "ok"],
             "unavailable": unavailable,
             "elapsed_s": round(time.monotonic() - started_at, 1),

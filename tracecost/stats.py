@@ -90,6 +90,13 @@ def difference(treated: Sequence[float], control: Sequence[float], divisor: floa
     }
 
 
+def excludes_zero(estimate: dict) -> bool:
+    """Whether an estimate's 95% CI lies wholly on one side of 0: for a `difference`, Welch's t-test
+    rejecting equal means at the 5% level. False when the CI is undefined (fewer than 2 values a side)."""
+    low, high = estimate.get("ci95_low"), estimate.get("ci95_high")
+    return low is not None and high is not None and not low <= 0 <= high
+
+
 def ratio(numerator: dict, denominator: dict, covariance: float = 0.0) -> dict:
     """numerator / denominator of two estimates with `se` and `df` (see `difference`), 95% CI by the
     delta method: Var(a/b) ~ (Var a + r^2 Var b - 2 r Cov(a, b)) / b^2, with the smaller df.

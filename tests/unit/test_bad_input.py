@@ -23,53 +23,12 @@ import pytest
 
 from tracecost import cli, results
 from tracecost.errors import TracecostError
-from tracecost.report import render as report_render
-from tracecost.suites import vm as vm_suite
 
+from .conftest import Reached, assert_one_line_error
 from .samples import SUITES, document
 
 REPO = Path(__file__).resolve().parents[2]
 ROOT = os.geteuid() == 0
-
-
-class Reached(Exception):
-    """A measuring entry point was reached: the input was accepted."""
-
-
-VM_CATALOGUE = {
-    "programs": {"empty": "returns 0", "sieve": "prime sieve"},
-    "engines": {"kernel-jit": "BPF_PROG_TEST_RUN", "uebpf-jit": "uebpf's JIT"},
-}
-
-
-@pytest.fixture
-def tracecost(monkeypatch, capsys, tmp_path):
-    """`tracecost ARGS` in this process, measuring nothing: returns (exit status, stderr lines)."""
-
-    def reached(*args, **kwargs):
-        raise Reached(args)
-
-    monkeypatch.setattr(cli, "execute", reached)  # every suite command
-    monkeypatch.setattr(cli, "exclusive_machine", reached)  # validate takes the machine lock first
-    monkeypatch.setattr(cli, "install_termination_handler", lambda: None)  # not in pytest's process
-    monkeypatch.setattr(vm_suite, "catalogue", lambda: VM_CATALOGUE)  # uebpf-vmbench's list, without a build
-    monkeypatch.setattr(report_render, "_plotly_js", lambda: "")  # build/vendor's plotly.js
-    monkeypatch.chdir(tmp_path)  # default results folders land here
-
-    def run(*args: str) -> tuple[int, list[str]]:
-        monkeypatch.setattr(sys, "argv", ["tracecost", *args])
-        with pytest.raises(SystemExit) as exit_:
-            cli.main()
-        return exit_.value.code, capsys.readouterr().err.strip().splitlines()
-
-    return run
-
-
-def assert_one_line_error(outcome: tuple[int, list[str]], status: int, *words: str) -> None:
-    code, lines = outcome
-    assert code == status and len(lines) == 1, outcome
-    assert lines[0].startswith("tracecost: error: ") and lines[0].isprintable(), outcome
-    assert all(word in lines[0] for word in words), outcome
 
 
 def python_env() -> dict[str, str]:

@@ -56,6 +56,35 @@ class Option:
     callback: Callable | None = None
 
 
+def field_at(record: dict, path: tuple[str, ...]) -> Any:
+    """record[path[0]][path[1]]..., or None where a step is missing or not an object."""
+    value: Any = record
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A per-run figure two sets of runs are compared on (the transport report: ring buffer vs perf buffer)."""
+
+    label: str  # with its unit, e.g. "ns/call", "Received events/s"
+    path: tuple[str, ...]  # where a run record holds it
+    digits: int
+    better: str | None  # "higher", "lower", or None where neither is better
+    divisor: float = 1.0  # 1e3: ns recorded, us shown
+
+    def value(self, run: dict) -> float | None:
+        """The run's figure, or None where the record has none (a schema may let a field be null or
+        absent: the transport baseline's received_per_s, an unsupported vm engine's ns_per_run)."""
+        value = field_at(run, self.path)
+        return None if value is None else value / self.divisor
+
+    def improved(self, change: float) -> bool | None:
+        """Whether a change of this sign (new minus old) is an improvement; None where neither is better."""
+        return None if self.better is None else (change > 0) == (self.better == "higher")
+
+
 @dataclass(frozen=True)
 class Group:
     key: dict[str, Any]  # copied into every run record of the group

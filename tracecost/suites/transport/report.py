@@ -4,36 +4,16 @@ table, every figure computed from the recorded runs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from tracecost import stats
+from tracecost import results, stats
 from tracecost.report import fmt, style
 from tracecost.report.figures import CI_NOTE, from_stats, grouped_bars, lines
 from tracecost.report.model import Chart, Section, TableBlock
+from tracecost.suites.base import Metric
 
 MECHANISMS = ("ringbuf", "perfbuf")
 CHARTED = (*MECHANISMS, "uebpf")  # uebpf: the ring buffer on uebpf (it has no perf buffer)
 X_TITLE = "producer processes"
 LATENCY_SHADES = {"p50": 0.55, "p90": 0.3, "p99": 0.0}
-
-
-@dataclass(frozen=True)
-class Metric:
-    """A per-run figure the two mechanisms are compared on."""
-
-    label: str
-    path: tuple[str, ...]  # where a run record holds it
-    digits: int
-    better: str | None  # "higher", "lower", or None where neither is better
-    divisor: float = 1.0  # 1e3: ns recorded, us shown
-
-    def value(self, run: dict) -> float | None:
-        """The run's figure, or None where the record has none (the schema lets latency_ns, consumer,
-        drop_pct... be null)."""
-        value = run
-        for key in self.path:
-            value = value.get(key) if isinstance(value, dict) else None
-        return None if value is None else value / self.divisor
 
 
 RECEIVED = Metric("Received events/s", ("received_per_s",), 0, "higher")
@@ -51,10 +31,6 @@ COMPARED = (
     Metric("Consumer CPU (% of one CPU)", ("consumer_cpu_pct",), 1, "lower"),
     Metric("Consumer wakeups/s", ("consumer", "wakeups_per_s"), 0, None),
 )
-
-
-def _measured(suite: dict) -> list[dict]:
-    return [r for r in suite["runs"] if r["status"] == "ok" and not r["warmup"]]
 
 
 def _runs_of(runs: list[dict], producers: int, method: str) -> list[dict]:
@@ -75,12 +51,11 @@ def compare(runs: list[dict], producers: int, metric: Metric) -> dict:
         verdict = "not measured"
     elif ring_stats["mean"] == perf_stats["mean"]:
         verdict = "equal"
-    elif difference["ci95_low"] is None or difference["ci95_low"] <= 0 <= difference["ci95_high"]:
+    elif not stats.excludes_zero(difference):
         verdict = "no significant difference"
-    elif metric.better is None:
+    elif (ring_better := metric.improved(difference["value"])) is None:
         verdict = "ring buffer higher" if difference["value"] > 0 else "ring buffer lower"
     else:
-        ring_better = (difference["value"] > 0) == (metric.better == "higher")
         verdict = "ring buffer better" if ring_better else "perf buffer better"
     return {"ringbuf": ring_stats, "perfbuf": perf_stats, "relative_pct": relative, "verdict": verdict}
 
@@ -286,7 +261,7 @@ def _cell_row(agg: dict) -> list[str]:
 
 def render(suite: dict, environment: dict) -> Section:
     config, aggregates = suite["config"], suite["aggregates"]
-    table, runs, counts = _by_key(aggregates), _measured(suite), config["producers"]
+    table, runs, counts = _by_key(aggregates), results.counted(suite["runs"]), config["producers"]
     columns = [
         "Producers",
         "Method",
