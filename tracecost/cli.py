@@ -13,12 +13,15 @@ import click
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from tracecost import __version__, tracers
 from tracecost.errors import TracecostError
 from tracecost.execute import OUT_FILES, default_out_dir, execute
+from tracecost.export import FORMATS as EXPORT_FORMATS
+from tracecost.files import write_atomically
 from tracecost.machine_lock import exclusive_machine
-from tracecost.options import SEED, CommaList, Known, NonEmptyPath, writable_dir
+from tracecost.options import SEED, CommaList, FiniteFloatRange, Known, NonEmptyPath, writable_dir
 from tracecost.procs import install_termination_handler
 from tracecost.suites import SUITES
 from tracecost.suites.base import Suite, UsageProblem
@@ -275,6 +278,68 @@ def report(sources: tuple[Path, ...], output: Path | None) -> None:
         output = (only if only.is_dir() else only.parent) / REPORT_NAME if len(sources) == 1 else Path(REPORT_NAME)
     writable_output(output, "-o' / '--output")
     say(f"report: {write_report(docs, output)}")
+
+
+@cli.command()
+@click.argument("a", type=NonEmptyPath(path_type=Path))
+@click.argument("b", type=NonEmptyPath(path_type=Path))
+@click.option(
+    "--threshold",
+    type=FiniteFloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    metavar="PCT",
+    help="Smallest |change| in % a verdict calls faster or slower (its 95% CI must exclude 0 too).",
+)
+@click.option(
+    "--markdown",
+    "markdown_file",
+    type=NonEmptyPath(dir_okay=False, path_type=Path),
+    help="Also write the tables as Markdown to this file.",
+)
+def compare(a: Path, b: Path, threshold: float, markdown_file: Path | None) -> None:
+    """Is B slower than A? Each cell's primary metrics, B vs A with a 95% CI (Welch's t) and a verdict.
+
+    A, B: results files or the folders holding them. A report, not a gate: exit 0 whatever it finds."""
+    from tracecost import compare as comparing
+    from tracecost import results
+
+    if markdown_file is not None:
+        writable_output(markdown_file, "--markdown")
+    comparison = comparing.compare(results.load(a), results.load(b), threshold)
+    for warning in comparison.warnings:
+        say(f"warning: {warning}")
+    for side, source in zip("AB", (a, b)):
+        out.print(Text(f"{side}: {source}"))
+    for table in comparing.rich_tables(comparison):
+        out.print(table)
+    out.print(Text(comparing.note(comparison)))
+    if markdown_file is not None:
+        write_atomically(markdown_file, comparing.markdown(comparison, (str(a), str(b))), mode=0o644)
+        say(f"markdown: {markdown_file}")
+
+
+@cli.command()
+@click.argument("source", type=NonEmptyPath(path_type=Path))
+@click.option("--format", "form", type=click.Choice(EXPORT_FORMATS), required=True, help="Output format.")
+@click.option(
+    "-o", "--output", type=NonEmptyPath(dir_okay=False, path_type=Path), help="Output file (default: stdout)."
+)
+def export(source: Path, form: str, output: Path | None) -> None:
+    """Every suite's aggregates, one row per cell: CSV or a Markdown table per suite.
+
+    SOURCE: a results file or the folder holding it."""
+    from tracecost import results
+    from tracecost.export import export as exported
+
+    if output is not None:
+        writable_output(output, "-o' / '--output")
+    text = exported(results.load(source), form)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        write_atomically(output, text, mode=0o644)
+        say(f"{form}: {output}")
 
 
 def writable_output(path: Path, option: str) -> Path:

@@ -1,4 +1,5 @@
-"""Number formatting for report tables, findings and the terminal summaries: one "value ±CI" helper."""
+"""Number formatting for report tables, findings and the terminal summaries: one "value ±CI" helper;
+and Markdown tables (compare and export)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,14 @@ def count(value) -> str:
 
 def mib(kb) -> float | None:
     return None if kb is None else kb / 1024
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A GitHub-flavoured Markdown table. Backslashes, pipes and line breaks in a cell are escaped or
+    joined: text read from a results file (a kernel version, a reason) cannot break the table."""
+
+    def cell(text: str) -> str:
+        return " ".join(text.replace("\\", "\\\\").replace("|", "\\|").splitlines())
+
+    lines = [header, ["---"] * len(header), *rows]
+    return "".join(f"| {' | '.join(map(cell, line))} |\n" for line in lines)

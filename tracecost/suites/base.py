@@ -66,7 +66,8 @@ def field_at(record: dict, path: tuple[str, ...]) -> Any:
 
 @dataclass(frozen=True)
 class Metric:
-    """A per-run figure two sets of runs are compared on (the transport report: ring buffer vs perf buffer)."""
+    """A per-run figure two sets of runs are compared on: `tracecost compare` (file A vs file B, each
+    suite's `comparable`) and the transport report (ring buffer vs perf buffer)."""
 
     label: str  # with its unit, e.g. "ns/call", "Received events/s"
     path: tuple[str, ...]  # where a run record holds it
@@ -108,6 +109,14 @@ class Suite(ABC):
     # The method the others are measured against, which --methods must include (None: no such method).
     baseline: str | None = "baseline"
     options: tuple[Option, ...] = ()
+    # What `tracecost compare` matches and compares, and `tracecost export` puts first: the run
+    # record fields that name a cell (the group key's identifying fields and "method"), and each
+    # cell's primary metrics, with the direction that is better.
+    cell_key: tuple[str, ...]
+    comparable: tuple[Metric, ...]
+    # config_record fields that change what a cell's metrics mean (a run's length, a buffer's size):
+    # compare warns when A and B differ in one.
+    settings: tuple[str, ...] = ()
 
     @abstractmethod
     def method_names(self) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from tracecost import stats
 from tracecost.errors import TracecostError
 from tracecost.options import CommaList
 from tracecost.report import fmt
-from tracecost.suites.base import Group, Option, Suite, UsageProblem
+from tracecost.suites.base import Group, Metric, Option, Suite, UsageProblem
 from tracecost.suites.duration import report
 from tracecost.suites.duration.traced_app import run_sample_app
 from tracecost.tracers import make_method
@@ -84,6 +84,9 @@ class DurationSuite(Suite):
     help = "Overhead vs the traced function's duration (0 us to 1 ms)."
     listing_noun = "scenarios"
     default_runs = 10
+    cell_key = ("scenario", "method")
+    comparable = (Metric("ns/call", ("ns_per_call",), 1, "lower"),)
+    settings = ("call_divisor", "ebpf_wakeup")
     options = (
         Option(
             ("-s", "--scenarios"),

@@ -19,7 +19,7 @@ from tracecost import stats, system
 from tracecost.errors import TracecostError
 from tracecost.options import CommaList, Known
 from tracecost.report import fmt
-from tracecost.suites.base import Group, Option, Suite
+from tracecost.suites.base import Group, Metric, Option, Suite
 from tracecost.suites.micro import report
 from tracecost.suites.micro.bench import run_op
 from tracecost.suites.micro.ops import EMPTY_PROBE_OP, HELPER, MAX_OPS_PER_HIT, OPS, op_by_name, with_baselines
@@ -67,6 +67,10 @@ class MicroSuite(Suite):
     listing_noun = "operations"
     default_runs = 5
     baseline = UNTRACED
+    cell_key = ("op", "method")  # the method: the runtime
+    # The median, which the costs use too (PER_OP_BASIS): a preemption inside a run moves the mean.
+    comparable = (Metric("median ns/call", ("median_ns_per_call",), 1, "lower"),)
+    settings = ("iter", "ops_per_hit")
     options = (
         Option(
             ("--ops",),

@@ -20,7 +20,7 @@ from tracecost.errors import TracecostError
 from tracecost.latency import PERCENTILES
 from tracecost.options import CommaList, FiniteFloatRange
 from tracecost.report import fmt
-from tracecost.suites.base import Group, Option, Suite, UsageProblem
+from tracecost.suites.base import Group, Metric, Option, Suite, UsageProblem
 from tracecost.suites.transport import report
 from tracecost.suites.transport.mechanisms import (
     CONSUMER_POLL_MS,
@@ -101,6 +101,10 @@ class TransportSuite(Suite):
     title = "Transport: BPF ring buffer vs perf buffer"
     help = "BPF ring buffer vs perf buffer under a getpgid load from N producers."
     default_runs = 5
+    cell_key = ("producers", "method")
+    # The producers' throughput, and what the consumer received (traced methods only).
+    comparable = (Metric("syscalls/s", ("calls_per_s",), 0, "higher"), report.RECEIVED)
+    settings = ("duration_s", "buffer_bytes", "wakeup", "payload_bytes")
     options = (
         Option(
             ("--producers",),

@@ -21,7 +21,7 @@ from tracecost.errors import TracecostError
 from tracecost.options import CommaList
 from tracecost.procs import run_command
 from tracecost.report import fmt
-from tracecost.suites.base import Group, Option, Suite, UsageProblem
+from tracecost.suites.base import Group, Metric, Option, Suite, UsageProblem
 from tracecost.suites.vm import report
 
 REFERENCE_ENGINE = "kernel-jit"
@@ -78,6 +78,9 @@ class VmSuite(Suite):
     listing_noun = "programs and engines"
     default_runs = 10
     baseline = None  # every engine is compared with the kernel JIT, but none is required
+    cell_key = ("program", "method")  # the method: the engine
+    comparable = (Metric("ns/run", ("ns_per_run",), 1, "lower"),)  # absent where the engine cannot run it
+    settings = ("iterations",)
     options = (
         Option(("--programs",), "programs", "Comma-separated programs (default: all).", type=CommaList()),
         Option(
