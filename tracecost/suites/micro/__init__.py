@@ -1,5 +1,5 @@
-"""The probe micro-benchmarks: the cost of one uprobe, uretprobe, helper call, map operation and
-syscall tracepoint, per runtime.
+"""The probe micro-benchmarks: the cost of one uprobe, uretprobe (also by the probed function's first
+instruction), helper call, map operation and syscall tracepoint, per runtime.
 
 Groups are operations; methods are runtimes (untraced, kernel, uebpf). The folder: ops.py says
 what each operation attaches where; runtimes.py how a runtime (none, the kernel, uebpf) attaches
@@ -63,7 +63,10 @@ class MicroConfig:
 class MicroSuite(Suite):
     name = "micro"
     title = "Probe micro-benchmarks"
-    help = "Probe micro-benchmarks: uprobe, uretprobe, helpers, map operations, syscall tracepoint."
+    help = (
+        "Probe micro-benchmarks: uprobe, uretprobe, probe sites by first instruction, helpers, map operations, "
+        "syscall tracepoint."
+    )
     listing_noun = "operations"
     default_runs = 5
     baseline = UNTRACED
@@ -220,6 +223,7 @@ class MicroSuite(Suite):
                     "programs": list(op.programs),
                     "refill": op.refill,
                     "prefill": op.prefill,
+                    "site": op.site,
                 }
                 for op in ops
             ],

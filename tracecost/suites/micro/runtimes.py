@@ -136,7 +136,18 @@ class Uebpf(Kernel):
         self.uebpf_command = paths.artifact("bin/uebpf")
 
     def unavailable(self, cell: Op | None = None) -> str | None:
-        return None  # the kernel's lockdown does not reach uebpf: it writes user memory itself
+        """The kernel's lockdown does not reach uebpf (it writes user memory itself), but its hook
+        engine refuses some functions (shorter than its 5-byte jump: uprobe_ret's): asked of the
+        engine itself, on the victim as built (`uebpf check-hook`; before open(), as the runner asks).
+        Every program here attaches at a function's symbol, where an entry and a return probe are
+        judged alike."""
+        if cell is None:
+            return None
+        uebpf_command = paths.artifact("bin/uebpf")
+        for function in cell.functions:
+            if refusal := uebpf.hook_refusal(uebpf_command, victim_binary(), function):
+                return f"uebpf's hook engine refuses this probe site: {refusal}"
+        return None
 
     def applied(self, loader_env: dict[str, str], victim_pid: int | None) -> None:
         if victim_pid is not None:
