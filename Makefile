@@ -9,7 +9,8 @@ CC      := gcc
 CLANG   := clang
 BPFTOOL := bpftool
 CFLAGS  := -O2 -g -Wall -Wextra -Werror -fno-omit-frame-pointer -Iworkloads/common
-BPF_CFLAGS := -O2 -g -Wall -target bpf -D__TARGET_ARCH_x86 -I$(BUILD) -Iprobes
+# The multiarch include folder last: libbpf's usdt.bpf.h includes <linux/errno.h>, whose <asm/errno.h> lives there.
+BPF_CFLAGS := -O2 -g -Wall -target bpf -D__TARGET_ARCH_x86 -I$(BUILD) -Iprobes -idirafter /usr/include/$(shell $(CC) -dumpmachine)
 
 LIB := $(BUILD)/lib
 BIN := $(BUILD)/bin

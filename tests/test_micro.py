@@ -388,10 +388,15 @@ def test_the_report_groups_the_probe_sites_and_explains_them():
     }
     section = render(suite, {})
     summary, sites = section.tables[0], section.tables[1]
-    names = [row[0] for row in summary.rows]
-    group = names.index(SITES_GROUP)
-    assert names[group + 1 : group + 5] == [OPS[op].label for op in ops[1:5]]  # right after the group's heading
-    assert names[0] == OPS["uprobe"].label and names[-1] == OPS["hash_lookup"].label
+    assert [row[0] for row in summary.rows] == [
+        "Probes",
+        OPS["uprobe"].label,
+        SITES_GROUP,
+        *(OPS[op].label for op in ops[1:5]),
+        "Helper calls and map operations",
+        OPS["hash_lookup"].label,
+    ]
+    assert summary.rows[2][1:] == [""] * (len(summary.columns) - 1)  # a heading
     assert [row[0].split(" (")[0] for row in sites.rows] == ["nop", "push %rbp", "nopl 0x0(%rax,%rax,1)", "ret"]
     assert sites.columns[2:] == ["Kernel eBPF: uprobe (ns)", "uebpf: uprobe (ns)"] + [
         "Kernel eBPF: uretprobe (ns)",
@@ -404,6 +409,17 @@ def test_the_report_groups_the_probe_sites_and_explains_them():
     assert "single step" in sites.note and "uprobe syscall" in sites.note and "5-byte jump" in sites.note
     assert any("this kernel shows the nop5 optimisation" in f for f in section.findings), section.findings
     assert any(f.endswith(f"{TOO_SHORT}.") for f in section.findings), section.findings
+
+
+def test_the_usdt_victim_has_its_probe_note_without_a_semaphore():
+    notes = subprocess.run(["readelf", "-n", str(MICROBENCH)], capture_output=True, text=True, check=True).stdout
+    assert OPS["usdt"].usdt == "tracecost:bench_usdt"
+    note = r"Provider: tracecost\s+Name: bench_usdt\s+Location: (0x[0-9a-f]+), .*Semaphore: (0x[0-9a-f]+)"
+    probe = re.search(note, notes)
+    assert probe and int(probe[2], 16) == 0, notes  # uebpf refuses USDT semaphores (runtime/README.md)
+    symbols = subprocess.run(["nm", str(MICROBENCH)], capture_output=True, text=True, check=True).stdout
+    start = next(int(f[0], 16) for f in map(str.split, symbols.splitlines()) if f[-1] == "__bench_usdt")
+    assert start <= int(probe[1], 16) < start + 32  # the probe is in the timed function
 
 
 def test_victim_rejects_an_unknown_function_in_one_line():
@@ -552,7 +568,9 @@ def test_speedup_is_computed_when_a_second_runtime_has_data():
     suite = {"config": MicroSuite().config_record(config), "aggregates": aggregates, "runs": runs, "failures": []}
     summary = render(suite, {}).tables[0]
     assert summary.columns[-2:] == ["uebpf (ns/op)", "Speedup (kernel ÷ uebpf)"]
-    assert re.match(r"10\.00 ±[\d.]+×", summary.rows[0][-1]) and "not measured yet" not in str(summary.rows)
+    headings_and_ops = ["Probes", "Empty uprobe", "Helper calls and map operations", "Hash map lookup"]
+    assert [row[0] for row in summary.rows] == headings_and_ops
+    assert re.match(r"10\.00 ±[\d.]+×", summary.rows[1][-1]) and "not measured yet" not in str(summary.rows)
 
 
 def counts(hits: dict, results: dict | None = None) -> Counts:

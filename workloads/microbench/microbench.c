@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sdt.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -78,6 +79,15 @@ BENCH __bench_syscall(char *buf, uint64_t n)
 	return (uint64_t)syscall(SYS_getppid) + n;
 }
 
+/* A USDT probe (systemtap's sys/sdt.h): a 1-byte nop in the body, and an ELF note that tells a
+ * tracer where it is and where its two arguments are (tracecost:bench_usdt). No semaphore. */
+BENCH __bench_usdt(char *buf, uint64_t n)
+{
+	BARRIER(buf);
+	STAP_PROBE2(tracecost, bench_usdt, buf, n);
+	return (uint64_t)(unsigned char)buf[n % BUFFER_BYTES] + 23;
+}
+
 /* Called untimed between two timed calls (see the top of this file). A body like
  * the others, not an empty function: an inline hook (uebpf) needs 5 bytes of
  * whole instructions before the function returns, and a bare `ret` has one. */
@@ -106,7 +116,7 @@ static const struct bench BENCHES[] = {
 	ENTRY(__bench_per_cpu_array_map_delete),
 	ENTRY(__bench_per_cpu_hash_map_update), ENTRY(__bench_per_cpu_hash_map_lookup),
 	ENTRY(__bench_per_cpu_hash_map_delete),
-	ENTRY(__bench_syscall),
+	ENTRY(__bench_syscall), ENTRY(__bench_usdt),
 	ENTRY(__bench_site_nop), ENTRY(__bench_site_push), ENTRY(__bench_site_ret), ENTRY(__bench_site_nop5),
 	ENTRY(__bench_site_xol),
 };

@@ -64,8 +64,8 @@ class MicroSuite(Suite):
     name = "micro"
     title = "Probe micro-benchmarks"
     help = (
-        "Probe micro-benchmarks: uprobe, uretprobe, probe sites by first instruction, helpers, map operations, "
-        "syscall tracepoint."
+        "Probe micro-benchmarks: uprobe, uretprobe, USDT, probe sites by first instruction, helpers, map "
+        "operations, syscall tracepoint."
     )
     listing_noun = "operations"
     default_runs = 5
@@ -114,7 +114,12 @@ class MicroSuite(Suite):
         for column in ("operation", "what", "kind", "victim function", "programs"):
             table.add_column(column)
         for op in OPS.values():
-            programs = ", ".join([*op.programs, *([f"{op.refill} (untimed refill)"] if op.refill else [])])
+            programs = ", ".join(
+                [
+                    *(f"{program} (USDT {op.usdt})" if op.usdt else program for program in op.programs),
+                    *([f"{op.refill} (untimed refill)"] if op.refill else []),
+                ]
+            )
             table.add_row(op.name, op.label, op.kind, op.function, programs)
         return table
 
@@ -224,6 +229,7 @@ class MicroSuite(Suite):
                     "refill": op.refill,
                     "prefill": op.prefill,
                     "site": op.site,
+                    "usdt": op.usdt,
                 }
                 for op in ops
             ],

@@ -50,6 +50,8 @@ class Op:
     may_be_unsupported: bool = False
     writes_user_memory: bool = False
     site: str | None = None  # a probe-site operation: the class of its victim's first instruction (SITE_LABELS)
+    # A USDT operation: PROVIDER:NAME of the probe in `function`, attached through libbpf's USDT support.
+    usdt: str | None = None
 
     @property
     def attach_to_tracepoint(self) -> bool:
@@ -57,8 +59,9 @@ class Op:
 
     @property
     def functions(self) -> tuple[str, ...]:
-        """The victim functions its programs are hooked on (none for a tracepoint)."""
-        if self.attach_to_tracepoint:
+        """The victim functions whose first instruction its programs are hooked on (none for a
+        tracepoint; a USDT probe is hooked where its note says, not at a function's start)."""
+        if self.attach_to_tracepoint or self.usdt:
             return ()
         return (self.function, *([REFILL_FUNCTION] if self.refill else []))
 
@@ -103,6 +106,7 @@ OPS: dict[str, Op] = {
             "__bench_uprobe_uretprobe",
             ("empty_uprobe", "empty_uretprobe"),
         ),
+        Op("usdt", "Empty USDT probe", PROBE, "__bench_usdt", ("empty_usdt",), usdt="tracecost:bench_usdt"),
         *(_site_op("uprobe", site) for site in SITE_LABELS),
         _site_op("uretprobe", "push"),
         _site_op("uretprobe", "nop5"),

@@ -38,6 +38,13 @@ SITE_MECHANISMS = {
     "ret": "stepped out of line: int3 trap + single-step trap",
     "xol": "stepped out of line: int3 trap + single-step trap",
 }
+USDT_NOTE = (
+    " Empty USDT probe: a sys/sdt.h probe in the victim (a 1-byte nop, which the kernel emulates), attached "
+    "through libbpf's USDT support. uebpf provides no bpf_get_attach_cookie, so there libbpf finds a probe's "
+    "spec by its address, which needs the victim's pid (the uebpf loader attaches to the running victim): enough "
+    "for this program, which reads no argument; a USDT program that reads its arguments (bpf_usdt_arg) calls "
+    "bpf_get_attach_cookie and uebpf refuses it at load."
+)
 SITES_GROUP = "Probe sites: the same empty program, victims that differ by their first instruction only"
 SITES_NOTE = (
     "Each row puts the same empty program on a victim written in assembly (workloads/microbench/probe_sites.S) "
@@ -110,11 +117,11 @@ def findings(config: dict, table: dict, traced: list[str], suite: dict) -> list[
         name = style.label(runtime)
         probes = [
             (op, _cell(table, op, runtime).get("per_op_ns"))
-            for op in ("uprobe", "uretprobe", "uprobe_uretprobe")
+            for op in ("uprobe", "uretprobe", "uprobe_uretprobe", "usdt")
             if op in ops
         ]
         measured = [
-            f"{ops[op]['label'].lower()} {fmt.with_ci(est, digits=0)} ns"
+            f"{ops[op]['label'][0].lower()}{ops[op]['label'][1:]} {fmt.with_ci(est, digits=0)} ns"
             for op, est in probes
             if est and est.get("value") is not None
         ]
@@ -227,6 +234,38 @@ def sites_table(ops: dict, table: dict, compared: list[str], unavailable: set) -
     return TableBlock("Probe sites: cost by the probed function's first instruction", columns, rows, SITES_NOTE)
 
 
+def summary_groups(ops: list[dict]) -> list[tuple[str, list[str]]]:
+    """The summary table's groups of operations, each in table order: probes, probe sites, helper and
+    map operations, system call tracepoints; those with no operation left out."""
+    groups = [(title, [op["name"] for op in ops if belongs(op)]) for title, belongs in SUMMARY_GROUPS]
+    return [(title, members) for title, members in groups if members]
+
+
+SUMMARY_GROUPS = (
+    ("Probes", lambda op: op["kind"] == "probe" and not op.get("site")),
+    (SITES_GROUP, lambda op: op["kind"] == "probe" and bool(op.get("site"))),
+    ("Helper calls and map operations", lambda op: op["kind"] == "helper"),
+    ("System call tracepoints", lambda op: op["kind"] == "syscall"),
+)
+
+
+def _summary_row(op: str, table: dict, kind: dict, labels: dict, compared: list[str], unavailable: set) -> list[str]:
+    kernel = _cell(table, op, KERNEL)
+    row = [
+        labels[op],
+        SHORT_BASIS.get(kind[op], "–"),
+        str(kernel.get("ops_per_hit") or 1),
+        per_op_cell(kernel, unavailable),
+    ]
+    for runtime in compared:
+        other = _cell(table, op, runtime)
+        speedup = other.get("speedup_vs_kernel") or {}
+        # No ratio when the runtime's cost is exactly zero (whole-nanosecond medians).
+        shown = f"{fmt.with_ci(speedup, digits=2)}×" if speedup.get("value") is not None else "–"
+        row += [per_op_cell(other, unavailable), shown if other else NOT_MEASURED]
+    return row
+
+
 def render(suite: dict, environment: dict) -> Section:
     config, aggregates = suite["config"], suite["aggregates"]
     table = {(agg["op"], agg["runtime"]): agg for agg in aggregates}
@@ -290,24 +329,11 @@ def render(suite: dict, environment: dict) -> Section:
     for runtime in compared:
         summary_columns += [f"{style.label(runtime)} (ns/op)", f"Speedup (kernel ÷ {style.label(runtime)})"]
     summary_rows = []
-    sited = {op["name"] for op in config["ops"] if op.get("site")}
-    for op in ops:
-        if op in sited and not any(row[0] == SITES_GROUP for row in summary_rows):
-            summary_rows.append([SITES_GROUP] + [""] * (len(summary_columns) - 1))
-        kernel = _cell(table, op, KERNEL)
-        row = [
-            labels[op],
-            SHORT_BASIS.get(kind[op], "–"),
-            str(kernel.get("ops_per_hit") or 1),
-            per_op_cell(kernel, unavailable),
-        ]
-        for runtime in compared:
-            other = _cell(table, op, runtime)
-            speedup = other.get("speedup_vs_kernel") or {}
-            # No ratio when the runtime's cost is exactly zero (whole-nanosecond medians).
-            shown = f"{fmt.with_ci(speedup, digits=2)}×" if speedup.get("value") is not None else "–"
-            row += [per_op_cell(other, unavailable), shown if other else NOT_MEASURED]
-        summary_rows.append(row)
+    groups = summary_groups(config["ops"])
+    for title, members in groups:
+        if len(groups) > 1:  # a heading row
+            summary_rows.append([title] + [""] * (len(summary_columns) - 1))
+        summary_rows += [_summary_row(op, table, kind, labels, compared, unavailable) for op in members]
 
     detail_columns = [
         "Operation",
@@ -380,7 +406,8 @@ def render(suite: dict, environment: dict) -> Section:
                 "Kernel vs userspace eBPF, per operation",
                 summary_columns,
                 summary_rows,
-                "Speedup: kernel cost per operation ÷ the other runtime's, with a 95% CI (delta method).",
+                "Speedup: kernel cost per operation ÷ the other runtime's, with a 95% CI (delta method)."
+                + (USDT_NOTE if "usdt" in ops else ""),
             ),
             *([sites] if sites else []),
             TableBlock("Every operation and runtime", detail_columns, detail_rows, note),
