@@ -30,7 +30,7 @@ DEFAULT_RUNTIMES = (UNTRACED, KERNEL, UEBPF)
 DEFAULT_ITER = 100_000
 DEFAULT_OPS_PER_HIT = 1000
 WARMUP_CALLS = 1000  # untimed calls before the timed ones (at most --iterations)
-# `tracecost run`: ~1.5 minutes on 2 cores. A run's fixed cost (starting the victim, loading and
+# `tracecost run`: ~2 minutes on 2 cores. A run's fixed cost (starting the victim, loading and
 # verifying the programs) dominates at this size, so fewer calls cost little precision per operation.
 RUN_ITER = 10_000
 RUN_REPETITIONS = 5
@@ -212,7 +212,7 @@ class MicroSuite(Suite):
             iter=RUN_ITER,
             runs=RUN_REPETITIONS,
             seed=seed,
-            size=f"tracecost run's size (~1.5 minutes on 2 cores): {RUN_ITER:,} timed calls per run "
+            size=f"tracecost run's size (~2 minutes on 2 cores): {RUN_ITER:,} timed calls per run "
             f"instead of the micro command's {DEFAULT_ITER:,}, {RUN_REPETITIONS} runs",
         )
 
