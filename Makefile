@@ -9,7 +9,8 @@ CC      := gcc
 CLANG   := clang
 BPFTOOL := bpftool
 CFLAGS  := -O2 -g -Wall -Wextra -Werror -fno-omit-frame-pointer -Iworkloads/common
-BPF_CFLAGS := -O2 -g -Wall -target bpf -D__TARGET_ARCH_x86 -I$(BUILD) -Iprobes
+# The multiarch include folder last: libbpf's usdt.bpf.h includes <linux/errno.h>, whose <asm/errno.h> lives there.
+BPF_CFLAGS := -O2 -g -Wall -target bpf -D__TARGET_ARCH_x86 -I$(BUILD) -Iprobes -idirafter /usr/include/$(shell $(CC) -dumpmachine)
 
 LIB := $(BUILD)/lib
 BIN := $(BUILD)/bin
@@ -69,9 +70,11 @@ workloads: $(LIB)/libmylib.so $(BIN)/sample_app $(BIN)/microbench $(BIN)/syscall
 $(LIB)/libmylib.so: workloads/mylib/mylib.c workloads/mylib/mylib.h | $(LIB)
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
 
-# The micro-benchmark victim: its probe sites must stay separate, real calls (see its comments).
-$(BIN)/microbench: workloads/microbench/microbench.c workloads/common/latency_histogram.h | $(BIN)
-	$(CC) $(CFLAGS) -o $@ $<
+# The micro-benchmark victim: its probe sites must stay separate, real calls (see its comments);
+# probe_sites.S holds the ones whose first instruction must be exact.
+MICROBENCH_SRC := workloads/microbench/microbench.c workloads/microbench/probe_sites.S
+$(BIN)/microbench: $(MICROBENCH_SRC) workloads/common/latency_histogram.h | $(BIN)
+	$(CC) $(CFLAGS) -o $@ $(MICROBENCH_SRC)
 
 # The compatibility corpus's workload (tests/test_compat.py); calls libmylib like sample_app.
 $(BIN)/compat_app: workloads/compat/compat_app.c workloads/mylib/mylib.h $(LIB)/libmylib.so | $(BIN)

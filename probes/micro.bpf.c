@@ -8,6 +8,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/usdt.bpf.h>
 
 #include "micro.h"
 
@@ -88,6 +89,18 @@ SEC("uretprobe")
 int empty_uretprobe(void *ctx)
 {
 	hit(MICRO_SLOT_empty_uretprobe);
+	return 0;
+}
+
+/* On a USDT probe (microbench's tracecost:bench_usdt), attached through libbpf's USDT support
+ * (bpf_program__attach_usdt, which needs usdt.bpf.h's maps in the object). Its arguments are not
+ * read, so neither is the spec libbpf keeps for them (bpf_usdt_arg: the cookie or the probe's IP
+ * names it). Section "uprobe", a kprobe-type program as "usdt" is: what matters is how the loader
+ * attaches it, and uebpf's object reader knows no "usdt" section. */
+SEC("uprobe")
+int empty_usdt(struct pt_regs *ctx)
+{
+	hit(MICRO_SLOT_empty_usdt);
 	return 0;
 }
 

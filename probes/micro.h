@@ -16,7 +16,7 @@
 #define MICRO_WRITE_BYTE 0xa5
 
 #define MICRO_SLOTS(X)                                                              \
-	X(empty_uprobe) X(empty_uretprobe) X(probe_read) X(probe_write)             \
+	X(empty_uprobe) X(empty_uretprobe) X(empty_usdt) X(probe_read) X(probe_write) \
 	X(array_update) X(array_lookup) X(array_delete)                             \
 	X(hash_update) X(hash_lookup) X(hash_delete)                                \
 	X(percpu_array_update) X(percpu_array_lookup) X(percpu_array_delete)        \

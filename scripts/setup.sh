@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(
   clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config    # BPF objects, skeletons, loaders
+  systemtap-sdt-dev                                                 # sys/sdt.h: microbench's USDT probe
   lttng-tools liblttng-ust-dev babeltrace2                          # LTTng-UST tracer and trace reader
   chromium chromium-driver                                          # the report's real-browser test
   curl openssl                                                      # the report's plotly.js bundle

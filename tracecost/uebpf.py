@@ -6,7 +6,9 @@ No privilege is needed: nothing here touches the kernel's BPF."""
 
 from __future__ import annotations
 
+import functools
 import itertools
+import json
 import os
 import secrets
 from collections.abc import Callable
@@ -90,3 +92,26 @@ def wait_applied(uebpf_command: Path, loader_env: dict[str, str], pid: int) -> N
     if result.returncode != 0:
         why = result.stderr.strip().splitlines()[-1:] or ["no message"]
         raise TracecostError(f"the uebpf agent in process {pid} did not apply the attach: {why[0]}")
+
+
+CHECK_HOOK_TIMEOUT_S = 30
+
+
+def hook_refusal(uebpf_command: Path, binary: Path, location: str) -> str | None:
+    """Why uebpf's hook engine would refuse to hook `location` (a symbol) of `binary`, in its own
+    words, or None. `uebpf check-hook` judges the file as an attach would (runtime/README.md,
+    "Hook engine": too short for its 5-byte jump, a branch into the patch...), without running it.
+    None too when the command cannot tell (no such symbol...): the attach itself then fails with
+    its reason, so nothing is hidden. Asked once per file version and location."""
+    stat = binary.stat()
+    return _hook_refusal(str(uebpf_command), str(binary), location, (stat.st_ino, stat.st_size, stat.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=None)
+def _hook_refusal(uebpf_command: str, binary: str, location: str, _version: tuple) -> str | None:
+    try:
+        result = run_command([uebpf_command, "check-hook", binary, location], timeout_s=CHECK_HOOK_TIMEOUT_S)
+        verdict = json.loads(result.stdout) if result.returncode == 0 else {}
+    except (TimeoutExpired, ValueError):
+        return None
+    return None if verdict.get("hookable", True) else str(verdict["reason"])

@@ -1,11 +1,13 @@
 /* micro: load probes/micro.bpf.c, attach the programs one micro-benchmark needs
  * to the victim (workloads/microbench), and report what they counted.
  *
- *   micro --binary PATH [--pid PID] --attach PROG[:FUNCTION]... [--prefill MAP]...
- *         [--ops-per-hit K] [--verbose]
+ *   micro --binary PATH [--pid PID] --attach PROG[:FUNCTION|:usdt:PROVIDER:NAME]...
+ *         [--prefill MAP]... [--ops-per-hit K] [--verbose]
  *
  * --attach: a uprobe or uretprobe program (as its section says) on FUNCTION
- * of PATH in process PID, or, without FUNCTION, a tracepoint program, which
+ * of PATH in process PID; with usdt:PROVIDER:NAME, a kprobe-type program on
+ * PATH's USDT probe PROVIDER:NAME, through libbpf's USDT support
+ * (bpf_program__attach_usdt); without either, a tracepoint program, which
  * gets PID as the process it counts. Only the programs named are loaded.
  * Without --pid the uprobes fire in every process that runs PATH (and a
  * tracepoint program counts no process): for a loader started before its
@@ -40,7 +42,8 @@ static const char *const SLOT_NAMES[] = { MICRO_SLOTS(SLOT_NAME) };
 
 struct attachment {
 	const char *program;
-	const char *function; /* NULL: a tracepoint */
+	const char *function; /* NULL: a tracepoint, or a USDT probe */
+	const char *usdt_provider, *usdt_name; /* a USDT probe */
 	struct bpf_program *prog;
 	struct bpf_link *link;
 };
@@ -50,10 +53,19 @@ static struct attachment parse_attachment(char *text)
 	char *colon = strchr(text, ':');
 	struct attachment a = { .program = text };
 
-	if (colon) {
-		*colon = '\0';
+	if (!colon)
+		return a;
+	*colon = '\0';
+	if (strncmp(colon + 1, "usdt:", 5)) {
 		a.function = colon + 1;
+		return a;
 	}
+	a.usdt_provider = colon + 6;
+	colon = strchr(a.usdt_provider, ':');
+	if (!colon || colon == a.usdt_provider || !colon[1])
+		die_usage("--attach %s:usdt: wants PROVIDER:NAME", a.program);
+	*colon = '\0';
+	a.usdt_name = colon + 1;
 	return a;
 }
 
@@ -83,6 +95,13 @@ static void prefill(struct micro_bpf *skel, const char *name, __u32 keys)
 
 static void attach(struct attachment *a, const char *binary, pid_t pid)
 {
+	if (a->usdt_provider) {
+		a->link = bpf_program__attach_usdt(a->prog, pid ? pid : -1, binary, a->usdt_provider, a->usdt_name, NULL);
+		if (!a->link)
+			die("cannot attach %s to USDT probe %s:%s: %s", a->program, a->usdt_provider, a->usdt_name,
+			    strerror(errno));
+		return;
+	}
 	if (a->function) {
 		int retprobe = !strncmp(bpf_program__section_name(a->prog), "uretprobe", 9);
 		LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = a->function, .retprobe = retprobe);
@@ -155,8 +174,8 @@ static void print_counts(const struct micro_counts counts[MICRO_SLOT_MAX])
 static void usage(const char *prog)
 {
 	fprintf(stderr,
-		"usage: %s --binary PATH [--pid PID] --attach PROG[:FUNCTION]... [--prefill MAP]...\n"
-		"          [--ops-per-hit K] [--verbose]\n",
+		"usage: %s --binary PATH [--pid PID] --attach PROG[:FUNCTION|:usdt:PROVIDER:NAME]...\n"
+		"          [--prefill MAP]... [--ops-per-hit K] [--verbose]\n",
 		prog);
 	exit(2);
 }

@@ -2,8 +2,9 @@
  *
  *   microbench [--call NAME]... [--iter N] [--warmup N] [--wait-go] [--list]
  *
- * Each __bench_* function below is a probe site: a tracer attaches to it by
- * name, and the same functions untraced are the baseline. For every function
+ * Each __bench_* function below (and in probe_sites.S, the assembly probe
+ * sites) is a probe site: a tracer attaches to it by name, and the same
+ * functions untraced are the baseline. For every function
  * asked for (default: all), microbench makes --warmup calls, then --iter
  * timed calls, and prints one JSON line:
  *   {"function":F,"iter":N,"warmup":W,"total_ns":T,"ns_per_call":X,"checksum":C,
@@ -34,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sdt.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -77,10 +79,27 @@ BENCH __bench_syscall(char *buf, uint64_t n)
 	return (uint64_t)syscall(SYS_getppid) + n;
 }
 
+/* A USDT probe (systemtap's sys/sdt.h): a 1-byte nop in the body, and an ELF note that tells a
+ * tracer where it is and where its two arguments are (tracecost:bench_usdt). No semaphore. */
+BENCH __bench_usdt(char *buf, uint64_t n)
+{
+	BARRIER(buf);
+	STAP_PROBE2(tracecost, bench_usdt, buf, n);
+	return (uint64_t)(unsigned char)buf[n % BUFFER_BYTES] + 23;
+}
+
 /* Called untimed between two timed calls (see the top of this file). A body like
  * the others, not an empty function: an inline hook (uebpf) needs 5 bytes of
  * whole instructions before the function returns, and a bare `ret` has one. */
 BENCH __bench_refill(char *buf, uint64_t n) BENCH_BODY(18)
+
+/* The probe sites, one per class of first instruction (probe_sites.S: assembly, so that no
+ * compiler changes the instruction a uprobe lands on). */
+uint64_t __bench_site_nop(char *buf, uint64_t n);
+uint64_t __bench_site_push(char *buf, uint64_t n);
+uint64_t __bench_site_ret(char *buf, uint64_t n);
+uint64_t __bench_site_nop5(char *buf, uint64_t n);
+uint64_t __bench_site_xol(char *buf, uint64_t n);
 
 struct bench {
 	const char *name;
@@ -97,7 +116,9 @@ static const struct bench BENCHES[] = {
 	ENTRY(__bench_per_cpu_array_map_delete),
 	ENTRY(__bench_per_cpu_hash_map_update), ENTRY(__bench_per_cpu_hash_map_lookup),
 	ENTRY(__bench_per_cpu_hash_map_delete),
-	ENTRY(__bench_syscall),
+	ENTRY(__bench_syscall), ENTRY(__bench_usdt),
+	ENTRY(__bench_site_nop), ENTRY(__bench_site_push), ENTRY(__bench_site_ret), ENTRY(__bench_site_nop5),
+	ENTRY(__bench_site_xol),
 };
 #define NBENCHES (sizeof(BENCHES) / sizeof(BENCHES[0]))
 

@@ -52,9 +52,7 @@ impl Hook {
     /// A uretprobe: `handler` runs each time the function starting at `target.address` returns,
     /// with `ax` = the return value. `target` must be a function's first instruction.
     pub fn ret(target: &Target, handler: Handler, data: *mut c_void) -> Result<Hook> {
-        if target.address != target.function.start {
-            return Err(Error::refused(&target.description, "a return probe must be at the function's first instruction"));
-        }
+        check_return_site(target)?;
         attach(target, Kind::Return, handler, data)
     }
 
@@ -85,6 +83,29 @@ impl Hook {
         self.site.publish(list);
         Ok(())
     }
+}
+
+/// Whether [`Hook::entry`] (or, with `retprobe`, [`Hook::ret`]) would refuse `location` of
+/// `binary`, judged on the code as the file holds it: nothing is mapped or patched, and the
+/// binary need not run anywhere. The same checks as an attach, with the same messages: the
+/// function's length, the displaced instructions, branches into the patch, a return probe's
+/// place. Not judged, because they depend on a process: a RIP-relative operand out of the
+/// trampoline's reach, a patch overlapping another hook. `Ok(())`: an attach would go on to
+/// patch; an error of kind [`ErrorKind::Refused`](crate::ErrorKind::Refused): the engine's
+/// refusal; other kinds: `location` could not be resolved in the file.
+pub fn check(binary: &std::path::Path, location: &crate::Location, retprobe: bool) -> Result<()> {
+    let (target, body) = crate::resolve::in_file(binary, location)?;
+    if retprobe {
+        check_return_site(&target)?;
+    }
+    prologue::analyse(&target, &body).map(|_| ())
+}
+
+fn check_return_site(target: &Target) -> Result<()> {
+    if target.address != target.function.start {
+        return Err(Error::refused(&target.description, "a return probe must be at the function's first instruction"));
+    }
+    Ok(())
 }
 
 fn attach(target: &Target, kind: Kind, handler: Handler, data: *mut c_void) -> Result<Hook> {

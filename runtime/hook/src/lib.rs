@@ -28,7 +28,7 @@ mod stubs;
 
 pub use dispatch::{without_probes, SHADOW_CAPACITY};
 pub use error::{Error, ErrorKind, Result};
-pub use hook::Hook;
+pub use hook::{check, Hook};
 pub use patch::PatchMethod;
 pub use regs::PtRegs;
 pub use resolve::{file_offset, is_mapped_executable, resolve, Function, Location, Target};

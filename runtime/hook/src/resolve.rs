@@ -61,34 +61,69 @@ const STT_GNU_IFUNC: u8 = 10;
 
 /// Resolves `location` in `binary`, which must be mapped executable in this process.
 pub fn resolve(binary: &Path, location: &Location) -> Result<Target> {
-    let shown = binary.display();
-    let data = std::fs::read(binary).map_err(|e| Error::resolve(format!("cannot read {shown}: {e}")))?;
-    let elf = object::File::parse(&*data).map_err(|e| Error::resolve(format!("{shown} is not an ELF file: {e}")))?;
-    let (vaddr, function) = match location {
-        Location::Symbol(name) => {
-            let symbol = find_function(&elf, name).map_err(|why| Error::resolve(format!("{shown}: {why}")))?;
-            (symbol.1, symbol)
-        }
-        Location::FileOffset(offset) => {
-            let vaddr = vaddr_of_offset(&elf, *offset)
-                .ok_or_else(|| Error::resolve(format!("{shown}: offset {offset:#x} is in no loadable segment")))?;
-            let symbol = enclosing_function(&elf, vaddr).ok_or_else(|| {
-                Error::resolve(format!("{shown}: offset {offset:#x} is inside no function symbol, so the patch cannot be checked"))
-            })?;
-            (vaddr, symbol)
-        }
-    };
+    let data = read(binary)?;
+    let elf = parse(binary, &data)?;
+    let (vaddr, (name, start, size)) = locate(binary, &elf, location)?;
     let bias = load_bias(binary, &elf, vaddr)?;
-    let (name, start, size) = function;
-    let description = match vaddr - start {
-        0 => format!("{}:{name}", binary.display()),
-        delta => format!("{}:{name}+{delta:#x}", binary.display()),
-    };
     Ok(Target {
         address: (vaddr as i64 + bias) as usize,
-        function: Function { name, start: (start as i64 + bias) as usize, size: size as usize },
-        description,
+        function: Function { name: name.clone(), start: (start as i64 + bias) as usize, size: size as usize },
+        description: describe(binary, &name, vaddr, start),
     })
+}
+
+/// `location` in `binary` as the file holds it, without the binary being mapped: the target at
+/// its ELF virtual addresses and the function's bytes from the file (what the hook engine judges
+/// before patching, see `hook::check`).
+pub(crate) fn in_file(binary: &Path, location: &Location) -> Result<(Target, Vec<u8>)> {
+    let shown = binary.display();
+    let data = read(binary)?;
+    let elf = parse(binary, &data)?;
+    let (vaddr, (name, start, size)) = locate(binary, &elf, location)?;
+    let body = offset_of_vaddr(&elf, start)
+        .and_then(|offset| data.get(offset as usize..(offset + size) as usize))
+        .ok_or_else(|| Error::resolve(format!("{shown}: the bytes of {name} are not in the file")))?;
+    let target = Target {
+        address: vaddr as usize,
+        function: Function { name: name.clone(), start: start as usize, size: size as usize },
+        description: describe(binary, &name, vaddr, start),
+    };
+    Ok((target, body.to_vec()))
+}
+
+fn read(binary: &Path) -> Result<Vec<u8>> {
+    std::fs::read(binary).map_err(|e| Error::resolve(format!("cannot read {}: {e}", binary.display())))
+}
+
+fn parse<'a>(binary: &Path, data: &'a [u8]) -> Result<object::File<'a>> {
+    object::File::parse(data).map_err(|e| Error::resolve(format!("{} is not an ELF file: {e}", binary.display())))
+}
+
+/// (ELF vaddr of the hook, (function name, vaddr, size)) of `location`.
+fn locate(binary: &Path, elf: &object::File, location: &Location) -> Result<(u64, (String, u64, u64))> {
+    let shown = binary.display();
+    match location {
+        Location::Symbol(name) => {
+            let symbol = find_function(elf, name).map_err(|why| Error::resolve(format!("{shown}: {why}")))?;
+            Ok((symbol.1, symbol))
+        }
+        Location::FileOffset(offset) => {
+            let vaddr = vaddr_of_offset(elf, *offset)
+                .ok_or_else(|| Error::resolve(format!("{shown}: offset {offset:#x} is in no loadable segment")))?;
+            let symbol = enclosing_function(elf, vaddr).ok_or_else(|| {
+                Error::resolve(format!("{shown}: offset {offset:#x} is inside no function symbol, so the patch cannot be checked"))
+            })?;
+            Ok((vaddr, symbol))
+        }
+    }
+}
+
+/// `binary:symbol` or `binary:symbol+0xN`, for messages.
+fn describe(binary: &Path, name: &str, vaddr: u64, start: u64) -> String {
+    match vaddr - start {
+        0 => format!("{}:{name}", binary.display()),
+        delta => format!("{}:{name}+{delta:#x}", binary.display()),
+    }
 }
 
 /// The file offset of `location` in `binary` (what the kernel's uprobe takes, and what libbpf
@@ -99,8 +134,8 @@ pub fn file_offset(binary: &Path, location: &Location) -> Result<u64> {
         Location::FileOffset(offset) => return Ok(*offset),
         Location::Symbol(name) => name,
     };
-    let data = std::fs::read(binary).map_err(|e| Error::resolve(format!("cannot read {shown}: {e}")))?;
-    let elf = object::File::parse(&*data).map_err(|e| Error::resolve(format!("{shown} is not an ELF file: {e}")))?;
+    let data = read(binary)?;
+    let elf = parse(binary, &data)?;
     let (_, vaddr, _) = find_function(&elf, symbol).map_err(|why| Error::resolve(format!("{shown}: {why}")))?;
     offset_of_vaddr(&elf, vaddr).ok_or_else(|| Error::resolve(format!("{shown}: {symbol} is in no loadable segment")))
 }

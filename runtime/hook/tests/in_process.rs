@@ -6,7 +6,7 @@ use std::hint::black_box;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
-use uebpf_hook::{resolve, resolve_address, ErrorKind, Hook, Location, PtRegs, Target};
+use uebpf_hook::{check, resolve, resolve_address, ErrorKind, Hook, Location, PtRegs, Target};
 
 // Shapes that must be exact, so they are written in assembly (System V, Intel syntax).
 std::arch::global_asm!(
@@ -247,6 +247,36 @@ fn unsafe_prologues_are_refused_and_left_untouched() {
     }
     assert_eq!(unsafe { hook_test_tiny() }, 0);
     assert_eq!(unsafe { hook_test_into_patch(4) }, 10);
+}
+
+#[test]
+fn check_judges_the_file_as_an_attach_would() {
+    let exe = Path::new("/proc/self/exe");
+    for symbol in ["hook_test_tiny", "hook_test_into_patch"] {
+        let judged = check(exe, &Location::parse(symbol), false).unwrap_err();
+        let attached = Hook::entry(&this_binary(symbol), count_first_arg, std::ptr::null_mut()).unwrap_err();
+        assert_eq!(judged.kind, ErrorKind::Refused);
+        // The engine's own refusal, word for word but for a branch's absolute target (an ELF
+        // address here, a process address there).
+        let words = |message: &str| message.split_whitespace().filter(|w| !w.ends_with("h`")).collect::<Vec<_>>().join(" ");
+        assert_eq!(words(&judged.message), words(&attached.message));
+    }
+    for symbol in ["hook_test_rip_load", "hook_test_short_branch", "hook_test_loop_to_start"] {
+        check(exe, &Location::parse(symbol), false).unwrap();
+        check(exe, &Location::parse(symbol), true).unwrap();
+    }
+    // Past the 7-byte first instruction of hook_test_rip_load: an entry probe's 4 bytes of room
+    // are too few; a return probe is refused first for its place.
+    let inside = uebpf_hook::file_offset(exe, &Location::parse("hook_test_rip_load")).unwrap() + 7;
+    let entry = check(exe, &Location::FileOffset(inside), false).unwrap_err();
+    let too_short = "hook_test_rip_load+0x7: the function is 11 bytes long and the hook is at +0x7: the 5-byte jump does not fit";
+    assert!(entry.message.ends_with(too_short), "{entry}");
+    let ret = check(exe, &Location::FileOffset(inside), true).unwrap_err();
+    assert!(ret.message.ends_with("a return probe must be at the function's first instruction"), "{ret}");
+    let missing = check(exe, &Location::parse("no_such_function"), false).unwrap_err();
+    assert_eq!(missing.kind, ErrorKind::Resolve);
+    // Nothing was patched by a check: the function still runs, and can still be hooked.
+    assert_eq!(unsafe { hook_test_tiny() }, 0);
 }
 
 #[test]

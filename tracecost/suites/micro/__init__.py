@@ -1,5 +1,5 @@
-"""The probe micro-benchmarks: the cost of one uprobe, uretprobe, helper call, map operation and
-syscall tracepoint, per runtime.
+"""The probe micro-benchmarks: the cost of one uprobe, uretprobe (also by the probed function's first
+instruction), helper call, map operation and syscall tracepoint, per runtime.
 
 Groups are operations; methods are runtimes (untraced, kernel, uebpf). The folder: ops.py says
 what each operation attaches where; runtimes.py how a runtime (none, the kernel, uebpf) attaches
@@ -30,7 +30,7 @@ DEFAULT_RUNTIMES = (UNTRACED, KERNEL, UEBPF)
 DEFAULT_ITER = 100_000
 DEFAULT_OPS_PER_HIT = 1000
 WARMUP_CALLS = 1000  # untimed calls before the timed ones (at most --iterations)
-# `tracecost run`: ~1.5 minutes on 2 cores. A run's fixed cost (starting the victim, loading and
+# `tracecost run`: ~2 minutes on 2 cores. A run's fixed cost (starting the victim, loading and
 # verifying the programs) dominates at this size, so fewer calls cost little precision per operation.
 RUN_ITER = 10_000
 RUN_REPETITIONS = 5
@@ -63,7 +63,10 @@ class MicroConfig:
 class MicroSuite(Suite):
     name = "micro"
     title = "Probe micro-benchmarks"
-    help = "Probe micro-benchmarks: uprobe, uretprobe, helpers, map operations, syscall tracepoint."
+    help = (
+        "Probe micro-benchmarks: uprobe, uretprobe, USDT, probe sites by first instruction, helpers, map "
+        "operations, syscall tracepoint."
+    )
     listing_noun = "operations"
     default_runs = 5
     baseline = UNTRACED
@@ -115,7 +118,12 @@ class MicroSuite(Suite):
         for column in ("operation", "what", "kind", "victim function", "programs"):
             table.add_column(column)
         for op in OPS.values():
-            programs = ", ".join([*op.programs, *([f"{op.refill} (untimed refill)"] if op.refill else [])])
+            programs = ", ".join(
+                [
+                    *(f"{program} (USDT {op.usdt})" if op.usdt else program for program in op.programs),
+                    *([f"{op.refill} (untimed refill)"] if op.refill else []),
+                ]
+            )
             table.add_row(op.name, op.label, op.kind, op.function, programs)
         return table
 
@@ -208,7 +216,7 @@ class MicroSuite(Suite):
             iter=RUN_ITER,
             runs=RUN_REPETITIONS,
             seed=seed,
-            size=f"tracecost run's size (~1.5 minutes on 2 cores): {RUN_ITER:,} timed calls per run "
+            size=f"tracecost run's size (~2 minutes on 2 cores): {RUN_ITER:,} timed calls per run "
             f"instead of the micro command's {DEFAULT_ITER:,}, {RUN_REPETITIONS} runs",
         )
 
@@ -224,6 +232,8 @@ class MicroSuite(Suite):
                     "programs": list(op.programs),
                     "refill": op.refill,
                     "prefill": op.prefill,
+                    "site": op.site,
+                    "usdt": op.usdt,
                 }
                 for op in ops
             ],

@@ -1,11 +1,15 @@
 """The operations of the micro-benchmarks: which victim function, which programs, how to count.
 
-Function names are workloads/microbench's ; program names are
+Function names are workloads/microbench's; program names are
 probes/micro.bpf.c's. Three kinds of operation:
   probe    the cost of the probe itself: traced minus untraced time per call
   helper   a helper called ops_per_hit times per hit: (time per call minus the
            empty uprobe's) / ops_per_hit
   syscall  a system call under a sys_enter tracepoint: traced minus untraced
+
+Probe-site operations (`site` set) put the same empty program on victims that differ only by
+their first instruction (workloads/microbench/probe_sites.S), because a kernel uprobe's cost
+depends on it (SITE_LABELS lists the classes).
 """
 
 from __future__ import annotations
@@ -21,6 +25,17 @@ REFILL_FUNCTION = "__bench_refill"
 EMPTY_PROBE_OP = "uprobe"
 
 
+# The classes of first instruction at a probe site (workloads/microbench/probe_sites.S), in the order
+# the report shows them; report.py says what a kernel uprobe does with each.
+SITE_LABELS = {
+    "nop": "a nop",
+    "push": "push %rbp",
+    "nop5": "a 5-byte nop",
+    "ret": "ret (a 1-byte function)",
+    "xol": "and $0x1f,%esi (stepped out of line)",
+}
+
+
 @dataclass(frozen=True)
 class Op:
     name: str
@@ -34,10 +49,21 @@ class Op:
     # with one errno is a result ("not supported"), not a broken run.
     may_be_unsupported: bool = False
     writes_user_memory: bool = False
+    site: str | None = None  # a probe-site operation: the class of its victim's first instruction (SITE_LABELS)
+    # A USDT operation: PROVIDER:NAME of the probe in `function`, attached through libbpf's USDT support.
+    usdt: str | None = None
 
     @property
     def attach_to_tracepoint(self) -> bool:
         return self.kind == SYSCALL
+
+    @property
+    def functions(self) -> tuple[str, ...]:
+        """The victim functions whose first instruction its programs are hooked on (none for a
+        tracepoint; a USDT probe is hooked where its note says, not at a function's start)."""
+        if self.attach_to_tracepoint or self.usdt:
+            return ()
+        return (self.function, *([REFILL_FUNCTION] if self.refill else []))
 
 
 def _map_ops(map_name: str, label: str, function_stem: str, hashed: bool) -> list[Op]:
@@ -57,6 +83,17 @@ def _map_ops(map_name: str, label: str, function_stem: str, hashed: bool) -> lis
     return [op("update"), op("lookup"), op("delete", **delete)]
 
 
+_EMPTY = {"uprobe": ("empty_uprobe", "Empty uprobe"), "uretprobe": ("empty_uretprobe", "Empty uretprobe")}
+
+
+def _site_op(probe: str, site: str) -> Op:
+    """The empty uprobe or uretprobe on the probe site of one class."""
+    program, label = _EMPTY[probe]
+    return Op(
+        f"{probe}_{site}", f"{label} on {SITE_LABELS[site]}", PROBE, f"__bench_site_{site}", (program,), site=site
+    )
+
+
 OPS: dict[str, Op] = {
     op.name: op
     for op in [
@@ -69,6 +106,10 @@ OPS: dict[str, Op] = {
             "__bench_uprobe_uretprobe",
             ("empty_uprobe", "empty_uretprobe"),
         ),
+        Op("usdt", "Empty USDT probe", PROBE, "__bench_usdt", ("empty_usdt",), usdt="tracecost:bench_usdt"),
+        *(_site_op("uprobe", site) for site in SITE_LABELS),
+        _site_op("uretprobe", "push"),
+        _site_op("uretprobe", "nop5"),
         Op("read", "bpf_probe_read_user (32 B)", HELPER, "__bench_read", ("probe_read",)),
         Op("write", "bpf_probe_write_user (32 B)", HELPER, "__bench_write", ("probe_write",), writes_user_memory=True),
         *_map_ops("array", "Array map", "array", hashed=False),

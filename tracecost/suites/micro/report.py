@@ -22,6 +22,49 @@ SHORT_BASIS = {
 }
 
 
+# Probe-site operations (ops.py `site`): the victim's first instruction and what a kernel uprobe does there.
+SITE_INSTRUCTIONS = {
+    "nop": "nop (90)",
+    "push": "push %rbp (55)",
+    "nop5": "nopl 0x0(%rax,%rax,1) (0f 1f 44 00 00)",
+    "ret": "ret (c3): a 1-byte function",
+    "xol": "and $0x1f,%esi (83 e6 1f)",
+}
+SITE_NAMES = {"nop": "nop", "push": "push %rbp", "nop5": "5-byte nop", "ret": "ret", "xol": "and (out of line)"}
+SITE_MECHANISMS = {
+    "nop": "emulated in the int3 trap",
+    "push": "emulated in the int3 trap",
+    "nop5": "with the uprobe syscall (6.18): a call to a trampoline, then that syscall, no trap; before: emulated",
+    "ret": "stepped out of line: int3 trap + single-step trap",
+    "xol": "stepped out of line: int3 trap + single-step trap",
+}
+USDT_NOTE = (
+    " Empty USDT probe: a sys/sdt.h probe in the victim (a 1-byte nop, which the kernel emulates), attached "
+    "through libbpf's USDT support. uebpf provides no bpf_get_attach_cookie, so there libbpf finds a probe's "
+    "spec by its address, which needs the victim's pid (the uebpf loader attaches to the running victim): enough "
+    "for this program, which reads no argument; a USDT program that reads its arguments (bpf_usdt_arg) calls "
+    "bpf_get_attach_cookie and uebpf refuses it at load."
+)
+SITES_GROUP = "Probe sites: the same empty program, victims that differ by their first instruction only"
+SITES_NOTE = (
+    "Each row puts the same empty program on a victim written in assembly (workloads/microbench/probe_sites.S) "
+    "whose first instruction is the one named; the rest of each body is the same. A kernel uprobe writes int3 over "
+    "the probed instruction's first byte, and what a hit costs then depends on that instruction. The kernel "
+    "emulates a few instructions in the trap handler (nop, push, jumps and calls): the trap is the whole cost. Any "
+    "other instruction, a 1-byte ret included, is copied to a slot of the process's execute-out-of-line area and "
+    "run there with the trap flag set, so every hit takes a second trap, the single step, before the victim "
+    "resumes: the costliest class, and the one of any function whose compiler-chosen first instruction is not "
+    "emulated, such as the plain uprobe row's C victim (gcc starts it with an and). A 5-byte nop is the exception "
+    "of kernels with the uprobe syscall (x86-64; Linux 6.18 has it): after the first hit the kernel rewrites the "
+    "nop into a call to a trampoline page that enters the kernel through that system call, with no trap at all (the"
+    " kernel selftests' trig-uprobe-nop5 benchmark); older kernels emulate it, or older still step it out of "
+    "line. A uretprobe pays "
+    "its entry site's cost plus the return through the kernel's return trampoline. uebpf's hook engine writes a "
+    "5-byte jump over the function's first instructions, whatever they are, and runs them relocated: the first "
+    "instruction does not change its cost, but it refuses a function shorter than the jump (ret alone)."
+)
+
+
 def runtime_noun(runtime: str) -> str:
     return RUNTIME_NOUNS.get(runtime, style.label(runtime))
 
@@ -74,16 +117,17 @@ def findings(config: dict, table: dict, traced: list[str], suite: dict) -> list[
         name = style.label(runtime)
         probes = [
             (op, _cell(table, op, runtime).get("per_op_ns"))
-            for op in ("uprobe", "uretprobe", "uprobe_uretprobe")
+            for op in ("uprobe", "uretprobe", "uprobe_uretprobe", "usdt")
             if op in ops
         ]
         measured = [
-            f"{ops[op]['label'].lower()} {fmt.with_ci(est, digits=0)} ns"
+            f"{ops[op]['label'][0].lower()}{ops[op]['label'][1:]} {fmt.with_ci(est, digits=0)} ns"
             for op, est in probes
             if est and est.get("value") is not None
         ]
         if measured:
             out.append(f"{name}, per call: {'; '.join(measured)} (each minus the untraced call).")
+        out += site_findings(ops, table, runtime)
         syscalls = [(op, _cell(table, op, runtime).get("per_op_ns")) for op in SYSCALL_SCOPES if op in ops]
         parts = [
             f"{fmt.with_ci(est, digits=0)} ns {SYSCALL_SCOPES[op]}"
@@ -128,6 +172,98 @@ def findings(config: dict, table: dict, traced: list[str], suite: dict) -> list[
     if suite["failures"]:
         out.append(f"{len(suite['failures'])} run(s) failed and are left out of every figure (see results.json).")
     return out
+
+
+def _site_ops(ops: dict, probe: str) -> dict[str, str]:
+    """site -> the operation putting `probe` ("uprobe" or "uretprobe") on it, in table order."""
+    return {op["site"]: name for name, op in ops.items() if op.get("site") and name.startswith(f"{probe}_")}
+
+
+def _cost(table: dict, op: str | None, runtime: str) -> float | None:
+    return _drawable(_cell(table, op, runtime), "per_op_ns").get("value") if op else None
+
+
+def site_findings(ops: dict, table: dict, runtime: str) -> list[str]:
+    """What an empty uprobe cost per site class on `runtime`, and for the kernel whether the 5-byte nop
+    was cheaper than the 1-byte one (the nop5 optimisation) in these figures."""
+    uprobes = _site_ops(ops, "uprobe")
+    costs = {site: _cell(table, op, runtime).get("per_op_ns") for site, op in uprobes.items()}
+    measured = [
+        f"{SITE_NAMES[site]} {fmt.with_ci(est, digits=0)} ns"
+        for site, est in costs.items()
+        if est and est.get("value") is not None
+    ]
+    if not measured:
+        return []
+    out = [f"{style.label(runtime)}, an empty uprobe per call by the probed first instruction: {'; '.join(measured)}."]
+    nop, nop5 = costs.get("nop") or {}, costs.get("nop5") or {}
+    if runtime == KERNEL and nop.get("value") is not None and nop5.get("value") is not None:
+        figures = f"{fmt.with_ci(nop5, digits=0)} ns on a 5-byte nop, {fmt.with_ci(nop, digits=0)} ns on a 1-byte one"
+        if nop5.get("ci95_high") is not None and nop.get("ci95_low") is not None:
+            shown = nop5["ci95_high"] < nop["ci95_low"]
+            verdict = (
+                "cheaper, 95% CIs apart: this kernel shows the nop5 optimisation (no trap)"
+                if shown
+                else "not cheaper beyond the 95% CIs: no sign of the nop5 optimisation in these figures"
+            )
+        else:
+            verdict = "one run per cell gives no CI, so no verdict on the nop5 optimisation" + (
+                " (cheaper here)" if nop5["value"] < nop["value"] else " (not cheaper here)"
+            )
+        out.append(f"Kernel: {figures}: {verdict}.")
+    return out
+
+
+def sites_table(ops: dict, table: dict, compared: list[str], unavailable: set) -> TableBlock | None:
+    """Probe sites: one row per class of first instruction, the uprobe and uretprobe costs side by side."""
+    uprobes, uretprobes = _site_ops(ops, "uprobe"), _site_ops(ops, "uretprobe")
+    sites = [site for site in SITE_INSTRUCTIONS if site in uprobes or site in uretprobes]
+    if not sites:
+        return None
+    runtimes = [KERNEL, *compared]
+    columns = ["First instruction", "What a kernel uprobe does there"]
+    columns += [f"{style.label(r)}: uprobe (ns)" for r in runtimes]
+    columns += [f"{style.label(r)}: uretprobe (ns)" for r in runtimes]
+    rows = []
+    for site in sites:
+        row = [SITE_INSTRUCTIONS[site], SITE_MECHANISMS[site]]
+        for by_site in (uprobes, uretprobes):
+            op = by_site.get(site)
+            row += [per_op_cell(_cell(table, op, r), unavailable) if op else "–" for r in runtimes]
+        rows.append(row)
+    return TableBlock("Probe sites: cost by the probed function's first instruction", columns, rows, SITES_NOTE)
+
+
+def summary_groups(ops: list[dict]) -> list[tuple[str, list[str]]]:
+    """The summary table's groups of operations, each in table order: probes, probe sites, helper and
+    map operations, system call tracepoints; those with no operation left out."""
+    groups = [(title, [op["name"] for op in ops if belongs(op)]) for title, belongs in SUMMARY_GROUPS]
+    return [(title, members) for title, members in groups if members]
+
+
+SUMMARY_GROUPS = (
+    ("Probes", lambda op: op["kind"] == "probe" and not op.get("site")),
+    (SITES_GROUP, lambda op: op["kind"] == "probe" and bool(op.get("site"))),
+    ("Helper calls and map operations", lambda op: op["kind"] == "helper"),
+    ("System call tracepoints", lambda op: op["kind"] == "syscall"),
+)
+
+
+def _summary_row(op: str, table: dict, kind: dict, labels: dict, compared: list[str], unavailable: set) -> list[str]:
+    kernel = _cell(table, op, KERNEL)
+    row = [
+        labels[op],
+        SHORT_BASIS.get(kind[op], "–"),
+        str(kernel.get("ops_per_hit") or 1),
+        per_op_cell(kernel, unavailable),
+    ]
+    for runtime in compared:
+        other = _cell(table, op, runtime)
+        speedup = other.get("speedup_vs_kernel") or {}
+        # No ratio when the runtime's cost is exactly zero (whole-nanosecond medians).
+        shown = f"{fmt.with_ci(speedup, digits=2)}×" if speedup.get("value") is not None else "–"
+        row += [per_op_cell(other, unavailable), shown if other else NOT_MEASURED]
+    return row
 
 
 def render(suite: dict, environment: dict) -> Section:
@@ -193,21 +329,11 @@ def render(suite: dict, environment: dict) -> Section:
     for runtime in compared:
         summary_columns += [f"{style.label(runtime)} (ns/op)", f"Speedup (kernel ÷ {style.label(runtime)})"]
     summary_rows = []
-    for op in ops:
-        kernel = _cell(table, op, KERNEL)
-        row = [
-            labels[op],
-            SHORT_BASIS.get(kind[op], "–"),
-            str(kernel.get("ops_per_hit") or 1),
-            per_op_cell(kernel, unavailable),
-        ]
-        for runtime in compared:
-            other = _cell(table, op, runtime)
-            speedup = other.get("speedup_vs_kernel") or {}
-            # No ratio when the runtime's cost is exactly zero (whole-nanosecond medians).
-            shown = f"{fmt.with_ci(speedup, digits=2)}×" if speedup.get("value") is not None else "–"
-            row += [per_op_cell(other, unavailable), shown if other else NOT_MEASURED]
-        summary_rows.append(row)
+    groups = summary_groups(config["ops"])
+    for title, members in groups:
+        if len(groups) > 1:  # a heading row
+            summary_rows.append([title] + [""] * (len(summary_columns) - 1))
+        summary_rows += [_summary_row(op, table, kind, labels, compared, unavailable) for op in members]
 
     detail_columns = [
         "Operation",
@@ -263,6 +389,7 @@ def render(suite: dict, environment: dict) -> Section:
         f"Hash deletes: {config.get('hash_delete', 'not recorded')}. "
         f"Size: {config['size']}."
     )
+    sites = sites_table({op["name"]: op for op in config["ops"]}, table, compared, unavailable)
     return Section(
         suite="micro",
         title="Probe micro-benchmarks",
@@ -279,8 +406,10 @@ def render(suite: dict, environment: dict) -> Section:
                 "Kernel vs userspace eBPF, per operation",
                 summary_columns,
                 summary_rows,
-                "Speedup: kernel cost per operation ÷ the other runtime's, with a 95% CI (delta method).",
+                "Speedup: kernel cost per operation ÷ the other runtime's, with a 95% CI (delta method)."
+                + (USDT_NOTE if "usdt" in ops else ""),
             ),
+            *([sites] if sites else []),
             TableBlock("Every operation and runtime", detail_columns, detail_rows, note),
         ],
     )

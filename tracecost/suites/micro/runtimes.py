@@ -6,8 +6,9 @@ uebpf's server library preloaded and the victim with its agent preloaded; for
 uprobes its loader starts before the victim (the agent installs its hooks at
 start-up), the kernel's after it (so that its uprobes fire for that one process
 only). Syscall tracepoint programs filter by the victim's pid, which the loader
-must know: on uebpf too they attach to the running victim (hooked live, and
-waited for with `uebpf wait-applied`).
+must know, and libbpf needs it for a USDT probe on uebpf (Uebpf.attaches_before_start):
+on uebpf these attach to the running victim (hooked live, and waited for with
+`uebpf wait-applied`).
 """
 
 from __future__ import annotations
@@ -94,7 +95,10 @@ class Kernel(Runtime):
         if victim_pid is not None:
             argv += ["--pid", str(victim_pid)]
         for program in op.programs:
-            argv += ["--attach", program if op.attach_to_tracepoint else f"{program}:{op.function}"]
+            if op.attach_to_tracepoint:
+                argv += ["--attach", program]
+            else:
+                argv += ["--attach", f"{program}:usdt:{op.usdt}" if op.usdt else f"{program}:{op.function}"]
         if op.refill:
             argv += ["--attach", f"{op.refill}:{REFILL_FUNCTION}"]
         if op.prefill:
@@ -128,7 +132,12 @@ class Uebpf(Kernel):
     name = "uebpf"
 
     def attaches_before_start(self, op: Op) -> bool:
-        return not op.attach_to_tracepoint
+        """uprobes before the victim starts (the agent hooks them at start-up); to the running victim
+        by its pid: tracepoints (their programs filter on it) and USDT probes. uebpf has no
+        bpf_get_attach_cookie, so libbpf's USDT support finds a probe's spec by its address, which
+        in a PIE victim needs the pid ("attaching to shared libraries without specific PID is not
+        supported on current kernel", said libbpf to the loader started first)."""
+        return not op.attach_to_tracepoint and not op.usdt
 
     def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
         self.loader = paths.artifact("bin/micro")
@@ -136,7 +145,18 @@ class Uebpf(Kernel):
         self.uebpf_command = paths.artifact("bin/uebpf")
 
     def unavailable(self, cell: Op | None = None) -> str | None:
-        return None  # the kernel's lockdown does not reach uebpf: it writes user memory itself
+        """The kernel's lockdown does not reach uebpf (it writes user memory itself), but its hook
+        engine refuses some functions (shorter than its 5-byte jump: uprobe_ret's): asked of the
+        engine itself, on the victim as built (`uebpf check-hook`; before open(), as the runner asks).
+        Every program here attaches at a function's symbol, where an entry and a return probe are
+        judged alike."""
+        if cell is None:
+            return None
+        uebpf_command = paths.artifact("bin/uebpf")
+        for function in cell.functions:
+            if refusal := uebpf.hook_refusal(uebpf_command, victim_binary(), function):
+                return f"uebpf's hook engine refuses this probe site: {refusal}"
+        return None
 
     def applied(self, loader_env: dict[str, str], victim_pid: int | None) -> None:
         if victim_pid is not None:

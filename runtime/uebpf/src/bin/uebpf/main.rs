@@ -21,6 +21,13 @@
 //!                                          wait until the agent in PID has applied every attachment
 //!                                          (wait.rs)
 //!
+//!   uebpf check-hook BINARY SYMBOL|0xOFFSET [--return]
+//!                                          would the hook engine hook there (an entry probe, or
+//!                                          with --return a return probe)? Judged on the file, as
+//!                                          an attach would judge it, nothing runs or is patched:
+//!                                          {"hookable": bool, "reason": the engine's refusal or
+//!                                          null, ...}; exit 1 if the location is not in the file
+//!
 //! OPTIONS: --engine interpreter|jit (default interpreter)  --repeat N (default 1)
 //!          --budget N (interpreter: stop a run after N instructions)
 //!          --regs di=1,si=0x10,dx=str:hello (struct pt_regs fields; str: passes a string's address)
@@ -44,7 +51,7 @@ mod attach;
 mod signals;
 mod wait;
 
-const USAGE: &str = "usage: uebpf info OBJ | uebpf run OBJ PROG [--engine interpreter|jit] [--repeat N] [--budget N] [--regs R=V,...] [--set NAME=VALUE]... [--region NAME] | uebpf exec REGION PROG [--engine E] [--repeat N] [--budget N] [--regs R=V,...] | uebpf dump REGION | uebpf attachments REGION | uebpf fire REGION [--engine E] [--repeat N] [--regs R=V,...] [--ret N] [--wait] | uebpf attach OBJ --region NAME [--attach PROG:BINARY:SYMBOL]... [--pid PID] [--set NAME=VALUE]... | uebpf wait-applied REGION --pid PID [--timeout SECONDS]";
+const USAGE: &str = "usage: uebpf info OBJ | uebpf run OBJ PROG [--engine interpreter|jit] [--repeat N] [--budget N] [--regs R=V,...] [--set NAME=VALUE]... [--region NAME] | uebpf exec REGION PROG [--engine E] [--repeat N] [--budget N] [--regs R=V,...] | uebpf dump REGION | uebpf attachments REGION | uebpf fire REGION [--engine E] [--repeat N] [--regs R=V,...] [--ret N] [--wait] | uebpf attach OBJ --region NAME [--attach PROG:BINARY:SYMBOL]... [--pid PID] [--set NAME=VALUE]... | uebpf wait-applied REGION --pid PID [--timeout SECONDS] | uebpf check-hook BINARY SYMBOL|0xOFFSET [--return]";
 
 struct Options {
     command: String,
@@ -56,6 +63,7 @@ struct Options {
     sets: Vec<(String, String)>,
     region: Option<String>,
     ret: u64,
+    return_probe: bool,
     wait: bool,
     attaches: Vec<String>,
     pid: Option<i32>,
@@ -89,6 +97,7 @@ fn parse_options() -> Result<Options, String> {
         sets: Vec::new(),
         region: None,
         ret: 0,
+        return_probe: false,
         wait: false,
         attaches: Vec::new(),
         pid: None,
@@ -126,6 +135,7 @@ fn parse_options() -> Result<Options, String> {
             Long("region") => options.region = Some(text(parser.value().map_err(usage)?)?),
             Long("ret") => options.ret = integer(&text(parser.value().map_err(usage)?)?)?,
             Long("wait") => options.wait = true,
+            Long("return") => options.return_probe = true,
             Long("attach") => options.attaches.push(text(parser.value().map_err(usage)?)?),
             Long("pid") => {
                 options.pid = Some(
@@ -154,7 +164,7 @@ fn parse_options() -> Result<Options, String> {
     }
     let wanted = match options.command.as_str() {
         "info" | "dump" | "attachments" | "fire" | "attach" | "wait-applied" => 1,
-        "run" | "exec" => 2,
+        "run" | "exec" | "check-hook" => 2,
         "" => return Err(usage("no command")),
         other => return Err(usage(format!("unknown command `{other}`"))),
     };
@@ -377,6 +387,23 @@ pub(crate) fn write_line(text: &str) -> std::io::Result<()> {
 }
 
 /// One line on stderr; a closed stderr is ignored (`eprintln!` would panic).
+/// `check-hook`: the hook engine's verdict on a location, from the file alone (uebpf_hook::check).
+fn check_hook(options: &Options) -> Result<Value, String> {
+    let (binary, location) = (&options.positional[0], &options.positional[1]);
+    let refusal = match uebpf_hook::check(binary.as_ref(), &uebpf_hook::Location::parse(location), options.return_probe) {
+        Ok(()) => None,
+        Err(e) if e.kind == uebpf_hook::ErrorKind::Refused => Some(e.message),
+        Err(e) => return Err(e.message),
+    };
+    Ok(json!({
+        "binary": binary,
+        "location": location,
+        "probe": if options.return_probe { "return" } else { "entry" },
+        "hookable": refusal.is_none(),
+        "reason": refusal,
+    }))
+}
+
 fn error_line(text: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr().lock(), "{text}");
@@ -401,6 +428,7 @@ fn main() -> ExitCode {
         "fire" => signals::interruptible(None, || fire(&options.positional[0], &options)),
         "attach" => attach::attach(&options),
         "wait-applied" => signals::interruptible(None, || wait::wait_applied(&options)),
+        "check-hook" => check_hook(&options),
         _ => open_region(&options.positional[0]).map(|i| dump(&i)),
     };
     if let Some(signal) = signals::pending() {
