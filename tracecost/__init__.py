@@ -20,7 +20,11 @@ def main() -> None:
             setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 (open as long as the process)
     try:
         from tracecost import cli
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, ImportError) as error:
+        # A Ctrl-C inside a C extension's import can come out as an ImportError (numpy reports
+        # "numpy._core.multiarray failed to import"): an interrupt all the same. A real one is raised.
+        if isinstance(error, ImportError) and not interrupts.received:
+            raise
         sys.stderr.write("tracecost: interrupted\n")
         sys.stderr.flush()
         # Nothing has started yet, so there is nothing to clean up; and an exit through the
