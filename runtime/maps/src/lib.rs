@@ -27,6 +27,8 @@ mod lock;
 mod map;
 mod region;
 pub mod ringbuf;
+#[doc(hidden)]
+pub mod test_support;
 
 pub use agents::{generation_reached, AgentReport, AgentStatus};
 pub use attach::{kernel_tracepoint_id, AttachInfo, AttachKind, AttachSpec, AttachState};

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use uebpf_maps::def::*;
 use uebpf_maps::layout::{RINGBUF_BUSY_BIT, RINGBUF_DISCARD_BIT};
 use uebpf_maps::ringbuf::*;
+use uebpf_maps::test_support::until_in_shared_futex_wait;
 use uebpf_maps::{region_path, ErrorKind, MapDef, Region, RegionSpec};
 
 fn def(map_type: u32, key_size: u32, value_size: u32, max_entries: u32) -> MapDef {
@@ -35,26 +36,8 @@ fn blocked_waiter<T: Send + 'static>(wait: impl FnOnce() -> T + Send + 'static) 
         let started = Instant::now();
         (wait(), started.elapsed())
     });
-    until_in_shared_futex_wait(tid.recv().unwrap());
+    until_in_shared_futex_wait(tid.recv().unwrap(), WAIT_LIMIT);
     waiter
-}
-
-/// Returns once thread `tid` of this process sleeps in FUTEX_WAIT on a shared word (the region's
-/// futexes; glibc's own locks wait with FUTEX_PRIVATE_FLAG). The kernel shows a blocked thread's
-/// system call in /proc/self/task/TID/syscall: "202 0xADDRESS 0xOP ...", 202 being futex(2) on
-/// x86-64; a thread not blocked in one shows "running" or another number.
-fn until_in_shared_futex_wait(tid: libc::pid_t) {
-    let path = format!("/proc/self/task/{tid}/syscall");
-    let started = Instant::now();
-    loop {
-        let syscall = std::fs::read_to_string(&path).unwrap();
-        let fields: Vec<&str> = syscall.split_whitespace().collect();
-        if fields.get(..3).is_some_and(|f| f[0] == "202" && f[2] == "0x0") {
-            return;
-        }
-        assert!(started.elapsed() < WAIT_LIMIT, "thread {tid} never slept in FUTEX_WAIT ({})", syscall.trim());
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 #[test]

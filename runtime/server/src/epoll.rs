@@ -186,6 +186,7 @@ mod tests {
     use super::*;
     use crate::objects::{new_fd, register, MapObject};
     use std::sync::atomic::AtomicBool;
+    use uebpf_maps::test_support::until_in_shared_futex_wait;
     use uebpf_maps::{MapDef, Region, RegionSpec};
 
     fn ring_object() -> (c_int, Arc<uebpf_maps::Map>) {
@@ -211,25 +212,6 @@ mod tests {
     fn poll(member: &RingMember, timeout: c_int) -> Result<(c_int, u64), c_int> {
         let mut event = libc::epoll_event { events: 0, u64: 0 };
         wait(member, &mut event, 1, timeout).map(|n| (n, if n > 0 { event.u64 } else { 0 }))
-    }
-
-    /// Returns once thread `tid` of this process sleeps in FUTEX_WAIT on a shared word (the
-    /// ring's; glibc's own locks wait with FUTEX_PRIVATE_FLAG), so that what the caller does next
-    /// happens to a blocked waiter. The kernel shows a blocked thread's system call in
-    /// /proc/self/task/TID/syscall: "202 0xADDRESS 0xOP ...", 202 being futex(2) on x86-64; a
-    /// thread not blocked in one (still spinning for a record, say) shows "running" or another.
-    fn until_in_shared_futex_wait(tid: libc::pid_t) {
-        let path = format!("/proc/self/task/{tid}/syscall");
-        let started = Instant::now();
-        loop {
-            let syscall = std::fs::read_to_string(&path).unwrap();
-            let fields: Vec<&str> = syscall.split_whitespace().collect();
-            if fields.get(..3).is_some_and(|f| f[0] == "202" && f[2] == "0x0") {
-                return;
-            }
-            assert!(started.elapsed() < Duration::from_secs(10), "thread {tid} never slept in FUTEX_WAIT ({})", syscall.trim());
-            std::thread::sleep(Duration::from_millis(1));
-        }
     }
 
     #[test]
@@ -274,7 +256,7 @@ mod tests {
             let record = record as usize;
             move || {
                 // The submit must find the consumer asleep: the path under test.
-                until_in_shared_futex_wait(consumer);
+                until_in_shared_futex_wait(consumer, Duration::from_secs(10));
                 map.ringbuf().unwrap().commit(record as *mut u8, 0, false);
             }
         });
@@ -311,7 +293,7 @@ mod tests {
         });
         let (thread, tid) = receiver.recv().unwrap();
         // A signal before the wait would be handled and forgotten, and the wait never end.
-        until_in_shared_futex_wait(tid);
+        until_in_shared_futex_wait(tid, Duration::from_secs(10));
         // SAFETY: the waiter thread is alive until it returns, which needs this signal.
         unsafe { libc::pthread_kill(thread as libc::pthread_t, libc::SIGUSR2) };
         assert_eq!(waiter.join().unwrap(), Err(libc::EINTR));

@@ -87,37 +87,16 @@ fn wanted(programs: &[ProgramDesc], arguments: &[String], object: &str) -> Resul
 
 /// The attach-table entry for `want`: canonical path, device and inode, file offset.
 fn attach_spec(want: &Wanted, prog_id: u32, pid: i32) -> Result<AttachSpec, String> {
-    if want.program.kind == ProgramKind::Tracepoint {
-        let (target, offset) = (want.location.clone(), kernel_tracepoint_id(&want.location).unwrap_or(0).into());
-        let kind = AttachKind::SyscallTracepoint;
-        return Ok(AttachSpec {
-            kind,
-            prog_id,
-            pid,
-            target,
-            offset,
-            ref_ctr_offset: 0,
-            cookie: 0,
-            dev: 0,
-            ino: 0,
-            state: AttachState::Enabled,
-        });
-    }
-    let binary = std::fs::canonicalize(&want.binary).map_err(|e| format!("{}: {e}", want.binary))?;
-    let meta = std::fs::metadata(&binary).map_err(|e| format!("{}: {e}", binary.display()))?;
-    let offset = file_offset(&binary, &Location::parse(&want.location)).map_err(|e| e.to_string())?;
-    let kind = if want.program.kind == ProgramKind::Uretprobe { AttachKind::Uretprobe } else { AttachKind::Uprobe };
-    let target = binary.to_str().ok_or_else(|| format!("{}: the path is not UTF-8", binary.display()))?.to_string();
-    Ok(AttachSpec {
-        kind,
-        prog_id,
-        pid,
-        target,
-        offset,
-        ref_ctr_offset: 0,
-        cookie: 0,
-        dev: meta.dev(),
-        ino: meta.ino(),
-        state: AttachState::Enabled,
-    })
+    let (kind, target, offset, dev, ino) = if want.program.kind == ProgramKind::Tracepoint {
+        let id = kernel_tracepoint_id(&want.location).unwrap_or(0).into();
+        (AttachKind::SyscallTracepoint, want.location.clone(), id, 0, 0)
+    } else {
+        let binary = std::fs::canonicalize(&want.binary).map_err(|e| format!("{}: {e}", want.binary))?;
+        let meta = std::fs::metadata(&binary).map_err(|e| format!("{}: {e}", binary.display()))?;
+        let offset = file_offset(&binary, &Location::parse(&want.location)).map_err(|e| e.to_string())?;
+        let kind = if want.program.kind == ProgramKind::Uretprobe { AttachKind::Uretprobe } else { AttachKind::Uprobe };
+        let target = binary.to_str().ok_or_else(|| format!("{}: the path is not UTF-8", binary.display()))?.to_string();
+        (kind, target, offset, meta.dev(), meta.ino())
+    };
+    Ok(AttachSpec { kind, prog_id, pid, target, offset, ref_ctr_offset: 0, cookie: 0, dev, ino, state: AttachState::Enabled })
 }
