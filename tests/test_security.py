@@ -35,7 +35,8 @@ from conftest import (
     unused_uid,
     wait_until,
 )
-from tracecost.procs import Child, started
+from tracecost.leftovers import stat_fields
+from tracecost.procs import Child, descendants, started
 from tracecost.workload import expected_checksum, parse_app_output
 
 LIBRARY = BUILD / "lib" / "libmylib.so"
@@ -164,11 +165,19 @@ def sticky_lock():
         shutil.rmtree(folder)
 
 
-def smallest_run(lock: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    """The quickest measuring command (one baseline run), with the machine lock at `lock`."""
-    argv = [*TRACECOST, "duration", "-s", "0", "-r", "1", "--quick", "--methods", "baseline", *extra]
-    return subprocess.run([*argv, "--out", str(out)], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "TRACECOST_LOCK": str(lock)})  # fmt: skip
+def quick_duration(
+    out: Path,
+    *extra: str,
+    methods: str = "baseline",
+    as_user: tuple = (),
+    timeout: float = 120,
+    cwd: Path | None = None,
+    **env: str,
+) -> subprocess.CompletedProcess:
+    """The quickest measuring command: one run of scenario 0 per method, with `env` added."""
+    argv = [*as_user, *TRACECOST, "duration", "-s", "0", "-r", "1", "--quick", "--methods", methods, *extra]
+    return subprocess.run([*argv, "--out", str(out)], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                          env={**os.environ, **env})  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -189,7 +198,7 @@ def test_a_symlink_planted_as_the_lock_is_refused_and_its_target_untouched(tmp_p
     victim.write_text("root:x:0:0\n")
     victim.chmod(0o644)
     subprocess.run([*as_user, "ln", "-s", str(victim), str(sticky_lock)], check=True)
-    result = smallest_run(sticky_lock, tmp_path / "out")
+    result = quick_duration(tmp_path / "out", TRACECOST_LOCK=str(sticky_lock))
     assert result.returncode == 1
     refusal = f"cannot open the machine lock {sticky_lock}: it is a symbolic link: refused (remove it, or pass"
     assert refusal in result.stderr.strip().splitlines()[-1], result.stderr
@@ -199,7 +208,7 @@ def test_a_symlink_planted_as_the_lock_is_refused_and_its_target_untouched(tmp_p
 def test_a_lock_held_by_another_user_names_the_holder(tmp_path, other_user, sticky_lock):
     as_user, uid, _ = other_user
     with lock_held_by(as_user, sticky_lock) as holder:
-        result = smallest_run(sticky_lock, tmp_path / "out")
+        result = quick_duration(tmp_path / "out", TRACECOST_LOCK=str(sticky_lock))
     assert result.returncode == 1
     message = result.stderr.strip().splitlines()[-1]
     assert f"another measuring run holds {sticky_lock}: pid {holder.pid} (flock, user {uid})" in message, message
@@ -210,23 +219,12 @@ def test_a_lock_held_by_another_user_names_the_holder(tmp_path, other_user, stic
 def test_no_lock_measures_beside_a_held_lock_and_says_so_in_the_results(tmp_path, other_user, sticky_lock):
     as_user, _, _ = other_user
     with lock_held_by(as_user, sticky_lock):
-        result = smallest_run(sticky_lock, tmp_path / "out", "--no-lock")
+        result = quick_duration(tmp_path / "out", "--no-lock", TRACECOST_LOCK=str(sticky_lock))
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / "out" / "results.json").read_text())["environment"]["machine_lock"] is False
 
 
 # --- tracecost killed outright ----------------------------------------------------------------
-
-
-def descendants(pid: int) -> list[int]:
-    found, pending = [], [pid]
-    while pending:
-        for children in Path(f"/proc/{pending.pop()}/task").glob("*/children"):
-            with contextlib.suppress(OSError):
-                for child in map(int, children.read_text().split()):
-                    found.append(child)
-                    pending.append(child)
-    return found
 
 
 def cmdline(pid: int) -> bytes:
@@ -237,11 +235,8 @@ def cmdline(pid: int) -> bytes:
 
 def running(pid: int) -> bool:
     """Alive and not a zombie (a zombie has exited: its probes and mappings are gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
+    state = stat_fields(pid)[:1]  # [] once the process is gone
+    return state != [] and state != ["Z"]
 
 
 # Each command runs long enough to be caught mid-run, with its tracers' processes up.
@@ -290,25 +285,7 @@ def test_a_sigkilled_tracecost_leaves_nothing_running_and_the_next_run_cleans_up
             proc.kill()
             proc.wait()
     assert list(private_tmp.iterdir()), "the killed command's folder is still there (for the next run to clean)"
-    after = subprocess.run(
-        [
-            *TRACECOST,
-            "duration",
-            "-s",
-            "0",
-            "-r",
-            "1",
-            "--quick",
-            "--methods",
-            "baseline",
-            "--out",
-            str(tmp_path / "next"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    after = quick_duration(tmp_path / "next", TMPDIR=str(private_tmp))
     assert after.returncode == 0, after.stderr
     assert f"cleaned up after tracecost pid {proc.pid}, which did not end cleanly" in after.stderr, after.stderr
     assert list(SHM.glob(regions)) == []
@@ -355,34 +332,9 @@ def test_a_session_daemon_that_dies_mid_run_fails_the_runs_and_none_is_started_a
 def test_an_unprivileged_user_runs_a_suite_and_is_told_what_was_not_checked(other_user):
     """LTTng and uebpf need no privilege; the kernel-probe leftover check does, and is skipped with a note."""
     as_user, uid, home = other_user
-    result = subprocess.run(
-        [
-            *as_user,
-            *TRACECOST,
-            "duration",
-            "-s",
-            "0",
-            "-r",
-            "1",
-            "--quick",
-            "--methods",
-            "baseline,lttng,uebpf",
-            "--out",
-            str(home / "out"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=home,
-        env={
-            **os.environ,
-            "HOME": str(home),
-            "TMPDIR": str(home),
-            "PYTHONPATH": str(REPO),
-            "TRACECOST_LOCK": str(home / "tracecost.lock"),
-            "XDG_RUNTIME_DIR": "",
-        },
-    )
+    env = {"HOME": str(home), "TMPDIR": str(home), "PYTHONPATH": str(REPO), "XDG_RUNTIME_DIR": ""}
+    result = quick_duration(home / "out", methods="baseline,lttng,uebpf", as_user=as_user, timeout=300, cwd=home,
+                            TRACECOST_LOCK=str(home / "tracecost.lock"), **env)  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "not checked: kernel BPF programs left attached by other tools" in result.stderr
     document = json.loads((home / "out" / "results.json").read_text())

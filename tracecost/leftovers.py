@@ -63,7 +63,7 @@ def private_dir(path: Path) -> Path:
     return path
 
 
-def _stat_fields(pid: int) -> list[str]:
+def stat_fields(pid: int) -> list[str]:
     """/proc/PID/stat's fields after the parenthesised command (state first); [] if gone."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -73,13 +73,13 @@ def _stat_fields(pid: int) -> list[str]:
 
 def start_time(pid: int) -> int | None:
     """The process's start time (clock ticks since boot): with the pid, it names one process for ever."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return int(fields[19]) if len(fields) > 19 else None
 
 
 def alive(pid: int, started: int) -> bool:
     """The process `pid` that started at `started` still runs (a zombie has exited: it only waits to be reaped)."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return len(fields) > 19 and fields[0] != "Z" and int(fields[19]) == started
 
 

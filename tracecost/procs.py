@@ -281,6 +281,18 @@ def started(child_factory):
             child.close()
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (children, their children...), from /proc's children lists."""
+    found, pending = [], [pid]
+    while pending:
+        for children in Path(f"/proc/{pending.pop()}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                for child in map(int, children.read_text().split()):
+                    found.append(child)
+                    pending.append(child)
+    return found
+
+
 def run_to_completion(
     argv: list[str], *, stderr_path: Path, env: dict[str, str] | None = None, timeout_s: float = 3600
 ) -> tuple[Usage, str, Child]:

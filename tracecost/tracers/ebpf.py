@@ -105,16 +105,15 @@ class Functrace(Method):
             str(self.poll_ms),
         ]
         environments = self.environments()
-        loader_env, target_env, after_exit = environments.loader, environments.target, environments.after_exit
         with started(
-            lambda: Child(argv, stderr_path=workdir / "functrace.stderr", env={**os.environ, **loader_env})
+            lambda: Child(argv, stderr_path=workdir / "functrace.stderr", env={**os.environ, **environments.loader})
         ) as tracer:
             tracer.wait_for_line("READY", READY_TIMEOUT_S)
-            run = TracedRun(app_env=target_env, read_events=lambda: read_functrace(output))
+            run = TracedRun(app_env=environments.target, read_events=lambda: read_functrace(output))
             yield run
             usage = tracer.finished("functrace", timeout_s=DRAIN_TIMEOUT_S)
             summary = parse_summary(tracer.read_stdout())
-        after_exit()
+        environments.after_exit()
         if summary["received"] != summary["submitted"]:
             raise TracecostError(
                 f"functrace consumer received {summary['received']} of {summary['submitted']} submitted records"

@@ -20,7 +20,7 @@ from subprocess import CompletedProcess
 
 from tracecost import leftovers, paths, system
 from tracecost.errors import TracecostError
-from tracecost.procs import Child, interrupts_deferred, run_command
+from tracecost.procs import Child, descendants, interrupts_deferred, run_command
 from tracecost.tracers.base import Capture, Event, Method, ProcessCost, Say, TracedRun
 
 # 2 MiB x 4 sub-buffers per CPU: on 2 CPUs the same 16 MiB total as functrace's ring buffer.
@@ -48,24 +48,10 @@ def daemon_reachable() -> bool:
 # --- the session daemon and what it costs -------------------------------------------------
 
 
-def _descendants(pid: int) -> list[int]:
-    found, pending = [], [pid]
-    while pending:
-        parent = pending.pop()
-        for children in Path(f"/proc/{parent}/task").glob("*/children"):
-            with contextlib.suppress(OSError):
-                for child in children.read_text().split():
-                    found.append(int(child))
-                    pending.append(int(child))
-    return found
-
-
 def _cpu_ticks(pid: int) -> int:
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        # Fields after the parenthesised comm: utime and stime are the 12th and 13th.
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])
-    return 0
+    # Fields after the parenthesised comm: utime and stime are the 12th and 13th.
+    fields = leftovers.stat_fields(pid)
+    return int(fields[11]) + int(fields[12]) if len(fields) > 12 else 0
 
 
 def _status_field(status: Path, name: str) -> int:
@@ -111,7 +97,7 @@ class SessionDaemon:
     def processes(self) -> dict[int, str]:
         """pid -> role: the daemon itself, and its consumer daemons (helpers count with their parent)."""
         roles = {self.pid: "sessiond"}
-        for pid in _descendants(self.pid):
+        for pid in descendants(self.pid):
             with contextlib.suppress(OSError):
                 if Path(f"/proc/{pid}/comm").read_text().strip() == "lttng-consumerd":
                     roles[pid] = "consumerd"
