@@ -61,7 +61,7 @@ def findings(config: dict, table: dict) -> list[str]:
             if k and u:
                 out.append(
                     f"Open + load of {name}: median {k / 1e6:,.2f} ms on the kernel, {u / 1e6:,.2f} ms on uebpf "
-                    f"({u / k:.2f}×)."
+                    f"({u / k:.3g}×)."
                 )
         first_object = config["objects"][0]
         for n in config["probes"]:
