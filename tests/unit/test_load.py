@@ -52,9 +52,9 @@ def test_bad_values_are_one_line_usage_errors(tracecost, args, words):
     assert_one_line_error(tracecost("load", *args), 2, *words)
 
 
-def test_the_run_size_is_the_default_matrix_with_three_runs():
+def test_the_run_size_is_the_default_cells_with_two_runs():
     config = load.LoadSuite().run_config(seed=4)
-    assert (config.runs, config.seed, config.matrix) == (3, 4, False)
+    assert (config.runs, config.seed, config.matrix) == (2, 4, False)
     assert len(load.LoadSuite().groups(config)) * len(config.methods) == 14
 
 

@@ -33,8 +33,9 @@ from tracecost.suites.load.loading import (
 METHODS = tuple(RUNTIMES)
 DEFAULT_PROBES = [1, 10, 100]
 DEFAULT_DEADLINE_S = 10.0
-# `tracecost run`: 14 cells x (3 + 1 warm-up) runs, 69 s here, 44 s of it the kernel detaching 100 uprobes (README).
-RUN_REPETITIONS = 3
+# `tracecost run`: 14 cells x (2 + 1 warm-up) runs, 63 s on this shared 2-core machine, 33 s of it the kernel
+# detaching 100 uprobes (README).
+RUN_REPETITIONS = 2
 PHASE_LABELS = {
     "open_load_ns": "open + load",
     "attach_ns": "attach N",
