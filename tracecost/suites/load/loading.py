@@ -155,7 +155,12 @@ def run_once(runtime: KernelRuntime, timed: TimedObject, probes: int, deadline_s
                 )
             )
         )
-        loader.wait_for_line("MEASURED", deadline_s + LOAD_ATTACH_ALLOWANCE_S)
+        try:
+            loader.wait_for_line("MEASURED", deadline_s + LOAD_ATTACH_ALLOWANCE_S)
+        except TracecostError:
+            if loader.has_exited():  # its own reason: no event, a refused load or attach...
+                raise TracecostError(f"the loadlat loader failed: {loader.error_line() or 'no message'}") from None
+            raise
         region = region_usage(environments.region_file)
         loader.finished("the loadlat loader", timeout_s=STOP_TIMEOUT_S)
         summary = last_json_line(loader.read_stdout(), "loadlat")
