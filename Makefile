@@ -114,7 +114,30 @@ $(SKEL)/%.skel.h: $(BPF)/%.bpf.o | $(SKEL)
 .PHONY: tracers
 # The compatibility corpus (tests/test_compat.py) adds three small uprobe loaders.
 COMPAT_LOADERS := $(BIN)/malloc_sizes $(BIN)/func_latency $(BIN)/greet_printk
-tracers: $(BIN)/functrace $(BIN)/micro $(BIN)/transport $(COMPAT_LOADERS) $(LIB)/libmylib_lttng.so
+tracers: $(BIN)/functrace $(BIN)/micro $(BIN)/transport $(COMPAT_LOADERS) $(LIB)/libmylib_lttng.so loadlat
+
+# tracecost load: its loader, its victim, and the objects it times beside functrace's and micro's:
+# an empty program and two generated straight-line programs of about 4k and 32k instructions
+# (scripts/gen_loadlat_prog.sh STEPS: 5 instructions a step).
+.PHONY: loadlat
+LOADLAT_OBJECTS := $(BPF)/loadlat_empty.bpf.o $(BPF)/loadlat_gen4k.bpf.o $(BPF)/loadlat_gen32k.bpf.o \
+  $(BPF)/functrace.bpf.o $(BPF)/micro.bpf.o
+loadlat: $(BIN)/loadlat $(BIN)/loadlat_victim $(LOADLAT_OBJECTS)
+
+$(BIN)/loadlat_victim: workloads/loadlat_victim/loadlat_victim.c probes/loadlat.h | $(BIN)
+	$(CC) $(CFLAGS) -Iprobes -o $@ $<
+
+$(BPF)/loadlat_empty.bpf.o: probes/loadlat_empty.bpf.c $(BUILD)/vmlinux.h | $(BPF)
+	$(CLANG) $(BPF_CFLAGS) -c $< -o $@
+
+$(BUILD)/gen/loadlat_gen4k.bpf.c: STEPS := 819
+$(BUILD)/gen/loadlat_gen32k.bpf.c: STEPS := 6553
+$(BUILD)/gen/loadlat_gen%.bpf.c: scripts/gen_loadlat_prog.sh
+	mkdir -p $(@D)
+	scripts/gen_loadlat_prog.sh $(STEPS) > $@.tmp && mv $@.tmp $@
+
+$(BPF)/loadlat_gen%.bpf.o: $(BUILD)/gen/loadlat_gen%.bpf.c $(BUILD)/vmlinux.h | $(BPF)
+	$(CLANG) $(BPF_CFLAGS) -c $< -o $@
 
 $(COMPAT_LOADERS): tracers/ebpf/uprobe_loader.h
 

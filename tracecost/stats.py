@@ -56,6 +56,30 @@ def summarize(values: Sequence[float]) -> dict:
     }
 
 
+def quantile(values: Sequence[float], q: float) -> dict:
+    """The q-quantile (numpy's linear interpolation between order statistics) with a
+    distribution-free 95% CI: the order statistics x_(l) <= x_(u) with P(l <= B < u) >= 95% for
+    B ~ Binomial(n, q), the number of values below the true quantile (the textbook interval for
+    a quantile, with no assumption on the distribution: latencies are skewed). Each bound is None
+    where n is too small to have one (the median needs 6 values for both; p99's upper bound needs
+    459)."""
+    data = np.sort(np.asarray(values, dtype=float))
+    n = len(data)
+    if n == 0:
+        return {"value": None, "ci95_low": None, "ci95_high": None}
+    tail = (1 - CONFIDENCE) / 2
+    cdf = scipy_stats.binom.cdf(np.arange(n + 1), n, q)  # cdf[k] = P(B <= k)
+    # Lower bound x_(l) (1-based): the largest l with P(B <= l - 1) <= tail; upper bound x_(u):
+    # the smallest u with P(B <= u - 1) >= 1 - tail. Coverage P(l <= B <= u - 1) >= 95%.
+    below = np.flatnonzero(cdf[:n] <= tail)
+    above = np.flatnonzero(cdf[:n] >= 1 - tail)
+    return {
+        "value": float(np.quantile(data, q)),
+        "ci95_low": float(data[below[-1]]) if len(below) else None,
+        "ci95_high": float(data[above[0]]) if len(above) else None,
+    }
+
+
 def _welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float] | None:
     """(variance of mean a, variance of mean b, Welch-Satterthwaite df), or None if undefined."""
     if len(a) < 2 or len(b) < 2:

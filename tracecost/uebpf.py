@@ -32,6 +32,7 @@ class RunEnvironments:
     loader: dict[str, str] = field(default_factory=dict)
     target: dict[str, str] = field(default_factory=dict)
     after_exit: Callable[[], None] = lambda: None
+    region_file: Path | None = None  # uebpf's region file in /dev/shm (what the run's maps use); None on the kernel
 
 
 KERNEL = RunEnvironments()  # the kernel's path preloads nothing
@@ -67,6 +68,7 @@ class Libraries:
             loader={"UEBPF_REGION": region, "LD_PRELOAD": str(self.server)},
             target={"UEBPF_REGION": region, "LD_PRELOAD": str(self.agent)},
             after_exit=require_region_removed,
+            region_file=region_file,
         )
 
 

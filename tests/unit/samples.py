@@ -8,7 +8,7 @@ import itertools
 import random
 
 from tracecost import results
-from tracecost.suites import duration, micro, transport
+from tracecost.suites import duration, load, micro, transport
 from tracecost.suites.micro.ops import OPS
 from tracecost.suites.transport import LATENCY_STATS
 
@@ -228,7 +228,54 @@ def vm_suite(rng: random.Random) -> dict:
     }
 
 
-SUITES = {"duration": duration_suite, "micro": micro_suite, "transport": transport_suite, "vm": vm_suite}
+def load_run(rng: random.Random, method: str, probes: int) -> dict:
+    """A successful run record of the load suite, as loading.record writes it."""
+    on_uebpf = method == "uebpf"
+    return {
+        "object_insns": 2,
+        "object_programs": 1,
+        "object_maps": 0,
+        "open_ns": rng.randint(100_000, 200_000),
+        "open_load_ns": rng.randint(300_000, 600_000),
+        "attach_ns": rng.randint(1_000_000, 30_000_000),
+        "first_event_ns": rng.randint(10_000, 20_000_000),
+        "all_events_ns": rng.randint(20_000_000, 40_000_000),
+        "detach_ns": rng.randint(1_000_000, 9_000_000),
+        "attached": probes,
+        "delivered": probes,
+        "fired_during_attach": 0,
+        "peak_rss_kb": 13_000,
+        "region_allocated_bytes": 135_168 if on_uebpf else None,
+        "region_size_bytes": 268_759_040 if on_uebpf else None,
+    }
+
+
+def load_suite(rng: random.Random) -> dict:
+    config = load.LoadConfig(objects=["empty", "gen4k"], probes=[1, 10], runs=2, seed=1)
+    suite = load.LoadSuite()
+    runs = [
+        {
+            **group.key,
+            "method": method,
+            "repetition": repetition,
+            "warmup": warmup,
+            "position": 0,
+            "status": "ok",
+            **load_run(rng, method, group.key["probes"]),
+        }
+        for group, method in itertools.product(suite.groups(config), config.methods)
+        for repetition, warmup in _repetitions(config.runs)
+    ]
+    return _suite(suite, config, runs)
+
+
+SUITES = {
+    "duration": duration_suite,
+    "load": load_suite,
+    "micro": micro_suite,
+    "transport": transport_suite,
+    "vm": vm_suite,
+}
 
 
 def document(*names: str, seed: int = 0) -> dict:

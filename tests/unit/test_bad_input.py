@@ -96,6 +96,14 @@ OPTIONS = {
         "--methods": set(),
         "--seed": {"zero"},
     },
+    "load": {
+        "--objects": set(),
+        "--probes": set(),
+        "--deadline": {"fraction", "exponent"},
+        "--runs": set(),
+        "--methods": set(),
+        "--seed": {"zero"},
+    },
     "run": {"--seed": {"zero"}, "--suites": set()},
 }
 BAD_OPTION_CASES = [
@@ -162,7 +170,7 @@ def test_a_repeated_list_item_counts_once(tracecost, command, args, expected):
 
 # --- --out: checked before anything is measured ------------------------------------------------------
 
-MEASURING_COMMANDS = ["duration", "micro", "vm", "transport", "run"]
+MEASURING_COMMANDS = ["duration", "load", "micro", "vm", "transport", "run"]
 
 
 BAD_OUT = [

@@ -2,9 +2,10 @@
 
 import math
 
+import numpy as np
 import pytest
 
-from tracecost.stats import difference, overhead_percent, ratio, summarize
+from tracecost.stats import difference, overhead_percent, quantile, ratio, summarize
 
 
 def test_summary_of_known_values():
@@ -86,3 +87,26 @@ def test_ratio_of_means_by_the_delta_method():
     # Var(mean a) = 4/3, Var(mean b) = 0: se = 2.2 * sqrt((4/3) / 22^2); df = 2
     half = 4.302652730 * 2.2 * math.sqrt((4 / 3) / 22**2)
     assert r["ci95_low"] == pytest.approx(2.2 - half) and r["ci95_high"] == pytest.approx(2.2 + half)
+
+
+def test_quantile_cis_are_order_statistics_defined_only_from_enough_values():
+    # n = 5: P(all 5 on one side of the median) = 2 x 1/32 > 5%: no interval of order statistics covers 95%.
+    assert quantile([1, 2, 3, 4, 5], 0.5) == {"value": 3.0, "ci95_low": None, "ci95_high": None}
+    # n = 6: [min, max] covers 1 - 2/64 = 96.9%.
+    assert quantile([6, 1, 5, 2, 4, 3], 0.5) == {"value": 3.5, "ci95_low": 1.0, "ci95_high": 6.0}
+    # p99 of 10 values: a lower bound (x_(9): P(B <= 8) = 0.4%), no upper one (needs 459 values).
+    p99 = quantile(range(1, 11), 0.99)
+    assert p99["ci95_low"] == 9.0 and p99["ci95_high"] is None and p99["value"] == pytest.approx(9.91)
+    assert quantile([], 0.5)["value"] is None
+
+
+@pytest.mark.parametrize("q", [0.5, 0.9])
+def test_quantile_ci_covers_the_true_quantile_at_least_95_percent_of_the_time(q):
+    # Skewed data (exponential, as latencies): true q-quantile = -ln(1 - q). Fixed seed: the same every run.
+    rng = np.random.default_rng(7)
+    truth = -math.log(1 - q)
+    trials = 2000
+    covered = sum(
+        e["ci95_low"] <= truth <= e["ci95_high"] for e in (quantile(rng.exponential(size=60), q) for _ in range(trials))
+    )
+    assert covered / trials >= 0.94  # >= 95% by construction; 1 point of slack for 2000 trials

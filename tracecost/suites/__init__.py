@@ -3,6 +3,7 @@ holds); `tracecost <name>` is generated from the entry, and `tracecost run` runs
 default size. Adding a suite: a new folder, and one line here."""
 
 from tracecost.suites.duration import DurationSuite
+from tracecost.suites.load import LoadSuite
 from tracecost.suites.micro import MicroSuite
 from tracecost.suites.transport import TransportSuite
 from tracecost.suites.vm import VmSuite
@@ -11,6 +12,7 @@ SUITES = {
     suite.name: suite
     for suite in (
         DurationSuite(),
+        LoadSuite(),
         MicroSuite(),
         TransportSuite(),
         VmSuite(),
