@@ -29,7 +29,8 @@ pub(crate) fn render(agent: &Agent) -> String {
         let _ = write!(
             out,
             "{}{{\"spec\": {}, \"kind\": \"{}\", \"address\": {}, \"hits\": {}, \"sums\": [{}], \"by_pid\": {{{}}}, \
-             \"tids\": {}, \"skipped\": {}, \"missed_returns\": {}, \"stale_returns\": {}, \"patch\": {}}}",
+             \"tids\": {}, \"skipped\": {}, \"missed_returns\": {}, \"stale_returns\": {}, \"patch\": {}, \"patch_kind\": \"{}\", \
+             \"patch_reason\": {}}}",
             if i > 0 { ", " } else { "" },
             quote(&probe.spec),
             probe.kind,
@@ -41,7 +42,9 @@ pub(crate) fn render(agent: &Agent) -> String {
             stats.skipped,
             stats.missed_returns,
             stats.stale_returns,
-            patch
+            patch,
+            probe.hook.kind().name(),
+            quote(probe.hook.kind().reason())
         );
     }
     out.push_str("], \"refused\": [");
