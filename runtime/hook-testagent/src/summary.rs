@@ -28,7 +28,7 @@ pub(crate) fn render(agent: &Agent) -> String {
         let tids = record.tids.iter().filter(|tid| tid.load(Relaxed) != 0).count();
         let _ = write!(
             out,
-            "{}{{\"spec\": {}, \"kind\": \"{}\", \"address\": {}, \"hits\": {}, \"sums\": [{}], \"by_pid\": {{{}}}, \
+            "{}{{\"spec\": {}, \"kind\": \"{}\", \"address\": {}, \"hits\": {}, \"snapshot\": {}, \"sums\": [{}], \"by_pid\": {{{}}}, \
              \"tids\": {}, \"skipped\": {}, \"missed_returns\": {}, \"stale_returns\": {}, \"patch\": {}, \"patch_kind\": \"{}\", \
              \"patch_reason\": {}}}",
             if i > 0 { ", " } else { "" },
@@ -36,6 +36,7 @@ pub(crate) fn render(agent: &Agent) -> String {
             probe.kind,
             probe.hook.address(),
             record.hits.load(Relaxed),
+            record.snapshot.load(Relaxed),
             sums.join(", "),
             by_pid.join(", "),
             tids,
