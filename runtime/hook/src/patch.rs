@@ -1,26 +1,34 @@
-//! Writing the 5 patch bytes into running code.
+//! Writing a patch into running code: the 5-byte jump, or the int3 patch's one byte.
 //!
 //! The target's page is made writable (keeping read+execute, since other threads may be running
 //! it) only while the bytes are written, then its protection is restored.
 //!
-//! * Only one thread in the process (start-up, e.g. a constructor before main): the 5 bytes are
-//!   written at once.
-//! * Several threads: int3 first, as the kernel's text_poke_bp. (1) byte 0 becomes `int3`;
-//!   (2) bytes 1-4 get their new value; (3) byte 0 gets its new value. After each step every
-//!   thread of the process executes a serialising instruction before it runs user code again
-//!   (membarrier SYNC_CORE, the cross-modifying-code rule of the Intel SDM). A thread that
+//! * Before any int3 is written, every thread's blocked signals are read: a thread that blocks
+//!   SIGTRAP (or, for a live jump, SIGRTMAX) refuses the attach (`refuse_blocked_signals`).
+//! * The int3 patch: byte 0 becomes `int3` for good; the SIGTRAP handler sends every thread
+//!   that reaches it to the site's entry stub. No checkpoint: an instruction is never half
+//!   executed, and bytes 1-4 keep their code for whoever comes back there.
+//! * The jump with one thread in the process (start-up, e.g. a constructor before main): the 5
+//!   bytes are written at once, unless the thread's own stack holds an address in bytes 1-4
+//!   (then the int3 patch).
+//! * The jump with several threads: int3 first, as the kernel's text_poke_bp. (1) byte 0 becomes
+//!   `int3`; (2) bytes 1-4 get their new value; (3) byte 0 gets its new value. After each step
+//!   every thread of the process executes a serialising instruction before it runs user code
+//!   again (membarrier SYNC_CORE, the cross-modifying-code rule of the Intel SDM). A thread that
 //!   reaches the address during the update traps, and the SIGTRAP handler sends it to the
 //!   site's entry stub, which behaves exactly as the finished patch. The handler stays
-//!   installed for good (a trapped thread may be slow to take its signal) and passes other
-//!   SIGTRAPs to the previous disposition.
+//!   installed for good and passes other SIGTRAPs to the previous disposition.
 //! * Between (1) and (2), a **checkpoint**: every other thread gets a queued real-time signal
-//!   (SIGRTMAX, so it never merges with a pending int3 SIGTRAP) and answers from its handler. A thread that stopped *inside* the displaced instructions (preempted
-//!   after a 1-byte `push rbp`, blocked in a `syscall` there) is moved to the same instruction
-//!   in the trampoline, so it can never resume in the middle of the jump. If a thread does not
-//!   answer within 2 s (the signal blocked) or stopped where it cannot be moved, byte 0 is put
-//!   back and the attach fails: the function is unchanged. Other deliveries of SIGRTMAX go to
-//!   the handler that was installed before. The signal interrupts sleeping system calls of
-//!   those threads: calls that are not restarted (nanosleep, epoll_wait...) return EINTR once.
+//!   (SIGRTMAX, so it never merges with a pending int3 SIGTRAP) and answers from its handler. A
+//!   thread that stopped *inside* the displaced instructions (preempted after a 1-byte `push
+//!   rbp`, blocked in a `syscall` there) is moved to the same instruction in the trampoline.
+//!   Each thread also scans its stack for a word pointing into bytes 1-4 (a return address of a
+//!   call made from there, a signal frame's saved ip: `stack_reaches_into`). If one does, or a
+//!   thread stopped where it cannot be moved, the int3 of step (1) stays for good and the site
+//!   becomes an int3 site. If a thread does not answer within 2 s, byte 0 is put back and the
+//!   attach fails: the function is unchanged. Other deliveries of SIGRTMAX go to the handler
+//!   that was installed before. The signal interrupts sleeping system calls of those threads:
+//!   calls that are not restarted (nanosleep, epoll_wait...) return EINTR once.
 //!
 //! Restoring the original bytes (detach) needs no checkpoint: no thread can be inside the jump.
 
