@@ -178,6 +178,17 @@ static void print_result(const char *name, const char *result, struct tally *tal
 	fflush(stdout);
 }
 
+/* Calls fn(0) ... fn(n-1), each counted in t; returns the sum of what it returned. */
+static long call_n(long (*fn)(long), struct tally *t, long n)
+{
+	long sum = 0;
+	for (long i = 0; i < n; i++) {
+		sum += fn(i);
+		count(t, 1, &i);
+	}
+	return sum;
+}
+
 static void print_sum(const char *name, long sum, struct tally *tallies, int n)
 {
 	char result[32];
@@ -323,11 +334,7 @@ static void case_threads(long n)
 static void case_fork(long n)
 {
 	struct tally t[1] = {{.function = "torture_fork_hits"}};
-	long sum = 0;
-	for (long i = 0; i < n; i++) {
-		sum += torture_fork_hits(i);
-		count(&t[0], 1, &i);
-	}
+	long sum = call_n(torture_fork_hits, &t[0], n);
 	fflush(stdout);
 	pid_t child = torture_fork();
 	if (child < 0) {
@@ -336,11 +343,7 @@ static void case_fork(long n)
 	}
 	long more = child == 0 ? n + 1 : n + 2;
 	struct tally child_tally[1] = {{.function = "torture_fork_hits"}};
-	struct tally *after = child == 0 ? child_tally : t;
-	for (long i = 0; i < more; i++) {
-		sum += torture_fork_hits(i);
-		count(after, 1, &i);
-	}
+	sum += call_n(torture_fork_hits, child == 0 ? child_tally : t, more);
 	if (child == 0) {
 		print_sum("fork_child", sum, child_tally, 1);
 		exit(0);
@@ -561,17 +564,13 @@ static void case_signal_live(long n)
 	print_sum("signal_live", sum, t, 1);
 }
 
+/* live_worker with every signal blocked, as worker pools do. */
 static void *masked_worker(void *arg)
 {
-	struct live *l = arg;
 	sigset_t all;
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
-	for (long i = 0; !atomic_load(&l->stop); i++) {
-		l->sum += torture_live(i);
-		l->calls++;
-	}
-	return NULL;
+	return live_worker(arg);
 }
 
 /* A worker blocks every signal (as worker pools do) while the agent attaches: refused. */
@@ -628,12 +627,7 @@ static void case_ifunc(long n)
 static void case_unsized(long n)
 {
 	struct tally t[1] = {{.function = "torture_unsized"}};
-	long sum = 0;
-	for (long i = 0; i < n; i++) {
-		sum += torture_unsized(i);
-		count(&t[0], 1, &i);
-	}
-	print_sum("unsized", sum, t, 1);
+	print_sum("unsized", call_n(torture_unsized, &t[0], n), t, 1);
 }
 
 static const struct {

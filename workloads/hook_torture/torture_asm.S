@@ -240,6 +240,14 @@ torture_unsized:
 	lea rax, [rdi + 2]
 	ret
 
+/* Not code: bytes no x86-64 decoder accepts, under a function symbol (never called): the hook
+ * engine refuses it. */
+	.globl torture_undecodable
+	.type torture_undecodable, @function
+torture_undecodable:
+	.byte 0x06, 0x06, 0x06, 0x06, 0x06, 0x06
+	.size torture_undecodable, .-torture_undecodable
+
 	.data
 	.globl torture_rip_global
 	.type torture_rip_global, @object

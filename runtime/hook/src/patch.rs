@@ -83,7 +83,11 @@ pub(crate) fn install(site: &'static Site) -> Result<PatchMethod> {
         unsafe { std::ptr::copy_nonoverlapping(jump_bytes(site).as_ptr(), target, PATCH_LEN) };
         return Ok(PatchMethod::Plain);
     }
-    refuse_blocked_signals(site, &tids, &[libc::SIGTRAP, libc::SIGRTMAX()])?;
+    refuse_blocked_signals(site, &tids, &[libc::SIGTRAP])?;
+    // The patching thread takes no part in its own checkpoint (the agent's thread blocks SIGRTMAX).
+    let me = unsafe { libc::gettid() };
+    let others: Vec<libc::pid_t> = tids.iter().copied().filter(|&tid| tid != me).collect();
+    refuse_blocked_signals(site, &others, &[libc::SIGRTMAX()])?;
     register_trap_site(site)?;
     sync_cores()?;
     unsafe {

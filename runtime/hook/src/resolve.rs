@@ -217,10 +217,7 @@ pub fn is_mapped_executable(dev: u64, ino: u64) -> Result<bool> {
 fn find_function(elf: &object::File, name: &str) -> std::result::Result<Symbol, String> {
     let mut found: Vec<(u64, u64, u8)> = Vec::new();
     for symbol in elf.symbols().chain(elf.dynamic_symbols()) {
-        let st_type = match symbol.flags() {
-            SymbolFlags::Elf { st_info, .. } => st_info & 0xf,
-            _ => 0,
-        };
+        let st_type = st_type(&symbol);
         // object's is_definition leaves IFUNCs out (their kind is Unknown).
         let defined = symbol.is_definition() || (st_type == STT_GNU_IFUNC && !symbol.is_undefined());
         if symbol.name() == Ok(name) && defined && symbol.address() != 0 {
@@ -242,9 +239,20 @@ fn find_function(elf: &object::File, name: &str) -> std::result::Result<Symbol, 
     }
 }
 
+/// ELF st_type (STT_FUNC, STT_GNU_IFUNC...).
+fn st_type(symbol: &object::Symbol) -> u8 {
+    match symbol.flags() {
+        SymbolFlags::Elf { st_info, .. } => st_info & 0xf,
+        _ => 0,
+    }
+}
+
+/// The function symbol whose extent holds `vaddr`. An IFUNC symbol's extent is its resolver's
+/// code: an offset there is the resolver, as a kernel uprobe at that offset probes it.
 fn enclosing_function(elf: &object::File, vaddr: u64) -> Option<Symbol> {
     elf.symbols().chain(elf.dynamic_symbols()).find_map(|symbol| {
-        let inside = symbol.kind() == SymbolKind::Text && (symbol.address()..symbol.address() + symbol.size()).contains(&vaddr);
+        let code = symbol.kind() == SymbolKind::Text || st_type(&symbol) == STT_GNU_IFUNC;
+        let inside = code && (symbol.address()..symbol.address() + symbol.size()).contains(&vaddr);
         inside.then(|| Symbol {
             name: symbol.name().unwrap_or("?").to_string(),
             vaddr: symbol.address(),
