@@ -88,7 +88,7 @@ $(BIN)/syscall_load: workloads/syscall_load/syscall_load.c | $(BIN)
 
 # --- hook engine victims (tests/test_hook.py, scripts/hook_bench.py): PIE + shared library ---
 .PHONY: hook-victims
-hook-victims: $(BIN)/hook_torture $(BIN)/hook_bench
+hook-victims: $(BIN)/hook_torture $(BIN)/hook_torture_cxx $(BIN)/hook_bench
 
 $(LIB)/libhooktorture.so: workloads/hook_torture/torture_lib.c workloads/hook_torture/torture_lib.h | $(LIB)
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
@@ -96,6 +96,9 @@ $(LIB)/libhooktorture.so: workloads/hook_torture/torture_lib.c workloads/hook_to
 $(BIN)/hook_torture: workloads/hook_torture/torture.c workloads/hook_torture/torture_asm.S workloads/hook_torture/torture_lib.h $(LIB)/libhooktorture.so | $(BIN)
 	$(CC) $(CFLAGS) -fPIE -pie -pthread -o $@ workloads/hook_torture/torture.c workloads/hook_torture/torture_asm.S \
 	  -L$(LIB) -lhooktorture -Wl,-rpath,'$$ORIGIN/../lib'
+
+$(BIN)/hook_torture_cxx: workloads/hook_torture/torture_cxx.cc | $(BIN)
+	$(CXX) $(filter-out -Iworkloads/common,$(CFLAGS)) -fPIE -pie -o $@ $<
 
 $(BIN)/hook_bench: workloads/hook_torture/hook_bench.c | $(BIN)
 	$(CC) $(CFLAGS) -fPIE -pie -o $@ $<

@@ -121,10 +121,11 @@ def uebpf(*args, check=True, **kwargs) -> dict:
     return json.loads(result.stdout) if result.stdout.strip() else {}
 
 
-def file_offset(binary: Path, symbol: str) -> int:
-    """The symbol's file offset (what libbpf gives the kernel): value - segment vaddr + offset."""
+def file_offset(binary: Path, symbol: str, dynamic: bool = True) -> int:
+    """The symbol's file offset (what libbpf gives the kernel): value - segment vaddr + offset;
+    from the dynamic symbols, or with dynamic=False the symbol table (an executable's own)."""
     symbols = subprocess.run(
-        ["nm", "-D", "--defined-only", str(binary)], capture_output=True, text=True, check=True
+        ["nm", *(["-D"] if dynamic else []), "--defined-only", str(binary)], capture_output=True, text=True, check=True
     ).stdout
     value = next(int(line.split()[0], 16) for line in symbols.splitlines() if line.split()[-1] == symbol)
     headers = subprocess.run(["readelf", "-lW", str(binary)], capture_output=True, text=True, check=True).stdout

@@ -190,7 +190,7 @@ def traced_live(
         pid_filter = ["--pid", target.pid] if by_pid else []
         with uebpf_loader(functrace_argv(output, *pid_filter), region, tmp_path) as loader:
             applied = json.loads(wait_applied(region, target.pid).stdout)
-            assert (applied["hooks"], applied["failed"]) == (2, 0), applied
+            assert (applied["hooks"], applied["slow_hooks"], applied["failed"]) == (2, 0, 0), applied
             reports = go(target)
             assert loader.stop().exit_code == 0, loader.stderr_text()
             summary = parse_summary(loader.read_stdout())
@@ -331,18 +331,12 @@ def test_an_unprivileged_user_runs_loader_and_target(tmp_path):
 
 
 def test_a_function_that_cannot_be_hooked_is_named_and_the_target_runs_on(tmp_path):
-    """hook_torture's 3-byte function: the agent refuses it with the hook engine's reason, on
-    stderr, and the target returns what it returns unhooked."""
+    """hook_torture's undecodable bytes: the agent refuses them with the hook engine's reason, on
+    stderr; its 3-byte function gets the engine's slow int3 patch, said with the reason; the
+    target returns what it returns unhooked."""
     region, victim = region_name("refused"), BUILD / "bin" / "hook_torture"
-    argv = [
-        UEBPF,
-        "attach",
-        BUILD / "bpf" / "uebpf_embed.bpf.o",
-        "--region",
-        region,
-        "--attach",
-        f"empty:{victim}:torture_tiny",
-    ]
+    argv = [UEBPF, "attach", BUILD / "bpf" / "uebpf_embed.bpf.o", "--region", region]
+    argv += ["--attach", f"empty:{victim}:torture_undecodable", "--attach", f"empty:{victim}:torture_tiny"]
     with started(lambda: Child([str(a) for a in argv], stderr_path=tmp_path / "attach.err")) as attach:
         attach.wait_for_line("READY", timeout_s=30)
         plain = subprocess.run([str(victim), "tiny"], capture_output=True, text=True, timeout=60)
@@ -353,7 +347,28 @@ def test_a_function_that_cannot_be_hooked_is_named_and_the_target_runs_on(tmp_pa
     assert hooked.returncode == plain.returncode == 0
     assert json.loads(hooked.stdout)["result"] == json.loads(plain.stdout)["result"]
     assert f"uebpf-agent: attachment 1 (empty at {victim}:0x" in hooked.stderr
-    assert f"cannot hook {victim}:torture_tiny: the function is 3 bytes long" in hooked.stderr
+    assert f"cannot hook {victim}:torture_undecodable: cannot decode the instruction at +0x0" in hooked.stderr
+    said = "int3 patch (slow: a signal per hit): the function is 3 bytes long: the 5-byte jump does not fit"
+    assert f"uebpf-agent: attachment 2 (empty at {victim}:0x" in hooked.stderr and said in hooked.stderr
+
+
+def test_a_hook_on_the_int3_patch_is_counted_slow_in_the_agent_table(tmp_path):
+    """libc's 1-byte __cyg_profile_func_enter gets the hook engine's int3 patch in a running
+    target: wait-applied's slot counts it in slow_hooks, and the target's stderr says why."""
+    region = region_name("slow")
+    libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+    argv = [UEBPF, "attach", BUILD / "bpf" / "uebpf_embed.bpf.o", "--region", region]
+    argv += ["--attach", f"empty:{libc}:__cyg_profile_func_enter"]
+    with started(lambda: Child([str(a) for a in argv], stderr_path=tmp_path / "attach.err")) as attach:
+        attach.wait_for_line("READY", timeout_s=30)
+        with waiting_target(tmp_path, agent_env(region)) as target:
+            target.wait_for_line("READY", timeout_s=30)
+            status = json.loads(wait_applied(region, target.pid).stdout)
+            go(target)
+            stderr = target.stderr_text()
+        assert attach.stop().exit_code == 0, attach.stderr_text()
+    assert (status["hooks"], status["slow_hooks"], status["failed"]) == (1, 1, 0), status
+    assert "int3 patch (slow: a signal per hit): the function is 1 bytes long" in stderr
 
 
 # The start of a test object: an array `sums` of SUMS u64 and add(key, value) to one of them.

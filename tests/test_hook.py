@@ -8,13 +8,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from conftest import BUILD
+from conftest import BUILD, file_offset
 
 VICTIM = BUILD / "bin" / "hook_torture"
+CXX_VICTIM = BUILD / "bin" / "hook_torture_cxx"
+UEBPF = BUILD / "bin" / "uebpf"
+TRACEFS = Path("/sys/kernel/tracing")
 LIBRARY = BUILD / "lib" / "libhooktorture.so"
 AGENT = BUILD / "lib" / "libuebpf_hook_testagent.so"
 MASK = (1 << 64) - 1
@@ -44,7 +48,7 @@ class Run:
         return next(iter(self.summaries.values()))
 
 
-def run(case: str, n: int, tmp: Path, probes: list[str] = (), late: list[str] = ()) -> Run:
+def run(case: str, n: int, tmp: Path, probes: list[str] = (), late: list[str] = (), victim: Path = VICTIM) -> Run:
     env = dict(os.environ)
     out = tmp / f"{case}-{len(probes)}-{len(late)}"
     if probes or late:
@@ -55,7 +59,7 @@ def run(case: str, n: int, tmp: Path, probes: list[str] = (), late: list[str] = 
             UEBPF_HOOK_TEST_PROBES=",".join(probes),
             UEBPF_HOOK_TEST_LATE_PROBES=",".join(late),
         )
-    result = subprocess.run([str(VICTIM), case, str(n)], capture_output=True, text=True, env=env, timeout=300)
+    result = subprocess.run([str(victim), case, str(n)], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     summaries = {}
@@ -66,10 +70,12 @@ def run(case: str, n: int, tmp: Path, probes: list[str] = (), late: list[str] = 
     return Run(lines, summaries, result.stderr)
 
 
-def hooked_and_plain(case: str, n: int, tmp: Path, probes: list[str], late: list[str] = ()) -> Run:
+def hooked_and_plain(
+    case: str, n: int, tmp: Path, probes: list[str], late: list[str] = (), victim: Path = VICTIM
+) -> Run:
     """The hooked run, after checking it returned exactly what the unhooked run returned."""
-    plain = run(case, n, tmp)
-    hooked = run(case, n, tmp, probes, late)
+    plain = run(case, n, tmp, victim=victim)
+    hooked = run(case, n, tmp, probes, late, victim=victim)
     assert hooked.case(case)["result"] == plain.case(case)["result"]
     return hooked
 
@@ -99,22 +105,188 @@ def test_rip_relative_loads_and_short_branches_in_the_prologue(tmp_path):
     assert hooked.probe(specs[0])["patch"] == "plain"  # attached in the constructor: one thread
 
 
-@pytest.mark.parametrize(
-    "case,symbol,reason",
-    [
-        ("tiny", "torture_tiny", "the function is 3 bytes long: the 5-byte jump does not fit"),
-        ("into_patch", "torture_into_patch", "`jne 0x{:x}` at +0x8 jumps to +0x2, inside the 5 patched bytes"),
-    ],
-)
-def test_unsafe_prologues_are_refused_naming_function_and_reason(case, symbol, reason, tmp_path):
-    hooked = hooked_and_plain(case, 500, tmp_path, [entry(symbol)])
+@contextmanager
+def kernel_uprobe_hits(binary: Path, symbols: list[str]):
+    """Kernel uprobes (tracefs uprobe_events) on `symbols` of `binary` while the block runs;
+    yields a dict filled afterwards with each one's hit count (uprobe_profile)."""
+    prefix = f"hooktest{os.getpid()}_"
+    offsets = {symbol: file_offset(binary, symbol, dynamic=False) for symbol in symbols}
+    for symbol, offset in offsets.items():
+        uprobe_events(f"p:uprobes/{prefix}{symbol} {binary}:{offset:#x}")
+    hits = {}
+    try:
+        for symbol in symbols:
+            (TRACEFS / "events" / "uprobes" / f"{prefix}{symbol}" / "enable").write_text("1")
+        yield hits
+        for line in (TRACEFS / "uprobe_profile").read_text().splitlines():
+            fields = line.split()
+            if fields[1].removeprefix("uprobes/").startswith(prefix):
+                hits[fields[1].removeprefix("uprobes/").removeprefix(prefix)] = int(fields[2])
+    finally:
+        for symbol in symbols:
+            (TRACEFS / "events" / "uprobes" / f"{prefix}{symbol}" / "enable").write_text("0")
+        for symbol in symbols:
+            uprobe_events(f"-:uprobes/{prefix}{symbol}")
+
+
+def uprobe_events(line: str):
+    """Appends one definition to uprobe_events (open(..., "a") seeks, which tracefs refuses)."""
+    fd = os.open(TRACEFS / "uprobe_events", os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, line.encode() + b"\n")
+    finally:
+        os.close(fd)
+
+
+def kernel_hits(case: str, n: int, symbols: list[str]) -> dict:
+    with kernel_uprobe_hits(VICTIM, symbols) as hits:
+        subprocess.run([str(VICTIM), case, str(n)], capture_output=True, check=True, timeout=300)
+    assert set(hits) == set(symbols), hits
+    return hits
+
+
+def int3_reason(run_: Run, spec: str) -> str:
+    probe = run_.probe(spec)
+    assert probe["patch_kind"] == "int3", probe
+    return probe["patch_reason"]
+
+
+def test_functions_shorter_than_the_jump_get_the_int3_patch(tmp_path):
+    """A 3-byte `xor; ret`, a 1-byte `ret` and a 3-byte `mov; ret` (frequent -O2 leaves):
+    entry and return probes with exact hits and return values, as many hits as kernel uprobes."""
+    n = 2000
+    symbols = ["torture_tiny", "torture_ret1", "torture_identity3"]
+    specs = [spec(symbol) for symbol in symbols for spec in (entry, ret)]
+    hooked = hooked_and_plain("tiny", n, tmp_path, specs)
+    line = hooked.case("tiny")
+    for symbol in symbols:
+        check_arguments(hooked, entry(symbol), line, symbol)
+        assert hooked.probe(ret(symbol))["hits"] == n
+        size = 1 if symbol == "torture_ret1" else 3
+        assert int3_reason(hooked, entry(symbol)) == f"the function is {size} bytes long: the 5-byte jump does not fit"
+    assert hooked.probe(ret("torture_tiny"))["sums"][0] == 0
+    assert hooked.probe(ret("torture_identity3"))["sums"][0] == n * (n - 1) // 2
+    assert kernel_hits("tiny", n, symbols) == {symbol: hooked.probe(entry(symbol))["hits"] for symbol in symbols}
+
+
+def test_a_loop_into_the_patch_gets_the_int3_patch(tmp_path):
+    n = 500
+    specs = [entry("torture_into_patch"), ret("torture_into_patch")]
+    hooked = hooked_and_plain("into_patch", n, tmp_path, specs)
+    check_arguments(hooked, specs[0], hooked.case("into_patch"), "torture_into_patch")
+    assert hooked.probe(specs[1])["sums"][0] == sum((i % 50 + 1) * (i % 50 + 2) // 2 for i in range(1, n + 1))
+    assert int3_reason(hooked, specs[0]).endswith("at +0x8 jumps to +0x2, inside the 5 patched bytes")
+    assert kernel_hits("into_patch", n, ["torture_into_patch"])["torture_into_patch"] == n
+
+
+def test_a_jump_table_into_byte_2_gets_the_int3_patch(tmp_path):
+    n = 1000
+    specs = [entry("torture_switch"), ret("torture_switch")]
+    hooked = hooked_and_plain("switch", n, tmp_path, specs)
+    check_arguments(hooked, specs[0], hooked.case("switch"), "torture_switch")
+    value = {0: 102, 1: 11, 2: 21, 3: 31, 4: 101}
+    assert hooked.probe(specs[1])["sums"][0] == sum(value[i % 5] for i in range(n))
+    assert "`jmp rcx` at +0x1f may jump into the 5 patched bytes" in int3_reason(hooked, specs[0])
+    assert kernel_hits("switch", n, ["torture_switch"])["torture_switch"] == n
+    # The user may trust the jumps (here wrongly): check-hook then says "jump".
+    argv = [str(UEBPF), "check-hook", str(VICTIM), "torture_switch"]
+    trusted = subprocess.run(
+        argv, capture_output=True, text=True, env={**os.environ, "UEBPF_HOOK_TRUST_INDIRECT_JUMPS": "1"}
+    )
+    assert json.loads(trusted.stdout)["patch"] == "jump"
+
+
+def test_check_hook_gives_the_attachs_patch_and_reason():
+    for symbol, patch, reason in [
+        ("torture_tiny", "int3", "the function is 3 bytes long: the 5-byte jump does not fit"),
+        ("torture_switch", "int3", "`jmp rcx` at +0x1f may jump into the 5 patched bytes"),
+        ("torture_call_early", "int3", "`call r11` at +0x1 would return inside the 5 patched bytes"),
+        ("torture_unsized", "int3", "the symbol's size is 0"),
+        ("torture_get_pc", "jump", None),
+    ]:
+        verdict = json.loads(
+            subprocess.run([str(UEBPF), "check-hook", str(VICTIM), symbol], capture_output=True, text=True).stdout
+        )
+        assert (verdict["hookable"], verdict["patch"]) == (True, patch), verdict
+        assert reason is None and verdict["patch_reason"] is None or reason in verdict["patch_reason"], verdict
+    libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+    ifunc = json.loads(
+        subprocess.run([str(UEBPF), "check-hook", libc, "strlen"], capture_output=True, text=True).stdout
+    )
+    assert (ifunc["hookable"], ifunc["patch"]) == (True, "int3") and ifunc["patch_reason"].startswith("an IFUNC"), ifunc
+
+
+def test_a_call_in_the_first_bytes_returns_to_the_function(tmp_path):
+    """get-PC (`call 1f; 1: pop`) in the first bytes: the value is the function's own address."""
+    specs = [entry("torture_get_pc"), ret("torture_get_pc")]
+    hooked = hooked_and_plain("get_pc", 1000, tmp_path, specs)
+    assert hooked.case("get_pc")["result"] == "0", "pop found a trampoline address"
+    assert hooked.probe(specs[0])["hits"] == hooked.probe(specs[1])["hits"] == 1000
+    assert hooked.probe(specs[0])["patch_kind"] == "jump"
+
+
+def test_a_cxx_exception_from_a_callee_called_in_the_first_bytes_is_caught(tmp_path):
+    """torture_call_first's first bytes call a function that throws for odd x: with an entry
+    probe the exception still crosses its frame to the catch (unwinding from the trampoline's
+    return address would terminate the process)."""
+    n = 1000
+    spec = f"entry:{CXX_VICTIM}:torture_call_first"
+    hooked = hooked_and_plain("exception", n, tmp_path, [spec], victim=CXX_VICTIM)
+    assert hooked.case("exception")["result"] == f"{sum(i + 1 for i in range(0, n, 2))}/{n // 2}"
+    check_arguments(hooked, spec, hooked.case("exception"), "torture_call_first")
+    assert hooked.probe(spec)["patch_kind"] == "jump"
+
+
+def test_a_thread_blocked_in_a_callee_called_from_bytes_1_to_4_survives_a_live_attach(tmp_path):
+    """A thread is blocked in read(2), called from byte 1 of torture_call_early with its return
+    address at byte 4, while the agent attaches: the int3 patch leaves byte 4 as it was."""
+    n = 200
+    spec = entry("torture_call_early")
+    hooked = hooked_and_plain("call_early_live", n, tmp_path, [], late=[spec])
+    assert hooked.probe(spec)["hits"] == n  # the blocked call had entered before the probe
+    assert hooked.probe(spec)["patch"] == "int3"  # written while the other thread lived
+    assert "`call r11` at +0x1 would return inside the 5 patched bytes" in int3_reason(hooked, spec)
+
+
+def test_a_signal_frame_inside_bytes_1_to_4_during_a_live_attach(tmp_path):
+    """A thread's signal handler blocks with its frame's saved ip at byte 3 of the function the
+    agent attaches to: the checkpoint finds it on that thread's stack and keeps the int3."""
+    n = 200
+    spec = entry("torture_signalled")
+    hooked = hooked_and_plain("signal_live", n, tmp_path, [], late=[spec])
+    assert hooked.probe(spec)["hits"] == n
+    assert "stack holds an address inside bytes 1-4" in int3_reason(hooked, spec)
+
+
+def test_a_thread_blocking_sigtrap_makes_a_live_attach_refuse(tmp_path):
+    """A worker blocks every signal (sigfillset + pthread_sigmask): the attach is refused naming
+    it, the function is untouched, and the process runs on with the same output."""
+    spec = entry("torture_live")
+    hooked = hooked_and_plain("sigtrap_blocked", 1000, tmp_path, [], late=[spec])
+    assert hooked.case("sigtrap_blocked")["result"] != "-1"
     [refusal] = hooked.only_summary()["refused"]
-    assert refusal["error"].startswith(f"cannot hook {VICTIM}:{symbol}: ")
-    if "{" in reason:
-        reason = reason.split("`")[2]  # the jump's absolute target depends on the load address
-    assert reason in refusal["error"]
-    assert refusal["error"] in hooked.stderr
+    assert refusal["error"].startswith(f"cannot hook {VICTIM}:torture_live: thread ")
+    assert refusal["error"].endswith("(hook_torture) blocks SIGTRAP: the patch's int3 would kill it")
     assert hooked.only_summary()["probes"] == []
+
+
+def test_an_ifunc_is_hooked_at_its_selected_implementation(tmp_path):
+    """strlen (a glibc IFUNC) is hooked where the dynamic linker resolved it for this process:
+    exactly the victim's calls between the attach and its snapshot."""
+    n = 5000
+    spec = entry("strlen", Path("/usr/lib/x86_64-linux-gnu/libc.so.6"))
+    hooked = hooked_and_plain("ifunc", n, tmp_path, [], late=[spec])
+    assert hooked.probe(spec)["snapshot"] == n
+    assert int3_reason(hooked, spec).startswith("an IFUNC, resolved to the implementation this process selected")
+
+
+def test_a_symbol_of_size_0(tmp_path):
+    specs = [entry("torture_unsized"), ret("torture_unsized")]
+    hooked = hooked_and_plain("unsized", 1000, tmp_path, specs)
+    check_arguments(hooked, specs[0], hooked.case("unsized"), "torture_unsized")
+    assert hooked.probe(specs[1])["sums"][0] == sum(i + 2 for i in range(1000))
+    assert int3_reason(hooked, specs[0]).startswith("the symbol's size is 0")
+    assert kernel_hits("unsized", 1000, ["torture_unsized"])["torture_unsized"] == 1000
 
 
 def test_loop_back_to_the_first_instruction_fires_each_pass(tmp_path):
@@ -250,7 +422,7 @@ def test_longjmp_past_a_return_probe_drops_the_stale_entry(tmp_path):
         (f"entry:{BUILD}/bin/missing:main", "cannot read"),
         (entry("torture_rip_global"), "not a function"),
         ("sideways:x", "malformed probe"),
-        (ret("0x1"), "offset 0x1 is inside no function symbol"),
+        (ret("0x1"), "hook_torture is not mapped executable in this process"),  # the ELF header
     ],
 )
 def test_bad_probe_specs_are_one_line_errors(spec, message, tmp_path):

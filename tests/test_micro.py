@@ -149,8 +149,8 @@ def test_uebpf_writes_user_memory_and_runs_the_syscall_tracepoints(micro_run):
     suite = results.load(micro_run[1])["suites"]["micro"]
     write = next(r for r in suite["runs"] if r["op"] == "write" and r["method"] == "uebpf")
     assert write["helper_results"]["probe_write"] == {"ok": (WARMUP + ITER) * OPS_PER_HIT}
-    # The one cell uebpf cannot run: its hook engine refuses the 1-byte victim (test_probe_sites_* below).
-    assert [cell["op"] for cell in suite["unavailable"] if cell["method"] == "uebpf"] == ["uprobe_ret"]
+    # uebpf runs every cell: its hook engine puts the int3 patch on the 1-byte victim (test_probe_sites_* below).
+    assert [cell["op"] for cell in suite["unavailable"] if cell["method"] == "uebpf"] == []
     syscall_ops = {op for op in OPS if OPS[op].attach_to_tracepoint}
     assert syscall_ops == {"syscall_pid", "syscall_all"}
     on_uebpf = {r["op"]: r for r in suite["runs"] if r["op"] in syscall_ops and r["method"] == "uebpf"}
@@ -255,7 +255,7 @@ SITE_BYTES = {
 }
 # First instructions the x86-64 kernel runs without a single step (arch/x86/kernel/uprobes.c):
 # nop, push reg, call/jmp rel, jcc, and the multi-byte nops 0f 1f (emulated, or optimised at a nop5).
-TOO_SHORT = "the function is 1 bytes long: the 5-byte jump does not fit"  # the hook engine's refusal
+TOO_SHORT = "the function is 1 bytes long: the 5-byte jump does not fit"  # why the hook engine uses int3
 EMULATED_FIRST_BYTES = re.compile(r"^(90|5[0-7]|41 5[0-7]|e8|e9|eb|7[0-9a-f]|0f 8[0-9a-f]|0f 1f)\b")
 
 
@@ -305,16 +305,17 @@ def test_the_plain_uprobe_victim_is_stepped_out_of_line_as_the_report_says():
     assert not EMULATED_FIRST_BYTES.match(first[0]) and first[1].startswith("and "), first
 
 
-def test_uebpfs_hook_engine_refuses_the_one_byte_site_and_hooks_the_others():
-    """What makes uprobe_ret unavailable on uebpf: the engine's own verdict (uebpf check-hook). If the
-    engine starts accepting 1-byte functions, this test and the suite's unavailable cell change together."""
+def test_uebpfs_hook_engine_hooks_every_site_the_one_byte_one_with_int3():
+    """What uebpf's hook engine does with each probe site (uebpf check-hook): the 1-byte victim is
+    shorter than its 5-byte jump and gets the slower int3 patch, the others the jump."""
     for site in SITE_LABELS:
         for probe in ([], ["--return"]):
             argv = [str(UEBPF), "check-hook", str(MICROBENCH), f"__bench_site_{site}", *probe]
             verdict = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
-            assert verdict["hookable"] == (site != "ret"), verdict
+            assert verdict["hookable"], verdict
+            assert verdict["patch"] == ("int3" if site == "ret" else "jump"), verdict
             if site == "ret":
-                assert verdict["reason"] == f"cannot hook {MICROBENCH}:__bench_site_ret: {TOO_SHORT}"
+                assert verdict["patch_reason"] == TOO_SHORT
     argv = [str(UEBPF), "check-hook", str(MICROBENCH), "__bench_nothing"]
     missing = subprocess.run(argv, capture_output=True, text=True)
     assert missing.returncode == 1 and "no function symbol __bench_nothing" in missing.stderr
@@ -337,20 +338,18 @@ def test_probe_sites_count_every_call_on_every_runtime(sites_run):
     calls = min(1000, SITE_ITER) + SITE_ITER
     assert suite["failures"] == []
     ran = {(r["op"], r["method"]) for r in suite["runs"]}
-    assert ran == {(op, runtime) for op in SITE_OPS for runtime in RUNTIMES} - {("uprobe_ret", "uebpf")}
+    assert ran == {(op, runtime) for op in SITE_OPS for runtime in RUNTIMES}
     for run in suite["runs"]:
         assert run["calls"] == calls
         assert run["hits"] == ({} if run["method"] == "untraced" else {OPS[run["op"]].programs[0]: calls}), run
 
 
-def test_probe_sites_the_hook_engine_refuses_are_unavailable_on_uebpf_with_its_reason(sites_run):
-    result, suite = sites_run
-    [cell] = suite["unavailable"]
-    assert (cell["op"], cell["method"]) == ("uprobe_ret", "uebpf")
-    assert cell["reason"].endswith(f"__bench_site_ret: {TOO_SHORT}")
-    assert "not measured micro [op=uprobe_ret" in result.stderr
+def test_every_probe_site_is_available_on_uebpf(sites_run):
+    """The 1-byte site runs on uebpf's int3 patch: nothing is unavailable, every cell measured."""
+    _, suite = sites_run
+    assert suite["unavailable"] == []
     agg = next(a for a in suite["aggregates"] if (a["op"], a["runtime"]) == ("uprobe_ret", "uebpf"))
-    assert agg["n"] == 0 and agg["per_op_ns"]["value"] is None
+    assert agg["n"] == 1 and agg["per_op_ns"]["value"] > 0
 
 
 def test_a_single_stepped_site_costs_the_kernel_more_than_an_emulated_push(sites_run):

@@ -8,7 +8,8 @@
  * must print the same one as an unhooked run. "calls" and "args" are what the victim passed,
  * so a probe's recorded counts and argument sums can be compared value by value.
  * Cases: rip_relative tiny loop_to_start into_patch mixed_args many_args recursion threads
- * fork shared_lib ipa_ra live_attach longjmp. Errors: one line on stderr, exit 2.
+ * fork shared_lib ipa_ra live_attach longjmp get_pc call_early_live signal_live sigtrap_blocked
+ * switch ifunc unsized. Errors: one line on stderr, exit 2 (exit 1: the case went wrong).
  *
  * Built with -O2 (so gcc's -fipa-ra is in effect) as a PIE executable; functions are noinline
  * (not noipa: -fipa-ra must see them). */
@@ -16,12 +17,15 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "torture_lib.h"
@@ -36,9 +40,30 @@ long torture_tiny(void);
 long torture_into_patch(long n);
 long torture_loop_to_start(long n, long acc);
 long torture_clobber_check(void);
+void torture_ret1(void);
+int torture_identity3(int x);
+long torture_get_pc(void);
+long torture_read_early(int fd, void *buf, long n);
+long torture_raise(long tgid, long tid, long signal);
+long torture_switch(long k);
+long torture_unsized(long x);
 
-/* The test agent attaches its late probes when this is called (weak: absent without it). */
+/* The test agent attaches its late probes when this is called, and records every probe's hits
+ * at a snapshot (weak: absent without it). */
 void uebpf_hook_test_attach_late(void) __attribute__((weak));
+void uebpf_hook_test_snapshot(void) __attribute__((weak));
+
+static void attach_late(void)
+{
+	if (uebpf_hook_test_attach_late)
+		uebpf_hook_test_attach_late();
+}
+
+static void die(const char *message)
+{
+	fprintf(stderr, "hook_torture: %s\n", message);
+	exit(1);
+}
 
 HOOKED double torture_mixed(int a, double x, long b, float y, double z, int c)
 {
@@ -153,6 +178,17 @@ static void print_result(const char *name, const char *result, struct tally *tal
 	fflush(stdout);
 }
 
+/* Calls fn(0) ... fn(n-1), each counted in t; returns the sum of what it returned. */
+static long call_n(long (*fn)(long), struct tally *t, long n)
+{
+	long sum = 0;
+	for (long i = 0; i < n; i++) {
+		sum += fn(i);
+		count(t, 1, &i);
+	}
+	return sum;
+}
+
 static void print_sum(const char *name, long sum, struct tally *tallies, int n)
 {
 	char result[32];
@@ -175,15 +211,20 @@ static void case_rip_relative(long n)
 	print_sum("rip_relative", sum, t, 2);
 }
 
+/* Functions shorter than the jump: 3 bytes (xor; ret), 1 byte (ret), 3 bytes returning x. */
 static void case_tiny(long n)
 {
-	struct tally t[1] = {{.function = "torture_tiny"}};
+	struct tally t[3] = {{.function = "torture_tiny"}, {.function = "torture_ret1"}, {.function = "torture_identity3"}};
 	long sum = 0;
 	for (long i = 0; i < n; i++) {
 		sum += torture_tiny() + i;
 		count(&t[0], 0, NULL);
+		torture_ret1();
+		count(&t[1], 0, NULL);
+		sum += torture_identity3((int)i);
+		count(&t[2], 1, &i);
 	}
-	print_sum("tiny", sum, t, 1);
+	print_sum("tiny", sum, t, 3);
 }
 
 static void case_into_patch(long n)
@@ -293,11 +334,7 @@ static void case_threads(long n)
 static void case_fork(long n)
 {
 	struct tally t[1] = {{.function = "torture_fork_hits"}};
-	long sum = 0;
-	for (long i = 0; i < n; i++) {
-		sum += torture_fork_hits(i);
-		count(&t[0], 1, &i);
-	}
+	long sum = call_n(torture_fork_hits, &t[0], n);
 	fflush(stdout);
 	pid_t child = torture_fork();
 	if (child < 0) {
@@ -306,11 +343,7 @@ static void case_fork(long n)
 	}
 	long more = child == 0 ? n + 1 : n + 2;
 	struct tally child_tally[1] = {{.function = "torture_fork_hits"}};
-	struct tally *after = child == 0 ? child_tally : t;
-	for (long i = 0; i < more; i++) {
-		sum += torture_fork_hits(i);
-		count(after, 1, &i);
-	}
+	sum += call_n(torture_fork_hits, child == 0 ? child_tally : t, more);
 	if (child == 0) {
 		print_sum("fork_child", sum, child_tally, 1);
 		exit(0);
@@ -380,8 +413,7 @@ static void case_live_attach(long n)
 	for (int k = 0; k < 4; k++)
 		pthread_create(&threads[k], NULL, live_worker, &work[k]);
 	usleep(20000);
-	if (uebpf_hook_test_attach_late)
-		uebpf_hook_test_attach_late();
+	attach_late();
 	long local = 0;
 	for (long i = 0; i < n; i++)
 		local += torture_live(i);
@@ -415,6 +447,189 @@ static void case_longjmp(long n)
 	print_sum("longjmp", sum, t, 2);
 }
 
+static void case_get_pc(long n)
+{
+	struct tally t[1] = {{.function = "torture_get_pc"}};
+	long wrong = 0;
+	for (long i = 0; i < n; i++) {
+		wrong += torture_get_pc() != 0;
+		count(&t[0], 0, NULL);
+	}
+	print_sum("get_pc", wrong, t, 1);
+}
+
+/* Waits (10 s at most) until thread `tid` is blocked in read(2). */
+static void wait_in_read(pid_t tid)
+{
+	char path[64], line[64] = "";
+	snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
+	struct timespec start, now;
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (;;) {
+		FILE *f = fopen(path, "r");
+		if (!f)
+			die("cannot read a thread's syscall file");
+		char *got = fgets(line, sizeof line, f);
+		fclose(f);
+		if (got && !strncmp(line, "0 ", 2))
+			return;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec - start.tv_sec > 10)
+			die("the thread never blocked in read");
+		sched_yield();
+	}
+}
+
+struct blocked {
+	int fd;
+	atomic_int tid;
+	long result;
+};
+
+static void *read_early_worker(void *arg)
+{
+	struct blocked *b = arg;
+	char byte = 0;
+	atomic_store(&b->tid, (int)gettid());
+	b->result = torture_read_early(b->fd, &byte, 1) * 1000 + byte;
+	return NULL;
+}
+
+static int signal_pipe = -1;
+
+static void block_in_handler(int signal)
+{
+	char byte;
+	(void)signal;
+	if (read(signal_pipe, &byte, 1) != 1)
+		_exit(1);
+}
+
+static void *signalled_worker(void *arg)
+{
+	struct blocked *b = arg;
+	atomic_store(&b->tid, (int)gettid());
+	b->result = torture_raise(getpid(), gettid(), SIGUSR1);
+	return NULL;
+}
+
+/* A thread blocked in `worker` (in read(2), called from or interrupted in bytes 1-4 of a
+ * function) while the agent attaches to that function; then n calls on this thread. */
+static long attach_while_blocked(void *(*worker)(void *), int *pipe_fds)
+{
+	if (pipe(pipe_fds))
+		die("pipe failed");
+	struct blocked b = {.fd = pipe_fds[0]};
+	signal_pipe = pipe_fds[0];
+	pthread_t thread;
+	if (pthread_create(&thread, NULL, worker, &b))
+		die("pthread_create failed");
+	while (!atomic_load(&b.tid))
+		sched_yield();
+	wait_in_read(atomic_load(&b.tid));
+	attach_late();
+	if (write(pipe_fds[1], "x", 1) != 1)
+		die("write failed");
+	pthread_join(thread, NULL);
+	return b.result;
+}
+
+static void case_call_early_live(long n)
+{
+	struct tally t[1] = {{.function = "torture_call_early"}};
+	int fds[2];
+	long sum = attach_while_blocked(read_early_worker, fds);
+	for (long i = 0; i < n; i++) {
+		char byte = 0;
+		if (write(fds[1], "y", 1) != 1)
+			die("write failed");
+		sum += torture_read_early(fds[0], &byte, 1) * 1000 + byte;
+		count(&t[0], 0, NULL);
+	}
+	print_sum("call_early_live", sum, t, 1);
+}
+
+static void case_signal_live(long n)
+{
+	struct sigaction action = {.sa_handler = block_in_handler, .sa_flags = SA_RESTART};
+	sigemptyset(&action.sa_mask);
+	sigaction(SIGUSR1, &action, NULL);
+	struct tally t[1] = {{.function = "torture_signalled"}};
+	int fds[2];
+	long sum = attach_while_blocked(signalled_worker, fds);
+	for (long i = 0; i < n; i++) {
+		sum += torture_raise(getpid(), gettid(), 0) + 1; /* signal 0: the call alone */
+		count(&t[0], 0, NULL);
+	}
+	print_sum("signal_live", sum, t, 1);
+}
+
+/* live_worker with every signal blocked, as worker pools do. */
+static void *masked_worker(void *arg)
+{
+	sigset_t all;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	return live_worker(arg);
+}
+
+/* A worker blocks every signal (as worker pools do) while the agent attaches: refused. */
+static void case_sigtrap_blocked(long n)
+{
+	struct live work = {0};
+	pthread_t thread;
+	pthread_create(&thread, NULL, masked_worker, &work);
+	while (!atomic_load(&work.stop) && work.calls < 1000)
+		sched_yield();
+	attach_late();
+	long local = 0;
+	for (long i = 0; i < n; i++)
+		local += torture_live(i);
+	atomic_store(&work.stop, 1);
+	pthread_join(thread, NULL);
+	long expected = 0;
+	for (long i = 0; i < work.calls; i++)
+		expected += i * 5 + 3;
+	struct tally t[1] = {{.function = "torture_live", .calls = n}};
+	print_sum("sigtrap_blocked", work.sum == expected ? local : -1, t, 1);
+}
+
+static void case_switch(long n)
+{
+	struct tally t[1] = {{.function = "torture_switch"}};
+	long sum = 0;
+	for (long i = 0; i < n; i++) {
+		long k = i % 5;
+		sum = sum * 3 + torture_switch(k);
+		count(&t[0], 1, &k);
+	}
+	print_sum("switch", sum, t, 1);
+}
+
+/* strlen is an IFUNC in glibc: n calls between the late attach and the snapshot. */
+static void case_ifunc(long n)
+{
+	static const char *words[] = {"", "a", "hook", "uebpf", "indirect function"};
+	const char *volatile pick[5];
+	for (int k = 0; k < 5; k++)
+		pick[k] = words[k];
+	struct tally t[1] = {{.function = "strlen"}};
+	long sum = 0;
+	attach_late();
+	for (long i = 0; i < n; i++)
+		sum += strlen(pick[i % 5]);
+	if (uebpf_hook_test_snapshot)
+		uebpf_hook_test_snapshot();
+	t[0].calls = n;
+	print_sum("ifunc", sum, t, 1);
+}
+
+static void case_unsized(long n)
+{
+	struct tally t[1] = {{.function = "torture_unsized"}};
+	print_sum("unsized", call_n(torture_unsized, &t[0], n), t, 1);
+}
+
 static const struct {
 	const char *name;
 	void (*run)(long n);
@@ -423,7 +638,9 @@ static const struct {
 	{"into_patch", case_into_patch}, {"mixed_args", case_mixed_args}, {"many_args", case_many_args},
 	{"recursion", case_recursion}, {"threads", case_threads}, {"fork", case_fork},
 	{"shared_lib", case_shared_lib}, {"ipa_ra", case_ipa_ra}, {"live_attach", case_live_attach},
-	{"longjmp", case_longjmp},
+	{"longjmp", case_longjmp}, {"get_pc", case_get_pc}, {"call_early_live", case_call_early_live},
+	{"signal_live", case_signal_live}, {"sigtrap_blocked", case_sigtrap_blocked}, {"switch", case_switch},
+	{"ifunc", case_ifunc}, {"unsized", case_unsized},
 };
 
 int main(int argc, char **argv)

@@ -24,7 +24,7 @@ torture_short_branch:
 	ret
 	.size torture_short_branch, .-torture_short_branch
 
-/* Three bytes: the 5-byte jump does not fit, the attach must be refused. */
+/* Three bytes: the 5-byte jump does not fit: the int3 patch. */
 	.globl torture_tiny
 	.type torture_tiny, @function
 torture_tiny:
@@ -32,7 +32,7 @@ torture_tiny:
 	ret
 	.size torture_tiny, .-torture_tiny
 
-/* A loop back to byte 2, inside the patch: refused. Returns n + (n-1) + ... + 1 (n >= 1). */
+/* A loop back to byte 2, inside the jump's bytes: the int3 patch. Returns n + (n-1) + ... + 1 (n >= 1). */
 	.globl torture_into_patch
 	.type torture_into_patch, @function
 torture_into_patch:
@@ -126,6 +126,127 @@ torture_clobber_check:
 	add rsp, 8
 	ret
 	.size torture_clobber_check, .-torture_clobber_check
+
+/* One byte: the int3 patch, the `ret` runs out of line (entry and return probes). */
+	.globl torture_ret1
+	.type torture_ret1, @function
+torture_ret1:
+	ret
+	.size torture_ret1, .-torture_ret1
+
+/* Three bytes returning the first argument: the int3 patch, return values checked. */
+	.globl torture_identity3
+	.type torture_identity3, @function
+torture_identity3:
+	mov eax, edi
+	ret
+	.size torture_identity3, .-torture_identity3
+
+/* A get-PC idiom as the first instruction: 0 when the call pushed its own return address
+ * (the trampoline must emulate it, not run it). */
+	.globl torture_get_pc
+	.type torture_get_pc, @function
+torture_get_pc:
+	call 6f
+6:	pop rax
+	lea rdx, [rip + 6b]
+	sub rax, rdx
+	ret
+	.size torture_get_pc, .-torture_get_pc
+
+/* torture_read_early(fd, buf, n): read(2) through torture_sys_read, called from byte 1 of
+ * torture_call_early; the callee returns to byte 4, inside the jump's bytes. */
+	.globl torture_call_early
+	.type torture_call_early, @function
+torture_call_early:
+	push rbp
+	call r11
+	pop rbp
+	ret
+	.size torture_call_early, .-torture_call_early
+
+	.globl torture_sys_read
+	.type torture_sys_read, @function
+torture_sys_read:
+	xor eax, eax
+	syscall
+	ret
+	.size torture_sys_read, .-torture_sys_read
+
+	.globl torture_read_early
+	.type torture_read_early, @function
+torture_read_early:
+	lea r11, [rip + torture_sys_read]
+	jmp torture_call_early
+	.size torture_read_early, .-torture_read_early
+
+/* torture_raise(tgid, tid, signal): tgkill from byte 1 of torture_signalled; a signal's
+ * frame saves ip = byte 3, inside the jump's bytes. */
+	.globl torture_signalled
+	.type torture_signalled, @function
+torture_signalled:
+	push rbp
+	syscall
+	pop rbp
+	ret
+	.size torture_signalled, .-torture_signalled
+
+	.globl torture_raise
+	.type torture_raise, @function
+torture_raise:
+	mov eax, 234
+	jmp torture_signalled
+	.size torture_raise, .-torture_raise
+
+/* A switch through a jump table (as gcc builds one) whose case 0 enters byte 2, inside the
+ * jump's bytes: the int3 patch. torture_switch(k) = 102 for k == 0 (byte 2 passed twice),
+ * 11, 21, 31 for k = 1..3, 101 otherwise. */
+	.globl torture_switch
+	.type torture_switch, @function
+torture_switch:
+	xor esi, esi
+7:	inc rsi
+	cmp rsi, 2
+	jae 8f
+	cmp rdi, 3
+	ja 8f
+	lea rdx, [rip + .Lswitch_table]
+	movsxd rcx, dword ptr [rdx + rdi * 4]
+	add rcx, rdx
+	jmp rcx
+.Lcase1:
+	lea rax, [rsi + 10]
+	ret
+.Lcase2:
+	lea rax, [rsi + 20]
+	ret
+.Lcase3:
+	lea rax, [rsi + 30]
+	ret
+8:	lea rax, [rsi + 100]
+	ret
+	.size torture_switch, .-torture_switch
+
+	.section .rodata
+	.p2align 2
+.Lswitch_table:
+	.long 7b - .Lswitch_table, .Lcase1 - .Lswitch_table, .Lcase2 - .Lswitch_table, .Lcase3 - .Lswitch_table
+	.text
+
+/* No .size: a function symbol of size 0 (the int3 patch, first instruction only). */
+	.globl torture_unsized
+	.type torture_unsized, @function
+torture_unsized:
+	lea rax, [rdi + 2]
+	ret
+
+/* Not code: bytes no x86-64 decoder accepts, under a function symbol (never called): the hook
+ * engine refuses it. */
+	.globl torture_undecodable
+	.type torture_undecodable, @function
+torture_undecodable:
+	.byte 0x06, 0x06, 0x06, 0x06, 0x06, 0x06
+	.size torture_undecodable, .-torture_undecodable
 
 	.data
 	.globl torture_rip_global

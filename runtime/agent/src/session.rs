@@ -8,7 +8,7 @@ use std::path::Path;
 
 use uebpf::maps::{AgentReport, AttachInfo, AttachKind, AttachState, Region};
 use uebpf::{Engine, Instance, LoadedProgram};
-use uebpf_hook::{Hook, Location};
+use uebpf_hook::{Hook, Location, PatchKind};
 
 use crate::probe::{self, Probe};
 use crate::syscalls::{self, Point, SyscallProbe};
@@ -64,7 +64,14 @@ impl Session {
         for attachment in self.region.attachments() {
             match self.reconcile(&attachment, me) {
                 None | Some(Outcome::NotHere) => {}
-                Some(Outcome::Hooked) => report.hooks += 1,
+                Some(Outcome::Hooked) => {
+                    report.hooks += 1;
+                    let slow = self
+                        .hooks
+                        .get(&attachment.id)
+                        .is_some_and(|hooks| hooks.iter().any(|hook| matches!(hook.kind(), PatchKind::Int3 { .. })));
+                    report.slow_hooks += u32::from(slow);
+                }
                 Some(Outcome::Failed(why)) => {
                     if report.failed == 0 {
                         report.message = why;
@@ -167,7 +174,11 @@ impl Session {
             AttachKind::Uprobe => Hook::entry(&target, probe::run, data),
             _ => Hook::ret(&target, probe::run, data),
         };
-        hook.map(|hook| Some(vec![hook])).map_err(|e| failed(e.to_string()))
+        let hook = hook.map_err(|e| failed(e.to_string()))?;
+        if let PatchKind::Int3 { reason } = hook.kind() {
+            warn(&format!("{what}: int3 patch (slow: a signal per hit): {reason}"));
+        }
+        Ok(Some(vec![hook]))
     }
 
     /// Installs a system call entry tracepoint's hooks at the C library's entry points

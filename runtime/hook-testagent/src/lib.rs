@@ -6,6 +6,8 @@
 //!   (SYMBOL may be a `0x` file offset), attached from a constructor before main.
 //! * `UEBPF_HOOK_TEST_LATE_PROBES`: the same, attached when the victim calls
 //!   `uebpf_hook_test_attach_late()` (while its threads run).
+//! * `uebpf_hook_test_snapshot()`, called by a victim, records every probe's hit count at that
+//!   moment (`snapshot` in the summary): the hits of a window the victim controls.
 //! * `UEBPF_HOOK_TEST_HANDLER`: `record` (default) or `count` (the benchmark's probe: it only
 //!   counts hits, as the kernel benchmark's program does, so a run proves its probe fired).
 //! * `UEBPF_HOOK_TEST_OUT`: a folder; each process (the parent and every forked child) writes
@@ -54,6 +56,15 @@ extern "C" fn start() {
 #[no_mangle]
 pub extern "C" fn uebpf_hook_test_attach_late() {
     attach_from("UEBPF_HOOK_TEST_LATE_PROBES");
+}
+
+/// Called by the victim (a weak symbol there): every probe's hits now go to its `snapshot`.
+#[no_mangle]
+pub extern "C" fn uebpf_hook_test_snapshot() {
+    let agent = AGENT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    for probe in &agent.attached {
+        probe.record.snapshot.store(probe.record.hits.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
 }
 
 extern "C" fn write_summary() {

@@ -9,6 +9,8 @@ pub(crate) const VALUES: usize = 8;
 #[derive(Default)]
 pub(crate) struct Record {
     pub hits: AtomicU64,
+    /// `hits` when the victim called `uebpf_hook_test_snapshot` (0 if it never did).
+    pub snapshot: AtomicU64,
     /// Wrapping sums of each recorded value (arguments 1-8, or the return value).
     pub sums: [AtomicU64; VALUES],
     /// (pid, hits) pairs; a pid slot is claimed with a compare-exchange.

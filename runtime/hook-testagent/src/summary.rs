@@ -28,20 +28,24 @@ pub(crate) fn render(agent: &Agent) -> String {
         let tids = record.tids.iter().filter(|tid| tid.load(Relaxed) != 0).count();
         let _ = write!(
             out,
-            "{}{{\"spec\": {}, \"kind\": \"{}\", \"address\": {}, \"hits\": {}, \"sums\": [{}], \"by_pid\": {{{}}}, \
-             \"tids\": {}, \"skipped\": {}, \"missed_returns\": {}, \"stale_returns\": {}, \"patch\": {}}}",
+            "{}{{\"spec\": {}, \"kind\": \"{}\", \"address\": {}, \"hits\": {}, \"snapshot\": {}, \"sums\": [{}], \"by_pid\": {{{}}}, \
+             \"tids\": {}, \"skipped\": {}, \"missed_returns\": {}, \"stale_returns\": {}, \"patch\": {}, \"patch_kind\": \"{}\", \
+             \"patch_reason\": {}}}",
             if i > 0 { ", " } else { "" },
             quote(&probe.spec),
             probe.kind,
             probe.hook.address(),
             record.hits.load(Relaxed),
+            record.snapshot.load(Relaxed),
             sums.join(", "),
             by_pid.join(", "),
             tids,
             stats.skipped,
             stats.missed_returns,
             stats.stale_returns,
-            patch
+            patch,
+            probe.hook.kind().name(),
+            quote(probe.hook.kind().reason())
         );
     }
     out.push_str("], \"refused\": [");

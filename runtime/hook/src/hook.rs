@@ -4,11 +4,13 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::Mutex;
 
+pub use crate::prologue::PatchKind;
+
 use crate::codemem;
 use crate::dispatch;
 use crate::error::{Error, Result};
 use crate::patch::{self, PatchMethod};
-use crate::prologue::{self, PATCH_LEN};
+use crate::prologue::{self, MAX_INSTRUCTION_LEN, PATCH_LEN, RETURN_SLOT};
 use crate::resolve::Target;
 use crate::site::{Handler, Probe, ProbeList, Site, SiteStats};
 use crate::stubs;
@@ -33,7 +35,7 @@ enum Kind {
 pub struct Hook {
     site: &'static Site,
     id: u64,
-    /// How the jump was written when this probe was attached (None: the site was already patched).
+    /// How the bytes were written when this probe was attached (None: the site was already patched).
     pub patch: Option<PatchMethod>,
 }
 
@@ -61,6 +63,11 @@ impl Hook {
         self.site.address
     }
 
+    /// Which patch the hooked address has (shared by all probes on it), and why the int3 one.
+    pub fn kind(&self) -> PatchKind {
+        self.site.kind()
+    }
+
     /// Counters of the hooked address (shared by all probes on it).
     pub fn stats(&self) -> SiteStats {
         self.site.stats()
@@ -86,19 +93,26 @@ impl Hook {
 }
 
 /// Whether [`Hook::entry`] (or, with `retprobe`, [`Hook::ret`]) would refuse `location` of
-/// `binary`, judged on the code as the file holds it: nothing is mapped or patched, and the
-/// binary need not run anywhere. The same checks as an attach, with the same messages: the
-/// function's length, the displaced instructions, branches into the patch, a return probe's
-/// place. Not judged, because they depend on a process: a RIP-relative operand out of the
-/// trampoline's reach, a patch overlapping another hook. `Ok(())`: an attach would go on to
-/// patch; an error of kind [`ErrorKind::Refused`](crate::ErrorKind::Refused): the engine's
-/// refusal; other kinds: `location` could not be resolved in the file.
-pub fn check(binary: &std::path::Path, location: &crate::Location, retprobe: bool) -> Result<()> {
+/// `binary`, and which patch it would take, judged on the code as the file holds it: nothing
+/// is mapped or patched, and the binary need not run anywhere. The same checks as an attach,
+/// with the same messages: the function's length, the displaced instructions, branches and
+/// indirect jumps into the patch, a return probe's place. Not judged, because they depend on a
+/// process: a RIP-relative operand out of the trampoline's reach, a patch overlapping another
+/// hook, the threads' signal masks, and a live attach finding a thread that could come back
+/// into the patch (the jump then becomes int3); an IFUNC's implementation is chosen at run
+/// time, so it is judged int3 without decoding it. `Ok(kind)`: an attach would go on to patch;
+/// an error of kind [`ErrorKind::Refused`](crate::ErrorKind::Refused): the engine's refusal;
+/// other kinds: `location` could not be resolved in the file.
+pub fn check(binary: &std::path::Path, location: &crate::Location, retprobe: bool) -> Result<PatchKind> {
     let (target, body) = crate::resolve::in_file(binary, location)?;
     if retprobe {
         check_return_site(&target)?;
     }
-    prologue::analyse(&target, &body).map(|_| ())
+    if target.function.unknown_size == Some(crate::resolve::IFUNC) {
+        let reason = format!("{}: its extent is unknown, only its first instruction is moved", crate::resolve::IFUNC);
+        return Ok(PatchKind::Int3 { reason });
+    }
+    prologue::analyse(&target, &body).map(|prologue| prologue.kind)
 }
 
 fn check_return_site(target: &Target) -> Result<()> {
@@ -141,7 +155,7 @@ fn attach(target: &Target, kind: Kind, handler: Handler, data: *mut c_void) -> R
 
 /// Checks the target, builds its stub and trampoline; the target's bytes are not touched yet.
 fn build_site(target: &Target, sites: &[&'static Site]) -> Result<&'static Site> {
-    let body = original_code(target.function.start, target.function.size, sites);
+    let body = original_code(target.function.start, code_len(target)?, sites);
     let prologue = prologue::analyse(target, &body)?;
     if let Some(other) = sites.iter().find(|site| site.overlaps(target.address, prologue.len)) {
         return Err(Error::refused(&target.description, format!("its patch would overlap the hook at {}", other.description)));
@@ -157,13 +171,15 @@ fn build_site(target: &Target, sites: &[&'static Site]) -> Result<&'static Site>
     };
     let mut original = [0; PATCH_LEN];
     let offset = target.address - target.function.start;
-    original.copy_from_slice(&body[offset..offset + PATCH_LEN]);
+    let available = &body[offset..(offset + PATCH_LEN).min(body.len())];
+    original[..available.len()].copy_from_slice(available);
     let site: &'static Site = Box::leak(Box::new(Site {
         address: target.address,
         description: target.description.clone(),
         entry_stub: page as usize,
         original,
         displaced: prologue.len,
+        kind: Mutex::new(prologue.kind),
         moved: trampoline.moved,
         patched: AtomicBool::new(false),
         probes: AtomicPtr::new(Box::into_raw(Box::default())),
@@ -179,16 +195,31 @@ fn build_site(target: &Target, sites: &[&'static Site]) -> Result<&'static Site>
     unsafe {
         codemem::write(page, 0, &stub);
         codemem::write(page, TRAMPOLINE_OFFSET, &trampoline.code);
+        if let Some(return_address) = trampoline.return_slot {
+            codemem::write(page, TRAMPOLINE_OFFSET + RETURN_SLOT, &return_address.to_le_bytes());
+        }
         codemem::seal(page)?;
     }
     Ok(site)
+}
+
+/// How many bytes of the function to read from `target.function.start`: its size, or for a
+/// function of unknown extent the longest instruction at the hooked address, short of the end
+/// of the mapping that holds it.
+fn code_len(target: &Target) -> Result<usize> {
+    if target.function.unknown_size.is_none() {
+        return Ok(target.function.size);
+    }
+    let maps = crate::procmaps::read().map_err(|e| Error::system("reading /proc/self/maps", e))?;
+    let end = maps.iter().find(|m| m.contains(target.address)).map_or(target.address, |m| m.end);
+    Ok(target.address - target.function.start + MAX_INSTRUCTION_LEN.min(end - target.address))
 }
 
 /// The function's bytes as they were before any of our patches.
 fn original_code(start: usize, size: usize, sites: &[&'static Site]) -> Vec<u8> {
     let mut code = unsafe { std::slice::from_raw_parts(start as *const u8, size) }.to_vec();
     for site in sites.iter().filter(|site| site.patched.load(Ordering::Acquire)) {
-        for (i, byte) in site.original.iter().enumerate() {
+        for (i, byte) in site.original.iter().enumerate().take(site.patch_len()) {
             if let Some(slot) = (site.address + i).checked_sub(start).and_then(|at| code.get_mut(at)) {
                 *slot = *byte;
             }

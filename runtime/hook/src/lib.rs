@@ -28,10 +28,11 @@ mod stubs;
 
 pub use dispatch::{without_probes, SHADOW_CAPACITY};
 pub use error::{Error, ErrorKind, Result};
-pub use hook::{check, Hook};
+pub use hook::{check, Hook, PatchKind};
 pub use patch::PatchMethod;
+pub use prologue::TRUST_INDIRECT_JUMPS;
 pub use regs::PtRegs;
-pub use resolve::{file_offset, is_mapped_executable, resolve, Function, Location, Target};
+pub use resolve::{file_offset, is_mapped_executable, resolve, Function, Location, Target, IFUNC, NO_SYMBOL, SIZE_ZERO};
 pub use site::{Handler, SiteStats};
 
 /// Resolves the function `symbol` (or `0x...` file offset) of `binary` and returns its address.

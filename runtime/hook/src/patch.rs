@@ -1,26 +1,34 @@
-//! Writing the 5 patch bytes into running code.
+//! Writing a patch into running code: the 5-byte jump, or the int3 patch's one byte.
 //!
 //! The target's page is made writable (keeping read+execute, since other threads may be running
 //! it) only while the bytes are written, then its protection is restored.
 //!
-//! * Only one thread in the process (start-up, e.g. a constructor before main): the 5 bytes are
-//!   written at once.
-//! * Several threads: int3 first, as the kernel's text_poke_bp. (1) byte 0 becomes `int3`;
-//!   (2) bytes 1-4 get their new value; (3) byte 0 gets its new value. After each step every
-//!   thread of the process executes a serialising instruction before it runs user code again
-//!   (membarrier SYNC_CORE, the cross-modifying-code rule of the Intel SDM). A thread that
+//! * Before any int3 is written, every thread's blocked signals are read: a thread that blocks
+//!   SIGTRAP (or, for a live jump, SIGRTMAX) refuses the attach (`refuse_blocked_signals`).
+//! * The int3 patch: byte 0 becomes `int3` for good; the SIGTRAP handler sends every thread
+//!   that reaches it to the site's entry stub. No checkpoint: an instruction is never half
+//!   executed, and bytes 1-4 keep their code for whoever comes back there.
+//! * The jump with one thread in the process (start-up, e.g. a constructor before main): the 5
+//!   bytes are written at once, unless the thread's own stack holds an address in bytes 1-4
+//!   (then the int3 patch).
+//! * The jump with several threads: int3 first, as the kernel's text_poke_bp. (1) byte 0 becomes
+//!   `int3`; (2) bytes 1-4 get their new value; (3) byte 0 gets its new value. After each step
+//!   every thread of the process executes a serialising instruction before it runs user code
+//!   again (membarrier SYNC_CORE, the cross-modifying-code rule of the Intel SDM). A thread that
 //!   reaches the address during the update traps, and the SIGTRAP handler sends it to the
 //!   site's entry stub, which behaves exactly as the finished patch. The handler stays
-//!   installed for good (a trapped thread may be slow to take its signal) and passes other
-//!   SIGTRAPs to the previous disposition.
+//!   installed for good and passes other SIGTRAPs to the previous disposition.
 //! * Between (1) and (2), a **checkpoint**: every other thread gets a queued real-time signal
-//!   (SIGRTMAX, so it never merges with a pending int3 SIGTRAP) and answers from its handler. A thread that stopped *inside* the displaced instructions (preempted
-//!   after a 1-byte `push rbp`, blocked in a `syscall` there) is moved to the same instruction
-//!   in the trampoline, so it can never resume in the middle of the jump. If a thread does not
-//!   answer within 2 s (the signal blocked) or stopped where it cannot be moved, byte 0 is put
-//!   back and the attach fails: the function is unchanged. Other deliveries of SIGRTMAX go to
-//!   the handler that was installed before. The signal interrupts sleeping system calls of
-//!   those threads: calls that are not restarted (nanosleep, epoll_wait...) return EINTR once.
+//!   (SIGRTMAX, so it never merges with a pending int3 SIGTRAP) and answers from its handler. A
+//!   thread that stopped *inside* the displaced instructions (preempted after a 1-byte `push
+//!   rbp`, blocked in a `syscall` there) is moved to the same instruction in the trampoline.
+//!   Each thread also scans its stack for a word pointing into bytes 1-4 (a return address of a
+//!   call made from there, a signal frame's saved ip: `stack_reaches_into`). If one does, or a
+//!   thread stopped where it cannot be moved, the int3 of step (1) stays for good and the site
+//!   becomes an int3 site. If a thread does not answer within 2 s, byte 0 is put back and the
+//!   attach fails: the function is unchanged. Other deliveries of SIGRTMAX go to the handler
+//!   that was installed before. The signal interrupts sleeping system calls of those threads:
+//!   calls that are not restarted (nanosleep, epoll_wait...) return EINTR once.
 //!
 //! Restoring the original bytes (detach) needs no checkpoint: no thread can be inside the jump.
 
@@ -31,6 +39,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::procmaps;
+use crate::prologue::PatchKind;
 use crate::prologue::PATCH_LEN;
 use crate::site::Site;
 
@@ -57,37 +66,48 @@ fn jump_bytes(site: &Site) -> [u8; PATCH_LEN] {
     bytes
 }
 
-/// Puts the jump to the site's entry stub in place.
+/// Puts the site's patch in place: the jump, or the int3 (see prologue.rs). A jump whose live
+/// checkpoint finds a thread that could come back into bytes 1-4 becomes an int3 for good.
 pub(crate) fn install(site: &'static Site) -> Result<PatchMethod> {
-    write(site, jump_bytes(site), true)
-}
-
-/// Puts the original bytes back.
-pub(crate) fn restore(site: &'static Site) -> Result<PatchMethod> {
-    write(site, site.original, false)
-}
-
-/// Writes `bytes` over the first PATCH_LEN bytes at `site.address`.
-fn write(site: &'static Site, bytes: [u8; PATCH_LEN], checkpoint_threads: bool) -> Result<PatchMethod> {
+    let tids = threads()?;
+    if let PatchKind::Int3 { .. } = site.kind() {
+        return write_int3(site, &tids);
+    }
     let _writable = Writable::new(site.address, PATCH_LEN)?;
     let target = site.address as *mut u8;
-    if thread_count()? == 1 {
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), target, PATCH_LEN) };
+    if tids.len() == 1 {
+        if let Some(reason) = own_stack_reaches_into(site) {
+            *site.kind.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = PatchKind::Int3 { reason };
+            return write_int3(site, &tids);
+        }
+        unsafe { std::ptr::copy_nonoverlapping(jump_bytes(site).as_ptr(), target, PATCH_LEN) };
         return Ok(PatchMethod::Plain);
     }
+    refuse_blocked_signals(site, &tids, &[libc::SIGTRAP])?;
+    // The patching thread takes no part in its own checkpoint (the agent's thread blocks SIGRTMAX).
+    let me = unsafe { libc::gettid() };
+    let others: Vec<libc::pid_t> = tids.iter().copied().filter(|&tid| tid != me).collect();
+    refuse_blocked_signals(site, &others, &[libc::SIGRTMAX()])?;
     register_trap_site(site)?;
     sync_cores()?;
     unsafe {
         let first = target.read_volatile();
         target.write_volatile(INT3);
         sync_cores()?;
-        if checkpoint_threads {
-            if let Err(e) = checkpoint(site) {
+        match checkpoint(site).map(|found| found.or_else(|| own_stack_reaches_into(site))) {
+            Ok(None) => {}
+            Ok(Some(reason)) => {
+                // The int3 stays for good: the site is an int3 site now.
+                *site.kind.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = PatchKind::Int3 { reason };
+                return Ok(PatchMethod::Int3);
+            }
+            Err(e) => {
                 target.write_volatile(first);
                 sync_cores()?;
                 return Err(e);
             }
         }
+        let bytes = jump_bytes(site);
         for (i, byte) in bytes.iter().enumerate().skip(1) {
             target.add(i).write_volatile(*byte);
         }
@@ -96,6 +116,85 @@ fn write(site: &'static Site, bytes: [u8; PATCH_LEN], checkpoint_threads: bool) 
     }
     sync_cores()?;
     Ok(PatchMethod::Int3)
+}
+
+/// The int3 patch: byte 0 only. No checkpoint: an instruction is never half-executed, and a
+/// thread stopped anywhere in bytes 1-4 finds its original code there.
+fn write_int3(site: &'static Site, tids: &[libc::pid_t]) -> Result<PatchMethod> {
+    refuse_blocked_signals(site, tids, &[libc::SIGTRAP])?;
+    register_trap_site(site)?;
+    let _writable = Writable::new(site.address, 1)?;
+    unsafe { (site.address as *mut u8).write_volatile(INT3) };
+    if tids.len() == 1 {
+        return Ok(PatchMethod::Plain);
+    }
+    sync_cores()?;
+    Ok(PatchMethod::Int3)
+}
+
+/// Puts the original bytes back: the 5 of a jump (int3 first when threads run), or byte 0.
+pub(crate) fn restore(site: &'static Site) -> Result<PatchMethod> {
+    let len = site.patch_len();
+    let _writable = Writable::new(site.address, len)?;
+    let target = site.address as *mut u8;
+    let alone = thread_count()? == 1;
+    if alone || len == 1 {
+        unsafe { std::ptr::copy_nonoverlapping(site.original.as_ptr(), target, len) };
+        if alone {
+            return Ok(PatchMethod::Plain);
+        }
+        sync_cores()?;
+        return Ok(PatchMethod::Int3);
+    }
+    sync_cores()?;
+    unsafe {
+        target.write_volatile(INT3);
+        sync_cores()?;
+        for (i, byte) in site.original.iter().enumerate().skip(1) {
+            target.add(i).write_volatile(*byte);
+        }
+        sync_cores()?;
+        target.write_volatile(site.original[0]);
+    }
+    sync_cores()?;
+    Ok(PatchMethod::Int3)
+}
+
+/// Refuses the attach if a thread blocks one of `signals`: a thread that blocks SIGTRAP when it
+/// executes an int3 is killed (the kernel's force_sig_fault: a blocked synchronous signal gets
+/// the default action), and one that blocks SIGRTMAX cannot stop for the checkpoint. Read from
+/// /proc/self/task/TID/status (SigBlk). glibc blocks every signal for a moment in some calls
+/// (pthread_create, fork): a thread is refused only if it still blocks them after
+/// `BLOCKED_PATIENCE`. A thread that blocks them after this check is not protected (the
+/// README's "Limits").
+fn refuse_blocked_signals(site: &Site, tids: &[libc::pid_t], signals: &[libc::c_int]) -> Result<()> {
+    let deadline = Instant::now() + BLOCKED_PATIENCE;
+    let mut suspects: Vec<libc::pid_t> = tids.to_vec();
+    loop {
+        suspects.retain(|&tid| blocked_signal(tid, signals).is_some());
+        let Some(&tid) = suspects.first() else { return Ok(()) };
+        if Instant::now() >= deadline {
+            let (signal, comm) = blocked_signal(tid, signals).unwrap_or((signals[0], String::from("?")));
+            let (name, why) = if signal == libc::SIGTRAP {
+                ("SIGTRAP", "the patch's int3 would kill it")
+            } else {
+                ("SIGRTMAX", "it cannot stop for the live patch's checkpoint")
+            };
+            return Err(Error::refused(&site.description, format!("thread {tid} ({comm}) blocks {name}: {why}")));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+const BLOCKED_PATIENCE: Duration = Duration::from_millis(100);
+
+/// The first of `signals` thread `tid` blocks, and its name; None if none (or it exited).
+fn blocked_signal(tid: libc::pid_t, signals: &[libc::c_int]) -> Option<(libc::c_int, String)> {
+    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
+    let field = |name: &str| status.lines().find_map(|line| line.strip_prefix(name)).map(str::trim);
+    let blocked = u64::from_str_radix(field("SigBlk:")?, 16).ok()?;
+    let signal = *signals.iter().find(|&&signal| blocked & (1 << (signal - 1)) != 0)?;
+    Some((signal, field("Name:").unwrap_or("?").to_string()))
 }
 
 /// The site being patched, the checkpoint's number (sent as the signal's value), the threads
@@ -107,10 +206,18 @@ static CHECKPOINT_NUMBER: AtomicU64 = AtomicU64::new(0);
 static CHECKPOINT_WAITING: [AtomicI32; MAX_THREADS] = [const { AtomicI32::new(0) }; MAX_THREADS];
 const MAX_THREADS: usize = 1024;
 static CHECKPOINT_STUCK: AtomicUsize = AtomicUsize::new(0);
+/// Threads whose stack holds an address inside bytes 1-4 of the patch, or could not be scanned.
+static CHECKPOINT_ON_STACK: AtomicUsize = AtomicUsize::new(0);
+/// The readable mappings when the checkpoint began, sorted, for the threads to find the end of
+/// their stack without reading /proc from a signal handler: (start, end) pairs, `STACKS_LEN` used.
+static STACKS: [(AtomicUsize, AtomicUsize); MAX_MAPPINGS] = [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; MAX_MAPPINGS];
+static STACKS_LEN: AtomicUsize = AtomicUsize::new(0);
+const MAX_MAPPINGS: usize = 8192;
 const CHECKPOINT_PATIENCE: Duration = Duration::from_secs(2);
 
-/// Every other thread runs the SIGTRAP handler once (see the module comment).
-fn checkpoint(site: &'static Site) -> Result<()> {
+/// Every other thread runs the checkpoint handler once (see the module comment). Ok(Some(why)):
+/// the jump cannot be written safely, the int3 must stay.
+fn checkpoint(site: &'static Site) -> Result<Option<String>> {
     let me = unsafe { libc::gettid() };
     let others: Vec<libc::pid_t> = threads()?.into_iter().filter(|&tid| tid != me).collect();
     if others.len() > MAX_THREADS {
@@ -122,6 +229,8 @@ fn checkpoint(site: &'static Site) -> Result<()> {
     let waiting = &CHECKPOINT_WAITING[..others.len()];
     let number = CHECKPOINT_NUMBER.fetch_add(1, Ordering::AcqRel) + 1;
     CHECKPOINT_STUCK.store(0, Ordering::Release);
+    CHECKPOINT_ON_STACK.store(0, Ordering::Release);
+    record_mappings()?;
     CHECKPOINT_SITE.store(site as *const Site as *mut Site, Ordering::Release);
     let result = ask(waiting, number).and_then(|()| wait_for_answers(waiting, site));
     CHECKPOINT_SITE.store(std::ptr::null_mut(), Ordering::Release);
@@ -148,7 +257,7 @@ fn ask(waiting: &[AtomicI32], number: u64) -> Result<()> {
     Ok(())
 }
 
-fn wait_for_answers(waiting: &[AtomicI32], site: &Site) -> Result<()> {
+fn wait_for_answers(waiting: &[AtomicI32], site: &Site) -> Result<Option<String>> {
     let deadline = Instant::now() + CHECKPOINT_PATIENCE;
     let pending = || waiting.iter().filter(|slot| slot.load(Ordering::Acquire) != 0).count();
     while pending() > 0 && Instant::now() < deadline {
@@ -161,17 +270,66 @@ fn wait_for_answers(waiting: &[AtomicI32], site: &Site) -> Result<()> {
             }
         }
     }
-    match (pending(), CHECKPOINT_STUCK.load(Ordering::Acquire)) {
-        (0, 0) => Ok(()),
-        (0, stuck) => Err(Error::refused(
-            &site.description,
-            format!("{stuck} threads stopped inside the patched instructions where they cannot be moved"),
-        )),
-        (silent, _) => Err(Error::refused(
-            &site.description,
-            format!("{silent} of {} threads did not stop for the patch within 2 s (SIGRTMAX blocked?)", waiting.len()),
-        )),
+    let (stuck, on_stack) = (CHECKPOINT_STUCK.load(Ordering::Acquire), CHECKPOINT_ON_STACK.load(Ordering::Acquire));
+    match pending() {
+        0 if on_stack > 0 => Ok(Some(format!(
+            "a live attach found {on_stack} threads whose stack holds an address inside bytes 1-4 of the jump \
+             (a return address or a signal frame's saved ip)"
+        ))),
+        0 if stuck > 0 => Ok(Some(format!("a live attach found {stuck} threads stopped inside the displaced instructions"))),
+        0 => Ok(None),
+        silent => {
+            Err(Error::refused(&site.description, format!("{silent} of {} threads did not stop for the patch within 2 s", waiting.len())))
+        }
     }
+}
+
+/// Fills STACKS from /proc/self/maps.
+fn record_mappings() -> Result<()> {
+    let maps = procmaps::read().map_err(|e| Error::system("reading /proc/self/maps", e))?;
+    let readable: Vec<_> = maps.iter().filter(|m| m.readable).take(MAX_MAPPINGS).collect();
+    for (slot, mapping) in STACKS.iter().zip(&readable) {
+        slot.0.store(mapping.start, Ordering::Relaxed);
+        slot.1.store(mapping.end, Ordering::Relaxed);
+    }
+    STACKS_LEN.store(readable.len(), Ordering::Release);
+    Ok(())
+}
+
+/// Whether the stack from `sp` to the end of the readable mapping that holds it has a word
+/// pointing into bytes 1-4 of `site`'s patch: a return address of a call made from there, or
+/// the saved ip of a signal frame that interrupted code there. Conservative: a data word that
+/// happens to match only costs the int3 patch. Async-signal-safe: reads STACKS only. A stack
+/// in no recorded mapping cannot be judged, and counts as a hit.
+fn stack_reaches_into(site: &Site, sp: usize) -> bool {
+    let inside = site.address + 1..site.address + PATCH_LEN;
+    let recorded = &STACKS[..STACKS_LEN.load(Ordering::Acquire).min(MAX_MAPPINGS)];
+    let Some(end) = recorded.iter().find_map(|(start, end)| {
+        let end = end.load(Ordering::Relaxed);
+        (start.load(Ordering::Relaxed) <= sp && sp < end).then_some(end)
+    }) else {
+        return true;
+    };
+    let mut word = sp & !7;
+    while word + 8 <= end {
+        if inside.contains(&unsafe { (word as *const usize).read_volatile() }) {
+            return true;
+        }
+        word += 8;
+    }
+    false
+}
+
+/// The patching thread's own stack, judged as the checkpoint judges the others'.
+fn own_stack_reaches_into(site: &Site) -> Option<String> {
+    let marker = 0u8;
+    let sp = std::ptr::addr_of!(marker) as usize;
+    if record_mappings().is_err() {
+        return Some("the patching thread's stack could not be scanned".into());
+    }
+    stack_reaches_into(site, sp).then(|| {
+        "the attaching thread's stack holds an address inside bytes 1-4 of the jump (a return address or a signal frame's saved ip)".into()
+    })
 }
 
 /// A checkpoint signal: this thread is stopped, so it answers; if it was interrupted inside
@@ -186,6 +344,9 @@ unsafe extern "C" fn on_checkpoint(signal: libc::c_int, info: *mut libc::siginfo
         return; // a late answer to an earlier checkpoint
     }
     let Some(site) = CHECKPOINT_SITE.load(Ordering::Acquire).as_ref() else { return };
+    if stack_reaches_into(site, context.uc_mcontext.gregs[libc::REG_RSP as usize] as usize) {
+        CHECKPOINT_ON_STACK.fetch_add(1, Ordering::AcqRel);
+    }
     let rip = &mut context.uc_mcontext.gregs[libc::REG_RIP as usize];
     let at = *rip as usize;
     if at > site.address && at < site.address + site.displaced {
@@ -347,7 +508,10 @@ unsafe fn install_handler(
 ) -> std::result::Result<(), i32> {
     let mut action: libc::sigaction = std::mem::zeroed();
     action.sa_sigaction = handler as *const () as usize;
-    action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    // SA_NODEFER: the signal stays unblocked while its handler runs, so a thread passing
+    // through an int3 site's trap is never seen blocking SIGTRAP (refuse_blocked_signals), and
+    // a trap in a chained handler still reaches ours.
+    action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_NODEFER;
     libc::sigemptyset(&mut action.sa_mask);
     if libc::sigaction(signal, &action, previous.cast()) != 0 {
         return Err(io::Error::last_os_error().raw_os_error().unwrap_or(0));

@@ -25,7 +25,8 @@ use crate::procmaps;
 pub enum Location {
     /// A function symbol from .symtab or .dynsym: the hook goes on its first instruction.
     Symbol(String),
-    /// A file offset, as the kernel's uprobe takes it; it must fall inside a function symbol.
+    /// A file offset, as the kernel's uprobe takes it. Outside every function symbol (a stripped
+    /// library) it is accepted with an unknown extent, as the kernel accepts any offset.
     FileOffset(u64),
 }
 
@@ -45,8 +46,20 @@ impl Location {
 pub struct Function {
     pub name: String,
     pub start: usize,
+    /// Bytes from `start`; 0 when `unknown_size` says why it is not known.
     pub size: usize,
+    /// Why the function's extent is unknown (the hook engine then moves only its first
+    /// instruction: the int3 patch): [`IFUNC`], [`SIZE_ZERO`] or [`NO_SYMBOL`].
+    pub unknown_size: Option<&'static str>,
 }
+
+/// An IFUNC symbol: the hook goes on the implementation the dynamic linker selected for this
+/// process, whose extent no symbol of a stripped library gives.
+pub const IFUNC: &str = "an IFUNC, resolved to the implementation this process selected";
+/// A function symbol whose st_size is 0 (hand-written assembly without `.size`).
+pub const SIZE_ZERO: &str = "the symbol's size is 0";
+/// A file offset outside every function symbol (a stripped library).
+pub const NO_SYMBOL: &str = "no function symbol covers the offset";
 
 /// A resolved hook address and the function around it (used to check the patch is safe).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,13 +76,45 @@ const STT_GNU_IFUNC: u8 = 10;
 pub fn resolve(binary: &Path, location: &Location) -> Result<Target> {
     let data = read(binary)?;
     let elf = parse(binary, &data)?;
-    let (vaddr, (name, start, size)) = locate(binary, &elf, location)?;
+    let (vaddr, symbol) = locate(binary, &elf, location)?;
+    let description = describe(binary, &symbol.name, vaddr, symbol.vaddr);
+    if symbol.unknown_size == Some(IFUNC) {
+        let address = ifunc_implementation(binary, &symbol.name)?;
+        let function = Function { name: symbol.name, start: address, size: 0, unknown_size: Some(IFUNC) };
+        return Ok(Target { address, function, description });
+    }
     let bias = load_bias(binary, &elf, vaddr)?;
     Ok(Target {
         address: (vaddr as i64 + bias) as usize,
-        function: Function { name: name.clone(), start: (start as i64 + bias) as usize, size: size as usize },
-        description: describe(binary, &name, vaddr, start),
+        function: Function {
+            name: symbol.name,
+            start: (symbol.vaddr as i64 + bias) as usize,
+            size: symbol.size as usize,
+            unknown_size: symbol.unknown_size,
+        },
+        description,
     })
+}
+
+/// The address the dynamic linker gives an IFUNC symbol in this process: dlsym runs the
+/// resolver's choice (glibc's elf/dl-lookup.c, `_dl_lookup_symbol_x` then the IFUNC call), as
+/// the process's own calls through the PLT got it. The library must already be loaded
+/// (RTLD_NOLOAD: nothing is loaded or initialised by looking).
+fn ifunc_implementation(binary: &Path, name: &str) -> Result<usize> {
+    use std::os::unix::ffi::OsStrExt;
+    let shown = binary.display();
+    let path = std::ffi::CString::new(binary.as_os_str().as_bytes()).map_err(|_| Error::resolve(format!("{shown}: a NUL in the path")))?;
+    let symbol = std::ffi::CString::new(name).map_err(|_| Error::resolve(format!("{shown}: a NUL in the symbol")))?;
+    let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+    if handle.is_null() {
+        return Err(Error::resolve(format!("{shown} is not loaded in this process, so its IFUNC {name} has no implementation here")));
+    }
+    let address = unsafe { libc::dlsym(handle, symbol.as_ptr()) } as usize;
+    unsafe { libc::dlclose(handle) };
+    if address == 0 {
+        return Err(Error::resolve(format!("{shown}: the dynamic linker does not resolve the IFUNC {name}")));
+    }
+    Ok(address)
 }
 
 /// `location` in `binary` as the file holds it, without the binary being mapped: the target at
@@ -79,14 +124,25 @@ pub(crate) fn in_file(binary: &Path, location: &Location) -> Result<(Target, Vec
     let shown = binary.display();
     let data = read(binary)?;
     let elf = parse(binary, &data)?;
-    let (vaddr, (name, start, size)) = locate(binary, &elf, location)?;
-    let body = offset_of_vaddr(&elf, start)
-        .and_then(|offset| data.get(offset as usize..(offset + size) as usize))
-        .ok_or_else(|| Error::resolve(format!("{shown}: the bytes of {name} are not in the file")))?;
+    let (vaddr, symbol) = locate(binary, &elf, location)?;
+    // An IFUNC's implementation is chosen at run time: no bytes of the file are judged.
+    let len = match symbol.unknown_size {
+        Some(IFUNC) => 0,
+        Some(_) => crate::prologue::MAX_INSTRUCTION_LEN,
+        None => symbol.size as usize,
+    };
+    let body = offset_of_vaddr(&elf, symbol.vaddr)
+        .and_then(|offset| data.get(offset as usize..(offset as usize + len).min(data.len())))
+        .ok_or_else(|| Error::resolve(format!("{shown}: the bytes of {} are not in the file", symbol.name)))?;
     let target = Target {
         address: vaddr as usize,
-        function: Function { name: name.clone(), start: start as usize, size: size as usize },
-        description: describe(binary, &name, vaddr, start),
+        description: describe(binary, &symbol.name, vaddr, symbol.vaddr),
+        function: Function {
+            name: symbol.name,
+            start: symbol.vaddr as usize,
+            size: symbol.size as usize,
+            unknown_size: symbol.unknown_size,
+        },
     };
     Ok((target, body.to_vec()))
 }
@@ -99,20 +155,31 @@ fn parse<'a>(binary: &Path, data: &'a [u8]) -> Result<object::File<'a>> {
     object::File::parse(data).map_err(|e| Error::resolve(format!("{} is not an ELF file: {e}", binary.display())))
 }
 
-/// (ELF vaddr of the hook, (function name, vaddr, size)) of `location`.
-fn locate(binary: &Path, elf: &object::File, location: &Location) -> Result<(u64, (String, u64, u64))> {
+/// A function symbol as the file gives it.
+struct Symbol {
+    name: String,
+    vaddr: u64,
+    size: u64,
+    unknown_size: Option<&'static str>,
+}
+
+/// (ELF vaddr of the hook, the function around it) of `location`.
+fn locate(binary: &Path, elf: &object::File, location: &Location) -> Result<(u64, Symbol)> {
     let shown = binary.display();
     match location {
         Location::Symbol(name) => {
             let symbol = find_function(elf, name).map_err(|why| Error::resolve(format!("{shown}: {why}")))?;
-            Ok((symbol.1, symbol))
+            Ok((symbol.vaddr, symbol))
         }
         Location::FileOffset(offset) => {
             let vaddr = vaddr_of_offset(elf, *offset)
                 .ok_or_else(|| Error::resolve(format!("{shown}: offset {offset:#x} is in no loadable segment")))?;
-            let symbol = enclosing_function(elf, vaddr).ok_or_else(|| {
-                Error::resolve(format!("{shown}: offset {offset:#x} is inside no function symbol, so the patch cannot be checked"))
-            })?;
+            let symbol = enclosing_function(elf, vaddr).unwrap_or_else(|| Symbol {
+                name: format!("{offset:#x}"),
+                vaddr,
+                size: 0,
+                unknown_size: Some(NO_SYMBOL),
+            });
             Ok((vaddr, symbol))
         }
     }
@@ -136,7 +203,7 @@ pub fn file_offset(binary: &Path, location: &Location) -> Result<u64> {
     };
     let data = read(binary)?;
     let elf = parse(binary, &data)?;
-    let (_, vaddr, _) = find_function(&elf, symbol).map_err(|why| Error::resolve(format!("{shown}: {why}")))?;
+    let Symbol { vaddr, .. } = find_function(&elf, symbol).map_err(|why| Error::resolve(format!("{shown}: {why}")))?;
     offset_of_vaddr(&elf, vaddr).ok_or_else(|| Error::resolve(format!("{shown}: {symbol} is in no loadable segment")))
 }
 
@@ -146,15 +213,14 @@ pub fn is_mapped_executable(dev: u64, ino: u64) -> Result<bool> {
     Ok(maps.iter().any(|m| m.executable && m.dev == dev && m.inode == ino))
 }
 
-/// (name, vaddr, size) of the defined function `name`; .symtab first, then .dynsym.
-fn find_function(elf: &object::File, name: &str) -> std::result::Result<(String, u64, u64), String> {
+/// The defined function `name`; .symtab first, then .dynsym.
+fn find_function(elf: &object::File, name: &str) -> std::result::Result<Symbol, String> {
     let mut found: Vec<(u64, u64, u8)> = Vec::new();
     for symbol in elf.symbols().chain(elf.dynamic_symbols()) {
-        if symbol.name() == Ok(name) && symbol.is_definition() && symbol.address() != 0 {
-            let st_type = match symbol.flags() {
-                SymbolFlags::Elf { st_info, .. } => st_info & 0xf,
-                _ => 0,
-            };
+        let st_type = st_type(&symbol);
+        // object's is_definition leaves IFUNCs out (their kind is Unknown).
+        let defined = symbol.is_definition() || (st_type == STT_GNU_IFUNC && !symbol.is_undefined());
+        if symbol.name() == Ok(name) && defined && symbol.address() != 0 {
             if symbol.kind() != SymbolKind::Text && st_type != STT_GNU_IFUNC {
                 return Err(format!("symbol {name} is not a function"));
             }
@@ -165,16 +231,34 @@ fn find_function(elf: &object::File, name: &str) -> std::result::Result<(String,
     }
     match found.as_slice() {
         [] => Err(format!("no function symbol {name}")),
-        [(_, _, STT_GNU_IFUNC)] => Err(format!("{name} is an indirect function (IFUNC): hook the implementation it selects")),
-        [(address, size, _)] => Ok((name.to_string(), *address, *size)),
+        [(address, _, STT_GNU_IFUNC)] => Ok(Symbol { name: name.to_string(), vaddr: *address, size: 0, unknown_size: Some(IFUNC) }),
+        [(address, size, _)] => {
+            Ok(Symbol { name: name.to_string(), vaddr: *address, size: *size, unknown_size: (*size == 0).then_some(SIZE_ZERO) })
+        }
         many => Err(format!("{name} is defined {} times (local symbols of several files): use a file offset", many.len())),
     }
 }
 
-fn enclosing_function(elf: &object::File, vaddr: u64) -> Option<(String, u64, u64)> {
+/// ELF st_type (STT_FUNC, STT_GNU_IFUNC...).
+fn st_type(symbol: &object::Symbol) -> u8 {
+    match symbol.flags() {
+        SymbolFlags::Elf { st_info, .. } => st_info & 0xf,
+        _ => 0,
+    }
+}
+
+/// The function symbol whose extent holds `vaddr`. An IFUNC symbol's extent is its resolver's
+/// code: an offset there is the resolver, as a kernel uprobe at that offset probes it.
+fn enclosing_function(elf: &object::File, vaddr: u64) -> Option<Symbol> {
     elf.symbols().chain(elf.dynamic_symbols()).find_map(|symbol| {
-        let inside = symbol.kind() == SymbolKind::Text && (symbol.address()..symbol.address() + symbol.size()).contains(&vaddr);
-        inside.then(|| (symbol.name().unwrap_or("?").to_string(), symbol.address(), symbol.size()))
+        let code = symbol.kind() == SymbolKind::Text || st_type(&symbol) == STT_GNU_IFUNC;
+        let inside = code && (symbol.address()..symbol.address() + symbol.size()).contains(&vaddr);
+        inside.then(|| Symbol {
+            name: symbol.name().unwrap_or("?").to_string(),
+            vaddr: symbol.address(),
+            size: symbol.size(),
+            unknown_size: None,
+        })
     })
 }
 

@@ -3,7 +3,9 @@
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
-use crate::prologue::PATCH_LEN;
+use std::sync::Mutex;
+
+use crate::prologue::{PatchKind, PATCH_LEN};
 use crate::regs::PtRegs;
 
 /// What a probe runs: `regs` is the frame described in [`PtRegs`], `data` the pointer given at
@@ -42,9 +44,14 @@ pub(crate) struct Site {
     pub address: usize,
     pub description: String,
     pub entry_stub: usize,
+    /// The original bytes the patch may overwrite (those past the function's or the mapping's
+    /// end are 0 and never written: an int3 patch writes byte 0 only).
     pub original: [u8; PATCH_LEN],
-    /// Bytes of whole instructions the patch displaces (>= PATCH_LEN).
+    /// Bytes of whole instructions the trampoline replays (>= PATCH_LEN for the jump patch).
     pub displaced: usize,
+    /// The patch chosen when the site was built; a jump becomes int3 for good when a live
+    /// attach finds a thread that could come back into bytes 1-4 (patch.rs).
+    pub kind: Mutex<PatchKind>,
     /// Each displaced instruction's address and its copy in the trampoline (see patch.rs).
     pub moved: Vec<(usize, Option<usize>)>,
     pub patched: AtomicBool,
@@ -65,6 +72,18 @@ unsafe impl Sync for Site {}
 unsafe impl Send for Site {}
 
 impl Site {
+    pub fn kind(&self) -> PatchKind {
+        self.kind.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// How many bytes at `address` the patch changes: 5 for the jump, 1 for int3.
+    pub fn patch_len(&self) -> usize {
+        match self.kind() {
+            PatchKind::Jump => PATCH_LEN,
+            PatchKind::Int3 { .. } => 1,
+        }
+    }
+
     pub fn probes(&self) -> &ProbeList {
         unsafe { &*self.probes.load(Ordering::Acquire) }
     }

@@ -6,7 +6,7 @@ use std::hint::black_box;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
-use uebpf_hook::{check, resolve, resolve_address, ErrorKind, Hook, Location, PtRegs, Target};
+use uebpf_hook::{check, resolve, resolve_address, ErrorKind, Hook, Location, PatchKind, PtRegs, Target};
 
 // Shapes that must be exact, so they are written in assembly (System V, Intel syntax).
 std::arch::global_asm!(
@@ -46,11 +46,56 @@ std::arch::global_asm!(
     ".globl hook_test_read", ".type hook_test_read,@function", "hook_test_read:",
     "xor eax, eax", "call hook_test_blocker", "ret",
     ".size hook_test_read, .-hook_test_read",
+    // A get-PC idiom as the first instruction: returns 0 when the call pushed its own address.
+    ".globl hook_test_get_pc", ".type hook_test_get_pc,@function", "hook_test_get_pc:",
+    "call 5f", "5:", "pop rax", "lea rdx, [rip + 5b]", "sub rax, rdx", "ret",
+    ".size hook_test_get_pc, .-hook_test_get_pc",
+    // A call from byte 1 that returns to byte 4, inside the jump's bytes:
+    // hook_test_read_early(fd, buf, n) reads through hook_test_sys_read, called from there.
+    ".globl hook_test_call_early", ".type hook_test_call_early,@function", "hook_test_call_early:",
+    "push rbp", "call r11", "pop rbp", "ret",
+    ".size hook_test_call_early, .-hook_test_call_early",
+    ".globl hook_test_sys_read", ".type hook_test_sys_read,@function", "hook_test_sys_read:",
+    "xor eax, eax", "syscall", "ret",
+    ".size hook_test_sys_read, .-hook_test_sys_read",
+    ".globl hook_test_read_early", ".type hook_test_read_early,@function", "hook_test_read_early:",
+    "lea r11, [rip + hook_test_sys_read]", "jmp hook_test_call_early",
+    ".size hook_test_read_early, .-hook_test_read_early",
+    // tgkill(rdi, rsi, rdx) from byte 1: the signal's frame saves ip = byte 3, inside the jump.
+    ".globl hook_test_signalled", ".type hook_test_signalled,@function", "hook_test_signalled:",
+    "push rbp", "syscall", "pop rbp", "ret",
+    ".size hook_test_signalled, .-hook_test_signalled",
+    ".globl hook_test_raise", ".type hook_test_raise,@function", "hook_test_raise:",
+    "mov eax, 234", "jmp hook_test_signalled",
+    ".size hook_test_raise, .-hook_test_raise",
+    // An indirect jump back to byte 2 (a switch's jump does the same): returns max(n, 1).
+    ".globl hook_test_indirect", ".type hook_test_indirect,@function", "hook_test_indirect:",
+    "xor eax, eax", "6:", "inc eax", "dec rdi", "jle 7f", "lea rcx, [rip + 6b]", "jmp rcx", "7:", "ret",
+    ".size hook_test_indirect, .-hook_test_indirect",
+    // One byte, and three returning the first argument.
+    ".globl hook_test_ret", ".type hook_test_ret,@function", "hook_test_ret:",
+    "ret",
+    ".size hook_test_ret, .-hook_test_ret",
+    ".globl hook_test_identity", ".type hook_test_identity,@function", "hook_test_identity:",
+    "mov eax, edi", "ret",
+    ".size hook_test_identity, .-hook_test_identity",
+    // No .size: the symbol's size is 0.
+    ".globl hook_test_unsized", ".type hook_test_unsized,@function", "hook_test_unsized:",
+    "lea rax, [rdi + 2]", "ret",
     global = sym HOOK_TEST_GLOBAL,
 );
 
 #[no_mangle]
 static HOOK_TEST_GLOBAL: u64 = 1000;
+
+// Not code: bytes no x86-64 decoder accepts, in a function symbol (refused).
+std::arch::global_asm!(
+    ".globl HOOK_TEST_UNDECODABLE",
+    ".type HOOK_TEST_UNDECODABLE,@function",
+    "HOOK_TEST_UNDECODABLE:",
+    ".byte 0x06, 0x06, 0x06, 0x06, 0x06, 0x06",
+    ".size HOOK_TEST_UNDECODABLE, .-HOOK_TEST_UNDECODABLE",
+);
 
 extern "C" {
     fn hook_test_rip_load(x: u64) -> u64;
@@ -60,6 +105,13 @@ extern "C" {
     fn hook_test_loop_to_start(n: u64, acc: u64) -> u64;
     fn hook_test_flags_across_call(flags: u64) -> u64;
     fn hook_test_read(fd: i32, buf: *mut u8, len: usize) -> i64;
+    fn hook_test_get_pc() -> u64;
+    fn hook_test_read_early(fd: i32, buf: *mut u8, len: usize) -> i64;
+    fn hook_test_raise(tgid: i32, tid: i32, signal: i32) -> i64;
+    fn hook_test_indirect(n: u64) -> u64;
+    fn hook_test_ret();
+    fn hook_test_identity(x: u32) -> u32;
+    fn hook_test_unsized(x: u64) -> u64;
 }
 
 #[no_mangle]
@@ -231,52 +283,115 @@ fn short_branch_in_the_patch_is_relocated() {
     assert_eq!(record.hits.load(SeqCst), 2);
 }
 
+/// The int3 patch: only byte 0 changed (to int3), and `kind` is int3 for `reason`.
+fn assert_int3(hook: &Hook, target: &Target, before: &[u8], reason: &str) {
+    let now = unsafe { std::slice::from_raw_parts(target.address as *const u8, before.len()) };
+    assert_eq!((now[0], &now[1..]), (0xcc, &before[1..]), "byte 0 only");
+    match hook.kind() {
+        PatchKind::Int3 { reason: why } => assert!(why.contains(reason), "{why}"),
+        PatchKind::Jump => panic!("{target:?}: a jump patch, want int3 for {reason}"),
+    }
+}
+
+fn code(target: &Target, len: usize) -> Vec<u8> {
+    unsafe { std::slice::from_raw_parts(target.address as *const u8, len) }.to_vec()
+}
+
+/// The sum of what 100 calls of `symbol` return (1..=100 as the argument).
+fn call_100(symbol: &str) -> u64 {
+    (1..=100u64)
+        .map(|n| unsafe {
+            match symbol {
+                "hook_test_tiny" => hook_test_tiny(),
+                "hook_test_into_patch" => hook_test_into_patch(n),
+                "hook_test_identity" => u64::from(hook_test_identity(n as u32)),
+                _ => {
+                    hook_test_ret();
+                    0
+                }
+            }
+        })
+        .sum()
+}
+
 #[test]
-fn unsafe_prologues_are_refused_and_left_untouched() {
-    for (symbol, reason) in [
-        ("hook_test_tiny", "the function is 3 bytes long: the 5-byte jump does not fit"),
-        ("hook_test_into_patch", "jumps to +0x2, inside the 5 patched bytes"),
+fn short_functions_and_branches_into_the_patch_get_the_int3_patch() {
+    for (symbol, len, reason) in [
+        ("hook_test_tiny", 3, "the function is 3 bytes long: the 5-byte jump does not fit"),
+        ("hook_test_into_patch", 5, "jumps to +0x2, inside the 5 patched bytes"),
+        ("hook_test_ret", 1, "the function is 1 bytes long"),
+        ("hook_test_identity", 3, "the function is 3 bytes long"),
     ] {
         let target = this_binary(symbol);
-        let before = unsafe { std::slice::from_raw_parts(target.address as *const u8, 5) }.to_vec();
-        let error = Hook::entry(&target, count_first_arg, std::ptr::null_mut()).unwrap_err();
-        assert_eq!(error.kind, ErrorKind::Refused);
-        assert!(error.message.starts_with(&format!("cannot hook /proc/self/exe:{symbol}: ")), "{error}");
-        assert!(error.message.contains(reason), "{error}");
-        assert_eq!(unsafe { std::slice::from_raw_parts(target.address as *const u8, 5) }, before.as_slice());
+        let before = code(&target, len);
+        let plain = call_100(symbol);
+        let (entries, entry_data) = leak(Record::default());
+        let (returns, return_data) = leak(Record::default());
+        let entry = Hook::entry(&target, count_first_arg, entry_data).unwrap();
+        let ret = Hook::ret(&target, count_return, return_data).unwrap();
+        assert_int3(&entry, &target, &before, reason);
+        let hooked = call_100(symbol);
+        assert_eq!(hooked, plain, "{symbol} returned what it returns unhooked");
+        assert_eq!((entries.hits.load(SeqCst), returns.hits.load(SeqCst)), (100, 100), "{symbol}");
+        if symbol != "hook_test_ret" {
+            assert_eq!(returns.sum.load(SeqCst), plain, "{symbol}: the return probe saw each return value");
+        }
+        ret.detach().unwrap();
+        entry.detach().unwrap();
+        assert_eq!(code(&target, len), before, "detach puts byte 0 back");
     }
-    assert_eq!(unsafe { hook_test_tiny() }, 0);
-    assert_eq!(unsafe { hook_test_into_patch(4) }, 10);
+}
+
+#[test]
+fn undecodable_code_is_refused_and_left_untouched() {
+    let target = this_binary("HOOK_TEST_UNDECODABLE");
+    let before = code(&target, 4);
+    let error = Hook::entry(&target, count_first_arg, std::ptr::null_mut()).unwrap_err();
+    assert_eq!(error.kind, ErrorKind::Refused);
+    assert!(error.message.ends_with("HOOK_TEST_UNDECODABLE: cannot decode the instruction at +0x0"), "{error}");
+    assert_eq!(code(&target, 4), before);
 }
 
 #[test]
 fn check_judges_the_file_as_an_attach_would() {
     let exe = Path::new("/proc/self/exe");
-    for symbol in ["hook_test_tiny", "hook_test_into_patch"] {
-        let judged = check(exe, &Location::parse(symbol), false).unwrap_err();
-        let attached = Hook::entry(&this_binary(symbol), count_first_arg, std::ptr::null_mut()).unwrap_err();
-        assert_eq!(judged.kind, ErrorKind::Refused);
-        // The engine's own refusal, word for word but for a branch's absolute target (an ELF
-        // address here, a process address there).
-        let words = |message: &str| message.split_whitespace().filter(|w| !w.ends_with("h`")).collect::<Vec<_>>().join(" ");
-        assert_eq!(words(&judged.message), words(&attached.message));
+    for (symbol, reason) in [
+        ("hook_test_tiny", "the function is 3 bytes long: the 5-byte jump does not fit"),
+        ("hook_test_into_patch", "at +0x8 jumps to +0x2, inside the 5 patched bytes"),
+        ("hook_test_call_early", "`call r11` at +0x1 would return inside the 5 patched bytes"),
+        ("hook_test_indirect", "`jmp rcx` at +0x10 may jump into the 5 patched bytes (UEBPF_HOOK_TRUST_INDIRECT_JUMPS=1"),
+    ] {
+        let judged = check(exe, &Location::parse(symbol), false).unwrap();
+        assert!(judged.reason().contains(reason), "{symbol}: {judged:?}");
     }
-    for symbol in ["hook_test_rip_load", "hook_test_short_branch", "hook_test_loop_to_start"] {
-        check(exe, &Location::parse(symbol), false).unwrap();
-        check(exe, &Location::parse(symbol), true).unwrap();
+    // (The attaches of these are checked against the same words by the tests that hook them.)
+    // A symbol of size 0: the attach says the same, and its probe fires.
+    let judged = check(exe, &Location::parse("hook_test_unsized"), false).unwrap();
+    let (record, data) = leak(Record::default());
+    let size_zero = Hook::entry(&this_binary("hook_test_unsized"), count_first_arg, data).unwrap();
+    assert_eq!(judged, size_zero.kind());
+    assert_eq!(judged.reason(), "the symbol's size is 0: its extent is unknown, only its first instruction is moved");
+    assert_eq!(unsafe { hook_test_unsized(40) }, 42);
+    assert_eq!((record.hits.load(SeqCst), record.sum.load(SeqCst)), (1, 40));
+    let undecodable = check(exe, &Location::parse("HOOK_TEST_UNDECODABLE"), false).unwrap_err();
+    assert_eq!(undecodable.kind, ErrorKind::Refused);
+    for symbol in ["hook_test_rip_load", "hook_test_short_branch", "hook_test_loop_to_start", "hook_test_get_pc"] {
+        assert_eq!(check(exe, &Location::parse(symbol), false).unwrap(), PatchKind::Jump, "{symbol}");
+        assert_eq!(check(exe, &Location::parse(symbol), true).unwrap(), PatchKind::Jump, "{symbol}");
     }
     // Past the 7-byte first instruction of hook_test_rip_load: an entry probe's 4 bytes of room
-    // are too few; a return probe is refused first for its place.
+    // are too few for the jump; a return probe is refused for its place.
     let inside = uebpf_hook::file_offset(exe, &Location::parse("hook_test_rip_load")).unwrap() + 7;
-    let entry = check(exe, &Location::FileOffset(inside), false).unwrap_err();
-    let too_short = "hook_test_rip_load+0x7: the function is 11 bytes long and the hook is at +0x7: the 5-byte jump does not fit";
-    assert!(entry.message.ends_with(too_short), "{entry}");
+    let entry = check(exe, &Location::FileOffset(inside), false).unwrap();
+    let too_short = "the function is 11 bytes long and the hook is at +0x7: the 5-byte jump does not fit";
+    assert_eq!(entry.reason(), too_short);
     let ret = check(exe, &Location::FileOffset(inside), true).unwrap_err();
-    assert!(ret.message.ends_with("a return probe must be at the function's first instruction"), "{ret}");
+    assert!(ret.message.ends_with("hook_test_rip_load+0x7: a return probe must be at the function's first instruction"), "{ret}");
     let missing = check(exe, &Location::parse("no_such_function"), false).unwrap_err();
     assert_eq!(missing.kind, ErrorKind::Resolve);
-    // Nothing was patched by a check: the function still runs, and can still be hooked.
-    assert_eq!(unsafe { hook_test_tiny() }, 0);
+    // An IFUNC's implementation is the dynamic linker's choice at run time: int3, undecoded.
+    let ifunc = check(&libc_path(), &Location::parse("strlen"), false).unwrap();
+    assert!(ifunc.reason().starts_with("an IFUNC"), "{ifunc:?}");
 }
 
 #[test]
@@ -436,4 +551,144 @@ fn a_thread_stopped_inside_the_patch_is_moved_to_the_trampoline() {
         libc::close(pipe[0]);
         libc::close(pipe[1])
     };
+}
+
+#[test]
+fn a_call_in_the_first_bytes_pushes_the_original_return_address() {
+    let target = this_binary("hook_test_get_pc");
+    assert_eq!(unsafe { hook_test_get_pc() }, 0);
+    let (record, data) = leak(Record::default());
+    let hook = Hook::entry(&target, count_first_arg, data).unwrap();
+    assert_eq!(hook.kind(), PatchKind::Jump, "a call ending at byte 5 takes the jump");
+    // The trampoline emulates the call: `pop` finds the function's own address, not the trampoline's.
+    assert_eq!(unsafe { hook_test_get_pc() }, 0);
+    assert_eq!(record.hits.load(SeqCst), 1);
+}
+
+/// Blocks a new thread in `blocked` (a read(2) on a fresh pipe from `start`), attaches
+/// `target` with a counting entry probe once `/proc/.../syscall` shows the thread in read,
+/// then lets it go; returns the hook, the thread's (bytes read, byte) and the pipe's write end.
+fn attach_while_a_thread_blocks(
+    target: &Target,
+    start: impl FnOnce(i32) -> (i64, u8) + Send + 'static,
+) -> (Hook, &'static Record, (i64, u8), i32) {
+    let mut pipe = [0; 2];
+    assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
+    let (tid_sender, tid) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        tid_sender.send(unsafe { libc::gettid() }).unwrap();
+        start(pipe[0])
+    });
+    let syscall_file = format!("/proc/self/task/{}/syscall", tid.recv().unwrap());
+    while !std::fs::read_to_string(&syscall_file).unwrap().starts_with("0 ") {
+        std::thread::yield_now();
+    }
+    let (record, data) = leak(Record::default());
+    let hook = Hook::entry(target, count_first_arg, data).unwrap();
+    assert_eq!(hook.patch, Some(uebpf_hook::PatchMethod::Int3), "a live patch");
+    assert_eq!(unsafe { libc::write(pipe[1], b"x".as_ptr().cast(), 1) }, 1);
+    let read = reader.join().unwrap();
+    (hook, record, read, pipe[1])
+}
+
+#[test]
+fn a_thread_in_a_callee_called_from_bytes_1_to_4_survives_a_live_attach() {
+    // hook_test_call_early calls from byte 1 and returns to byte 4: the jump would put its
+    // displacement there; the thread blocked in the callee returns into the int3 patch's
+    // untouched bytes instead.
+    let target = this_binary("hook_test_call_early");
+    let (hook, record, read, writer) = attach_while_a_thread_blocks(&target, |fd| {
+        let mut byte = 0u8;
+        (unsafe { hook_test_read_early(fd, &mut byte, 1) }, byte)
+    });
+    assert_eq!(read, (1, b'x'));
+    assert!(hook.kind().reason().contains("`call r11` at +0x1 would return inside the 5 patched bytes"), "{:?}", hook.kind());
+    assert_eq!(record.hits.load(SeqCst), 0, "the blocked thread had entered before the probe");
+    // Called again: the probe fires and the emulated call returns where the function expects.
+    let mut pipe = [0; 2];
+    assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
+    assert_eq!(unsafe { libc::write(pipe[1], b"y".as_ptr().cast(), 1) }, 1);
+    let mut byte = 0u8;
+    assert_eq!((unsafe { hook_test_read_early(pipe[0], &mut byte, 1) }, byte), (1, b'y'));
+    assert_eq!(record.hits.load(SeqCst), 1);
+    for fd in [writer, pipe[0], pipe[1]] {
+        unsafe { libc::close(fd) };
+    }
+}
+
+static SIGNAL_PIPE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// SIGUSR1's handler: blocks reading one byte from SIGNAL_PIPE.
+extern "C" fn block_in_handler(_signal: i32) {
+    let mut byte = 0u8;
+    unsafe { libc::read(SIGNAL_PIPE.load(SeqCst), (&mut byte as *mut u8).cast(), 1) };
+}
+
+#[test]
+fn a_signal_frame_saved_inside_bytes_1_to_4_makes_a_live_jump_an_int3() {
+    // The thread sends itself SIGUSR1 from byte 1 of hook_test_signalled: the signal frame
+    // saves ip = byte 3, and the handler blocks. The checkpoint finds it on the thread's stack:
+    // a jump would make the handler's return land inside its displacement.
+    let target = this_binary("hook_test_signalled");
+    assert_eq!(check(Path::new("/proc/self/exe"), &Location::parse("hook_test_signalled"), false).unwrap(), PatchKind::Jump);
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = block_in_handler as *const () as usize;
+        action.sa_flags = libc::SA_RESTART;
+        assert_eq!(libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut()), 0);
+    }
+    let (hook, record, read, writer) = attach_while_a_thread_blocks(&target, |fd| {
+        SIGNAL_PIPE.store(fd, SeqCst);
+        let result = unsafe { hook_test_raise(libc::getpid(), libc::gettid(), libc::SIGUSR1) };
+        (result, 0)
+    });
+    assert_eq!(read, (0, 0), "tgkill returned 0 after the handler, through the original bytes");
+    assert!(hook.kind().reason().contains("stack holds an address inside bytes 1-4"), "{:?}", hook.kind());
+    assert_eq!(code(&target, 1), [0xcc]);
+    assert_eq!(unsafe { hook_test_raise(libc::getpid(), libc::gettid(), 0) }, 0, "signal 0: no signal, just the call");
+    assert_eq!(record.hits.load(SeqCst), 1);
+    unsafe { libc::close(writer) };
+}
+
+#[test]
+fn an_indirect_jump_into_the_patch_gets_the_int3_patch() {
+    let target = this_binary("hook_test_indirect");
+    let before = code(&target, 5);
+    let plain: Vec<u64> = (0..50).map(|n| unsafe { hook_test_indirect(n) }).collect();
+    let (record, data) = leak(Record::default());
+    let hook = Hook::entry(&target, count_first_arg, data).unwrap();
+    assert_int3(&hook, &target, &before, "`jmp rcx` at +0x10 may jump into the 5 patched bytes");
+    let hooked: Vec<u64> = (0..50).map(|n| unsafe { hook_test_indirect(n) }).collect();
+    assert_eq!(hooked, plain);
+    assert_eq!(record.hits.load(SeqCst), 50, "byte 0 runs once per call: the jump lands on byte 2");
+}
+
+#[test]
+fn an_ifunc_is_hooked_at_the_implementation_this_process_selected() {
+    let target = resolve(&libc_path(), &Location::Symbol("strlen".into())).unwrap();
+    let selected = unsafe {
+        let handle = libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY);
+        libc::dlsym(handle, c"strlen".as_ptr()) as usize
+    };
+    assert_eq!(target.address, selected);
+    assert_eq!(target.function.unknown_size, Some(uebpf_hook::IFUNC));
+    let text = c"the ifunc's own text";
+    let (record, data) = leak(Record::default());
+    let hook = Hook::entry(&target, count_only_this, data).unwrap();
+    COUNTED_STRING.store(text.as_ptr() as u64, SeqCst);
+    for _ in 0..1000 {
+        assert_eq!(unsafe { libc::strlen(black_box(text.as_ptr())) }, 20);
+    }
+    assert_eq!(record.hits.load(SeqCst), 1000);
+    assert_eq!(hook.kind().name(), "int3");
+    hook.detach().unwrap();
+}
+
+static COUNTED_STRING: AtomicU64 = AtomicU64::new(0);
+
+/// Counts the calls whose first argument is COUNTED_STRING (other threads call strlen too).
+unsafe extern "C" fn count_only_this(regs: *mut PtRegs, data: *mut c_void) {
+    if (*regs).di == COUNTED_STRING.load(SeqCst) {
+        (*(data as *const Record)).hit(&*regs, (*regs).di);
+    }
 }

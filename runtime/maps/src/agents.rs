@@ -25,6 +25,8 @@ pub struct AgentReport {
     pub applied: u32,
     /// Attachments with a live probe in the agent's process.
     pub hooks: u32,
+    /// Of those, the ones whose function got the hook engine's int3 patch (a signal per hit).
+    pub slow_hooks: u32,
     /// Enabled attachments for this process that could not be applied.
     pub failed: u32,
     /// Enabled attachments of a kind the agent does not implement.
@@ -118,6 +120,7 @@ impl Region {
         entry.seq.fetch_add(1, Ordering::AcqRel); // odd: being written
         entry.passes.store(passes, Ordering::Relaxed);
         entry.hooks.store(report.hooks, Ordering::Relaxed);
+        entry.slow_hooks.store(report.slow_hooks, Ordering::Relaxed);
         entry.failed.store(report.failed, Ordering::Relaxed);
         entry.unsupported.store(report.unsupported, Ordering::Relaxed);
         let bytes = report.message.as_bytes();
@@ -167,6 +170,7 @@ fn read_status(entry: &AgentEntry) -> Option<AgentStatus> {
             report: AgentReport {
                 applied: owner as u32,
                 hooks: entry.hooks.load(Ordering::Relaxed),
+                slow_hooks: entry.slow_hooks.load(Ordering::Relaxed),
                 failed: entry.failed.load(Ordering::Relaxed),
                 unsupported: entry.unsupported.load(Ordering::Relaxed),
                 message: String::from_utf8_lossy(&message).into_owned(),

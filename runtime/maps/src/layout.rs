@@ -32,8 +32,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
 use crate::lock::SpinLock;
 
 pub const MAGIC: [u8; 8] = *b"UEBPFRGN";
-/// 2: the attach table and `ProgEntry::prog_type`. 3: the agent table.
-pub const VERSION: u32 = 3;
+/// 2: the attach table and `ProgEntry::prog_type`. 3: the agent table. 4: `AgentEntry::slow_hooks`.
+pub const VERSION: u32 = 4;
 /// The region is laid out in 4 KiB pages (x86-64); creation and opening check the system agrees.
 pub const PAGE_SIZE: usize = 4096;
 /// Names of maps and programs (longer than the kernel's 16 bytes: the full names survive).
@@ -195,9 +195,12 @@ pub struct AgentEntry {
     pub unsupported: AtomicU32,
     /// The first failure's (else the first unsupported attachment's) message, NUL-padded.
     pub message: [AtomicU8; AGENT_MESSAGE_LEN],
+    /// Of `hooks`, those whose function got the hook engine's int3 patch ("slow": a signal per
+    /// hit); taken from the end of the message (228 bytes in layout 3).
+    pub slow_hooks: AtomicU32,
 }
 
-pub const AGENT_MESSAGE_LEN: usize = 228;
+pub const AGENT_MESSAGE_LEN: usize = 224;
 /// Slots of the agent table: processes that run the agent on one region at once (slots of
 /// processes that are gone are reused).
 pub const AGENT_CAPACITY: u32 = 256;

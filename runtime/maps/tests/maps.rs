@@ -438,7 +438,8 @@ fn agent_slots_report_passes_and_wake_waiters() {
     // A waiter (as `uebpf wait-applied`) sleeps on the agent generation and sees the report.
     let seen = server.agent_generation();
     let waiter = blocked_waiter(move || server.wait_agent_change(seen, WAIT_LIMIT));
-    let report = AgentReport { applied: agent.attach_generation(), hooks: 2, failed: 1, unsupported: 0, message: "é".repeat(200) };
+    let report =
+        AgentReport { applied: agent.attach_generation(), hooks: 2, slow_hooks: 1, failed: 1, unsupported: 0, message: "é".repeat(200) };
     agent.report_agent(slot, me, &report).unwrap();
     let (generation, waited) = waiter.join().unwrap();
     assert_ne!(generation, seen, "the waiter saw the new generation");
@@ -446,8 +447,8 @@ fn agent_slots_report_passes_and_wake_waiters() {
     let status = agent.agent(me).unwrap();
     assert_eq!(status.passes, 1);
     assert!(generation_reached(status.report.applied, agent.attach_generation()));
-    assert_eq!((status.report.hooks, status.report.failed), (2, 1));
-    assert!(status.report.message.starts_with("éé") && status.report.message.len() < 228, "cut to the field at a character boundary");
+    assert_eq!((status.report.hooks, status.report.slow_hooks, status.report.failed), (2, 1, 1));
+    assert!(status.report.message.starts_with("éé") && status.report.message.len() < 224, "cut to the field at a character boundary");
     assert!(!status.report.message.contains(char::REPLACEMENT_CHARACTER));
     assert!(agent.report_agent(slot, me + 1, &report).is_err(), "a slot belongs to one process");
     // A slot whose process is gone is reused; a released slot is free.

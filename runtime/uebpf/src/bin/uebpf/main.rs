@@ -26,7 +26,8 @@
 //!                                          with --return a return probe)? Judged on the file, as
 //!                                          an attach would judge it, nothing runs or is patched:
 //!                                          {"hookable": bool, "reason": the engine's refusal or
-//!                                          null, ...}; exit 1 if the location is not in the file
+//!                                          null, "patch": "jump" | "int3" | null, "patch_reason":
+//!                                          why int3, ...}; exit 1 if the location is not in the file
 //!
 //! OPTIONS: --engine interpreter|jit (default interpreter)  --repeat N (default 1)
 //!          --budget N (interpreter: stop a run after N instructions)
@@ -333,7 +334,7 @@ fn attachments(instance: &Instance) -> Value {
 /// An agent's slot: its process, passes, the generation applied and what came of it.
 fn agent_json(agent: &AgentStatus) -> Value {
     let r = &agent.report;
-    json!({"pid": agent.pid, "passes": agent.passes, "applied": r.applied, "hooks": r.hooks, "failed": r.failed,
+    json!({"pid": agent.pid, "passes": agent.passes, "applied": r.applied, "hooks": r.hooks, "slow_hooks": r.slow_hooks, "failed": r.failed,
            "unsupported": r.unsupported, "message": r.message})
 }
 
@@ -386,13 +387,13 @@ pub(crate) fn write_line(text: &str) -> std::io::Result<()> {
     out.flush()
 }
 
-/// One line on stderr; a closed stderr is ignored (`eprintln!` would panic).
-/// `check-hook`: the hook engine's verdict on a location, from the file alone (uebpf_hook::check).
+/// `check-hook`: the hook engine's verdict on a location, from the file alone (uebpf_hook::check):
+/// whether it is hookable, and with which patch ("jump", or "int3" and why).
 fn check_hook(options: &Options) -> Result<Value, String> {
     let (binary, location) = (&options.positional[0], &options.positional[1]);
-    let refusal = match uebpf_hook::check(binary.as_ref(), &uebpf_hook::Location::parse(location), options.return_probe) {
-        Ok(()) => None,
-        Err(e) if e.kind == uebpf_hook::ErrorKind::Refused => Some(e.message),
+    let (patch, refusal) = match uebpf_hook::check(binary.as_ref(), &uebpf_hook::Location::parse(location), options.return_probe) {
+        Ok(kind) => (Some(kind), None),
+        Err(e) if e.kind == uebpf_hook::ErrorKind::Refused => (None, Some(e.message)),
         Err(e) => return Err(e.message),
     };
     Ok(json!({
@@ -401,9 +402,12 @@ fn check_hook(options: &Options) -> Result<Value, String> {
         "probe": if options.return_probe { "return" } else { "entry" },
         "hookable": refusal.is_none(),
         "reason": refusal,
+        "patch": patch.as_ref().map(|kind| kind.name()),
+        "patch_reason": patch.as_ref().map(|kind| kind.reason()).filter(|reason| !reason.is_empty()),
     }))
 }
 
+/// One line on stderr; a closed stderr is ignored (`eprintln!` would panic).
 fn error_line(text: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr().lock(), "{text}");

@@ -6,7 +6,8 @@
 //! It reads the attach generation G, then sleeps on the region's agent generation (a futex
 //! every agent report wakes) until PID's slot in the agent table says a pass that began at G or
 //! later has completed. Then it prints the slot as JSON: `pid`, `generation` (G), `passes`,
-//! `applied`, `hooks` (attachments with a live probe in PID), `failed`, `unsupported`, `message`; and
+//! `applied`, `hooks` (attachments with a live probe in PID), `slow_hooks` (of those, the ones on an
+//! int3 patch: a signal per hit), `failed`, `unsupported`, `message`; and
 //! exits 0 only if nothing failed and nothing is unsupported (e.g. a sched/sched_switch tracepoint, which
 //! the agent does not implement: `unsupported` > 0, exit 1, the reason in `message`).
 //! Timeout, a process that exits first, or a region that does not exist: exit 1 with the reason.
