@@ -216,7 +216,9 @@ pub fn is_mapped_executable(dev: u64, ino: u64) -> Result<bool> {
 /// The defined function `name`; .symtab first, then .dynsym.
 fn find_function(elf: &object::File, name: &str) -> std::result::Result<Symbol, String> {
     let mut found: Vec<(u64, u64, u8)> = Vec::new();
-    for symbol in elf.symbols().chain(elf.dynamic_symbols()) {
+    let hidden = hidden_versions(elf);
+    let dynamic = elf.dynamic_symbols().filter(|symbol| !hidden.contains(&symbol.index().0));
+    for symbol in elf.symbols().chain(dynamic) {
         let st_type = st_type(&symbol);
         // object's is_definition leaves IFUNCs out (their kind is Unknown).
         let defined = symbol.is_definition() || (st_type == STT_GNU_IFUNC && !symbol.is_undefined());
@@ -237,6 +239,20 @@ fn find_function(elf: &object::File, name: &str) -> std::result::Result<Symbol, 
         }
         many => Err(format!("{name} is defined {} times (local symbols of several files): use a file offset", many.len())),
     }
+}
+
+/// Indices of the .dynsym entries that are an older version of their name (`memcpy@GLIBC_2.2.5`
+/// beside `memcpy@@GLIBC_2.14`): versym's hidden bit. The dynamic linker binds a plain name to
+/// its default version only (glibc's elf/dl-lookup.c skips hidden versions when none is asked
+/// for), and so does a symbol given here.
+fn hidden_versions(elf: &object::File) -> Vec<usize> {
+    let object::File::Elf64(file) = elf else { return Vec::new() };
+    let endian = file.endian();
+    let Ok(Some(versions)) = file.elf_section_table().versions(endian, file.data()) else { return Vec::new() };
+    file.dynamic_symbols()
+        .filter(|symbol| versions.version_index(endian, symbol.index()).is_hidden())
+        .map(|symbol| symbol.index().0)
+        .collect()
 }
 
 /// ELF st_type (STT_FUNC, STT_GNU_IFUNC...).

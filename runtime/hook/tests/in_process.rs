@@ -684,6 +684,18 @@ fn an_ifunc_is_hooked_at_the_implementation_this_process_selected() {
     hook.detach().unwrap();
 }
 
+#[test]
+fn an_ifunc_with_several_symbol_versions_resolves_to_the_default_one() {
+    // libc exports memcpy@GLIBC_2.2.5 and memcpy@@GLIBC_2.14, both IFUNCs.
+    let target = resolve(&libc_path(), &Location::Symbol("memcpy".into())).unwrap();
+    let selected = unsafe {
+        let handle = libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY);
+        libc::dlsym(handle, c"memcpy".as_ptr()) as usize
+    };
+    assert_eq!(target.address, selected);
+    assert_eq!(target.function.unknown_size, Some(uebpf_hook::IFUNC));
+}
+
 static COUNTED_STRING: AtomicU64 = AtomicU64::new(0);
 
 /// Counts the calls whose first argument is COUNTED_STRING (other threads call strlen too).
