@@ -24,12 +24,14 @@ import pytest
 from conftest import (
     AGENT,
     BUILD,
+    SERVER,
     SHM,
     UEBPF,
     agent_env,
     file_offset,
     functrace_argv,
     regions_removed,
+    server_env,
     uebpf,
     uebpf_loader,
     unused_uid,
@@ -570,3 +572,24 @@ def test_the_direct_attach_path_refuses_bad_input(tmp_path):
         assert not (SHM / f"uebpf-{region}").exists()
     usage = subprocess.run([str(UEBPF), "attach", str(obj)], capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2 and "needs --region NAME" in usage.stderr
+
+
+SELFTRACE = BUILD / "bin" / "selftrace"
+
+
+@pytest.mark.parametrize("runtime", ["kernel", "uebpf"])
+def test_a_loader_that_traces_itself_sees_its_first_calls(runtime):
+    """selftrace (workloads/selftrace, libbpf-bootstrap's style) attaches a uprobe to its own
+    function and syscalls/sys_enter_getpgid, then calls each 4 times, sleeps 200 ms, and does it
+    again. On the kernel the attach is synchronous; with the server and the agent preloaded into
+    the tool, the attach waits for its own agent: 4 of 4 from the first loop (before: 0 of 4,
+    and the tracepoint never, libc found through the server's `syscall`), and the sleep is not
+    cut short by the live patching's checkpoint signal (the remaining time nanosleep reports)."""
+    env = dict(os.environ)
+    if runtime == "uebpf":
+        env = server_env(region_name("selftrace"), LD_PRELOAD=f"{SERVER} {AGENT}")
+    result = subprocess.run([str(SELFTRACE)], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["first"], report["second"]) == ([4, 4], [4, 4]), report
+    assert (report["sleep_rc"], report["sleep_errno"], report["remaining_ns"]) == (0, 0, 0), report
