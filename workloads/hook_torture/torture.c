@@ -513,14 +513,15 @@ static void case_spawn(long n)
 
 #define ALT_STACK (1 << 20)
 #define ALT_SIGNAL_STACK (64 << 10)
+#define ALT_GUARD 4096
 
 static void *alt_thread(void *arg)
 {
 	long n = *(long *)arg, sum = 0;
-	/* The signal stack lies above the thread's stack (one mapping, the thread's stack at its
-	 * bottom): a return probe's rule must not take a handler's call up there for a proof
-	 * that the thread's pending frames below are dead. */
-	stack_t alt = {.ss_sp = (char *)arg + ALT_STACK, .ss_size = ALT_SIGNAL_STACK};
+	/* The signal stack lies right above the thread's stack (one mapping, the thread's stack at
+	 * its bottom, a guard page between): a return probe's rule must not take a handler's call
+	 * up there for a proof that the thread's pending frames below are dead. */
+	stack_t alt = {.ss_sp = (char *)arg + ALT_STACK + ALT_GUARD, .ss_size = ALT_SIGNAL_STACK};
 	if (sigaltstack(&alt, NULL)) {
 		fprintf(stderr, "hook_torture: sigaltstack failed\n");
 		exit(2);
@@ -539,8 +540,8 @@ static void case_altstack(long n)
 	struct sigaction action = {.sa_handler = alt_handler, .sa_flags = SA_ONSTACK};
 	sigemptyset(&action.sa_mask);
 	sigaction(SIGUSR2, &action, NULL);
-	char *block = mmap(NULL, ALT_STACK + ALT_SIGNAL_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (block == MAP_FAILED) {
+	char *block = mmap(NULL, ALT_STACK + ALT_GUARD + ALT_SIGNAL_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (block == MAP_FAILED || mprotect(block + ALT_STACK, ALT_GUARD, PROT_NONE)) {
 		fprintf(stderr, "hook_torture: mmap failed\n");
 		exit(2);
 	}

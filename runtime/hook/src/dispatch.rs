@@ -46,8 +46,8 @@ struct ShadowEntry {
 #[repr(C)]
 struct ShadowStack {
     depth: usize,
-    /// The thread's own stack, `[home_low, home_low + home_size)` (pthread_getattr_np, read when
-    /// the shadow stack is mapped; the whole address space if it cannot be read): see
+    /// The thread's own stack, `[home_low, home_low + home_size)` (`home_stack`, read when the
+    /// shadow stack is mapped; the whole address space if it cannot be read): see
     /// `drop_dead_frames` for why the rule needs to know it.
     home_low: usize,
     home_size: usize,
@@ -116,11 +116,16 @@ fn thread_state() -> &'static ThreadState {
 /// Where this thread's [`ThreadState`] is relative to the thread pointer (the fs base): the same
 /// for every thread (static TLS), so a stub can address it as `fs:[offset]`.
 pub(crate) fn thread_state_offset() -> i32 {
+    (thread_state() as *const ThreadState as usize).wrapping_sub(thread_pointer()) as isize as i32
+}
+
+/// The calling thread's thread pointer (the fs base, which x86-64 glibc also stores at fs:0).
+fn thread_pointer() -> usize {
     let thread_pointer: usize;
     unsafe {
         std::arch::asm!("mov {tp}, qword ptr fs:[0]", tp = out(reg) thread_pointer, options(pure, readonly, nostack, preserves_flags))
     };
-    (thread_state() as *const ThreadState as usize).wrapping_sub(thread_pointer) as isize as i32
+    thread_pointer
 }
 
 /// Runs `work` with every probe skipped on this thread (hits are counted as `skipped`), as
@@ -308,19 +313,33 @@ unsafe fn shadow_stack(thread: &ThreadState) -> Option<NonNull<ShadowStack>> {
     NonNull::new(thread.shadow.get())
 }
 
-/// The calling thread's own stack (start, size) as glibc knows it: the main thread's up to its
-/// RLIMIT_STACK growth, another thread's stack block, whatever the stack pointer is now (a
-/// signal handler on the alternate stack, or a vfork child on its own stack, gets its thread's).
-/// Run once per thread, when its shadow stack is mapped, with its probes off (busy).
+/// The calling thread's own stack (start, size), whatever the stack pointer is now (a signal
+/// handler on the alternate stack, or a vfork child on its own stack, gets its thread's). Run
+/// once per thread, when its shadow stack is mapped, which can be in a signal handler or a
+/// vfork child: so no allocation and no lock (pthread_getattr_np takes the thread's lock and
+/// allocates), only system calls and /proc/self/maps read into a stack buffer.
+///
+/// * Another thread's stack is the mapping that holds its thread pointer: glibc puts the
+///   thread's descriptor at the top of its stack block (nptl/allocatestack.c), also of a stack
+///   the caller provided; the guard page below is a mapping of its own.
+/// * The main thread's is the mapping holding `__libc_stack_end` (the stack pointer at
+///   process start, above every frame), and as far below its top as RLIMIT_STACK lets it grow,
+///   as glibc's pthread_getattr_np reports it. A vfork or posix_spawn child of the main thread
+///   (a process of its own: its tid is its pid) gets the same, its parent's stack.
 unsafe fn home_stack() -> Option<(usize, usize)> {
-    let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-    if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-        return None;
+    extern "C" {
+        static __libc_stack_end: *const std::ffi::c_void;
     }
-    let (mut low, mut size) = (std::ptr::null_mut(), 0);
-    let got = libc::pthread_attr_getstack(&attr, &mut low, &mut size) == 0;
-    libc::pthread_attr_destroy(&mut attr);
-    (got && size > 0).then_some((low as usize, size))
+    let main = libc::gettid() == libc::getpid();
+    let anchor = if main { __libc_stack_end as usize } else { thread_pointer() };
+    let (start, end) = crate::procmaps::mapping_containing(anchor)?;
+    let mut limit: libc::rlimit = std::mem::zeroed();
+    let growth = match main && libc::getrlimit(libc::RLIMIT_STACK, &mut limit) == 0 && limit.rlim_cur != libc::RLIM_INFINITY {
+        true => limit.rlim_cur as usize,
+        false => 0,
+    };
+    let size = (end - start).max(growth.min(end));
+    Some((end - size, size))
 }
 
 /// The pthread key whose destructor unmaps a thread's shadow stack.
