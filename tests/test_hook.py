@@ -285,6 +285,19 @@ def test_a_handler_on_an_alternate_stack_above_keeps_the_interrupted_frames(tmp_
     assert [alone.probe(spec)["hits"] for spec in (specs[0], specs[2])] == [n, n]
 
 
+def test_a_tail_call_into_a_return_probed_function_keeps_the_callers_entry(tmp_path):
+    """torture_tail_hop jumps to torture_leaf_tail, both return-probed: the callee's entry is
+    pushed at the stack pointer of the caller's own entry, which is live (the kernel's chained
+    call): dropping it as stale would abort at the caller's return."""
+    n = 5000
+    specs = [ret("torture_tail_hop"), ret("torture_leaf_tail")]
+    for probes in (specs, [*specs, entry("torture_leaf_tail")]):
+        hooked = hooked_and_plain("tail_call", n, tmp_path, probes)
+        hop, leaf = (hooked.probe(spec) for spec in specs)
+        assert (hop["hits"], leaf["hits"], hop["stale_returns"], leaf["stale_returns"]) == (n, n, 0, 0)
+        assert leaf["sums"][0] == sum(2 * i + 9 for i in range(n)) & MASK
+
+
 @pytest.mark.parametrize(
     "spec,message",
     [

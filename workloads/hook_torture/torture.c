@@ -8,8 +8,8 @@
  * must print the same one as an unhooked run. "calls" and "args" are what the victim passed,
  * so a probe's recorded counts and argument sums can be compared value by value.
  * Cases: rip_relative tiny loop_to_start into_patch mixed_args many_args recursion threads
- * fork shared_lib ipa_ra live_attach longjmp longjmp_flat spawn altstack. Errors: one line on
- * stderr, exit 2.
+ * fork shared_lib ipa_ra live_attach longjmp longjmp_flat spawn altstack tail_call. Errors: one
+ * line on stderr, exit 2.
  *
  * Built with -O2 (so gcc's -fipa-ra is in effect) as a PIE executable; functions are noinline
  * (not noipa: -fipa-ra must see them). */
@@ -40,6 +40,8 @@ long torture_tiny(void);
 long torture_into_patch(long n);
 long torture_loop_to_start(long n, long acc);
 long torture_clobber_check(void);
+long torture_tail_hop(long x);
+long torture_leaf_tail(long x);
 
 /* The test agent attaches its late probes when this is called (weak: absent without it). */
 void uebpf_hook_test_attach_late(void) __attribute__((weak));
@@ -560,6 +562,20 @@ static void case_altstack(long n)
 	print_sum("altstack", *arg, t, 2);
 }
 
+/* torture_tail_hop jumps to torture_leaf_tail's first instruction (torture_asm.S). */
+static void case_tail_call(long n)
+{
+	struct tally t[2] = {{.function = "torture_tail_hop"}, {.function = "torture_leaf_tail"}};
+	long sum = 0;
+	for (long i = 0; i < n; i++) {
+		sum = sum * 3 + torture_tail_hop(i);
+		count(&t[0], 1, &i);
+		long doubled = 2 * i;
+		count(&t[1], 1, &doubled);
+	}
+	print_sum("tail_call", sum, t, 2);
+}
+
 static const struct {
 	const char *name;
 	void (*run)(long n);
@@ -569,7 +585,7 @@ static const struct {
 	{"recursion", case_recursion}, {"threads", case_threads}, {"fork", case_fork},
 	{"shared_lib", case_shared_lib}, {"ipa_ra", case_ipa_ra}, {"live_attach", case_live_attach},
 	{"longjmp", case_longjmp}, {"longjmp_flat", case_longjmp_flat}, {"spawn", case_spawn},
-	{"altstack", case_altstack},
+	{"altstack", case_altstack}, {"tail_call", case_tail_call},
 };
 
 int main(int argc, char **argv)
