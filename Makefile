@@ -117,7 +117,8 @@ $(SKEL)/%.skel.h: $(BPF)/%.bpf.o | $(SKEL)
 .PHONY: tracers
 # The compatibility corpus (tests/test_compat.py) adds three small uprobe loaders.
 COMPAT_LOADERS := $(BIN)/malloc_sizes $(BIN)/func_latency $(BIN)/greet_printk
-tracers: $(BIN)/functrace $(BIN)/micro $(BIN)/transport $(COMPAT_LOADERS) $(LIB)/libmylib_lttng.so loadlat
+tracers: $(BIN)/functrace $(BIN)/micro $(BIN)/transport $(COMPAT_LOADERS) $(LIB)/libmylib_lttng.so loadlat \
+  $(BIN)/selftrace
 
 # tracecost load: its loader, its victim, and the objects it times beside functrace's and micro's:
 # an empty program and two generated straight-line programs of about 4k and 32k instructions
@@ -148,6 +149,14 @@ $(BIN)/%: tracers/ebpf/%.c $(SKEL)/%.skel.h probes/%.h tracers/ebpf/loader.h wor
 	$(CC) $(CFLAGS) -Iprobes -I$(SKEL) -o $@ $< $$(pkg-config --cflags --libs libbpf)
 
 $(BIN)/transport: workloads/common/latency_histogram.h
+
+# selftrace: a loader that traces itself (libbpf-bootstrap's layout: name.bpf.c + name.c side by
+# side; tests/test_agent.py runs it on the kernel and with the server and the agent preloaded).
+$(BPF)/selftrace.bpf.o: workloads/selftrace/selftrace.bpf.c $(BUILD)/vmlinux.h | $(BPF)
+	$(CLANG) $(BPF_CFLAGS) -c $< -o $@
+
+$(BIN)/selftrace: workloads/selftrace/selftrace.c $(SKEL)/selftrace.skel.h | $(BIN)
+	$(CC) $(CFLAGS) -I$(SKEL) -o $@ $< $$(pkg-config --cflags --libs libbpf)
 
 LTTNG_SRC := tracers/lttng/mylib_wrapper.c tracers/lttng/mylib_tp.c
 $(LIB)/libmylib_lttng.so: $(LTTNG_SRC) tracers/lttng/mylib_tp.h workloads/mylib/mylib.h | $(LIB)

@@ -24,12 +24,14 @@ import pytest
 from conftest import (
     AGENT,
     BUILD,
+    SERVER,
     SHM,
     UEBPF,
     agent_env,
     file_offset,
     functrace_argv,
     regions_removed,
+    server_env,
     uebpf,
     uebpf_loader,
     unused_uid,
@@ -585,3 +587,83 @@ def test_the_direct_attach_path_refuses_bad_input(tmp_path):
         assert not (SHM / f"uebpf-{region}").exists()
     usage = subprocess.run([str(UEBPF), "attach", str(obj)], capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2 and "needs --region NAME" in usage.stderr
+
+
+SELFTRACE = BUILD / "bin" / "selftrace"
+
+
+@pytest.mark.parametrize("runtime", ["kernel", "uebpf"])
+def test_a_loader_that_traces_itself_sees_its_first_calls(runtime):
+    """selftrace (workloads/selftrace, libbpf-bootstrap's style) attaches a uprobe to its own
+    function and syscalls/sys_enter_getpgid, then calls each 4 times, sleeps 200 ms, and does it
+    again. On the kernel the attach is synchronous; with the server and the agent preloaded into
+    the tool, the attach waits for its own agent: 4 of 4 from the first loop (before: 0 of 4,
+    and the tracepoint never, libc found through the server's `syscall`), and the sleep is not
+    cut short by the live patching's checkpoint signal (the remaining time nanosleep reports)."""
+    env = dict(os.environ)
+    if runtime == "uebpf":
+        env = server_env(region_name("selftrace"), LD_PRELOAD=f"{SERVER} {AGENT}")
+    result = subprocess.run([str(SELFTRACE)], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["first"], report["second"]) == ([4, 4], [4, 4]), report
+    assert (report["sleep_rc"], report["sleep_errno"], report["remaining_ns"]) == (0, 0, 0), report
+
+
+LIBC = Path(os.path.realpath("/lib/x86_64-linux-gnu/libc.so.6"))
+
+
+def stopped_before_exec(argv: list[str], env: dict) -> int:
+    """A child that stops itself (SIGSTOP) between its fork and its exec of `argv`: its pid."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.kill(os.getpid(), signal.SIGSTOP)
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    _, status = os.waitpid(pid, os.WUNTRACED)
+    assert os.WIFSTOPPED(status)
+    return pid
+
+
+def libc_calls_counted(runtime: str, symbol: str, tmp_path: Path) -> dict:
+    """functrace's summary for libc's `symbol` in sample_app, on the kernel or on uebpf (the
+    server under functrace, the agent in sample_app). The same protocol on both: sample_app is
+    forked and stopped before its exec, functrace attaches to its pid, then it runs; so both
+    count the same window, from the exec to the exit."""
+    region = region_name(f"libc-{symbol}")
+    env = agent_env(region) if runtime == "uebpf" else dict(os.environ)
+    output = tmp_path / f"{runtime}-{symbol}.bin"
+    victim = stopped_before_exec([str(SAMPLE_APP), "100"], env)
+    try:
+        argv = [BUILD / "bin" / "functrace", "--binary", LIBC, "--symbol", symbol, "--output", output, "--pid", victim]
+        loader_env = server_env(region) if runtime == "uebpf" else dict(os.environ)
+        with started(
+            lambda: Child([str(a) for a in argv], stderr_path=tmp_path / f"{runtime}.err", env=loader_env)
+        ) as loader:
+            loader.wait_for_line("READY", timeout_s=30)
+            os.kill(victim, signal.SIGCONT)
+            _, status = os.waitpid(victim, 0)
+            victim = None
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+            assert loader.stop().exit_code == 0, loader.stderr_text()
+            return parse_summary(loader.read_stdout())
+    finally:
+        if victim is not None:
+            os.kill(victim, signal.SIGKILL)
+            os.waitpid(victim, 0)
+
+
+@pytest.mark.parametrize("symbol", ["malloc", "free"])
+def test_the_agents_own_libc_calls_are_not_counted(symbol, tmp_path):
+    """malloc and free of sample_app counted by the kernel's uprobes (the oracle) and by uebpf's
+    agent inside it: the same numbers. Before, the agent added one malloc (the region's name,
+    kept after the start-up pass had hooked malloc) and one free at exit (glibc freeing the
+    record of a thread-local destructor std's thread spawn had registered)."""
+    kernel = libc_calls_counted("kernel", symbol, tmp_path)
+    on_uebpf = libc_calls_counted("uebpf", symbol, tmp_path)
+    assert kernel["entry"] > 0 and kernel["dropped"] == on_uebpf["dropped"] == 0, (kernel, on_uebpf)
+    assert on_uebpf["entry"] == kernel["entry"], (kernel, on_uebpf)

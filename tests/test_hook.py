@@ -21,6 +21,7 @@ UEBPF = BUILD / "bin" / "uebpf"
 TRACEFS = Path("/sys/kernel/tracing")
 LIBRARY = BUILD / "lib" / "libhooktorture.so"
 AGENT = BUILD / "lib" / "libuebpf_hook_testagent.so"
+LIBC = Path(os.path.realpath("/lib/x86_64-linux-gnu/libc.so.6"))
 MASK = (1 << 64) - 1
 
 
@@ -413,6 +414,60 @@ def test_longjmp_past_a_return_probe_drops_the_stale_entry(tmp_path):
     assert escape_return["hits"] == n // 2  # odd x longjmp out: their returns never happen
     assert escape_return["stale_returns"] == n // 2
     assert outer["hits"] == n and outer["stale_returns"] == 0
+
+
+@pytest.mark.parametrize("entry_too", [False, True], ids=["inline-push", "dispatcher-push"])
+def test_frames_abandoned_by_longjmp_are_dropped_by_later_calls(entry_too, tmp_path):
+    """10,000 longjmps out of torture_leap with no return-probed frame below to pop them, then
+    10,000 calls that return: each later call drops the stale entry at its own stack depth (as
+    the kernel's uretprobes do), so every return is probed (before: 0 of 10,000, the shadow
+    stack full of stale entries)."""
+    n = 10_000
+    specs = [ret("torture_leap")] + ([entry("torture_leap")] if entry_too else [])
+    hooked = hooked_and_plain("longjmp_flat", n, tmp_path, specs)
+    returns = hooked.probe(specs[0])
+    assert (returns["hits"], returns["missed_returns"], returns["stale_returns"]) == (n, 0, n)
+
+
+def test_children_that_exec_leave_no_entries_behind(tmp_path):
+    """A return probe on execve sees 5,000 children (posix_spawn, on glibc's child stack, and
+    vfork, on this one) call it and never return; they share the parent's memory and TLS, so
+    their entries are the parent's. torture_leap's returns afterwards must all be probed
+    (before: 0 of 5,000, and execve's later calls missed)."""
+    n = 5_000
+    specs = [ret("torture_leap"), ret("execve", LIBC)]
+    hooked = hooked_and_plain("spawn", n, tmp_path, specs)
+    leap, execve = (hooked.probe(spec) for spec in specs)
+    assert (leap["hits"], leap["missed_returns"]) == (n, 0)
+    assert (execve["hits"], execve["missed_returns"], execve["stale_returns"]) == (0, 0, n)
+
+
+def test_a_handler_on_an_alternate_stack_above_keeps_the_interrupted_frames(tmp_path):
+    """torture_alt_outer is pending on the thread's stack while its signal handler calls
+    torture_alt_inner on a sigaltstack placed above that stack: the kernel's rule alone would
+    take that call for proof that the outer frame is dead, and its return would abort."""
+    n = 1000
+    specs = [ret("torture_alt_outer"), entry("torture_alt_inner"), ret("torture_alt_inner")]
+    hooked = hooked_and_plain("altstack", n, tmp_path, specs)
+    for spec in specs:
+        probe = hooked.probe(spec)
+        assert (probe["hits"], probe["missed_returns"], probe["stale_returns"]) == (n, 0, 0)
+    # A return probe alone: the entry stub's inline push.
+    alone = hooked_and_plain("altstack", n, tmp_path, [specs[0], specs[2]])
+    assert [alone.probe(spec)["hits"] for spec in (specs[0], specs[2])] == [n, n]
+
+
+def test_a_tail_call_into_a_return_probed_function_keeps_the_callers_entry(tmp_path):
+    """torture_tail_hop jumps to torture_leaf_tail, both return-probed: the callee's entry is
+    pushed at the stack pointer of the caller's own entry, which is live (the kernel's chained
+    call): dropping it as stale would abort at the caller's return."""
+    n = 5000
+    specs = [ret("torture_tail_hop"), ret("torture_leaf_tail")]
+    for probes in (specs, [*specs, entry("torture_leaf_tail")]):
+        hooked = hooked_and_plain("tail_call", n, tmp_path, probes)
+        hop, leaf = (hooked.probe(spec) for spec in specs)
+        assert (hop["hits"], leaf["hits"], hop["stale_returns"], leaf["stale_returns"]) == (n, n, 0, 0)
+        assert leaf["sums"][0] == sum(2 * i + 9 for i in range(n)) & MASK
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,9 @@
  * must print the same one as an unhooked run. "calls" and "args" are what the victim passed,
  * so a probe's recorded counts and argument sums can be compared value by value.
  * Cases: rip_relative tiny loop_to_start into_patch mixed_args many_args recursion threads
- * fork shared_lib ipa_ra live_attach longjmp get_pc call_early_live signal_live sigtrap_blocked
- * switch ifunc unsized. Errors: one line on stderr, exit 2 (exit 1: the case went wrong).
+ * fork shared_lib ipa_ra live_attach longjmp longjmp_flat spawn altstack tail_call get_pc
+ * call_early_live signal_live sigtrap_blocked switch ifunc unsized. Errors: one line on stderr,
+ * exit 2 (exit 1: the case went wrong).
  *
  * Built with -O2 (so gcc's -fipa-ra is in effect) as a PIE executable; functions are noinline
  * (not noipa: -fipa-ra must see them). */
@@ -18,11 +19,13 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -47,6 +50,8 @@ long torture_read_early(int fd, void *buf, long n);
 long torture_raise(long tgid, long tid, long signal);
 long torture_switch(long k);
 long torture_unsized(long x);
+long torture_tail_hop(long x);
+long torture_leaf_tail(long x);
 
 /* The test agent attaches its late probes when this is called, and records every probe's hits
  * at a snapshot (weak: absent without it). */
@@ -143,6 +148,39 @@ HOOKED long torture_outer(long x)
 	else
 		result = -x;
 	return result;
+}
+
+static jmp_buf leap_point;
+
+/* Longjmps out of itself when asked to: then no return-probed frame of the caller is pending
+ * below it, so nothing but the push of a later call can drop its stale shadow-stack entry. */
+HOOKED long torture_leap(long x, int away)
+{
+	if (away)
+		longjmp(leap_point, 1);
+	return x * 7 + 1;
+}
+
+/* Runs on the alternate signal stack (torture_alt_outer's signal handler). */
+HOOKED long torture_alt_inner(long x)
+{
+	return x + 3;
+}
+
+static volatile long alt_result;
+
+static void alt_handler(int signal)
+{
+	alt_result += torture_alt_inner(signal);
+}
+
+/* Pending on the thread's own stack while its signal handler runs on the alternate stack. */
+HOOKED long torture_alt_outer(long x)
+{
+	raise(SIGUSR2);
+	long r = x * 2 + alt_result;
+	KEEP(r);
+	return r;
 }
 
 /* ---- output ------------------------------------------------------------------------------ */
@@ -630,6 +668,128 @@ static void case_unsized(long n)
 	print_sum("unsized", call_n(torture_unsized, &t[0], n), t, 1);
 }
 
+/* n longjmps out of torture_leap straight back into this frame (no return-probed frame below
+ * it), then n calls that return: each must be return-probed. */
+static void case_longjmp_flat(long n)
+{
+	struct tally t[1] = {{.function = "torture_leap"}};
+	volatile long sum = 0, i;
+	for (i = 0; i < n; i++) {
+		if (setjmp(leap_point) == 0)
+			torture_leap(i, 1);
+		sum = sum * 3 + i;
+	}
+	for (i = 0; i < n; i++)
+		sum = sum * 3 + torture_leap(i, 0);
+	t[0].calls = 2 * n;
+	print_sum("longjmp_flat", sum, t, 1);
+}
+
+/* The child never returns from here: it execs or exits. */
+static __attribute__((noinline)) pid_t vfork_true(char **argv, char **envp)
+{
+	pid_t child = vfork();
+	if (child == 0) {
+		execve("/bin/true", argv, envp);
+		_exit(127);
+	}
+	return child;
+}
+
+/* n children that exec /bin/true, alternately through posix_spawn (glibc runs the child on a
+ * stack of its own, sharing this thread's memory and TLS) and vfork (the child borrows this
+ * stack), then n calls of torture_leap: a return probe on execve sees the children's calls,
+ * which never return, and torture_leap's returns must all still be probed. */
+static void case_spawn(long n)
+{
+	struct tally t[1] = {{.function = "torture_leap"}};
+	char *argv[] = {"true", NULL}, *envp[] = {NULL}; /* no LD_PRELOAD for /bin/true */
+	long sum = 0;
+	for (long i = 0; i < n; i++) {
+		pid_t child;
+		if (i % 2 == 0) {
+			if (posix_spawn(&child, "/bin/true", NULL, NULL, argv, envp)) {
+				fprintf(stderr, "hook_torture: posix_spawn failed\n");
+				exit(2);
+			}
+		} else {
+			child = vfork_true(argv, envp);
+		}
+		int status;
+		if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status)) {
+			fprintf(stderr, "hook_torture: child %ld did not run /bin/true\n", i);
+			exit(2);
+		}
+	}
+	for (long i = 0; i < n; i++)
+		sum = sum * 3 + torture_leap(i, 0);
+	t[0].calls = n;
+	print_sum("spawn", sum, t, 1);
+}
+
+#define ALT_STACK (1 << 20)
+#define ALT_SIGNAL_STACK (64 << 10)
+#define ALT_GUARD 4096
+
+static void *alt_thread(void *arg)
+{
+	long n = *(long *)arg, sum = 0;
+	/* The signal stack lies right above the thread's stack (one mapping, the thread's stack at
+	 * its bottom, a guard page between): a return probe's rule must not take a handler's call
+	 * up there for a proof that the thread's pending frames below are dead. */
+	stack_t alt = {.ss_sp = (char *)arg + ALT_STACK + ALT_GUARD, .ss_size = ALT_SIGNAL_STACK};
+	if (sigaltstack(&alt, NULL)) {
+		fprintf(stderr, "hook_torture: sigaltstack failed\n");
+		exit(2);
+	}
+	for (long i = 0; i < n; i++)
+		sum = sum * 3 + torture_alt_outer(i);
+	*(long *)arg = sum;
+	return NULL;
+}
+
+/* n calls of torture_alt_outer on a thread, each raising a signal whose handler (on the
+ * alternate stack, above the thread's stack) calls torture_alt_inner. */
+static void case_altstack(long n)
+{
+	struct tally t[2] = {{.function = "torture_alt_outer", .calls = n}, {.function = "torture_alt_inner", .calls = n}};
+	struct sigaction action = {.sa_handler = alt_handler, .sa_flags = SA_ONSTACK};
+	sigemptyset(&action.sa_mask);
+	sigaction(SIGUSR2, &action, NULL);
+	char *block = mmap(NULL, ALT_STACK + ALT_GUARD + ALT_SIGNAL_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (block == MAP_FAILED || mprotect(block + ALT_STACK, ALT_GUARD, PROT_NONE)) {
+		fprintf(stderr, "hook_torture: mmap failed\n");
+		exit(2);
+	}
+	/* The argument sits in the block's first page, below the thread's stack. */
+	long *arg = (long *)block;
+	*arg = n;
+	pthread_attr_t attr;
+	pthread_t thread;
+	pthread_attr_init(&attr);
+	pthread_attr_setstack(&attr, block + 4096, ALT_STACK - 4096);
+	if (pthread_create(&thread, &attr, alt_thread, block)) {
+		fprintf(stderr, "hook_torture: pthread_create failed\n");
+		exit(2);
+	}
+	pthread_join(thread, NULL);
+	print_sum("altstack", *arg, t, 2);
+}
+
+/* torture_tail_hop jumps to torture_leaf_tail's first instruction (torture_asm.S). */
+static void case_tail_call(long n)
+{
+	struct tally t[2] = {{.function = "torture_tail_hop"}, {.function = "torture_leaf_tail"}};
+	long sum = 0;
+	for (long i = 0; i < n; i++) {
+		sum = sum * 3 + torture_tail_hop(i);
+		count(&t[0], 1, &i);
+		long doubled = 2 * i;
+		count(&t[1], 1, &doubled);
+	}
+	print_sum("tail_call", sum, t, 2);
+}
+
 static const struct {
 	const char *name;
 	void (*run)(long n);
@@ -638,9 +798,11 @@ static const struct {
 	{"into_patch", case_into_patch}, {"mixed_args", case_mixed_args}, {"many_args", case_many_args},
 	{"recursion", case_recursion}, {"threads", case_threads}, {"fork", case_fork},
 	{"shared_lib", case_shared_lib}, {"ipa_ra", case_ipa_ra}, {"live_attach", case_live_attach},
-	{"longjmp", case_longjmp}, {"get_pc", case_get_pc}, {"call_early_live", case_call_early_live},
-	{"signal_live", case_signal_live}, {"sigtrap_blocked", case_sigtrap_blocked}, {"switch", case_switch},
-	{"ifunc", case_ifunc}, {"unsized", case_unsized},
+	{"longjmp", case_longjmp}, {"longjmp_flat", case_longjmp_flat}, {"spawn", case_spawn},
+	{"altstack", case_altstack}, {"tail_call", case_tail_call}, {"get_pc", case_get_pc},
+	{"call_early_live", case_call_early_live}, {"signal_live", case_signal_live},
+	{"sigtrap_blocked", case_sigtrap_blocked}, {"switch", case_switch}, {"ifunc", case_ifunc},
+	{"unsized", case_unsized},
 };
 
 int main(int argc, char **argv)

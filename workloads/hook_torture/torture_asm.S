@@ -248,6 +248,25 @@ torture_undecodable:
 	.byte 0x06, 0x06, 0x06, 0x06, 0x06, 0x06
 	.size torture_undecodable, .-torture_undecodable
 
+/* A tail call: after the patched bytes, a jump (not a call) to the start of torture_leaf_tail.
+ * With return probes on both, the callee enters its stub at the caller's own entry stack
+ * pointer: a chained call, whose caller frame is live. torture_tail_hop(x) = x * 2 + 9. */
+	.globl torture_tail_hop
+	.type torture_tail_hop, @function
+torture_tail_hop:
+	lea rdi, [rdi + rdi]
+	nop dword ptr [rax + rax + 0]
+	jmp torture_leaf_tail
+	.size torture_tail_hop, .-torture_tail_hop
+
+	.globl torture_leaf_tail
+	.type torture_leaf_tail, @function
+torture_leaf_tail:
+	lea rax, [rdi + 9]
+	nop dword ptr [rax + rax + 0]
+	ret
+	.size torture_leaf_tail, .-torture_leaf_tail
+
 	.data
 	.globl torture_rip_global
 	.type torture_rip_global, @object

@@ -96,32 +96,42 @@ extern "C" fn start() {
         // Not there yet, or still being created: the thread waits for it.
         Err(_) => {}
     });
-    let _ = REGION_NAME.set(name.clone());
-    FOLLOWING.store(true, Ordering::Release);
-    // SAFETY: plain functions with no captured state.
-    unsafe {
-        libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child));
-        libc::atexit(release_at_exit);
-    }
-    watcher::spawn(name);
+    // The hooks are live from here on: keeping the name (an allocation), registering the fork
+    // and exit handlers (glibc may allocate a block of handlers) and starting the thread are
+    // the agent's work, which a probe on malloc would count as the target's.
+    without_probes(|| {
+        let _ = REGION_NAME.set(name.clone());
+        FOLLOWING.store(true, Ordering::Release);
+        // SAFETY: plain functions with no captured state.
+        unsafe {
+            libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child));
+            libc::atexit(release_at_exit);
+        }
+        watcher::spawn(name);
+    });
 }
 
+// The fork handlers run with probes off: they lock, unlock, allocate (the child's copy of the
+// region name) and start a thread, all of it the agent's work, which a probe on
+// pthread_mutex_lock or malloc would otherwise count as the target's.
 extern "C" fn before_fork() {
-    STATE.lock_for_fork();
+    without_probes(|| STATE.lock_for_fork());
 }
 
 extern "C" fn after_fork_in_parent() {
-    STATE.unlock_after_fork();
+    without_probes(|| STATE.unlock_after_fork());
 }
 
 /// The child keeps every hook (its code is a copy); its own thread claims its own slot and
 /// drops the hooks whose pid filter names the parent.
 extern "C" fn after_fork_in_child() {
-    STATE.unlock_after_fork();
-    STATE.with(|state| state.session.as_mut().map(Session::pass_soon));
-    if let (true, Some(name)) = (FOLLOWING.load(Ordering::Acquire), REGION_NAME.get()) {
-        watcher::spawn(name.clone());
-    }
+    without_probes(|| {
+        STATE.unlock_after_fork();
+        STATE.with(|state| state.session.as_mut().map(Session::pass_soon));
+        if let (true, Some(name)) = (FOLLOWING.load(Ordering::Acquire), REGION_NAME.get()) {
+            watcher::spawn(name.clone());
+        }
+    });
 }
 
 /// Frees this process's agent slot; skipped if the agent's thread is busy (a slot whose

@@ -14,6 +14,13 @@ use crate::probe::{self, Probe};
 use crate::syscalls::{self, Point, SyscallProbe};
 use crate::warn;
 
+/// Exported for the bpf(2) server preloaded into the same process (a loader that traces
+/// itself): its attach then waits until this agent has applied it (server/src/perf.rs,
+/// `applied_here`).
+#[no_mangle]
+#[used]
+pub static uebpf_agent_in_process: u8 = 1;
+
 /// What became of an enabled attachment for this process.
 #[derive(Clone)]
 enum Outcome {

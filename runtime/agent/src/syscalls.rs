@@ -132,13 +132,26 @@ pub(crate) unsafe extern "C" fn at_wrapper(regs: *mut PtRegs, data: *mut c_void)
     }
 }
 
-/// The C library this process runs with (the file that defines `syscall`).
+/// The C library this process runs with: the file that defines libc.so.6's own `syscall`.
+/// Not `dladdr(syscall)`: in a process that also preloads the bpf(2) server (a loader tracing
+/// itself), the global lookup of `syscall` is the server's interposed one, whose file is not
+/// the C library. A lookup through libc.so.6's own handle (RTLD_NOLOAD: the loaded one, or
+/// none) searches that library first, whatever is preloaded.
 fn libc_path() -> Result<PathBuf, String> {
-    // SAFETY: dladdr only reads the loader's tables; dli_fname is a C string it owns.
+    let missing = |what: &str| format!("cannot find the C library's file ({what})");
+    // SAFETY: RTLD_NOLOAD only looks the loaded library up (a reference dropped before
+    // returning: libc is never unloaded); dladdr only reads the loader's tables, and
+    // dli_fname is a C string it owns.
     unsafe {
+        let handle = libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+        if handle.is_null() {
+            return Err(missing("libc.so.6 is not loaded"));
+        }
+        let own = libc::dlsym(handle, c"syscall".as_ptr());
+        libc::dlclose(handle);
         let mut info: libc::Dl_info = std::mem::zeroed();
-        if libc::dladdr(libc::syscall as *const c_void, &mut info) == 0 || info.dli_fname.is_null() {
-            return Err("cannot find the C library's file (dladdr of syscall failed)".into());
+        if own.is_null() || libc::dladdr(own, &mut info) == 0 || info.dli_fname.is_null() {
+            return Err(missing("no syscall in libc.so.6"));
         }
         Ok(PathBuf::from(CStr::from_ptr(info.dli_fname).to_str().map_err(|e| e.to_string())?))
     }

@@ -24,8 +24,15 @@ const REGION_POLL: Duration = Duration::from_millis(10);
 const CREATION_PATIENCE: Duration = Duration::from_secs(2);
 
 /// Starts the thread, with every asynchronous signal blocked from its first instruction.
+///
+/// With pthread_create, not std::thread: std's spawn gives the spawning thread (the target's
+/// main thread, or a forked child's only one) a thread-local with a destructor (its spawn
+/// hooks), and glibc frees that destructor's record at the thread's exit (`__call_tls_dtors`,
+/// stdlib/cxa_thread_atexit_impl.c) with the target's probes on: one `free` per process that a
+/// probe on free counted as the target's. The agent's thread itself never exits.
 pub(crate) fn spawn(name: String) {
-    // SAFETY: signal masks of the calling thread, restored right after the spawn.
+    // SAFETY: signal masks of the calling thread, restored right after the spawn; the thread
+    // takes ownership of the boxed name.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
         let mut previous: libc::sigset_t = std::mem::zeroed();
@@ -35,13 +42,36 @@ pub(crate) fn spawn(name: String) {
         }
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut previous);
         // Probes off on the spawning thread too: the spawn is the agent's work, not the target's.
-        let spawned =
-            without_probes(|| std::thread::Builder::new().name("uebpf-agent".into()).spawn(move || without_probes(|| watch(&name))));
+        let error = without_probes(|| {
+            let name = Box::into_raw(Box::new(name));
+            let mut thread: libc::pthread_t = 0;
+            let error = libc::pthread_create(&mut thread, std::ptr::null(), run, name.cast());
+            if error == 0 {
+                libc::pthread_setname_np(thread, c"uebpf-agent".as_ptr());
+                libc::pthread_detach(thread);
+            } else {
+                drop(Box::from_raw(name));
+            }
+            error
+        });
         libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
-        if let Err(e) = spawned {
+        if error != 0 {
+            let e = std::io::Error::from_raw_os_error(error);
             warn(&format!("cannot start the agent thread, later attaches will not be seen: {e}"));
         }
     }
+}
+
+/// The thread's body; a panic ends the thread with one line, never unwinds into C.
+extern "C" fn run(name: *mut libc::c_void) -> *mut libc::c_void {
+    without_probes(|| {
+        // SAFETY: `spawn` passed the boxed name and gave up its ownership.
+        let name = unsafe { Box::from_raw(name.cast::<String>()) };
+        if std::panic::catch_unwind(|| watch(&name)).is_err() {
+            warn("the agent's thread stopped after an internal error; later attaches will not be seen");
+        }
+    });
+    std::ptr::null_mut()
 }
 
 fn watch(name: &str) {

@@ -10,6 +10,14 @@
 //! are dropped and counted. If no entry matches (the thread switched stacks), the process
 //! aborts with a message rather than jump to an address that may be wrong.
 //!
+//! Frames that never return are also dropped when a new one is pushed (`drop_dead_frames`), as
+//! the kernel's uretprobes do (kernel/events/uprobes.c: `cleanup_return_instances` with
+//! arch/x86/kernel/uprobes.c's `arch_uretprobe_is_alive(RP_CHECK_CALL)`): a call at stack
+//! pointer S means no frame saved at S or below on the same stack is still live. Without it a
+//! thread that longjmps past return-probed frames, or whose vfork children run a return-probed
+//! `execve` and never come back, piles up entries that no later return pops, until the stack
+//! is full and every later return of the thread is missed.
+//!
 //! The shadow stack is mmapped on a thread's first return-probe hit (no malloc: the hooked
 //! function may be malloc itself) and unmapped by a pthread key destructor at thread exit.
 //! fork copies it with the rest of the thread, which is exactly right: the child's stack holds
@@ -20,6 +28,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::OnceLock;
 
+use crate::hook::TRAMPOLINE_OFFSET;
 use crate::regs::PtRegs;
 use crate::site::Site;
 
@@ -37,6 +46,11 @@ struct ShadowEntry {
 #[repr(C)]
 struct ShadowStack {
     depth: usize,
+    /// The thread's own stack, `[home_low, home_low + home_size)` (`home_stack`, read when the
+    /// shadow stack is mapped; the whole address space if it cannot be read): see
+    /// `drop_dead_frames` for why the rule needs to know it.
+    home_low: usize,
+    home_size: usize,
     entries: [ShadowEntry; SHADOW_CAPACITY],
 }
 
@@ -48,6 +62,8 @@ pub(crate) mod layout {
     pub(crate) const BUSY: i32 = offset_of!(ThreadState, busy) as i32;
     pub(crate) const SHADOW: i32 = offset_of!(ThreadState, shadow) as i32;
     pub(crate) const DEPTH: i32 = offset_of!(ShadowStack, depth) as i32;
+    pub(crate) const HOME_LOW: i32 = offset_of!(ShadowStack, home_low) as i32;
+    pub(crate) const HOME_SIZE: i32 = offset_of!(ShadowStack, home_size) as i32;
     pub(crate) const ENTRIES: i32 = offset_of!(ShadowStack, entries) as i32;
     pub(crate) const ENTRY_SIZE: i32 = size_of::<ShadowEntry>() as i32;
     pub(crate) const RETURN_ADDRESS: i32 = offset_of!(ShadowEntry, return_address) as i32;
@@ -100,11 +116,16 @@ fn thread_state() -> &'static ThreadState {
 /// Where this thread's [`ThreadState`] is relative to the thread pointer (the fs base): the same
 /// for every thread (static TLS), so a stub can address it as `fs:[offset]`.
 pub(crate) fn thread_state_offset() -> i32 {
+    (thread_state() as *const ThreadState as usize).wrapping_sub(thread_pointer()) as isize as i32
+}
+
+/// The calling thread's thread pointer (the fs base, which x86-64 glibc also stores at fs:0).
+fn thread_pointer() -> usize {
     let thread_pointer: usize;
     unsafe {
         std::arch::asm!("mov {tp}, qword ptr fs:[0]", tp = out(reg) thread_pointer, options(pure, readonly, nostack, preserves_flags))
     };
-    (thread_state() as *const ThreadState as usize).wrapping_sub(thread_pointer) as isize as i32
+    thread_pointer
 }
 
 /// Runs `work` with every probe skipped on this thread (hits are counted as `skipped`), as
@@ -161,20 +182,78 @@ pub(crate) unsafe extern "C" fn on_return(regs: *mut PtRegs) -> usize {
     }
 }
 
-/// Saves the return address at `[sp]`; false (and counted) when the shadow stack is full.
+/// Saves the return address at `[sp]`, after dropping the entries of frames that cannot be
+/// live any more; false (and counted) when the shadow stack is full.
 unsafe fn push_return(thread: &ThreadState, regs: &PtRegs, site: &Site) -> bool {
     // SAFETY: `busy` is set (see `shadow_stack`); the borrow ends when this returns.
-    let shadow = match shadow_stack(thread).map(|shadow| &mut *shadow.as_ptr()) {
-        Some(shadow) if shadow.depth < SHADOW_CAPACITY => shadow,
-        _ => {
-            site.missed_returns.fetch_add(1, Relaxed);
-            return false;
-        }
+    let Some(shadow) = shadow_stack(thread).map(|shadow| &mut *shadow.as_ptr()) else {
+        site.missed_returns.fetch_add(1, Relaxed);
+        return false;
     };
-    let return_address = *(regs.sp as *const usize);
-    shadow.entries[shadow.depth] = ShadowEntry { return_address, sp: regs.sp as usize, site };
+    let sp = regs.sp as usize;
+    let return_address = *(sp as *const usize);
+    drop_dead_frames(shadow, sp, return_address);
+    if shadow.depth >= SHADOW_CAPACITY {
+        site.missed_returns.fetch_add(1, Relaxed);
+        return false;
+    }
+    shadow.entries[shadow.depth] = ShadowEntry { return_address, sp, site };
     shadow.depth += 1;
     true
+}
+
+/// Drops (and counts in their sites' `stale_returns`) the topmost entries that a call at stack
+/// pointer `sp` proves dead. The kernel's rule (`arch_uretprobe_is_alive`, RP_CHECK_CALL): an
+/// entry saved at `sp` or below is dead, since the call reuses its stack. That holds only
+/// within one stack, and a thread's entries can come from several:
+///
+/// * A call on the thread's own stack (the home stack) drops every entry above the newest
+///   home-stack one that was saved on another stack, whatever its address: the code that ran
+///   there has gone (a signal handler on the alternate stack left by siglongjmp; a vfork or
+///   posix_spawn child, which shares this thread's memory and TLS, hence this shadow stack,
+///   and ran on its own stack until its `execve` replaced it), since coming back to the home
+///   stack is how those end. Then home-stack entries at or below `sp` go, as in the kernel.
+/// * A call on another stack (a sigaltstack handler, the stack glibc's posix_spawn gives its
+///   child) never drops a home-stack entry: the frames it interrupted or borrowed this thread
+///   from are below it and still live, whether that stack lies above or below the home stack
+///   in memory (the kernel's rule alone would drop them when it lies above, and their return
+///   would then abort). Among entries of other stacks the kernel's rule applies. So a vfork
+///   child's entries stay until its parent's next call on the home stack (or the next child's
+///   call at the same or a higher address) drops them; children that exec from ever lower
+///   addresses with no return-probed call of the parent in between would still pile up.
+///
+/// A chained call is the exception, as in the kernel (RP_CHECK_CHAIN_CALL): a probed function
+/// that jumps to the first instruction of itself (a loop) or of another return-probed
+/// function (a tail call) enters a stub at the `sp` of its own entry, whose frame is live: its
+/// stub's call into the function put the stub's own return point at `[sp]`, which no other
+/// call at that depth can (`return_address` inside that entry's stub).
+///
+/// Stack switching (swapcontext, coroutines) with a pending return probe remains unsupported:
+/// a frame dropped here, or never found, makes `pop_return` abort.
+///
+/// The entry stub's inline push (stubs.rs) takes this path whenever the newest entry is not a
+/// home-stack entry above `sp` (the case that drops nothing, tested there in a few instructions).
+fn drop_dead_frames(shadow: &mut ShadowStack, sp: usize, return_address: usize) {
+    let home = |at: usize| at.wrapping_sub(shadow.home_low) < shadow.home_size;
+    let on_home = home(sp);
+    let mut depth = shadow.depth.min(SHADOW_CAPACITY);
+    while depth > 0 {
+        let top = &shadow.entries[depth - 1];
+        // SAFETY: sites are never freed (a thread may still run their stubs).
+        let site = unsafe { &*top.site };
+        let chained = top.sp == sp && return_address.wrapping_sub(site.entry_stub) < TRAMPOLINE_OFFSET;
+        let dead = match (on_home, home(top.sp)) {
+            (true, false) => true,
+            (false, true) => false,
+            _ => top.sp <= sp && !chained,
+        };
+        if !dead {
+            break;
+        }
+        site.stale_returns.fetch_add(1, Relaxed);
+        depth -= 1;
+    }
+    shadow.depth = depth;
 }
 
 unsafe fn pop_return(thread: &ThreadState, sp: usize) -> ShadowEntry {
@@ -227,9 +306,40 @@ unsafe fn shadow_stack(thread: &ThreadState) -> Option<NonNull<ShadowStack>> {
             return None;
         }
         libc::pthread_setspecific(key, mapped);
+        let shadow = &mut *mapped.cast::<ShadowStack>();
+        (shadow.home_low, shadow.home_size) = home_stack().unwrap_or((0, usize::MAX));
         thread.shadow.set(mapped.cast());
     }
     NonNull::new(thread.shadow.get())
+}
+
+/// The calling thread's own stack (start, size), whatever the stack pointer is now (a signal
+/// handler on the alternate stack, or a vfork child on its own stack, gets its thread's). Run
+/// once per thread, when its shadow stack is mapped, which can be in a signal handler or a
+/// vfork child: so no allocation and no lock (pthread_getattr_np takes the thread's lock and
+/// allocates), only system calls and /proc/self/maps read into a stack buffer.
+///
+/// * Another thread's stack is the mapping that holds its thread pointer: glibc puts the
+///   thread's descriptor at the top of its stack block (nptl/allocatestack.c), also of a stack
+///   the caller provided; the guard page below is a mapping of its own.
+/// * The main thread's is the mapping holding `__libc_stack_end` (the stack pointer at
+///   process start, above every frame), and as far below its top as RLIMIT_STACK lets it grow,
+///   as glibc's pthread_getattr_np reports it. A vfork or posix_spawn child of the main thread
+///   (a process of its own: its tid is its pid) gets the same, its parent's stack.
+unsafe fn home_stack() -> Option<(usize, usize)> {
+    extern "C" {
+        static __libc_stack_end: *const std::ffi::c_void;
+    }
+    let main = libc::gettid() == libc::getpid();
+    let anchor = if main { __libc_stack_end as usize } else { thread_pointer() };
+    let (start, end) = crate::procmaps::mapping_containing(anchor)?;
+    let mut limit: libc::rlimit = std::mem::zeroed();
+    let growth = match main && libc::getrlimit(libc::RLIMIT_STACK, &mut limit) == 0 && limit.rlim_cur != libc::RLIM_INFINITY {
+        true => limit.rlim_cur as usize,
+        false => 0,
+    };
+    let size = (end - start).max(growth.min(end));
+    Some((end - size, size))
 }
 
 /// The pthread key whose destructor unmaps a thread's shadow stack.

@@ -20,7 +20,7 @@ use crate::stubs;
 static SITES: Mutex<Vec<&'static Site>> = Mutex::new(Vec::new());
 static NEXT_PROBE_ID: AtomicU64 = AtomicU64::new(1);
 /// Entry stub at the start of a site's page, trampoline after it.
-const TRAMPOLINE_OFFSET: usize = 2048;
+pub(crate) const TRAMPOLINE_OFFSET: usize = 2048;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {

@@ -44,6 +44,50 @@ pub(crate) fn read() -> io::Result<Vec<Mapping>> {
     text.lines().map(|line| parse(line).ok_or_else(|| io::Error::other(format!("unexpected /proc/self/maps line {line:?}")))).collect()
 }
 
+/// The mapping `(start, end)` that contains `address`, read from `/proc/self/maps` with plain
+/// system calls into a buffer on the stack: no allocation and no lock, so that a caller running
+/// in a signal handler (which may have interrupted malloc) or a vfork child can use it.
+pub(crate) fn mapping_containing(address: usize) -> Option<(usize, usize)> {
+    // SAFETY: open, read and close of a descriptor this function owns, into a local buffer.
+    let fd = unsafe { libc::open(c"/proc/self/maps".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    let mut buffer = [0u8; 4096];
+    // Each line starts "start-end ": the two bounds are parsed, the rest skipped.
+    let (mut start, mut end, mut field) = (0usize, 0usize, 0);
+    let mut found = None;
+    'lines: loop {
+        let n = unsafe { libc::read(fd, buffer.as_mut_ptr().cast(), buffer.len()) };
+        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        if n <= 0 {
+            break;
+        }
+        for &byte in &buffer[..n as usize] {
+            let digit = (byte as char).to_digit(16).map(|d| d as usize);
+            match (field, byte, digit) {
+                (_, b'\n', _) => (start, end, field) = (0, 0, 0),
+                (0, b'-', _) => field = 1,
+                (1, b' ', _) => {
+                    if (start..end).contains(&address) {
+                        found = Some((start, end));
+                        break 'lines;
+                    }
+                    field = 2;
+                }
+                (0, _, Some(d)) => start = start << 4 | d,
+                (1, _, Some(d)) => end = end << 4 | d,
+                (0 | 1, _, None) => break 'lines,
+                _ => {}
+            }
+        }
+    }
+    unsafe { libc::close(fd) };
+    found
+}
+
 fn parse(line: &str) -> Option<Mapping> {
     // start-end perms offset major:minor inode [path]
     let mut fields = line.split_ascii_whitespace();
@@ -76,6 +120,17 @@ mod tests {
         assert_eq!(m.dev, libc::makedev(0xfd, 1));
         let anon = parse("7ffd1000-7ffd2000 rw-p 00000000 00:00 0 ").unwrap();
         assert_eq!(anon.inode, 0);
+    }
+
+    #[test]
+    fn the_mapping_around_an_address_is_found_without_allocating() {
+        let here = parses_file_and_anonymous_lines as *const () as usize;
+        let expected = read().unwrap().into_iter().find(|m| m.contains(here)).map(|m| (m.start, m.end));
+        assert_eq!(mapping_containing(here), expected);
+        let local = 0u8;
+        let (start, end) = mapping_containing(&local as *const u8 as usize).unwrap();
+        assert!(start <= &local as *const u8 as usize && (&local as *const u8 as usize) < end);
+        assert_eq!(mapping_containing(0), None);
     }
 
     #[test]

@@ -195,7 +195,7 @@ const FAST_RDX: i32 = 0;
 /// and drops the return address, leaving every register and flag as it was at S. Jumps to
 /// `cannot_push` (which restores the fast frame and takes the full path) when the thread is
 /// busy (its hits are skipped: on_entry counts them), has no shadow stack yet (on_entry maps
-/// it) or a full one. Starts with rcx saved at FAST_RCX. The flags are saved with lahf/seto and
+/// it), a full one, or one whose newest entry a call here may prove dead (on_entry drops it). Starts with rcx saved at FAST_RCX. The flags are saved with lahf/seto and
 /// restored with sahf: the instructions used leave DF and the system flags alone.
 ///
 /// A signal can land between any two instructions and its handler can hit probes on this
@@ -217,6 +217,24 @@ fn push_return_inline(a: &mut CodeAssembler, site: &Site, cannot_push: CodeLabel
     a.mov(rdx, qword_ptr(rcx + layout::DEPTH))?;
     a.cmp(rdx, layout::CAPACITY)?;
     a.jae(cannot_push)?;
+    // Nothing to drop (dispatch.rs, `drop_dead_frames`) when the stack is empty or its newest
+    // entry is a home-stack frame above the entry stack pointer S = rsp + FAST_FRAME: the
+    // common nesting. Anything else goes to the dispatcher, which drops what a call at S
+    // proves dead.
+    let mut push = a.create_label();
+    a.test(rdx, rdx)?;
+    a.jz(push)?;
+    a.lea(rdx, ptr(rdx + rdx * 2))?; // entries[depth - 1].sp, with ENTRY_SIZE = 24
+    a.mov(rdx, qword_ptr(rcx + rdx * 8 + (layout::ENTRIES - layout::ENTRY_SIZE + layout::SP)))?;
+    a.sub(rdx, FAST_FRAME)?;
+    a.cmp(rdx, rsp)?;
+    a.jbe(cannot_push)?; // the newest entry's sp <= S
+    a.add(rdx, FAST_FRAME)?;
+    a.sub(rdx, qword_ptr(rcx + layout::HOME_LOW))?;
+    a.cmp(rdx, qword_ptr(rcx + layout::HOME_SIZE))?;
+    a.jae(cannot_push)?; // not on the home stack
+    a.mov(rdx, qword_ptr(rcx + layout::DEPTH))?;
+    a.set_label(&mut push)?;
     a.add(rdx, 1)?;
     a.mov(qword_ptr(rcx + layout::DEPTH), rdx)?;
     a.lea(rdx, ptr(rdx + rdx * 2))?; // entries[depth - 1], with ENTRY_SIZE = 24

@@ -15,9 +15,10 @@ use std::ffi::{c_char, c_int, c_long, CStr, CString};
 
 use std::os::unix::fs::MetadataExt;
 use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 use uebpf::user;
 
-use uebpf_maps::{kernel_tracepoint_id, AttachKind, AttachSpec, AttachState};
+use uebpf_maps::{generation_reached, kernel_tracepoint_id, AttachKind, AttachSpec, AttachState};
 
 use crate::lifetime::region;
 use crate::objects::{lookup, new_fd, register, Object, ProgObject};
@@ -247,7 +248,54 @@ pub fn attach(event: &PerfEvent, prog: &ProgObject, cookie: u64, by_link: bool) 
     })?;
     state.attachment = Some(id);
     state.by_link = by_link;
+    let enabled = state.enabled;
+    drop(state);
+    if enabled {
+        applied_here()?;
+    }
     Ok(id)
+}
+
+/// How long an attach waits for this process's own agent (a hook waits up to 2 s for every
+/// thread to answer its checkpoint).
+const APPLY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the wait re-checks while no agent reports.
+const APPLY_RECHECK: Duration = Duration::from_millis(50);
+
+/// A loader that traces itself (the server and the agent preloaded into one process, as
+/// libbpf-bootstrap's examples are run): the attach that completes an attachment (the enable
+/// after SET_BPF or BPF_LINK_CREATE, or an attach to an enabled event) returns only once this
+/// process's agent has applied the attach table as it stands now, as `uebpf wait-applied`
+/// reads its slot, so that the loader's next calls are traced as the kernel's synchronous
+/// attach would trace them, and its live patching (whose checkpoint signal interrupts a
+/// sleeping system call once) is over before the loader sleeps. A futex wait the checkpoint
+/// interrupts is simply re-checked. Without the agent in this process nothing waits (the
+/// targets are other processes; a harness waits for them with `uebpf wait-applied`). After
+/// APPLY_TIMEOUT: ETIMEDOUT and one stderr line.
+fn applied_here() -> Result<(), c_int> {
+    // SAFETY: a lookup of a data symbol the agent exports; nothing is called.
+    if unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"uebpf_agent_in_process".as_ptr()) }.is_null() {
+        return Ok(());
+    }
+    let region = region()?;
+    let generation = region.attach_generation();
+    let pid = std::process::id();
+    let deadline = Instant::now() + APPLY_TIMEOUT;
+    loop {
+        let seen = region.agent_generation();
+        if region.agent(pid).is_some_and(|s| s.passes > 0 && generation_reached(s.report.applied, generation)) {
+            return Ok(());
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            eprintln!(
+                "uebpf: the agent in this process ({pid}) did not apply the attachment within {} s (is UEBPF_REGION the same for the server and the agent?)",
+                APPLY_TIMEOUT.as_secs()
+            );
+            return Err(libc::ETIMEDOUT);
+        }
+        region.wait_agent_change(seen, left.min(APPLY_RECHECK));
+    }
 }
 
 /// Marks attachment `id` detached (its link or perf event was closed).
@@ -263,9 +311,12 @@ pub fn ioctl(event: &PerfEvent, request: u64, arg: c_long) -> Result<c_int, c_in
         PERF_EVENT_IOC_ENABLE | PERF_EVENT_IOC_DISABLE => {
             let mut state = event.state.lock().unwrap_or_else(|p| p.into_inner());
             state.enabled = request == PERF_EVENT_IOC_ENABLE;
-            if let Some(id) = state.attachment {
-                let new = if state.enabled { AttachState::Enabled } else { AttachState::Disabled };
-                region()?.set_attachment_state(id, new).map_err(|_| libc::EINVAL)?;
+            let Some(id) = state.attachment else { return Ok(0) };
+            let new = if state.enabled { AttachState::Enabled } else { AttachState::Disabled };
+            region()?.set_attachment_state(id, new).map_err(|_| libc::EINVAL)?;
+            drop(state);
+            if new == AttachState::Enabled {
+                applied_here()?;
             }
             Ok(0)
         }
