@@ -52,10 +52,11 @@ def test_bad_values_are_one_line_usage_errors(tracecost, args, words):
     assert_one_line_error(tracecost("load", *args), 2, *words)
 
 
-def test_the_run_size_is_the_default_cells_with_two_runs():
+def test_the_run_size_is_every_object_at_one_probe_and_ten_probes_six_runs_each():
     config = load.LoadSuite().run_config(seed=4)
-    assert (config.runs, config.seed, config.matrix) == (2, 4, False)
-    assert len(load.LoadSuite().groups(config)) * len(config.methods) == 14
+    assert (config.runs, config.seed, config.matrix, config.probes) == (6, 4, False, [1, 10])
+    # 5 objects with 1 probe, the first object with 10: 6 cells on each runtime.
+    assert len(load.LoadSuite().groups(config)) * len(config.methods) == 12
 
 
 def test_list_names_every_object_file_and_both_runtimes(tracecost):
