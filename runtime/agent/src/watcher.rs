@@ -8,6 +8,7 @@
 //! runs with probes off (`without_probes`): its mallocs and libc calls are the agent's, not the
 //! target's, and no probe sees them.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use uebpf::maps::{current, region_path, ErrorKind, Region};
@@ -23,8 +24,22 @@ const REGION_POLL: Duration = Duration::from_millis(10);
 /// How long a region file may stay unopenable (being created) before the agent says why.
 const CREATION_PATIENCE: Duration = Duration::from_secs(2);
 
+/// Which thread follows: a thread started at an older epoch has been retired (`uebpf detach`, or
+/// `uebpf inject` naming another region) and ends at its next wakeup, touching nothing.
+static EPOCH: AtomicU32 = AtomicU32::new(0);
+
+/// Retires every running thread: from now on none of them changes the agent's state.
+pub(crate) fn retire() {
+    EPOCH.fetch_add(1, Ordering::AcqRel);
+}
+
+fn current(epoch: u32) -> bool {
+    EPOCH.load(Ordering::Acquire) == epoch
+}
+
 /// Starts the thread, with every asynchronous signal blocked from its first instruction.
 pub(crate) fn spawn(name: String) {
+    let epoch = EPOCH.load(Ordering::Acquire);
     // SAFETY: signal masks of the calling thread, restored right after the spawn.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
@@ -36,7 +51,7 @@ pub(crate) fn spawn(name: String) {
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut previous);
         // Probes off on the spawning thread too: the spawn is the agent's work, not the target's.
         let spawned =
-            without_probes(|| std::thread::Builder::new().name("uebpf-agent".into()).spawn(move || without_probes(|| watch(&name))));
+            without_probes(|| std::thread::Builder::new().name("uebpf-agent".into()).spawn(move || without_probes(|| watch(&name, epoch))));
         libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
         if let Err(e) = spawned {
             warn(&format!("cannot start the agent thread, later attaches will not be seen: {e}"));
@@ -44,19 +59,23 @@ pub(crate) fn spawn(name: String) {
     }
 }
 
-fn watch(name: &str) {
-    loop {
+/// Every change of the agent's state is made under STATE's lock by a current thread only, so a
+/// retired one (see `retire`) can never undo what its successor or a detach did.
+fn watch(name: &str, epoch: u32) {
+    while current(epoch) {
         let connected = STATE.with(|state| state.session.as_ref().map(|s| (s.region().clone(), s.seen)));
         let Some((region, seen)) = connected else {
-            let region = wait_for_region(name);
+            let Some(region) = wait_for_region(name, epoch) else { return };
             match Session::new(region.clone()) {
                 Ok(mut session) => STATE.with(|state| {
-                    session.pass();
-                    state.session = Some(session);
+                    if current(epoch) {
+                        session.pass();
+                        state.session = Some(session);
+                    }
                 }),
                 Err(e) => {
                     warn(&e);
-                    while !is_gone(&region) {
+                    while !is_gone(&region) && current(epoch) {
                         std::thread::sleep(LIVENESS_PERIOD);
                     }
                 }
@@ -64,9 +83,9 @@ fn watch(name: &str) {
             continue;
         };
         if region.wait_attach_change(seen, LIVENESS_PERIOD) != seen {
-            STATE.with(|state| state.session.as_mut().map(Session::pass));
+            STATE.with(|state| current(epoch).then(|| state.session.as_mut().map(Session::pass)));
         } else if is_gone(&region) {
-            STATE.with(|state| state.session.take().map(Session::end));
+            STATE.with(|state| current(epoch).then(|| state.session.take().map(Session::end)));
             // The region's last references are the leaked probes' (a thread may still run one).
         }
     }
@@ -80,16 +99,16 @@ fn is_gone(region: &Region) -> bool {
     unlinked || current::process_is_gone(region.creator_pid())
 }
 
-/// Blocks until region `name` exists and opens. The path is checked every few milliseconds:
+/// Blocks until region `name` exists and opens (None once the thread is retired). The path is checked every few milliseconds:
 /// inotify would answer at once, but through a descriptor that a target closing every
 /// descriptor it did not open (daemons do) could take away and reuse for one of its own.
-fn wait_for_region(name: &str) -> Region {
+fn wait_for_region(name: &str, epoch: u32) -> Option<Region> {
     let path = region_path(name);
     let mut unopenable_since: Option<Instant> = None;
     let mut complained = false;
-    loop {
+    while current(epoch) {
         match Region::open(name) {
-            Ok(region) => return region,
+            Ok(region) => return Some(region),
             Err(e) if path.exists() => {
                 // Being created (the header is written last), or not ours to open: a region
                 // refused for its owner, links or mode is said at once, the first time.
@@ -113,4 +132,5 @@ fn wait_for_region(name: &str) -> Region {
             }
         }
     }
+    None
 }
