@@ -111,8 +111,8 @@ pub struct Injected {
 /// `name`; returns once the agent has applied the region's attachments as they stood.
 pub fn inject(request: &Request, name: &str) -> Result<Injected, Failure> {
     check_name(name).map_err(|e| fail(libc::EINVAL, e.to_string()))?;
-    let region = Region::open(name).map_err(|e| fail(libc::ENOENT, e.to_string()))?;
     let mut target = Target::inspect(request.pid, request.force)?;
+    let region = Region::open(name).map_err(|e| fail(libc::ENOENT, e.to_string()))?;
     let agent = AgentFile::new(request.agent)?;
     let present = target.agent(&agent).is_some();
     let dlopen = if present { 0 } else { target.loadable(&agent).and_then(|()| target.symbol("libc.so.6", "dlopen"))? };
