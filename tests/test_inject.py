@@ -30,7 +30,9 @@ from tracecost.workload import call_args, expected_checksum, parse_app_output
 SAMPLE_APP = BUILD / "bin" / "sample_app"
 VICTIM = BUILD / "bin" / "inject_victim"
 STATIC_VICTIM = BUILD / "bin" / "static_victim"
-COUNTER = struct.Struct("<QQ")  # next call's index, stop word (inject_victim.c's struct shared)
+# inject_victim.c's struct shared: the next call's index, the stop word, then the `done` bitmap.
+COUNTER = struct.Struct("<QQ")
+DONE_AT, SHARED_SIZE = 64, 8 << 20
 
 
 def region_name(label: str) -> str:
@@ -80,6 +82,11 @@ class Victim:
     def calls(self) -> int:
         return COUNTER.unpack_from(self.counter)[0]
 
+    def returned(self, first: int, end: int) -> set[int]:
+        """The calls in [first, end) that have returned."""
+        bits = self.counter[DONE_AT + first // 8 : DONE_AT + (end + 7) // 8]
+        return {i for i in range(first, end) if bits[i // 8 - first // 8] >> (i % 8) & 1}
+
     def advances(self, by: int = 20) -> bool:
         """Waits (deadline) until `by` more calls have started: the process runs."""
         start = self.calls()
@@ -97,9 +104,9 @@ class Victim:
 @contextlib.contextmanager
 def victim(tmp_path: Path, threads: int, *extra: str, prefix: tuple = (), env: dict | None = None, work_us: int = 50):
     path = tmp_path / f"counter-{threads}-{len(list(tmp_path.iterdir()))}"
-    path.write_bytes(bytes(4096))
+    path.write_bytes(bytes(SHARED_SIZE))
     path.chmod(0o666)
-    with open(path, "r+b") as file, mmap.mmap(file.fileno(), 4096) as counter:
+    with open(path, "r+b") as file, mmap.mmap(file.fileno(), SHARED_SIZE) as counter:
         argv = [*prefix, str(VICTIM), str(path), str(threads), str(work_us), *extra]
         with started(lambda: Child(argv, stderr_path=tmp_path / f"{path.name}.err", env=env)) as child:
             child.wait_for_line("READY", timeout_s=30)
@@ -158,8 +165,8 @@ def test_inject_captures_every_call_of_a_running_sample_app_until_it_exits(tmp_p
 def test_inject_and_detach_50_times_trace_exactly_while_injected(tmp_path, threads):
     """Inject, let calls happen, detach, let calls happen, 50 times, into a process whose one
     thread never makes a system call (taken where it runs, outside libc) or whose main thread
-    waits in pthread_join (taken there): every call started after inject returned and before
-    detach was called is captured, none started after detach returned; the output is unchanged."""
+    waits in pthread_join (taken there): every call made after inject returned and before detach
+    was called is captured, none made after detach returned; the output is unchanged."""
     region, output = region_name(f"rounds{threads}"), tmp_path / "trace.bin"
     rounds = []
     with victim(tmp_path, threads) as target:
@@ -169,11 +176,14 @@ def test_inject_and_detach_50_times_trace_exactly_while_injected(tmp_path, threa
                 assert (answer["loaded"], answer["hooks"]) == (n == 0, 2), answer
                 injected_at = target.calls()
                 assert target.advances()
-                before_detach = target.calls()
+                # Started after inject returned, returned before detach was called.
+                made_while_in = target.returned(injected_at, target.calls())
                 assert detach(target.pid)["hooks_removed"] == 2
                 detached_at = target.calls()
                 assert target.advances()
-                rounds.append((injected_at, before_detach, detached_at, target.calls()))
+                # Started after detach returned, returned before the next inject.
+                made_while_out = target.returned(detached_at, target.calls())
+                rounds.append((made_while_in, made_while_out))
             result = target.finish()
             assert loader.stop().exit_code == 0, loader.stderr_text()
             summary = parse_summary(loader.read_stdout())
@@ -181,10 +191,11 @@ def test_inject_and_detach_50_times_trace_exactly_while_injected(tmp_path, threa
     assert summary["dropped"] == 0, summary
     indices = entries_by_index(output)
     assert summary["entry"] == len(indices)
-    for injected_at, before_detach, detached_at, next_inject in rounds:
-        missing = set(range(injected_at, before_detach)) - indices
+    for made_while_in, made_while_out in rounds:
+        assert made_while_in and made_while_out
+        missing = made_while_in - indices
         assert not missing, f"calls made while injected were not traced: {sorted(missing)[:5]}"
-        late = indices & set(range(detached_at, next_inject))
+        late = indices & made_while_out
         assert not late, f"calls made after detach returned were traced: {sorted(late)[:5]}"
     assert max(indices) < result["calls"]
 
