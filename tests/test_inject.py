@@ -270,3 +270,31 @@ def test_another_users_process_is_refused(tmp_path):
         assert target.advances()
         target.finish()
     assert not (SHM / f"uebpf-{region_name('user')}").exists()
+
+
+def maps_agent(pid: int) -> bool:
+    return AGENT.name in Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_the_server_injects_when_a_loader_attaches_to_a_pid_without_an_agent(tmp_path):
+    """functrace under the server given the pid of a process started without the agent: its
+    attach loads the agent (same code as `uebpf inject`) before it returns; UEBPF_NO_INJECT=1
+    opts out (the attach succeeds, nothing is loaded)."""
+    region, output = region_name("server"), tmp_path / "trace.bin"
+    with victim(tmp_path, 1) as target:
+        with uebpf_loader(functrace_argv(output, "--pid", target.pid), region, tmp_path, UEBPF_NO_INJECT="1") as loader:
+            assert not maps_agent(target.pid)
+            assert loader.stop().exit_code == 0
+        with uebpf_loader(functrace_argv(output, "--pid", target.pid), region, tmp_path) as loader:
+            assert maps_agent(target.pid), "the attach loaded the agent"
+            applied = subprocess.run(
+                [str(UEBPF), "wait-applied", region, "--pid", str(target.pid)], capture_output=True, text=True, timeout=60
+            )
+            assert applied.returncode == 0, applied.stderr
+            start = target.calls()
+            assert target.advances()
+            made = target.returned(start, target.calls())
+            target.finish()
+            assert loader.stop().exit_code == 0, loader.stderr_text()
+        assert made and made <= entries_by_index(output)
+        assert target.child.stderr_text() == ""

@@ -158,6 +158,14 @@ pub fn detach(request: &Request) -> Result<(i32, u32), Failure> {
     Ok((tid, removed as u32))
 }
 
+/// Whether process `pid` maps the file `dev`/`ino` executable and no agent: then only an
+/// injected agent could run a probe there (the server's rule for injecting, server/src/autoinject.rs).
+pub fn lacks_agent_for(pid: u32, dev: u64, ino: u64) -> bool {
+    procmaps::of_process(pid).is_ok_and(|maps| {
+        maps.iter().any(|m| m.executable && m.dev == dev && m.inode == ino) && library(&maps, AGENT_FILE).is_none()
+    })
+}
+
 fn c_string(path: &Path) -> Vec<u8> {
     path.as_os_str().as_encoded_bytes().to_vec()
 }
