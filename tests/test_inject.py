@@ -21,7 +21,18 @@ from pathlib import Path
 
 import pytest
 
-from conftest import AGENT, BUILD, SHM, UEBPF, agent_env, functrace_argv, regions_removed, uebpf_loader, unused_uid, wait_until
+from conftest import (
+    AGENT,
+    BUILD,
+    SHM,
+    UEBPF,
+    agent_env,
+    functrace_argv,
+    regions_removed,
+    uebpf_loader,
+    unused_uid,
+    wait_until,
+)
 from tracecost.procs import Child, started
 from tracecost.tracers.ebpf import Ebpf, parse_summary, read_functrace
 from tracecost.validate import check_events
@@ -135,7 +146,9 @@ def test_inject_captures_every_call_of_a_running_sample_app_until_it_exits(tmp_p
     loads the agent: from then on every call is captured, entry and exit, every value right."""
     region, output, calls = region_name("sample"), tmp_path / "trace.bin", 30000
     env = {**os.environ, "SIMULATED_WORK_US": "100"}
-    app = subprocess.Popen([str(SAMPLE_APP), str(calls)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    app = subprocess.Popen(
+        [str(SAMPLE_APP), str(calls)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     try:
         with uebpf_loader(functrace_argv(output, "--pid", app.pid), region, tmp_path) as loader:
             answer = injected(app.pid, region)
@@ -252,7 +265,15 @@ def test_refusals_leave_the_target_running_and_unchanged(tmp_path):
     hidden = tmp_path / "agent"
     hidden.mkdir()
     shutil.copy(AGENT, hidden / AGENT.name)
-    unshare = ("unshare", "--mount", "--propagation", "private", "sh", "-c", f'mount -t tmpfs none {hidden} && exec "$0" "$@"')
+    unshare = (
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        f'mount -t tmpfs none {hidden} && exec "$0" "$@"',
+    )
     with victim(tmp_path, 1, prefix=unshare) as target:
         with uebpf_loader(functrace_argv(tmp_path / "n.bin", "--pid", target.pid), region, tmp_path) as loader:
             assert_refused(inject(target.pid, region, "--agent", str(hidden / AGENT.name)), "does not see the agent")
@@ -288,7 +309,10 @@ def test_the_server_injects_when_a_loader_attaches_to_a_pid_without_an_agent(tmp
         with uebpf_loader(functrace_argv(output, "--pid", target.pid), region, tmp_path) as loader:
             assert maps_agent(target.pid), "the attach loaded the agent"
             applied = subprocess.run(
-                [str(UEBPF), "wait-applied", region, "--pid", str(target.pid)], capture_output=True, text=True, timeout=60
+                [str(UEBPF), "wait-applied", region, "--pid", str(target.pid)],
+                capture_output=True,
+                text=True,
+                timeout=60,
             )
             assert applied.returncode == 0, applied.stderr
             start = target.calls()

@@ -161,9 +161,8 @@ pub fn detach(request: &Request) -> Result<(i32, u32), Failure> {
 /// Whether process `pid` maps the file `dev`/`ino` executable and no agent: then only an
 /// injected agent could run a probe there (the server's rule for injecting, server/src/autoinject.rs).
 pub fn lacks_agent_for(pid: u32, dev: u64, ino: u64) -> bool {
-    procmaps::of_process(pid).is_ok_and(|maps| {
-        maps.iter().any(|m| m.executable && m.dev == dev && m.inode == ino) && library(&maps, AGENT_FILE).is_none()
-    })
+    procmaps::of_process(pid)
+        .is_ok_and(|maps| maps.iter().any(|m| m.executable && m.dev == dev && m.inode == ino) && library(&maps, AGENT_FILE).is_none())
 }
 
 fn c_string(path: &Path) -> Vec<u8> {
@@ -196,14 +195,14 @@ struct Target {
 impl Target {
     /// Refuses what cannot be injected safely (see the module comment and the README).
     fn inspect(pid: u32, force: bool) -> Result<Target, Failure> {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .map_err(|_| fail(libc::ESRCH, format!("no process {pid}")))?;
-        let field = |name: &str| {
-            status.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(':')).map(str::trim).unwrap_or("")
-        };
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|_| fail(libc::ESRCH, format!("no process {pid}")))?;
+        let field = |name: &str| status.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(':')).map(str::trim).unwrap_or("");
         match field("State").chars().next() {
             Some('T' | 't') => {
-                return Err(fail(libc::EBUSY, format!("process {pid} is stopped ({}): it could not run the agent's loading", field("State"))))
+                return Err(fail(
+                    libc::EBUSY,
+                    format!("process {pid} is stopped ({}): it could not run the agent's loading", field("State")),
+                ))
             }
             Some('Z' | 'X') => return Err(fail(libc::ESRCH, format!("process {pid} has exited"))),
             _ => {}
@@ -297,10 +296,7 @@ fn permission(pid: u32, what: &str) -> Failure {
         Ok(scope) if scope != "0" => format!("; Yama ptrace_scope is {scope}"),
         _ => String::new(),
     };
-    fail(
-        libc::EPERM,
-        format!("not permitted to {what} of process {pid} (ptrace: another user's process needs CAP_SYS_PTRACE{scope})"),
-    )
+    fail(libc::EPERM, format!("not permitted to {what} of process {pid} (ptrace: another user's process needs CAP_SYS_PTRACE{scope})"))
 }
 
 fn errno() -> i32 {
@@ -358,18 +354,21 @@ impl Tracee {
         let tid = choose_thread(pid).ok_or_else(|| {
             fail(libc::EBUSY, format!("no thread of process {pid} can make the calls (each blocks SIGSEGV or is the agent's)"))
         })?;
-        let memory = File::options()
-            .read(true)
-            .write(true)
-            .open(format!("/proc/{pid}/mem"))
-            .map_err(|_| permission(pid, "write the memory"))?;
+        let memory =
+            File::options().read(true).write(true).open(format!("/proc/{pid}/mem")).map_err(|_| permission(pid, "write the memory"))?;
         ptrace(libc::PTRACE_SEIZE, tid, 0, libc::PTRACE_O_TRACESYSGOOD as u64).map_err(|e| match e {
             libc::EPERM => permission(pid, "attach to a thread"),
             e => fail(e, format!("cannot attach to thread {tid} of process {pid}: {}", std::io::Error::from_raw_os_error(e))),
         })?;
         // SAFETY: plain data.
-        let mut tracee =
-            Tracee { tid, saved: unsafe { std::mem::zeroed() }, xstate: Vec::new(), resume: Resume::AsSaved, memory, stopped_meanwhile: false };
+        let mut tracee = Tracee {
+            tid,
+            saved: unsafe { std::mem::zeroed() },
+            xstate: Vec::new(),
+            resume: Resume::AsSaved,
+            memory,
+            stopped_meanwhile: false,
+        };
         match tracee.stop_safely(target) {
             Ok(resume) => {
                 tracee.resume = resume;
@@ -413,7 +412,12 @@ impl Tracee {
             if Instant::now() >= deadline {
                 return Err(fail(
                     libc::EBUSY,
-                    format!("process {}: thread {} did not stop outside the C library within {} s", target.pid, self.tid, HIJACK_DEADLINE.as_secs()),
+                    format!(
+                        "process {}: thread {} did not stop outside the C library within {} s",
+                        target.pid,
+                        self.tid,
+                        HIJACK_DEADLINE.as_secs()
+                    ),
                 ));
             }
             ptrace(libc::PTRACE_CONT, self.tid, 0, 0).map_err(|e| self.gone(e))?;

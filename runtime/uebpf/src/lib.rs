@@ -20,10 +20,10 @@
 mod applied;
 mod error;
 pub mod ffi;
-pub mod inject;
 mod handles;
 mod helper_names;
 mod helpers;
+pub mod inject;
 mod instance;
 mod load;
 pub mod nofault;

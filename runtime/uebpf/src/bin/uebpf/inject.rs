@@ -19,7 +19,8 @@ fn agent_path(options: &Options) -> Result<PathBuf, String> {
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
     let lib = exe.parent().and_then(|bin| bin.parent()).map(|build| build.join("lib").join(AGENT_FILE));
-    lib.filter(|path| path.exists()).ok_or_else(|| format!("no {AGENT_FILE} in the lib directory next to {} (give --agent PATH)", exe.display()))
+    lib.filter(|path| path.exists())
+        .ok_or_else(|| format!("no {AGENT_FILE} in the lib directory next to {} (give --agent PATH)", exe.display()))
 }
 
 fn request<'a>(options: &Options, agent: &'a std::path::Path) -> Request<'a> {
