@@ -17,6 +17,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,6 @@ import pytest
 from conftest import (
     AGENT,
     BUILD,
-    SHM,
     UEBPF,
     agent_env,
     functrace_argv,
@@ -44,6 +44,9 @@ STATIC_VICTIM = BUILD / "bin" / "static_victim"
 # inject_victim.c's struct shared: the next call's index, the stop word, then the `done` bitmap.
 COUNTER = struct.Struct("<QQ")
 DONE_AT, SHARED_SIZE = 64, 8 << 20
+# The loader's attach would inject the agent itself (the server's own injection, tested last):
+# these tests inject with the command.
+CLI_ONLY = {"UEBPF_NO_INJECT": "1"}
 
 
 def region_name(label: str) -> str:
@@ -150,7 +153,7 @@ def test_inject_captures_every_call_of_a_running_sample_app_until_it_exits(tmp_p
         [str(SAMPLE_APP), str(calls)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
     try:
-        with uebpf_loader(functrace_argv(output, "--pid", app.pid), region, tmp_path) as loader:
+        with uebpf_loader(functrace_argv(output, "--pid", app.pid), region, tmp_path, **CLI_ONLY) as loader:
             answer = injected(app.pid, region)
             assert (answer["pid"], answer["loaded"], answer["hooks"], answer["failed"]) == (app.pid, True, 2, 0)
             stdout, stderr = app.communicate(timeout=120)
@@ -183,7 +186,7 @@ def test_inject_and_detach_50_times_trace_exactly_while_injected(tmp_path, threa
     region, output = region_name(f"rounds{threads}"), tmp_path / "trace.bin"
     rounds = []
     with victim(tmp_path, threads) as target:
-        with uebpf_loader(functrace_argv(output, "--pid", target.pid), region, tmp_path) as loader:
+        with uebpf_loader(functrace_argv(output, "--pid", target.pid), region, tmp_path, **CLI_ONLY) as loader:
             for n in range(50):
                 answer = injected(target.pid, region)
                 assert (answer["loaded"], answer["hooks"]) == (n == 0, 2), answer
@@ -216,7 +219,7 @@ def test_inject_and_detach_50_times_trace_exactly_while_injected(tmp_path, threa
 def test_a_target_that_already_has_the_agent_is_only_told_to_follow(tmp_path):
     region, output = region_name("present"), tmp_path / "trace.bin"
     with victim(tmp_path, 1, env=agent_env(region_name("other"))) as target:
-        with uebpf_loader(functrace_argv(output, "--pid", target.pid), region, tmp_path) as loader:
+        with uebpf_loader(functrace_argv(output, "--pid", target.pid), region, tmp_path, **CLI_ONLY) as loader:
             answer = injected(target.pid, region)
             assert (answer["loaded"], answer["hooks"]) == (False, 2), answer
             start = target.calls()
@@ -236,7 +239,9 @@ def test_refusals_leave_the_target_running_and_unchanged(tmp_path):
     static = subprocess.Popen([str(STATIC_VICTIM)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert static.stdout.readline() == "READY\n"
-        with uebpf_loader(functrace_argv(tmp_path / "t.bin", "--pid", static.pid), region, tmp_path) as loader:
+        with uebpf_loader(
+            functrace_argv(tmp_path / "t.bin", "--pid", static.pid), region, tmp_path, **CLI_ONLY
+        ) as loader:
             assert_refused(inject(static.pid, region), "maps no libc.so.6")
             assert loader.stop().exit_code == 0
         assert static.communicate("a\nb\nc\n", timeout=30)[0] == "3\n" and static.returncode == 0
@@ -254,7 +259,9 @@ def test_refusals_leave_the_target_running_and_unchanged(tmp_path):
         target.finish()
 
     with victim(tmp_path, 1, "seccomp") as target:
-        with uebpf_loader(functrace_argv(tmp_path / "s.bin", "--pid", target.pid), region, tmp_path) as loader:
+        with uebpf_loader(
+            functrace_argv(tmp_path / "s.bin", "--pid", target.pid), region, tmp_path, **CLI_ONLY
+        ) as loader:
             assert_refused(inject(target.pid, region), "seccomp filters")
             assert target.advances()
             # The victim's filter allows everything: --force may inject.
@@ -275,7 +282,9 @@ def test_refusals_leave_the_target_running_and_unchanged(tmp_path):
         f'mount -t tmpfs none {hidden} && exec "$0" "$@"',
     )
     with victim(tmp_path, 1, prefix=unshare) as target:
-        with uebpf_loader(functrace_argv(tmp_path / "n.bin", "--pid", target.pid), region, tmp_path) as loader:
+        with uebpf_loader(
+            functrace_argv(tmp_path / "n.bin", "--pid", target.pid), region, tmp_path, **CLI_ONLY
+        ) as loader:
             assert_refused(inject(target.pid, region, "--agent", str(hidden / AGENT.name)), "does not see the agent")
             assert target.advances()
             target.finish()
@@ -286,11 +295,16 @@ def test_another_users_process_is_refused(tmp_path):
     """An unprivileged injector may not ptrace another user's process (EPERM)."""
     owner, other = unused_uid(), unused_uid() + 1
     as_user = lambda uid: ("setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all")  # noqa: E731
-    with victim(tmp_path, 1, prefix=as_user(owner)) as target:
-        assert_refused(inject(target.pid, region_name("user"), prefix=as_user(other)), "not permitted")
-        assert target.advances()
-        target.finish()
-    assert not (SHM / f"uebpf-{region_name('user')}").exists()
+    # The victim's counter file must be reachable by its user: not under the root-only tmp_path.
+    shared = Path(tempfile.mkdtemp(prefix="tracecost-inject-"))
+    try:
+        shared.chmod(0o755)
+        with victim(shared, 1, prefix=as_user(owner)) as target:
+            assert_refused(inject(target.pid, region_name("user"), prefix=as_user(other)), "not permitted")
+            assert target.advances()
+            target.finish()
+    finally:
+        shutil.rmtree(shared)
 
 
 def maps_agent(pid: int) -> bool:
@@ -303,7 +317,7 @@ def test_the_server_injects_when_a_loader_attaches_to_a_pid_without_an_agent(tmp
     opts out (the attach succeeds, nothing is loaded)."""
     region, output = region_name("server"), tmp_path / "trace.bin"
     with victim(tmp_path, 1) as target:
-        with uebpf_loader(functrace_argv(output, "--pid", target.pid), region, tmp_path, UEBPF_NO_INJECT="1") as loader:
+        with uebpf_loader(functrace_argv(output, "--pid", target.pid), region, tmp_path, **CLI_ONLY) as loader:
             assert not maps_agent(target.pid)
             assert loader.stop().exit_code == 0
         with uebpf_loader(functrace_argv(output, "--pid", target.pid), region, tmp_path) as loader:
