@@ -66,7 +66,7 @@ $(LIB) $(BIN) $(BPF) $(SKEL):
 # --- workloads -----------------------------------------------------------------------------
 .PHONY: workloads
 workloads: $(LIB)/libmylib.so $(BIN)/sample_app $(BIN)/microbench $(BIN)/syscall_load $(BIN)/compat_app \
-  $(BIN)/inject_victim $(BIN)/static_victim
+  $(BIN)/inject_victim $(BIN)/static_victim $(BIN)/sleep_victim
 
 $(LIB)/libmylib.so: workloads/mylib/mylib.c workloads/mylib/mylib.h | $(LIB)
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
@@ -90,6 +90,9 @@ $(BIN)/inject_victim: workloads/inject_victim/inject_victim.c workloads/mylib/my
 
 $(BIN)/static_victim: workloads/inject_victim/static_victim.c | $(BIN)
 	$(CC) $(CFLAGS) -static -o $@ $<
+
+$(BIN)/sleep_victim: workloads/inject_victim/sleep_victim.c | $(BIN)
+	$(CC) $(CFLAGS) -o $@ $<
 
 $(BIN)/syscall_load: workloads/syscall_load/syscall_load.c | $(BIN)
 	$(CC) $(CFLAGS) -o $@ $<

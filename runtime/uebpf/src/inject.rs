@@ -32,6 +32,15 @@
 //! happened (a `sleep` sleeps its full time: nanosleep's restart block holds the deadline). A
 //! thread taken at a system call entry stop is put back on its `syscall` instruction (rip - 2,
 //! rax = the number), as the kernel restarts one.
+//!
+//! The injector must not die while it holds the thread: a tracer that exits is detached from
+//! its tracees (kernel/ptrace.c, exit_ptrace), and a thread inside a call would then return to
+//! address 0 with nobody to catch the fault, and the process would die of it. So SIGINT,
+//! SIGTERM and SIGHUP are blocked on the injecting thread from the attach to the detach
+//! (`Deferred`) and take effect once the thread is released and the mask restored. A call that
+//! has not returned within the request's timeout is reported on stderr (one line: the thread is
+//! probably waiting on a lock inside dlopen or the agent's entry) and waited for still: the
+//! thread cannot be taken back from inside the call, and abandoning it would kill the process.
 
 use std::fmt;
 use std::fs::File;
@@ -57,6 +66,12 @@ const SYSCALL_WAIT: Duration = Duration::from_millis(200);
 const HIJACK_DEADLINE: Duration = Duration::from_secs(2);
 /// How long one look at a running thread lasts before it is stopped again.
 const RETRY_RUN: Duration = Duration::from_millis(1);
+/// The longest pause between two looks at a thread running a call (the looks start at 50 us
+/// and double): a thread's ptrace stops cannot be waited for with a timeout (a pidfd names a
+/// process, not one of its threads, before Linux 6.9), so the injector polls.
+const CALL_POLL_MAX: Duration = Duration::from_millis(5);
+/// What an interrupted injector would die of: deferred while it holds a thread (see above).
+const DEFERRED_SIGNALS: [(libc::c_int, &str); 3] = [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM"), (libc::SIGHUP, "SIGHUP")];
 /// Below the stack pointer, the System V ABI's red zone: a leaf function's data may be there.
 const RED_ZONE: u64 = 128;
 /// <elf.h> NT_X86_XSTATE: the FPU/SSE/AVX register set (not in the libc crate).
@@ -92,7 +107,8 @@ pub struct Request<'a> {
     /// Inject into a process with seccomp filters (a filter may kill it for a system call the
     /// dynamic loader makes).
     pub force: bool,
-    /// How long to wait for the agent to apply the region's attachments.
+    /// How long to wait for the agent to apply the region's attachments, and how long a call
+    /// may run before the injector says on stderr that it has not returned (it waits on).
     pub timeout: Duration,
 }
 
@@ -105,6 +121,9 @@ pub struct Injected {
     /// The attach generation waited for and the agent's slot once it had applied it.
     pub generation: u32,
     pub status: AgentStatus,
+    /// How long the thread was borrowed: from the attach to the detach (the agent's first pass,
+    /// on its own thread, is not included).
+    pub borrowed: Duration,
 }
 
 /// Loads the agent into `request.pid` (unless it is there already) and makes it follow region
@@ -117,10 +136,12 @@ pub fn inject(request: &Request, name: &str) -> Result<Injected, Failure> {
     let present = target.agent(&agent).is_some();
     let dlopen = if present { 0 } else { target.loadable(&agent).and_then(|()| target.symbol("libc.so.6", "dlopen"))? };
     let generation = region.attach_generation();
-    let mut tracee = Tracee::hijack(&target)?;
+    let borrowed = Instant::now();
+    let mut tracee = Tracee::hijack(&target, request.timeout)?;
     let called = (|| {
         if !present {
-            let handle = tracee.call(dlopen, &[Tracee::DATA, RTLD_NOW | RTLD_NODELETE], &c_string(&agent.path))?;
+            let path = c_string(&agent.path);
+            let handle = tracee.call("dlopen of the agent", dlopen, &[Tracee::DATA, RTLD_NOW | RTLD_NODELETE], &path)?;
             if handle == 0 {
                 let why = tracee.dlerror(&target)?;
                 return Err(fail(libc::ENOEXEC, format!("dlopen of {} in process {} failed: {why}", agent.path.display(), target.pid)));
@@ -128,17 +149,19 @@ pub fn inject(request: &Request, name: &str) -> Result<Injected, Failure> {
         }
         target.maps = maps(target.pid)?;
         let follow = target.symbol(AGENT_FILE, FOLLOW_SYMBOL)?;
-        match tracee.call(follow, &[Tracee::DATA], name.as_bytes())? as i32 {
+        match tracee.call(FOLLOW_SYMBOL, follow, &[Tracee::DATA], name.as_bytes())? as i32 {
             0 => Ok(()),
             code => Err(fail(-code, format!("the agent in process {} refused region {name}: errno {}", target.pid, -code))),
         }
     })();
     let tid = tracee.tid;
     let released = tracee.release();
-    called?;
+    // What became of the process (left stopped, exited) comes before what became of the call.
     released?;
+    called?;
+    let borrowed = borrowed.elapsed();
     let status = wait_applied(&region, name, target.pid, generation, request.timeout).map_err(|why| fail(libc::ETIMEDOUT, why))?;
-    Ok(Injected { tid, loaded: !present, generation, status })
+    Ok(Injected { tid, loaded: !present, generation, status, borrowed })
 }
 
 /// Removes every hook the agent in `request.pid` made and makes it inert (the library stays);
@@ -149,12 +172,12 @@ pub fn detach(request: &Request) -> Result<(i32, u32), Failure> {
         libc::ENOENT => fail(libc::ENOENT, format!("process {} has no uebpf agent", target.pid)),
         _ => e,
     })?;
-    let mut tracee = Tracee::hijack(&target)?;
-    let called = tracee.call(function, &[], &[]);
+    let mut tracee = Tracee::hijack(&target, request.timeout)?;
+    let called = tracee.call(DETACH_SYMBOL, function, &[], &[]);
     let tid = tracee.tid;
     let released = tracee.release();
-    let removed = called?;
     released?;
+    let removed = called?;
     Ok((tid, removed as u32))
 }
 
@@ -334,6 +357,46 @@ enum Resume {
     AtSyscall,
 }
 
+/// SIGINT, SIGTERM and SIGHUP blocked on this thread while it lives; on drop the mask is put
+/// back, and a signal that came meanwhile takes effect then (its handler runs, or its default
+/// action ends the injector), the target's thread already released.
+struct Deferred {
+    previous: libc::sigset_t,
+}
+
+impl Deferred {
+    fn new() -> Deferred {
+        // SAFETY: sigset_t is plain data, initialised by sigemptyset/pthread_sigmask.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut previous: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for (signal, _) in DEFERRED_SIGNALS {
+                libc::sigaddset(&mut set, signal);
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut previous);
+            Deferred { previous }
+        }
+    }
+}
+
+impl Drop for Deferred {
+    fn drop(&mut self) {
+        // SAFETY: as above; sigpending fills a local.
+        unsafe {
+            let mut pending: libc::sigset_t = std::mem::zeroed();
+            libc::sigpending(&mut pending);
+            let deferred = DEFERRED_SIGNALS
+                .into_iter()
+                .find(|&(s, _)| libc::sigismember(&pending, s) == 1 && libc::sigismember(&self.previous, s) == 0);
+            if let Some((_, name)) = deferred {
+                eprintln!("uebpf: {name} arrived during the injection: it takes effect now that the target's thread is released");
+            }
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.previous, std::ptr::null_mut());
+        }
+    }
+}
+
 struct Tracee {
     tid: i32,
     saved: libc::user_regs_struct,
@@ -342,6 +405,10 @@ struct Tracee {
     memory: File,
     /// The process was stopped (SIGSTOP...) while it ran a call: stop the thread too on release.
     stopped_meanwhile: bool,
+    /// How long a call may run before the injector says so on stderr.
+    deadline: Duration,
+    /// Dropped last, once the thread is released (fields drop in declaration order).
+    _deferred: Deferred,
 }
 
 impl Tracee {
@@ -349,8 +416,10 @@ impl Tracee {
     const DATA: u64 = u64::MAX;
 
     /// Takes one thread of the process, stopped where calling the dynamic loader is safe.
-    fn hijack(target: &Target) -> Result<Tracee, Failure> {
+    fn hijack(target: &Target, deadline: Duration) -> Result<Tracee, Failure> {
         let pid = target.pid;
+        // Before the attach: from then on, the injector's death would leave a traced thread.
+        let deferred = Deferred::new();
         let tid = choose_thread(pid).ok_or_else(|| {
             fail(libc::EBUSY, format!("no thread of process {pid} can make the calls (each blocks SIGSEGV or is the agent's)"))
         })?;
@@ -368,6 +437,8 @@ impl Tracee {
             resume: Resume::AsSaved,
             memory,
             stopped_meanwhile: false,
+            deadline,
+            _deferred: deferred,
         };
         match tracee.stop_safely(target) {
             Ok(resume) => {
@@ -530,10 +601,10 @@ impl Tracee {
         self.memory.write_all_at(bytes, address).map_err(|e| fail(libc::EFAULT, format!("writing the target's stack: {e}")))
     }
 
-    /// Calls `function(args...)` on the thread; `data` (NUL-terminated) is copied to the
-    /// stack first, and an argument `DATA` is its address. Returns rax. The stack bytes are
-    /// restored before returning.
-    fn call(&mut self, function: u64, args: &[u64], data: &[u8]) -> Result<u64, Failure> {
+    /// Calls `function(args...)` (`what`, for messages) on the thread; `data` (NUL-terminated)
+    /// is copied to the stack first, and an argument `DATA` is its address. Returns rax. The
+    /// stack bytes are restored before returning.
+    fn call(&mut self, what: &str, function: u64, args: &[u64], data: &[u8]) -> Result<u64, Failure> {
         let top = self.saved.rsp - RED_ZONE;
         let data_at = (top - data.len() as u64 - 1) & !15;
         // The return address: at a function's entry rsp + 8 is 16-byte aligned (the ABI's rule).
@@ -542,14 +613,14 @@ impl Tracee {
         let mut frame = vec![0u8; (top - sp) as usize];
         frame[8..8 + data.len()].copy_from_slice(data);
         self.write(sp, &frame)?;
-        let result = self.run(function, args, sp, data_at);
+        let result = self.run(what, function, args, sp, data_at);
         let restored = self.write(sp, &original);
         let result = result?;
         restored?;
         Ok(result)
     }
 
-    fn run(&mut self, function: u64, args: &[u64], sp: u64, data_at: u64) -> Result<u64, Failure> {
+    fn run(&mut self, what: &str, function: u64, args: &[u64], sp: u64, data_at: u64) -> Result<u64, Failure> {
         let mut regs = self.saved;
         let values: Vec<u64> = args.iter().map(|&a| if a == Self::DATA { data_at } else { a }).collect();
         for (register, value) in [&mut regs.rdi, &mut regs.rsi, &mut regs.rdx].into_iter().zip(values) {
@@ -564,8 +635,23 @@ impl Tracee {
         regs.eflags &= !(0x400 | 0x100);
         self.set_registers(&regs)?;
         ptrace(libc::PTRACE_CONT, self.tid, 0, 0).map_err(|e| self.gone(e))?;
+        let started = Instant::now();
+        let mut pause = Duration::from_micros(50);
+        let mut said = false;
         loop {
-            match self.wait(false)? {
+            match self.wait(true)? {
+                None => {
+                    if !said && started.elapsed() >= self.deadline {
+                        said = true;
+                        eprintln!(
+                            "uebpf: thread {} is still inside {what} after {} s, probably waiting on a lock: waiting for it to return (the process would die if it were abandoned inside the call)",
+                            self.tid,
+                            self.deadline.as_secs_f64()
+                        );
+                    }
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(CALL_POLL_MAX);
+                }
                 Some(Stop::Signal(libc::SIGSEGV)) => {
                     let now = self.registers()?;
                     if now.rip == 0 && now.rsp == sp + 8 {
@@ -575,7 +661,6 @@ impl Tracee {
                     self.pass_on(Stop::Signal(libc::SIGSEGV))?;
                 }
                 Some(stop) => self.pass_on(stop)?,
-                None => {}
             }
         }
     }
@@ -583,7 +668,7 @@ impl Tracee {
     /// `dlerror()`'s message, read from the target.
     fn dlerror(&mut self, target: &Target) -> Result<String, Failure> {
         let function = target.symbol("libc.so.6", "dlerror")?;
-        let address = self.call(function, &[], &[])?;
+        let address = self.call("dlerror", function, &[], &[])?;
         if address == 0 {
             return Ok("no reason given".into());
         }

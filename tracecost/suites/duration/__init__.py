@@ -42,7 +42,10 @@ SCENARIOS = (
     Scenario(4, "500 us function", 500, 5_000, "medium API"),
     Scenario(5, "1000 us function", 1000, 2_000, "slow API"),
 )
-METHODS = ("baseline", "lttng", "ebpf", "uebpf")
+METHODS = ("baseline", "lttng", "ebpf", "uebpf", "uebpf-live")
+# Run when --methods is not given, and by `tracecost run`: uebpf-live (the agent injected into
+# the running app) is asked for by name; it would add MEASURED to `make run` (README).
+DEFAULT_METHODS = ("baseline", "lttng", "ebpf", "uebpf")
 QUICK_DIVISOR = 50  # --quick: a fiftieth of the calls ...
 QUICK_MIN_CALLS = 40  # ... but never fewer than this
 # `tracecost run`: 5 repetitions of half the calls, about 3 minutes on 2 cores. Each run still
@@ -64,7 +67,7 @@ def scenario_by_index(index: int) -> Scenario:
 @dataclass
 class DurationConfig:
     scenarios: list[int] = field(default_factory=lambda: [s.index for s in SCENARIOS])
-    methods: list[str] = field(default_factory=lambda: list(METHODS))
+    methods: list[str] = field(default_factory=lambda: list(DEFAULT_METHODS))
     runs: int = 10
     seed: int = 0
     call_divisor: int = 1  # 1: each scenario's full calls; QUICK_DIVISOR for --quick
@@ -107,6 +110,9 @@ class DurationSuite(Suite):
 
     def method_names(self) -> tuple[str, ...]:
         return METHODS
+
+    def default_method_names(self) -> tuple[str, ...]:
+        return DEFAULT_METHODS
 
     def make_config(self, *, methods, runs, seed, scenarios=None, quick=False, wakeup=WAKEUPS[0]) -> DurationConfig:
         for index in scenarios or []:
@@ -183,6 +189,8 @@ class DurationSuite(Suite):
             "trace_bytes": capture.trace_bytes if capture else 0,
             "tracer": _process_costs(capture.costs) if capture else {},
             "tracer_details": capture.details if capture else {},
+            # uebpf-live: how the agent was loaded into the running app (uebpf.inject), else None.
+            "injection": run.traced.injection,
         }
 
     def aggregate(self, runs: list[dict], config: DurationConfig) -> list[dict]:
@@ -273,6 +281,9 @@ def _aggregate(key: dict, method: str, runs: list[dict], baseline: list[dict]) -
         if method == "baseline"
         else stats.summarize([tracer_total(r, "sleeps") / key["calls"] for r in runs]),
         "trace_bytes": stats.summarize(column(runs, "trace_bytes")),
+        # A method attached live: how long the agent's injection borrowed a thread of the app and
+        # took in all (uebpf.inject); None for the others.
+        "injection": _injection_summary(runs),
         "events": {
             "expected": sum(column(runs, "events_expected")),
             "captured": sum(column(runs, "events_captured")),
@@ -281,6 +292,17 @@ def _aggregate(key: dict, method: str, runs: list[dict], baseline: list[dict]) -
         "overhead_per_call_pct": stats.overhead_percent(column(runs, "ns_per_call"), column(baseline, "ns_per_call")),
         "overhead_app_pct": stats.overhead_percent(column(runs, "wall_s"), column(baseline, "wall_s")),
         "overhead_ns_per_call": stats.difference(column(runs, "ns_per_call"), column(baseline, "ns_per_call")),
+    }
+
+
+def _injection_summary(runs: list[dict]) -> dict | None:
+    injections = [r["injection"] for r in runs if r.get("injection")]
+    if not injections:
+        return None
+    return {
+        "by": injections[0]["by"],
+        "borrowed_ms": stats.summarize([i["borrowed_ms"] for i in injections]),
+        "command_s": stats.summarize([i["command_s"] for i in injections]),
     }
 
 

@@ -40,6 +40,7 @@ pub(crate) fn inject(options: &Options) -> Result<Value, String> {
     document["tid"] = json!(injected.tid);
     document["region"] = json!(region);
     document["loaded"] = json!(injected.loaded);
+    document["borrowed_ms"] = json!(injected.borrowed.as_secs_f64() * 1e3);
     Ok(document)
 }
 
