@@ -91,8 +91,8 @@ $(BIN)/inject_victim: workloads/inject_victim/inject_victim.c workloads/mylib/my
 $(BIN)/static_victim: workloads/inject_victim/static_victim.c | $(BIN)
 	$(CC) $(CFLAGS) -static -o $@ $<
 
-$(BIN)/sleep_victim: workloads/inject_victim/sleep_victim.c | $(BIN)
-	$(CC) $(CFLAGS) -o $@ $<
+$(BIN)/sleep_victim: workloads/inject_victim/sleep_victim.c workloads/mylib/mylib.h $(LIB)/libmylib.so | $(BIN)
+	$(CC) $(CFLAGS) -Iworkloads/mylib -o $@ $< -L$(LIB) -lmylib -Wl,-rpath,'$$ORIGIN/../lib'
 
 $(BIN)/syscall_load: workloads/syscall_load/syscall_load.c | $(BIN)
 	$(CC) $(CFLAGS) -o $@ $<

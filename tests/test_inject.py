@@ -10,6 +10,7 @@ with its output unchanged."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import mmap
 import os
@@ -18,6 +19,7 @@ import signal
 import struct
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -41,6 +43,8 @@ from tracecost.workload import call_args, expected_checksum, parse_app_output
 SAMPLE_APP = BUILD / "bin" / "sample_app"
 VICTIM = BUILD / "bin" / "inject_victim"
 STATIC_VICTIM = BUILD / "bin" / "static_victim"
+SLEEP_VICTIM = BUILD / "bin" / "sleep_victim"
+CLOCK_NANOSLEEP = 230  # x86-64's number: glibc's nanosleep is clock_nanosleep(CLOCK_REALTIME, 0, ...)
 # inject_victim.c's struct shared: the next call's index, the stop word, then the `done` bitmap.
 COUNTER = struct.Struct("<QQ")
 DONE_AT, SHARED_SIZE = 64, 8 << 20
@@ -336,3 +340,184 @@ def test_the_server_injects_when_a_loader_attaches_to_a_pid_without_an_agent(tmp
             assert loader.stop().exit_code == 0, loader.stderr_text()
         assert made and made <= entries_by_index(output)
         assert target.child.stderr_text() == ""
+
+
+# --- a call that does not return at once: deferred signals, the deadline, a target stopped or killed
+# meanwhile. The agent path given is a FIFO: the target's dlopen blocks opening it until the test
+# opens it for writing (possible only once a reader is there: the target, inside the call), then
+# reading it until the test closes it (then dlopen fails: an empty file). No timing is assumed.
+
+
+@contextlib.contextmanager
+def inside_dlopen(tmp_path: Path, pid: int, region: str, *extra: str):
+    """`uebpf inject` (stderr to a file) whose dlopen in `pid` is held inside the call for the
+    block: yields (injector, its stderr file); the call ends when the block does."""
+    fifo, errors = tmp_path / "slow-agent.so", tmp_path / "inject.err"
+    os.mkfifo(fifo)
+    argv = [str(UEBPF), "inject", "--pid", str(pid), "--region", region, "--agent", str(fifo), *extra]
+    with open(errors, "w") as stderr:
+        injector = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, text=True)
+    writer = None
+
+    def the_target_reads():
+        nonlocal writer
+        try:
+            writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO while no reader
+            return True
+        except OSError as err:
+            if err.errno != errno.ENXIO:
+                raise
+            return injector.poll() is not None  # it gave up first: the assertion below says why
+
+    try:
+        assert wait_until(the_target_reads) and writer is not None, errors.read_text()
+        yield injector, errors
+    finally:
+        if writer is not None:
+            os.close(writer)
+        try:
+            injector.wait(timeout=60)
+        finally:
+            if injector.poll() is None:
+                injector.kill()
+
+
+def pending_signals(pid: int) -> int:
+    """The process's pending signals (kill(2) makes a process-directed one: ShdPnd)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("ShdPnd:")), 16)
+
+
+def task_states(pid: int) -> dict[int, str]:
+    states = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            stat = (task / "stat").read_text()
+            states[int(task.name)] = stat[stat.rindex(")") + 2]
+    return states
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signal_during_a_call_waits_until_the_target_is_released(tmp_path, sig):
+    """SIGTERM, SIGINT or SIGHUP reaches the injector while the target's thread is inside dlopen:
+    the injector takes it (nothing pending any more) and lives on, since dying would leave the
+    thread to return to address 0 untraced; once the call has returned and the thread is
+    released, the signal ends it (`uebpf: interrupted`, 128 + the signal); the target runs on."""
+    region = region_name(f"signal{sig}")
+    with victim(tmp_path, 1) as target:
+        with uebpf_loader(
+            functrace_argv(tmp_path / "t.bin", "--pid", target.pid), region, tmp_path, **CLI_ONLY
+        ) as loader:
+            with inside_dlopen(tmp_path, target.pid, region) as (injector, errors):
+                injector.send_signal(sig)
+                # kill(2) made it pending before returning: no longer pending means it was taken.
+                assert wait_until(lambda: not pending_signals(injector.pid) & 1 << (sig - 1))
+                assert injector.poll() is None, "the injector died inside the call"
+                assert target.child.running and not target.child.has_exited()
+            assert injector.returncode == 128 + sig, errors.read_text()
+            assert errors.read_text() == "uebpf: interrupted\n"
+            assert target.advances()
+            assert not maps_agent(target.pid)
+            target.finish()
+            assert loader.stop().exit_code == 0
+        assert target.child.stderr_text() == ""
+
+
+def test_a_call_past_the_timeout_is_said_once_and_waited_for(tmp_path):
+    """--timeout 1: the call has not returned after 1 s (the test holds it until the injector says
+    so): one stderr line, and the injector waits on; the call's end (dlopen failing on the empty
+    file) is reported after it, and the target runs on."""
+    region = region_name("deadline")
+    with victim(tmp_path, 1) as target:
+        with uebpf_loader(
+            functrace_argv(tmp_path / "t.bin", "--pid", target.pid), region, tmp_path, **CLI_ONLY
+        ) as loader:
+            with inside_dlopen(tmp_path, target.pid, region, "--timeout", "1") as (injector, errors):
+                assert wait_until(lambda: "still inside" in errors.read_text())
+                assert injector.poll() is None
+            lines = errors.read_text().splitlines()
+            assert injector.returncode == 1 and len(lines) == 2, lines
+            assert "is still inside dlopen of the agent after 1 s, probably waiting on a lock" in lines[0]
+            assert "dlopen of" in lines[1] and "failed" in lines[1]
+            assert target.advances()
+            target.finish()
+            assert loader.stop().exit_code == 0
+        assert target.child.stderr_text() == ""
+
+
+def test_a_target_stopped_during_a_call_finishes_it_and_is_left_stopped(tmp_path):
+    region = region_name("sigstop")
+    with victim(tmp_path, 1) as target:
+        with uebpf_loader(
+            functrace_argv(tmp_path / "t.bin", "--pid", target.pid), region, tmp_path, **CLI_ONLY
+        ) as loader:
+            with inside_dlopen(tmp_path, target.pid, region) as (injector, errors):
+                os.kill(target.pid, signal.SIGSTOP)
+                # The other thread stops; the borrowed one finishes the call first.
+                others = lambda: {s for tid, s in task_states(target.pid).items() if tid != target.pid}  # noqa: E731
+                assert wait_until(lambda: others() == {"T"})
+            assert injector.returncode == 1
+            assert "was stopped (SIGSTOP) during the injection: left stopped" in errors.read_text()
+            assert set(task_states(target.pid).values()) == {"T"}
+            calls = target.calls()
+            os.kill(target.pid, signal.SIGCONT)
+            assert target.advances() and target.calls() > calls
+            target.finish()
+            assert loader.stop().exit_code == 0
+        assert target.child.stderr_text() == ""
+
+
+def test_a_target_killed_during_a_call_is_reported_as_exited(tmp_path):
+    region = region_name("killed")
+    with victim(tmp_path, 1) as target:
+        with uebpf_loader(
+            functrace_argv(tmp_path / "t.bin", "--pid", target.pid), region, tmp_path, **CLI_ONLY
+        ) as loader:
+            with inside_dlopen(tmp_path, target.pid, region) as (injector, errors):
+                os.kill(target.pid, signal.SIGKILL)
+                assert target.child.wait(timeout_s=30).exit_code == -signal.SIGKILL
+            assert injector.returncode == 1
+            message = errors.read_text()
+            assert len(message.splitlines()) == 1 and "exited during the injection" in message, message
+            assert loader.stop().exit_code == 0
+
+
+@pytest.mark.parametrize("hooked", [False, True])
+def test_a_thread_borrowed_in_nanosleep_sleeps_its_full_time(tmp_path, hooked):
+    """sleep_victim's only thread is in nanosleep (relative, 3 s) when `uebpf inject` borrows it.
+    The injector restores the kernel's restart (the saved registers; the restart block keeps the
+    expiry): with no attachment for the process to hook (functrace attached to another pid),
+    nanosleep returns 0 having slept at least what it asked, by the victim's own CLOCK_MONOTONIC.
+    With the two hooks, the agent's live patching signals every other thread at its checkpoint
+    (runtime/README.md, "Hook engine": a sleeping call that is not restarted returns EINTR once):
+    nanosleep returns EINTR with the time it had left, which added to the time it slept is what it
+    asked; the call the victim then makes is traced."""
+    region, output = region_name(f"sleep{int(hooked)}"), tmp_path / "trace.bin"
+    sleeper = subprocess.Popen([str(SLEEP_VICTIM), "3"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert sleeper.stdout.readline() == "READY\n"
+        in_nanosleep = lambda: Path(f"/proc/{sleeper.pid}/syscall").read_text().split()[0] == str(CLOCK_NANOSLEEP)  # noqa: E731
+        assert wait_until(in_nanosleep)
+        traced = sleeper.pid if hooked else os.getpid()
+        with uebpf_loader(functrace_argv(output, "--pid", traced), region, tmp_path, **CLI_ONLY) as loader:
+            injecting = time.monotonic_ns()
+            answer = injected(sleeper.pid, region)
+            assert (answer["tid"], answer["hooks"]) == (sleeper.pid, 2 if hooked else 0)
+            # Read once it has slept: then it makes its call.
+            stdout, _ = sleeper.communicate("go\n", timeout=60)
+            assert sleeper.returncode == 0
+            slept = json.loads(stdout)
+            assert loader.stop().exit_code == 0
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+    assert slept["start_ns"] < injecting < slept["end_ns"], "the injection began while the victim slept"
+    elapsed = slept["end_ns"] - slept["start_ns"]
+    if hooked:
+        assert (slept["result"], slept["errno"]) == (-1, errno.EINTR), slept
+        assert 0 < slept["remaining_ns"] < slept["asked_ns"] <= elapsed + slept["remaining_ns"], slept
+        assert entries_by_index(output) == {0}
+    else:
+        assert (slept["result"], slept["errno"]) == (0, 0), slept
+        assert elapsed >= slept["asked_ns"], slept
+        assert entries_by_index(output) == set()

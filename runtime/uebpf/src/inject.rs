@@ -112,23 +112,50 @@ pub struct Request<'a> {
     pub timeout: Duration,
 }
 
-/// A completed injection.
-pub struct Injected {
+/// The agent loaded and told to follow a region, the borrowed thread released; its first pass
+/// not yet waited for (`applied`).
+pub struct Loaded {
     /// The thread that made the calls.
     pub tid: i32,
     /// True if this injection loaded the library; false if the process already had it.
     pub loaded: bool,
-    /// The attach generation waited for and the agent's slot once it had applied it.
-    pub generation: u32,
-    pub status: AgentStatus,
     /// How long the thread was borrowed: from the attach to the detach (the agent's first pass,
     /// on its own thread, is not included).
     pub borrowed: Duration,
+    pid: u32,
+    region: Region,
+    /// The attach generation the agent's pass must reach.
+    generation: u32,
+}
+
+/// A completed injection.
+pub struct Injected {
+    pub loaded: Loaded,
+    /// The agent's slot once it had applied the attachments of `loaded.generation`.
+    pub status: AgentStatus,
+}
+
+impl Loaded {
+    /// Waits until the agent has applied the region's attachments as they stood when it was
+    /// loaded (as `uebpf wait-applied`), for up to `timeout`.
+    pub fn applied(self, name: &str, timeout: Duration) -> Result<Injected, Failure> {
+        let status = wait_applied(&self.region, name, self.pid, self.generation, timeout).map_err(|why| fail(libc::ETIMEDOUT, why))?;
+        Ok(Injected { loaded: self, status })
+    }
+
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
 }
 
 /// Loads the agent into `request.pid` (unless it is there already) and makes it follow region
 /// `name`; returns once the agent has applied the region's attachments as they stood.
 pub fn inject(request: &Request, name: &str) -> Result<Injected, Failure> {
+    load(request, name)?.applied(name, request.timeout)
+}
+
+/// The calls of `inject`: returns once the borrowed thread is released.
+pub fn load(request: &Request, name: &str) -> Result<Loaded, Failure> {
     check_name(name).map_err(|e| fail(libc::EINVAL, e.to_string()))?;
     let mut target = Target::inspect(request.pid, request.force)?;
     let region = Region::open(name).map_err(|e| fail(libc::ENOENT, e.to_string()))?;
@@ -159,9 +186,7 @@ pub fn inject(request: &Request, name: &str) -> Result<Injected, Failure> {
     // What became of the process (left stopped, exited) comes before what became of the call.
     released?;
     called?;
-    let borrowed = borrowed.elapsed();
-    let status = wait_applied(&region, name, target.pid, generation, request.timeout).map_err(|why| fail(libc::ETIMEDOUT, why))?;
-    Ok(Injected { tid, loaded: !present, generation, status, borrowed })
+    Ok(Loaded { tid, loaded: !present, borrowed: borrowed.elapsed(), pid: target.pid, region, generation })
 }
 
 /// Removes every hook the agent in `request.pid` made and makes it inert (the library stays);

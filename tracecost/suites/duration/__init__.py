@@ -42,15 +42,14 @@ SCENARIOS = (
     Scenario(4, "500 us function", 500, 5_000, "medium API"),
     Scenario(5, "1000 us function", 1000, 2_000, "slow API"),
 )
+# All of them by default: uebpf-live (the agent injected into the running app) adds about 35 s
+# to `tracecost run` on 2 cores (its 36 runs at run size, measured), within its 10 minutes.
 METHODS = ("baseline", "lttng", "ebpf", "uebpf", "uebpf-live")
-# Run when --methods is not given, and by `tracecost run`: uebpf-live (the agent injected into
-# the running app) is asked for by name; it would add MEASURED to `make run` (README).
-DEFAULT_METHODS = ("baseline", "lttng", "ebpf", "uebpf")
 QUICK_DIVISOR = 50  # --quick: a fiftieth of the calls ...
 QUICK_MIN_CALLS = 40  # ... but never fewer than this
-# `tracecost run`: 5 repetitions of half the calls, about 3 minutes on 2 cores. Each run still
-# busy-waits 1 to 1.25 s (scenarios 2-5) or makes 50k calls (0-1): the spread between runs, not
-# the calls within one, bounds the CI.
+# `tracecost run`: 5 repetitions of half the calls, about 3.5 minutes on 2 cores (35 s of it
+# uebpf-live's). Each run still busy-waits 1 to 1.25 s (scenarios 2-5) or makes 50k calls (0-1):
+# the spread between runs, not the calls within one, bounds the CI.
 RUN_REPETITIONS = 5
 RUN_DIVISOR = 2
 
@@ -67,7 +66,7 @@ def scenario_by_index(index: int) -> Scenario:
 @dataclass
 class DurationConfig:
     scenarios: list[int] = field(default_factory=lambda: [s.index for s in SCENARIOS])
-    methods: list[str] = field(default_factory=lambda: list(DEFAULT_METHODS))
+    methods: list[str] = field(default_factory=lambda: list(METHODS))
     runs: int = 10
     seed: int = 0
     call_divisor: int = 1  # 1: each scenario's full calls; QUICK_DIVISOR for --quick
@@ -110,9 +109,6 @@ class DurationSuite(Suite):
 
     def method_names(self) -> tuple[str, ...]:
         return METHODS
-
-    def default_method_names(self) -> tuple[str, ...]:
-        return DEFAULT_METHODS
 
     def make_config(self, *, methods, runs, seed, scenarios=None, quick=False, wakeup=WAKEUPS[0]) -> DurationConfig:
         for index in scenarios or []:

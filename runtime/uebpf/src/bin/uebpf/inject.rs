@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use uebpf::inject::{self, Request, AGENT_FILE};
 
 use crate::wait::verdict;
-use crate::Options;
+use crate::{signals, Options};
 
 /// The agent of this build: `lib/libuebpf_agent.so` beside the `bin/` that holds `uebpf`.
 fn agent_path(options: &Options) -> Result<PathBuf, String> {
@@ -35,12 +35,19 @@ fn request<'a>(options: &Options, agent: &'a std::path::Path) -> Request<'a> {
 pub(crate) fn inject(options: &Options) -> Result<Value, String> {
     let agent = agent_path(options)?;
     let region = options.region.as_deref().expect("checked by parse_options");
-    let injected = inject::inject(&request(options, &agent), region).map_err(|f| f.message)?;
-    let mut document = verdict(&injected.status, injected.generation)?;
-    document["tid"] = json!(injected.tid);
+    let request = request(options, &agent);
+    // Not interruptible while the target's thread is borrowed (signals.rs defers SIGINT, SIGTERM
+    // and SIGHUP, and uebpf::inject blocks them on this thread): a signal that came meanwhile
+    // ends the command here, once the thread is back; the wait for the agent's pass may be cut short.
+    let loaded = inject::load(&request, region).map_err(|f| f.message)?;
+    let generation = loaded.generation();
+    let injected = signals::interruptible(None, || loaded.applied(region, request.timeout)).map_err(|f| f.message)?;
+    let mut document = verdict(&injected.status, generation)?;
+    let loaded = &injected.loaded;
+    document["tid"] = json!(loaded.tid);
     document["region"] = json!(region);
-    document["loaded"] = json!(injected.loaded);
-    document["borrowed_ms"] = json!(injected.borrowed.as_secs_f64() * 1e3);
+    document["loaded"] = json!(loaded.loaded);
+    document["borrowed_ms"] = json!(loaded.borrowed.as_secs_f64() * 1e3);
     Ok(document)
 }
 

@@ -40,9 +40,9 @@
 //!          --set NAME=VALUE (run: a global, before loading)  --region NAME (run)
 //!
 //! Output is one JSON document on stdout; errors are one line on stderr and exit status 1
-//! (2 for usage errors). SIGINT/SIGTERM stop a running program (or a wait) at once, and
+//! (2 for usage errors). SIGINT/SIGTERM/SIGHUP stop a running program (or a wait) at once, and
 //! otherwise once the work under way is done; either way a region the command created is
-//! removed, `uebpf: interrupted` is printed and the status is 130 or 143 (signals.rs). A reader
+//! removed, `uebpf: interrupted` is printed and the status is 128 + the signal (signals.rs). A reader
 //! that goes away (`uebpf info OBJ | head`) ends the command quietly with status 141, as a shell
 //! reports a process SIGPIPE killed.
 
