@@ -388,6 +388,24 @@ def pending_signals(pid: int) -> int:
     return int(next(line.split()[1] for line in status.splitlines() if line.startswith("ShdPnd:")), 16)
 
 
+@contextlib.contextmanager
+def traced_victim(tmp_path: Path, region: str):
+    """inject_victim (one calling thread, the main one in pthread_join) and functrace on its pid
+    under the server, which leaves the injection to the command; yields (victim, loader)."""
+    with victim(tmp_path, 1) as target:
+        argv = functrace_argv(tmp_path / "t.bin", "--pid", target.pid)
+        with uebpf_loader(argv, region, tmp_path, **CLI_ONLY) as loader:
+            yield target, loader
+        assert target.child.stderr_text() == ""
+
+
+def runs_on(target: Victim, loader) -> None:
+    """The target makes calls again, ends with its untraced output, and the loader stops cleanly."""
+    assert target.advances()
+    target.finish()
+    assert loader.stop().exit_code == 0
+
+
 def task_states(pid: int) -> dict[int, str]:
     states = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -404,23 +422,17 @@ def test_a_signal_during_a_call_waits_until_the_target_is_released(tmp_path, sig
     thread to return to address 0 untraced; once the call has returned and the thread is
     released, the signal ends it (`uebpf: interrupted`, 128 + the signal); the target runs on."""
     region = region_name(f"signal{sig}")
-    with victim(tmp_path, 1) as target:
-        with uebpf_loader(
-            functrace_argv(tmp_path / "t.bin", "--pid", target.pid), region, tmp_path, **CLI_ONLY
-        ) as loader:
-            with inside_dlopen(tmp_path, target.pid, region) as (injector, errors):
-                injector.send_signal(sig)
-                # kill(2) made it pending before returning: no longer pending means it was taken.
-                assert wait_until(lambda: not pending_signals(injector.pid) & 1 << (sig - 1))
-                assert injector.poll() is None, "the injector died inside the call"
-                assert target.child.running and not target.child.has_exited()
-            assert injector.returncode == 128 + sig, errors.read_text()
-            assert errors.read_text() == "uebpf: interrupted\n"
-            assert target.advances()
-            assert not maps_agent(target.pid)
-            target.finish()
-            assert loader.stop().exit_code == 0
-        assert target.child.stderr_text() == ""
+    with traced_victim(tmp_path, region) as (target, loader):
+        with inside_dlopen(tmp_path, target.pid, region) as (injector, errors):
+            injector.send_signal(sig)
+            # kill(2) made it pending before returning: no longer pending means it was taken.
+            assert wait_until(lambda: not pending_signals(injector.pid) & 1 << (sig - 1))
+            assert injector.poll() is None, "the injector died inside the call"
+            assert target.child.running and not target.child.has_exited()
+        assert injector.returncode == 128 + sig, errors.read_text()
+        assert errors.read_text() == "uebpf: interrupted\n"
+        assert not maps_agent(target.pid)
+        runs_on(target, loader)
 
 
 def test_a_call_past_the_timeout_is_said_once_and_waited_for(tmp_path):
@@ -428,58 +440,42 @@ def test_a_call_past_the_timeout_is_said_once_and_waited_for(tmp_path):
     so): one stderr line, and the injector waits on; the call's end (dlopen failing on the empty
     file) is reported after it, and the target runs on."""
     region = region_name("deadline")
-    with victim(tmp_path, 1) as target:
-        with uebpf_loader(
-            functrace_argv(tmp_path / "t.bin", "--pid", target.pid), region, tmp_path, **CLI_ONLY
-        ) as loader:
-            with inside_dlopen(tmp_path, target.pid, region, "--timeout", "1") as (injector, errors):
-                assert wait_until(lambda: "still inside" in errors.read_text())
-                assert injector.poll() is None
-            lines = errors.read_text().splitlines()
-            assert injector.returncode == 1 and len(lines) == 2, lines
-            assert "is still inside dlopen of the agent after 1 s, probably waiting on a lock" in lines[0]
-            assert "dlopen of" in lines[1] and "failed" in lines[1]
-            assert target.advances()
-            target.finish()
-            assert loader.stop().exit_code == 0
-        assert target.child.stderr_text() == ""
+    with traced_victim(tmp_path, region) as (target, loader):
+        with inside_dlopen(tmp_path, target.pid, region, "--timeout", "1") as (injector, errors):
+            assert wait_until(lambda: "still inside" in errors.read_text())
+            assert injector.poll() is None
+        lines = errors.read_text().splitlines()
+        assert injector.returncode == 1 and len(lines) == 2, lines
+        assert "is still inside dlopen of the agent after 1 s, probably waiting on a lock" in lines[0]
+        assert "dlopen of" in lines[1] and "failed" in lines[1]
+        runs_on(target, loader)
 
 
 def test_a_target_stopped_during_a_call_finishes_it_and_is_left_stopped(tmp_path):
     region = region_name("sigstop")
-    with victim(tmp_path, 1) as target:
-        with uebpf_loader(
-            functrace_argv(tmp_path / "t.bin", "--pid", target.pid), region, tmp_path, **CLI_ONLY
-        ) as loader:
-            with inside_dlopen(tmp_path, target.pid, region) as (injector, errors):
-                os.kill(target.pid, signal.SIGSTOP)
-                # The other thread stops; the borrowed one finishes the call first.
-                others = lambda: {s for tid, s in task_states(target.pid).items() if tid != target.pid}  # noqa: E731
-                assert wait_until(lambda: others() == {"T"})
-            assert injector.returncode == 1
-            assert "was stopped (SIGSTOP) during the injection: left stopped" in errors.read_text()
-            assert set(task_states(target.pid).values()) == {"T"}
-            calls = target.calls()
-            os.kill(target.pid, signal.SIGCONT)
-            assert target.advances() and target.calls() > calls
-            target.finish()
-            assert loader.stop().exit_code == 0
-        assert target.child.stderr_text() == ""
+    with traced_victim(tmp_path, region) as (target, loader):
+        with inside_dlopen(tmp_path, target.pid, region) as (injector, errors):
+            os.kill(target.pid, signal.SIGSTOP)
+            # The other thread stops; the borrowed one finishes the call first.
+            others = lambda: {s for tid, s in task_states(target.pid).items() if tid != target.pid}  # noqa: E731
+            assert wait_until(lambda: others() == {"T"})
+        assert injector.returncode == 1
+        assert "was stopped (SIGSTOP) during the injection: left stopped" in errors.read_text()
+        assert set(task_states(target.pid).values()) == {"T"}
+        os.kill(target.pid, signal.SIGCONT)
+        runs_on(target, loader)
 
 
 def test_a_target_killed_during_a_call_is_reported_as_exited(tmp_path):
     region = region_name("killed")
-    with victim(tmp_path, 1) as target:
-        with uebpf_loader(
-            functrace_argv(tmp_path / "t.bin", "--pid", target.pid), region, tmp_path, **CLI_ONLY
-        ) as loader:
-            with inside_dlopen(tmp_path, target.pid, region) as (injector, errors):
-                os.kill(target.pid, signal.SIGKILL)
-                assert target.child.wait(timeout_s=30).exit_code == -signal.SIGKILL
-            assert injector.returncode == 1
-            message = errors.read_text()
-            assert len(message.splitlines()) == 1 and "exited during the injection" in message, message
-            assert loader.stop().exit_code == 0
+    with traced_victim(tmp_path, region) as (target, loader):
+        with inside_dlopen(tmp_path, target.pid, region) as (injector, errors):
+            os.kill(target.pid, signal.SIGKILL)
+            assert target.child.wait(timeout_s=30).exit_code == -signal.SIGKILL
+        assert injector.returncode == 1
+        message = errors.read_text()
+        assert len(message.splitlines()) == 1 and "exited during the injection" in message, message
+        assert loader.stop().exit_code == 0
 
 
 @pytest.mark.parametrize("hooked", [False, True])
