@@ -65,7 +65,8 @@ $(LIB) $(BIN) $(BPF) $(SKEL):
 
 # --- workloads -----------------------------------------------------------------------------
 .PHONY: workloads
-workloads: $(LIB)/libmylib.so $(BIN)/sample_app $(BIN)/microbench $(BIN)/syscall_load $(BIN)/compat_app
+workloads: $(LIB)/libmylib.so $(BIN)/sample_app $(BIN)/microbench $(BIN)/syscall_load $(BIN)/compat_app \
+  $(BIN)/inject_victim $(BIN)/static_victim $(BIN)/sleep_victim
 
 $(LIB)/libmylib.so: workloads/mylib/mylib.c workloads/mylib/mylib.h | $(LIB)
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
@@ -81,6 +82,16 @@ $(BIN)/compat_app: workloads/compat/compat_app.c workloads/mylib/mylib.h $(LIB)/
 	$(CC) $(CFLAGS) -Iworkloads/mylib -o $@ $< -L$(LIB) -lmylib -Wl,-rpath,'$$ORIGIN/../lib'
 
 $(BIN)/sample_app: workloads/sample_app/sample_app.c workloads/mylib/mylib.h workloads/common/peak_rss.h $(LIB)/libmylib.so | $(BIN)
+	$(CC) $(CFLAGS) -Iworkloads/mylib -o $@ $< -L$(LIB) -lmylib -Wl,-rpath,'$$ORIGIN/../lib'
+
+# uebpf inject's targets (tests/test_inject.py): threads calling libmylib, and a static binary.
+$(BIN)/inject_victim: workloads/inject_victim/inject_victim.c workloads/mylib/mylib.h $(LIB)/libmylib.so | $(BIN)
+	$(CC) $(CFLAGS) -Iworkloads/mylib -pthread -o $@ $< -L$(LIB) -lmylib -Wl,-rpath,'$$ORIGIN/../lib'
+
+$(BIN)/static_victim: workloads/inject_victim/static_victim.c | $(BIN)
+	$(CC) $(CFLAGS) -static -o $@ $<
+
+$(BIN)/sleep_victim: workloads/inject_victim/sleep_victim.c workloads/mylib/mylib.h $(LIB)/libmylib.so | $(BIN)
 	$(CC) $(CFLAGS) -Iworkloads/mylib -o $@ $< -L$(LIB) -lmylib -Wl,-rpath,'$$ORIGIN/../lib'
 
 $(BIN)/syscall_load: workloads/syscall_load/syscall_load.c | $(BIN)

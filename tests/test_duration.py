@@ -19,7 +19,7 @@ from tracecost.suites.duration import QUICK_DIVISOR, QUICK_MIN_CALLS, SCENARIOS
 pytestmark = [pytest.mark.kernel, pytest.mark.lttng]
 
 LIBMYLIB = BUILD / "lib" / "libmylib.so"
-METHODS = ("baseline", "lttng", "ebpf", "uebpf")
+METHODS = ("baseline", "lttng", "ebpf", "uebpf", "uebpf-live")
 UEBPF_REGIONS = "uebpf-tracecost-*"  # the regions of tracecost's runs on uebpf (tracecost/uebpf.py)
 
 

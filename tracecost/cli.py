@@ -180,7 +180,7 @@ def methods_of(suite: Suite, names: list[str] | None) -> list[str]:
     """--methods, checked against what the suite offers: known names, its baseline among them."""
     known = suite.method_names()
     if names is None:
-        return list(known)
+        return list(suite.default_method_names())
     unknown = [name for name in names if name not in known]
     if unknown:
         raise click.BadParameter(f"unknown method {unknown[0]!r} (one of {', '.join(known)})", param_hint="'--methods'")

@@ -11,6 +11,7 @@ import itertools
 import json
 import os
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from subprocess import TimeoutExpired
 
 from tracecost import leftovers, paths
 from tracecost.errors import TracecostError
-from tracecost.procs import run_command
+from tracecost.procs import last_json_line, run_command
 
 SHM = Path("/dev/shm")
 _runs = itertools.count()
@@ -45,10 +46,15 @@ class Libraries:
     server: Path
     agent: Path
 
-    def run_environments(self) -> RunEnvironments:
+    def run_environments(self, live: bool = False) -> RunEnvironments:
         """The environments of one run on uebpf, in a region no other run (of this or any
-        process) uses. The server removes the region when its loader exits; a file left over is
-        a failure (and is removed, so that nothing stays behind).
+        process) uses. `live`: the target starts without the agent (it is injected into the
+        running target, `inject` below), and the loader's attach does not inject it itself
+        (UEBPF_NO_INJECT: the harness injects with the command, which also reaches attachments
+        that are not uprobes, such as system call tracepoints, and is timed on its own).
+
+        The server removes the region when its loader exits; a file left over is a failure (and
+        is removed, so that nothing stays behind).
 
         The name cannot be guessed (a random part): another user who could predict it could
         create it first. The server creates it with O_EXCL, so a name taken is a refusal,
@@ -64,9 +70,10 @@ class Libraries:
                 region_file.unlink(missing_ok=True)
                 raise TracecostError(f"the uebpf loader exited but left its region {region_file} behind")
 
+        loader = {"UEBPF_REGION": region, "LD_PRELOAD": str(self.server)}
         return RunEnvironments(
-            loader={"UEBPF_REGION": region, "LD_PRELOAD": str(self.server)},
-            target={"UEBPF_REGION": region, "LD_PRELOAD": str(self.agent)},
+            loader={**loader, "UEBPF_NO_INJECT": "1"} if live else loader,
+            target={} if live else {"UEBPF_REGION": region, "LD_PRELOAD": str(self.agent)},
             after_exit=require_region_removed,
             region_file=region_file,
         )
@@ -78,22 +85,53 @@ def require_runtime() -> Libraries:
 
 
 WAIT_APPLIED_TIMEOUT_S = 30
+# How the harness injects the agent, recorded with each live run.
+INJECTED_BY = "uebpf inject"
+
+
+def _agent_command(uebpf_command: Path, argv: list[str], pid: int, failed: str) -> tuple[str, float]:
+    """`uebpf ARGV... --pid PID --timeout S` (wait-applied, inject): its stdout and how long it
+    took; an error `failed` with the command's reason otherwise."""
+    started = time.monotonic()
+    try:
+        result = run_command(
+            [str(uebpf_command), *argv, "--pid", str(pid), "--timeout", str(WAIT_APPLIED_TIMEOUT_S)],
+            timeout_s=WAIT_APPLIED_TIMEOUT_S + 30,
+        )
+    except TimeoutExpired as err:
+        raise TracecostError(f"uebpf {argv[0]} did not return for process {pid}") from err
+    took = time.monotonic() - started
+    if result.returncode != 0:
+        why = result.stderr.strip().splitlines()[-1:] or ["no message"]
+        raise TracecostError(f"{failed}: {why[0]}")
+    return result.stdout, took
 
 
 def wait_applied(uebpf_command: Path, loader_env: dict[str, str], pid: int) -> None:
     """Returns once the agent in process `pid` has applied every attachment of the loader's
     region (hooked live); a clear error naming what it refused otherwise."""
-    region = loader_env["UEBPF_REGION"]
-    try:
-        result = run_command(
-            [str(uebpf_command), "wait-applied", region, "--pid", str(pid), "--timeout", str(WAIT_APPLIED_TIMEOUT_S)],
-            timeout_s=WAIT_APPLIED_TIMEOUT_S + 30,
-        )
-    except TimeoutExpired as err:
-        raise TracecostError(f"uebpf wait-applied did not return for process {pid}") from err
-    if result.returncode != 0:
-        why = result.stderr.strip().splitlines()[-1:] or ["no message"]
-        raise TracecostError(f"the uebpf agent in process {pid} did not apply the attach: {why[0]}")
+    failed = f"the uebpf agent in process {pid} did not apply the attach"
+    _agent_command(uebpf_command, ["wait-applied", loader_env["UEBPF_REGION"]], pid, failed)
+
+
+def inject(uebpf_command: Path, loader_env: dict[str, str], pid: int) -> dict:
+    """Loads the agent into the running process `pid` (started without it) and makes it follow
+    the loader's region; returns once the agent has applied every attachment (as wait_applied),
+    with the injection's record: how (`by`), the thread borrowed, how long it was borrowed (the
+    calls into the target: dlopen and the agent's entry) and how long the whole command took
+    (the agent's first pass included). A refusal or failure is an error with its reason."""
+    failed = f"injecting the uebpf agent into process {pid} failed"
+    stdout, took = _agent_command(uebpf_command, ["inject", "--region", loader_env["UEBPF_REGION"]], pid, failed)
+    answer = last_json_line(stdout, "uebpf inject")
+    if not answer.get("loaded"):
+        raise TracecostError(f"process {pid} had the uebpf agent before it was injected: the run is not a live attach")
+    return {
+        "by": INJECTED_BY,
+        "tid": int(answer["tid"]),
+        "hooks": int(answer["hooks"]),
+        "borrowed_ms": float(answer["borrowed_ms"]),
+        "command_s": took,
+    }
 
 
 CHECK_HOOK_TIMEOUT_S = 30

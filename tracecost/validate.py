@@ -34,13 +34,17 @@ class EventCheck:
             self.examples.append(text)
 
 
-def check_events(events: list[Event], calls: int, app_pid: int, unobservable: dict[str, str]) -> EventCheck:
-    """Compare captured events, in order, with what sample_app passed and returned."""
+def check_events(
+    events: list[Event], calls: int, app_pid: int, unobservable: dict[str, str], first: int = 0
+) -> EventCheck:
+    """Compare captured events, in order, with what sample_app passed and returned; `first`:
+    the call the first event belongs to (a tracer attached to an app already running)."""
     check = EventCheck()
     compared = [name for name in ENTRY_FIELDS if name not in unobservable]
     last_ts = 0
     for position, event in enumerate(events):
         call, expected_kind = divmod(position, 2)
+        call += first
         expected_kind = ("entry", "exit")[expected_kind]
         if event.kind == "entry":
             check.entry += 1

@@ -15,10 +15,12 @@ import pytest
 
 from tracecost import compare, export, results
 from tracecost.report import fmt
-from tracecost.suites import SUITES
+from tracecost.suites import SUITES, duration
 
 from .conftest import assert_one_line_error
 from .samples import document
+
+DURATION_CELLS = 2 * len(duration.METHODS)  # samples.duration_suite: 2 scenarios, every method
 
 Values = Callable[[random.Random], list[float]]
 
@@ -84,7 +86,7 @@ def test_every_suite_declares_cells_and_metrics_its_records_hold(name):
 def test_b_20_percent_slower_is_slower_with_the_ci_around_20():
     comparison = compare.compare(measured("duration", steady(100)), measured("duration", steady(120), seed=1))
     rows = comparison.suites["duration"]
-    assert len(rows) == 8 and {row.metric.path for row in rows} == {("ns_per_call",)}
+    assert len(rows) == DURATION_CELLS and {row.metric.path for row in rows} == {("ns_per_call",)}
     for row in rows:
         assert row.verdict == compare.SLOWER
         change = row.change_pct
@@ -205,7 +207,7 @@ def test_the_cli_warns_on_stderr_and_exits_0_when_slower(tracecost, tmp_path):
         paths.append(str(tmp_path / side))
     code, lines = tracecost("compare", *paths)
     table = [line for line in tracecost.out.splitlines() if "ns/call" in line]
-    assert code == 0 and len(table) == 8 and all("slower" in line for line in table)
+    assert code == 0 and len(table) == DURATION_CELLS and all("slower" in line for line in table)
     assert lines == [
         f"tracecost: warning: environments differ in kernel: A 'Linux a {'x' * 200}', B 'Linux b {'x' * 200}'"
     ]

@@ -9,6 +9,8 @@ METHOD_COLORS = {
     "ebpf": "#3498db",
     "kernel": "#3498db",
     "uebpf": "#009e73",
+    # uebpf with its agent injected into the running target: uebpf's green, lighter.
+    "uebpf-live": "#66c2a5",
     # Execution engines (vm suite): uebpf in greens, the kernel in its blue, rbpf in pinks.
     "native-c": "#000000",
     "kernel-jit": "#3498db",
@@ -32,6 +34,7 @@ METHOD_LABELS = {
     "ebpf": "eBPF",
     "kernel": "Kernel eBPF",
     "uebpf": "uebpf",
+    "uebpf-live": "uebpf, attached live",
     "native-c": "native C",
     "kernel-jit": "kernel JIT",
     "uebpf-jit": "uebpf JIT",

@@ -120,7 +120,11 @@ class Suite(ABC):
 
     @abstractmethod
     def method_names(self) -> tuple[str, ...]:
-        """Every method --methods may name, in the default order (the default is all of them)."""
+        """Every method --methods may name, in the default order."""
+
+    def default_method_names(self) -> tuple[str, ...]:
+        """The methods run when --methods is not given (all of them unless the suite says otherwise)."""
+        return self.method_names()
 
     def methods_help(self) -> str:
         """The methods, as --help shows them."""

@@ -63,14 +63,20 @@ class TracedRun:
     app_env: dict[str, str]
     read_events: Callable[[], list[Event]] = lambda: []
     capture: Capture | None = None
+    # How the runtime was loaded into the running app, for a method that attaches to one
+    # (uebpf.inject's record), else None.
+    injection: dict | None = None
 
 
 class Method(methods.Method):
     # Arguments this mechanism cannot observe, with the reason (reported, never hidden).
     unobservable: dict[str, str] = {}
+    # True: the app is started first, paused at its READY (sample_app --wait-go), and
+    # attached(workdir, pid) attaches to it; the app makes its calls once the block is entered.
+    attaches_to_running: bool = False
 
     @abstractmethod
-    def attached(self, workdir: Path) -> contextlib.AbstractContextManager[TracedRun]: ...
+    def attached(self, workdir: Path, pid: int | None = None) -> contextlib.AbstractContextManager[TracedRun]: ...
 
 
 class Baseline(methods.Baseline, Method):

@@ -86,8 +86,13 @@ class Functrace(Method):
     def environments(self) -> uebpf.RunEnvironments:
         return uebpf.KERNEL
 
+    def applied(self, environments: uebpf.RunEnvironments, pid: int | None) -> dict | None:
+        """Returns once the attach is live for the app (the kernel's is, at READY; so is uebpf's
+        for an app started with the agent); the injection's record, for a runtime injected."""
+        return None
+
     @contextlib.contextmanager
-    def attached(self, workdir: Path) -> Iterator[TracedRun]:
+    def attached(self, workdir: Path, pid: int | None = None) -> Iterator[TracedRun]:
         output = workdir / "functrace.bin"
         argv = [
             str(self.loader),
@@ -103,6 +108,7 @@ class Functrace(Method):
             FUNCTRACE_WAKEUP[self.wakeup],
             "--poll-ms",
             str(self.poll_ms),
+            *(["--pid", str(pid)] if pid is not None else []),
         ]
         environments = self.environments()
         with started(
@@ -110,6 +116,7 @@ class Functrace(Method):
         ) as tracer:
             tracer.wait_for_line("READY", READY_TIMEOUT_S)
             run = TracedRun(app_env=environments.target, read_events=lambda: read_functrace(output))
+            run.injection = self.applied(environments, pid)
             yield run
             usage = tracer.finished("functrace", timeout_s=DRAIN_TIMEOUT_S)
             summary = parse_summary(tracer.read_stdout())
@@ -153,3 +160,27 @@ class Uebpf(Functrace):
 
     def environments(self) -> uebpf.RunEnvironments:
         return self.libraries.run_environments()
+
+
+class UebpfLive(Uebpf):
+    """uebpf attached to a running app: the app starts without the agent and waits at its READY;
+    functrace attaches to its pid, `uebpf inject` loads the agent into it (ptrace and the app's
+    own dlopen: runtime/README.md, "Attaching to a running process") and returns once the probes
+    are live; then the app makes its calls. An injected agent reads probe memory with
+    process_vm_readv (it cannot install the fault-safe reads' signal handler), one cost the
+    preloaded agent does not pay."""
+
+    name, label = "uebpf-live", "uebpf, attached live"
+    attaches_to_running = True
+
+    def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
+        super().open(stack, workspace, say)
+        self.uebpf_command = paths.artifact("bin/uebpf")
+
+    def environments(self) -> uebpf.RunEnvironments:
+        return self.libraries.run_environments(live=True)
+
+    def applied(self, environments: uebpf.RunEnvironments, pid: int | None) -> dict | None:
+        if pid is None:
+            raise TracecostError(f"{self.name} attaches to a running app: it needs the app's pid")
+        return uebpf.inject(self.uebpf_command, environments.loader, pid)

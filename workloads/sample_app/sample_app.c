@@ -1,4 +1,4 @@
-/* sample_app N: calls my_traced_function N times and prints one JSON line
+/* sample_app [--wait-go] N: calls my_traced_function N times and prints one JSON line
  *   {"calls":N,"total_ns":T,"ns_per_call":X,"checksum":C,"peak_rss_kb":K}
  * Arguments are derived from the call index i (0-based) so that a validator
  * can recompute every value a tracer captured (tracecost/workload.py):
@@ -8,9 +8,13 @@
  *   s = "call-<i>"
  * checksum is the sum of all return values modulo 2^64; peak_rss_kb is the
  * process's own peak resident memory (see peak_rss.h).
- * SIMULATED_WORK_US (environment) sets the busy-wait of every call. */
+ * SIMULATED_WORK_US (environment) sets the busy-wait of every call.
+ * --wait-go: once set up (the strings formatted), print READY and wait for SIGUSR1 before the
+ * first call: the harness attaches a tracer to this running process in between (the duration
+ * suite's uebpf-live method). */
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,9 +54,11 @@ int main(int argc, char **argv)
 	uint64_t calls, work_us = 0, checksum = 0, start, total;
 	const char *work_env = getenv("SIMULATED_WORK_US");
 	char (*strings)[ARG_STRING_LEN];
+	int wait_go = argc == 3 && strcmp(argv[1], "--wait-go") == 0;
+	sigset_t go;
 
-	if (argc != 2 || parse_u64(argv[1], MAX_CALLS, &calls) || calls == 0) {
-		fprintf(stderr, "usage: %s N   (N: number of calls, 1..%llu)\n", argv[0], MAX_CALLS);
+	if (argc != 2 + wait_go || parse_u64(argv[1 + wait_go], MAX_CALLS, &calls) || calls == 0) {
+		fprintf(stderr, "usage: %s [--wait-go] N   (N: number of calls, 1..%llu)\n", argv[0], MAX_CALLS);
 		return 2;
 	}
 	if (work_env && parse_u64(work_env, 10000000, &work_us)) {
@@ -71,6 +77,16 @@ int main(int argc, char **argv)
 	}
 	for (uint64_t i = 0; i < calls; i++)
 		snprintf(strings[i], ARG_STRING_LEN, "call-%" PRIu64, i);
+	if (wait_go) {
+		int sig;
+
+		sigemptyset(&go);
+		sigaddset(&go, SIGUSR1);
+		if (sigprocmask(SIG_BLOCK, &go, NULL) || printf("READY\n") < 0 || fflush(stdout) || sigwait(&go, &sig)) {
+			fprintf(stderr, "%s: cannot wait for SIGUSR1: %s\n", argv[0], strerror(errno));
+			return 1;
+		}
+	}
 
 	start = now_ns();
 	for (uint64_t i = 0; i < calls; i++) {

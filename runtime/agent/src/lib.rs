@@ -18,8 +18,12 @@
 //!   handler installed at start-up; the target's own handlers for those signals stay behind it
 //!   (signals.rs).
 //!
+//! * Injected into a running process (`uebpf inject`: dlopen, then `uebpf_agent_follow`), or
+//!   made inert again (`uebpf detach`: `uebpf_agent_detach`), see follow.rs.
+//!
 //! runtime/README.md ("The agent") has the protocol, the timings and the limits.
 
+mod follow;
 mod forklock;
 mod probe;
 mod session;
@@ -39,9 +43,11 @@ use session::Session;
 pub(crate) struct State {
     /// The region followed now (None: waiting for it).
     pub(crate) session: Option<Session>,
+    /// The region `uebpf_agent_follow` named last (None: the one start-up chose, REGION_NAME).
+    pub(crate) followed: Option<String>,
 }
 
-pub(crate) static STATE: ForkLock<State> = ForkLock::new(State { session: None });
+pub(crate) static STATE: ForkLock<State> = ForkLock::new(State { session: None, followed: None });
 /// The region's name, once the agent is active (a forked child's thread needs it).
 static REGION_NAME: OnceLock<String> = OnceLock::new();
 /// A thread follows the region: a forked child starts its own.
@@ -102,13 +108,25 @@ extern "C" fn start() {
     without_probes(|| {
         let _ = REGION_NAME.set(name.clone());
         FOLLOWING.store(true, Ordering::Release);
-        // SAFETY: plain functions with no captured state.
-        unsafe {
-            libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child));
-            libc::atexit(release_at_exit);
-        }
+        register_process_handlers();
         watcher::spawn(name);
     });
+}
+
+/// The fork and exit handlers, registered once (by start-up, or by the first follow of an
+/// agent injected into a running process).
+pub(crate) fn register_process_handlers() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    // SAFETY: plain functions with no captured state.
+    REGISTERED.call_once(|| unsafe {
+        libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child));
+        libc::atexit(release_at_exit);
+    });
+}
+
+/// The region the agent follows or was last told to follow.
+pub(crate) fn followed_name(state: &State) -> Option<String> {
+    state.followed.clone().or_else(|| REGION_NAME.get().cloned())
 }
 
 // The fork handlers run with probes off: they lock, unlock, allocate (the child's copy of the
@@ -127,9 +145,12 @@ extern "C" fn after_fork_in_parent() {
 extern "C" fn after_fork_in_child() {
     without_probes(|| {
         STATE.unlock_after_fork();
-        STATE.with(|state| state.session.as_mut().map(Session::pass_soon));
-        if let (true, Some(name)) = (FOLLOWING.load(Ordering::Acquire), REGION_NAME.get()) {
-            watcher::spawn(name.clone());
+        let name = STATE.with(|state| {
+            state.session.as_mut().map(Session::pass_soon);
+            followed_name(state)
+        });
+        if let (true, Some(name)) = (FOLLOWING.load(Ordering::Acquire), name) {
+            watcher::spawn(name);
         }
     });
 }

@@ -229,12 +229,15 @@ impl Session {
         self.region.programs().into_iter().find(|p| p.id == id).map_or_else(|| format!("program {id}"), |p| p.name)
     }
 
-    /// Removes every hook and frees this process's slot (the region is going away).
-    pub(crate) fn end(mut self) {
+    /// Removes every hook and frees this process's slot (the region is going away, or `uebpf
+    /// detach`); returns how many hooks it removed.
+    pub(crate) fn end(mut self) -> usize {
+        let count = self.hooks.values().map(Vec::len).sum();
         for (id, hooks) in self.hooks.drain() {
             detach(id, hooks);
         }
         self.release_slot();
+        count
     }
 
     /// Frees this process's slot in the agent table (at exit).

@@ -8,6 +8,7 @@
 //! runs with probes off (`without_probes`): its mallocs and libc calls are the agent's, not the
 //! target's, and no probe sees them.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use uebpf::maps::{current, region_path, ErrorKind, Region};
@@ -23,16 +24,30 @@ const REGION_POLL: Duration = Duration::from_millis(10);
 /// How long a region file may stay unopenable (being created) before the agent says why.
 const CREATION_PATIENCE: Duration = Duration::from_secs(2);
 
+/// Which thread follows: a thread started at an older epoch has been retired (`uebpf detach`, or
+/// `uebpf inject` naming another region) and ends at its next wakeup, touching nothing.
+static EPOCH: AtomicU32 = AtomicU32::new(0);
+
+/// Retires every running thread: from now on none of them changes the agent's state.
+pub(crate) fn retire() {
+    EPOCH.fetch_add(1, Ordering::AcqRel);
+}
+
+fn current(epoch: u32) -> bool {
+    EPOCH.load(Ordering::Acquire) == epoch
+}
+
 /// Starts the thread, with every asynchronous signal blocked from its first instruction.
 ///
 /// With pthread_create, not std::thread: std's spawn gives the spawning thread (the target's
 /// main thread, or a forked child's only one) a thread-local with a destructor (its spawn
 /// hooks), and glibc frees that destructor's record at the thread's exit (`__call_tls_dtors`,
 /// stdlib/cxa_thread_atexit_impl.c) with the target's probes on: one `free` per process that a
-/// probe on free counted as the target's. The agent's thread itself never exits.
+/// probe on free counted as the target's. The agent's thread exits only when retired (`uebpf detach`).
 pub(crate) fn spawn(name: String) {
+    let epoch = EPOCH.load(Ordering::Acquire);
     // SAFETY: signal masks of the calling thread, restored right after the spawn; the thread
-    // takes ownership of the boxed name.
+    // takes ownership of the boxed name and epoch.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
         let mut previous: libc::sigset_t = std::mem::zeroed();
@@ -43,7 +58,7 @@ pub(crate) fn spawn(name: String) {
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut previous);
         // Probes off on the spawning thread too: the spawn is the agent's work, not the target's.
         let error = without_probes(|| {
-            let name = Box::into_raw(Box::new(name));
+            let name = Box::into_raw(Box::new((name, epoch)));
             let mut thread: libc::pthread_t = 0;
             let error = libc::pthread_create(&mut thread, std::ptr::null(), run, name.cast());
             if error == 0 {
@@ -65,28 +80,32 @@ pub(crate) fn spawn(name: String) {
 /// The thread's body; a panic ends the thread with one line, never unwinds into C.
 extern "C" fn run(name: *mut libc::c_void) -> *mut libc::c_void {
     without_probes(|| {
-        // SAFETY: `spawn` passed the boxed name and gave up its ownership.
-        let name = unsafe { Box::from_raw(name.cast::<String>()) };
-        if std::panic::catch_unwind(|| watch(&name)).is_err() {
+        // SAFETY: `spawn` passed the boxed name and epoch and gave up its ownership.
+        let (name, epoch) = *unsafe { Box::from_raw(name.cast::<(String, u32)>()) };
+        if std::panic::catch_unwind(|| watch(&name, epoch)).is_err() {
             warn("the agent's thread stopped after an internal error; later attaches will not be seen");
         }
     });
     std::ptr::null_mut()
 }
 
-fn watch(name: &str) {
-    loop {
+/// Every change of the agent's state is made under STATE's lock by a current thread only, so a
+/// retired one (see `retire`) can never undo what its successor or a detach did.
+fn watch(name: &str, epoch: u32) {
+    while current(epoch) {
         let connected = STATE.with(|state| state.session.as_ref().map(|s| (s.region().clone(), s.seen)));
         let Some((region, seen)) = connected else {
-            let region = wait_for_region(name);
+            let Some(region) = wait_for_region(name, epoch) else { return };
             match Session::new(region.clone()) {
                 Ok(mut session) => STATE.with(|state| {
-                    session.pass();
-                    state.session = Some(session);
+                    if current(epoch) {
+                        session.pass();
+                        state.session = Some(session);
+                    }
                 }),
                 Err(e) => {
                     warn(&e);
-                    while !is_gone(&region) {
+                    while !is_gone(&region) && current(epoch) {
                         std::thread::sleep(LIVENESS_PERIOD);
                     }
                 }
@@ -94,9 +113,9 @@ fn watch(name: &str) {
             continue;
         };
         if region.wait_attach_change(seen, LIVENESS_PERIOD) != seen {
-            STATE.with(|state| state.session.as_mut().map(Session::pass));
+            STATE.with(|state| current(epoch).then(|| state.session.as_mut().map(Session::pass)));
         } else if is_gone(&region) {
-            STATE.with(|state| state.session.take().map(Session::end));
+            STATE.with(|state| current(epoch).then(|| state.session.take().map(Session::end)));
             // The region's last references are the leaked probes' (a thread may still run one).
         }
     }
@@ -110,16 +129,16 @@ fn is_gone(region: &Region) -> bool {
     unlinked || current::process_is_gone(region.creator_pid())
 }
 
-/// Blocks until region `name` exists and opens. The path is checked every few milliseconds:
+/// Blocks until region `name` exists and opens (None once the thread is retired). The path is checked every few milliseconds:
 /// inotify would answer at once, but through a descriptor that a target closing every
 /// descriptor it did not open (daemons do) could take away and reuse for one of its own.
-fn wait_for_region(name: &str) -> Region {
+fn wait_for_region(name: &str, epoch: u32) -> Option<Region> {
     let path = region_path(name);
     let mut unopenable_since: Option<Instant> = None;
     let mut complained = false;
-    loop {
+    while current(epoch) {
         match Region::open(name) {
-            Ok(region) => return region,
+            Ok(region) => return Some(region),
             Err(e) if path.exists() => {
                 // Being created (the header is written last), or not ours to open: a region
                 // refused for its owner, links or mode is said at once, the first time.
@@ -143,4 +162,5 @@ fn wait_for_region(name: &str) -> Region {
             }
         }
     }
+    None
 }

@@ -19,7 +19,7 @@ mod dispatch;
 mod error;
 mod hook;
 mod patch;
-mod procmaps;
+pub mod procmaps;
 mod prologue;
 mod regs;
 mod resolve;

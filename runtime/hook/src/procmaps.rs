@@ -1,11 +1,11 @@
-//! The current process's memory mappings, from `/proc/self/maps` (paths are not needed: files
-//! are matched by device and inode).
+//! A process's memory mappings, from `/proc/PID/maps`: the hook engine reads its own (files are
+//! matched by device and inode); `uebpf inject` reads its target's, whose paths it needs.
 
 use std::io;
 
-/// One line of `/proc/self/maps`.
+/// One line of `/proc/PID/maps`.
 #[derive(Debug, Clone)]
-pub(crate) struct Mapping {
+pub struct Mapping {
     pub start: usize,
     pub end: usize,
     pub readable: bool,
@@ -16,6 +16,8 @@ pub(crate) struct Mapping {
     /// `st_dev` of the mapped file (0 for anonymous mappings).
     pub dev: u64,
     pub inode: u64,
+    /// The path as the process sees it ("" for anonymous mappings; `[stack]` and the like).
+    pub path: String,
 }
 
 impl Mapping {
@@ -40,8 +42,17 @@ impl Mapping {
 }
 
 pub(crate) fn read() -> io::Result<Vec<Mapping>> {
-    let text = std::fs::read_to_string("/proc/self/maps")?;
-    text.lines().map(|line| parse(line).ok_or_else(|| io::Error::other(format!("unexpected /proc/self/maps line {line:?}")))).collect()
+    read_file("/proc/self/maps")
+}
+
+/// The mappings of process `pid` (reading them takes the permission ptrace does).
+pub fn of_process(pid: u32) -> io::Result<Vec<Mapping>> {
+    read_file(&format!("/proc/{pid}/maps"))
+}
+
+fn read_file(path: &str) -> io::Result<Vec<Mapping>> {
+    let text = std::fs::read_to_string(path)?;
+    text.lines().map(|line| parse(line).ok_or_else(|| io::Error::other(format!("unexpected {path} line {line:?}")))).collect()
 }
 
 /// The mapping `(start, end)` that contains `address`, read from `/proc/self/maps` with plain
@@ -96,6 +107,8 @@ fn parse(line: &str) -> Option<Mapping> {
     let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
     let (major, minor) = fields.next()?.split_once(':')?;
     let inode = fields.next()?.parse().ok()?;
+    // The path is the rest of the line (it may hold spaces); " (deleted)" stays part of it.
+    let path = line.splitn(6, |c: char| c.is_ascii_whitespace()).nth(5).unwrap_or("").trim_start().to_string();
     Some(Mapping {
         start: usize::from_str_radix(start, 16).ok()?,
         end: usize::from_str_radix(end, 16).ok()?,
@@ -105,6 +118,7 @@ fn parse(line: &str) -> Option<Mapping> {
         offset,
         dev: libc::makedev(u32::from_str_radix(major, 16).ok()?, u32::from_str_radix(minor, 16).ok()?),
         inode,
+        path,
     })
 }
 
@@ -118,8 +132,9 @@ mod tests {
         assert_eq!((m.start, m.end, m.offset, m.inode), (0x55d0c0a00000, 0x55d0c0a21000, 0x2000, 1234));
         assert!(m.readable && !m.writable && m.executable);
         assert_eq!(m.dev, libc::makedev(0xfd, 1));
+        assert_eq!(m.path, "/usr/bin/cat");
         let anon = parse("7ffd1000-7ffd2000 rw-p 00000000 00:00 0 ").unwrap();
-        assert_eq!(anon.inode, 0);
+        assert_eq!((anon.inode, anon.path.as_str()), (0, ""));
     }
 
     #[test]

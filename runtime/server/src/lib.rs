@@ -12,6 +12,7 @@
 // Unit tests build without the interposers, which are what reach most of the code.
 #![cfg_attr(test, allow(dead_code))]
 
+mod autoinject;
 mod bpf;
 mod epoll;
 // Not in unit tests: the test binary would interpose its own C library calls.

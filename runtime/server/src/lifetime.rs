@@ -46,8 +46,13 @@ fn parse_size(text: &str) -> Option<u64> {
     digits.parse::<u64>().ok()?.checked_mul(unit).filter(|&n| n > 0)
 }
 
+/// The region's name: `UEBPF_REGION`, else `default`.
+pub fn region_name() -> String {
+    std::env::var(REGION_ENV).unwrap_or_else(|_| DEFAULT_REGION.into())
+}
+
 fn create() -> Result<Region, String> {
-    let name = std::env::var(REGION_ENV).unwrap_or_else(|_| DEFAULT_REGION.into());
+    let name = region_name();
     let arena_bytes = match std::env::var(SIZE_ENV) {
         Ok(text) => parse_size(&text).ok_or_else(|| format!("{SIZE_ENV}={text:?} is not a size (e.g. 256M)"))?,
         Err(_) => DEFAULT_SIZE,

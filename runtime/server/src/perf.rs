@@ -242,6 +242,7 @@ pub fn attach(event: &PerfEvent, prog: &ProgObject, cookie: u64, by_link: bool) 
         }
     };
     let spec = AttachSpec { state: if state.enabled { AttachState::Enabled } else { AttachState::Disabled }, ..spec };
+    crate::autoinject::agent_for(&spec, region()?)?;
     let id = region()?.add_attachment(&spec).map_err(|e| {
         eprintln!("uebpf: cannot attach program {}: {e}", prog.name);
         libc::ENOSPC

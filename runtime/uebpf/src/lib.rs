@@ -17,11 +17,13 @@
 //! # Ok::<(), uebpf::Error>(())
 //! ```
 
+mod applied;
 mod error;
 pub mod ffi;
 mod handles;
 mod helper_names;
 mod helpers;
+pub mod inject;
 mod instance;
 mod load;
 pub mod nofault;
@@ -31,6 +33,7 @@ mod printk;
 mod probe;
 pub mod user;
 
+pub use applied::wait_applied;
 pub use error::{Error, ErrorKind};
 pub use helpers::write_stderr;
 pub use instance::{Engine, Instance, LoadedProgram};

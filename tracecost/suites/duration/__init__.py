@@ -42,12 +42,14 @@ SCENARIOS = (
     Scenario(4, "500 us function", 500, 5_000, "medium API"),
     Scenario(5, "1000 us function", 1000, 2_000, "slow API"),
 )
-METHODS = ("baseline", "lttng", "ebpf", "uebpf")
+# All of them by default: uebpf-live (the agent injected into the running app) adds about 35 s
+# to `tracecost run` on 2 cores (its 36 runs at run size, measured), within its 10 minutes.
+METHODS = ("baseline", "lttng", "ebpf", "uebpf", "uebpf-live")
 QUICK_DIVISOR = 50  # --quick: a fiftieth of the calls ...
 QUICK_MIN_CALLS = 40  # ... but never fewer than this
-# `tracecost run`: 5 repetitions of half the calls, about 3 minutes on 2 cores. Each run still
-# busy-waits 1 to 1.25 s (scenarios 2-5) or makes 50k calls (0-1): the spread between runs, not
-# the calls within one, bounds the CI.
+# `tracecost run`: 5 repetitions of half the calls, about 3.5 minutes on 2 cores (35 s of it
+# uebpf-live's). Each run still busy-waits 1 to 1.25 s (scenarios 2-5) or makes 50k calls (0-1):
+# the spread between runs, not the calls within one, bounds the CI.
 RUN_REPETITIONS = 5
 RUN_DIVISOR = 2
 
@@ -183,6 +185,8 @@ class DurationSuite(Suite):
             "trace_bytes": capture.trace_bytes if capture else 0,
             "tracer": _process_costs(capture.costs) if capture else {},
             "tracer_details": capture.details if capture else {},
+            # uebpf-live: how the agent was loaded into the running app (uebpf.inject), else None.
+            "injection": run.traced.injection,
         }
 
     def aggregate(self, runs: list[dict], config: DurationConfig) -> list[dict]:
@@ -273,6 +277,9 @@ def _aggregate(key: dict, method: str, runs: list[dict], baseline: list[dict]) -
         if method == "baseline"
         else stats.summarize([tracer_total(r, "sleeps") / key["calls"] for r in runs]),
         "trace_bytes": stats.summarize(column(runs, "trace_bytes")),
+        # A method attached live: how long the agent's injection borrowed a thread of the app and
+        # took in all (uebpf.inject); None for the others.
+        "injection": _injection_summary(runs),
         "events": {
             "expected": sum(column(runs, "events_expected")),
             "captured": sum(column(runs, "events_captured")),
@@ -281,6 +288,17 @@ def _aggregate(key: dict, method: str, runs: list[dict], baseline: list[dict]) -
         "overhead_per_call_pct": stats.overhead_percent(column(runs, "ns_per_call"), column(baseline, "ns_per_call")),
         "overhead_app_pct": stats.overhead_percent(column(runs, "wall_s"), column(baseline, "wall_s")),
         "overhead_ns_per_call": stats.difference(column(runs, "ns_per_call"), column(baseline, "ns_per_call")),
+    }
+
+
+def _injection_summary(runs: list[dict]) -> dict | None:
+    injections = [r["injection"] for r in runs if r.get("injection")]
+    if not injections:
+        return None
+    return {
+        "by": injections[0]["by"],
+        "borrowed_ms": stats.summarize([i["borrowed_ms"] for i in injections]),
+        "command_s": stats.summarize([i["command_s"] for i in injections]),
     }
 
 

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from tracecost.errors import TracecostError
-from tracecost.procs import Usage, run_to_completion
+from tracecost.procs import Child, Usage, run_to_completion, started
 from tracecost.tracers.base import Method, TracedRun
 from tracecost.workload import AppResult, parse_app_output, sample_app
 
 APP_TIMEOUT_S = 3600
+READY_TIMEOUT_S = 60
 
 
 @dataclass
@@ -23,12 +27,19 @@ class AppRun:
 
 
 def run_sample_app(method: Method, workdir: Path, calls: int, work_us: int = 0) -> AppRun:
-    """Start the tracer, run sample_app to its end, stop the tracer; errors name what failed."""
-    with method.attached(workdir) as traced:
-        env = {**os.environ, "SIMULATED_WORK_US": str(work_us), **traced.app_env}
-        usage, stdout, child = run_to_completion(
-            [str(sample_app()), str(calls)], stderr_path=workdir / "sample_app.stderr", env=env, timeout_s=APP_TIMEOUT_S
-        )
+    """Start the tracer, run sample_app to its end, stop the tracer; errors name what failed.
+    A method that attaches to a running app (Method.attaches_to_running) gets sample_app
+    started first, waiting at its READY."""
+    env = {**os.environ, "SIMULATED_WORK_US": str(work_us)}
+    stderr_path = workdir / "sample_app.stderr"
+    if method.attaches_to_running:
+        usage, stdout, child, traced = _attached_live(method, workdir, calls, env)
+    else:
+        with method.attached(workdir) as traced:
+            argv = [str(sample_app()), str(calls)]
+            usage, stdout, child = run_to_completion(
+                argv, stderr_path=stderr_path, env={**env, **traced.app_env}, timeout_s=APP_TIMEOUT_S
+            )
     if usage.timed_out:
         raise TracecostError(f"sample_app under {method.name} did not finish within {APP_TIMEOUT_S} s")
     if usage.exit_code != 0:
@@ -40,3 +51,18 @@ def run_sample_app(method: Method, workdir: Path, calls: int, work_us: int = 0) 
     if app.calls != calls:
         raise TracecostError(f"sample_app made {app.calls} calls, {calls} were asked for")
     return AppRun(usage=usage, app=app, pid=child.pid, traced=traced)
+
+
+def _attached_live(method: Method, workdir: Path, calls: int, env: dict) -> tuple[Usage, str, Child, TracedRun]:
+    """sample_app --wait-go: started untraced, attached to at its READY, then let go (SIGUSR1).
+    Its wall time leaves out the wait at READY (the attach, the injection), which an app that
+    starts traced does not have; its loop's own timing (ns/call) starts at the go anyway."""
+    argv = [str(sample_app()), "--wait-go", str(calls)]
+    with started(lambda: Child(argv, stderr_path=workdir / "sample_app.stderr", env=env)) as child:
+        child.wait_for_line("READY", READY_TIMEOUT_S)
+        ready = time.monotonic()
+        with method.attached(workdir, child.pid) as traced:
+            waited = time.monotonic() - ready
+            child.send(signal.SIGUSR1)
+            usage = child.wait(timeout_s=APP_TIMEOUT_S)
+        return dataclasses.replace(usage, wall_s=usage.wall_s - waited), child.read_stdout(), child, traced

@@ -102,6 +102,7 @@ def run_op(op: Op, runtime: Runtime, workdir: Path, iterations: int, warmup: int
             f"{op.function} {warmup}+{iterations} were asked for"
         )
     record = {
+        "injection": attachment.injection,
         "ns_per_call": result.ns_per_call,
         "median_ns_per_call": result.median_ns,
         "total_ns": result.total_ns,

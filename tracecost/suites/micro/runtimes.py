@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracecost import methods, paths, system, uebpf
+from tracecost.errors import TracecostError
 from tracecost.procs import Child, last_json_line, started
 from tracecost.suites.micro.ops import REFILL_FUNCTION, Op
 from tracecost.tracers.base import Say
@@ -48,6 +49,7 @@ class Counts:
 @dataclass
 class Attachment:
     counts: Counts | None = None  # filled once the runtime has detached
+    injection: dict | None = None  # uebpf-live: how the agent was loaded (uebpf.inject)
 
 
 class Runtime(methods.Method):
@@ -105,8 +107,10 @@ class Kernel(Runtime):
             argv += ["--prefill", op.prefill]
         return argv
 
-    def applied(self, loader_env: dict[str, str], victim_pid: int | None) -> None:
-        """Returns once the attach is live for the victim (the kernel's is, at READY)."""
+    def applied(self, loader_env: dict[str, str], victim_pid: int | None) -> dict | None:
+        """Returns once the attach is live for the victim (the kernel's is, at READY); the
+        injection's record for a runtime injected into the running victim."""
+        return None
 
     @contextlib.contextmanager
     def attached(
@@ -118,8 +122,7 @@ class Kernel(Runtime):
             lambda: Child(argv, stderr_path=workdir / "micro.stderr", env={**os.environ, **loader_env})
         ) as loader:
             loader.wait_for_line("READY", READY_TIMEOUT_S)
-            self.applied(loader_env, victim_pid)
-            attachment = Attachment()
+            attachment = Attachment(injection=self.applied(loader_env, victim_pid))
             yield attachment
             usage = loader.finished("the micro loader", timeout_s=STOP_TIMEOUT_S)
             attachment.counts = parse_counts(loader.read_stdout(), usage.cpu_s)
@@ -158,9 +161,10 @@ class Uebpf(Kernel):
                 return f"uebpf's hook engine refuses this probe site: {refusal}"
         return None
 
-    def applied(self, loader_env: dict[str, str], victim_pid: int | None) -> None:
+    def applied(self, loader_env: dict[str, str], victim_pid: int | None) -> dict | None:
         if victim_pid is not None:
             uebpf.wait_applied(self.uebpf_command, loader_env, victim_pid)
+        return None
 
     def environments(self) -> uebpf.RunEnvironments:
         return self.libraries.run_environments()
@@ -192,4 +196,24 @@ def parse_counts(text: str, loader_cpu_s: float) -> Counts:
     return last_json_line(text, "the micro loader", counts)
 
 
-RUNTIMES = {runtime.name: runtime for runtime in (Untraced, Kernel, Uebpf)}
+class UebpfLive(Uebpf):
+    """uebpf attached to the running victim, started without the agent: the loader attaches to
+    its pid, `uebpf inject` loads the agent into it and returns once every attachment is live
+    (runtime/README.md, "Attaching to a running process"). Its probe reads take
+    process_vm_readv (an injected agent has no fault-safe reads' signal handler)."""
+
+    name = "uebpf-live"
+
+    def attaches_before_start(self, op: Op) -> bool:
+        return False
+
+    def applied(self, loader_env: dict[str, str], victim_pid: int | None) -> dict | None:
+        if victim_pid is None:
+            raise TracecostError(f"{self.name} attaches to the running victim: it needs its pid")
+        return uebpf.inject(self.uebpf_command, loader_env, victim_pid)
+
+    def environments(self) -> uebpf.RunEnvironments:
+        return self.libraries.run_environments(live=True)
+
+
+RUNTIMES = {runtime.name: runtime for runtime in (Untraced, Kernel, Uebpf, UebpfLive)}

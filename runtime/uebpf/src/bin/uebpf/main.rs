@@ -21,6 +21,12 @@
 //!                                          wait until the agent in PID has applied every attachment
 //!                                          (wait.rs)
 //!
+//!   uebpf inject --pid PID --region NAME [--agent PATH] [--force] [--timeout S]
+//!                                          load the agent into a running process (ptrace) and
+//!                                          make it follow region NAME; returns once applied
+//!   uebpf detach --pid PID [--agent PATH]  remove every hook of that agent, make it inert
+//!                                          (inject.rs)
+//!
 //!   uebpf check-hook BINARY SYMBOL|0xOFFSET [--return]
 //!                                          would the hook engine hook there (an entry probe, or
 //!                                          with --return a return probe)? Judged on the file, as
@@ -35,9 +41,9 @@
 //!          --set NAME=VALUE (run: a global, before loading)  --region NAME (run)
 //!
 //! Output is one JSON document on stdout; errors are one line on stderr and exit status 1
-//! (2 for usage errors). SIGINT/SIGTERM stop a running program (or a wait) at once, and
+//! (2 for usage errors). SIGINT/SIGTERM/SIGHUP stop a running program (or a wait) at once, and
 //! otherwise once the work under way is done; either way a region the command created is
-//! removed, `uebpf: interrupted` is printed and the status is 130 or 143 (signals.rs). A reader
+//! removed, `uebpf: interrupted` is printed and the status is 128 + the signal (signals.rs). A reader
 //! that goes away (`uebpf info OBJ | head`) ends the command quietly with status 141, as a shell
 //! reports a process SIGPIPE killed.
 
@@ -49,10 +55,11 @@ use uebpf::maps::{def::map_type_name, AgentStatus, AttachKind, AttachState, Regi
 use uebpf::{Engine, Instance, Object, PtRegs, Target};
 
 mod attach;
+mod inject;
 mod signals;
 mod wait;
 
-const USAGE: &str = "usage: uebpf info OBJ | uebpf run OBJ PROG [--engine interpreter|jit] [--repeat N] [--budget N] [--regs R=V,...] [--set NAME=VALUE]... [--region NAME] | uebpf exec REGION PROG [--engine E] [--repeat N] [--budget N] [--regs R=V,...] | uebpf dump REGION | uebpf attachments REGION | uebpf fire REGION [--engine E] [--repeat N] [--regs R=V,...] [--ret N] [--wait] | uebpf attach OBJ --region NAME [--attach PROG:BINARY:SYMBOL]... [--pid PID] [--set NAME=VALUE]... | uebpf wait-applied REGION --pid PID [--timeout SECONDS] | uebpf check-hook BINARY SYMBOL|0xOFFSET [--return]";
+const USAGE: &str = "usage: uebpf info OBJ | uebpf run OBJ PROG [--engine interpreter|jit] [--repeat N] [--budget N] [--regs R=V,...] [--set NAME=VALUE]... [--region NAME] | uebpf exec REGION PROG [--engine E] [--repeat N] [--budget N] [--regs R=V,...] | uebpf dump REGION | uebpf attachments REGION | uebpf fire REGION [--engine E] [--repeat N] [--regs R=V,...] [--ret N] [--wait] | uebpf attach OBJ --region NAME [--attach PROG:BINARY:SYMBOL]... [--pid PID] [--set NAME=VALUE]... | uebpf wait-applied REGION --pid PID [--timeout SECONDS] | uebpf check-hook BINARY SYMBOL|0xOFFSET [--return] | uebpf inject --pid PID --region NAME [--agent PATH] [--force] [--timeout SECONDS] | uebpf detach --pid PID [--agent PATH]";
 
 struct Options {
     command: String,
@@ -69,6 +76,8 @@ struct Options {
     attaches: Vec<String>,
     pid: Option<i32>,
     timeout_s: f64,
+    agent: Option<String>,
+    force: bool,
 }
 
 fn usage(why: impl std::fmt::Display) -> String {
@@ -103,6 +112,8 @@ fn parse_options() -> Result<Options, String> {
         attaches: Vec::new(),
         pid: None,
         timeout_s: 10.0,
+        agent: None,
+        force: false,
     };
     let mut parser = lexopt::Parser::from_env();
     let text = |v: std::ffi::OsString| v.into_string().map_err(|_| usage("arguments must be UTF-8"));
@@ -136,6 +147,8 @@ fn parse_options() -> Result<Options, String> {
             Long("region") => options.region = Some(text(parser.value().map_err(usage)?)?),
             Long("ret") => options.ret = integer(&text(parser.value().map_err(usage)?)?)?,
             Long("wait") => options.wait = true,
+            Long("force") => options.force = true,
+            Long("agent") => options.agent = Some(text(parser.value().map_err(usage)?)?),
             Long("return") => options.return_probe = true,
             Long("attach") => options.attaches.push(text(parser.value().map_err(usage)?)?),
             Long("pid") => {
@@ -166,6 +179,7 @@ fn parse_options() -> Result<Options, String> {
     let wanted = match options.command.as_str() {
         "info" | "dump" | "attachments" | "fire" | "attach" | "wait-applied" => 1,
         "run" | "exec" | "check-hook" => 2,
+        "inject" | "detach" => 0,
         "" => return Err(usage("no command")),
         other => return Err(usage(format!("unknown command `{other}`"))),
     };
@@ -177,7 +191,10 @@ fn parse_options() -> Result<Options, String> {
     }
     match options.command.as_str() {
         "attach" if options.region.is_none() => return Err(usage("`attach` needs --region NAME (the region targets open)")),
-        "wait-applied" if options.pid.is_none() => return Err(usage("`wait-applied` needs --pid PID (the target)")),
+        "wait-applied" | "inject" | "detach" if options.pid.is_none() => {
+            return Err(usage(format!("`{}` needs --pid PID (the target)", options.command)))
+        }
+        "inject" if options.region.is_none() => return Err(usage("`inject` needs --region NAME (the region to follow)")),
         _ => {}
     }
     Ok(options)
@@ -433,6 +450,9 @@ fn main() -> ExitCode {
         "attach" => attach::attach(&options),
         "wait-applied" => signals::interruptible(None, || wait::wait_applied(&options)),
         "check-hook" => check_hook(&options),
+        // Never interrupted half-way: a signal waits until the target has its thread back.
+        "inject" => inject::inject(&options),
+        "detach" => inject::detach(&options),
         _ => open_region(&options.positional[0]).map(|i| dump(&i)),
     };
     if let Some(signal) = signals::pending() {
@@ -440,7 +460,12 @@ fn main() -> ExitCode {
         return ExitCode::from(128 + signal as u8);
     }
     match result {
-        Ok(document) => match write_line(&format!("{document:#}")) {
+        // inject and detach print one line (a harness reads it as the command's answer).
+        Ok(document) => match write_line(&if matches!(options.command.as_str(), "inject" | "detach") {
+            document.to_string()
+        } else {
+            format!("{document:#}")
+        }) {
             Ok(()) => ExitCode::SUCCESS,
             // The reader is gone (`| head`): nothing left to say, and no one to say it to.
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::from(128 + libc::SIGPIPE as u8),

@@ -1,14 +1,14 @@
-//! SIGINT and SIGTERM in the `uebpf` command.
+//! SIGINT, SIGTERM and SIGHUP in the `uebpf` command.
 //!
 //! A named region (`run --region`, `attach`) must not outlive the command, so a signal must not
 //! kill it half-way through loading or dumping. But a program that never ends (`goto -1` on the
 //! JIT, which checks nothing at run time) must still be stoppable: `timeout 10 uebpf run ...`
-//! has to work. So both signals are blocked in every thread (`start`, before any thread exists:
+//! has to work. So the three signals are blocked in every thread (`start`, before any thread exists:
 //! later threads inherit the mask) and a watcher thread takes them with `sigwait`:
 //!
 //! * while the command is in an `interruptible` stretch (a program running, a wait on stdin or
 //!   on an agent), it removes the region the command created, if any, prints
-//!   `uebpf: interrupted` and exits at once with 128 + the signal (130, 143), as a shell
+//!   `uebpf: interrupted` and exits at once with 128 + the signal (130, 143, 129), as a shell
 //!   reports a process the signal killed;
 //! * otherwise (loading, dumping: bounded work) it records the signal; the command finishes that
 //!   work, cleans up and exits the same way (`pending`), or, for `attach`, takes the signal as
@@ -17,7 +17,8 @@
 use std::ffi::c_int;
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-const HANDLED: [c_int; 2] = [libc::SIGINT, libc::SIGTERM];
+/// SIGHUP too: `inject` must not die of a closed terminal while it holds a target's thread.
+const HANDLED: [c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
 struct State {
     /// The first signal not yet taken by `wait`.
@@ -45,14 +46,14 @@ fn handled_set() -> libc::sigset_t {
     }
 }
 
-/// Blocks SIGINT and SIGTERM and starts the watcher. Call first, while the process has one thread.
+/// Blocks SIGINT, SIGTERM and SIGHUP and starts the watcher. Call first, while the process has one thread.
 pub(crate) fn start() {
     let set = handled_set();
     // SAFETY: signal mask of the calling thread; threads started later inherit it.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
     std::thread::spawn(move || loop {
         let mut signal = 0;
-        // SAFETY: both signals are blocked in every thread; sigwait takes one when it arrives.
+        // SAFETY: the signals are blocked in every thread; sigwait takes one when it arrives.
         if unsafe { libc::sigwait(&set, &mut signal) } != 0 {
             continue;
         }
@@ -79,7 +80,7 @@ fn exit_interrupted(signal: c_int, region: Option<&str>) -> ! {
     }
 }
 
-/// Runs `work` (which may never end: a program, a wait) so that SIGINT or SIGTERM stop the
+/// Runs `work` (which may never end: a program, a wait) so that SIGINT, SIGTERM or SIGHUP stop the
 /// process at once, removing `owned_region` first. A signal that arrived before stops it here.
 pub(crate) fn interruptible<T>(owned_region: Option<&str>, work: impl FnOnce() -> T) -> T {
     {
@@ -99,7 +100,7 @@ pub(crate) fn pending() -> Option<c_int> {
     state().signal
 }
 
-/// Sleeps until SIGINT or SIGTERM arrives and takes it (it is then not `pending`).
+/// Sleeps until SIGINT, SIGTERM or SIGHUP arrives and takes it (it is then not `pending`).
 pub(crate) fn wait() -> c_int {
     let mut state = state();
     loop {

@@ -12,44 +12,24 @@
 //! the agent does not implement: `unsupported` > 0, exit 1, the reason in `message`).
 //! Timeout, a process that exits first, or a region that does not exist: exit 1 with the reason.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
-use uebpf::maps::{current, generation_reached, AgentStatus, Region};
+use uebpf::maps::{AgentStatus, Region};
 
 use crate::{agent_json, write_line, Options};
-
-/// How often the waiter re-checks that the target still runs while no agent reports.
-const RECHECK: Duration = Duration::from_millis(50);
 
 pub(crate) fn wait_applied(options: &Options) -> Result<Value, String> {
     let name = &options.positional[0];
     let pid = options.pid.expect("checked by parse_options") as u32;
-    let deadline = Instant::now() + Duration::from_secs_f64(options.timeout_s);
     let region = Region::open(name).map_err(|e| e.to_string())?;
     let generation = region.attach_generation();
-    loop {
-        let seen = region.agent_generation();
-        if let Some(status) = region.agent(pid).filter(|s| s.passes > 0 && generation_reached(s.report.applied, generation)) {
-            return verdict(&status, generation);
-        }
-        if current::process_is_gone(pid) {
-            return Err(format!("process {pid} exited before its agent applied region {name}'s attachments"));
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            let why = match region.agent(pid) {
-                Some(_) => "its agent is still applying them (a hook waits up to 2 s for every thread to stop)",
-                None => "it has no agent on this region (is build/lib/libuebpf_agent.so preloaded with the same UEBPF_REGION?)",
-            };
-            return Err(format!("process {pid} did not apply region {name}'s attachments within {} s: {why}", options.timeout_s));
-        }
-        region.wait_agent_change(seen, left.min(RECHECK));
-    }
+    let status = uebpf::wait_applied(&region, name, pid, generation, Duration::from_secs_f64(options.timeout_s))?;
+    verdict(&status, generation)
 }
 
 /// The slot as JSON (printed whatever the outcome, for harnesses); an error if anything failed.
-fn verdict(status: &AgentStatus, generation: u32) -> Result<Value, String> {
+pub(crate) fn verdict(status: &AgentStatus, generation: u32) -> Result<Value, String> {
     let r = &status.report;
     let mut document = agent_json(status);
     document["generation"] = json!(generation);
