@@ -207,7 +207,12 @@ def test_inject_and_detach_50_times_trace_exactly_while_injected(tmp_path, threa
             result = target.finish()
             assert loader.stop().exit_code == 0, loader.stderr_text()
             summary = parse_summary(loader.read_stdout())
-        assert target.child.stderr_text() == ""
+        # The live patch's stack scan is conservative: an earlier checkpoint's signal frame (its
+        # saved ip inside bytes 1-4) left in the unwritten slots of a later frame counts as a
+        # hit, and that attach takes the int3 patch, correct and said in one line. Nothing else
+        # may be said.
+        said = target.child.stderr_text().splitlines()
+        assert [line for line in said if "int3 patch (slow" not in line] == []
     assert summary["dropped"] == 0, summary
     indices = entries_by_index(output)
     assert summary["entry"] == len(indices)

@@ -3,8 +3,9 @@
 //! detach), and notices when the region goes away (its loader exited: the file was removed, or
 //! its creator is gone), then removes every hook and waits for a region of that name again.
 //!
-//! The thread blocks every asynchronous signal (a signal sent to the process, such as the
-//! SIGUSR1 a harness uses to start a paused target, must reach the target's own threads) and
+//! The thread blocks every asynchronous signal but the hook engine's checkpoint signal
+//! (SIGRTMAX; a signal sent to the process, such as the SIGUSR1 a harness uses to start a
+//! paused target, must reach the target's own threads) and
 //! runs with probes off (`without_probes`): its mallocs and libc calls are the agent's, not the
 //! target's, and no probe sees them.
 
@@ -55,6 +56,11 @@ pub(crate) fn spawn(name: String) {
         for synchronous in [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP, libc::SIGSYS] {
             libc::sigdelset(&mut all, synchronous);
         }
+        // The hook engine's checkpoint signal stays open: a live patch made by another thread
+        // (a successor after `uebpf detach` and a new inject, while the retired thread has not
+        // woken yet; a self-tracing loader's own threads) must see this thread stop too, since
+        // it runs libc code that may be the function being patched.
+        libc::sigdelset(&mut all, libc::SIGRTMAX());
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut previous);
         // Probes off on the spawning thread too: the spawn is the agent's work, not the target's.
         let error = without_probes(|| {

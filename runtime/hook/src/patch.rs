@@ -84,7 +84,7 @@ pub(crate) fn install(site: &'static Site) -> Result<PatchMethod> {
         return Ok(PatchMethod::Plain);
     }
     refuse_blocked_signals(site, &tids, &[libc::SIGTRAP])?;
-    // The patching thread takes no part in its own checkpoint (the agent's thread blocks SIGRTMAX).
+    // The patching thread takes no part in its own checkpoint.
     let me = unsafe { libc::gettid() };
     let others: Vec<libc::pid_t> = tids.iter().copied().filter(|&tid| tid != me).collect();
     refuse_blocked_signals(site, &others, &[libc::SIGRTMAX()])?;

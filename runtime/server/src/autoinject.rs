@@ -5,7 +5,11 @@
 //!
 //! Only a process that maps the probed binary and no agent file is injected: one that maps the
 //! agent (preloaded, or injected before) finds the region itself, and one that does not map the
-//! binary could not be hooked anyway (the agent would report it). `UEBPF_NO_INJECT=1` opts out.
+//! binary could not be hooked anyway (the agent would report it). Nor is a stopped process: a
+//! harness's child stopped between its fork and its exec (whose program may well get the agent
+//! preloaded, and a probe on libc finds libc mapped already) must not be refused; its
+//! attachment waits in the table for an agent, as before injection existed. `UEBPF_NO_INJECT=1`
+//! opts out.
 
 use std::ffi::{c_int, CStr};
 use std::path::PathBuf;
@@ -28,6 +32,7 @@ pub fn agent_for(spec: &AttachSpec, region: &Region) -> Result<(), c_int> {
     if std::env::var(NO_INJECT_ENV).is_ok_and(|v| !v.is_empty() && v != "0")
         || region.agent(pid).is_some()
         || !inject::lacks_agent_for(pid, spec.dev, spec.ino)
+        || inject::is_stopped(pid)
     {
         return Ok(());
     }

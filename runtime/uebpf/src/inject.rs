@@ -213,6 +213,13 @@ pub fn lacks_agent_for(pid: u32, dev: u64, ino: u64) -> bool {
         .is_ok_and(|maps| maps.iter().any(|m| m.executable && m.dev == dev && m.inode == ino) && library(&maps, AGENT_FILE).is_none())
 }
 
+/// Whether `pid` is stopped (SIGSTOP, a job-control or ptrace stop): /proc/PID/stat's state,
+/// read after the command name's closing parenthesis (a name may hold spaces and parentheses).
+pub fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('T' | 't'))))
+}
+
 fn c_string(path: &Path) -> Vec<u8> {
     path.as_os_str().as_encoded_bytes().to_vec()
 }
