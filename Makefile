@@ -66,7 +66,7 @@ $(LIB) $(BIN) $(BPF) $(SKEL):
 # --- workloads -----------------------------------------------------------------------------
 .PHONY: workloads
 workloads: $(LIB)/libmylib.so $(BIN)/sample_app $(BIN)/microbench $(BIN)/syscall_load $(BIN)/compat_app \
-  $(BIN)/inject_victim $(BIN)/static_victim $(BIN)/sleep_victim
+  $(BIN)/inject_victim $(BIN)/static_victim $(BIN)/sleep_victim $(BIN)/signal_victim
 
 $(LIB)/libmylib.so: workloads/mylib/mylib.c workloads/mylib/mylib.h | $(LIB)
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
@@ -92,6 +92,9 @@ $(BIN)/static_victim: workloads/inject_victim/static_victim.c | $(BIN)
 	$(CC) $(CFLAGS) -static -o $@ $<
 
 $(BIN)/sleep_victim: workloads/inject_victim/sleep_victim.c workloads/mylib/mylib.h $(LIB)/libmylib.so | $(BIN)
+	$(CC) $(CFLAGS) -Iworkloads/mylib -o $@ $< -L$(LIB) -lmylib -Wl,-rpath,'$$ORIGIN/../lib'
+
+$(BIN)/signal_victim: workloads/inject_victim/signal_victim.c workloads/mylib/mylib.h $(LIB)/libmylib.so | $(BIN)
 	$(CC) $(CFLAGS) -Iworkloads/mylib -o $@ $< -L$(LIB) -lmylib -Wl,-rpath,'$$ORIGIN/../lib'
 
 $(BIN)/syscall_load: workloads/syscall_load/syscall_load.c | $(BIN)

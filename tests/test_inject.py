@@ -522,3 +522,58 @@ def test_a_thread_borrowed_in_nanosleep_sleeps_its_full_time(tmp_path, hooked):
         assert (slept["result"], slept["errno"]) == (0, 0), slept
         assert elapsed >= slept["asked_ns"], slept
         assert entries_by_index(output) == set()
+
+
+SIGNAL_VICTIM = BUILD / "bin" / "signal_victim"
+
+
+def caught_signals(pid: int) -> set[int]:
+    """The signals process `pid` has a handler for (/proc/PID/status, SigCgt)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return {signal for signal in range(1, 65) if mask >> (signal - 1) & 1}
+
+
+def signal_victim_run(tmp_path: Path, mode: str) -> tuple[dict, set[int]]:
+    """signal_victim's JSON line, run untraced, injected, or injected then detached before it
+    sets its own handlers; and which of SIGSEGV and SIGBUS it caught just before it did."""
+    region, output = region_name(f"signals-{mode}"), tmp_path / f"{mode}.bin"
+    victim = subprocess.Popen([str(SIGNAL_VICTIM)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert victim.stdout.readline() == "READY\n"
+        if mode == "untraced":
+            before = caught_signals(victim.pid)
+            stdout, _ = victim.communicate("go\n", timeout=60)
+        else:
+            with uebpf_loader(functrace_argv(output, "--pid", victim.pid), region, tmp_path, **CLI_ONLY) as loader:
+                assert injected(victim.pid, region)["hooks"] == 2
+                if mode == "detached":
+                    assert detach(victim.pid)["hooks_removed"] == 2
+                before = caught_signals(victim.pid)
+                stdout, _ = victim.communicate("go\n", timeout=60)
+                assert loader.stop().exit_code == 0
+                if mode == "injected":
+                    # Its string read through the fault-safe copy, the probe reads' fast path.
+                    assert [event.s for event in read_functrace(output) if event.kind == "entry"] == ["call-1"]
+        assert victim.returncode == 0
+        return json.loads(stdout), before & {signal.SIGSEGV, signal.SIGBUS}
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+
+
+def test_an_injected_agent_keeps_the_targets_fault_signals_its_own(tmp_path):
+    """An injected agent cannot interpose sigaction (the target's calls were bound to libc long
+    before): it hooks libc's, then installs the fault-safe probe reads' SIGSEGV/SIGBUS handler.
+    The target then sets, reads back and gets its own handlers exactly as untraced (a signal()
+    that returns the default, a real fault caught by its handler); `uebpf detach` gives the
+    signals back to the target's own disposition (the default: no handler)."""
+    untraced, untraced_caught = signal_victim_run(tmp_path, "untraced")
+    assert untraced == {"read_back": 1, "bus_was_default": 1, "caught": signal.SIGSEGV}
+    assert untraced_caught == set()
+    injected_seen, injected_caught = signal_victim_run(tmp_path, "injected")
+    assert injected_seen == untraced
+    assert injected_caught == {signal.SIGSEGV, signal.SIGBUS}, "the fault-safe reads' handler is in"
+    detached_seen, detached_caught = signal_victim_run(tmp_path, "detached")
+    assert detached_seen == untraced
+    assert detached_caught == set()

@@ -166,9 +166,7 @@ class UebpfLive(Uebpf):
     """uebpf attached to a running app: the app starts without the agent and waits at its READY;
     functrace attaches to its pid, `uebpf inject` loads the agent into it (ptrace and the app's
     own dlopen: runtime/README.md, "Attaching to a running process") and returns once the probes
-    are live; then the app makes its calls. An injected agent reads probe memory with
-    process_vm_readv (it cannot install the fault-safe reads' signal handler), one cost the
-    preloaded agent does not pay."""
+    are live; then the app makes its calls."""
 
     name, label = "uebpf-live", "uebpf, attached live"
     attaches_to_running = True

@@ -3,18 +3,26 @@
 //! quickly and leaves the hooking to the agent's own thread, as for attaches made after start-up
 //! (int3-first live patching).
 //!
-//! An agent loaded this way does not install the fault-safe probe reads' SIGSEGV/SIGBUS
-//! handler (its `sigaction` is not interposed: the target's calls were bound to the C library
-//! long before), so its probe reads take process_vm_readv (uebpf::nofault).
+//! An agent loaded this way cannot interpose `sigaction` (the target's calls were bound to the
+//! C library long before): its thread hooks the C library's instead before it installs the
+//! fault-safe probe reads' SIGSEGV/SIGBUS handler (signals.rs), and `uebpf detach` undoes both.
 
 use std::ffi::{c_char, c_int, CStr};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use uebpf::maps::{check_name, current};
 use uebpf_hook::without_probes;
 
 use crate::session::Session;
 use crate::{followed_name, register_process_handlers, watcher, FOLLOWING, STATE};
+
+/// Set by the first `uebpf_agent_follow`: the agent came into a running process.
+static INJECTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the agent was injected (its thread then diverts the C library's `sigaction`).
+pub(crate) fn injected() -> bool {
+    INJECTED.load(Ordering::Acquire)
+}
 
 /// Makes the agent follow region `region` (a NUL-terminated name) from its thread: the first
 /// pass happens there, and the agent table says when it is done (`uebpf wait-applied`).
@@ -40,6 +48,7 @@ pub unsafe extern "C" fn uebpf_agent_follow(region: *const c_char) -> c_int {
             return 0;
         }
         end_following();
+        INJECTED.store(true, Ordering::Release);
         STATE.with(|state| state.followed = Some(name.clone()));
         FOLLOWING.store(true, Ordering::Release);
         register_process_handlers();
@@ -48,12 +57,17 @@ pub unsafe extern "C" fn uebpf_agent_follow(region: *const c_char) -> c_int {
     })
 }
 
-/// Removes every hook the agent made (the original bytes come back) and stops following any
-/// region: the library stays loaded, inert, until the next `uebpf_agent_follow`. Returns how
+/// Removes every hook the agent made (the original bytes come back, the C library's
+/// `sigaction` included, and SIGSEGV/SIGBUS go back to the process's own disposition) and stops
+/// following any region: the library stays loaded, inert, until the next `uebpf_agent_follow`. Returns how
 /// many hooks it removed.
 #[no_mangle]
 pub extern "C" fn uebpf_agent_detach() -> c_int {
-    without_probes(|| c_int::try_from(end_following()).unwrap_or(c_int::MAX))
+    without_probes(|| {
+        let removed = end_following();
+        crate::signals::end_diversion();
+        c_int::try_from(removed).unwrap_or(c_int::MAX)
+    })
 }
 
 /// Retires the agent's thread (it ends at its next wakeup, within a second, changing nothing)

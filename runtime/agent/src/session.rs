@@ -212,6 +212,12 @@ impl Session {
 
     /// The attachment's program, JIT-compiled, as a probe.
     fn probe(&mut self, attachment: &AttachInfo) -> Result<Probe, String> {
+        // An injected agent's probe reads take the fast path once the C library's sigaction is
+        // diverted (signals.rs): done before the first program is hooked, not at injection, so
+        // that a process with nothing to hook is not patched (its sleeping calls interrupted).
+        if crate::follow::injected() {
+            crate::signals::divert_for_injected_agent();
+        }
         let program = self.program(attachment.spec.prog_id)?;
         let state = self.region.attachment_state_word(attachment.id).ok_or("vanished from the attach table")?;
         // SAFETY: the program's instance holds the region, and the probe is never freed.

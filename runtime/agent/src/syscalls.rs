@@ -137,7 +137,7 @@ pub(crate) unsafe extern "C" fn at_wrapper(regs: *mut PtRegs, data: *mut c_void)
 /// itself), the global lookup of `syscall` is the server's interposed one, whose file is not
 /// the C library. A lookup through libc.so.6's own handle (RTLD_NOLOAD: the loaded one, or
 /// none) searches that library first, whatever is preloaded.
-fn libc_path() -> Result<PathBuf, String> {
+pub(crate) fn libc_path() -> Result<PathBuf, String> {
     let missing = |what: &str| format!("cannot find the C library's file ({what})");
     // SAFETY: RTLD_NOLOAD only looks the loaded library up (a reference dropped before
     // returning: libc is never unloaded); dladdr only reads the loader's tables, and

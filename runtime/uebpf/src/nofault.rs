@@ -11,7 +11,9 @@
 //! rather than re-install or check per copy: a process that replaces our handler would otherwise
 //! turn the next bad probe read into its own crash, and checking the disposition on every copy
 //! costs the system call this module exists to avoid. Only the process that interposes those
-//! calls (the agent) may `install`; everyone else keeps process_vm_readv (probe.rs).
+//! calls (the agent) may `install`, or one that diverts the C library's `sigaction` to
+//! `divert` with an inline hook (an agent injected into a running process, whose calls were
+//! bound to the C library before it came); everyone else keeps process_vm_readv (probe.rs).
 //!
 //! Not covered, by construction (see runtime/README.md): a thread with SIGSEGV or SIGBUS blocked
 //! when a probe reads a bad address is killed (the kernel forces synchronous signals, as for any
@@ -185,35 +187,88 @@ fn real_sigaction() -> SigactionFn {
     unsafe { std::mem::transmute::<*mut c_void, SigactionFn>(if found.is_null() { libc::sigaction as *mut c_void } else { found }) }
 }
 
-/// Installs the handler for SIGSEGV and SIGBUS (once; later calls return the first result).
-/// Only for a process whose `sigaction`/`signal` for these signals reach ours (module comment).
+/// Installs the handler for SIGSEGV and SIGBUS (again after `uninstall`; nothing if installed).
+/// Only for a process whose `sigaction`/`signal` for these signals reach ours (module comment),
+/// or whose C library `sigaction` is diverted to `divert` by an inline hook (an agent injected
+/// into a running process).
 pub fn install() -> io::Result<()> {
-    static RESULT: std::sync::OnceLock<Result<(), i32>> = std::sync::OnceLock::new();
-    let result = RESULT.get_or_init(|| {
-        let sigaction = real_sigaction(); // resolved now: our handler may need it
-        with_writer(|| {
-            for (signal, chained) in SIGNALS.iter().zip(&CHAINED) {
-                // SAFETY: a complete sigaction for our handler; the old one goes to `chained`.
-                unsafe {
-                    let mut ours: libc::sigaction = std::mem::zeroed();
-                    ours.sa_sigaction = on_fault as *const () as usize;
-                    // SA_ONSTACK: a process that handles stack overflow on an alternate stack
-                    // still gets there through us. SA_NODEFER: `pass_on` blocks what the chained
-                    // disposition asks for, no more.
-                    ours.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_NODEFER;
-                    libc::sigemptyset(&mut ours.sa_mask);
-                    let mut old: libc::sigaction = std::mem::zeroed();
-                    if sigaction(*signal, &ours, &mut old) != 0 {
-                        return Err(io::Error::last_os_error().raw_os_error().unwrap_or(0));
-                    }
-                    chained.write(&old);
+    let sigaction = real_sigaction(); // resolved now: our handler may need it
+    let result = with_writer(|| {
+        if installed() {
+            return Ok(());
+        }
+        for (signal, chained) in SIGNALS.iter().zip(&CHAINED) {
+            // SAFETY: a complete sigaction for our handler; the old one goes to `chained`.
+            unsafe {
+                let mut ours: libc::sigaction = std::mem::zeroed();
+                ours.sa_sigaction = on_fault as *const () as usize;
+                // SA_ONSTACK: a process that handles stack overflow on an alternate stack
+                // still gets there through us. SA_NODEFER: `pass_on` blocks what the chained
+                // disposition asks for, no more.
+                ours.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_NODEFER;
+                libc::sigemptyset(&mut ours.sa_mask);
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if sigaction(*signal, &ours, &mut old) != 0 {
+                    return Err(io::Error::last_os_error().raw_os_error().unwrap_or(0));
                 }
+                chained.write(&old);
             }
-            INSTALLED.store(true, Ordering::Release);
-            Ok(())
-        })
+        }
+        INSTALLED.store(true, Ordering::Release);
+        Ok(())
     });
     result.map_err(io::Error::from_raw_os_error)
+}
+
+/// Gives SIGSEGV and SIGBUS back to the disposition we chained to (what the process last set),
+/// and copies take process_vm_readv again (`uebpf detach` of an injected agent). The caller
+/// makes sure no copy runs meanwhile (no probe runs once the agent is detached).
+pub fn uninstall() {
+    let sigaction = real_sigaction();
+    with_writer(|| {
+        if installed() {
+            INSTALLED.store(false, Ordering::Release);
+            for (signal, chained) in SIGNALS.iter().zip(&CHAINED) {
+                // SAFETY: a complete sigaction, the one the process set last.
+                unsafe { sigaction(*signal, &chained.read(), std::ptr::null_mut()) };
+            }
+        }
+    });
+}
+
+/// The C library's `sigaction` entered for SIGSEGV or SIGBUS, seen by an inline hook at its
+/// entry (an agent injected into a running process cannot interpose the symbol: the process's
+/// calls were bound long before). Done here as `sigaction` below does it, the process's
+/// pointers read and written fault-safely; true if done: the hook then has the C library's
+/// call change and report nothing (`act` and `old` NULL), so its return value, 0, is this
+/// call's. False for other signals, before `install`, or when a pointer faults: the C
+/// library's call runs unchanged and answers as it would have (EFAULT for a bad pointer).
+///
+/// # Safety
+/// Called with the process's `sigaction` arguments; bad pointers are fine.
+pub unsafe fn divert(signal: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> bool {
+    let Some(chained) = chained_for(signal).filter(|_| installed()) else {
+        return false;
+    };
+    const SIZE: usize = std::mem::size_of::<libc::sigaction>();
+    let mut new: libc::sigaction = std::mem::zeroed();
+    // Outside `with_writer`: it blocks every signal, and a fault there would kill the thread.
+    if !act.is_null() && !copy((&mut new as *mut libc::sigaction).cast(), act.cast(), SIZE) {
+        return false;
+    }
+    let current = chained.read();
+    if !old.is_null() && !copy(old.cast(), (&current as *const libc::sigaction).cast(), SIZE) {
+        return false;
+    }
+    with_writer(|| {
+        // Still installed: an `uninstall` meanwhile gave the kernel the chained disposition,
+        // and the C library's call must then make this change itself.
+        let diverted = installed();
+        if diverted && !act.is_null() {
+            chained.write(&new);
+        }
+        diverted
+    })
 }
 
 /// `sigaction(2)` as the process sees it once `install`ed: for SIGSEGV and SIGBUS, reads and

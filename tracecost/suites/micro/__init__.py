@@ -26,9 +26,8 @@ from tracecost.suites.micro.ops import EMPTY_PROBE_OP, HELPER, MAX_OPS_PER_HIT, 
 from tracecost.suites.micro.runtimes import RUNTIMES, Runtime
 
 UNTRACED, KERNEL, UEBPF = "untraced", "kernel", "uebpf"
-# uebpf-live (the agent injected into the running victim) is asked for by name: at `tracecost
-# run`'s size it took 226 s on 2 cores (measured), 3.8 minutes `make run` does not have: its
-# probe reads and writes go through process_vm_readv/writev, ~1.3 us per helper call x 1000 per hit.
+# uebpf-live (the agent injected into the running victim) is asked for by name: `make run` has no
+# room left for a fourth runtime within its 10 minutes on 2 cores.
 DEFAULT_RUNTIMES = (UNTRACED, KERNEL, UEBPF)
 DEFAULT_ITER = 100_000
 DEFAULT_OPS_PER_HIT = 1000

@@ -199,8 +199,7 @@ def parse_counts(text: str, loader_cpu_s: float) -> Counts:
 class UebpfLive(Uebpf):
     """uebpf attached to the running victim, started without the agent: the loader attaches to
     its pid, `uebpf inject` loads the agent into it and returns once every attachment is live
-    (runtime/README.md, "Attaching to a running process"). Its probe reads take
-    process_vm_readv (an injected agent has no fault-safe reads' signal handler)."""
+    (runtime/README.md, "Attaching to a running process")."""
 
     name = "uebpf-live"
 
