@@ -8,6 +8,7 @@ the agent (libuebpf_agent.so) are tests/test_agent.py's."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -161,6 +162,10 @@ out["wrong_program_type"] = ioctl(tfd, SET_BPF, kprobe)[1]
 out["tracepoint_link"] = bpf(28, struct.pack("<IIII", tracepoint, tfd, 41, 0))[0] > 0
 out["tracepoint_table"] = table()[-1]
 out["not_a_uebpf_fd"] = ioctl(1, ENABLE, 0)[1]
+stream = ctypes.c_void_p(libc.fopen(b"/sys/kernel/tracing/events/sched/sched_process_exec/id", b"r"))
+libc.fgets(line, 32, stream)
+libc.fclose(stream)
+out["kernel_tracepoint"] = perf_open(2, int(line.value))
 log = ctypes.create_string_buffer(256)
 out["bad_btf"] = bpf(18, struct.pack("<QQIII", ptr(b"not BTF at all"), ctypes.addressof(log), 14, 256, 1))[1]
 out["bad_btf_log"] = log.value.decode()
@@ -193,6 +198,10 @@ def test_raw_perf_event_calls_fill_the_attach_table(tmp_path):
     assert out["tracepoint_link"]
     assert out["tracepoint_table"] == ["syscall_tracepoint", "disabled", "syscalls/sys_enter_openat"]
     assert out["not_a_uebpf_fd"] == 25, "ioctl on other descriptors reaches the kernel (ENOTTY for a pipe)"
+    # A kernel tracepoint of a category uebpf does not run: refused by name, not a kernel perf
+    # event a uebpf program would then fail to attach to (EBADF).
+    assert out["kernel_tracepoint"] == [-1, errno.EOPNOTSUPP]
+    assert "uebpf: unsupported: tracepoint sched/sched_process_exec (" in result.stderr
     assert out["bad_btf"] == 22 and out["bad_btf_log"].startswith("uebpf: BTF: "), out["bad_btf_log"]
 
 

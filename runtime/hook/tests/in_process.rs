@@ -666,11 +666,7 @@ fn an_indirect_jump_into_the_patch_gets_the_int3_patch() {
 #[test]
 fn an_ifunc_is_hooked_at_the_implementation_this_process_selected() {
     let target = resolve(&libc_path(), &Location::Symbol("strlen".into())).unwrap();
-    let selected = unsafe {
-        let handle = libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY);
-        libc::dlsym(handle, c"strlen".as_ptr()) as usize
-    };
-    assert_eq!(target.address, selected);
+    assert_eq!(target.address, selected_in_libc(c"strlen"));
     assert_eq!(target.function.unknown_size, Some(uebpf_hook::IFUNC));
     let text = c"the ifunc's own text";
     let (record, data) = leak(Record::default());
@@ -686,14 +682,21 @@ fn an_ifunc_is_hooked_at_the_implementation_this_process_selected() {
 
 #[test]
 fn an_ifunc_with_several_symbol_versions_resolves_to_the_default_one() {
-    // libc exports memcpy@GLIBC_2.2.5 and memcpy@@GLIBC_2.14, both IFUNCs.
+    // libc exports memcpy@GLIBC_2.2.5 (a plain function, the old memmove alias) and the default
+    // memcpy@@GLIBC_2.14, an IFUNC: a name is its default version, as the dynamic linker binds it.
     let target = resolve(&libc_path(), &Location::Symbol("memcpy".into())).unwrap();
-    let selected = unsafe {
-        let handle = libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY);
-        libc::dlsym(handle, c"memcpy".as_ptr()) as usize
-    };
-    assert_eq!(target.address, selected);
+    assert_eq!(target.address, selected_in_libc(c"memcpy"));
     assert_eq!(target.function.unknown_size, Some(uebpf_hook::IFUNC));
+}
+
+/// The address the dynamic linker gives `name` in this process's libc (an IFUNC's selected
+/// implementation).
+fn selected_in_libc(name: &std::ffi::CStr) -> usize {
+    // SAFETY: RTLD_NOLOAD only looks the loaded libc up; dlsym reads the loader's tables.
+    unsafe {
+        let handle = libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY);
+        libc::dlsym(handle, name.as_ptr()) as usize
+    }
 }
 
 static COUNTED_STRING: AtomicU64 = AtomicU64::new(0);

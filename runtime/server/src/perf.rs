@@ -14,6 +14,7 @@
 use std::ffi::{c_char, c_int, c_long, CStr, CString};
 
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use uebpf::user;
@@ -114,6 +115,31 @@ fn served_tracepoint(path: &str) -> Option<String> {
     }
 }
 
+/// A tracepoint id the server did not give: the kernel's, read from tracefs by a root loader
+/// for a category uebpf does not serve (`sched/sched_process_exec`). Its perf event would be
+/// the kernel's, and attaching a uebpf program to it could only fail with the kernel's EBADF
+/// (no such BPF program there): refused here with what the README promises, one line naming the
+/// tracepoint (found by its id in tracefs, which a loader that read the id can read too).
+fn unsupported_tracepoint(id: u64) -> c_int {
+    let name = kernel_tracepoint_name(id).unwrap_or_else(|| format!("id {id}"));
+    eprintln!(
+        "uebpf: unsupported: tracepoint {name} (uebpf runs system call tracepoints only: syscalls/sys_enter_*, raw_syscalls/sys_enter)"
+    );
+    libc::EOPNOTSUPP
+}
+
+/// `category/name` of the kernel tracepoint whose tracefs id is `id`, if tracefs is readable.
+fn kernel_tracepoint_name(id: u64) -> Option<String> {
+    let events = ["/sys/kernel/tracing/events", "/sys/kernel/debug/tracing/events"].into_iter().find(|dir| Path::new(dir).is_dir())?;
+    std::fs::read_dir(events).ok()?.flatten().filter(|category| category.path().is_dir()).find_map(|category| {
+        std::fs::read_dir(category.path()).ok()?.flatten().find_map(|event| {
+            let text = std::fs::read_to_string(event.path().join("id")).ok()?;
+            (text.trim().parse::<u64>().ok()? == id)
+                .then(|| format!("{}/{}", category.file_name().to_string_lossy(), event.file_name().to_string_lossy()))
+        })
+    })
+}
+
 /// The event type the agent puts in the context's `common_type`: the kernel's id of the
 /// tracepoint when tracefs is readable (root), else the id libbpf was given (uebpf's own; an
 /// unprivileged loader cannot know the kernel's).
@@ -158,7 +184,10 @@ pub fn perf_event_open(attr: *const u8, pid: c_int) -> Option<Result<c_long, c_i
         let (_, bit) = uprobe_pmu()?;
         uprobe(config, config1, config2, bit, pid)
     } else if kind == PERF_TYPE_TRACEPOINT {
-        Ok(Probe::Tracepoint { name: tracepoint_name(config)?, id: config as u32 })
+        match tracepoint_name(config) {
+            Some(name) => Ok(Probe::Tracepoint { name, id: config as u32 }),
+            None => Err(unsupported_tracepoint(config)),
+        }
     } else {
         return None;
     };
