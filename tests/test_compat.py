@@ -154,6 +154,15 @@ CORPUS = [
         printk_messages,
         lambda report: [f"hello {name} {n}" for name, n in report["greets"]],
     ),
+    # libbpf's USDT support: bpf_usdt_arg finds each argument's spec through
+    # bpf_get_attach_cookie (the spec id libbpf attached with), and bpf_usdt_cookie is the
+    # loader's own cookie (usdt_args.h: 0xC00C1E).
+    CorpusProgram(
+        "usdt arguments",
+        lambda pid, work: [BUILD / "bin" / "usdt_args", "--binary", APP, "--symbol", "compat:step", "--pid", pid],
+        lambda run: run.loader_json(),
+        lambda report: {"steps": report["usdt"], "cookies": [0xC00C1E] * len(report["usdt"])},
+    ),
 ]
 IDS = [program.name for program in CORPUS]
 

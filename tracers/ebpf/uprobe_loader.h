@@ -100,7 +100,7 @@ static void check_loaded(int err)
 		    err == -EPERM ? ": kernel eBPF needs root or CAP_BPF+CAP_PERFMON" : "");
 }
 
-static struct bpf_link *attach_uprobe(struct bpf_program *prog, const struct uprobe_target *t, int retprobe)
+static inline struct bpf_link *attach_uprobe(struct bpf_program *prog, const struct uprobe_target *t, int retprobe)
 {
 	LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = t->symbol, .retprobe = retprobe);
 	struct bpf_link *link = bpf_program__attach_uprobe_opts(prog, t->pid, t->binary, 0, &opts);

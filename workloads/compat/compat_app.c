@@ -6,7 +6,7 @@
  * attached), then makes a fixed sequence of calls, each with values a tracer's output can be checked against,
  * and prints one JSON line saying what it did:
  *   {"mallocs":{SIZE:COUNT,...},"ticks":N,"timed_us":[US,...],"greets":[[NAME,N],...],
- *    "calls":[[A,B,C,S,RET],...]}
+ *    "usdt":[[I,J],...],"calls":[[A,B,C,S,RET],...]}
  *   malloc(SIZE)             sizes no C library call of this program uses (malloc counter)
  *   compat_tick(I)           a tiny function (map operation programs); not a bare `ret`: an
  *                            inline hook (uebpf) needs 5 bytes of whole instructions before
@@ -16,12 +16,15 @@
  *                            probes and the scheduler (another process on its CPU) add 32 ms
  *                            (latency histogram)
  *   compat_greet(NAME, N)    bpf_printk probe
+ *   USDT compat:step(I, J)   a USDT probe (sys/sdt.h) with two arguments, I in a register or
+ *                            memory as the compiler chose, J = I * 7 - 3 ("usdt":[[I,J],...])
  *   my_traced_function(...)  libmylib's traced function (functrace) */
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sdt.h>
 #include <time.h>
 
 #include "mylib.h"
@@ -35,6 +38,7 @@ static const struct { int32_t a; uint64_t b; double c; const char *s; } CALLS[] 
 	{ -7, 42, 1.5, "first" }, { 2147483647, 18446744073709551615ull, -2.25, "second call" }, { 0, 0, 0, "" },
 };
 #define TICKS 5
+#define USDT_STEPS 4
 
 /* Pointers escape through this array so that the compiler keeps every malloc. */
 static void *volatile kept[8];
@@ -90,6 +94,11 @@ int main(void)
 		compat_timed(TIMED_US[i]);
 	for (size_t i = 0; i < COUNT(GREETS); i++)
 		compat_greet(GREETS[i].name, GREETS[i].n);
+	for (long i = 0; i < USDT_STEPS; i++) {
+		long j = i * 7 - 3;
+
+		STAP_PROBE2(compat, step, i, j);
+	}
 
 	printf("{\"mallocs\":{");
 	for (size_t i = 0; i < COUNT(MALLOCS); i++)
@@ -100,6 +109,9 @@ int main(void)
 	printf("],\"greets\":[");
 	for (size_t i = 0; i < COUNT(GREETS); i++)
 		printf("%s[\"%s\",%d]", i ? "," : "", GREETS[i].name, GREETS[i].n);
+	printf("],\"usdt\":[");
+	for (long i = 0; i < USDT_STEPS; i++)
+		printf("%s[%ld,%ld]", i ? "," : "", i, i * 7 - 3);
 	printf("],\"calls\":[");
 	for (size_t i = 0; i < COUNT(CALLS); i++) {
 		int64_t ret = my_traced_function(CALLS[i].a, CALLS[i].b, CALLS[i].c, CALLS[i].s);

@@ -17,6 +17,9 @@ pub(crate) struct Probe {
     /// The attachment's process filter (-1: every process). Checked on each hit because a
     /// forked child inherits the parent's hooks.
     pid: i32,
+    /// The attachment's `bpf_cookie`, if the program reads it (bpf_get_attach_cookie): set on
+    /// the thread before each run. None costs nothing per hit.
+    cookie: Option<u64>,
     function: JitFunction,
     _program: LoadedProgram,
 }
@@ -25,10 +28,11 @@ impl Probe {
     /// # Safety
     /// `state` must stay mapped for the life of the process (the program's instance holds the
     /// region that contains it, and probes are never freed).
-    pub(crate) unsafe fn new(state: &AtomicU32, pid: i32, program: LoadedProgram) -> Option<Probe> {
+    pub(crate) unsafe fn new(state: &AtomicU32, pid: i32, cookie: u64, program: LoadedProgram) -> Option<Probe> {
         let function = program.jit_function()?;
         let state = &*(state as *const AtomicU32);
-        Some(Probe { state, pid, function, _program: program })
+        let cookie = program.reads_attach_cookie().then_some(cookie);
+        Some(Probe { state, pid, cookie, function, _program: program })
     }
 
     /// The hook data of a probe that runs on `pt_regs` (`run`).
@@ -46,6 +50,9 @@ impl Probe {
     /// # Safety
     /// `context` points at `len` readable and writable bytes.
     pub(crate) unsafe fn run_on(&self, context: *mut u8, len: usize) {
+        if let Some(cookie) = self.cookie {
+            uebpf::set_attach_cookie(cookie);
+        }
         (self.function)(context, len as u64);
     }
 }

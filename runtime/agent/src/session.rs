@@ -221,7 +221,8 @@ impl Session {
         let program = self.program(attachment.spec.prog_id)?;
         let state = self.region.attachment_state_word(attachment.id).ok_or("vanished from the attach table")?;
         // SAFETY: the program's instance holds the region, and the probe is never freed.
-        unsafe { Probe::new(state, attachment.spec.pid, program) }.ok_or_else(|| "the program is not JIT-compiled".into())
+        unsafe { Probe::new(state, attachment.spec.pid, attachment.spec.cookie, program) }
+            .ok_or_else(|| "the program is not JIT-compiled".into())
     }
 
     fn program(&mut self, id: u32) -> Result<LoadedProgram, String> {

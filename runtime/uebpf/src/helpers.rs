@@ -88,6 +88,36 @@ extern "C" fn ktime_get_coarse_ns(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// CLOCK_BOOTTIME, as the kernel's bpf_ktime_get_boot_ns (monotonic, counting suspend).
+extern "C" fn ktime_get_boot_ns(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid timespec pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// bpf_get_attach_cookie's id.
+pub(crate) const GET_ATTACH_COOKIE: u32 = 174;
+
+thread_local! {
+    /// The cookie of the attachment whose program runs on this thread (`set_attach_cookie`).
+    static ATTACH_COOKIE: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Sets what bpf_get_attach_cookie returns to the programs this thread runs next: the `bpf_cookie`
+/// a loader gave the attachment (libbpf's per-attach cookies, its USDT spec ids). A runner calls
+/// it before it runs a program that reads the cookie (`LoadedProgram::reads_attach_cookie`);
+/// programs run without an attachment see 0, as the kernel's do without a cookie.
+pub fn set_attach_cookie(cookie: u64) {
+    ATTACH_COOKIE.with(|slot| slot.set(cookie));
+}
+
+/// bpf_get_attach_cookie(ctx): the kernel's for perf-event programs (uprobes, tracepoints)
+/// returns the cookie of the perf event's link; here the attachment's, as the probe set it.
+extern "C" fn get_attach_cookie(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    ATTACH_COOKIE.with(Cell::get)
+}
+
 extern "C" fn get_prandom_u32(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
     thread_local! {
         static STATE: Cell<u64> = const { Cell::new(0) };
@@ -234,12 +264,14 @@ const HELPERS: &[(u32, HelperFn)] = &[
     (113, probe_read_user), // probe_read_kernel
     (114, probe_read_user_str),
     (115, probe_read_user_str), // probe_read_kernel_str
+    (125, ktime_get_boot_ns),
     (130, ringbuf_output),
     (131, ringbuf_reserve),
     (132, ringbuf_submit),
     (133, ringbuf_discard),
     (134, ringbuf_query),
     (160, ktime_get_coarse_ns),
+    (GET_ATTACH_COOKIE, get_attach_cookie),
 ];
 
 /// Registers every helper in `env`.

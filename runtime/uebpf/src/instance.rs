@@ -166,6 +166,7 @@ impl Instance {
         let name = info.name.as_str();
         let bytecode = self.inner.region.program_bytecode(info.id)?;
         check_program(name, &bytecode)?;
+        let reads_attach_cookie = crate::load::calls_helper(&bytecode, crate::helpers::GET_ATTACH_COOKIE);
         let program = Program::load(&bytecode, &self.inner.env).map_err(|e| Error::invalid(format!("program `{name}`: {e}")))?;
         let code = match engine {
             Engine::Interpreter => Code::Interpreter(program),
@@ -175,7 +176,7 @@ impl Instance {
                 Error::new(kind, format!("program `{name}`: {e}"))
             })?),
         };
-        Ok(LoadedProgram { info, code, budget: None, _instance: self.clone() })
+        Ok(LoadedProgram { info, code, budget: None, reads_attach_cookie, _instance: self.clone() })
     }
 }
 
@@ -189,6 +190,9 @@ pub struct LoadedProgram {
     info: ProgramInfo,
     code: Code,
     budget: Option<u64>,
+    /// It calls bpf_get_attach_cookie: whoever runs it for an attachment sets the cookie first
+    /// (`set_attach_cookie`).
+    reads_attach_cookie: bool,
     /// Maps, handles and the region stay alive while the program can run.
     _instance: Instance,
 }
@@ -196,6 +200,12 @@ pub struct LoadedProgram {
 impl LoadedProgram {
     pub fn info(&self) -> &ProgramInfo {
         &self.info
+    }
+
+    /// Whether the program calls bpf_get_attach_cookie: a runner that has an attachment's cookie
+    /// calls `uebpf::set_attach_cookie` before running it (an agent's probe does).
+    pub fn reads_attach_cookie(&self) -> bool {
+        self.reads_attach_cookie
     }
 
     /// Interpreter only: stop a run after `budget` instructions (None: no limit).

@@ -55,6 +55,13 @@ pub fn check_program(name: &str, bytecode: &[u8]) -> Result<(), Error> {
     Ok(())
 }
 
+/// Whether the program's bytecode calls helper `id` (a call instruction to it anywhere, dead or
+/// not): so that a probe sets what that helper reads only for the programs that read it.
+pub(crate) fn calls_helper(bytecode: &[u8], id: u32) -> bool {
+    decode_all(bytecode)
+        .is_some_and(|insns| insns.iter().any(|insn| insn.opcode == CLASS_JMP | JMP_CALL && insn.src == 0 && insn.imm as u32 == id))
+}
+
 /// Checks that `data` is BTF uebpf can read (what a `BPF_BTF_LOAD` of it may be answered with).
 pub fn check_btf(data: &[u8]) -> Result<(), Error> {
     panics::catch("parsing BTF (aya-obj)", || {
