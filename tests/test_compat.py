@@ -152,7 +152,10 @@ CORPUS = [
         "bpf_printk",
         lambda pid, work: [BUILD / "bin" / "greet_printk", "--binary", APP, "--symbol", "compat_greet", "--pid", pid],
         printk_messages,
-        lambda report: [f"hello {name} {n}" for name, n in report["greets"]],
+        # The second line has four arguments: bpf_trace_vprintk.
+        lambda report: [
+            line for name, n in report["greets"] for line in (f"hello {name} {n}", f"hi {name} {n} {2 * n} {3 * n}")
+        ],
     ),
     # libbpf's USDT support: bpf_usdt_arg finds each argument's spec through
     # bpf_get_attach_cookie (the spec id libbpf attached with), and bpf_usdt_cookie is the

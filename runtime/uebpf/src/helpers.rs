@@ -178,9 +178,34 @@ extern "C" fn get_current_comm(buf: u64, size: u64, _: u64, _: u64, _: u64) -> u
 }
 
 extern "C" fn trace_printk(fmt: u64, fmt_size: u64, a1: u64, a2: u64, a3: u64) -> u64 {
+    print_line(fmt, fmt_size, &[a1, a2, a3])
+}
+
+/// The kernel's MAX_BPRINTF_VARARGS: bpf_trace_vprintk's most arguments.
+const MAX_VPRINTK_ARGS: u64 = 12;
+
+/// bpf_trace_vprintk(fmt, fmt_size, data, data_len): printk with its arguments in an array of
+/// u64 (what clang's bpf_printk emits for more than three); the kernel's checks on the array:
+/// a whole number of u64s, at most 12, NULL only when empty (kernel/trace/bpf_trace.c).
+extern "C" fn trace_vprintk(fmt: u64, fmt_size: u64, data: u64, data_len: u64, _: u64) -> u64 {
+    let data_len = data_len as u32 as u64;
+    if !data_len.is_multiple_of(8) || data_len > MAX_VPRINTK_ARGS * 8 || (data == 0 && data_len != 0) {
+        return errno(libc::EINVAL);
+    }
+    let args = if data_len == 0 {
+        &[][..]
+    } else {
+        // SAFETY: data is program memory of data_len bytes (trusted, see module docs).
+        unsafe { std::slice::from_raw_parts(data as *const u64, (data_len / 8) as usize) }
+    };
+    print_line(fmt, fmt_size, args)
+}
+
+/// One bpf_printk line to stderr (see `trace_printk`); the message's length, or -errno.
+fn print_line(fmt: u64, fmt_size: u64, args: &[u64]) -> u64 {
     // SAFETY: fmt is program memory of fmt_size bytes (trusted).
     let format = unsafe { std::slice::from_raw_parts(fmt as *const u8, fmt_size as u32 as usize) };
-    let message = match crate::printk::format(format, &[a1, a2, a3]) {
+    let message = match crate::printk::format(format, args) {
         Ok(message) => message,
         Err(e) => return errno(e),
     };
@@ -272,6 +297,7 @@ const HELPERS: &[(u32, HelperFn)] = &[
     (134, ringbuf_query),
     (160, ktime_get_coarse_ns),
     (GET_ATTACH_COOKIE, get_attach_cookie),
+    (177, trace_vprintk),
 ];
 
 /// Registers every helper in `env`.

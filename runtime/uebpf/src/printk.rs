@@ -35,7 +35,7 @@ fn pad(spec: &Spec, sign: &str, body: String, numeric: bool) -> String {
 
 /// Formats `format` (NUL-terminated within its size) with `args`; Err(errno) if the kernel
 /// would refuse it.
-pub(crate) fn format(format: &[u8], args: &[u64; 3]) -> Result<Vec<u8>, i32> {
+pub(crate) fn format(format: &[u8], args: &[u64]) -> Result<Vec<u8>, i32> {
     let end = format.iter().position(|&b| b == 0).ok_or(libc::EINVAL)?;
     let format = &format[..end];
     let mut out = Vec::new();
