@@ -86,9 +86,7 @@ extern "C" fn start() {
     // child's pid by the time our child handler starts the child's thread.
     current::pid();
     // Before any probe runs: probe reads then need no system call (see signals.rs).
-    if let Err(e) = uebpf::nofault::install() {
-        warn(&format!("probe reads use process_vm_readv: cannot install the SIGSEGV/SIGBUS handler: {e}"));
-    }
+    signals::install_fault_handler();
     without_probes(|| match Region::open(&name) {
         Ok(region) => match Session::new(region) {
             Ok(mut session) => {

@@ -45,6 +45,16 @@ pub unsafe extern "C" fn bsd_signal(signal: c_int, handler: libc::sighandler_t) 
     nofault::signal(signal, handler)
 }
 
+/// Installs the fault-safe probe reads' SIGSEGV/SIGBUS handler (`nofault::install`); false, said
+/// on stderr, when it cannot be: probe reads then keep process_vm_readv.
+pub(crate) fn install_fault_handler() -> bool {
+    let installed = nofault::install();
+    if let Err(e) = &installed {
+        warn(&format!("probe reads use process_vm_readv: cannot install the SIGSEGV/SIGBUS handler: {e}"));
+    }
+    installed.is_ok()
+}
+
 /// The hook on the C library's `__sigaction` of an injected agent, while it follows a region.
 static DIVERSION: Mutex<Option<Hook>> = Mutex::new(None);
 
@@ -62,13 +72,11 @@ pub(crate) fn divert_for_injected_agent() {
         .and_then(|libc| uebpf_hook::resolve(&libc, &Location::parse("__sigaction")).map_err(|e| e.to_string()))
         .and_then(|target| Hook::entry(&target, at_sigaction, std::ptr::null_mut()).map_err(|e| e.to_string()));
     match hooked {
-        Ok(hook) => match nofault::install() {
-            Ok(()) => *diversion = Some(hook),
-            Err(e) => {
-                let _ = hook.detach();
-                warn(&format!("probe reads use process_vm_readv: cannot install the SIGSEGV/SIGBUS handler: {e}"));
-            }
-        },
+        Ok(hook) if install_fault_handler() => *diversion = Some(hook),
+        Ok(hook) => {
+            // Said already; the diversion without the handler would only cost its hook.
+            let _ = hook.detach();
+        }
         Err(e) => warn(&format!("probe reads use process_vm_readv: cannot divert the C library's sigaction: {e}")),
     }
 }

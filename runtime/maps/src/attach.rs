@@ -209,10 +209,25 @@ impl Region {
     }
 }
 
+/// Where tracefs lists the kernel's trace events (`CATEGORY/NAME/id`): its own mount point, and
+/// the older one under debugfs.
+pub const TRACEFS_EVENTS: [&str; 2] = ["/sys/kernel/tracing/events", "/sys/kernel/debug/tracing/events"];
+
 /// The kernel's id of tracepoint `category/name` (its trace event type, the `common_type` of
 /// its records), if tracefs is readable here (it is root's).
 pub fn kernel_tracepoint_id(name: &str) -> Option<u32> {
-    ["/sys/kernel/tracing/events", "/sys/kernel/debug/tracing/events"]
-        .iter()
-        .find_map(|events| std::fs::read_to_string(format!("{events}/{name}/id")).ok()?.trim().parse().ok())
+    TRACEFS_EVENTS.iter().find_map(|events| std::fs::read_to_string(format!("{events}/{name}/id")).ok()?.trim().parse().ok())
+}
+
+/// `category/name` of the kernel tracepoint whose id is `id` (the inverse of
+/// `kernel_tracepoint_id`, by a walk of every event's id file), if tracefs is readable here.
+pub fn kernel_tracepoint_name(id: u64) -> Option<String> {
+    let events = TRACEFS_EVENTS.into_iter().find(|dir| std::path::Path::new(dir).is_dir())?;
+    std::fs::read_dir(events).ok()?.flatten().filter(|category| category.path().is_dir()).find_map(|category| {
+        std::fs::read_dir(category.path()).ok()?.flatten().find_map(|event| {
+            let text = std::fs::read_to_string(event.path().join("id")).ok()?;
+            (text.trim().parse::<u64>().ok()? == id)
+                .then(|| format!("{}/{}", category.file_name().to_string_lossy(), event.file_name().to_string_lossy()))
+        })
+    })
 }

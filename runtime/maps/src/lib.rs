@@ -31,7 +31,7 @@ pub mod ringbuf;
 pub mod test_support;
 
 pub use agents::{generation_reached, AgentReport, AgentStatus};
-pub use attach::{kernel_tracepoint_id, AttachInfo, AttachKind, AttachSpec, AttachState};
+pub use attach::{kernel_tracepoint_id, kernel_tracepoint_name, AttachInfo, AttachKind, AttachSpec, AttachState, TRACEFS_EVENTS};
 pub use def::{MapDef, MapKind, StorageLayout};
 pub use error::{Error, ErrorKind};
 pub use map::{Map, ProgramMemory};

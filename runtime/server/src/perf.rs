@@ -14,12 +14,11 @@
 use std::ffi::{c_char, c_int, c_long, CStr, CString};
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use uebpf::user;
 
-use uebpf_maps::{generation_reached, kernel_tracepoint_id, AttachKind, AttachSpec, AttachState};
+use uebpf_maps::{generation_reached, kernel_tracepoint_id, kernel_tracepoint_name, AttachKind, AttachSpec, AttachState, TRACEFS_EVENTS};
 
 use crate::lifetime::region;
 use crate::objects::{lookup, new_fd, register, Object, ProgObject};
@@ -97,7 +96,7 @@ fn tracepoint_name(id: u64) -> Option<String> {
 /// The tracepoint (`category/name`) whose tracefs id file `path` is, if the server answers it:
 /// a syscall tracepoint whose event the kernel has (or that we cannot check: tracefs is root's).
 fn served_tracepoint(path: &str) -> Option<String> {
-    let rest = ["/sys/kernel/tracing/events/", "/sys/kernel/debug/tracing/events/"].iter().find_map(|p| path.strip_prefix(p))?;
+    let rest = TRACEFS_EVENTS.iter().find_map(|events| path.strip_prefix(events)?.strip_prefix('/'))?;
     let (event, file) = rest.rsplit_once('/')?;
     let (category, name) = event.split_once('/')?;
     let syscall_name = match category {
@@ -126,18 +125,6 @@ fn unsupported_tracepoint(id: u64) -> c_int {
         "uebpf: unsupported: tracepoint {name} (uebpf runs system call tracepoints only: syscalls/sys_enter_*, raw_syscalls/sys_enter)"
     );
     libc::EOPNOTSUPP
-}
-
-/// `category/name` of the kernel tracepoint whose tracefs id is `id`, if tracefs is readable.
-fn kernel_tracepoint_name(id: u64) -> Option<String> {
-    let events = ["/sys/kernel/tracing/events", "/sys/kernel/debug/tracing/events"].into_iter().find(|dir| Path::new(dir).is_dir())?;
-    std::fs::read_dir(events).ok()?.flatten().filter(|category| category.path().is_dir()).find_map(|category| {
-        std::fs::read_dir(category.path()).ok()?.flatten().find_map(|event| {
-            let text = std::fs::read_to_string(event.path().join("id")).ok()?;
-            (text.trim().parse::<u64>().ok()? == id)
-                .then(|| format!("{}/{}", category.file_name().to_string_lossy(), event.file_name().to_string_lossy()))
-        })
-    })
 }
 
 /// The event type the agent puts in the context's `common_type`: the kernel's id of the

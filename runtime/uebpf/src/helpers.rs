@@ -70,9 +70,14 @@ extern "C" fn probe_write_user(dst: u64, src: u64, size: u64, _: u64, _: u64) ->
 
 /// CLOCK_MONOTONIC in ns, as the kernel's bpf_ktime_get_ns (vDSO: no system call).
 pub(crate) fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// `clock`'s time in nanoseconds (the ktime helpers; CLOCK_MONOTONIC through the vDSO).
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: valid timespec pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -82,18 +87,12 @@ extern "C" fn ktime_get_ns(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
 
 /// CLOCK_MONOTONIC_COARSE, as the kernel's bpf_ktime_get_coarse_ns.
 extern "C" fn ktime_get_coarse_ns(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid timespec pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    clock_ns(libc::CLOCK_MONOTONIC_COARSE)
 }
 
 /// CLOCK_BOOTTIME, as the kernel's bpf_ktime_get_boot_ns (monotonic, counting suspend).
 extern "C" fn ktime_get_boot_ns(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid timespec pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    clock_ns(libc::CLOCK_BOOTTIME)
 }
 
 /// bpf_get_attach_cookie's id.

@@ -213,11 +213,15 @@ pub fn lacks_agent_for(pid: u32, dev: u64, ino: u64) -> bool {
         .is_ok_and(|maps| maps.iter().any(|m| m.executable && m.dev == dev && m.inode == ino) && library(&maps, AGENT_FILE).is_none())
 }
 
-/// Whether `pid` is stopped (SIGSTOP, a job-control or ptrace stop): /proc/PID/stat's state,
-/// read after the command name's closing parenthesis (a name may hold spaces and parentheses).
+/// Whether `pid` is stopped (SIGSTOP, a job-control or ptrace stop): its status's `State`.
 pub fn is_stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('T' | 't'))))
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .is_ok_and(|status| matches!(status_field(&status, "State").chars().next(), Some('T' | 't')))
+}
+
+/// Field `name` of a /proc/PID/status text (`State`, `TracerPid`, `Seccomp`...), "" if absent.
+fn status_field<'a>(status: &'a str, name: &str) -> &'a str {
+    status.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(':')).map(str::trim).unwrap_or("")
 }
 
 fn c_string(path: &Path) -> Vec<u8> {
@@ -251,7 +255,7 @@ impl Target {
     /// Refuses what cannot be injected safely (see the module comment and the README).
     fn inspect(pid: u32, force: bool) -> Result<Target, Failure> {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|_| fail(libc::ESRCH, format!("no process {pid}")))?;
-        let field = |name: &str| status.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(':')).map(str::trim).unwrap_or("");
+        let field = |name: &str| status_field(&status, name);
         match field("State").chars().next() {
             Some('T' | 't') => {
                 return Err(fail(
