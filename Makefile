@@ -132,7 +132,7 @@ $(SKEL)/%.skel.h: $(BPF)/%.bpf.o | $(SKEL)
 # The compatibility corpus (tests/test_compat.py) adds three small uprobe loaders.
 COMPAT_LOADERS := $(BIN)/malloc_sizes $(BIN)/func_latency $(BIN)/greet_printk $(BIN)/usdt_args
 tracers: $(BIN)/functrace $(BIN)/micro $(BIN)/transport $(COMPAT_LOADERS) $(LIB)/libmylib_lttng.so loadlat \
-  $(BIN)/selftrace
+  $(BIN)/selftrace $(BIN)/sslsniff $(BIN)/syscount
 
 # tracecost load: its loader, its victim, and the objects it times beside functrace's and micro's:
 # an empty program and two generated straight-line programs of about 4k and 32k instructions

@@ -11,6 +11,7 @@ PACKAGES=(
   lttng-tools liblttng-ust-dev babeltrace2                          # LTTng-UST tracer and trace reader
   chromium chromium-driver                                          # the report's real-browser test
   curl openssl                                                      # the report's plotly.js bundle
+  nginx wrk                                                         # the nginx suite's service and load
 )
 
 missing=()
@@ -24,8 +25,22 @@ if ((${#missing[@]})); then
   fi
   echo "setup: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  # Installing nginx would start the system's nginx on port 80; tracecost starts its own, privately,
+  # and never touches the system's services. Where no policy says otherwise, a temporary
+  # policy-rc.d (invoke-rc.d's documented hook) refuses service starts during the install.
+  policy=/usr/sbin/policy-rc.d ours=
+  if [[ ! -e $policy ]]; then
+    ours=1
+    trap 'rm -f "$policy"' EXIT
+    printf '#!/bin/sh\n# tracecost setup: no service starts during its install\nexit 101\n' > "$policy"
+    chmod 755 "$policy"
+  fi
   apt-get update -qq
   apt-get install -y -qq "${missing[@]}" >/dev/null
+  if [[ -n $ours ]]; then
+    rm -f "$policy"
+    trap - EXIT
+  fi
 fi
 for tool in cargo python3; do
   command -v "$tool" >/dev/null || { echo "setup: $tool is required but not installed" >&2; exit 1; }

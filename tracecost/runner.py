@@ -49,14 +49,18 @@ def run_suite(
         if (reason := suite.unavailable(group, method, config))
     ]
 
+    checked: list[dict] = []  # the suite's cross-check, once it has run
+
     def result() -> dict:
+        failures = [run for run in runs + checked if run["status"] != "ok"]
         return {
             "config": suite.config_record(config),
             "runs": runs,
             "aggregates": suite.aggregate(results.counted(runs), config),
-            "failures": [run for run in runs if run["status"] != "ok"],
+            "failures": failures,
             "unavailable": unavailable,
             "elapsed_s": round(time.monotonic() - started_at, 1),
+            **({"cross_check": checked[0]} if checked else {}),
         }
 
     try:
@@ -71,9 +75,25 @@ def run_suite(
                         runs.append(_one_run(suite, config, group, method, workspace, repetition, position))
                         interrupts.raise_if_interrupted()  # a Ctrl-C Python dropped during the run
                         advance(f"{group.label} / {method.name}")
+            checked.extend(_cross_check(suite, config, workspace))
     except KeyboardInterrupt as interrupt:
         raise Interrupted(result()) from interrupt
     return result()
+
+
+def _cross_check(suite, config, workspace) -> list[dict]:
+    """The suite's one-off check after its runs (Suite.cross_check), as a record: [] if it has none."""
+    record = {"method": "cross-check", "repetition": 0, "warmup": False}
+    try:
+        found = suite.cross_check(config, fresh_dir(workspace, "cross-check"))
+        if found is None:
+            return []
+        record.update(found, status="ok")
+    except TracecostError as error:
+        record.update(status="failed", error=str(error))
+    finally:
+        leftovers.remove_regions()
+    return [record]
 
 
 def _one_run(suite, config, group, method, workspace, repetition, position) -> dict:

@@ -8,7 +8,7 @@ import itertools
 import random
 
 from tracecost import results
-from tracecost.suites import duration, load, micro, transport
+from tracecost.suites import duration, load, micro, nginx, transport
 from tracecost.suites.micro.ops import OPS
 from tracecost.suites.transport import LATENCY_STATS
 
@@ -33,6 +33,24 @@ ENVIRONMENT = {
 
 def _repetitions(runs: int):
     return [(repetition, repetition == 0) for repetition in range(runs + 1)]
+
+
+def _every_run(suite, config, record) -> list[dict]:
+    """A successful run of every group and method at every repetition: `record(group, method)`'s
+    fields after the runner's."""
+    return [
+        {
+            **group.key,
+            "method": method,
+            "repetition": repetition,
+            "warmup": warmup,
+            "position": 0,
+            "status": "ok",
+            **record(group, method),
+        }
+        for group, method in itertools.product(suite.groups(config), config.methods)
+        for repetition, warmup in _repetitions(config.runs)
+    ]
 
 
 def _suite(suite, config, runs: list[dict]) -> dict:
@@ -253,26 +271,64 @@ def load_run(rng: random.Random, method: str, probes: int) -> dict:
 def load_suite(rng: random.Random) -> dict:
     config = load.LoadConfig(objects=["empty", "gen4k"], probes=[1, 10], runs=2, seed=1)
     suite = load.LoadSuite()
-    runs = [
-        {
-            **group.key,
-            "method": method,
-            "repetition": repetition,
-            "warmup": warmup,
-            "position": 0,
-            "status": "ok",
-            **load_run(rng, method, group.key["probes"]),
-        }
-        for group, method in itertools.product(suite.groups(config), config.methods)
-        for repetition, warmup in _repetitions(config.runs)
-    ]
-    return _suite(suite, config, runs)
+    return _suite(
+        suite, config, _every_run(suite, config, lambda group, method: load_run(rng, method, group.key["probes"]))
+    )
+
+
+def nginx_run(rng: random.Random, method: str) -> dict:
+    """A successful run record of the nginx suite, as tools.record writes it."""
+    served = rng.randint(40_000, 60_000)
+    record = {
+        "requests": served - 3,
+        "served": served,
+        "duration_s": 1.0,
+        "requests_per_s": served - 3.0,
+        "bytes": served * 1300,
+        "latency_us": {"p50": 170.0, "p90": 250.0, "p99": rng.uniform(300, 900), "max": 9000.0, "mean": 190.5},
+        "nginx_cpu_ns_per_request": rng.uniform(18_000, 30_000),
+        "tracer_cpu_ns_per_request": 0.0 if method == "baseline" else rng.uniform(100, 3000),
+        "cpu_ns_per_request": rng.uniform(18_000, 33_000),
+        "injections": [],
+    }
+    if method.startswith("sslsniff"):
+        counts = {key: 0 for key in nginx.tools.SSLSNIFF_KEYS}
+        counts.update(received=2 * served, submitted=2 * served, reads_get=served, writes_200=served, attached=8)
+        record.update(sslsniff=counts, events_per_s=2.0 * served, dropped=0)
+    elif method.startswith("syscount"):
+        record.update(
+            syscount={"counts": {0: 2 * served, 1: served}, "names": {0: "read", 1: "write"}, "total": 3 * served},
+            events_per_s=3.0 * served,
+            dropped=0,
+        )
+    return record
+
+
+def nginx_suite(rng: random.Random) -> dict:
+    config = nginx.NginxConfig(sizes=[1024, 65536], runs=2, seed=1)
+    suite = nginx.NginxSuite()
+    document = _suite(suite, config, _every_run(suite, config, lambda group, method: nginx_run(rng, method)))
+    document["cross_check"] = {
+        "method": "cross-check",
+        "repetition": 0,
+        "warmup": False,
+        "status": "ok",
+        **nginx.crosscheck.side_by_side(
+            {"counts": {0: 900, 1: 400, 232: 50}, "names": {0: "read", 1: "write", 232: "epoll_wait"}, "total": 1350},
+            {"counts": {0: 900, 1: 380}, "names": {0: "read", 1: "write"}, "total": 1280},
+            served=400,
+            requests=398,
+        ),
+        "size": 1024,
+    }
+    return document
 
 
 SUITES = {
     "duration": duration_suite,
     "load": load_suite,
     "micro": micro_suite,
+    "nginx": nginx_suite,
     "transport": transport_suite,
     "vm": vm_suite,
 }

@@ -128,3 +128,40 @@ def test_unavailable_cells_are_listed_with_the_reason_never_run_and_not_failures
     assert result["unavailable"] == [{"g": 1, "method": "c", "reason": "the kernel forbids it"}]
     assert result["failures"] == []
     assert len(result["runs"]) == planned_runs(suite, Config(runs=2)) == 3 * (2 * 3 - 1)
+
+
+class CrossChecked(StandIn):
+    """A stand-in whose one-off check after the runs finds something, or fails."""
+
+    def __init__(self, outcome):
+        super().__init__()
+        self.outcome = outcome
+
+    def cross_check(self, config, workdir):
+        assert workdir.is_dir() and not any(workdir.iterdir())
+        assert len(self.calls) == (config.runs + 1) * 6, "the check runs after every run"
+        if isinstance(self.outcome, Exception):
+            raise self.outcome
+        return self.outcome
+
+
+def test_a_suites_cross_check_runs_once_after_the_runs_and_is_recorded(tmp_path):
+    result = run_suite(CrossChecked({"seen": 3}), Config(), tmp_path, print)
+    assert result["cross_check"] == {
+        "method": "cross-check",
+        "repetition": 0,
+        "warmup": False,
+        "seen": 3,
+        "status": "ok",
+    }
+    assert result["failures"] == []
+
+
+def test_a_failed_cross_check_is_listed_with_the_failures(tmp_path):
+    result = run_suite(CrossChecked(TracecostError("counts differ")), Config(), tmp_path, print)
+    assert result["cross_check"]["status"] == "failed" and result["cross_check"]["error"] == "counts differ"
+    assert result["failures"] == [result["cross_check"]]
+
+
+def test_a_suite_without_a_cross_check_records_none(tmp_path):
+    assert "cross_check" not in run_suite(CrossChecked(None), Config(), tmp_path, print)

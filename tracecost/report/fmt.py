@@ -32,6 +32,14 @@ def count(value) -> str:
     return "–" if value is None else f"{value:,}"
 
 
+def size(n_bytes: int) -> str:
+    """1024 -> "1 KiB", 65536 -> "64 KiB", 1000 -> "1000 B": exact multiples only."""
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n_bytes >= scale and n_bytes % scale == 0:
+            return f"{n_bytes // scale} {unit}"
+    return f"{n_bytes} B"
+
+
 def mib(kb) -> float | None:
     return None if kb is None else kb / 1024
 

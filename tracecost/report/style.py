@@ -24,6 +24,15 @@ METHOD_COLORS = {
     # stays apart from it (and from LTTng's orange) under the common colour-vision deficiencies.
     "ringbuf": "#3498db",
     "perfbuf": "#8e44ad",
+    # The nginx suite: each tool in its runtime's colour, syscount's a shade darker than sslsniff's,
+    # and syscount over every process in the perf buffer's purple, apart from the targeted one.
+    "sslsniff-kernel": "#3498db",
+    "sslsniff-uebpf": "#009e73",
+    "sslsniff-uebpf-live": "#66c2a5",
+    "syscount-kernel": "#1f5f8b",
+    "syscount-kernel-all": "#8e44ad",
+    "syscount-uebpf": "#00664b",
+    "syscount-uebpf-live": "#3d9b7f",
 }
 FALLBACK_COLORS = ["#cc79a7", "#d55e00", "#56b4e9", "#f0e442", "#0072b2", "#000000"]
 
@@ -46,6 +55,13 @@ METHOD_LABELS = {
     "ringbuf": "Ring buffer",
     "perfbuf": "Perf buffer",
     "uebpf-perfbuf": "Perf buffer (uebpf)",
+    "sslsniff-kernel": "sslsniff, kernel",
+    "sslsniff-uebpf": "sslsniff, uebpf",
+    "sslsniff-uebpf-live": "sslsniff, uebpf attached live",
+    "syscount-kernel": "syscount, kernel",
+    "syscount-kernel-all": "syscount, kernel, every process",
+    "syscount-uebpf": "syscount, uebpf",
+    "syscount-uebpf-live": "syscount, uebpf attached live",
 }
 
 

@@ -5,6 +5,7 @@ default size. Adding a suite: a new folder, and one line here."""
 from tracecost.suites.duration import DurationSuite
 from tracecost.suites.load import LoadSuite
 from tracecost.suites.micro import MicroSuite
+from tracecost.suites.nginx import NginxSuite
 from tracecost.suites.transport import TransportSuite
 from tracecost.suites.vm import VmSuite
 
@@ -14,6 +15,7 @@ SUITES = {
         DurationSuite(),
         LoadSuite(),
         MicroSuite(),
+        NginxSuite(),
         TransportSuite(),
         VmSuite(),
     )

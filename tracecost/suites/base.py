@@ -168,6 +168,13 @@ class Suite(ABC):
         never run; not a failure), or None."""
         return None
 
+    def cross_check(self, config: Any, workdir: Path) -> dict | None:
+        """A one-off check after every run, with the methods still open (e.g. two tracers on one
+        target at once, compared): its record goes to the results as `cross_check`; None where the
+        suite has none, or not for this config. Raise TracecostError (with the reason) if it fails:
+        it is then listed with the failed runs."""
+        return None
+
     @abstractmethod
     def aggregate(self, runs: list[dict], config: Any) -> list[dict]:
         """Statistics per (group, method) from the successful, non-warm-up runs."""

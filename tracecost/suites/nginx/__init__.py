@@ -1,0 +1,301 @@
+"""What tracing costs a real service: nginx serving HTTPS to wrk, untraced and under sslsniff
+(OpenSSL's plaintext, through uprobes) and syscount (its system calls, through
+raw_syscalls/sys_enter), on the kernel and on uebpf.
+
+The folder: this Suite, service.py (the private nginx and wrk), tools.py (the tracers and one
+run), crosscheck.py (kernel and uebpf syscount on one nginx at once), report.py (the report
+section), schema.json (this suite's results schema)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from tracecost import stats
+from tracecost.options import CommaList, FiniteFloatRange
+from tracecost.report import fmt
+from tracecost.suites.base import Group, Metric, Option, Suite
+from tracecost.suites.nginx import crosscheck, report
+from tracecost.suites.nginx.service import Load, Site
+from tracecost.suites.nginx.tools import METHODS, Setup, run_once
+
+DEFAULT_SIZES = [1024]
+MAX_SIZE = 64 << 20
+DEFAULT_CONNECTIONS = 10
+DEFAULT_DURATION_S = 3.0
+MAX_WORKERS = 64
+# `tracecost run`: 8 methods x 5 runs (one a warm-up) x ~2 s each, about 90 s on 2 cores.
+RUN_REPETITIONS = 4
+RUN_DURATION_S = 1.0
+SIZE_SUFFIXES = {"": 1, "k": 1 << 10, "m": 1 << 20}
+
+
+def parse_size(text: str) -> int:
+    """`1024`, `1k`, `64k`, `1m`: bytes."""
+    number, suffix = text[:-1], text[-1].lower()
+    if suffix.isdigit():
+        number, suffix = text, ""
+    if suffix not in SIZE_SUFFIXES or not number.isdigit():
+        raise click.BadParameter(f"{text!r} is not a size (bytes, or with k or m: 1k, 64k)")
+    size = int(number) * SIZE_SUFFIXES[suffix]
+    if not 1 <= size <= MAX_SIZE:
+        raise click.BadParameter(f"{text!r} is not between 1 byte and {MAX_SIZE >> 20} MiB")
+    return size
+
+
+class SizeType(click.ParamType):
+    name = "size"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(str(value).strip())
+        except click.BadParameter as err:
+            self.fail(err.message, param, ctx)
+
+
+@dataclass
+class NginxConfig:
+    sizes: list[int] = field(default_factory=lambda: list(DEFAULT_SIZES))
+    workers: int = 1
+    connections: int = DEFAULT_CONNECTIONS
+    duration_s: float = DEFAULT_DURATION_S
+    pin: bool = True
+    runs: int = 5
+    methods: list[str] = field(default_factory=lambda: list(METHODS))
+    seed: int = 0
+    setup: Setup | None = None  # made on the first run: the command's certificate and files
+
+    def cpus(self) -> tuple[list[int] | None, list[int] | None]:
+        """(wrk's CPUs, nginx's CPUs): wrk on the first CPU this process may use, nginx on the
+        others; neither pinned with --no-pin, or where there is only one CPU."""
+        allowed = sorted(os.sched_getaffinity(0))
+        if not self.pin or len(allowed) < 2:
+            return None, None
+        return allowed[:1], allowed[1:]
+
+
+class NginxSuite(Suite):
+    name = "nginx"
+    title = "A real service: nginx under wrk, traced by sslsniff and syscount"
+    help = "nginx (HTTPS) under wrk, untraced and traced by sslsniff and syscount, kernel vs uebpf."
+    default_runs = 5
+    cell_key = ("size", "method")
+    comparable = (
+        Metric("requests/s", ("requests_per_s",), 0, "higher"),
+        Metric("CPU us/request", ("cpu_ns_per_request",), 2, "lower", 1e3),
+    )
+    settings = ("workers", "connections", "duration_s", "pinned")
+    options = (
+        Option(
+            ("--sizes",),
+            "sizes",
+            "Comma-separated sizes of the file served (bytes, or 1k, 64k, 1m).",
+            type=CommaList(SizeType()),
+            default="1k",
+        ),
+        Option(("--workers",), "workers", "nginx worker processes.", type=click.IntRange(1, MAX_WORKERS), default=1),
+        Option(
+            ("--connections",),
+            "connections",
+            "wrk's open connections (-c), kept alive.",
+            type=click.IntRange(1, 10000),
+            default=DEFAULT_CONNECTIONS,
+        ),
+        Option(
+            ("--duration",),
+            "duration_s",
+            "Seconds of load per run (wrk -d).",
+            type=FiniteFloatRange(0.5, 3600),
+            default=DEFAULT_DURATION_S,
+        ),
+        Option(
+            ("--no-pin",),
+            "no_pin",
+            "Do not pin wrk (first CPU) and nginx (the other CPUs) to separate CPUs.",
+            is_flag=True,
+            default=False,
+        ),
+    )
+
+    def method_names(self) -> tuple[str, ...]:
+        return tuple(METHODS)
+
+    def make_config(
+        self,
+        *,
+        methods,
+        runs,
+        seed,
+        sizes=None,
+        workers=1,
+        connections=DEFAULT_CONNECTIONS,
+        duration_s=DEFAULT_DURATION_S,
+        no_pin=False,
+    ) -> NginxConfig:
+        return NginxConfig(
+            sizes=sorted(sizes or DEFAULT_SIZES),
+            workers=workers,
+            connections=connections,
+            duration_s=duration_s,
+            pin=not no_pin,
+            runs=runs,
+            methods=methods,
+            seed=seed,
+        )
+
+    def listing(self) -> Table:
+        table = Table(title="nginx methods")
+        table.add_column("method")
+        table.add_column("what")
+        for method in METHODS.values():
+            table.add_row(method.name, method.label)
+        return table
+
+    def render(self, suite: dict, environment: dict):
+        return report.render(suite, environment)
+
+    def groups(self, config: NginxConfig) -> list[Group]:
+        return [Group({"size": size}, f"{fmt.size(size)} file") for size in config.sizes]
+
+    def methods(self, config: NginxConfig) -> list:
+        return [METHODS[name] for name in config.methods]
+
+    def setup(self, config: NginxConfig, workdir: Path) -> Setup:
+        """The command's certificate and files, made once, in the command's folder (the parent of
+        every run's)."""
+        if config.setup is None:
+            wrk_cpus, nginx_cpus = config.cpus()
+            config.setup = Setup(
+                site=Site.create(workdir.parent / "site", config.sizes),
+                workers=config.workers,
+                nginx_cpus=nginx_cpus,
+                load=Load(config.connections, config.duration_s, wrk_cpus),
+            )
+        return config.setup
+
+    def measure(self, group: Group, method, workdir: Path, config: NginxConfig) -> dict:
+        return run_once(method, group.key["size"], self.setup(config, workdir), workdir)
+
+    def cross_check(self, config: NginxConfig, workdir: Path) -> dict | None:
+        """kernel and uebpf syscount on one nginx at once (when both are among the methods)."""
+        if not {"syscount-kernel", "syscount-uebpf"} <= set(config.methods):
+            return None
+        return crosscheck.syscount_side_by_side(
+            METHODS["syscount-kernel"], METHODS["syscount-uebpf"], config.sizes[0], self.setup(config, workdir), workdir
+        )
+
+    def aggregate(self, runs: list[dict], config: NginxConfig) -> list[dict]:
+        aggregates = []
+        for size in config.sizes:
+            cell = [r for r in runs if r["size"] == size]
+            baseline = [r for r in cell if r["method"] == "baseline"]
+            for method in config.methods:
+                aggregates.append(aggregate_cell(size, method, [r for r in cell if r["method"] == method], baseline))
+        return aggregates
+
+    def summary(self, aggregates: list[dict]) -> Table:
+        table = Table(title="nginx: HTTPS requests under wrk, per method (mean ±95% CI)")
+        columns = ("size", "method", "n", "requests/s", "loss %", "p50 us", "p99 us", "CPU us/req", "+CPU us/req")
+        columns += ("events/s", "dropped")
+        for column in columns:
+            table.add_column(column, justify="left" if column == "method" else "right")
+        for agg in aggregates:
+            traced = agg["method"] != "baseline"
+            table.add_row(
+                fmt.size(agg["size"]),
+                agg["method"],
+                str(agg["n"]),
+                fmt.with_ci(agg["requests_per_s"], key="mean", digits=0, missing="-"),
+                fmt.with_ci(agg["throughput_loss_pct"], digits=1, missing="-") if traced else "-",
+                fmt.with_ci(agg["latency_us"]["p50"], key="mean", digits=0, missing="-"),
+                fmt.with_ci(agg["latency_us"]["p99"], key="mean", digits=0, missing="-"),
+                fmt.with_ci(agg["cpu_ns_per_request"], key="mean", digits=2, scale=1e-3, missing="-"),
+                fmt.with_ci(agg["added_cpu_ns_per_request"], digits=2, scale=1e-3, missing="-") if traced else "-",
+                fmt.number(agg["events_per_s"]["mean"], 0) if traced else "-",
+                fmt.count(agg["dropped"]) if traced else "-",
+            )
+        return table
+
+    def run_config(self, seed: int) -> NginxConfig:
+        return NginxConfig(runs=RUN_REPETITIONS, duration_s=RUN_DURATION_S, seed=seed)
+
+    def config_record(self, config: NginxConfig) -> dict:
+        wrk_cpus, nginx_cpus = config.cpus()
+        return {
+            "sizes": config.sizes,
+            "methods": config.methods,
+            "method_labels": {name: METHODS[name].label for name in config.methods},
+            "runs": config.runs,
+            "seed": config.seed,
+            "workers": config.workers,
+            "connections": config.connections,
+            "duration_s": config.duration_s,
+            "pinned": config.pin and nginx_cpus is not None,
+            "wrk_cpus": wrk_cpus,
+            "nginx_cpus": nginx_cpus,
+            "service": "nginx from the distribution, started by the harness with a private prefix and config: "
+            "HTTPS (TLS 1.2/1.3, a self-signed RSA 2048 certificate made per command by openssl) on a free "
+            "127.0.0.1 port, HTTP/1.1 keep-alive, access log off, stub_status on a second free port",
+            "load": "wrk -t1 -cN -dS with a Lua done() hook printing its counts; any socket error, timeout or "
+            "non-2xx/3xx response fails the run",
+            "served": "stub_status's request count after the load minus before, minus the status request itself",
+            "cpu": "CPU time of nginx's processes (master and workers) and of the tracer's loader over the "
+            "load, from their CPU-time clocks (clock_getcpuclockid), per request served; kernel probes run in "
+            "nginx's context and count as nginx's",
+            "overhead_ci_method": "delta method with Welch-Satterthwaite df (ratios); Welch t (differences)",
+        }
+
+
+def aggregate_cell(size: int, method: str, runs: list[dict], baseline: list[dict]) -> dict:
+    def column(rows: list[dict], *path: str) -> list[float]:
+        values = []
+        for row in rows:
+            value = row
+            for key in path:
+                value = value[key]
+            if value is not None:
+                values.append(value)
+        return values
+
+    traced = method != "baseline"
+    return {
+        "size": size,
+        "method": method,
+        "n": len(runs),
+        "requests_per_s": stats.summarize(column(runs, "requests_per_s")),
+        # 1 - traced/baseline, as a percentage: (baseline/traced - 1) would overstate it.
+        "throughput_loss_pct": throughput_loss(column(runs, "requests_per_s"), column(baseline, "requests_per_s"))
+        if traced
+        else None,
+        "latency_us": {p: stats.summarize(column(runs, "latency_us", p)) for p in ("p50", "p90", "p99", "max")},
+        "latency_increase_us": {
+            p: stats.difference(column(runs, "latency_us", p), column(baseline, "latency_us", p))
+            for p in ("p50", "p99")
+        }
+        if traced
+        else None,
+        "cpu_ns_per_request": stats.summarize(column(runs, "cpu_ns_per_request")),
+        "nginx_cpu_ns_per_request": stats.summarize(column(runs, "nginx_cpu_ns_per_request")),
+        "tracer_cpu_ns_per_request": stats.summarize(column(runs, "tracer_cpu_ns_per_request")),
+        "added_cpu_ns_per_request": stats.difference(
+            column(runs, "cpu_ns_per_request"), column(baseline, "cpu_ns_per_request")
+        )
+        if traced
+        else None,
+        "events_per_s": stats.summarize(column(runs, "events_per_s") if traced else []),
+        "dropped": sum(column(runs, "dropped")) if traced else 0,
+        "served": sum(column(runs, "served")),
+    }
+
+
+def throughput_loss(traced: list[float], baseline: list[float]) -> dict:
+    """(1 - mean(traced) / mean(baseline)) x 100 with the ratio's 95% CI (delta method)."""
+    ratio = stats.ratio_of_means(traced, baseline)
+    flipped = {"value": ratio["value"], "ci95_low": ratio["ci95_high"], "ci95_high": ratio["ci95_low"]}
+    return {key: None if value is None else (1 - value) * 100 for key, value in flipped.items()}

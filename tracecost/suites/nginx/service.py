@@ -1,0 +1,308 @@
+"""The service and its load: a private nginx (HTTPS on 127.0.0.1, a free port, a config and a
+self-signed certificate of the command's own) and wrk against it.
+
+Never the system's nginx: the harness starts its own binary with `-p PREFIX -c CONF -e LOG`, so
+nothing of /etc/nginx or /var/log/nginx is read or written, and it listens on loopback ports the
+kernel just handed out. It is stopped by the PIDs the harness knows (the master it started, the
+workers it found under it), also on Ctrl-C; the workers are in the leftovers ledger because they
+are the master's children, not ours: were tracecost killed outright, the master would die with it
+(its death signal) but its workers would not, and the next command removes them."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import grp
+import http.client
+import json
+import os
+import pwd
+import select
+import signal
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracecost import leftovers, system
+from tracecost.errors import TracecostError
+from tracecost.procs import Child, descendants, run_command, started
+
+READY_TIMEOUT_S = 10
+STOP_TIMEOUT_S = 10
+STATUS_PATH = "/status"
+# wrk's own slack beyond -d: its connections' TLS handshakes and its summary.
+WRK_SLACK_S = 30
+_libc = ctypes.CDLL(None, use_errno=True)
+
+# wrk runs this script: its done() hook prints one JSON line of what wrk counted (requests,
+# bytes, every kind of error, latency percentiles in microseconds), after wrk's own text.
+WRK_SCRIPT = """\
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    '{"requests": %d, "duration_us": %d, "bytes": %d, "errors": {"connect": %d, "read": %d, ' ..
+    '"write": %d, "status": %d, "timeout": %d}, "latency_us": {"p50": %d, "p90": %d, "p99": %d, ' ..
+    '"max": %d, "mean": %.3f}}\\n',
+    summary.requests, summary.duration, summary.bytes, e.connect, e.read, e.write, e.status, e.timeout,
+    latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max, latency.mean))
+end
+"""
+WRK_ERRORS = ("connect", "read", "write", "status", "timeout")
+
+
+@dataclass(frozen=True)
+class Site:
+    """What every nginx of a command serves: a certificate and key (made once per command by
+    openssl: RSA 2048, self-signed for 127.0.0.1) and a document root with one file per size."""
+
+    root: Path
+    certificate: Path
+    key: Path
+
+    @staticmethod
+    def create(folder: Path, sizes: list[int]) -> Site:
+        folder.mkdir(parents=True, exist_ok=True)
+        site = Site(folder / "html", folder / "cert.pem", folder / "key.pem")
+        openssl = system.require_tool("openssl", "openssl")
+        result = run_command(
+            [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
+            + ["-keyout", str(site.key), "-out", str(site.certificate)],
+            timeout_s=60,
+        )
+        if result.returncode != 0:
+            raise TracecostError(f"openssl could not make the site's certificate: {last_line(result.stderr)}")
+        site.root.mkdir(exist_ok=True)
+        for size in sizes:
+            # Printable bytes: nothing in a response depends on them, and a captured record stays readable.
+            (site.root / file_name(size)).write_bytes(bytes(0x41 + i % 26 for i in range(size)))
+        return site
+
+
+def file_name(size: int) -> str:
+    return f"file-{size}"
+
+
+def last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "no message"
+
+
+def free_port() -> int:
+    """A loopback port the kernel has just handed out (bound, then released for nginx)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def config_text(prefix: Path, site: Site, workers: int, https_port: int, status_port: int) -> str:
+    # As root, nginx's workers would switch to `nobody`: they could not read the command's private
+    # folder, nor open a uebpf region (each user's own). They keep the harness's user instead.
+    user = ""
+    if os.geteuid() == 0:
+        user = f"user {pwd.getpwuid(os.geteuid()).pw_name} {grp.getgrgid(os.getegid()).gr_name};"
+    temp = prefix / "temp"
+    return f"""\
+daemon off;
+master_process on;
+worker_processes {workers};
+{user}
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  default_type application/octet-stream;
+  client_body_temp_path {temp}/body;
+  proxy_temp_path {temp}/proxy;
+  fastcgi_temp_path {temp}/fastcgi;
+  uwsgi_temp_path {temp}/uwsgi;
+  scgi_temp_path {temp}/scgi;
+  keepalive_requests 100000000;
+  keepalive_timeout 60s;
+  server {{
+    listen 127.0.0.1:{https_port} ssl;
+    ssl_certificate {site.certificate};
+    ssl_certificate_key {site.key};
+    root {site.root};
+  }}
+  server {{
+    listen 127.0.0.1:{status_port};
+    location = {STATUS_PATH} {{ stub_status; }}
+    location / {{ return 404; }}
+  }}
+}}
+"""
+
+
+def cpu_ns(pid: int) -> int:
+    """The CPU time process `pid` has used (all its threads, user and system: the kernel's
+    sum_exec_runtime, to the nanosecond), through its CPU-time clock (clock_getcpuclockid(3))."""
+    clock = ctypes.c_int()
+    if _libc.clock_getcpuclockid(pid, ctypes.byref(clock)) != 0:
+        raise TracecostError(f"cannot read the CPU time of process {pid}")
+    try:
+        return time.clock_gettime_ns(clock.value)
+    except OSError as err:
+        raise TracecostError(f"cannot read the CPU time of process {pid}: {err.strerror}") from err
+
+
+class Nginx:
+    """One running nginx (master + workers) of a run."""
+
+    def __init__(self, master: Child, workers: list[int], https_port: int, status_port: int, folder: Path):
+        self.master, self.workers = master, workers
+        self.https_port, self.status_port, self.folder = https_port, status_port, folder
+
+    @property
+    def pids(self) -> list[int]:
+        return [self.master.pid, *self.workers]
+
+    def requests(self) -> int:
+        """stub_status's request count: every request nginx has begun, this status request included."""
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", self.status_port, timeout=5)
+            connection.request("GET", STATUS_PATH)
+            response = connection.getresponse()
+            body = response.read().decode(errors="replace")
+            connection.close()
+        except OSError as err:
+            raise TracecostError(f"nginx's stub_status did not answer: {err}") from err
+        # "Active connections: 1 \nserver accepts handled requests\n 1 1 1 \n..."
+        lines = body.splitlines()
+        try:
+            return int(lines[2].split()[2])
+        except (IndexError, ValueError) as err:
+            raise TracecostError(f"nginx's stub_status answered {response.status} {body[:80]!r}") from err
+
+    def cpu_ns(self) -> int:
+        return sum(cpu_ns(pid) for pid in self.pids)
+
+    def require_running(self) -> None:
+        if self.master.has_exited():
+            raise TracecostError(f"nginx exited during the run: {self.master.error_line() or 'no message'}")
+
+
+def wait_for_workers(master: Child, workers: int, status_port: int) -> list[int]:
+    """The master's worker PIDs, once there are `workers` of them and stub_status answers."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        if master.has_exited():
+            raise TracecostError(f"nginx exited at start: {master.error_line() or 'no message'}")
+        found = descendants(master.pid)
+        if len(found) == workers and answers(status_port):
+            return found
+        if time.monotonic() > deadline:
+            raise TracecostError(f"nginx had {len(found)} of {workers} workers after {READY_TIMEOUT_S} s")
+        # The master's pidfd turns readable if it exits; otherwise look again 10 ms later.
+        wait_for_exit(master.pid, 0.01)
+
+
+def answers(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+        return True
+    return False
+
+
+def wait_for_exit(pid: int, timeout_s: float) -> bool:
+    """Whether process `pid` (not necessarily ours) is gone within timeout_s (a pidfd poll)."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([pidfd], [], [], timeout_s)[0])
+    finally:
+        os.close(pidfd)
+
+
+@contextlib.contextmanager
+def running_nginx(
+    folder: Path, site: Site, workers: int, cpus: list[int] | None, env: dict[str, str]
+) -> Iterator[Nginx]:
+    """A fresh nginx for one run, pinned to `cpus` (None: not pinned), with `env` added to its
+    environment (uebpf's agent, preloaded); stopped and checked for leftovers on leaving."""
+    nginx = system.require_tool("nginx", "nginx")
+    prefix = folder / "nginx"
+    (prefix / "temp").mkdir(parents=True)
+    https_port, status_port = free_port(), free_port()
+    conf = prefix / "nginx.conf"
+    conf.write_text(config_text(prefix, site, workers, https_port, status_port))
+    argv = [nginx, "-p", str(prefix), "-c", str(conf), "-e", str(prefix / "error.log")]
+    if cpus is not None:
+        argv = [system.require_tool("taskset", "util-linux"), "-c", ",".join(map(str, cpus)), *argv]
+    with started(
+        lambda: Child(
+            argv, stderr_path=prefix / "stderr", stdout_path=prefix / "stdout", env={**os.environ, **env}, name="nginx"
+        )
+    ) as master:
+        pids: list[int] = []
+        try:
+            pids = wait_for_workers(master, workers, status_port)
+            for pid in pids:
+                leftovers.record_process(pid)
+            yield Nginx(master, pids, https_port, status_port, prefix)
+        finally:
+            stop(master, pids)
+
+
+def stop(master: Child, workers: list[int]) -> None:
+    """nginx's fast shutdown (SIGTERM to the master, which stops its workers), then every worker
+    checked gone; one that outlives its master is killed by its PID. The workers are looked up
+    again first: a master replaces a worker that died (and the run then fails on wrk's errors)."""
+    if master.running:
+        workers = list(dict.fromkeys([*workers, *descendants(master.pid)]))
+    master.stop(signal.SIGTERM, timeout_s=STOP_TIMEOUT_S)
+    for pid in workers:
+        if not wait_for_exit(pid, STOP_TIMEOUT_S):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            wait_for_exit(pid, STOP_TIMEOUT_S)
+        leftovers.forget_process(pid)
+
+
+@dataclass(frozen=True)
+class Load:
+    connections: int
+    duration_s: float
+    cpus: list[int] | None
+
+
+def run_wrk(load: Load, nginx: Nginx, size: int, folder: Path) -> dict:
+    """wrk -t1 against nginx's file of `size` bytes; what its done() hook counted. Any error
+    (a socket error, a timeout, a response other than 2xx/3xx) fails the run."""
+    wrk = system.require_tool("wrk", "wrk")
+    script = folder / "summary.lua"
+    script.write_text(WRK_SCRIPT)
+    url = f"https://127.0.0.1:{nginx.https_port}/{file_name(size)}"
+    argv = [wrk, "-t1", f"-c{load.connections}", f"-d{load.duration_s:g}s", "-s", str(script), url]
+    if load.cpus is not None:
+        argv = [system.require_tool("taskset", "util-linux"), "-c", ",".join(map(str, load.cpus)), *argv]
+    with started(lambda: Child(argv, stderr_path=folder / "wrk.stderr", name="wrk")) as child:
+        usage = child.wait(timeout_s=load.duration_s + WRK_SLACK_S)
+        output = child.read_stdout()
+    if usage.timed_out or usage.exit_code != 0:
+        reason = "did not finish" if usage.timed_out else f"exit status {usage.exit_code}"
+        raise TracecostError(f"wrk failed ({reason}): {child.error_line() or last_line(output)}")
+    summary = wrk_summary(output)
+    errors = {kind: count for kind, count in summary["errors"].items() if count}
+    if errors:
+        said = ", ".join(f"{count} {kind}" for kind, count in errors.items())
+        raise TracecostError(f"wrk got errors from nginx ({said} of {summary['requests']} requests)")
+    if summary["requests"] == 0:
+        raise TracecostError("wrk completed no request")
+    return summary
+
+
+def wrk_summary(output: str) -> dict:
+    """The JSON line the done() hook printed (wrk's own text comes before it)."""
+    for line in reversed(output.splitlines()):
+        if line.startswith("{"):
+            try:
+                summary = json.loads(line)
+                summary["errors"] = {kind: int(summary["errors"][kind]) for kind in WRK_ERRORS}
+                return summary
+            except (ValueError, KeyError, TypeError) as err:
+                raise TracecostError(f"wrk printed a malformed summary {line[:80]!r}: {err}") from err
+    raise TracecostError(f"wrk printed no summary: {last_line(output)}")
