@@ -37,8 +37,10 @@ static __always_inline void count(__u32 stat)
 {
 	__u64 *value = bpf_map_lookup_elem(&stats, &stat);
 
+	/* Atomic although the slot is per CPU: on uebpf a process can be preempted mid-increment by
+	 * another on the same CPU (several nginx workers), and a plain += would lose counts. */
 	if (value)
-		*value += 1; /* per-CPU slot: no other writer */
+		__sync_fetch_and_add(value, 1);
 }
 
 static __always_inline int enter(void *buf, void *moved)
