@@ -130,7 +130,7 @@ $(SKEL)/%.skel.h: $(BPF)/%.bpf.o | $(SKEL)
 # --- tracers ----------------------------------------------------------------------------------
 .PHONY: tracers
 # The compatibility corpus (tests/test_compat.py) adds three small uprobe loaders.
-COMPAT_LOADERS := $(BIN)/malloc_sizes $(BIN)/func_latency $(BIN)/greet_printk $(BIN)/usdt_args
+COMPAT_LOADERS := $(BIN)/malloc_sizes $(BIN)/func_latency $(BIN)/greet_printk $(BIN)/usdt_args $(BIN)/func_ip
 tracers: $(BIN)/functrace $(BIN)/micro $(BIN)/transport $(COMPAT_LOADERS) $(LIB)/libmylib_lttng.so loadlat \
   $(BIN)/selftrace $(BIN)/sslsniff $(BIN)/syscount
 

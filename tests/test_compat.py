@@ -166,6 +166,17 @@ CORPUS = [
         lambda run: run.loader_json(),
         lambda report: {"steps": report["usdt"], "cookies": [0xC00C1E] * len(report["usdt"])},
     ),
+    # bpf_get_func_ip: the probed function's address at its entry and at its return (the kernel's
+    # uprobe dispatch data), on a PIE workload: compared as the distance from the address the
+    # workload reports for the function (each run has its own load address): 0 every time.
+    CorpusProgram(
+        "function address",
+        lambda pid, work: [BUILD / "bin" / "func_ip", "--binary", APP, "--symbol", "compat_tick", "--pid", pid],
+        lambda run: {
+            point: [ip - run.report["tick_address"] for ip in ips] for point, ips in run.loader_json().items()
+        },
+        lambda report: {"entry": [0] * report["ticks"], "return": [0] * report["ticks"]},
+    ),
 ]
 IDS = [program.name for program in CORPUS]
 

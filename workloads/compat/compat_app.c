@@ -103,7 +103,7 @@ int main(void)
 	printf("{\"mallocs\":{");
 	for (size_t i = 0; i < COUNT(MALLOCS); i++)
 		printf("%s\"%zu\":%d", i ? "," : "", MALLOCS[i].size, MALLOCS[i].count);
-	printf("},\"ticks\":%d,\"timed_us\":[", TICKS);
+	printf("},\"ticks\":%d,\"tick_address\":%" PRIuPTR ",\"timed_us\":[", TICKS, (uintptr_t)compat_tick);
 	for (size_t i = 0; i < COUNT(TIMED_US); i++)
 		printf("%s%u", i ? "," : "", TIMED_US[i]);
 	printf("],\"greets\":[");

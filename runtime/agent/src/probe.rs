@@ -20,6 +20,8 @@ pub(crate) struct Probe {
     /// The attachment's `bpf_cookie`, if the program reads it (bpf_get_attach_cookie): set on
     /// the thread before each run. None costs nothing per hit.
     cookie: Option<u64>,
+    /// The probed address, if the program reads it (bpf_get_func_ip): set like the cookie.
+    func_ip: Option<u64>,
     function: JitFunction,
     _program: LoadedProgram,
 }
@@ -28,11 +30,13 @@ impl Probe {
     /// # Safety
     /// `state` must stay mapped for the life of the process (the program's instance holds the
     /// region that contains it, and probes are never freed).
-    pub(crate) unsafe fn new(state: &AtomicU32, pid: i32, cookie: u64, program: LoadedProgram) -> Option<Probe> {
+    /// `func_ip`: the probed address (0 where there is none, a system call tracepoint).
+    pub(crate) unsafe fn new(state: &AtomicU32, pid: i32, cookie: u64, func_ip: u64, program: LoadedProgram) -> Option<Probe> {
         let function = program.jit_function()?;
         let state = &*(state as *const AtomicU32);
         let cookie = program.reads_attach_cookie().then_some(cookie);
-        Some(Probe { state, pid, cookie, function, _program: program })
+        let func_ip = program.reads_func_ip().then_some(func_ip);
+        Some(Probe { state, pid, cookie, func_ip, function, _program: program })
     }
 
     /// The hook data of a probe that runs on `pt_regs` (`run`).
@@ -52,6 +56,9 @@ impl Probe {
     pub(crate) unsafe fn run_on(&self, context: *mut u8, len: usize) {
         if let Some(cookie) = self.cookie {
             uebpf::set_attach_cookie(cookie);
+        }
+        if let Some(address) = self.func_ip {
+            uebpf::set_func_ip(address);
         }
         (self.function)(context, len as u64);
     }

@@ -176,7 +176,7 @@ impl Session {
             _ => return Err(failed("the file at that path is no longer the binary that was attached".into())),
         }
         let target = uebpf_hook::resolve(binary, &Location::FileOffset(spec.offset)).map_err(|e| failed(e.to_string()))?;
-        let data = self.probe(attachment).map_err(failed)?.leak();
+        let data = self.probe(attachment, target.address as u64).map_err(failed)?.leak();
         let hook = match spec.kind {
             AttachKind::Uprobe => Hook::entry(&target, probe::run, data),
             _ => Hook::ret(&target, probe::run, data),
@@ -196,7 +196,7 @@ impl Session {
         let point = Point::parse(&spec.target).map_err(|why| Outcome::Unsupported(format!("{what}: {why}")))?;
         let failed = |why: String| Outcome::Failed(format!("{what}: {why}"));
         let sites = syscalls::sites(point).map_err(failed)?;
-        let data = SyscallProbe::leak(self.probe(attachment).map_err(failed)?, point, spec.offset);
+        let data = SyscallProbe::leak(self.probe(attachment, 0).map_err(failed)?, point, spec.offset);
         let mut hooks = Vec::new();
         for (target, handler) in sites {
             match Hook::entry(&target, handler, data) {
@@ -210,8 +210,8 @@ impl Session {
         Ok(hooks)
     }
 
-    /// The attachment's program, JIT-compiled, as a probe.
-    fn probe(&mut self, attachment: &AttachInfo) -> Result<Probe, String> {
+    /// The attachment's program, JIT-compiled, as a probe at `func_ip` (0: not at an address).
+    fn probe(&mut self, attachment: &AttachInfo, func_ip: u64) -> Result<Probe, String> {
         // An injected agent's probe reads take the fast path once the C library's sigaction is
         // diverted (signals.rs): done before the first program is hooked, not at injection, so
         // that a process with nothing to hook is not patched (its sleeping calls interrupted).
@@ -221,7 +221,7 @@ impl Session {
         let program = self.program(attachment.spec.prog_id)?;
         let state = self.region.attachment_state_word(attachment.id).ok_or("vanished from the attach table")?;
         // SAFETY: the program's instance holds the region, and the probe is never freed.
-        unsafe { Probe::new(state, attachment.spec.pid, attachment.spec.cookie, program) }
+        unsafe { Probe::new(state, attachment.spec.pid, attachment.spec.cookie, func_ip, program) }
             .ok_or_else(|| "the program is not JIT-compiled".into())
     }
 

@@ -117,6 +117,29 @@ extern "C" fn get_attach_cookie(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
     ATTACH_COOKIE.with(Cell::get)
 }
 
+/// bpf_get_func_ip's id.
+pub(crate) const GET_FUNC_IP: u32 = 173;
+
+thread_local! {
+    /// The probed function's address for the program this thread runs (`set_func_ip`).
+    static FUNC_IP: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Sets what bpf_get_func_ip returns to the programs this thread runs next: the address of the
+/// probed instruction (a uprobe's; a uretprobe's function entry). A runner calls it before it
+/// runs a program that calls the helper (`LoadedProgram::reads_func_ip`); 0 otherwise.
+pub fn set_func_ip(address: u64) {
+    FUNC_IP.with(|slot| slot.set(address));
+}
+
+/// bpf_get_func_ip(ctx): for uprobe programs the kernel returns the probe's address
+/// (kernel/trace/bpf_trace.c, bpf_get_func_ip_kprobe: `uprobe_dispatch_data.bp_addr`, which a
+/// uretprobe's dispatch sets to the function it returns from); here the attachment's, as the
+/// probe set it.
+extern "C" fn get_func_ip(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    FUNC_IP.with(Cell::get)
+}
+
 extern "C" fn get_prandom_u32(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
     thread_local! {
         static STATE: Cell<u64> = const { Cell::new(0) };
@@ -295,6 +318,7 @@ const HELPERS: &[(u32, HelperFn)] = &[
     (133, ringbuf_discard),
     (134, ringbuf_query),
     (160, ktime_get_coarse_ns),
+    (GET_FUNC_IP, get_func_ip),
     (GET_ATTACH_COOKIE, get_attach_cookie),
     (177, trace_vprintk),
 ];

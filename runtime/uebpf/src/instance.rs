@@ -167,6 +167,7 @@ impl Instance {
         let bytecode = self.inner.region.program_bytecode(info.id)?;
         check_program(name, &bytecode)?;
         let reads_attach_cookie = crate::load::calls_helper(&bytecode, crate::helpers::GET_ATTACH_COOKIE);
+        let reads_func_ip = crate::load::calls_helper(&bytecode, crate::helpers::GET_FUNC_IP);
         let program = Program::load(&bytecode, &self.inner.env).map_err(|e| Error::invalid(format!("program `{name}`: {e}")))?;
         let code = match engine {
             Engine::Interpreter => Code::Interpreter(program),
@@ -176,7 +177,7 @@ impl Instance {
                 Error::new(kind, format!("program `{name}`: {e}"))
             })?),
         };
-        Ok(LoadedProgram { info, code, budget: None, reads_attach_cookie, _instance: self.clone() })
+        Ok(LoadedProgram { info, code, budget: None, reads_attach_cookie, reads_func_ip, _instance: self.clone() })
     }
 }
 
@@ -193,6 +194,8 @@ pub struct LoadedProgram {
     /// It calls bpf_get_attach_cookie: whoever runs it for an attachment sets the cookie first
     /// (`set_attach_cookie`).
     reads_attach_cookie: bool,
+    /// It calls bpf_get_func_ip: whoever runs it at a probe sets the address first (`set_func_ip`).
+    reads_func_ip: bool,
     /// Maps, handles and the region stay alive while the program can run.
     _instance: Instance,
 }
@@ -206,6 +209,12 @@ impl LoadedProgram {
     /// calls `uebpf::set_attach_cookie` before running it (an agent's probe does).
     pub fn reads_attach_cookie(&self) -> bool {
         self.reads_attach_cookie
+    }
+
+    /// Whether the program calls bpf_get_func_ip: a runner at a probe calls `uebpf::set_func_ip`
+    /// with the probe's address before running it.
+    pub fn reads_func_ip(&self) -> bool {
+        self.reads_func_ip
     }
 
     /// Interpreter only: stop a run after `budget` instructions (None: no limit).

@@ -35,7 +35,7 @@ pub mod user;
 
 pub use applied::wait_applied;
 pub use error::{Error, ErrorKind};
-pub use helpers::{set_attach_cookie, write_stderr};
+pub use helpers::{set_attach_cookie, set_func_ip, write_stderr};
 pub use instance::{Engine, Instance, LoadedProgram};
 pub use load::{check_btf, check_program, Target, VMLINUX_BTF};
 pub use object::{parse_section, MapDesc, Object, ProgramDesc};
