@@ -518,6 +518,77 @@ def test_syscall_entry_tracepoints_run_at_libc_entry_points(tmp_path):
     assert unsupported in status["message"] and unsupported in waited.stderr
 
 
+WRAPPER_PROBES = textwrap.dedent(r"""
+    /* Calls of the C library's wrappers, recognised by the arguments the target passes. */
+    SEC("tp/raw_syscalls/sys_enter")
+    int through_wrappers(struct trace_event_raw_sys_enter *ctx)
+    {
+        char path[16] = {};
+
+        if (ctx->id == 110) /* getppid() */
+            add(0, 1);
+        if (ctx->id == 0 && ctx->args[2] == 4321) /* read(fd, buf, 4321) */
+            add(1, 1);
+        /* open("/dev/null", O_RDONLY | O_NOCTTY): the wrapper makes openat(AT_FDCWD, path, flags, mode) */
+        if (ctx->id == 257 && (int)ctx->args[0] == -100 && ctx->args[2] == 0400) {
+            add(2, 1);
+            long copied = bpf_probe_read_user_str(path, sizeof(path), (void *)ctx->args[1]);
+
+            if (copied == 10 && path[5] == 'n' && path[8] == 'l') /* "/dev/null" and its NUL */
+                add(3, 1);
+        }
+        /* fstat(987, buf): fstat jumps to fstatat, which makes newfstatat(987, "", buf, AT_EMPTY_PATH) once */
+        if (ctx->id == 262 && ctx->args[0] == 987 && ctx->args[3] == 0x1000)
+            add(4, 1);
+        return 0;
+    }
+
+    char LICENSE[] SEC("license") = "GPL";
+""")
+
+WRAPPER_TARGET = textwrap.dedent("""
+    import ctypes, os, signal, sys
+    libc = ctypes.CDLL(None, use_errno=True)
+    n = int(sys.argv[1])
+    zero = os.open("/dev/zero", os.O_RDONLY)
+    os.dup2(zero, 987)
+    buf = ctypes.create_string_buffer(4321)
+    stat = ctypes.create_string_buffer(256)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    print("READY", flush=True)
+    signal.sigwait({signal.SIGUSR1})
+    for _ in range(n):
+        libc.getppid()
+        assert libc.read(zero, buf, 4321) == 4321
+        fd = libc.open(b"/dev/null", 0o400)
+        assert fd >= 0 and libc.close(fd) == 0
+        assert libc.fstat(987, stat) == 0
+""")
+
+
+def test_raw_sys_enter_runs_at_the_c_librarys_wrappers_with_the_calls_own_arguments(tmp_path):
+    """raw_syscalls/sys_enter at the wrappers a program calls (getppid, read, open, fstat), each
+    seen once per call with the number and arguments of the system call its code makes: open's
+    openat with AT_FDCWD and the path moved to the second argument, fstat's tail call into fstatat
+    counted once, as newfstatat(fd, "", buf, AT_EMPTY_PATH)."""
+    obj = compile_probes(tmp_path, WRAPPER_PROBES, SUMS=5)
+    region, n = region_name("wrappers"), 500
+    with started(
+        lambda: Child([str(UEBPF), "attach", str(obj), "--region", region], stderr_path=tmp_path / "attach.err")
+    ) as attach:
+        attach.wait_for_line("READY", timeout_s=30)
+        argv = [sys.executable, "-c", WRAPPER_TARGET, str(n)]
+        with started(lambda: Child(argv, stderr_path=tmp_path / "target.err", env=agent_env(region))) as target:
+            target.wait_for_line("READY", timeout_s=30)
+            wait_applied(region, target.pid)
+            target.send(signal.SIGUSR1)
+            assert target.wait(timeout_s=120).exit_code == 0, target.stderr_text()
+        assert attach.stop().exit_code == 0, attach.stderr_text()
+        dumped = json.loads(attach.read_stdout())
+    assert sums_of(dumped) == {0: n, 1: n, 2: n, 3: n, 4: n}
+    assert "not hooked" not in target.stderr_text()
+
+
 def test_wait_applied_fails_clearly_without_an_agent(tmp_path):
     region = region_name("noagent")
     with uebpf_loader(functrace_argv(tmp_path / "t.bin"), region, tmp_path) as loader:

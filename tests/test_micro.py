@@ -145,7 +145,7 @@ def test_write_runs_or_is_unavailable_with_the_lockdown_reason(micro_run):
 def test_uebpf_writes_user_memory_and_runs_the_syscall_tracepoints(micro_run):
     """The syscall ops on uebpf: the tracepoint programs run at libc's syscall() in the victim,
     once per call (by its pid for syscall_pid; syscall_all's "every process" is every process of
-    the region, i.e. the victim, whose every syscall() call it sees)."""
+    the region, i.e. the victim, whose every call through the C library it sees)."""
     suite = results.load(micro_run[1])["suites"]["micro"]
     write = next(r for r in suite["runs"] if r["op"] == "write" and r["method"] == "uebpf")
     assert write["helper_results"]["probe_write"] == {"ok": (WARMUP + ITER) * OPS_PER_HIT}
@@ -157,9 +157,10 @@ def test_uebpf_writes_user_memory_and_runs_the_syscall_tracepoints(micro_run):
     assert set(on_uebpf) == syscall_ops
     for op, run in on_uebpf.items():
         assert run["hits"] == {OPS[op].programs[0]: WARMUP + ITER}, run
-    # Only the victim runs the agent, and it calls syscall() only in its benchmark: the agent's own
-    # system calls through syscall() (futex wakes) are made with probes off and not seen.
-    assert on_uebpf["syscall_all"]["syscalls_seen"] == WARMUP + ITER
+    # Only the victim runs the agent: syscall_all sees its benchmark's syscall() calls and the
+    # system calls its other C library calls make (its output, its start-up files), as the kernel
+    # sees them; the agent's own (futex wakes) are made with probes off and not seen.
+    assert on_uebpf["syscall_all"]["syscalls_seen"] > WARMUP + ITER
 
 
 def test_uebpf_has_a_speedup_for_every_operation_both_runtimes_ran(micro_run):

@@ -198,14 +198,26 @@ impl Session {
         let sites = syscalls::sites(point).map_err(failed)?;
         let data = SyscallProbe::leak(self.probe(attachment, 0).map_err(failed)?, point, spec.offset);
         let mut hooks = Vec::new();
-        for (target, handler) in sites {
-            match Hook::entry(&target, handler, data) {
+        let mut left_out = Vec::new();
+        for site in sites {
+            let site_data = site.wrapper.map_or(data, |(nr, args)| syscalls::WrapperSite::leak(data, nr, args));
+            match Hook::entry(&site.target, site.handler, site_data) {
+                // A wrapper only an int3 patch can hook would cost every such call a signal:
+                // raw_syscalls/sys_enter leaves it out, and says which (one line below).
+                Ok(hook) if site.wrapper.is_some() && matches!(hook.kind(), PatchKind::Int3 { .. }) => {
+                    detach(attachment.id, vec![hook]);
+                    left_out.push(site.target.function.name);
+                }
                 Ok(hook) => hooks.push(hook),
+                Err(e) if site.wrapper.is_some() => left_out.push(format!("{} ({e})", site.target.function.name)),
                 Err(e) => {
                     detach(attachment.id, hooks);
                     return Err(failed(e.to_string()));
                 }
             }
+        }
+        if !left_out.is_empty() {
+            warn(&format!("{what}: {} C library wrapper(s) not hooked, their calls not seen: {}", left_out.len(), left_out.join(", ")));
         }
         Ok(hooks)
     }

@@ -20,7 +20,7 @@ use std::ffi::{c_void, CStr, CString};
 use std::path::PathBuf;
 
 use uebpf::maps::current;
-use uebpf_hook::{Handler, PtRegs, Target};
+use uebpf_hook::{ArgSource, Handler, PtRegs, Target};
 
 use crate::probe::Probe;
 
@@ -123,6 +123,29 @@ pub(crate) unsafe extern "C" fn at_syscall_function(regs: *mut PtRegs, data: *mu
     (*data.cast::<SyscallProbe>()).fire(nr, args);
 }
 
+/// A system call wrapper's hook data for `raw_syscalls/sys_enter`: the probe, and the number
+/// the wrapper's code makes (leaked, as the probe).
+pub(crate) struct WrapperSite {
+    probe: *const SyscallProbe,
+    nr: i64,
+    args: [ArgSource; 6],
+}
+
+impl WrapperSite {
+    pub(crate) fn leak(probe: *mut c_void, nr: i64, args: [ArgSource; 6]) -> *mut c_void {
+        (Box::leak(Box::new(WrapperSite { probe: probe.cast(), nr, args })) as *mut WrapperSite).cast()
+    }
+}
+
+/// Entry hook on a C library function that makes system call `nr` itself (raw_syscalls/sys_enter):
+/// the arguments are the system call's, as the wrapper's code sets them from its entry registers
+/// (open64 makes openat(AT_FDCWD, path, flags...)); see uebpf_hook::ArgSource.
+pub(crate) unsafe extern "C" fn at_raw_wrapper(regs: *mut PtRegs, data: *mut c_void) {
+    let site = &*data.cast::<WrapperSite>();
+    let regs = &*regs;
+    (*site.probe).fire(site.nr, site.args.map(|source| source.value(regs)));
+}
+
 /// Entry hook on libc's wrapper of the probe's one system call: its arguments are the wrapper's.
 pub(crate) unsafe extern "C" fn at_wrapper(regs: *mut PtRegs, data: *mut c_void) {
     let probe = &*data.cast::<SyscallProbe>();
@@ -172,20 +195,51 @@ fn exports(path: &CStr, symbol: &str) -> bool {
     }
 }
 
-/// Where a point's probes go: (function, handler) pairs; libc's wrapper if it exports one (a
-/// wrapper it exports but that cannot be hooked, e.g. an IFUNC, is an error, not a silent gap).
-pub(crate) fn sites(point: Point) -> Result<Vec<(Target, Handler)>, String> {
+/// Where a point's probe runs.
+pub(crate) struct Site {
+    pub target: Target,
+    pub handler: Handler,
+    /// raw_syscalls/sys_enter at a wrapper: the number its code makes and its arguments' sources
+    /// (the hook data is then a `WrapperSite`); the site is left out, and named, where only an
+    /// int3 patch would do.
+    pub wrapper: Option<(i64, [ArgSource; 6])>,
+}
+
+/// Where a point's probes go: libc's `syscall()`, and for `sys_enter_NAME` libc's wrapper named
+/// NAME if it exports one (a wrapper it exports but that cannot be hooked is an error, not a
+/// silent gap); for `raw_syscalls/sys_enter` every exported function that makes a system call
+/// itself (uebpf_hook::system_call_wrappers: found by reading its code, with the number it makes).
+pub(crate) fn sites(point: Point) -> Result<Vec<Site>, String> {
     let libc = libc_path()?;
     let resolve = |symbol: &str| uebpf_hook::resolve(&libc, &uebpf_hook::Location::parse(symbol)).map_err(|e| e.to_string());
-    let mut sites = vec![(resolve("syscall")?, at_syscall_function as Handler)];
-    if let Point::Named { name, .. } = point {
-        let path = CString::new(libc.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-        if exports(&path, name) {
-            sites.push((resolve(name)?, at_wrapper as Handler));
+    let syscall = resolve("syscall")?;
+    let syscall_address = syscall.address;
+    let mut sites = vec![Site { target: syscall, handler: at_syscall_function, wrapper: None }];
+    match point {
+        Point::Named { name, .. } => {
+            let path = CString::new(libc.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+            if exports(&path, name) {
+                sites.push(Site { target: resolve(name)?, handler: at_wrapper, wrapper: None });
+            }
+        }
+        Point::Raw => {
+            let wrappers = uebpf_hook::system_call_wrappers(&libc).map_err(|e| e.to_string())?;
+            sites.extend(
+                wrappers
+                    .into_iter()
+                    // syscall() itself has its number in a register, not a constant: hooked above.
+                    .filter(|w| w.target.address != syscall_address && !NOT_AT_ENTRY.contains(&w.target.function.name.as_str()))
+                    .map(|w| Site { target: w.target, handler: at_raw_wrapper, wrapper: Some((w.nr, w.args)) }),
+            );
         }
     }
     Ok(sites)
 }
+
+/// Functions that make their system call but whose entry is no place for a probe: vfork's child
+/// shares the caller's stack (the entry hook's frame would be the child's too), and clone's child
+/// starts on a new stack inside the function. Their calls are not seen (documented).
+const NOT_AT_ENTRY: &[&str] = &["vfork", "__vfork", "clone", "__clone", "clone3", "__clone3"];
 
 #[cfg(test)]
 mod tests {

@@ -25,6 +25,7 @@ mod regs;
 mod resolve;
 mod site;
 mod stubs;
+mod wrappers;
 
 pub use dispatch::{without_probes, SHADOW_CAPACITY};
 pub use error::{Error, ErrorKind, Result};
@@ -34,6 +35,7 @@ pub use prologue::TRUST_INDIRECT_JUMPS;
 pub use regs::PtRegs;
 pub use resolve::{file_offset, is_mapped_executable, resolve, Function, Location, Target, IFUNC, NO_SYMBOL, SIZE_ZERO};
 pub use site::{Handler, SiteStats};
+pub use wrappers::{direct_system_call, system_call_wrappers, ArgSource, Wrapper};
 
 /// Resolves the function `symbol` (or `0x...` file offset) of `binary` and returns its address.
 pub fn resolve_address(binary: &std::path::Path, symbol_or_offset: &str) -> Result<usize> {

@@ -293,7 +293,7 @@ fn offset_of_vaddr(elf: &object::File, vaddr: u64) -> Option<u64> {
 }
 
 /// runtime address - ELF vaddr, from the executable mapping of `binary` that holds `vaddr`.
-fn load_bias(binary: &Path, elf: &object::File, vaddr: u64) -> Result<i64> {
+pub(crate) fn load_bias(binary: &Path, elf: &object::File, vaddr: u64) -> Result<i64> {
     let shown = binary.display();
     let file_offset =
         offset_of_vaddr(elf, vaddr).ok_or_else(|| Error::resolve(format!("{shown}: address {vaddr:#x} is in no loadable segment")))?;
