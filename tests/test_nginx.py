@@ -41,7 +41,7 @@ def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("nginx")
     before = nginx_processes()
     with regions_removed(UEBPF_REGIONS):
-        result = run_tracecost("nginx", "--runs", "1", "--duration", "0.5", "--seed", "3", "--out", str(out))
+        result = run_tracecost("nginx", "--runs", "1", "--duration", "1", "--seed", "3", "--out", str(out))
     return result, results.load(out / "results.json")["suites"]["nginx"], before
 
 
@@ -92,7 +92,7 @@ def test_wrk_errors_fail_the_run_with_the_reason_and_nginx_is_gone(tmp_path):
         site=service.Site.create(tmp_path / "site", [1024]),
         workers=1,
         nginx_cpus=None,
-        load=service.Load(connections=4, duration_s=3.0, cpus=None),
+        load=service.Load(connections=4, duration_s=3, cpus=None),
     )
     before = nginx_processes()
     killed = []

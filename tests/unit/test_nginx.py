@@ -23,7 +23,7 @@ def config_of(tracecost, *args):
 def test_the_default_is_every_method_on_a_1k_file_pinned(tracecost):
     config = config_of(tracecost)
     assert config.sizes == [1024] and config.methods == list(tools.METHODS)
-    assert (config.workers, config.connections, config.duration_s, config.pin) == (1, 10, 3.0, True)
+    assert (config.workers, config.connections, config.duration_s, config.pin) == (1, 10, 3, True)
 
 
 def test_sizes_take_suffixes_and_are_sorted(tracecost):
@@ -42,7 +42,8 @@ def test_sizes_take_suffixes_and_are_sorted(tracecost):
         (["--sizes", "1k,,2k"], ["--sizes"]),
         (["--workers", "0"], ["--workers"]),
         (["--connections", "0"], ["--connections"]),
-        (["--duration", "0.1"], ["--duration"]),
+        (["--duration", "0"], ["--duration"]),
+        (["--duration", "1.5"], ["--duration"]),
         (["--duration", "nan"], ["--duration"]),
         (["--methods", "sslsniff-bcc"], ["--methods", "sslsniff-bcc"]),
     ],

@@ -16,7 +16,7 @@ import click
 from rich.table import Table
 
 from tracecost import stats
-from tracecost.options import CommaList, FiniteFloatRange
+from tracecost.options import CommaList
 from tracecost.report import fmt
 from tracecost.suites.base import Group, Metric, Option, Suite
 from tracecost.suites.nginx import crosscheck, report
@@ -26,11 +26,11 @@ from tracecost.suites.nginx.tools import METHODS, Setup, run_once
 DEFAULT_SIZES = [1024]
 MAX_SIZE = 64 << 20
 DEFAULT_CONNECTIONS = 10
-DEFAULT_DURATION_S = 3.0
+DEFAULT_DURATION_S = 3
 MAX_WORKERS = 64
 # `tracecost run`: 8 methods x 5 runs (one a warm-up) x ~2 s each, about 90 s on 2 cores.
 RUN_REPETITIONS = 4
-RUN_DURATION_S = 1.0
+RUN_DURATION_S = 1
 SIZE_SUFFIXES = {"": 1, "k": 1 << 10, "m": 1 << 20}
 
 
@@ -64,7 +64,7 @@ class NginxConfig:
     sizes: list[int] = field(default_factory=lambda: list(DEFAULT_SIZES))
     workers: int = 1
     connections: int = DEFAULT_CONNECTIONS
-    duration_s: float = DEFAULT_DURATION_S
+    duration_s: int = DEFAULT_DURATION_S
     pin: bool = True
     runs: int = 5
     methods: list[str] = field(default_factory=lambda: list(METHODS))
@@ -110,8 +110,8 @@ class NginxSuite(Suite):
         Option(
             ("--duration",),
             "duration_s",
-            "Seconds of load per run (wrk -d).",
-            type=FiniteFloatRange(0.5, 3600),
+            "Seconds of load per run (wrk -d takes whole seconds).",
+            type=click.IntRange(1, 3600),
             default=DEFAULT_DURATION_S,
         ),
         Option(

@@ -265,7 +265,7 @@ def stop(master: Child, workers: list[int]) -> None:
 @dataclass(frozen=True)
 class Load:
     connections: int
-    duration_s: float
+    duration_s: int  # wrk -d takes whole seconds
     cpus: list[int] | None
 
 
@@ -276,7 +276,7 @@ def run_wrk(load: Load, nginx: Nginx, size: int, folder: Path) -> dict:
     script = folder / "summary.lua"
     script.write_text(WRK_SCRIPT)
     url = f"https://127.0.0.1:{nginx.https_port}/{file_name(size)}"
-    argv = [wrk, "-t1", f"-c{load.connections}", f"-d{load.duration_s:g}s", "-s", str(script), url]
+    argv = [wrk, "-t1", f"-c{load.connections}", f"-d{load.duration_s}s", "-s", str(script), url]
     if load.cpus is not None:
         argv = [system.require_tool("taskset", "util-linux"), "-c", ",".join(map(str, load.cpus)), *argv]
     with started(lambda: Child(argv, stderr_path=folder / "wrk.stderr", name="wrk")) as child:
