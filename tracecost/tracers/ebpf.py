@@ -28,7 +28,8 @@ WAKEUPS = ("default", "force", "none")  # the first is the default
 # What each policy costs the traced program: at a few microseconds between events the consumer
 # keeps catching up and sleeping, and "default" then pays a wakeup per record.
 WAKEUP_MEANING = {
-    "default": "the kernel's default: a record wakes the consumer when it has caught up (bpf_ringbuf_submit flags 0)",
+    "default": "bpf_ringbuf_submit flags 0: the kernel wakes the consumer with the record it reads next (it had "
+    "caught up); uebpf only when the ring is a quarter full, its consumer otherwise looking every 50 ms",
     "force": "every record wakes the consumer (BPF_RB_FORCE_WAKEUP)",
     "none": "no record wakes the consumer (BPF_RB_NO_WAKEUP); it polls on a timeout",
 }

@@ -245,7 +245,9 @@ pub struct RingControl {
     pub wakeup_seq: AtomicU32,
     /// Consumers currently sleeping on `wakeup_seq`; producers call FUTEX_WAKE only if > 0.
     pub waiters: AtomicU32,
-    pub _pad: u32,
+    /// 1 once a consumer has registered as waiting, until a producer's watermark wakeup takes it:
+    /// at most one such wakeup per sleep (see ringbuf.rs, "Wakeups").
+    pub armed: AtomicU32,
     /// Oldest record not yet committed (the kernel's `pending_pos`): a reservation never
     /// overtakes it by more than the ring size, whatever a consumer writes to consumer_pos.
     /// Only changed under `lock`.

@@ -8,11 +8,18 @@
 //! Each process maps the data pages twice, back to back, so that a record that wraps around the
 //! end is contiguous in memory, as the kernel (and a libbpf consumer's mmap) sees it.
 //!
-//! Wakeups: a submit wakes sleeping consumers under the kernel's rules (always with
-//! BPF_RB_FORCE_WAKEUP, never with BPF_RB_NO_WAKEUP, otherwise only if the consumer had caught
-//! up to this record) through a futex on `RingControl::wakeup_seq`, which works across processes,
-//! and only while a consumer is registered as waiting (`RingControl::waiters`): a producer whose
-//! consumer is busy, or finds records by polling, makes no system call.
+//! Wakeups: unlike the kernel's, an ordinary record (flags 0) never wakes the consumer: on uebpf a
+//! wakeup is a FUTEX_WAKE system call, and an IPI to an idle CPU, in the traced program itself
+//! (~12 us here, where the kernel's irq_work costs the program almost nothing), and the kernel's
+//! rule (wake when the consumer had caught up) made a program whose calls are a few microseconds
+//! apart pay one per call. So, as LTTng's consumer: a consumer that has drained the ring sleeps
+//! for at most CONSUMER_TIMER (its wait's timeout, server/src/epoll.rs and ring.rs), and a
+//! producer wakes it early only when the unread bytes reach a WATERMARK_DIVISOR-th of the ring
+//! (once per sleep: `RingControl::armed`), so that a burst never fills the ring while it sleeps.
+//! BPF_RB_FORCE_WAKEUP still wakes every time, BPF_RB_NO_WAKEUP never (the timer still delivers).
+//! Wakeups go through a futex on `RingControl::wakeup_seq`, which works across processes, and only
+//! while a consumer is registered as waiting (`RingControl::waiters`): otherwise a submit makes
+//! no system call.
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::time::Duration;
@@ -22,6 +29,14 @@ use crate::futex;
 use crate::layout::*;
 use crate::region::Shared;
 use crate::Errno;
+
+/// The longest a consumer that has caught up sleeps before it looks again (the bound on how late
+/// an ordinary record is read): 50 ms keeps an idle consumer's wakeups to 20 a second and a
+/// traced program's calls a millisecond apart at one consumer sleep per 50 calls.
+pub const CONSUMER_TIMER: Duration = Duration::from_millis(50);
+/// A producer wakes a sleeping consumer early once the unread bytes reach this fraction of the
+/// ring: the other three quarters absorb what arrives while the consumer wakes up.
+pub const WATERMARK_DIVISOR: u64 = 4;
 
 pub const BPF_RB_NO_WAKEUP: u64 = 1;
 pub const BPF_RB_FORCE_WAKEUP: u64 = 2;
@@ -194,10 +209,10 @@ impl RingBuf {
         }
         let new_len = (len ^ RINGBUF_BUSY_BIT) | if discard { RINGBUF_DISCARD_BIT } else { 0 };
         header.len.swap(new_len, Ordering::AcqRel);
-        let position = header as *const RecordHeader as u64 - self.data as u64;
-        let consumer = self.consumer_pos().load(Ordering::Acquire) & (self.size - 1);
-        if flags & BPF_RB_FORCE_WAKEUP != 0 || (consumer == position && flags & BPF_RB_NO_WAKEUP == 0) {
-            self.wake();
+        if flags & BPF_RB_FORCE_WAKEUP != 0 {
+            self.wake(true);
+        } else if flags & BPF_RB_NO_WAKEUP == 0 && self.unread() >= self.size / WATERMARK_DIVISOR {
+            self.wake(false);
         }
     }
 
@@ -236,14 +251,21 @@ impl RingBuf {
         self.control().dropped.load(Ordering::Relaxed)
     }
 
+    /// Bytes submitted or reserved and not yet consumed.
+    fn unread(&self) -> u64 {
+        let producer = self.producer_pos().load(Ordering::Acquire);
+        producer.wrapping_sub(self.consumer_pos().load(Ordering::Acquire))
+    }
+
     /// Wakes consumers that are waiting; with none waiting, no system call (as the kernel's
-    /// wakeup of an empty wait queue). The fence pairs with the one in `Waiting::new`: either
-    /// this producer sees the waiter, or the waiter, checking for records after registering,
-    /// sees this record.
-    fn wake(&self) {
+    /// wakeup of an empty wait queue). Unless `force`d, only the first producer to find the
+    /// consumers armed wakes them (one watermark wakeup per sleep, not one per record while they
+    /// get up). The fence pairs with the one in `Waiting::new`: either this producer sees the
+    /// waiter, or the waiter, checking for records after registering, sees this record.
+    fn wake(&self, force: bool) {
         let control = self.control();
         fence(Ordering::SeqCst);
-        if control.waiters.load(Ordering::SeqCst) > 0 {
+        if control.waiters.load(Ordering::SeqCst) > 0 && (control.armed.swap(0, Ordering::SeqCst) == 1 || force) {
             control.wakeup_seq.fetch_add(1, Ordering::SeqCst);
             futex::wake(&control.wakeup_seq);
         }
@@ -255,8 +277,8 @@ impl RingBuf {
     /// writer cannot be preempted (the program runs with preemption off), but a uebpf producer
     /// can be, for milliseconds, and a consumer told "readable" would spin on its BUSY record
     /// and take the CPU the producer needs to finish it (measured on 2 cores with 4 producers:
-    /// nine of ten epoll_wait returns read nothing). No wakeup is lost: the submit of that record
-    /// wakes a waiting consumer (consumer_pos is its position) unless it says BPF_RB_NO_WAKEUP.
+    /// nine of ten epoll_wait returns read nothing). No record is left: a sleeping consumer looks
+    /// again within CONSUMER_TIMER, or sooner at the watermark.
     pub fn has_record(&self) -> bool {
         let consumer = self.consumer_pos().load(Ordering::Acquire);
         consumer < self.producer_pos().load(Ordering::Acquire)
@@ -357,6 +379,7 @@ pub struct Waiting<'a> {
 impl<'a> Waiting<'a> {
     fn new(ring: &'a RingBuf) -> Waiting<'a> {
         ring.control().waiters.fetch_add(1, Ordering::SeqCst);
+        ring.control().armed.store(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         Waiting { ring }
     }

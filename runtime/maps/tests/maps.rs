@@ -277,10 +277,12 @@ fn ring_buffer_records_wrap_contiguously() {
     assert!(ring.query(BPF_RB_PROD_POS) > 4096 * 3, "the positions went around the ring several times");
 }
 
-/// The kernel's wakeup rules, and a producer wakes (bumps the futex word and calls FUTEX_WAKE)
-/// only while a consumer is registered as waiting.
+/// uebpf's wakeup rules: a producer wakes (bumps the futex word and calls FUTEX_WAKE) only while a
+/// consumer is registered as waiting; then always with BPF_RB_FORCE_WAKEUP, never with
+/// BPF_RB_NO_WAKEUP, and for an ordinary record only once the unread bytes reach a quarter of
+/// the ring, once per sleep (the consumer's timer delivers the rest).
 #[test]
-fn ring_buffer_wakes_only_waiting_consumers_under_the_kernels_rules() {
+fn ring_buffer_wakes_a_waiting_consumer_when_forced_or_at_the_watermark_once() {
     let region = anonymous();
     let map = region.map(region.create_map("rb", &def(BPF_MAP_TYPE_RINGBUF, 0, 0, 4096), None).unwrap()).unwrap();
     let ring = map.ringbuf().unwrap();
@@ -291,20 +293,35 @@ fn ring_buffer_wakes_only_waiting_consumers_under_the_kernels_rules() {
     assert_eq!(ring.wakeup_seq(), seq, "nobody waits: no wakeup");
     ring.consume(|_| {});
     let waiting = ring.waiting();
-    output(0); // the consumer had caught up: wakes
-    assert_eq!(ring.wakeup_seq(), seq + 1);
-    output(0); // the consumer is behind: no wakeup
-    assert_eq!(ring.wakeup_seq(), seq + 1);
-    output(BPF_RB_FORCE_WAKEUP);
-    assert_eq!(ring.wakeup_seq(), seq + 2);
-    ring.consume(|_| {});
-    output(BPF_RB_NO_WAKEUP);
-    assert_eq!(ring.wakeup_seq(), seq + 2);
-    assert_eq!(ring.wait_for_wakeup(seq + 1, std::time::Duration::ZERO), seq + 2);
-    drop(waiting);
-    ring.consume(|_| {});
+    output(0); // the consumer had caught up: the kernel would wake it, uebpf does not
+    assert_eq!(ring.wakeup_seq(), seq, "an ordinary record below the watermark");
+    // 16 bytes a record (8-byte header): the 64th unread record reaches 1024 bytes, a quarter.
+    for _ in 1..63 {
+        output(0);
+    }
+    assert_eq!(ring.wakeup_seq(), seq, "63 records, 1008 bytes: below the watermark");
     output(0);
-    assert_eq!(ring.wakeup_seq(), seq + 2, "no longer waiting");
+    assert_eq!(ring.wakeup_seq(), seq + 1, "the 64th reaches it");
+    output(0);
+    output(0);
+    assert_eq!(ring.wakeup_seq(), seq + 1, "once per sleep");
+    output(BPF_RB_FORCE_WAKEUP);
+    assert_eq!(ring.wakeup_seq(), seq + 2, "forced: every time");
+    output(BPF_RB_FORCE_WAKEUP);
+    assert_eq!(ring.wakeup_seq(), seq + 3);
+    drop(waiting);
+    assert_eq!(ring.consume(|_| {}), 68);
+    let waiting = ring.waiting(); // a new sleep: armed again
+    for _ in 0..70 {
+        output(BPF_RB_NO_WAKEUP);
+    }
+    assert_eq!(ring.wakeup_seq(), seq + 3, "BPF_RB_NO_WAKEUP never wakes, even past the watermark");
+    output(0);
+    assert_eq!(ring.wakeup_seq(), seq + 4, "an ordinary record past it does");
+    assert_eq!(ring.wait_for_wakeup(seq + 3, std::time::Duration::ZERO), seq + 4);
+    drop(waiting);
+    output(BPF_RB_FORCE_WAKEUP);
+    assert_eq!(ring.wakeup_seq(), seq + 4, "no longer waiting");
 }
 
 /// Maps a ring the way libbpf's ring_buffer__add maps a kernel ring buffer's fd (consumer page

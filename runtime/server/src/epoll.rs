@@ -22,12 +22,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::objects::{lookup, Object};
+use uebpf_maps::ringbuf::CONSUMER_TIMER;
 
 const PLAIN_INTEREST: u32 = !((libc::EPOLLET | libc::EPOLLONESHOT | libc::EPOLLEXCLUSIVE | libc::EPOLLWAKEUP) as u32);
 /// What a ring ever reports, as the kernel's ring buffer poll: readable.
 const RING_READY: u32 = (libc::EPOLLIN | libc::EPOLLRDNORM) as u32;
-/// An infinite wait sleeps in slices of this (a futex wait needs a timeout to return EINTR).
-const FOREVER_SLICE: Duration = Duration::from_secs(3600);
 
 #[derive(Clone)]
 pub struct RingMember {
@@ -115,8 +114,9 @@ pub fn single_ring(epfd: c_int) -> Option<RingMember> {
 
 /// `epoll_wait` on an instance whose only member is `member`: returns at once (no system call)
 /// if a record can be read; otherwise registers as the ring's waiting consumer and sleeps on its
-/// futex until a producer's wakeup, the timeout (ms; -1 none, 0 do not wait) or a signal
-/// handler (Err(EINTR), as epoll_wait).
+/// futex, looking again every CONSUMER_TIMER (producers do not wake it for ordinary records:
+/// uebpf_maps::ringbuf, "Wakeups"), until a record can be read, the timeout (ms; -1 none, 0 do
+/// not wait) or a signal handler (Err(EINTR), as epoll_wait).
 pub fn wait(member: &RingMember, events: *mut libc::epoll_event, max: c_int, timeout: c_int) -> Result<c_int, c_int> {
     if max <= 0 {
         return Err(libc::EINVAL);
@@ -136,9 +136,6 @@ pub fn wait(member: &RingMember, events: *mut libc::epoll_event, max: c_int, tim
     if found > 0 || timeout == 0 {
         return Ok(found);
     }
-    if spin_for_record(report) {
-        return Ok(1);
-    }
     let deadline = (timeout > 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
     let _waiting = ring.waiting();
     loop {
@@ -148,36 +145,13 @@ pub fn wait(member: &RingMember, events: *mut libc::epoll_event, max: c_int, tim
             return Ok(1);
         }
         let slice = match deadline {
-            None => FOREVER_SLICE,
+            None => CONSUMER_TIMER,
             Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
-                Some(left) if !left.is_zero() => left,
+                Some(left) if !left.is_zero() => left.min(CONSUMER_TIMER),
                 _ => return Ok(0),
             },
         };
         ring.sleep_until_woken(seen, slice)?;
-    }
-}
-
-/// How long a consumer that has caught up looks for the next record before it registers as
-/// waiting. A producer wakes only a registered consumer, and on uebpf that wakeup is a FUTEX_WAKE
-/// system call in the traced program (the kernel's is an irq_work, far cheaper): with records a
-/// microsecond or two apart, a consumer that slept at once made one wakeup per few records.
-const SPIN: Duration = Duration::from_micros(SPIN_MICROS);
-const SPIN_MICROS: u64 = 5;
-
-/// Spins up to SPIN for `report` to find a record; true if it did.
-fn spin_for_record(report: impl Fn() -> c_int) -> bool {
-    let start = Instant::now();
-    loop {
-        for _ in 0..64 {
-            if report() > 0 {
-                return true;
-            }
-            std::hint::spin_loop();
-        }
-        if start.elapsed() >= SPIN {
-            return false;
-        }
     }
 }
 
@@ -186,6 +160,7 @@ mod tests {
     use super::*;
     use crate::objects::{new_fd, register, MapObject};
     use std::sync::atomic::AtomicBool;
+    use uebpf_maps::ringbuf::BPF_RB_FORCE_WAKEUP;
     use uebpf_maps::test_support::until_in_shared_futex_wait;
     use uebpf_maps::{MapDef, Region, RegionSpec};
 
@@ -238,7 +213,7 @@ mod tests {
     }
 
     #[test]
-    fn the_wait_reports_a_readable_record_sleeps_on_a_busy_one_and_wakes_on_its_submit() {
+    fn the_wait_reports_a_readable_record_sleeps_on_a_busy_one_and_its_timer_finds_it_submitted() {
         let epfd = 1_000_002;
         let (fd, map, member) = one_ring_instance(epfd);
         let ring = map.ringbuf().unwrap();
@@ -260,13 +235,13 @@ mod tests {
                 map.ringbuf().unwrap().commit(record as *mut u8, 0, false);
             }
         });
-        assert_eq!(poll(&member, -1), Ok((1, 42)), "the submit woke the sleeping consumer");
+        assert_eq!(poll(&member, -1), Ok((1, 42)), "the sleeping consumer's timer found the record");
         submitter.join().unwrap();
-        assert_eq!(ring.wakeup_seq(), seen + 1, "one wakeup, by the producer");
+        assert_eq!(ring.wakeup_seq(), seen, "the producer made no wakeup: an ordinary record below the watermark");
         assert_eq!(ring.consume(|_| {}), 1);
         // SAFETY: 8 readable bytes.
-        unsafe { ring.output(b"record!!".as_ptr(), 8, 0) }.unwrap();
-        assert_eq!(ring.wakeup_seq(), seen + 1, "nobody waiting: no wakeup");
+        unsafe { ring.output(b"record!!".as_ptr(), 8, BPF_RB_FORCE_WAKEUP) }.unwrap();
+        assert_eq!(ring.wakeup_seq(), seen, "nobody waiting: no wakeup, even forced");
         assert_eq!(poll(&member, -1), Ok((1, 42)), "ready: no wait");
         closed(epfd);
         closed(fd);

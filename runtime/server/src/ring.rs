@@ -44,7 +44,7 @@ use std::thread::Thread;
 use std::time::Duration;
 
 use uebpf_maps::layout::PAGE_SIZE;
-use uebpf_maps::ringbuf::Waiting;
+use uebpf_maps::ringbuf::{Waiting, CONSUMER_TIMER};
 use uebpf_maps::{Map, MapKind, Region};
 
 use crate::objects::MapObject;
@@ -89,7 +89,7 @@ impl Bridge {
                 // Counter first, then the level: a submit after the refresh changes the counter.
                 let seen = ring.wakeup_seq();
                 refresh(fd, &thread_map);
-                ring.wait_for_wakeup(seen, REFRESH);
+                ring.wait_for_wakeup(seen, CONSUMER_TIMER);
             }
             real::close(fd);
         });
@@ -236,6 +236,7 @@ pub fn mmap(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use uebpf_maps::ringbuf::BPF_RB_FORCE_WAKEUP;
     use uebpf_maps::{MapDef, RegionSpec};
 
     fn readable(fd: c_int, timeout_ms: c_int) -> bool {
@@ -257,9 +258,16 @@ mod tests {
         let waiting = bridge.waiting(); // what our epoll_wait does before it waits
         let seen = ring.wakeup_seq();
         // SAFETY: 8 readable bytes.
-        unsafe { ring.output(b"record!!".as_ptr(), 8, 0) }.unwrap();
+        unsafe { ring.output(b"record!!".as_ptr(), 8, BPF_RB_FORCE_WAKEUP) }.unwrap();
         assert_eq!(ring.wakeup_seq(), seen + 1, "the producer woke the waiting consumer's thread");
         assert!(readable(fd, 5000), "a producer's wakeup reaches the eventfd");
+        drop(waiting);
+        assert_eq!(ring.consume(|_| {}), 1);
+        let waiting = bridge.waiting();
+        // SAFETY: 8 readable bytes.
+        unsafe { ring.output(b"record!!".as_ptr(), 8, 0) }.unwrap();
+        assert_eq!(ring.wakeup_seq(), seen + 1, "an ordinary record wakes nobody");
+        assert!(readable(fd, 5000), "the thread's timer finds it");
         drop(waiting);
         assert!(readable(fd, 0), "level-triggered: still readable while the record waits");
         assert_eq!(ring.consume(|_| {}), 1);

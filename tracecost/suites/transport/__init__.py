@@ -56,7 +56,8 @@ RUN_REPETITIONS = 3
 
 WAKEUP_MAPPING = {
     "default": {
-        "ringbuf": "flags 0: the kernel wakes the consumer only for the record it reads next (adaptive)",
+        "ringbuf": "flags 0: the kernel wakes the consumer only for the record it reads next (adaptive); uebpf "
+        "only when the ring is a quarter full (its consumer looks every 50 ms otherwise)",
         "perfbuf": "wakeup_events = 1: every record wakes the consumer (libbpf's perf_buffer__new default)",
     },
     "sampled": {
