@@ -75,11 +75,17 @@ def test_lttng_costs_include_its_daemons(quick_run):
 
 def test_ring_buffer_consumers_sleep_between_slow_calls(quick_run):
     """At 100 us per call a consumer catches up between records and sleeps; each sleep is counted
-    (the kernel's voluntary context switches of the loader), so the count cannot be zero."""
+    (the kernel's voluntary context switches of the loader). The kernel's consumer is woken by
+    about every call's records (its adaptive wakeups); uebpf's sleeps until its timer (50 ms) and
+    reads hundreds of records per wakeup, so it sleeps, but far less than once per call."""
     suite = results.load(quick_run[1])["suites"]["duration"]
-    for method in ("ebpf", "uebpf"):
-        aggregate = next(a for a in suite["aggregates"] if a["scenario"] == 3 and a["method"] == method)
-        assert aggregate["tracer_sleeps_per_call"]["mean"] >= 0.5, (method, aggregate["tracer_sleeps_per_call"])
+    sleeps = {
+        method: next(a for a in suite["aggregates"] if a["scenario"] == 3 and a["method"] == method)[
+            "tracer_sleeps_per_call"
+        ]["mean"]
+        for method in ("ebpf", "uebpf")
+    }
+    assert sleeps["ebpf"] >= 0.5 and 0 < sleeps["uebpf"] < 0.1, sleeps
     baseline = next(a for a in suite["aggregates"] if a["method"] == "baseline")
     assert baseline["tracer_sleeps_per_call"] is None
 
