@@ -471,6 +471,26 @@ SYSCALL_PROBES = textwrap.dedent(r"""
     char LICENSE[] SEC("license") = "GPL";
 """)
 
+
+def attached_run(tmp_path: Path, obj: Path, label: str, script: str, n: int):
+    """`uebpf attach OBJ`, then a Python target under the agent that waits (READY) for the
+    attachments to be applied and a SIGUSR1, runs `script` with argument n and exits: the maps
+    the attach dumped, the wait-applied result and the target's stderr."""
+    region = region_name(label)
+    with started(
+        lambda: Child([str(UEBPF), "attach", str(obj), "--region", region], stderr_path=tmp_path / "attach.err")
+    ) as attach:
+        attach.wait_for_line("READY", timeout_s=30)
+        argv = [sys.executable, "-c", script, str(n)]
+        with started(lambda: Child(argv, stderr_path=tmp_path / "target.err", env=agent_env(region))) as target:
+            target.wait_for_line("READY", timeout_s=30)
+            waited = wait_applied(region, target.pid, check=False)
+            target.send(signal.SIGUSR1)
+            assert target.wait(timeout_s=120).exit_code == 0, target.stderr_text()
+        assert attach.stop().exit_code == 0, attach.stderr_text()
+        return json.loads(attach.read_stdout()), waited, target.stderr_text()
+
+
 SYSCALL_TARGET = textwrap.dedent("""
     import ctypes, json, signal, sys
     libc = ctypes.CDLL(None)
@@ -495,19 +515,8 @@ def test_syscall_entry_tracepoints_run_at_libc_entry_points(tmp_path):
         for tp in ("raw_syscalls/sys_enter", "syscalls/sys_enter_getpgid")
     )
     obj = compile_probes(tmp_path, SYSCALL_PROBES, SUMS=8, TP_ID_RAW=raw, TP_ID_GETPGID=getpgid)
-    region, n = region_name("syscall"), 3000
-    with started(
-        lambda: Child([str(UEBPF), "attach", str(obj), "--region", region], stderr_path=tmp_path / "attach.err")
-    ) as attach:
-        attach.wait_for_line("READY", timeout_s=30)
-        argv = [sys.executable, "-c", SYSCALL_TARGET, str(n)]
-        with started(lambda: Child(argv, stderr_path=tmp_path / "target.err", env=agent_env(region))) as target:
-            target.wait_for_line("READY", timeout_s=30)
-            waited = wait_applied(region, target.pid, check=False)
-            target.send(signal.SIGUSR1)
-            assert target.wait(timeout_s=120).exit_code == 0, target.stderr_text()
-        assert attach.stop().exit_code == 0, attach.stderr_text()
-        dumped = json.loads(attach.read_stdout())
+    n = 3000
+    dumped, waited, _ = attached_run(tmp_path, obj, "syscall", SYSCALL_TARGET, n)
     assert sums_of(dumped) == {0: n, 1: n * (n - 1) // 2 + n, 2: n, 3: n, 4: n // 2, 5: n, 6: 0, 7: 0}
     assert waited.returncode == 1
     status = json.loads(waited.stdout)
@@ -572,21 +581,11 @@ def test_raw_sys_enter_runs_at_the_c_librarys_wrappers_with_the_calls_own_argume
     openat with AT_FDCWD and the path moved to the second argument, fstat's tail call into fstatat
     counted once, as newfstatat(fd, "", buf, AT_EMPTY_PATH)."""
     obj = compile_probes(tmp_path, WRAPPER_PROBES, SUMS=5)
-    region, n = region_name("wrappers"), 500
-    with started(
-        lambda: Child([str(UEBPF), "attach", str(obj), "--region", region], stderr_path=tmp_path / "attach.err")
-    ) as attach:
-        attach.wait_for_line("READY", timeout_s=30)
-        argv = [sys.executable, "-c", WRAPPER_TARGET, str(n)]
-        with started(lambda: Child(argv, stderr_path=tmp_path / "target.err", env=agent_env(region))) as target:
-            target.wait_for_line("READY", timeout_s=30)
-            wait_applied(region, target.pid)
-            target.send(signal.SIGUSR1)
-            assert target.wait(timeout_s=120).exit_code == 0, target.stderr_text()
-        assert attach.stop().exit_code == 0, attach.stderr_text()
-        dumped = json.loads(attach.read_stdout())
+    n = 500
+    dumped, waited, target_stderr = attached_run(tmp_path, obj, "wrappers", WRAPPER_TARGET, n)
+    assert waited.returncode == 0, waited.stderr
     assert sums_of(dumped) == {0: n, 1: n, 2: n, 3: n, 4: n}
-    assert "not hooked" not in target.stderr_text()
+    assert "not hooked" not in target_stderr
 
 
 def test_wait_applied_fails_clearly_without_an_agent(tmp_path):
