@@ -239,12 +239,7 @@ class Child:
         return self.usage
 
     def _exits_within(self, timeout_s: float) -> bool:
-        pidfd = os.pidfd_open(self.pid)
-        try:
-            readable, _, _ = select.select([pidfd], [], [], max(timeout_s, 0))
-            return bool(readable)
-        finally:
-            os.close(pidfd)
+        return exits_within(self.pid, timeout_s)
 
     def stop(self, sig: int = signal.SIGINT, timeout_s: float = 60) -> Usage:
         """Ask the child to finish (by its PID), wait for it, kill it if it will not."""
@@ -268,6 +263,20 @@ class Child:
             self.wait()
         if self.popen.stdout:
             self.popen.stdout.close()
+
+
+def exits_within(pid: int, timeout_s: float) -> bool:
+    """Whether process `pid` (ours or not: a child's child too) is gone within timeout_s, by a
+    pidfd poll; True at once if there is no such process."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        readable, _, _ = select.select([pidfd], [], [], max(timeout_s, 0))
+        return bool(readable)
+    finally:
+        os.close(pidfd)
 
 
 @contextlib.contextmanager

@@ -17,7 +17,6 @@ import http.client
 import json
 import os
 import pwd
-import select
 import signal
 import socket
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 
 from tracecost import leftovers, system
 from tracecost.errors import TracecostError
-from tracecost.procs import Child, descendants, run_command, started
+from tracecost.procs import Child, descendants, exits_within, run_command, started
 
 READY_TIMEOUT_S = 10
 STOP_TIMEOUT_S = 10
@@ -87,6 +86,13 @@ def file_name(size: int) -> str:
 def last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else "no message"
+
+
+def pinned(argv: list[str], cpus: list[int] | None) -> list[str]:
+    """`argv` run on `cpus` (taskset execs it: the PID stays the program's); as is if None."""
+    if cpus is None:
+        return argv
+    return [system.require_tool("taskset", "util-linux"), "-c", ",".join(map(str, cpus)), *argv]
 
 
 def free_port() -> int:
@@ -151,9 +157,9 @@ def cpu_ns(pid: int) -> int:
 class Nginx:
     """One running nginx (master + workers) of a run."""
 
-    def __init__(self, master: Child, workers: list[int], https_port: int, status_port: int, folder: Path):
+    def __init__(self, master: Child, workers: list[int], https_port: int, status_port: int):
         self.master, self.workers = master, workers
-        self.https_port, self.status_port, self.folder = https_port, status_port, folder
+        self.https_port, self.status_port = https_port, status_port
 
     @property
     def pids(self) -> list[int]:
@@ -196,25 +202,13 @@ def wait_for_workers(master: Child, workers: int, status_port: int) -> list[int]
         if time.monotonic() > deadline:
             raise TracecostError(f"nginx had {len(found)} of {workers} workers after {READY_TIMEOUT_S} s")
         # The master's pidfd turns readable if it exits; otherwise look again 10 ms later.
-        wait_for_exit(master.pid, 0.01)
+        exits_within(master.pid, 0.01)
 
 
 def answers(port: int) -> bool:
     with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
         return True
     return False
-
-
-def wait_for_exit(pid: int, timeout_s: float) -> bool:
-    """Whether process `pid` (not necessarily ours) is gone within timeout_s (a pidfd poll)."""
-    try:
-        pidfd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        return bool(select.select([pidfd], [], [], timeout_s)[0])
-    finally:
-        os.close(pidfd)
 
 
 @contextlib.contextmanager
@@ -229,9 +223,7 @@ def running_nginx(
     https_port, status_port = free_port(), free_port()
     conf = prefix / "nginx.conf"
     conf.write_text(config_text(prefix, site, workers, https_port, status_port))
-    argv = [nginx, "-p", str(prefix), "-c", str(conf), "-e", str(prefix / "error.log")]
-    if cpus is not None:
-        argv = [system.require_tool("taskset", "util-linux"), "-c", ",".join(map(str, cpus)), *argv]
+    argv = pinned([nginx, "-p", str(prefix), "-c", str(conf), "-e", str(prefix / "error.log")], cpus)
     with started(
         lambda: Child(
             argv, stderr_path=prefix / "stderr", stdout_path=prefix / "stdout", env={**os.environ, **env}, name="nginx"
@@ -242,7 +234,7 @@ def running_nginx(
             pids = wait_for_workers(master, workers, status_port)
             for pid in pids:
                 leftovers.record_process(pid)
-            yield Nginx(master, pids, https_port, status_port, prefix)
+            yield Nginx(master, pids, https_port, status_port)
         finally:
             stop(master, pids)
 
@@ -255,10 +247,10 @@ def stop(master: Child, workers: list[int]) -> None:
         workers = list(dict.fromkeys([*workers, *descendants(master.pid)]))
     master.stop(signal.SIGTERM, timeout_s=STOP_TIMEOUT_S)
     for pid in workers:
-        if not wait_for_exit(pid, STOP_TIMEOUT_S):
+        if not exits_within(pid, STOP_TIMEOUT_S):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            wait_for_exit(pid, STOP_TIMEOUT_S)
+            exits_within(pid, STOP_TIMEOUT_S)
         leftovers.forget_process(pid)
 
 
@@ -276,9 +268,7 @@ def run_wrk(load: Load, nginx: Nginx, size: int, folder: Path) -> dict:
     script = folder / "summary.lua"
     script.write_text(WRK_SCRIPT)
     url = f"https://127.0.0.1:{nginx.https_port}/{file_name(size)}"
-    argv = [wrk, "-t1", f"-c{load.connections}", f"-d{load.duration_s}s", "-s", str(script), url]
-    if load.cpus is not None:
-        argv = [system.require_tool("taskset", "util-linux"), "-c", ",".join(map(str, load.cpus)), *argv]
+    argv = pinned([wrk, "-t1", f"-c{load.connections}", f"-d{load.duration_s}s", "-s", str(script), url], load.cpus)
     with started(lambda: Child(argv, stderr_path=folder / "wrk.stderr", name="wrk")) as child:
         usage = child.wait(timeout_s=load.duration_s + WRK_SLACK_S)
         output = child.read_stdout()

@@ -102,7 +102,6 @@ class Tracer:
     child: Child | None
     summary: dict = field(default_factory=dict)
     injections: list[dict] = field(default_factory=list)
-    usage: object | None = None
 
     def cpu_ns(self) -> int:
         return 0 if self.child is None else cpu_ns(self.child.pid)
@@ -158,7 +157,7 @@ class Tool(methods.Method):
                 elif self.runtime == "uebpf":
                     uebpf.wait_applied(self.uebpf_command, environments.loader, pid)
             yield tracer
-            tracer.usage = child.finished(self.tool, timeout_s=DRAIN_TIMEOUT_S)
+            child.finished(self.tool, timeout_s=DRAIN_TIMEOUT_S)
             tracer.summary = self.parse(child.read_stdout())
         environments.after_exit()
 
@@ -242,6 +241,8 @@ def run_once(method: Baseline | Tool, size: int, setup: Setup, workdir: Path) ->
 
 
 def record(method, wrk: dict, served: int, nginx_cpu: int, tracer_cpu: int, tracer: Tracer) -> dict:
+    if served <= 0:
+        raise TracecostError(f"nginx served {served} requests during the run")
     seconds = wrk["duration_us"] / 1e6
     base = {
         "requests": wrk["requests"],
@@ -250,13 +251,11 @@ def record(method, wrk: dict, served: int, nginx_cpu: int, tracer_cpu: int, trac
         "requests_per_s": wrk["requests"] / seconds,
         "bytes": wrk["bytes"],
         "latency_us": wrk["latency_us"],
-        "nginx_cpu_ns_per_request": nginx_cpu / served if served else None,
-        "tracer_cpu_ns_per_request": tracer_cpu / served if served else None,
-        "cpu_ns_per_request": (nginx_cpu + tracer_cpu) / served if served else None,
+        "nginx_cpu_ns_per_request": nginx_cpu / served,
+        "tracer_cpu_ns_per_request": tracer_cpu / served,
+        "cpu_ns_per_request": (nginx_cpu + tracer_cpu) / served,
         "injections": tracer.injections,
     }
-    if served <= 0:
-        raise TracecostError(f"nginx served {served} requests during the run")
     if isinstance(method, Sslsniff):
         base["sslsniff"] = check_sslsniff(tracer.summary, served)
         base["events_per_s"] = tracer.summary["received"] / seconds
@@ -265,7 +264,7 @@ def record(method, wrk: dict, served: int, nginx_cpu: int, tracer_cpu: int, trac
         base["syscount"] = check_syscount(tracer.summary)
         base["events_per_s"] = tracer.summary["total"] / seconds
         base["dropped"] = 0  # counted in a map: nothing to drop
-    if tracer.usage is not None:
+    if tracer.child is not None:
         base["tracer_peak_rss_kb"] = tracer.summary["peak_rss_kb"]
     return base
 
