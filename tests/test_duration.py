@@ -19,7 +19,7 @@ from tracecost.suites.duration import QUICK_DIVISOR, QUICK_MIN_CALLS, SCENARIOS
 pytestmark = [pytest.mark.kernel, pytest.mark.lttng]
 
 LIBMYLIB = BUILD / "lib" / "libmylib.so"
-METHODS = ("baseline", "lttng", "ebpf", "uebpf", "uebpf-live")
+METHODS = ("baseline", "lttng", "ebpf", "ebpf-timer", "uebpf", "uebpf-live")
 UEBPF_REGIONS = "uebpf-tracecost-*"  # the regions of tracecost's runs on uebpf (tracecost/uebpf.py)
 
 
@@ -77,15 +77,16 @@ def test_ring_buffer_consumers_sleep_between_slow_calls(quick_run):
     """At 100 us per call a consumer catches up between records and sleeps; each sleep is counted
     (the kernel's voluntary context switches of the loader). The kernel's consumer is woken by
     about every call's records (its adaptive wakeups); uebpf's sleeps until its timer (50 ms) and
-    reads hundreds of records per wakeup, so it sleeps, but far less than once per call."""
+    reads hundreds of records per wakeup, so it sleeps, but far less than once per call; so does
+    the kernel's under ebpf-timer (no record wakes it, it reads every 50 ms)."""
     suite = results.load(quick_run[1])["suites"]["duration"]
     sleeps = {
         method: next(a for a in suite["aggregates"] if a["scenario"] == 3 and a["method"] == method)[
             "tracer_sleeps_per_call"
         ]["mean"]
-        for method in ("ebpf", "uebpf")
+        for method in ("ebpf", "ebpf-timer", "uebpf")
     }
-    assert sleeps["ebpf"] >= 0.5 and 0 < sleeps["uebpf"] < 0.1, sleeps
+    assert sleeps["ebpf"] >= 0.5 and 0 < sleeps["uebpf"] < 0.1 and 0 < sleeps["ebpf-timer"] < 0.1, sleeps
     baseline = next(a for a in suite["aggregates"] if a["method"] == "baseline")
     assert baseline["tracer_sleeps_per_call"] is None
 

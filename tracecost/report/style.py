@@ -8,6 +8,8 @@ METHOD_COLORS = {
     "lttng": "#e67e22",
     "ebpf": "#3498db",
     "kernel": "#3498db",
+    # The kernel's ring with its consumer on a timer: the kernel's blue, darker.
+    "ebpf-timer": "#1f5f8b",
     "uebpf": "#009e73",
     # uebpf with its agent injected into the running target: uebpf's green, lighter.
     "uebpf-live": "#66c2a5",
@@ -41,6 +43,7 @@ METHOD_LABELS = {
     "untraced": "Untraced",
     "lttng": "LTTng",
     "ebpf": "eBPF",
+    "ebpf-timer": "eBPF, consumer on a timer",
     "kernel": "Kernel eBPF",
     "uebpf": "uebpf",
     "uebpf-live": "uebpf, attached live",

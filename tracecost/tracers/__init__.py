@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from tracecost.errors import TracecostError
 from tracecost.tracers.base import Baseline, Method
-from tracecost.tracers.ebpf import WAKEUPS, Ebpf, Functrace, Uebpf, UebpfLive
+from tracecost.tracers.ebpf import WAKEUPS, Ebpf, EbpfTimer, Functrace, Uebpf, UebpfLive
 from tracecost.tracers.lttng import Lttng
 from tracecost.workload import traced_library
 
-TRACERS = {"lttng": Lttng, "ebpf": Ebpf, "uebpf": Uebpf, "uebpf-live": UebpfLive}
+TRACERS = {"lttng": Lttng, "ebpf": Ebpf, "ebpf-timer": EbpfTimer, "uebpf": Uebpf, "uebpf-live": UebpfLive}
 
 
 def baseline() -> Baseline:

@@ -23,6 +23,9 @@ SUMMARY_KEYS = ("received", "entry", "exit", "submitted", "dropped", "bytes", "p
 
 DEFAULT_RINGBUF_BYTES = 16 << 20
 DEFAULT_POLL_MS = 100  # functrace's own default: how long a poll waits for a wakeup
+# ebpf-timer's consumer period: uebpf's own consumer timer (runtime/maps, CONSUMER_TIMER), so that
+# the kernel's ring on a timer and uebpf's are compared at the same delivery delay.
+TIMER_POLL_MS = 50
 # The same words as the transport suite's --wakeup: "default" is the kernel's own policy (adaptive).
 WAKEUPS = ("default", "force", "none")  # the first is the default
 # What each policy costs the traced program: at a few microseconds between events the consumer
@@ -144,6 +147,18 @@ class Ebpf(Functrace):
     def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
         system.require_kernel_bpf()
         super().open(stack, workspace, say)
+
+
+class EbpfTimer(Ebpf):
+    """The kernel's ring with the choice uebpf makes by default: no record wakes the consumer
+    (BPF_RB_NO_WAKEUP), which reads what arrived every TIMER_POLL_MS; a record waits at most that
+    long to be read, and the ring must hold that long's records (16 MiB: ~150k records). The same
+    whatever --wakeup says: the policy is the method."""
+
+    name, label = "ebpf-timer", "eBPF, consumer on a timer"
+
+    def __init__(self, wakeup: str = WAKEUPS[0]):
+        super().__init__(wakeup="none", poll_ms=TIMER_POLL_MS)
 
 
 class Uebpf(Functrace):

@@ -86,13 +86,27 @@ fn parse_cpu_list_max(list: &str) -> Option<u32> {
     list.split(',').map(|range| range.rsplit('-').next()?.parse::<u32>().ok()).try_fold(0, |max, n| Some(max.max(n?)))
 }
 
-/// The CPU the calling thread runs on (sched_getcpu, served by rseq/vDSO without a system call),
-/// folded into `[0, slots)`. The thread may migrate right after: per-CPU values in userspace are
-/// per-CPU at the moment of the lookup, not exclusive as in the kernel (which disables preemption).
+/// The CPU the calling thread runs on, folded into `[0, slots)`: read from glibc's rseq area where
+/// the thread has one (what sched_getcpu reads too, without its call: this is on every per-CPU
+/// map lookup), else sched_getcpu (served by the vDSO without a system call). The thread may
+/// migrate right after: per-CPU values in userspace are per-CPU at the moment of the lookup, not
+/// exclusive as in the kernel (which disables preemption).
 #[inline]
 pub fn cpu(slots: u32) -> u32 {
-    // SAFETY: sched_getcpu has no preconditions.
-    let cpu = unsafe { libc::sched_getcpu() }.max(0) as u32;
+    let registered = rseq_cpu_id_offset().map(|offset| {
+        let cpu: i32;
+        // SAFETY: the offset lies in the calling thread's TLS block (glibc's rseq area).
+        unsafe {
+            std::arch::asm!("mov {:e}, fs:[{}]", out(reg) cpu, in(reg) i64::from(offset), options(nostack, readonly, preserves_flags))
+        };
+        cpu
+    });
+    // A negative cpu_id: this thread's registration failed or has not happened.
+    let cpu = match registered {
+        Some(cpu) if cpu >= 0 => cpu as u32,
+        // SAFETY: sched_getcpu has no preconditions.
+        _ => unsafe { libc::sched_getcpu() }.max(0) as u32,
+    };
     // A CPU id is below the possible CPUs: the division (~10 ns here, on every per-CPU map
     // access) is only for a CPU that appeared after the region was sized.
     if cpu < slots {
@@ -156,7 +170,7 @@ mod tests {
                 let mut one: libc::cpu_set_t = std::mem::zeroed();
                 libc::CPU_SET(cpu, &mut one);
                 assert_eq!(libc::sched_setaffinity(0, size, &one), 0);
-                assert_eq!((read(), libc::sched_getcpu()), (cpu as u32, cpu as i32));
+                assert_eq!((read(), libc::sched_getcpu(), super::cpu(u32::MAX)), (cpu as u32, cpu as i32, cpu as u32));
             }
             libc::sched_setaffinity(0, size, &allowed);
         }

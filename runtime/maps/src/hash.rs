@@ -1,10 +1,16 @@
 //! Hash and per-CPU hash maps, preallocated in the region and safe for concurrent use by several
 //! processes.
 //!
-//! Buckets are chains of entries linked by index; each bucket has its own spin lock, taken by every
-//! operation on that bucket (lookups too: a chain never changes under a reader's feet). Free
-//! entries form a lock-free stack whose head carries a generation counter (no ABA). `count`
-//! reserves a slot before an insertion takes an entry, so at most max_entries keys exist.
+//! Buckets are chains of entries linked by index; each bucket has its own spin lock, taken by
+//! updates, deletes and the syscall view. A program's lookup takes no lock, as the kernel's does
+//! under RCU (`htab_map_lookup_elem`, kernel/bpf/hashtab.c): chains end in a marker naming their
+//! bucket (`NULLS`, the kernel's hlist_nulls), so a reader whose entry was deleted and reused in
+//! another bucket meanwhile ends the walk at a foreign marker and walks again; an insertion
+//! rewrites a reused entry's key between odd and even values of its `seq`, so a reader never
+//! takes a half-written key for its own. After a few such restarts the reader takes the lock
+//! (progress however busy the writers). Free entries form a lock-free stack whose head carries a
+//! generation counter (no ABA). `count` reserves a slot before an insertion takes an entry, so at
+//! most max_entries keys exist.
 //!
 //! Differences from the kernel, all invisible to the error codes: values are updated in place
 //! under the bucket lock (the kernel swaps in a new element, so a program reading a value while
@@ -12,12 +18,24 @@
 //! lookup may be reused for another key after a delete (as with the kernel's preallocated maps).
 //! Iteration order differs (the kernel's jhash seed is random anyway).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{fence, Ordering};
 
 use crate::current;
 use crate::def::{BPF_EXIST, BPF_F_LOCK, BPF_NOEXIST};
-use crate::layout::{Bucket, EntryHeader, HashControl};
+use crate::layout::{Bucket, EntryHeader, HashControl, NULLS};
 use crate::Errno;
+
+/// Lock-free walks of one lookup before it takes the bucket lock instead: each restart means an
+/// entry on the walk was reused meanwhile, which takes a delete and an insertion on another CPU.
+const WALKS_BEFORE_LOCKING: u32 = 3;
+
+/// What a lock-free walk of a chain saw.
+enum Walk {
+    Found(u32),
+    Absent,
+    /// The walk left the bucket (an entry on it was reused meanwhile): walk again.
+    Restart,
+}
 
 pub(crate) struct HashView {
     pub control: *const HashControl,
@@ -105,9 +123,13 @@ impl HashView {
         unsafe { &*self.control }
     }
 
+    fn bucket_index(&self, hash: u32) -> u32 {
+        hash & (self.n_buckets - 1)
+    }
+
     fn bucket(&self, hash: u32) -> &Bucket {
         // SAFETY: index masked below n_buckets (a power of two).
-        unsafe { &*self.buckets.add((hash & (self.n_buckets - 1)) as usize) }
+        unsafe { &*self.buckets.add(self.bucket_index(hash) as usize) }
     }
 
     /// Entry `index` (0-based).
@@ -124,7 +146,8 @@ impl HashView {
         self.values.wrapping_add((index as usize * self.cpus as usize + cpu as usize) * self.stride)
     }
 
-    /// Decodes a link (index + 1; 0 = end). A link out of range (a corrupt region) ends the chain.
+    /// Decodes a link (index + 1; 0 or a nulls marker = end). A link out of range (a corrupt
+    /// region) ends the chain.
     fn link(&self, raw: u32) -> Option<u32> {
         (raw != 0 && raw <= self.max_entries).then(|| raw - 1)
     }
@@ -150,6 +173,30 @@ impl HashView {
             current = self.link(entry.next.load(Ordering::Relaxed));
         }
         None
+    }
+
+    /// Walks `bucket`'s chain without its lock (see the module's comment for why that is sound).
+    /// The key bytes are read while a writer may be rewriting them: `seq` tells such a read apart.
+    ///
+    /// # Safety
+    /// `key` readable for key_size bytes.
+    unsafe fn walk_unlocked(&self, bucket: &Bucket, bucket_index: u32, hash: u32, key: *const u8) -> Walk {
+        let mut raw = bucket.head.load(Ordering::Acquire);
+        // A chain in one bucket holds at most max_entries entries: a longer walk left it.
+        for _ in 0..=self.max_entries {
+            let Some(index) = self.link(raw) else {
+                return if raw == NULLS | bucket_index { Walk::Absent } else { Walk::Restart };
+            };
+            let entry = self.entry(index);
+            let seq = entry.seq.load(Ordering::Acquire);
+            let matches = entry.hash.load(Ordering::Relaxed) == hash && keys_equal(self.key_of(index), key, self.key_size);
+            raw = entry.next.load(Ordering::Acquire);
+            fence(Ordering::Acquire);
+            if matches && seq & 1 == 0 && entry.seq.load(Ordering::Relaxed) == seq {
+                return Walk::Found(index);
+            }
+        }
+        Walk::Restart
     }
 
     fn pop_free(&self) -> Option<u32> {
@@ -179,8 +226,13 @@ impl HashView {
         }
     }
 
-    /// Links every entry into the free stack (a new map).
+    /// Ends every bucket's empty chain with its marker and links every entry into the free stack
+    /// (a new map).
     pub fn initialise(&self) {
+        for b in 0..self.n_buckets {
+            // SAFETY: b < n_buckets.
+            unsafe { &*self.buckets.add(b as usize) }.head.store(NULLS | b, Ordering::Relaxed);
+        }
         for index in (0..self.max_entries).rev() {
             self.push_free(index);
         }
@@ -192,13 +244,22 @@ impl HashView {
     /// `key` readable for key_size bytes.
     pub unsafe fn lookup(&self, key: *const u8) -> *mut u8 {
         let hash = hash_key(key, self.key_size);
-        let bucket = self.bucket(hash);
-        let found = {
+        let (bucket_index, bucket) = (self.bucket_index(hash), self.bucket(hash));
+        let mut found = None;
+        for _ in 0..WALKS_BEFORE_LOCKING {
+            match self.walk_unlocked(bucket, bucket_index, hash, key) {
+                Walk::Found(index) => found = Some(Some(index)),
+                Walk::Absent => found = Some(None),
+                Walk::Restart => continue,
+            }
+            break;
+        }
+        let found = found.unwrap_or_else(|| {
             let _guard = bucket.lock.lock();
-            self.find(bucket, hash, key)
-        };
+            self.find(bucket, hash, key).map(|(_, index)| index)
+        });
         match found {
-            Some((_, index)) => self.value_of(index, if self.cpus > 1 { current::cpu(self.cpus) } else { 0 }),
+            Some(index) => self.value_of(index, if self.cpus > 1 { current::cpu(self.cpus) } else { 0 }),
             None => std::ptr::null_mut(),
         }
     }
@@ -275,9 +336,16 @@ impl HashView {
                     return Err(libc::E2BIG);
                 };
                 let entry = self.entry(index);
+                // The seqlock's write side: a lock-free reader may still be comparing this entry's
+                // old key (it followed it before its delete). The value too is written before the
+                // count is even again: a reader that finds the new key finds its value whole.
+                let seq = entry.seq.load(Ordering::Relaxed);
+                entry.seq.store(seq.wrapping_add(1), Ordering::Relaxed);
+                fence(Ordering::Release);
                 std::ptr::copy(key, self.key_of(index), self.key_size);
                 entry.hash.store(hash, Ordering::Relaxed);
                 self.store(index, source, true);
+                entry.seq.store(seq.wrapping_add(2), Ordering::Release);
                 entry.next.store(bucket.head.load(Ordering::Relaxed), Ordering::Relaxed);
                 bucket.head.store(index + 1, Ordering::Release);
                 Ok(())
@@ -343,7 +411,7 @@ impl HashView {
             return self.first_from(0, next);
         }
         let hash = hash_key(key, self.key_size);
-        let bucket_index = hash & (self.n_buckets - 1);
+        let bucket_index = self.bucket_index(hash);
         let bucket = self.bucket(hash);
         {
             let _guard = bucket.lock.lock();

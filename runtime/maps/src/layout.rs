@@ -33,7 +33,9 @@ use crate::lock::SpinLock;
 
 pub const MAGIC: [u8; 8] = *b"UEBPFRGN";
 /// 2: the attach table and `ProgEntry::prog_type`. 3: the agent table. 4: `AgentEntry::slow_hooks`.
-pub const VERSION: u32 = 4;
+/// 5: hash chains end in a "nulls" marker naming their bucket, `EntryHeader::seq`, and
+/// `RingControl::head_waiter` and `staged`.
+pub const VERSION: u32 = 5;
 /// The region is laid out in 4 KiB pages (x86-64); creation and opening check the system agrees.
 pub const PAGE_SIZE: usize = 4096;
 /// Names of maps and programs (longer than the kernel's 16 bytes: the full names survive).
@@ -221,18 +223,31 @@ pub struct HashControl {
 
 #[repr(C)]
 pub struct Bucket {
+    /// Taken by writers (update, delete) and the syscall view; program lookups read without it.
     pub lock: SpinLock,
-    /// First entry of the chain: entry index + 1; 0 = empty.
+    /// First entry of the chain: entry index + 1, or the bucket's nulls marker
+    /// (`NULLS | bucket index`) when the chain is empty.
     pub head: AtomicU32,
 }
+
+/// Ends a bucket's chain, with the bucket's index in the low bits, as the kernel's hlist_nulls
+/// lists do: a lock-free reader that followed an entry moved meanwhile to another bucket (deleted
+/// and reused) ends at another bucket's marker, and knows to walk again. Entry links are below it
+/// (index + 1 <= max_entries, which the storage limit keeps far below 2^31).
+pub const NULLS: u32 = 1 << 31;
 
 /// Precedes each hash entry's key (the key is padded to 8 bytes).
 #[repr(C)]
 pub struct EntryHeader {
-    /// Next entry of the bucket chain or of the free stack: index + 1; 0 = end.
+    /// Next entry of the bucket chain (index + 1, or the bucket's nulls marker at the end) or of
+    /// the free stack (index + 1; 0 = end).
     pub next: AtomicU32,
-    /// Written while the entry is private (popped, not yet linked); read under the bucket lock.
+    /// Written while the entry is private (popped, not yet linked), between `seq`'s odd and even.
     pub hash: AtomicU32,
+    /// Sequence counter of the entry's key and hash: odd while an insertion rewrites them, so a
+    /// lock-free reader that compared a key being rewritten under it sees the count change.
+    pub seq: AtomicU32,
+    pub _pad: u32,
 }
 
 /// Ring buffer bookkeeping that consumers must not be able to write, so it is not on the
@@ -254,6 +269,13 @@ pub struct RingControl {
     pub pending_pos: AtomicU64,
     /// Reservations refused because the ring was full.
     pub dropped: AtomicU64,
+    /// Position + 1 of the record a sleeping consumer waits behind (0: none): a consumer that
+    /// found the record at consumer_pos still being written (its producer preempted between
+    /// reserve and submit) can read nothing until it is submitted, so that submit wakes it.
+    pub head_waiter: AtomicU64,
+    /// Bytes (headers included) held for staged records not yet placed in the ring (ringbuf.rs,
+    /// "Staging"): reservations count them as used. Only changed under `lock`.
+    pub staged: AtomicU64,
 }
 
 /// The kernel's ring buffer record header (`struct bpf_ringbuf_hdr`).

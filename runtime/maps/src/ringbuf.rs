@@ -17,9 +17,30 @@
 //! producer wakes it early only when the unread bytes reach a WATERMARK_DIVISOR-th of the ring
 //! (once per sleep: `RingControl::armed`), so that a burst never fills the ring while it sleeps.
 //! BPF_RB_FORCE_WAKEUP still wakes every time, BPF_RB_NO_WAKEUP never (the timer still delivers).
+//! One more wakeup has no kernel counterpart: a consumer can find the record at its position still
+//! being written (a uebpf producer can be preempted between reserve and submit, for a scheduler
+//! slice; the kernel's cannot) and can then read nothing, however full the ring behind it; it
+//! sleeps until that record's submit, which wakes it (`RingControl::head_waiter`), rather than for
+//! its timer while the ring fills and producers drop records (with 4 getpgid producers on 2
+//! CPUs, 57 % of them dropped).
 //! Wakeups go through a futex on `RingControl::wakeup_seq`, which works across processes, and only
 //! while a consumer is registered as waiting (`RingControl::waiters`): otherwise a submit makes
 //! no system call.
+//!
+//! Staging: a reserved record the program is still writing blocks the consumer, which reads in
+//! order and stops at it. The kernel's producer cannot be preempted there; a uebpf producer can,
+//! for a scheduler slice or several, and with more producers than CPUs that stalled the consumer
+//! behind records whose writers were not running while the ring filled (8 getpgid producers on 2
+//! CPUs: 70 % of records dropped, the kernel's ring 21 %). So a record of up to STAGED_MAX bytes
+//! is written by the program in a staging slot of this process (private memory next to the data
+//! mapping, part of the memory programs may reach), its room in the ring held at reserve time
+//! (`RingControl::staged`, so a reservation fails exactly when the kernel's would), and placed
+//! whole in the ring at submit, under the reservation lock: the consumer never sees it half
+//! written. What differs from the kernel: records appear in submit order, not reserve order (a
+//! discarded one too, as a header the consumer skips), and a process killed while a program held
+//! a staged record leaves its room held (the kernel's producer cannot die there; a record written
+//! in place would block the consumer for good). Larger records, and reservations beyond
+//! STAGE_SLOTS at once in one process, go in the ring directly.
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::time::Duration;
@@ -47,6 +68,12 @@ pub const BPF_RB_PROD_POS: u64 = 3;
 
 /// The kernel's RINGBUF_MAX_RECORD_SZ.
 const MAX_RECORD: u64 = (u32::MAX / 4) as u64;
+/// Records up to this many bytes are staged ("Staging" above): every record the project's tools
+/// write (sslsniff's 256 bytes of plaintext included).
+pub const STAGED_MAX: u64 = 512;
+/// Staging slots per ring and process: reservations held at once, by all its threads.
+pub const STAGE_SLOTS: usize = 64;
+const STAGING_BYTES: usize = STAGE_SLOTS * STAGED_MAX as usize;
 /// Page offset of the data from the control page (control, consumer, producer pages precede it).
 const DATA_PAGE: u64 = 3;
 
@@ -57,6 +84,11 @@ pub struct RingBuf {
     /// Start of the double mapping: `[data, data + 2 * size)`.
     data: *mut u8,
     size: u64,
+    /// This process's staging slots, right after the double mapping (STAGING_BYTES).
+    staging: *mut u8,
+    /// Bit i set: slot i holds a reserved record, of `staged_sizes[i]` bytes.
+    staged_slots: AtomicU64,
+    staged_sizes: Box<[AtomicU64; STAGE_SLOTS]>,
 }
 
 // SAFETY: every shared field is accessed through atomics or under the ring's lock.
@@ -65,8 +97,8 @@ unsafe impl Sync for RingBuf {}
 
 impl Drop for RingBuf {
     fn drop(&mut self) {
-        // SAFETY: our double mapping, created in `map`.
-        unsafe { libc::munmap(self.data.cast(), 2 * self.size as usize) };
+        // SAFETY: our double mapping and staging slots, created in `map`.
+        unsafe { libc::munmap(self.data.cast(), 2 * self.size as usize + STAGING_BYTES) };
     }
 }
 
@@ -80,8 +112,9 @@ impl RingBuf {
     pub(crate) fn map(shared: &Shared, control: u64, consumer: u64, producer: u64, data: u64, size: u64) -> Result<RingBuf, Error> {
         let fail =
             |what: &str| Error::io(format_args!("cannot map the ring buffer's data twice ({what})"), std::io::Error::last_os_error());
-        let len = 2 * size as usize;
-        // SAFETY: reserve address space, then map the data file range into both halves.
+        let len = 2 * size as usize + STAGING_BYTES;
+        // SAFETY: reserve address space, then map the data file range into both halves; the
+        // staging slots after them are the reservation's own private memory.
         unsafe {
             let base = libc::mmap(
                 std::ptr::null_mut(),
@@ -109,12 +142,20 @@ impl RingBuf {
                     return Err(fail("map"));
                 }
             }
+            let staging = (base as *mut u8).add(2 * size as usize);
+            if libc::mprotect(staging.cast(), STAGING_BYTES, libc::PROT_READ | libc::PROT_WRITE) != 0 {
+                libc::munmap(base, len);
+                return Err(fail("staging"));
+            }
             Ok(RingBuf {
                 control: shared.at(control, PAGE_SIZE as u64)? as *const RingControl,
                 consumer_pos: shared.at(consumer, 8)? as *const AtomicU64,
                 producer_pos: shared.at(producer, 8)? as *const AtomicU64,
                 data: base.cast(),
                 size,
+                staging,
+                staged_slots: AtomicU64::new(0),
+                staged_sizes: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
             })
         }
     }
@@ -144,31 +185,52 @@ impl RingBuf {
         self.size
     }
 
-    /// The process-local double mapping `[start, start + 2 * size)` programs write records into.
+    /// The process-local memory programs write records into: the double mapping
+    /// `[start, start + 2 * size)` and the staging slots right after it.
     pub fn data_mapping(&self) -> (*mut u8, u64) {
-        (self.data, 2 * self.size)
+        (self.data, 2 * self.size + STAGING_BYTES as u64)
     }
 
-    /// True if `record` (a pointer from `reserve`) lies in this ring's mapping.
+    /// True if `record` (a pointer from `reserve`) lies in this ring's mapping or is one of its
+    /// staging slots.
     pub fn owns(&self, record: *const u8) -> bool {
         let start = self.data as usize + RINGBUF_HEADER_SIZE as usize;
         (start..self.data as usize + self.size as usize + RINGBUF_HEADER_SIZE as usize).contains(&(record as usize))
+            || self.staged_slot(record).is_some()
     }
 
-    /// Reserves a record of `size` bytes; null if the ring is full (counted) or `size` too large.
-    pub fn reserve(&self, size: u64) -> *mut u8 {
-        if size > MAX_RECORD {
-            return std::ptr::null_mut();
+    /// The staging slot `record` starts, if it is one.
+    fn staged_slot(&self, record: *const u8) -> Option<usize> {
+        let offset = (record as usize).checked_sub(self.staging as usize)?;
+        (offset < STAGING_BYTES && offset.is_multiple_of(STAGED_MAX as usize)).then_some(offset / STAGED_MAX as usize)
+    }
+
+    /// Takes a free staging slot of this process, if any.
+    fn claim_slot(&self) -> Option<usize> {
+        let mut taken = self.staged_slots.load(Ordering::Relaxed);
+        loop {
+            let slot = (!taken).trailing_zeros() as usize;
+            if slot >= STAGE_SLOTS {
+                return None;
+            }
+            match self.staged_slots.compare_exchange_weak(taken, taken | 1 << slot, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return Some(slot),
+                Err(now) => taken = now,
+            }
         }
-        let len = align_up(size + RINGBUF_HEADER_SIZE, 8);
-        if len > self.size {
-            return std::ptr::null_mut();
-        }
+    }
+
+    fn release_slot(&self, slot: usize) {
+        self.staged_slots.fetch_and(!(1 << slot), Ordering::Release);
+    }
+
+    /// Under the reservation lock: the producer position if `len` more bytes fit beside the
+    /// records and staged records not yet consumed (advancing `pending_pos` past records
+    /// committed since), else None with the refusal counted.
+    fn room_for(&self, len: u64) -> Option<u64> {
         let control = self.control();
-        let _guard = control.lock.lock();
         let consumer = self.consumer_pos().load(Ordering::Acquire);
         let producer = self.producer_pos().load(Ordering::Relaxed);
-        let new_producer = producer + len;
         // Move pending_pos past records that have been committed since.
         let mut pending = control.pending_pos.load(Ordering::Relaxed);
         while pending < producer {
@@ -180,17 +242,81 @@ impl RingBuf {
         }
         control.pending_pos.store(pending, Ordering::Relaxed);
         let mask = self.size - 1;
-        if new_producer.wrapping_sub(consumer) > mask || new_producer.wrapping_sub(pending) > mask {
+        let end = producer + control.staged.load(Ordering::Relaxed) + len;
+        if end.wrapping_sub(consumer) > mask || end.wrapping_sub(pending) > mask {
             control.dropped.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(producer)
+    }
+
+    /// Reserves a record of `size` bytes; null if the ring is full (counted) or `size` too large.
+    /// Records up to STAGED_MAX bytes are staged (see "Staging"), others written in place.
+    pub fn reserve(&self, size: u64) -> *mut u8 {
+        if size > MAX_RECORD {
             return std::ptr::null_mut();
         }
+        let len = align_up(size + RINGBUF_HEADER_SIZE, 8);
+        if len > self.size {
+            return std::ptr::null_mut();
+        }
+        if size <= STAGED_MAX {
+            if let Some(slot) = self.claim_slot() {
+                let held = {
+                    let _guard = self.control().lock.lock();
+                    let room = self.room_for(len).is_some();
+                    if room {
+                        self.control().staged.fetch_add(len, Ordering::Relaxed);
+                    }
+                    room
+                };
+                if !held {
+                    self.release_slot(slot);
+                    return std::ptr::null_mut();
+                }
+                self.staged_sizes[slot].store(size, Ordering::Relaxed);
+                return self.staging.wrapping_add(slot * STAGED_MAX as usize);
+            }
+        }
+        let _guard = self.control().lock.lock();
+        let Some(producer) = self.room_for(len) else {
+            return std::ptr::null_mut();
+        };
         let header = self.header_at(producer);
         header.len.store(size as u32 | RINGBUF_BUSY_BIT, Ordering::Relaxed);
-        let page = ((producer & mask) / PAGE_SIZE as u64 + DATA_PAGE) as u32;
+        let page = ((producer & (self.size - 1)) / PAGE_SIZE as u64 + DATA_PAGE) as u32;
         // SAFETY: the header is ours until producer_pos is published below.
         unsafe { (std::ptr::addr_of!(header.pg_off) as *mut u32).write(page) };
-        self.producer_pos().store(new_producer, Ordering::Release);
+        self.producer_pos().store(producer + len, Ordering::Release);
         (header as *const RecordHeader as *mut u8).wrapping_add(RINGBUF_HEADER_SIZE as usize)
+    }
+
+    /// Places staged record `slot` in the ring whole, or discarded (a header the consumer skips,
+    /// as the kernel's discarded records are: positions and available bytes stay the kernel's).
+    fn place_staged(&self, slot: usize, discard: bool) {
+        let size = self.staged_sizes[slot].load(Ordering::Relaxed);
+        let len = align_up(size + RINGBUF_HEADER_SIZE, 8);
+        {
+            let _guard = self.control().lock.lock();
+            // Room was held at reserve: records and staged bytes never exceed the ring.
+            let producer = self.producer_pos().load(Ordering::Relaxed);
+            let header = self.header_at(producer);
+            header.len.store(size as u32 | if discard { RINGBUF_DISCARD_BIT } else { 0 }, Ordering::Relaxed);
+            let page = ((producer & (self.size - 1)) / PAGE_SIZE as u64 + DATA_PAGE) as u32;
+            // SAFETY: the header and the `size` bytes after it are ours until producer_pos is
+            // published (they may run into the second copy: the double mapping); the slot holds
+            // `size` bytes.
+            unsafe {
+                (std::ptr::addr_of!(header.pg_off) as *mut u32).write(page);
+                if !discard {
+                    let payload = (header as *const RecordHeader as *mut u8).add(RINGBUF_HEADER_SIZE as usize);
+                    std::ptr::copy_nonoverlapping(self.staging.add(slot * STAGED_MAX as usize), payload, size as usize);
+                }
+            }
+            self.control().staged.fetch_sub(len, Ordering::Relaxed);
+            self.producer_pos().store(producer + len, Ordering::Release);
+        }
+        self.release_slot(slot);
     }
 
     /// Submits (or discards) a reserved record. A pointer this ring did not hand out, or a record
@@ -198,6 +324,18 @@ impl RingBuf {
     // Safe to call with any pointer: it is dereferenced only once `owns` placed it in our mapping.
     #[allow(clippy::not_unsafe_ptr_arg_deref)]
     pub fn commit(&self, record: *mut u8, flags: u64, discard: bool) {
+        if let Some(slot) = self.staged_slot(record) {
+            if self.staged_slots.load(Ordering::Acquire) & 1 << slot == 0 {
+                return; // not reserved (or submitted already)
+            }
+            self.place_staged(slot, discard);
+            if flags & BPF_RB_FORCE_WAKEUP != 0 {
+                self.wake(true);
+            } else if flags & BPF_RB_NO_WAKEUP == 0 && self.unread() >= self.size / WATERMARK_DIVISOR {
+                self.wake(false);
+            }
+            return;
+        }
         if !self.owns(record) || !(record as usize - self.data as usize).is_multiple_of(8) {
             return;
         }
@@ -208,11 +346,29 @@ impl RingBuf {
             return;
         }
         let new_len = (len ^ RINGBUF_BUSY_BIT) | if discard { RINGBUF_DISCARD_BIT } else { 0 };
-        header.len.swap(new_len, Ordering::AcqRel);
+        // SeqCst, as the consumer's `arm`: either it sees this record submitted, or this producer
+        // sees it waiting behind the record (xchg on x86 either way).
+        header.len.swap(new_len, Ordering::SeqCst);
         if flags & BPF_RB_FORCE_WAKEUP != 0 {
             self.wake(true);
-        } else if flags & BPF_RB_NO_WAKEUP == 0 && self.unread() >= self.size / WATERMARK_DIVISOR {
-            self.wake(false);
+        } else if flags & BPF_RB_NO_WAKEUP == 0 {
+            if self.unread() >= self.size / WATERMARK_DIVISOR {
+                self.wake(false);
+            }
+            self.wake_head_waiter(record as u64 - self.data as u64 - RINGBUF_HEADER_SIZE);
+        }
+    }
+
+    /// Wakes a consumer asleep behind the record at `offset` (in the first copy), once.
+    fn wake_head_waiter(&self, offset: u64) {
+        let control = self.control();
+        let waiter = control.head_waiter.load(Ordering::SeqCst);
+        if waiter != 0
+            && (waiter - 1) & (self.size - 1) == offset
+            && control.head_waiter.compare_exchange(waiter, 0, Ordering::SeqCst, Ordering::Relaxed).is_ok()
+        {
+            control.wakeup_seq.fetch_add(1, Ordering::SeqCst);
+            futex::wake(&control.wakeup_seq);
         }
     }
 
@@ -233,10 +389,11 @@ impl RingBuf {
         Ok(())
     }
 
-    /// `bpf_ringbuf_query`.
+    /// `bpf_ringbuf_query`. The producer position counts staged records, as the kernel's counts
+    /// every record reserved (theirs are in the ring from reserve on).
     pub fn query(&self, flags: u64) -> u64 {
         let consumer = self.consumer_pos().load(Ordering::Acquire);
-        let producer = self.producer_pos().load(Ordering::Acquire);
+        let producer = self.producer_pos().load(Ordering::Acquire) + self.control().staged.load(Ordering::Acquire);
         match flags {
             BPF_RB_AVAIL_DATA => producer.wrapping_sub(consumer),
             BPF_RB_RING_SIZE => self.size,
@@ -278,7 +435,7 @@ impl RingBuf {
     /// can be, for milliseconds, and a consumer told "readable" would spin on its BUSY record
     /// and take the CPU the producer needs to finish it (measured on 2 cores with 4 producers:
     /// nine of ten epoll_wait returns read nothing). No record is left: a sleeping consumer looks
-    /// again within CONSUMER_TIMER, or sooner at the watermark.
+    /// again within CONSUMER_TIMER, or sooner at the watermark or that record's submit (`arm`).
     pub fn has_record(&self) -> bool {
         let consumer = self.consumer_pos().load(Ordering::Acquire);
         consumer < self.producer_pos().load(Ordering::Acquire)
@@ -355,9 +512,29 @@ impl RingBuf {
 
     /// Registers a waiting consumer until the guard is dropped: producers wake consumers (the
     /// futex, hence `wait_for_wakeup`) only while one is registered. Register, then look for
-    /// records, then sleep: a record submitted in between is either seen or wakes.
+    /// records, then sleep: a record submitted in between is either seen or wakes. A consumer
+    /// that sleeps again under the same registration calls `arm` before each later sleep.
     pub fn waiting(&self) -> Waiting<'_> {
         Waiting::new(self)
+    }
+
+    /// Says what should wake the registered consumer's next sleep: the watermark if it has read
+    /// everything, or the submit of the record at its position if that is still being written
+    /// (the watermark would wake it for nothing then: it cannot read past that record). Then the
+    /// caller reads the wakeup counter, looks for a record, and sleeps.
+    pub fn arm(&self) {
+        let control = self.control();
+        let consumer = self.consumer_pos().load(Ordering::Acquire);
+        let busy_head = consumer < self.producer_pos().load(Ordering::Acquire)
+            && self.header_at(consumer).len.load(Ordering::Acquire) & RINGBUF_BUSY_BIT != 0;
+        if busy_head {
+            control.armed.store(0, Ordering::SeqCst);
+            control.head_waiter.store(consumer + 1, Ordering::SeqCst);
+        } else {
+            control.head_waiter.store(0, Ordering::SeqCst);
+            control.armed.store(1, Ordering::SeqCst);
+        }
+        fence(Ordering::SeqCst);
     }
 
     /// Sleeps until a producer wakes consumers or `timeout` passes; returns at once if a record
@@ -379,14 +556,17 @@ pub struct Waiting<'a> {
 impl<'a> Waiting<'a> {
     fn new(ring: &'a RingBuf) -> Waiting<'a> {
         ring.control().waiters.fetch_add(1, Ordering::SeqCst);
-        ring.control().armed.store(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
+        ring.arm();
         Waiting { ring }
     }
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.ring.control().waiters.fetch_sub(1, Ordering::SeqCst);
+        let control = self.ring.control();
+        if control.waiters.fetch_sub(1, Ordering::SeqCst) == 1 {
+            // Nobody sleeps behind a record any more: its submit need not wake anyone.
+            control.head_waiter.store(0, Ordering::SeqCst);
+        }
     }
 }

@@ -195,6 +195,53 @@ fn hash_follows_the_kernel() {
     assert_eq!(next.to_vec(), map.keys()[0]);
 }
 
+/// Program lookups take no lock (hash.rs): while other threads delete and insert keys, so that
+/// entries are reused in other buckets under the readers' feet, a key that stays is always found
+/// with its own value, and a key never inserted is never found.
+#[test]
+fn lock_free_lookups_see_every_staying_key_while_entries_are_reused() {
+    let region = anonymous();
+    // 16 entries in 16 buckets: 4 staying keys and churn through the other 12.
+    let map = region.map(region.create_map("h", &def(BPF_MAP_TYPE_HASH, 8, 8, 16), None).unwrap()).unwrap();
+    let staying: Vec<u64> = (1..=4).collect();
+    for &key in &staying {
+        map.update(&key.to_ne_bytes(), &(key * 10).to_ne_bytes(), BPF_NOEXIST).unwrap();
+    }
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let churners: Vec<_> = (0..2u64)
+            .map(|thread| {
+                let map = &map;
+                scope.spawn(move || {
+                    for round in 0..100_000u64 {
+                        let key = 1000 + thread * 100 + round % 6;
+                        let _ = map.update(&key.to_ne_bytes(), &(key * 10).to_ne_bytes(), BPF_ANY);
+                        let _ = map.delete(&(1000 + thread * 100 + (round + 3) % 6).to_ne_bytes());
+                    }
+                })
+            })
+            .collect();
+        let reader = scope.spawn(|| {
+            let mut lookups = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                for &key in &staying {
+                    let value = unsafe { map.lookup_ptr(key.to_ne_bytes().as_ptr()) } as *const u64;
+                    assert!(!value.is_null(), "staying key {key} not found");
+                    assert_eq!(unsafe { value.read_volatile() }, key * 10, "key {key} found with another key's value");
+                }
+                assert!(unsafe { map.lookup_ptr(7u64.to_ne_bytes().as_ptr()) }.is_null(), "a key never inserted was found");
+                lookups += 5;
+            }
+            lookups
+        });
+        for churner in churners {
+            churner.join().unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(reader.join().unwrap() > 0);
+    });
+}
+
 #[test]
 fn percpu_maps_expose_every_cpu_slot() {
     let region = anonymous();
@@ -226,25 +273,27 @@ fn ring_buffer_keeps_the_kernel_record_layout_and_never_overwrites() {
     assert_eq!(info.ringbuf_producer_offset(), info.ringbuf_consumer_offset() + 4096);
     assert_eq!(info.values_offset(), info.ringbuf_producer_offset() + 4096, "data follows the producer page");
 
-    let first = ring.reserve(5);
+    // Records larger than STAGED_MAX are written in place, as the kernel's are.
+    const FIRST: u64 = STAGED_MAX + 5;
+    let first = ring.reserve(FIRST);
     assert!(!first.is_null());
     // Header: length with the busy bit, then the page offset.
     let header = unsafe { std::slice::from_raw_parts(first.sub(8), 8) };
-    assert_eq!(u32::from_ne_bytes(header[..4].try_into().unwrap()), 5 | RINGBUF_BUSY_BIT);
-    assert_eq!(ring.query(BPF_RB_PROD_POS), 16, "8-byte header + 5 bytes, rounded to 8");
+    assert_eq!(u32::from_ne_bytes(header[..4].try_into().unwrap()), FIRST as u32 | RINGBUF_BUSY_BIT);
+    assert_eq!(ring.query(BPF_RB_PROD_POS), (FIRST + 8).next_multiple_of(8), "8-byte header + the payload, rounded to 8");
     let second = ring.reserve(3);
     unsafe { std::ptr::copy_nonoverlapping(b"two".as_ptr(), second, 3) };
     ring.commit(second, 0, false);
     let mut seen = Vec::new();
     assert_eq!(ring.consume(|r| seen.push(r.to_vec())), 0, "a busy first record blocks the ones after it");
-    unsafe { std::ptr::copy_nonoverlapping(b"first".as_ptr(), first, 5) };
+    unsafe { std::ptr::write_bytes(first, b'1', FIRST as usize) };
     ring.commit(first, 0, false);
-    let third = ring.reserve(8);
+    let third = ring.reserve(STAGED_MAX + 8);
     ring.commit(third, 0, true);
     let discarded = unsafe { std::slice::from_raw_parts(third.sub(8), 4) };
-    assert_eq!(u32::from_ne_bytes(discarded.try_into().unwrap()), 8 | RINGBUF_DISCARD_BIT);
+    assert_eq!(u32::from_ne_bytes(discarded.try_into().unwrap()), (STAGED_MAX + 8) as u32 | RINGBUF_DISCARD_BIT);
     assert_eq!(ring.consume(|r| seen.push(r.to_vec())), 2);
-    assert_eq!(seen, [b"first".to_vec(), b"two".to_vec()]);
+    assert_eq!(seen, [vec![b'1'; FIRST as usize], b"two".to_vec()]);
     assert_eq!(ring.query(BPF_RB_AVAIL_DATA), 0);
 
     // Fill: 4096-byte ring, 1000-byte records take 1008; the kernel refuses the one that would
@@ -260,6 +309,56 @@ fn ring_buffer_keeps_the_kernel_record_layout_and_never_overwrites() {
     assert_eq!(unsafe { ring.output(big.as_ptr(), 1, 4) }, Err(libc::EINVAL));
     assert_eq!(unsafe { ring.output(big.as_ptr(), 1, 0) }, Ok(()), "4032 + 16 bytes still fit");
     assert_eq!(ring.dropped(), 2);
+}
+
+/// Small records are staged (ringbuf.rs, "Staging"): the program writes them outside the ring,
+/// their room is held from reserve on, and they are placed whole at submit, so a consumer never
+/// waits behind one being written.
+#[test]
+fn staged_records_hold_their_room_and_appear_whole_at_submit() {
+    let region = anonymous();
+    let map = region.map(region.create_map("rb", &def(BPF_MAP_TYPE_RINGBUF, 0, 0, 4096), None).unwrap()).unwrap();
+    let ring = map.ringbuf().unwrap();
+    let a = ring.reserve(100);
+    let b = ring.reserve(100);
+    assert!(ring.owns(a) && ring.owns(b) && a != b);
+    assert_eq!(ring.query(BPF_RB_PROD_POS), 224, "counted as reserved, as the kernel's records are");
+    assert!(!ring.has_record(), "but nothing is in the ring while they are written");
+    // 4095 usable bytes, 2 x 112 held: three 1008-byte records fit, not four.
+    let direct: Vec<_> = std::iter::from_fn(|| Some(ring.reserve(1000)).filter(|r| !r.is_null())).collect();
+    assert_eq!(direct.len(), 3, "the staged records' room is held");
+    assert_eq!(ring.dropped(), 1);
+    for r in &direct {
+        ring.commit(*r, 0, false);
+    }
+    unsafe { std::ptr::write_bytes(b, b'b', 100) };
+    ring.commit(b, 0, false);
+    ring.commit(b, 0, false); // submitted twice: ignored
+    unsafe { std::ptr::write_bytes(a, b'a', 100) };
+    ring.commit(a, 0, false);
+    let mut seen = Vec::new();
+    assert_eq!(ring.consume(|r| seen.push(r.to_vec())), 5);
+    assert_eq!(seen[3..], [vec![b'b'; 100], vec![b'a'; 100]], "in submit order, whole");
+    // A discarded staged record is placed as a discarded header, as the kernel's: the consumer
+    // skips it, and the positions are the kernel's.
+    let position = ring.query(BPF_RB_PROD_POS);
+    let c = ring.reserve(8);
+    assert_eq!(ring.query(BPF_RB_PROD_POS), position + 16);
+    ring.commit(c, 0, true);
+    assert_eq!(ring.query(BPF_RB_PROD_POS), position + 16);
+    assert!(ring.has_record());
+    assert_eq!(ring.consume(|_| {}), 0, "skipped");
+    // With every slot of this process held, a reservation is written in place: busy in the ring.
+    let held: Vec<_> = (0..STAGE_SLOTS).map(|_| ring.reserve(8)).collect();
+    assert!(held.iter().all(|r| !r.is_null()));
+    let in_place = ring.reserve(8);
+    let header = unsafe { std::slice::from_raw_parts(in_place.sub(8), 4) };
+    assert_eq!(u32::from_ne_bytes(header.try_into().unwrap()), 8 | RINGBUF_BUSY_BIT, "the next one is in the ring");
+    ring.commit(in_place, 0, false);
+    for r in held {
+        ring.commit(r, 0, true);
+    }
+    assert_eq!(ring.consume(|_| {}), 1);
 }
 
 #[test]
@@ -322,6 +421,54 @@ fn ring_buffer_wakes_a_waiting_consumer_when_forced_or_at_the_watermark_once() {
     drop(waiting);
     output(BPF_RB_FORCE_WAKEUP);
     assert_eq!(ring.wakeup_seq(), seq + 4, "no longer waiting");
+}
+
+/// A consumer that finds the record at its position still being written (its producer preempted
+/// between reserve and submit) can read nothing behind it: it is woken by that record's submit,
+/// once, not by the watermark (which would wake it for nothing) nor by other records' submits.
+#[test]
+fn a_consumer_behind_a_record_being_written_is_woken_by_its_submit() {
+    let region = anonymous();
+    let map = region.map(region.create_map("rb", &def(BPF_MAP_TYPE_RINGBUF, 0, 0, 4096), None).unwrap()).unwrap();
+    let ring = map.ringbuf().unwrap();
+    let output = |flags| unsafe { ring.output(b"12345678".as_ptr(), 8, flags) }.unwrap();
+    let seq = ring.wakeup_seq();
+    let head = ring.reserve(STAGED_MAX + 8); // written in place (staged records are never busy)
+    assert!(!head.is_null());
+    let waiting = ring.waiting();
+    assert!(!ring.has_record());
+    for _ in 0..100 {
+        output(0); // past the watermark (1024 bytes at 16 a record), behind the busy head
+    }
+    assert_eq!(ring.wakeup_seq(), seq, "records behind the busy head do not wake the consumer");
+    let second = ring.reserve(STAGED_MAX + 8);
+    ring.commit(second, 0, false);
+    assert_eq!(ring.wakeup_seq(), seq, "nor does another record's submit");
+    ring.commit(head, 0, false);
+    assert_eq!(ring.wakeup_seq(), seq + 1, "the busy head's submit wakes it");
+    assert!(ring.has_record());
+    assert_eq!(ring.consume(|_| {}), 102);
+    // Re-armed after reading everything: the watermark again, once.
+    ring.arm();
+    for _ in 0..64 {
+        output(0);
+    }
+    assert_eq!(ring.wakeup_seq(), seq + 2, "the watermark once the ring was drained");
+    // A discarded head wakes too; BPF_RB_NO_WAKEUP never does.
+    ring.consume(|_| {});
+    let head = ring.reserve(STAGED_MAX + 8);
+    ring.arm();
+    ring.commit(head, BPF_RB_NO_WAKEUP, false);
+    assert_eq!(ring.wakeup_seq(), seq + 2, "BPF_RB_NO_WAKEUP never wakes");
+    ring.consume(|_| {});
+    let head = ring.reserve(STAGED_MAX + 8);
+    ring.arm();
+    ring.commit(head, 0, true);
+    assert_eq!(ring.wakeup_seq(), seq + 3, "a discarded busy head wakes it");
+    drop(waiting);
+    let head = ring.reserve(8);
+    ring.commit(head, 0, false);
+    assert_eq!(ring.wakeup_seq(), seq + 3, "nobody waits any more");
 }
 
 /// Maps a ring the way libbpf's ring_buffer__add maps a kernel ring buffer's fd (consumer page

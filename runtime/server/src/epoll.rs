@@ -152,6 +152,7 @@ pub fn wait(member: &RingMember, events: *mut libc::epoll_event, max: c_int, tim
             },
         };
         ring.sleep_until_woken(seen, slice)?;
+        ring.arm();
     }
 }
 
@@ -213,7 +214,7 @@ mod tests {
     }
 
     #[test]
-    fn the_wait_reports_a_readable_record_sleeps_on_a_busy_one_and_its_timer_finds_it_submitted() {
+    fn the_wait_sleeps_behind_a_busy_record_until_its_submit_and_finds_an_ordinary_one_by_its_timer() {
         let epfd = 1_000_002;
         let (fd, map, member) = one_ring_instance(epfd);
         let ring = map.ringbuf().unwrap();
@@ -221,27 +222,35 @@ mod tests {
         let started = Instant::now();
         assert_eq!(poll(&member, 30), Ok((0, 0)));
         assert!(started.elapsed() >= Duration::from_millis(30), "slept out its timeout");
-        let record = ring.reserve(8);
-        assert_eq!(poll(&member, 0), Ok((0, 0)), "a record being written is not readable yet");
-        let seen = ring.wakeup_seq();
         // SAFETY: gettid has no preconditions.
         let consumer = unsafe { libc::gettid() };
-        let submitter = std::thread::spawn({
+        // The submit (or output) must find the consumer asleep: the path under test.
+        let after_the_consumer_sleeps = |act: Box<dyn FnOnce(&uebpf_maps::ringbuf::RingBuf) + Send>| {
             let map = Arc::clone(&map);
-            let record = record as usize;
-            move || {
-                // The submit must find the consumer asleep: the path under test.
+            std::thread::spawn(move || {
                 until_in_shared_futex_wait(consumer, Duration::from_secs(10));
-                map.ringbuf().unwrap().commit(record as *mut u8, 0, false);
-            }
-        });
-        assert_eq!(poll(&member, -1), Ok((1, 42)), "the sleeping consumer's timer found the record");
+                act(map.ringbuf().unwrap());
+            })
+        };
+        // Written in place: larger than the records uebpf stages (never busy in the ring).
+        let record = ring.reserve(uebpf_maps::ringbuf::STAGED_MAX + 8);
+        assert_eq!(poll(&member, 0), Ok((0, 0)), "a record being written is not readable yet");
+        let seen = ring.wakeup_seq();
+        let record = record as usize;
+        let submitter = after_the_consumer_sleeps(Box::new(move |ring| ring.commit(record as *mut u8, 0, false)));
+        assert_eq!(poll(&member, -1), Ok((1, 42)), "the consumer asleep behind the busy record");
         submitter.join().unwrap();
-        assert_eq!(ring.wakeup_seq(), seen, "the producer made no wakeup: an ordinary record below the watermark");
+        assert_eq!(ring.wakeup_seq(), seen + 1, "was woken by its submit");
+        assert_eq!(ring.consume(|_| {}), 1);
+        // SAFETY (both closures): 8 readable bytes.
+        let producer = after_the_consumer_sleeps(Box::new(|ring| unsafe { ring.output(b"record!!".as_ptr(), 8, 0) }.unwrap()));
+        assert_eq!(poll(&member, -1), Ok((1, 42)), "the sleeping consumer's timer found the record");
+        producer.join().unwrap();
+        assert_eq!(ring.wakeup_seq(), seen + 1, "the producer made no wakeup: an ordinary record below the watermark");
         assert_eq!(ring.consume(|_| {}), 1);
         // SAFETY: 8 readable bytes.
         unsafe { ring.output(b"record!!".as_ptr(), 8, BPF_RB_FORCE_WAKEUP) }.unwrap();
-        assert_eq!(ring.wakeup_seq(), seen, "nobody waiting: no wakeup, even forced");
+        assert_eq!(ring.wakeup_seq(), seen + 1, "nobody waiting: no wakeup, even forced");
         assert_eq!(poll(&member, -1), Ok((1, 42)), "ready: no wait");
         closed(epfd);
         closed(fd);

@@ -32,10 +32,11 @@
 //! read/write before its next wait; perf put most of the consumer's CPU in eventfd, epoll and
 //! futex code, and with 4 producers nine of ten epoll_wait returns read nothing (a BUSY head
 //! record, see `RingBuf::has_record`). Drops with 2/4/8 producers went from 6.7/44/71 % to
-//! 0.2/21/61 %, the consumer's CPU from 50/32/18 % to 36/14/6 %. What is left with more
-//! producers than cores is a producer preempted between reserve and submit: the consumer
-//! sleeps behind its record until it runs again, where the kernel's producer cannot be
-//! preempted there.
+//! 0.2/21/61 %, the consumer's CPU from 50/32/18 % to 36/14/6 %. What was left with more
+//! producers than cores was a producer preempted between reserve and submit, the consumer asleep
+//! behind its record until it ran again: small records are now staged and placed whole at submit
+//! (uebpf_maps::ringbuf, "Staging"), and a consumer behind a record being written in place is
+//! woken by its submit.
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -86,7 +87,9 @@ impl Bridge {
                     std::thread::park_timeout(REFRESH);
                     continue;
                 }
-                // Counter first, then the level: a submit after the refresh changes the counter.
+                // Armed, then the counter, then the level: a submit after the refresh changes the
+                // counter.
+                ring.arm();
                 let seen = ring.wakeup_seq();
                 refresh(fd, &thread_map);
                 ring.wait_for_wakeup(seen, CONSUMER_TIMER);

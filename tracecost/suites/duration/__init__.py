@@ -44,7 +44,9 @@ SCENARIOS = (
 )
 # All of them by default: uebpf-live (the agent injected into the running app) adds about 35 s
 # to `tracecost run` on 2 cores (its 36 runs at run size, measured), within its 10 minutes.
-METHODS = ("baseline", "lttng", "ebpf", "uebpf", "uebpf-live")
+# ebpf-timer (the kernel's ring with BPF_RB_NO_WAKEUP and its consumer on a timer) shows what the
+# kernel's adaptive wakeups cost beside ebpf.
+METHODS = ("baseline", "lttng", "ebpf", "ebpf-timer", "uebpf", "uebpf-live")
 QUICK_DIVISOR = 50  # --quick: a fiftieth of the calls ...
 QUICK_MIN_CALLS = 40  # ... but never fewer than this
 # `tracecost run`: 5 repetitions of half the calls, about 3.5 minutes on 2 cores (35 s of it

@@ -50,8 +50,10 @@ METHOD_MEANING = {
 LATENCY_STATS = (*PERCENTILES, "max", "mean")
 DEFAULT_BUFFER_BYTES = 1 << 20  # the kernel selftests' ring buffer is 512 KiB; a perf buffer 2 x 128 pages here
 DEFAULT_PAYLOAD_BYTES = 64
-RUN_PRODUCERS = [1, 2, 4, 8]  # in `tracecost run`: 4 x 4 methods x 4 repetitions x ~1.8 s, about 2 minutes
-RUN_DURATION_S = 1.5
+# In `tracecost run`: 4 x 4 methods x 4 repetitions x ~1.3 s, about 80 s (a run's second of
+# getpgid calls is millions of records: the spread between runs bounds the CIs, not their length).
+RUN_PRODUCERS = [1, 2, 4, 8]
+RUN_DURATION_S = 1.0
 RUN_REPETITIONS = 3
 
 WAKEUP_MAPPING = {
