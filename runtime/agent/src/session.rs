@@ -196,7 +196,16 @@ impl Session {
         let point = Point::parse(&spec.target).map_err(|why| Outcome::Unsupported(format!("{what}: {why}")))?;
         let failed = |why: String| Outcome::Failed(format!("{what}: {why}"));
         let sites = syscalls::sites(point).map_err(failed)?;
-        let data = SyscallProbe::leak(self.probe(attachment, 0).map_err(failed)?, point, spec.offset);
+        let record = std::mem::size_of::<syscalls::SysEnter>() as u32;
+        let program = self.program(spec.prog_id).map_err(failed)?;
+        let reach = program.max_ctx_offset();
+        if reach > record {
+            // As the kernel's attach (EACCES): the program would read past the record.
+            return Err(failed(format!(
+                "the program reads its context up to byte {reach}; the record of a system call entry has {record}"
+            )));
+        }
+        let data = SyscallProbe::leak(self.probe_running(attachment, 0, program).map_err(failed)?, point, spec.offset);
         let mut hooks = Vec::new();
         let mut left_out = Vec::new();
         for site in sites {
@@ -224,13 +233,18 @@ impl Session {
 
     /// The attachment's program, JIT-compiled, as a probe at `func_ip` (0: not at an address).
     fn probe(&mut self, attachment: &AttachInfo, func_ip: u64) -> Result<Probe, String> {
+        let program = self.program(attachment.spec.prog_id)?;
+        self.probe_running(attachment, func_ip, program)
+    }
+
+    /// As `probe`, with the attachment's program already loaded.
+    fn probe_running(&mut self, attachment: &AttachInfo, func_ip: u64, program: LoadedProgram) -> Result<Probe, String> {
         // An injected agent's probe reads take the fast path once the C library's sigaction is
         // diverted (signals.rs): done before the first program is hooked, not at injection, so
         // that a process with nothing to hook is not patched (its sleeping calls interrupted).
         if crate::follow::injected() {
             crate::signals::divert_for_injected_agent();
         }
-        let program = self.program(attachment.spec.prog_id)?;
         let state = self.region.attachment_state_word(attachment.id).ok_or("vanished from the attach table")?;
         // SAFETY: the program's instance holds the region, and the probe is never freed.
         unsafe { Probe::new(state, attachment.spec.pid, attachment.spec.cookie, func_ip, program) }

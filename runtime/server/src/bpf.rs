@@ -20,7 +20,6 @@ use std::sync::Arc;
 use uebpf::user;
 use uebpf_maps::{ErrorKind, MapDef, MapKind, ProgramKind, ProgramSpec};
 use uebpf_vm::insn::{decode_all, OP_LDDW};
-use uebpf_vm::Program;
 
 use crate::lifetime::region;
 use crate::objects::{lookup, new_fd, next_id, register, BtfObject, LinkObject, MapObject, Object, ProgObject};
@@ -449,7 +448,7 @@ fn prog_load(a: &[u8], attr: u64, attr_size: u32) -> Result<c_int, c_int> {
         .and_then(|()| uebpf::check_program(&label, &bytecode).map_err(|e| (libc::EACCES, e.to_string())))
         .and_then(|()| {
             let instance = uebpf::Instance::new(region).map_err(|e| (libc::EACCES, e.to_string()))?;
-            Program::load(&bytecode, instance.environment()).map(drop).map_err(|e| (libc::EACCES, format!("program `{label}`: {e}")))
+            uebpf::load_checked(&label, prog_type, &bytecode, instance.environment()).map(drop).map_err(|e| (libc::EACCES, e.to_string()))
         });
     let (true_size, logged) = log.finish(checked.as_ref().err().map(|(_, why)| why.as_str()));
     logged?;

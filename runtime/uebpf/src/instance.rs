@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use uebpf_maps::{current, Map, MapKind, ProgramInfo, Region};
-use uebpf_vm::{Environment, JitError, JitFunction, JitProgram, MapLookup, MapResolver, MemoryRegion, Program};
+use uebpf_vm::{
+    Analysis, ContextSpec, Environment, JitError, JitFunction, JitProgram, MapLookup, MapMeta, MapResolver, MemoryRegion, Program,
+};
 
 use crate::error::{Error, ErrorKind};
 use crate::handles::{register, Registration};
@@ -39,6 +41,8 @@ pub struct Instance {
 /// Resolves `lddw` map references (region map ids) to handles and global-data addresses.
 struct Resolver {
     handles: Vec<u64>,
+    /// What the safety analysis needs of each map.
+    metas: Vec<MapMeta>,
     /// For array maps: (address of element 0, value size).
     values: Vec<Option<(u64, u32)>>,
     /// How the JIT may look up in each map without the generic helper.
@@ -79,6 +83,38 @@ impl MapResolver for Resolver {
     fn map_lookup(&self, id: i32) -> Option<MapLookup> {
         *self.lookups.get(usize::try_from(id - 1).ok()?)?
     }
+
+    fn map_meta(&self, id: i32) -> Option<MapMeta> {
+        self.metas.get(usize::try_from(id - 1).ok()?).copied()
+    }
+
+    /// `.rodata` and other maps programs cannot write: their first value's bytes. Only a process
+    /// writing the region file itself could change them after the analysis read them (the
+    /// server refuses syscall writes once libbpf has frozen the map), and such a process could
+    /// change the programs as well.
+    fn read_only_value(&self, id: i32, offset: u32, size: u8) -> Option<u64> {
+        let index = usize::try_from(id - 1).ok()?;
+        let meta = self.metas.get(index)?;
+        let (address, value_size) = (*self.values.get(index)?)?;
+        if !meta.read_only || offset.checked_add(u32::from(size))? > value_size {
+            return None;
+        }
+        let mut bytes = [0u8; 8];
+        // SAFETY: inside the map's first value (checked above), which the instance keeps mapped.
+        unsafe { std::ptr::copy_nonoverlapping((address + u64::from(offset)) as *const u8, bytes.as_mut_ptr(), usize::from(size.min(8))) };
+        Some(u64::from_le_bytes(bytes))
+    }
+}
+
+fn map_meta(map: &Map) -> MapMeta {
+    let def = map.def();
+    MapMeta {
+        map_type: def.map_type,
+        key_size: def.key_size,
+        value_size: def.value_size,
+        max_entries: def.max_entries,
+        read_only: def.map_flags & uebpf_maps::def::BPF_F_RDONLY_PROG != 0,
+    }
 }
 
 impl Instance {
@@ -90,6 +126,7 @@ impl Instance {
         let mut registrations = Vec::new();
         let mut values = Vec::new();
         let mut lookups = Vec::new();
+        let mut metas = Vec::new();
         let mut env = Environment::new();
         register_all(&mut env);
         for info in region.maps() {
@@ -98,11 +135,12 @@ impl Instance {
             env.allow_memory(MemoryRegion { start: memory.start as u64, len: memory.len, writable: memory.writable });
             values.push((map.kind() == MapKind::Array).then_some((memory.start as u64, map.def().value_size)));
             lookups.push(specialised_lookup(&map));
+            metas.push(map_meta(&map));
             registrations.push(register(Arc::clone(&map))?);
             maps.push(map);
         }
         let handles = registrations.iter().map(Registration::handle).collect();
-        env.set_map_resolver(Arc::new(Resolver { handles, values, lookups }));
+        env.set_map_resolver(Arc::new(Resolver { handles, metas, values, lookups }));
         Ok(Instance { inner: Arc::new(Inner { maps, env, _registrations: registrations, region: region.clone() }) })
     }
 
@@ -168,7 +206,7 @@ impl Instance {
         check_program(name, &bytecode)?;
         let reads_attach_cookie = crate::load::calls_helper(&bytecode, crate::helpers::GET_ATTACH_COOKIE);
         let reads_func_ip = crate::load::calls_helper(&bytecode, crate::helpers::GET_FUNC_IP);
-        let program = Program::load(&bytecode, &self.inner.env).map_err(|e| Error::invalid(format!("program `{name}`: {e}")))?;
+        let (program, analysis) = load_checked_with_analysis(name, info.prog_type, &bytecode, &self.inner.env)?;
         let code = match engine {
             Engine::Interpreter => Code::Interpreter(program),
             Engine::Jit => Code::Jit(JitProgram::compile(&program).map_err(|e| {
@@ -177,7 +215,15 @@ impl Instance {
                 Error::new(kind, format!("program `{name}`: {e}"))
             })?),
         };
-        Ok(LoadedProgram { info, code, budget: None, reads_attach_cookie, reads_func_ip, _instance: self.clone() })
+        Ok(LoadedProgram {
+            info,
+            code,
+            budget: None,
+            reads_attach_cookie,
+            reads_func_ip,
+            max_ctx_offset: analysis.max_ctx_offset,
+            _instance: self.clone(),
+        })
     }
 }
 
@@ -196,6 +242,9 @@ pub struct LoadedProgram {
     reads_attach_cookie: bool,
     /// It calls bpf_get_func_ip: whoever runs it at a probe sets the address first (`set_func_ip`).
     reads_func_ip: bool,
+    /// The end of the context bytes it may read (the safety analysis): a context shorter than
+    /// that must not be given to it.
+    max_ctx_offset: u32,
     /// Maps, handles and the region stay alive while the program can run.
     _instance: Instance,
 }
@@ -203,6 +252,13 @@ pub struct LoadedProgram {
 impl LoadedProgram {
     pub fn info(&self) -> &ProgramInfo {
         &self.info
+    }
+
+    /// The end of the context bytes the program may read (the safety analysis): whoever runs it
+    /// gives it a context at least that long, or refuses to (a tracepoint's record, as the
+    /// kernel's attach checks `max_ctx_offset` against the event's size).
+    pub fn max_ctx_offset(&self) -> u32 {
+        self.max_ctx_offset
     }
 
     /// Whether the program calls bpf_get_attach_cookie: a runner that has an attachment's cookie
@@ -249,4 +305,21 @@ impl LoadedProgram {
             Code::Interpreter(_) => None,
         }
     }
+}
+
+/// Loads `bytecode` of kernel program type `prog_type` for running: the VM's checks and its
+/// safety analysis with that type's context (uebpf_vm::ContextSpec).
+pub fn load_checked(name: &str, prog_type: u32, bytecode: &[u8], env: &uebpf_vm::Environment) -> Result<Program, Error> {
+    load_checked_with_analysis(name, prog_type, bytecode, env).map(|(program, _)| program)
+}
+
+fn load_checked_with_analysis(
+    name: &str,
+    prog_type: u32,
+    bytecode: &[u8],
+    env: &uebpf_vm::Environment,
+) -> Result<(Program, Analysis), Error> {
+    let ctx = ContextSpec::of_program_type(prog_type)
+        .ok_or_else(|| Error::invalid(format!("program `{name}`: program type {prog_type} is not one uebpf runs")))?;
+    Program::load_checked(bytecode, env, ctx).map_err(|e| Error::invalid(format!("program `{name}`: {e}")))
 }

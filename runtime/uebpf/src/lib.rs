@@ -36,7 +36,7 @@ pub mod user;
 pub use applied::wait_applied;
 pub use error::{Error, ErrorKind};
 pub use helpers::{set_attach_cookie, set_func_ip, write_stderr};
-pub use instance::{Engine, Instance, LoadedProgram};
+pub use instance::{load_checked, Engine, Instance, LoadedProgram};
 pub use load::{check_btf, check_program, Target, VMLINUX_BTF};
 pub use object::{parse_section, MapDesc, Object, ProgramDesc};
 /// The context of uprobe and uretprobe programs: the kernel's x86-64 `struct pt_regs`, field for

@@ -73,13 +73,16 @@ fn bad_input_is_one_line_and_a_nonzero_status() {
 }
 
 /// A `.bpf.o` whose program `spin` is `goto -1`, built with clang; None (and why) without it.
-fn endless_object(dir: &Path) -> Option<PathBuf> {
+/// An object with an endless program (`spin`, which the safety analysis refuses) and an empty one
+/// (`busy`, which `--repeat` runs for as long as a test needs); None without clang.
+fn spin_object(dir: &Path) -> Option<PathBuf> {
     let source = dir.join("spin.bpf.c");
     let object = dir.join("spin.bpf.o");
     std::fs::write(
         &source,
         "#define SEC(name) __attribute__((section(name), used))\n\
          SEC(\"uprobe\") int spin(void *ctx) { for (;;) {} return 0; }\n\
+         SEC(\"uprobe\") int busy(void *ctx) { return 0; }\n\
          char LICENSE[] SEC(\"license\") = \"GPL\";\n",
     )
     .unwrap();
@@ -155,33 +158,47 @@ fn stops_on(args: &[&str], signal: i32, ready: impl Fn() -> bool) {
     assert_eq!(String::from_utf8_lossy(&output.stderr), "uebpf: interrupted\n", "{args:?}");
 }
 
+/// Effectively endless runs: `--repeat` of an empty program, a number no test waits for.
+const FOREVER: &str = "4000000000";
+
 #[test]
-fn an_endless_program_stops_on_sigint_and_sigterm() {
+fn an_endless_program_is_refused_and_a_long_run_stops_on_sigint_and_sigterm() {
     let dir = std::env::temp_dir().join(format!("uebpf-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    if let Some(object) = endless_object(&dir) {
+    if let Some(object) = spin_object(&dir) {
         let object = object.to_str().unwrap();
         for engine in ["jit", "interpreter"] {
+            let refused = uebpf(&["run", object, "spin", "--engine", engine]);
+            let stderr = String::from_utf8_lossy(&refused.stderr);
+            assert_eq!(refused.status.code(), Some(1), "{stderr}");
+            assert!(stderr.contains("infinite loop detected") && stderr.lines().count() == 1, "{stderr}");
             for signal in [libc::SIGTERM, libc::SIGINT] {
                 // A named region: it exists once the object is loaded, and must be gone after.
                 let name = format!("test-cli-spin-{}-{engine}-{signal}", std::process::id());
                 let path = uebpf::maps::region_path(&name);
-                stops_on(&["run", object, "spin", "--engine", engine, "--region", &name], signal, || path.exists());
+                stops_on(&["run", object, "busy", "--engine", engine, "--region", &name, "--repeat", FOREVER], signal, || path.exists());
                 assert!(!path.exists(), "{} left behind", path.display());
             }
         }
     }
-    // `exec` of an endless program in a region another process (this one) created.
+    // `exec` in a region another process (this one) created: the endless program is refused, a
+    // long run stops on a signal.
     let name = format!("test-cli-exec-{}", std::process::id());
     let region = Region::create(&name, RegionSpec::with_arena(1 << 16)).unwrap();
-    let bytecode = Asm::new().ja("spin").label("spin").ja("spin").build().unwrap();
-    let spec =
-        ProgramSpec { name: "spin", section: "uprobe", kind: ProgramKind::Uprobe, prog_type: 2, license: "GPL", bytecode: &bytecode };
-    region.add_program(&spec).unwrap();
-    stops_on(&["exec", &name, "spin", "--engine", "jit"], libc::SIGTERM, || true);
+    for (program, bytecode) in
+        [("spin", Asm::new().ja("spin").label("spin").ja("spin").build()), ("busy", Asm::new().mov64(R0, 0).exit().build())]
+    {
+        let bytecode = bytecode.unwrap();
+        let spec =
+            ProgramSpec { name: program, section: "uprobe", kind: ProgramKind::Uprobe, prog_type: 2, license: "GPL", bytecode: &bytecode };
+        region.add_program(&spec).unwrap();
+    }
+    let refused = uebpf(&["exec", &name, "spin", "--engine", "jit"]);
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("infinite loop detected"));
+    stops_on(&["exec", &name, "busy", "--engine", "jit", "--repeat", FOREVER], libc::SIGTERM, || true);
     assert!(uebpf::maps::region_path(&name).exists(), "exec leaves a region it did not create alone");
     drop(region);
-    // A budget stops it in the interpreter without a signal; the JIT has none.
+    // A budget stops the interpreter without a signal; the JIT has none.
     let budget = uebpf(&["exec", "no-such-region", "p", "--engine", "jit", "--budget", "10"]);
     assert_eq!(budget.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&budget.stderr).contains("--budget needs --engine interpreter"));
@@ -192,11 +209,12 @@ fn an_endless_program_stops_on_sigint_and_sigterm() {
 fn an_instruction_budget_stops_the_interpreter() {
     let name = format!("test-cli-budget-{}", std::process::id());
     let region = Region::create(&name, RegionSpec::with_arena(1 << 16)).unwrap();
-    let bytecode = Asm::new().label("spin").ja("spin").build().unwrap();
+    // 2000 rounds of a bounded loop: the analysis follows them all, the budget stops at 1000.
+    let bytecode = Asm::new().mov64(R0, 0).mov64(R1, 2000).label("loop").sub64(R1, 1).jne(R1, 0, "loop").exit().build().unwrap();
     let spec =
-        ProgramSpec { name: "spin", section: "uprobe", kind: ProgramKind::Uprobe, prog_type: 2, license: "GPL", bytecode: &bytecode };
+        ProgramSpec { name: "loop", section: "uprobe", kind: ProgramKind::Uprobe, prog_type: 2, license: "GPL", bytecode: &bytecode };
     region.add_program(&spec).unwrap();
-    let output = uebpf(&["exec", &name, "spin", "--budget", "1000"]);
+    let output = uebpf(&["exec", &name, "loop", "--budget", "1000"]);
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("instruction budget of 1000 exhausted"), "{stderr}");

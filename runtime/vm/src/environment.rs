@@ -23,6 +23,31 @@ pub trait MapResolver: Send + Sync {
     fn map_lookup(&self, _fd: i32) -> Option<MapLookup> {
         None
     }
+    /// What the safety analysis needs to know of map `fd` (None: unknown, and programs that use
+    /// it are refused by `Program::load_checked`).
+    fn map_meta(&self, _fd: i32) -> Option<MapMeta> {
+        None
+    }
+    /// The `size` bytes (1, 2, 4 or 8, little-endian) at `offset` of the first value of map `fd`,
+    /// if the map is read-only to programs (`.rodata`): the safety analysis takes them as
+    /// constants, as the kernel's verifier reads frozen read-only maps (a `const volatile`
+    /// setting such as a record size then bounds what the program does).
+    fn read_only_value(&self, _fd: i32, _offset: u32, _size: u8) -> Option<u64> {
+        None
+    }
+}
+
+/// A map as the safety analysis sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapMeta {
+    /// The kernel's map type number (BPF_MAP_TYPE_*).
+    pub map_type: u32,
+    pub key_size: u32,
+    /// Bytes a program may reach through a value pointer (for per-CPU maps, one CPU's value).
+    pub value_size: u32,
+    pub max_entries: u32,
+    /// Programs may not write its values (BPF_F_RDONLY_PROG: `.rodata`, `.kconfig`).
+    pub read_only: bool,
 }
 
 /// A map lookup the JIT can do without the generic `bpf_map_lookup_elem` helper, which must

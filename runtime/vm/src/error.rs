@@ -69,6 +69,10 @@ pub enum LoadErrorKind {
     },
     /// The map hook could not resolve an `lddw` map reference (or no hook was installed).
     MapReference(String),
+    /// The safety analysis found a path that could touch memory the program was not given,
+    /// leave a reference unreleased or never end (or that it cannot model): why, in the
+    /// kernel verifier's words where it has them.
+    Unsafe(String),
 }
 
 impl fmt::Display for LoadErrorKind {
@@ -106,6 +110,7 @@ impl fmt::Display for LoadErrorKind {
             InvalidByteSwapWidth { width } => write!(f, "byte swap width {width} (valid: 16, 32, 64)"),
             UnknownAtomicOp { op } => write!(f, "unknown atomic operation {op:#x}"),
             MapReference(why) => write!(f, "map reference not resolved: {why}"),
+            Unsafe(why) => write!(f, "refused by the safety analysis: {why}"),
         }
     }
 }

@@ -18,11 +18,13 @@ mod interp;
 mod jit;
 mod lookup_sites;
 mod program;
+mod safety;
 mod verify;
 
-pub use environment::{Environment, HelperFn, MapLookup, MapResolver, MemoryRegion};
+pub use environment::{Environment, HelperFn, MapLookup, MapMeta, MapResolver, MemoryRegion};
 pub use error::{LoadError, LoadErrorKind, RunError, RunErrorKind};
 #[cfg(target_arch = "x86_64")]
 pub use jit::{JitError, JitFunction, JitProgram};
 pub use program::Program;
+pub use safety::{Analysis, ContextSpec, COMPLEXITY_LIMIT};
 pub use verify::MAX_INSNS;

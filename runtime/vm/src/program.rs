@@ -7,6 +7,7 @@ use crate::environment::{Environment, HelperFn, MapLookup, MemoryRegion};
 use crate::error::{LoadError, LoadErrorKind};
 use crate::insn::*;
 use crate::lookup_sites::lookup_sites;
+use crate::safety::{self, Analysis, ContextSpec};
 use crate::verify;
 
 pub struct Program {
@@ -25,11 +26,26 @@ pub struct Program {
 }
 
 impl Program {
-    /// Checks `bytecode` against `env` and prepares it for execution.
+    /// Checks `bytecode` against `env` (its encoding and control flow: see verify.rs) and
+    /// prepares it for execution. Memory accesses through pointers other than r10 are not
+    /// bounded at load: the interpreter checks them at run time, the JIT not at all. For programs
+    /// of a kernel program type use `load_checked`.
     pub fn load(bytecode: &[u8], env: &Environment) -> Result<Program, LoadError> {
+        Program::load_with(bytecode, env, None).map(|(program, _)| program)
+    }
+
+    /// As `load`, and the safety analysis (safety/mod.rs) with `ctx` as the context: refused
+    /// unless every path stays within the memory the program was given and ends.
+    pub fn load_checked(bytecode: &[u8], env: &Environment, ctx: ContextSpec) -> Result<(Program, Analysis), LoadError> {
+        Program::load_with(bytecode, env, Some(ctx)).map(|(program, analysis)| (program, analysis.expect("analysed")))
+    }
+
+    fn load_with(bytecode: &[u8], env: &Environment, ctx: Option<ContextSpec>) -> Result<(Program, Option<Analysis>), LoadError> {
         let mut insns = decode_all(bytecode)
             .ok_or_else(|| LoadError::whole(bytecode.len() / INSN_SIZE, LoadErrorKind::Truncated { len: bytecode.len() }))?;
         let layout = verify::check(&insns, env)?;
+        // Before the references are resolved: the analysis reads the maps the lddws name.
+        let analysis = ctx.map(|ctx| safety::analyse(&insns, env, ctx)).transpose()?;
         // Before the references are resolved: the analysis reads the map fds of the lddws.
         let sites = lookup_sites(&insns, &layout.functions);
         resolve_map_references(&mut insns, env)?;
@@ -43,14 +59,15 @@ impl Program {
                 is_helper_call.then(|| env.helper(insn.imm as u32)).flatten()
             })
             .collect();
-        Ok(Program {
+        let program = Program {
             insns,
             helper_at,
             map_lookups,
             functions: layout.functions,
             stack_reach: layout.stack_reach,
             regions: env.regions.clone(),
-        })
+        };
+        Ok((program, analysis))
     }
 
     /// Number of instruction slots.
