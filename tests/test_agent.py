@@ -520,7 +520,7 @@ def test_syscall_entry_tracepoints_run_at_libc_entry_points(tmp_path):
 
 
 def test_a_program_reading_past_the_system_call_record_is_not_attached(tmp_path):
-    """Byte 160 of a tracepoint's context: the safety analysis allows reads up to 2048 bytes at
+    """Byte 160 of a tracepoint's context: the safety analysis allows reads up to 8192 bytes at
     load, as the kernel's verifier does; the attach is refused, as the kernel's is (its event
     record is shorter), and the program never runs."""
     source = textwrap.dedent(r"""

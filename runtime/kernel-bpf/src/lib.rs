@@ -11,7 +11,10 @@
 use std::fmt;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+const BPF_MAP_CREATE: libc::c_int = 0;
+const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
 const BPF_PROG_LOAD: libc::c_int = 5;
+const BPF_MAP_FREEZE: libc::c_int = 22;
 const BPF_PROG_TEST_RUN: libc::c_int = 10;
 const BPF_PROG_TYPE_XDP: u32 = 6;
 /// Smallest packet XDP test runs accept (an Ethernet header).
@@ -122,13 +125,17 @@ fn adapter(data_len: usize) -> Vec<u8> {
 /// BPF_PROG_LOAD of `code` as XDP; with `log`, the verifier writes its log there (the kernel
 /// keeps the log's tail when it does not fit).
 fn prog_load(code: &[u8], log: Option<&mut [u8]>) -> Result<OwnedFd, std::io::Error> {
+    prog_load_typed(BPF_PROG_TYPE_XDP, code, log)
+}
+
+fn prog_load_typed(prog_type: u32, code: &[u8], log: Option<&mut [u8]>) -> Result<OwnedFd, std::io::Error> {
     let license = c"GPL";
     let (log_level, log_size, log_buf) = match log {
         Some(log) => (1, log.len() as u32, log.as_mut_ptr() as u64),
         None => (0, 0, 0),
     };
     let mut attr = ProgLoadAttr {
-        prog_type: BPF_PROG_TYPE_XDP,
+        prog_type,
         insn_cnt: (code.len() / 8) as u32,
         insns: code.as_ptr() as u64,
         license: license.as_ptr() as u64,
@@ -209,5 +216,83 @@ impl XdpProgram {
             return Err(KernelError { command: "BPF_PROG_TEST_RUN", errno, verifier_log: String::new() });
         }
         Ok(TestRun { retval: attr.retval, duration_ns: attr.duration })
+    }
+}
+
+/// `union bpf_attr` as used by BPF_MAP_CREATE (the fields up to map_flags).
+#[repr(C)]
+#[derive(Default)]
+struct MapCreateAttr {
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    map_flags: u32,
+}
+
+/// `union bpf_attr` as used by BPF_MAP_UPDATE_ELEM and BPF_MAP_FREEZE.
+#[repr(C)]
+#[derive(Default)]
+struct MapElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+fn failed(command: &'static str) -> KernelError {
+    KernelError { command, errno: std::io::Error::last_os_error(), verifier_log: String::new() }
+}
+
+/// A kernel map, for programs loaded with [`load_verdict`] to name by fd.
+pub struct KernelMap {
+    fd: OwnedFd,
+}
+
+impl KernelMap {
+    pub fn create(map_type: u32, key_size: u32, value_size: u32, max_entries: u32, map_flags: u32) -> Result<KernelMap, KernelError> {
+        let mut attr = MapCreateAttr { map_type, key_size, value_size, max_entries, map_flags };
+        let fd = bpf(BPF_MAP_CREATE, &mut attr);
+        if fd < 0 {
+            return Err(failed("BPF_MAP_CREATE"));
+        }
+        // SAFETY: a descriptor the kernel just gave us.
+        Ok(KernelMap { fd: unsafe { OwnedFd::from_raw_fd(fd as i32) } })
+    }
+
+    pub fn fd(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+
+    pub fn update(&self, key: &[u8], value: &[u8]) -> Result<(), KernelError> {
+        let mut attr =
+            MapElemAttr { map_fd: self.fd() as u32, key: key.as_ptr() as u64, value: value.as_ptr() as u64, ..Default::default() };
+        if bpf(BPF_MAP_UPDATE_ELEM, &mut attr) < 0 {
+            return Err(failed("BPF_MAP_UPDATE_ELEM"));
+        }
+        Ok(())
+    }
+
+    /// BPF_MAP_FREEZE: no more writes from the syscall side (as libbpf does to `.rodata`).
+    pub fn freeze(&self) -> Result<(), KernelError> {
+        let mut attr = MapElemAttr { map_fd: self.fd() as u32, ..Default::default() };
+        if bpf(BPF_MAP_FREEZE, &mut attr) < 0 {
+            return Err(failed("BPF_MAP_FREEZE"));
+        }
+        Ok(())
+    }
+}
+
+/// The kernel verifier's verdict on `code` as a program of type `prog_type` (GPL): Ok if it
+/// loads, else the error with the verifier's log.
+pub fn load_verdict(prog_type: u32, code: &[u8]) -> Result<(), KernelError> {
+    let mut log = vec![0u8; 1 << 20];
+    match prog_load_typed(prog_type, code, Some(&mut log)) {
+        Ok(_) => Ok(()),
+        Err(errno) => {
+            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+            Err(KernelError { command: "BPF_PROG_LOAD", errno, verifier_log: String::from_utf8_lossy(&log[..end]).into_owned() })
+        }
     }
 }

@@ -18,7 +18,7 @@ INTRO = (
     "the kernel and under uebpf's bpf(2) server, against a fresh victim that calls its functions in a "
     "tight loop (under uebpf's agent on uebpf). Open + load: bpf_object__open_file and "
     "bpf_object__load of the whole object: ELF parsing, relocations, map creation, and the verifier "
-    "and JIT on the kernel or uebpf's load-time checks (on uebpf it is the process's first bpf(2) work, "
+    "and JIT on the kernel or uebpf's checks and safety analysis (on uebpf it is the process's first bpf(2) work, "
     "so it includes creating the run's region). Attach N: N calls of bpf_program__attach_uprobe_opts, "
     "one per victim function (symbol lookup in the ELF, perf_event_open, the link), returning when the "
     "kernel has installed the uprobe or uebpf has written its attach table. First event: from the "

@@ -75,6 +75,12 @@ const RINGBUF_QUERY: Proto = Proto { args: &[MapPtr, Anything], ret: Ret::Intege
 const CTX_ONLY: Proto = p(&[Ctx], Ret::Integer);
 const TRACE_VPRINTK: Proto = p(&[Mem, Size, MemOrNull, SizeOrZero], Ret::Integer);
 
+/// Helpers the kernel gives socket filters but not tracing programs ("program of this type cannot
+/// use helper"): bpf_ktime_get_coarse_ns, which libbpf's memcg probe calls from a socket filter.
+pub(crate) fn socket_filter_only(id: u32) -> bool {
+    id == 160
+}
+
 /// The prototype of helper `id`, if the analysis knows it.
 pub(crate) fn proto(id: u32) -> Option<&'static Proto> {
     Some(match id {

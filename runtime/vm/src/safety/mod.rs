@@ -40,6 +40,8 @@ const MAX_VAR_OFF: i64 = 1 << 29;
 /// States per instruction compared one by one with a new one for "covers" (the latest; every
 /// state is kept for exact matches).
 const STATES_PER_INSN: usize = 16;
+/// BPF_MAP_TYPE_ARRAY: the only map type with direct value addresses (`lddw` of a map value).
+const MAP_TYPE_ARRAY: u32 = 2;
 /// BPF_MAP_TYPE_RINGBUF.
 const MAP_TYPE_RINGBUF: u32 = 27;
 
@@ -57,8 +59,9 @@ impl ContextSpec {
     /// kprobe / uprobe: `struct pt_regs` (168 bytes on x86-64), read-only.
     pub const KPROBE: ContextSpec = ContextSpec { name: "kprobe", start: 0, end: 168 };
     /// tracepoint: the event record past its 8 bytes of common fields, read-only, up to
-    /// PERF_MAX_TRACE_SIZE; the record's real size is checked when the program is attached.
-    pub const TRACEPOINT: ContextSpec = ContextSpec { name: "tracepoint", start: 8, end: 2048 };
+    /// PERF_MAX_TRACE_SIZE (8192 since Linux 6.7); the record's real size is checked when the
+    /// program is attached.
+    pub const TRACEPOINT: ContextSpec = ContextSpec { name: "tracepoint", start: 8, end: 8192 };
     /// raw tracepoint: up to 12 u64 arguments, read-only.
     pub const RAW_TRACEPOINT: ContextSpec = ContextSpec { name: "raw_tracepoint", start: 0, end: 96 };
     /// socket filter: `struct __sk_buff`'s plain fields, read-only.
@@ -292,6 +295,7 @@ pub(crate) fn analyse(insns: &[Insn], env: &Environment, ctx: ContextSpec) -> Re
             prune_points[index + 1] = true;
         }
     }
+    unreachable(insns)?;
     let mut v = Verifier {
         insns,
         env,
@@ -495,11 +499,21 @@ impl Verifier<'_> {
                 let reg = match insn.src {
                     PSEUDO_NONE => Reg::scalar(Scalar::constant(crate::program::lddw_value(self.insns, index))),
                     PSEUDO_MAP_FD => {
+                        if self.insns[index + 1].imm != 0 {
+                            return Err("unrecognized bpf_ld_imm64 insn: a map fd's second half must be 0".into());
+                        }
                         self.map_meta(insn.imm)?;
                         Reg::pointer(Type::MapPtr { map: insn.imm }, 0)
                     }
                     _ => {
                         let meta = self.map_meta(insn.imm)?;
+                        // The kernel's array_map_direct_value_addr: single-element arrays only.
+                        if meta.map_type != MAP_TYPE_ARRAY || meta.max_entries != 1 {
+                            return Err(format!(
+                                "invalid access to map value pointer: direct value addresses are for single-element arrays (map type {}, {} entries)",
+                                meta.map_type, meta.max_entries
+                            ));
+                        }
                         let off = self.insns[index + 1].imm as u32;
                         if off >= meta.value_size {
                             return Err(format!("direct value offset {off} is beyond the map's {}-byte value", meta.value_size));
@@ -941,7 +955,9 @@ impl Verifier<'_> {
         };
         // Pointers into the frame that ends mean nothing any more.
         let gone = state.frames.len() as u8;
-        let r0 = if r0.ty == (Type::Stack { frame: gone }) { Reg::UNINIT } else { r0 };
+        if r0.ty == (Type::Stack { frame: gone }) {
+            return Err("cannot return stack pointer to the caller".into());
+        }
         state.each_reg(|reg| {
             if reg.ty == (Type::Stack { frame: gone }) {
                 *reg = Reg::UNINIT;
@@ -1035,15 +1051,13 @@ impl Verifier<'_> {
     /// Checks `count` bytes at `reg` for a helper that reads (or, `write`, fills) them.
     fn helper_memory(&mut self, state: &mut State, r: u8, size: &Scalar, write: bool) -> Check<()> {
         let reg = state.reg(r);
-        if size.umax == 0 {
-            return Ok(());
-        }
         if size.umax >= MAX_VAR_SIZE {
             return Err(format!("R{} unbounded memory access: the size may be up to {}", r + 1, size.umax));
         }
         let access = if write { Access::Write } else { Access::Read };
-        // As one access of the largest size, byte by byte where it is not a whole slot.
-        let (lo, hi) = self.span(&reg, 0, size.umax);
+        // As one access of the largest size; a size of 0 is checked as 1 byte at the pointer (the
+        // kernel accepts a zero-sized access one past the end; uebpf does not).
+        let (lo, hi) = self.span(&reg, 0, size.umax.max(1));
         match reg.ty {
             Type::Stack { frame } => {
                 if lo < -(STACK_SIZE as i64) || hi > 0 {
@@ -1076,6 +1090,9 @@ impl Verifier<'_> {
         let Some(proto) = helpers::proto(id) else {
             return Err(format!("helper #{id} is not modeled by uebpf's safety analysis"));
         };
+        if helpers::socket_filter_only(id) && self.ctx != ContextSpec::SOCKET_FILTER {
+            return Err(format!("program of this type ({}) cannot use helper #{id}", self.ctx.name));
+        }
         let mut map: Option<(i32, MapMeta)> = None;
         let mut alloc_size = 0u32;
         let mut released = None;
@@ -1166,6 +1183,45 @@ impl Verifier<'_> {
         frame.regs[1..=5].fill(Reg::UNINIT);
         frame.regs[0] = r0;
         Ok(())
+    }
+}
+
+/// Refuses instructions no path reaches, whatever the values (the kernel's check_cfg): dead code
+/// is a sign of a broken program, and would never be checked.
+fn unreachable(insns: &[Insn]) -> Result<(), LoadError> {
+    let mut reached = vec![false; insns.len()];
+    let mut pending = vec![0usize];
+    while let Some(index) = pending.pop() {
+        if index >= insns.len() || reached[index] {
+            continue;
+        }
+        reached[index] = true;
+        let insn = &insns[index];
+        let next = if insn.opcode == OP_LDDW { index + 2 } else { index + 1 };
+        if insn.opcode == OP_LDDW && next - 1 < insns.len() {
+            reached[next - 1] = true;
+        }
+        match insn.class() {
+            CLASS_JMP | CLASS_JMP32 => match insn.op() {
+                JMP_EXIT => {}
+                JMP_JA => pending.extend(jump_target(index, insn)),
+                JMP_CALL => {
+                    if insn.src == CALL_LOCAL {
+                        pending.push((index as i64 + 1 + i64::from(insn.imm)) as usize);
+                    }
+                    pending.push(next);
+                }
+                _ => {
+                    pending.extend(jump_target(index, insn));
+                    pending.push(next);
+                }
+            },
+            _ => pending.push(next),
+        }
+    }
+    match reached.iter().position(|&r| !r) {
+        Some(index) => Err(LoadError::at(index, insns[index], LoadErrorKind::Unsafe(format!("unreachable insn {index}")))),
+        None => Ok(()),
     }
 }
 
