@@ -2,8 +2,9 @@
 //! (common/mod.rs) is loaded into the kernel (BPF_PROG_LOAD as a kprobe or a tracepoint, real
 //! maps of the same shapes, as root) and through `Program::load_checked`; the two verdicts must
 //! agree, and agree with what the case says it tests. Where uebpf is knowingly stricter than the
-//! kernel, the case says why, and the test checks exactly that (the kernel loads it, uebpf refuses
-//! it). Without root or kernel eBPF the test says so and checks uebpf's verdicts alone.
+//! kernel, the case says why (`stricter`; none at present), and the test checks exactly that (the
+//! kernel loads it, uebpf refuses it). Without root or kernel eBPF the test says so and checks
+//! uebpf's verdicts alone.
 
 mod common;
 

@@ -144,14 +144,21 @@ struct Reg {
     ty: Type,
     off: i64,
     var: Scalar,
+    /// Scalars copied from one another (`mov64`) share a link (0: none), so that what a branch
+    /// learns of one bounds every copy (the kernel's find_equal_scalars).
+    link: u32,
 }
 
 impl Reg {
-    const UNINIT: Reg =
-        Reg { ty: Type::Uninit, off: 0, var: Scalar { umin: 0, umax: 0, smin: 0, smax: 0, bits: scalar::Tnum { value: 0, mask: 0 } } };
+    const UNINIT: Reg = Reg {
+        ty: Type::Uninit,
+        off: 0,
+        var: Scalar { umin: 0, umax: 0, smin: 0, smax: 0, bits: scalar::Tnum { value: 0, mask: 0 } },
+        link: 0,
+    };
 
     fn scalar(var: Scalar) -> Reg {
-        Reg { ty: Type::Scalar, off: 0, var }
+        Reg { ty: Type::Scalar, off: 0, var, link: 0 }
     }
 
     fn unknown() -> Reg {
@@ -159,15 +166,32 @@ impl Reg {
     }
 
     fn pointer(ty: Type, off: i64) -> Reg {
-        Reg { ty, off, var: Scalar::constant(0) }
+        Reg { ty, off, var: Scalar::constant(0), link: 0 }
     }
 
-    /// State pruning: every value this register may hold in `other`'s state, it may in ours.
-    fn covers(&self, other: &Reg) -> bool {
+    /// State pruning: every value this register may hold in `other`'s state, it may in ours, and
+    /// copies linked here are linked there too (`links` maps our links to theirs, the kernel's
+    /// check_ids: the explored path may have bounded one copy by testing another).
+    fn covers(&self, other: &Reg, links: &mut Vec<(u32, u32)>) -> bool {
+        let mut linked = || {
+            if self.link == 0 {
+                return true;
+            }
+            if other.link == 0 {
+                return false;
+            }
+            match links.iter().find(|(ours, _)| *ours == self.link) {
+                Some(&(_, theirs)) => theirs == other.link,
+                None => {
+                    links.push((self.link, other.link));
+                    true
+                }
+            }
+        };
         match (self.ty, other.ty) {
             // A register the explored path never initialized was never read there.
             (Type::Uninit, _) => true,
-            (Type::Scalar, Type::Scalar) => self.var.contains(&other.var),
+            (Type::Scalar, Type::Scalar) => self.var.contains(&other.var) && linked(),
             (a, b) => a == b && self.off == other.off && self.var.contains(&other.var),
         }
     }
@@ -206,10 +230,10 @@ impl Frame {
 
     /// Pruning: every slot's content in `other` is covered by ours (a plain slot covers spilled
     /// numbers, which read the same way; a spilled register is covered only by one it covers).
-    fn stack_covers(&self, other: &Frame) -> bool {
+    fn stack_covers(&self, other: &Frame, links: &mut Vec<(u32, u32)>) -> bool {
         other.spills.iter().all(|(slot, theirs)| match self.spill_at(*slot as usize) {
             None => theirs.ty == Type::Scalar,
-            Some(ours) => ours.covers(theirs),
+            Some(ours) => ours.covers(theirs, links),
         }) && self.spills.iter().all(|(slot, _)| other.spill_at(*slot as usize).is_some())
     }
 }
@@ -247,13 +271,35 @@ impl State {
     /// State pruning: this explored state covers `other` (same frames, registers and slots
     /// covered, same references held).
     fn covers(&self, other: &State) -> bool {
+        let mut links = Vec::new();
         self.refs == other.refs
             && self.frames.len() == other.frames.len()
-            && self
-                .frames
-                .iter()
-                .zip(&other.frames)
-                .all(|(a, b)| a.return_to == b.return_to && a.regs.iter().zip(&b.regs).all(|(x, y)| x.covers(y)) && a.stack_covers(b))
+            && self.frames.iter().zip(&other.frames).all(|(a, b)| {
+                a.return_to == b.return_to
+                    && a.regs.iter().zip(&b.regs).all(|(x, y)| x.covers(y, &mut links))
+                    && a.stack_covers(b, &mut links)
+            })
+    }
+
+    /// Forgets links no other register or spill shares (they link nothing), so that paths that
+    /// differ only in such leftovers can join.
+    fn drop_lone_links(&mut self) {
+        let mut counts: Vec<(u32, u32)> = Vec::new();
+        self.each_reg(|reg| {
+            if reg.link != 0 {
+                match counts.iter_mut().find(|(link, _)| *link == reg.link) {
+                    Some((_, n)) => *n += 1,
+                    None => counts.push((reg.link, 1)),
+                }
+            }
+        });
+        if counts.iter().any(|&(_, n)| n == 1) {
+            self.each_reg(|reg| {
+                if reg.link != 0 && counts.iter().any(|&(link, n)| link == reg.link && n == 1) {
+                    reg.link = 0;
+                }
+            });
+        }
     }
 }
 
@@ -357,6 +403,7 @@ impl Verifier<'_> {
                         frame.regs[r as usize] = Reg::UNINIT;
                     }
                 }
+                state.drop_lone_links();
                 match self.visit(index, &state, node) {
                     Visit::Pruned => {
                         self.path_done(node);
@@ -530,7 +577,7 @@ impl Verifier<'_> {
                 Ok(Next::Continue(index + 1))
             }
             CLASS_ST => {
-                self.store(state, insn.dst, insn.off, insn.access_size(), Reg::scalar(Scalar::constant(insn.imm as i64 as u64)))?;
+                self.store(state, insn.dst, insn.off, insn.access_size(), Reg::scalar(Scalar::constant(insn.imm as i64 as u64)), None)?;
                 Ok(Next::Continue(index + 1))
             }
             CLASS_STX if insn.mode() == MODE_ATOMIC => {
@@ -539,7 +586,7 @@ impl Verifier<'_> {
             }
             CLASS_STX => {
                 let value = check_initialized(state, insn.src)?;
-                self.store(state, insn.dst, insn.off, insn.access_size(), value)?;
+                self.store(state, insn.dst, insn.off, insn.access_size(), value, Some(insn.src))?;
                 Ok(Next::Continue(index + 1))
             }
             _ => self.jump(index, insn, state),
@@ -586,8 +633,13 @@ impl Verifier<'_> {
             Reg::scalar(Scalar::constant(if wide { insn.imm as i64 as u64 } else { insn.imm as u32 as u64 }))
         };
         if op == ALU_MOV {
-            let moved = if wide {
-                src
+            let moved = if wide && src.ty == Type::Scalar && src.var.value().is_none() && insn.uses_src_reg() {
+                // A copy of a number the analysis does not know: linked to its source.
+                let link = if src.link != 0 { src.link } else { self.new_id() };
+                state.set(insn.src, Reg { link, ..src });
+                Reg { link, ..src }
+            } else if wide {
+                Reg { link: 0, ..src }
             } else if src.ty.is_pointer() {
                 // The low half of an address: a number, never a pointer again.
                 Reg::scalar(Scalar::up_to(u64::from(u32::MAX)))
@@ -778,12 +830,20 @@ impl Verifier<'_> {
         (base.saturating_add(reg.var.smin), base.saturating_add(reg.var.smax).saturating_add(size as i64))
     }
 
-    fn store(&mut self, state: &mut State, base: u8, off: i16, size: u8, value: Reg) -> Check<()> {
+    /// Stores `value` (from register `source`, for `stx`); a whole spill keeps the register, and a
+    /// spilled number the analysis does not know stays linked to its register (filled, it is a
+    /// copy: the kernel gives it an id too).
+    fn store(&mut self, state: &mut State, base: u8, off: i16, size: u8, value: Reg, source: Option<u8>) -> Check<()> {
         self.access(state, base, off, size, Access::Write)?;
         let reg = state.reg(base);
         if let Type::Stack { frame } = reg.ty {
             let at = reg.off + i64::from(off);
             if size == 8 && at % 8 == 0 && reg.var.value() == Some(0) {
+                let mut value = value;
+                if let (Some(source), Type::Scalar, None, 0) = (source, value.ty, value.var.value(), value.link) {
+                    value.link = self.new_id();
+                    state.set(source, value);
+                }
                 state.frames[frame as usize].spill(((at + STACK_SIZE as i64) / 8) as usize, value);
             }
         }
@@ -1016,8 +1076,10 @@ impl Verifier<'_> {
             refined.map(|(a, b)| {
                 let mut s = state.clone();
                 s.set(insn.dst, Reg { var: a, ..dst });
+                learn(&mut s, dst.link, a);
                 if insn.uses_src_reg() {
                     s.set(insn.src, Reg { var: b, ..src });
+                    learn(&mut s, src.link, b);
                 }
                 (to, s)
             })
@@ -1026,6 +1088,17 @@ impl Verifier<'_> {
             taken: side(refine(op, dst.var, src.var), target),
             fallthrough: side(refine_not(op, dst.var, src.var), index + 1),
         })
+    }
+}
+
+/// What a branch learned of a number, given to every copy linked to it.
+fn learn(state: &mut State, link: u32, var: Scalar) {
+    if link != 0 {
+        state.each_reg(|reg| {
+            if reg.link == link && reg.ty == Type::Scalar {
+                reg.var = var;
+            }
+        });
     }
 }
 
