@@ -245,16 +245,12 @@ impl HashView {
     pub unsafe fn lookup(&self, key: *const u8) -> *mut u8 {
         let hash = hash_key(key, self.key_size);
         let (bucket_index, bucket) = (self.bucket_index(hash), self.bucket(hash));
-        let mut found = None;
-        for _ in 0..WALKS_BEFORE_LOCKING {
-            match self.walk_unlocked(bucket, bucket_index, hash, key) {
-                Walk::Found(index) => found = Some(Some(index)),
-                Walk::Absent => found = Some(None),
-                Walk::Restart => continue,
-            }
-            break;
-        }
-        let found = found.unwrap_or_else(|| {
+        let walked = (0..WALKS_BEFORE_LOCKING).find_map(|_| match self.walk_unlocked(bucket, bucket_index, hash, key) {
+            Walk::Found(index) => Some(Some(index)),
+            Walk::Absent => Some(None),
+            Walk::Restart => None,
+        });
+        let found = walked.unwrap_or_else(|| {
             let _guard = bucket.lock.lock();
             self.find(bucket, hash, key).map(|(_, index)| index)
         });

@@ -275,43 +275,49 @@ impl RingBuf {
                     return std::ptr::null_mut();
                 }
                 self.staged_sizes[slot].store(size, Ordering::Relaxed);
-                return self.staging.wrapping_add(slot * STAGED_MAX as usize);
+                return self.slot_address(slot);
             }
         }
         let _guard = self.control().lock.lock();
         let Some(producer) = self.room_for(len) else {
             return std::ptr::null_mut();
         };
-        let header = self.header_at(producer);
-        header.len.store(size as u32 | RINGBUF_BUSY_BIT, Ordering::Relaxed);
-        let page = ((producer & (self.size - 1)) / PAGE_SIZE as u64 + DATA_PAGE) as u32;
-        // SAFETY: the header is ours until producer_pos is published below.
-        unsafe { (std::ptr::addr_of!(header.pg_off) as *mut u32).write(page) };
+        let record = self.write_header(producer, size as u32 | RINGBUF_BUSY_BIT);
         self.producer_pos().store(producer + len, Ordering::Release);
+        record
+    }
+
+    /// Under the reservation lock, at `producer` (not yet published): the record header with
+    /// `len_word` (length and flag bits) and its page offset; returns the payload's address.
+    fn write_header(&self, producer: u64, len_word: u32) -> *mut u8 {
+        let header = self.header_at(producer);
+        header.len.store(len_word, Ordering::Relaxed);
+        let page = ((producer & (self.size - 1)) / PAGE_SIZE as u64 + DATA_PAGE) as u32;
+        // SAFETY: the header is ours until producer_pos is published past it.
+        unsafe { (std::ptr::addr_of!(header.pg_off) as *mut u32).write(page) };
         (header as *const RecordHeader as *mut u8).wrapping_add(RINGBUF_HEADER_SIZE as usize)
+    }
+
+    /// Where staging slot `slot` starts.
+    fn slot_address(&self, slot: usize) -> *mut u8 {
+        self.staging.wrapping_add(slot * STAGED_MAX as usize)
     }
 
     /// Places staged record `slot` in the ring whole, or discarded (a header the consumer skips,
     /// as the kernel's discarded records are: positions and available bytes stay the kernel's).
     fn place_staged(&self, slot: usize, discard: bool) {
         let size = self.staged_sizes[slot].load(Ordering::Relaxed);
-        let len = align_up(size + RINGBUF_HEADER_SIZE, 8);
+        let len = round_record(size as u32);
         {
             let _guard = self.control().lock.lock();
             // Room was held at reserve: records and staged bytes never exceed the ring.
             let producer = self.producer_pos().load(Ordering::Relaxed);
-            let header = self.header_at(producer);
-            header.len.store(size as u32 | if discard { RINGBUF_DISCARD_BIT } else { 0 }, Ordering::Relaxed);
-            let page = ((producer & (self.size - 1)) / PAGE_SIZE as u64 + DATA_PAGE) as u32;
-            // SAFETY: the header and the `size` bytes after it are ours until producer_pos is
-            // published (they may run into the second copy: the double mapping); the slot holds
-            // `size` bytes.
-            unsafe {
-                (std::ptr::addr_of!(header.pg_off) as *mut u32).write(page);
-                if !discard {
-                    let payload = (header as *const RecordHeader as *mut u8).add(RINGBUF_HEADER_SIZE as usize);
-                    std::ptr::copy_nonoverlapping(self.staging.add(slot * STAGED_MAX as usize), payload, size as usize);
-                }
+            let payload = self.write_header(producer, size as u32 | if discard { RINGBUF_DISCARD_BIT } else { 0 });
+            if !discard {
+                // SAFETY: the `size` bytes after the header are ours until producer_pos is
+                // published (they may run into the second copy: the double mapping); the slot
+                // holds `size` bytes.
+                unsafe { std::ptr::copy_nonoverlapping(self.slot_address(slot), payload, size as usize) };
             }
             self.control().staged.fetch_sub(len, Ordering::Relaxed);
             self.producer_pos().store(producer + len, Ordering::Release);
@@ -329,11 +335,8 @@ impl RingBuf {
                 return; // not reserved (or submitted already)
             }
             self.place_staged(slot, discard);
-            if flags & BPF_RB_FORCE_WAKEUP != 0 {
-                self.wake(true);
-            } else if flags & BPF_RB_NO_WAKEUP == 0 && self.unread() >= self.size / WATERMARK_DIVISOR {
-                self.wake(false);
-            }
+            // Placed whole: no consumer can be waiting behind it.
+            self.wake_for(flags, None);
             return;
         }
         if !self.owns(record) || !(record as usize - self.data as usize).is_multiple_of(8) {
@@ -349,13 +352,22 @@ impl RingBuf {
         // SeqCst, as the consumer's `arm`: either it sees this record submitted, or this producer
         // sees it waiting behind the record (xchg on x86 either way).
         header.len.swap(new_len, Ordering::SeqCst);
+        self.wake_for(flags, Some(record as u64 - self.data as u64 - RINGBUF_HEADER_SIZE));
+    }
+
+    /// The wakeups a submit with `flags` makes ("Wakeups" above): FORCE always, NO_WAKEUP never,
+    /// otherwise at the watermark and for a consumer asleep behind the record at `offset` (a
+    /// record that was written in place).
+    fn wake_for(&self, flags: u64, offset: Option<u64>) {
         if flags & BPF_RB_FORCE_WAKEUP != 0 {
             self.wake(true);
         } else if flags & BPF_RB_NO_WAKEUP == 0 {
             if self.unread() >= self.size / WATERMARK_DIVISOR {
                 self.wake(false);
             }
-            self.wake_head_waiter(record as u64 - self.data as u64 - RINGBUF_HEADER_SIZE);
+            if let Some(offset) = offset {
+                self.wake_head_waiter(offset);
+            }
         }
     }
 
@@ -367,8 +379,7 @@ impl RingBuf {
             && (waiter - 1) & (self.size - 1) == offset
             && control.head_waiter.compare_exchange(waiter, 0, Ordering::SeqCst, Ordering::Relaxed).is_ok()
         {
-            control.wakeup_seq.fetch_add(1, Ordering::SeqCst);
-            futex::wake(&control.wakeup_seq);
+            self.signal();
         }
     }
 
@@ -423,9 +434,15 @@ impl RingBuf {
         let control = self.control();
         fence(Ordering::SeqCst);
         if control.waiters.load(Ordering::SeqCst) > 0 && (control.armed.swap(0, Ordering::SeqCst) == 1 || force) {
-            control.wakeup_seq.fetch_add(1, Ordering::SeqCst);
-            futex::wake(&control.wakeup_seq);
+            self.signal();
         }
+    }
+
+    /// Changes the wakeup counter and wakes whoever sleeps on it.
+    fn signal(&self) {
+        let control = self.control();
+        control.wakeup_seq.fetch_add(1, Ordering::SeqCst);
+        futex::wake(&control.wakeup_seq);
     }
 
     /// True if the record at consumer_pos has been submitted or discarded: the consumer can read

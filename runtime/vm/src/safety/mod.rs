@@ -781,7 +781,7 @@ impl Verifier<'_> {
                     ));
                 }
                 let stack = &mut state.frames[frame as usize];
-                let slot = ((lo + STACK_SIZE as i64) / 8) as usize;
+                let slot = stack_slot(lo);
                 if access == Access::Read {
                     if lo == hi - size as i64 && lo % 8 == 0 && size == 8 {
                         if let Some(spilled) = stack.spill_at(slot) {
@@ -791,7 +791,7 @@ impl Verifier<'_> {
                     return Ok(loaded(size));
                 }
                 // Writes (the stored value is placed by `store`): whatever was spilled there is gone.
-                let last = ((hi - 1 + STACK_SIZE as i64) / 8) as usize;
+                let last = stack_slot(hi - 1);
                 stack.forget(slot, last);
                 Ok(loaded(size))
             }
@@ -844,7 +844,7 @@ impl Verifier<'_> {
                     value.link = self.new_id();
                     state.set(source, value);
                 }
-                state.frames[frame as usize].spill(((at + STACK_SIZE as i64) / 8) as usize, value);
+                state.frames[frame as usize].spill(stack_slot(at), value);
             }
         }
         Ok(())
@@ -1137,8 +1137,8 @@ impl Verifier<'_> {
                     return Err(format!("invalid indirect access to stack R{r} off={lo} size={}", hi - lo));
                 }
                 if write {
-                    let first = ((lo + STACK_SIZE as i64) / 8) as usize;
-                    let last = ((hi - 1 + STACK_SIZE as i64) / 8) as usize;
+                    let first = stack_slot(lo);
+                    let last = stack_slot(hi - 1);
                     state.frames[frame as usize].forget(first, last);
                 }
                 Ok(())
@@ -1259,6 +1259,25 @@ impl Verifier<'_> {
     }
 }
 
+/// The 8-byte slot (0 = r10-512) holding the frame byte at `offset` from r10.
+fn stack_slot(offset: i64) -> usize {
+    ((offset + STACK_SIZE as i64) / 8) as usize
+}
+
+/// Where control goes after the instruction at `index`, within its function: the next slot
+/// and a jump's target; nowhere after an exit; back to the next slot after any call.
+fn successors(insns: &[Insn], index: usize) -> [Option<usize>; 2] {
+    let insn = &insns[index];
+    let next = index + if insn.opcode == OP_LDDW { 2 } else { 1 };
+    match (insn.class(), insn.op()) {
+        (CLASS_JMP | CLASS_JMP32, JMP_EXIT) => [None, None],
+        (CLASS_JMP | CLASS_JMP32, JMP_JA) => [jump_target(index, insn), None],
+        (CLASS_JMP | CLASS_JMP32, JMP_CALL) => [Some(next), None],
+        (CLASS_JMP | CLASS_JMP32, _) => [Some(next), jump_target(index, insn)],
+        _ => [Some(next), None],
+    }
+}
+
 /// Refuses instructions no path reaches, whatever the values (the kernel's check_cfg): dead code
 /// is a sign of a broken program, and would never be checked.
 fn unreachable(insns: &[Insn]) -> Result<(), LoadError> {
@@ -1270,27 +1289,13 @@ fn unreachable(insns: &[Insn]) -> Result<(), LoadError> {
         }
         reached[index] = true;
         let insn = &insns[index];
-        let next = if insn.opcode == OP_LDDW { index + 2 } else { index + 1 };
-        if insn.opcode == OP_LDDW && next - 1 < insns.len() {
-            reached[next - 1] = true;
+        if insn.opcode == OP_LDDW && index + 1 < insns.len() {
+            reached[index + 1] = true;
         }
-        match insn.class() {
-            CLASS_JMP | CLASS_JMP32 => match insn.op() {
-                JMP_EXIT => {}
-                JMP_JA => pending.extend(jump_target(index, insn)),
-                JMP_CALL => {
-                    if insn.src == CALL_LOCAL {
-                        pending.push((index as i64 + 1 + i64::from(insn.imm)) as usize);
-                    }
-                    pending.push(next);
-                }
-                _ => {
-                    pending.extend(jump_target(index, insn));
-                    pending.push(next);
-                }
-            },
-            _ => pending.push(next),
+        if insn.opcode == CLASS_JMP | JMP_CALL && insn.src == CALL_LOCAL {
+            pending.push((index as i64 + 1 + i64::from(insn.imm)) as usize);
         }
+        pending.extend(successors(insns, index).into_iter().flatten());
     }
     match reached.iter().position(|&r| !r) {
         Some(index) => Err(LoadError::at(index, insns[index], LoadErrorKind::Unsafe(format!("unreachable insn {index}")))),
@@ -1358,18 +1363,8 @@ fn liveness(insns: &[Insn]) -> Vec<u16> {
             if is_lddw_tail[index] {
                 continue;
             }
-            let insn = &insns[index];
-            let next = if insn.opcode == OP_LDDW { index + 2 } else { index + 1 };
-            let out = match insn.class() {
-                CLASS_JMP | CLASS_JMP32 => match insn.op() {
-                    JMP_EXIT => 0,
-                    JMP_JA => jump_target(index, insn).map_or(0, |t| live[t.min(len)]),
-                    JMP_CALL => live[next.min(len)],
-                    _ => live[next.min(len)] | jump_target(index, insn).map_or(0, |t| live[t.min(len)]),
-                },
-                _ => live[next.min(len)],
-            };
-            let (uses, defs) = uses_defs(insn);
+            let out = successors(insns, index).into_iter().flatten().fold(0, |out, next| out | live[next.min(len)]);
+            let (uses, defs) = uses_defs(&insns[index]);
             let entry = uses | (out & !defs);
             if entry != live[index] {
                 live[index] = entry;
