@@ -34,8 +34,8 @@ use crate::lock::SpinLock;
 pub const MAGIC: [u8; 8] = *b"UEBPFRGN";
 /// 2: the attach table and `ProgEntry::prog_type`. 3: the agent table. 4: `AgentEntry::slow_hooks`.
 /// 5: hash chains end in a "nulls" marker naming their bucket, `EntryHeader::seq`, and
-/// `RingControl::head_waiter` and `staged`.
-pub const VERSION: u32 = 5;
+/// `RingControl::head_waiter` and `staged`. 6: `RingControl::held_pos` replaces `staged`.
+pub const VERSION: u32 = 6;
 /// The region is laid out in 4 KiB pages (x86-64); creation and opening check the system agrees.
 pub const PAGE_SIZE: usize = 4096;
 /// Names of maps and programs (longer than the kernel's 16 bytes: the full names survive).
@@ -273,9 +273,11 @@ pub struct RingControl {
     /// found the record at consumer_pos still being written (its producer preempted between
     /// reserve and submit) can read nothing until it is submitted, so that submit wakes it.
     pub head_waiter: AtomicU64,
-    /// Bytes (headers included) held for staged records not yet placed in the ring (ringbuf.rs,
-    /// "Staging"): reservations count them as used. Only changed under `lock`.
-    pub staged: AtomicU64,
+    /// The end of the room reserved so far: producer_pos plus the bytes (headers included) held
+    /// for staged records not yet placed in the ring (ringbuf.rs, "Staging"). A staged record's
+    /// reservation advances it by compare-and-swap, without `lock`; a record written in place
+    /// advances it under `lock`; placing a staged record leaves it (the room moves into the ring).
+    pub held_pos: AtomicU64,
 }
 
 /// The kernel's ring buffer record header (`struct bpf_ringbuf_hdr`).

@@ -34,9 +34,10 @@
 //! CPUs: 70 % of records dropped, the kernel's ring 21 %). So a record of up to STAGED_MAX bytes
 //! is written by the program in a staging slot of this process (private memory next to the data
 //! mapping, part of the memory programs may reach), its room in the ring held at reserve time
-//! (`RingControl::staged`, so a reservation fails exactly when the kernel's would), and placed
-//! whole in the ring at submit, under the reservation lock: the consumer never sees it half
-//! written. What differs from the kernel: records appear in submit order, not reserve order (a
+//! (`RingControl::held_pos`, so a reservation fails exactly when the kernel's would; taken by a
+//! compare-and-swap, not the lock, so that a producer preempted while it holds the lock does not
+//! stall every other producer's reservation), and placed whole in the ring at submit, under the
+//! reservation lock: the consumer never sees it half written. What differs from the kernel: records appear in submit order, not reserve order (a
 //! discarded one too, as a header the consumer skips), and a process killed while a program held
 //! a staged record leaves its room held (the kernel's producer cannot die there; a record written
 //! in place would block the consumer for good). Larger records, and reservations beyond
@@ -224,14 +225,20 @@ impl RingBuf {
         self.staged_slots.fetch_and(!(1 << slot), Ordering::Release);
     }
 
-    /// Under the reservation lock: the producer position if `len` more bytes fit beside the
-    /// records and staged records not yet consumed (advancing `pending_pos` past records
-    /// committed since), else None with the refusal counted.
-    fn room_for(&self, len: u64) -> Option<u64> {
-        let control = self.control();
+    /// True if `len` more bytes fit after the room held up to `held` beside the unread records
+    /// and the oldest record still being written at `pending`.
+    fn fits(&self, held: u64, pending: u64, len: u64) -> bool {
         let consumer = self.consumer_pos().load(Ordering::Acquire);
+        let mask = self.size - 1;
+        let end = held + len;
+        end.wrapping_sub(consumer) <= mask && end.wrapping_sub(pending) <= mask
+    }
+
+    /// Under the reservation lock: moves `pending_pos` past the records committed since, and
+    /// returns it.
+    fn advance_pending(&self) -> u64 {
+        let control = self.control();
         let producer = self.producer_pos().load(Ordering::Relaxed);
-        // Move pending_pos past records that have been committed since.
         let mut pending = control.pending_pos.load(Ordering::Relaxed);
         while pending < producer {
             let header_len = self.header_at(pending).len.load(Ordering::Acquire);
@@ -241,13 +248,46 @@ impl RingBuf {
             pending += round_record(header_len);
         }
         control.pending_pos.store(pending, Ordering::Relaxed);
-        let mask = self.size - 1;
-        let end = producer + control.staged.load(Ordering::Relaxed) + len;
-        if end.wrapping_sub(consumer) > mask || end.wrapping_sub(pending) > mask {
-            control.dropped.fetch_add(1, Ordering::Relaxed);
-            return None;
+        pending
+    }
+
+    /// Under the reservation lock: holds `len` more bytes of room (advancing `held_pos`, which
+    /// staged reservations move concurrently) if they fit, else counts the refusal.
+    fn hold_locked(&self, len: u64) -> bool {
+        let control = self.control();
+        let pending = self.advance_pending();
+        let mut held = control.held_pos.load(Ordering::Acquire);
+        loop {
+            if !self.fits(held, pending, len) {
+                control.dropped.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+            match control.held_pos.compare_exchange_weak(held, held + len, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(now) => held = now,
+            }
         }
-        Some(producer)
+    }
+
+    /// Holds `len` bytes of room for a staged record without the lock: a compare-and-swap on
+    /// `held_pos`, so a producer preempted while holding the lock (placing a record) does not
+    /// stall the reservations of the others. `pending_pos` is read as last advanced; when only it
+    /// stands in the way, the lock is taken to advance it, so a reservation fails exactly when
+    /// the kernel's would.
+    fn hold_staged(&self, len: u64) -> bool {
+        let control = self.control();
+        let pending = control.pending_pos.load(Ordering::Relaxed);
+        let mut held = control.held_pos.load(Ordering::Acquire);
+        loop {
+            if !self.fits(held, pending, len) {
+                let _guard = control.lock.lock();
+                return self.hold_locked(len);
+            }
+            match control.held_pos.compare_exchange_weak(held, held + len, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(now) => held = now,
+            }
+        }
     }
 
     /// Reserves a record of `size` bytes; null if the ring is full (counted) or `size` too large.
@@ -262,15 +302,7 @@ impl RingBuf {
         }
         if size <= STAGED_MAX {
             if let Some(slot) = self.claim_slot() {
-                let held = {
-                    let _guard = self.control().lock.lock();
-                    let room = self.room_for(len).is_some();
-                    if room {
-                        self.control().staged.fetch_add(len, Ordering::Relaxed);
-                    }
-                    room
-                };
-                if !held {
+                if !self.hold_staged(len) {
                     self.release_slot(slot);
                     return std::ptr::null_mut();
                 }
@@ -279,9 +311,12 @@ impl RingBuf {
             }
         }
         let _guard = self.control().lock.lock();
-        let Some(producer) = self.room_for(len) else {
+        if !self.hold_locked(len) {
             return std::ptr::null_mut();
-        };
+        }
+        // Under the lock nobody else moves producer_pos, and the room after it up to held_pos
+        // (the staged records') stays free until they are placed: this record goes first.
+        let producer = self.producer_pos().load(Ordering::Relaxed);
         let record = self.write_header(producer, size as u32 | RINGBUF_BUSY_BIT);
         self.producer_pos().store(producer + len, Ordering::Release);
         record
@@ -319,7 +354,6 @@ impl RingBuf {
                 // holds `size` bytes.
                 unsafe { std::ptr::copy_nonoverlapping(self.slot_address(slot), payload, size as usize) };
             }
-            self.control().staged.fetch_sub(len, Ordering::Relaxed);
             self.producer_pos().store(producer + len, Ordering::Release);
         }
         self.release_slot(slot);
@@ -400,11 +434,11 @@ impl RingBuf {
         Ok(())
     }
 
-    /// `bpf_ringbuf_query`. The producer position counts staged records, as the kernel's counts
-    /// every record reserved (theirs are in the ring from reserve on).
+    /// `bpf_ringbuf_query`. The producer position counts staged records (`held_pos`), as the
+    /// kernel's counts every record reserved (theirs are in the ring from reserve on).
     pub fn query(&self, flags: u64) -> u64 {
         let consumer = self.consumer_pos().load(Ordering::Acquire);
-        let producer = self.producer_pos().load(Ordering::Acquire) + self.control().staged.load(Ordering::Acquire);
+        let producer = self.control().held_pos.load(Ordering::Acquire);
         match flags {
             BPF_RB_AVAIL_DATA => producer.wrapping_sub(consumer),
             BPF_RB_RING_SIZE => self.size,

@@ -361,6 +361,72 @@ fn staged_records_hold_their_room_and_appear_whole_at_submit() {
     assert_eq!(ring.consume(|_| {}), 1);
 }
 
+/// Staged reservations take their room by compare-and-swap, in-place ones under the lock, while
+/// staged records are placed under the lock and a consumer reads: with producers of both kinds
+/// racing on a small ring, every record is read whole exactly once or counted as dropped, each
+/// producer's records arrive in its order, and afterwards no room is left held.
+#[test]
+fn racing_staged_and_in_place_producers_lose_and_duplicate_nothing() {
+    const PRODUCERS: u64 = 4;
+    const RECORDS: u64 = 20_000;
+    let region = anonymous();
+    let map = region.map(region.create_map("rb", &def(BPF_MAP_TYPE_RINGBUF, 0, 0, 16384), None).unwrap()).unwrap();
+    let ring = map.ringbuf().unwrap();
+    let done = std::sync::atomic::AtomicU64::new(0);
+    let (refused, discarded) = (std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0));
+    let mut next = [0u64; PRODUCERS as usize];
+    let mut received = 0u64;
+    std::thread::scope(|scope| {
+        for producer in 0..PRODUCERS {
+            let (ring, done, refused, discarded) = (&ring, &done, &refused, &discarded);
+            scope.spawn(move || {
+                // Odd producers write records too large to stage: in place, busy in the ring.
+                let size = if producer % 2 == 0 { 16 } else { STAGED_MAX + 16 };
+                for sequence in 0..RECORDS {
+                    let record = ring.reserve(size);
+                    if record.is_null() {
+                        refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        std::thread::yield_now();
+                        continue;
+                    }
+                    let discard = sequence % 7 == 0;
+                    discarded.fetch_add(u64::from(discard), std::sync::atomic::Ordering::Relaxed);
+                    let words = [producer, sequence];
+                    // SAFETY: a reserved record of at least 16 bytes.
+                    unsafe {
+                        std::ptr::write_bytes(record, 0xa5, size as usize);
+                        std::ptr::copy_nonoverlapping(words.as_ptr().cast::<u8>(), record, 16);
+                    }
+                    ring.commit(record, BPF_RB_NO_WAKEUP, discard);
+                }
+                done.fetch_add(1, std::sync::atomic::Ordering::Release);
+            });
+        }
+        loop {
+            let finished = done.load(std::sync::atomic::Ordering::Acquire) == PRODUCERS;
+            received += ring.consume(|record| {
+                let producer = u64::from_ne_bytes(record[..8].try_into().unwrap());
+                let sequence = u64::from_ne_bytes(record[8..16].try_into().unwrap());
+                assert!(record[16..].iter().all(|&b| b == 0xa5), "record whole");
+                assert_eq!(record.len() as u64, if producer % 2 == 0 { 16 } else { STAGED_MAX + 16 });
+                assert!(sequence % 7 != 0, "discarded records are skipped");
+                assert!(sequence >= next[producer as usize], "in each producer's order, once");
+                next[producer as usize] = sequence + 1;
+            });
+            if finished && !ring.has_record() {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+    });
+    let (refused, discarded) = (refused.into_inner(), discarded.into_inner());
+    assert!(refused > 0, "the ring filled");
+    assert_eq!(ring.dropped(), refused, "every refusal counted");
+    assert_eq!(received, PRODUCERS * RECORDS - refused - discarded, "every other record read");
+    assert_eq!(ring.query(BPF_RB_AVAIL_DATA), 0, "no room left held");
+    assert_eq!(ring.query(BPF_RB_PROD_POS), ring.query(BPF_RB_CONS_POS));
+}
+
 #[test]
 fn ring_buffer_records_wrap_contiguously() {
     let region = anonymous();

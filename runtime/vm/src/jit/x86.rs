@@ -210,6 +210,12 @@ impl<'p> Compiler<'p> {
             CLASS_LDX => self.load(&insn)?,
             CLASS_ST | CLASS_STX if insn.mode() == MODE_ATOMIC => self.atomic(&insn)?,
             CLASS_ST | CLASS_STX => self.store(&insn)?,
+            // The map handle of a lookup the next slot inlines in an array: nothing reads it (the
+            // inline lookup does not, and the call ends r1's life), and lookup_sites proved no
+            // jump lands on that call. The kernel's inlined lookup reuses r1; ours has the
+            // values' address as a constant, so the handle's 10-byte move would be dead weight
+            // in every loop that looks up (measured: array lookup 1.5 vs the kernel's 1.3 ns).
+            _ if insn.dst == 1 && matches!(self.program.map_lookups.get(&(index + 2)), Some(MapLookup::Array { .. })) => {}
             _ => self.a.mov(REGS[insn.dst as usize].q, lddw_value(&self.program.insns, index) as i64)?,
         }
         Ok(())
