@@ -222,9 +222,12 @@ impl<'p> Compiler<'p> {
     }
 
     /// Loads a 64-bit register with a sign-extended immediate, using the short encoding when the
-    /// value is non-negative (a 32-bit move zero-extends).
+    /// value is non-negative (a 32-bit move zero-extends), and zeroing idiom for 0 as the
+    /// kernel's JIT (emit_mov_imm32): flags are dead between eBPF instructions.
     fn mov_imm(&mut self, reg: X86, wide: bool, imm: i32) -> Result {
-        if wide && imm < 0 {
+        if imm == 0 {
+            self.a.xor(reg.d, reg.d)
+        } else if wide && imm < 0 {
             self.a.mov(reg.q, i64::from(imm))
         } else {
             self.a.mov(reg.d, imm as u32)
@@ -385,6 +388,8 @@ impl<'p> Compiler<'p> {
             JMP_JSET if insn.uses_src_reg() => rr!(a, wide, test, d, s)?,
             JMP_JSET => ri!(a, wide, test, d, insn.imm)?,
             _ if insn.uses_src_reg() => rr!(a, wide, cmp, d, s)?,
+            // As the kernel's JIT: `test` sets the flags `cmp` with 0 would, a byte shorter.
+            _ if insn.imm == 0 => rr!(a, wide, test, d, d)?,
             _ => ri!(a, wide, cmp, d, insn.imm)?,
         }
         let label = self.slot_labels[target];
