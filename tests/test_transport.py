@@ -29,7 +29,7 @@ CONSUMER, PRODUCER = BUILD / "bin" / "transport", BUILD / "bin" / "syscall_load"
 # The kernel keeps 15 characters of a program's name; bpftool shows the full one from BTF.
 OUR_PROGRAMS = ("ringbuf_produce", "perfbuf_produce")
 UEBPF_REGIONS = "uebpf-tracecost-*"  # the regions of tracecost's runs on uebpf (tracecost/uebpf.py)
-TRACED = {"ringbuf", "perfbuf", "uebpf"}
+TRACED = {"ringbuf", "perfbuf", "uebpf", "uebpf-perfbuf"}
 
 
 def our_programs_loaded() -> list[dict]:
@@ -89,7 +89,7 @@ def test_short_run_accounts_for_every_call(short_run):
     result, out = short_run
     assert result.returncode == 0, result.stderr
     runs = traced_runs(out)
-    assert {r["mechanism"] for r in runs} == TRACED and len(runs) == 6  # (warm-up + 1) x 3
+    assert {r["mechanism"] for r in runs} == TRACED and len(runs) == 8  # (warm-up + 1) x 4
     for run in runs:
         assert run["produced"] == run["calls"] > 0, run
         assert run["received"] + run["dropped"] == run["produced"], run
@@ -181,18 +181,22 @@ def test_nothing_left_after_runs(short_run, overflowing_run):
     nothing_left_behind()
 
 
-def test_uebpf_runs_the_ring_buffer_and_says_why_it_has_no_perf_buffer(short_run, overflowing_run):
+def test_uebpf_runs_the_ring_buffer_and_the_perf_buffer(short_run, overflowing_run):
     """The same consumer under uebpf's server, the producers under its agent: the program ran once per
-    producer call (produced == calls), and in the overflowing run drops were counted by the program."""
+    producer call (produced == calls), and in the overflowing run drops were counted by the program
+    (perf buffer: reported by PERF_RECORD_LOST records, as the kernel's, equal to the program's own
+    count of failed outputs). The perf buffer's consumer sends its end-of-stream markers through its
+    own agent (a loader that traces itself)."""
     for out in (short_run[1], overflowing_run[1]):
-        on_uebpf = [r for r in traced_runs(out) if r["mechanism"] == "uebpf"]
-        assert len(on_uebpf) == 2 and all(r["produced"] == r["calls"] > 0 for r in on_uebpf), on_uebpf
+        on_uebpf = [r for r in traced_runs(out) if r["mechanism"] in ("uebpf", "uebpf-perfbuf")]
+        assert sorted(r["mechanism"] for r in on_uebpf) == ["uebpf"] * 2 + ["uebpf-perfbuf"] * 2, on_uebpf
+        assert all(r["produced"] == r["calls"] > 0 for r in on_uebpf), on_uebpf
     assert all(
-        r["dropped"] == r["dropped_bpf"] > 0 for r in traced_runs(overflowing_run[1]) if r["mechanism"] == "uebpf"
+        r["dropped"] == r["dropped_bpf"] > 0
+        for r in traced_runs(overflowing_run[1])
+        if r["mechanism"] in ("uebpf", "uebpf-perfbuf")
     )
-    unavailable = results.load(short_run[1])["suites"]["transport"]["unavailable"]
-    assert [(u["method"], u["reason"]) for u in unavailable] == [("uebpf-perfbuf", transport.NO_PERF_BUFFER)]
-    assert "uebpf has no perf event array" in short_run[0].stderr
+    assert results.load(short_run[1])["suites"]["transport"]["unavailable"] == []
 
 
 def test_baseline_refuses_to_run_while_a_program_is_attached(tmp_path):
@@ -272,11 +276,12 @@ def test_a_consumer_whose_counts_do_not_add_up_fails_the_run(tmp_path):
     )
     assert result.returncode == 1, result.stderr
     failures = results.load(out)["suites"]["transport"]["failures"]
-    assert len(failures) == 6  # three mechanisms, warm-up and measured run
-    on_kernel = [f for f in failures if f["method"] != "uebpf"]
+    assert len(failures) == 8  # four mechanisms, warm-up and measured run
+    on_uebpf = ("uebpf", "uebpf-perfbuf")
+    on_kernel = [f for f in failures if f["method"] not in on_uebpf]
     assert len(on_kernel) == 4 and all("program saw 5 of the producers'" in f["error"] for f in on_kernel), failures
     # The stand-in never makes a region: on uebpf the producers' agents cannot apply an attach.
-    assert all("did not apply the attach" in f["error"] for f in failures if f["method"] == "uebpf"), failures
+    assert all("did not apply the attach" in f["error"] for f in failures if f["method"] in on_uebpf), failures
     assert "program saw 5 of the producers'" in result.stderr
     nothing_left_behind()
 

@@ -254,7 +254,7 @@ def test_micro_loads_prefills_attaches_uprobes_and_a_syscall_tracepoint(tmp_path
 
 
 def test_refusals_are_clear(tmp_path):
-    """A perf event array (the perf buffer) is refused with the reason; a program calling a helper
+    """A map type uebpf lacks (an LPM trie) is refused with the reason; a program calling a helper
     uebpf lacks is refused through the loader's log buffer, naming the helper."""
     script = r"""
 import ctypes, struct, sys
@@ -263,9 +263,9 @@ libc.syscall.restype = ctypes.c_long
 def bpf(cmd, attr):
     buf = ctypes.create_string_buffer(attr.ljust(144, b"\0"), 144)
     return libc.syscall(321, cmd, buf, 144), ctypes.get_errno()
-# BPF_MAP_CREATE of a perf event array (type 4, key 4, value 4, 2 entries)
-fd, err = bpf(0, struct.pack("<5I", 4, 4, 4, 2, 0))
-print("perf_event_array", fd, err)
+# BPF_MAP_CREATE of an LPM trie (type 11, key 8, value 4, 2 entries, BPF_F_NO_PREALLOC)
+fd, err = bpf(0, struct.pack("<5I", 11, 8, 4, 2, 1))
+print("lpm_trie", fd, err)
 # BPF_PROG_LOAD: kprobe program calling bpf_get_current_task (35), with a log buffer
 insns = struct.pack("<BBhi", 0x85, 0, 0, 35) + struct.pack("<BBhi", 0x95, 0, 0, 0)
 code = ctypes.create_string_buffer(insns, len(insns))
@@ -284,8 +284,8 @@ print("prog", fd, err, log.value.decode())
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == "perf_event_array -1 22"
-    assert "perf_event_array (4) is not supported by uebpf" in result.stderr
+    assert lines[0] == "lpm_trie -1 22"
+    assert "lpm_trie (11) is not supported by uebpf" in result.stderr
     assert lines[1].startswith(
         "prog -1 13 uebpf: program `(unnamed)` calls bpf_get_current_task (35), which uebpf does not provide"
     )

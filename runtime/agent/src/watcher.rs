@@ -50,17 +50,12 @@ pub(crate) fn spawn(name: String) {
     // SAFETY: signal masks of the calling thread, restored right after the spawn; the thread
     // takes ownership of the boxed name and epoch.
     unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut previous: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        for synchronous in [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP, libc::SIGSYS] {
-            libc::sigdelset(&mut all, synchronous);
-        }
         // The hook engine's checkpoint signal stays open: a live patch made by another thread
         // (a successor after `uebpf detach` and a new inject, while the retired thread has not
         // woken yet; a self-tracing loader's own threads) must see this thread stop too, since
         // it runs libc code that may be the function being patched.
-        libc::sigdelset(&mut all, libc::SIGRTMAX());
+        let all = uebpf::signals::helper_thread_mask();
+        let mut previous: libc::sigset_t = std::mem::zeroed();
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut previous);
         // Probes off on the spawning thread too: the spawn is the agent's work, not the target's.
         let error = without_probes(|| {

@@ -112,15 +112,24 @@ impl ArrayView {
     /// # Safety
     /// `key` is null or readable for 4 bytes; `next` writable for 4.
     pub unsafe fn next_key(&self, key: *const u8, next: *mut u8) -> Result<(), Errno> {
-        let index = if key.is_null() { u32::MAX } else { Self::index(key) };
-        let following = if index >= self.max_entries {
-            0
-        } else if index == self.max_entries - 1 {
-            return Err(libc::ENOENT);
-        } else {
-            index + 1
-        };
-        (next as *mut u32).write_unaligned(following);
-        Ok(())
+        next_index(key, next, self.max_entries)
     }
+}
+
+/// `BPF_MAP_GET_NEXT_KEY` of an array of `max_entries` (the kernel's array_map_get_next_key): 0
+/// after no key or one past the end, ENOENT after the last.
+///
+/// # Safety
+/// `key` null or readable for 4 bytes, `next` writable for 4.
+pub(crate) unsafe fn next_index(key: *const u8, next: *mut u8, max_entries: u32) -> Result<(), Errno> {
+    let index = if key.is_null() { u32::MAX } else { (key as *const u32).read_unaligned() };
+    let following = if index >= max_entries {
+        0
+    } else if index == max_entries - 1 {
+        return Err(libc::ENOENT);
+    } else {
+        index + 1
+    };
+    (next as *mut u32).write_unaligned(following);
+    Ok(())
 }

@@ -2,14 +2,19 @@
 //! the kernel's rules), and how much region storage each needs.
 
 use crate::error::Error;
-use crate::layout::{align_up, Bucket, EntryHeader, HashControl, RingControl, PAGE_SIZE};
+use crate::layout::{align_up, Bucket, EntryHeader, HashControl, PerfControl, RingControl, PAGE_SIZE};
 
 /// Kernel `BPF_MAP_TYPE_*` values.
 pub const BPF_MAP_TYPE_HASH: u32 = 1;
 pub const BPF_MAP_TYPE_ARRAY: u32 = 2;
+pub const BPF_MAP_TYPE_PERF_EVENT_ARRAY: u32 = 4;
 pub const BPF_MAP_TYPE_PERCPU_HASH: u32 = 5;
 pub const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 pub const BPF_MAP_TYPE_RINGBUF: u32 = 27;
+/// Not a kernel map type: the buffer of one perf event (perfbuf.rs), which the bpf(2) server
+/// makes when a loader maps a BPF output event. `Region::create_map` refuses it: only
+/// `Region::create_perf_buffer` makes one.
+pub const UEBPF_PERF_BUFFER: u32 = 0x7ebf_0004;
 
 /// Map flags with a meaning here. `BPF_F_NO_PREALLOC` is accepted and changes nothing: hash maps
 /// are always preallocated in the region.
@@ -50,6 +55,9 @@ pub enum MapKind {
     Hash,
     PercpuHash,
     RingBuf,
+    /// Slots naming perf buffers, by CPU (`bpf_perf_event_output`).
+    PerfEventArray,
+    PerfBuffer,
 }
 
 impl MapKind {
@@ -60,6 +68,8 @@ impl MapKind {
             BPF_MAP_TYPE_HASH => MapKind::Hash,
             BPF_MAP_TYPE_PERCPU_HASH => MapKind::PercpuHash,
             BPF_MAP_TYPE_RINGBUF => MapKind::RingBuf,
+            BPF_MAP_TYPE_PERF_EVENT_ARRAY => MapKind::PerfEventArray,
+            UEBPF_PERF_BUFFER => MapKind::PerfBuffer,
             _ => return None,
         })
     }
@@ -130,7 +140,7 @@ impl MapDef {
         let fail = |why: String| Err(Error::invalid(why));
         let Some(kind) = MapKind::of(self.map_type) else {
             return fail(format!(
-                "map type {} ({}) is not supported by uebpf (supported: array, percpu_array, hash, percpu_hash, ringbuf)",
+                "map type {} ({}) is not supported by uebpf (supported: array, percpu_array, hash, percpu_hash, ringbuf, perf_event_array)",
                 map_type_name(self.map_type),
                 self.map_type
             ));
@@ -154,7 +164,7 @@ impl MapDef {
                     return fail(format!("hash keys must be 1 to {MAX_HASH_KEY} bytes, not {}", self.key_size));
                 }
             }
-            MapKind::RingBuf => {
+            MapKind::RingBuf | MapKind::PerfBuffer => {
                 if self.key_size != 0 || self.value_size != 0 {
                     return fail("ring buffers have no key or value size (both must be 0)".into());
                 }
@@ -163,6 +173,15 @@ impl MapDef {
                     return fail(format!("ring buffer size {size} must be a power of two and a multiple of {PAGE_SIZE}"));
                 }
                 return Ok(kind);
+            }
+            // The kernel's fd_array_map_alloc_check: a u32 index, a u32 descriptor.
+            MapKind::PerfEventArray => {
+                if self.key_size != 4 || self.value_size != 4 {
+                    return fail(format!(
+                        "perf event arrays need a 4-byte key and a 4-byte value, not {} and {}",
+                        self.key_size, self.value_size
+                    ));
+                }
             }
         }
         if self.value_size == 0 || self.value_size > MAX_VALUE {
@@ -180,7 +199,7 @@ impl MapDef {
         let Some(kind) = MapKind::of(self.map_type) else { return false };
         let hash = matches!(kind, MapKind::Hash | MapKind::PercpuHash);
         (hash && self.key_size > MAX_HASH_KEY)
-            || (kind != MapKind::RingBuf && self.value_size > MAX_VALUE)
+            || (!matches!(kind, MapKind::RingBuf | MapKind::PerfBuffer) && self.value_size > MAX_VALUE)
             || (kind.is_percpu() && self.value_size > MAX_PERCPU_VALUE)
             || (self.validate().is_ok() && self.layout(possible_cpus).is_err())
     }
@@ -200,7 +219,8 @@ impl MapDef {
         let values_size = entries * u64::from(cpus) * value_stride;
         let mut layout = StorageLayout { value_stride: value_stride as u32, cpus, ..Default::default() };
         match kind {
-            MapKind::Array | MapKind::PercpuArray => {
+            // A perf event array's slots hold perf buffer map ids (0: none), u32s 8 bytes apart.
+            MapKind::Array | MapKind::PercpuArray | MapKind::PerfEventArray => {
                 layout.size = align_up(values_size, page);
             }
             MapKind::Hash | MapKind::PercpuHash => {
@@ -222,6 +242,14 @@ impl MapDef {
                 layout.entries = 2 * page; // producer page
                 layout.values = 3 * page; // data, right after the producer page
                 layout.size = 3 * page + entries;
+                layout.value_stride = 0;
+            }
+            MapKind::PerfBuffer => {
+                const _: () = assert!(std::mem::size_of::<PerfControl>() <= PAGE_SIZE);
+                layout.control = 0;
+                layout.entries = page; // the perf_event_mmap_page a consumer maps
+                layout.values = 2 * page; // data, right after it
+                layout.size = 2 * page + entries;
                 layout.value_stride = 0;
             }
         }

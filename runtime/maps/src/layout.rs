@@ -34,7 +34,8 @@ use crate::lock::SpinLock;
 pub const MAGIC: [u8; 8] = *b"UEBPFRGN";
 /// 2: the attach table and `ProgEntry::prog_type`. 3: the agent table. 4: `AgentEntry::slow_hooks`.
 /// 5: hash chains end in a "nulls" marker naming their bucket, `EntryHeader::seq`, and
-/// `RingControl::head_waiter` and `staged`. 6: `RingControl::held_pos` replaces `staged`.
+/// `RingControl::head_waiter` and `staged`. 6: `RingControl::held_pos` replaces `staged`; perf
+/// event arrays and perf buffers (`PerfControl`).
 pub const VERSION: u32 = 6;
 /// The region is laid out in 4 KiB pages (x86-64); creation and opening check the system agrees.
 pub const PAGE_SIZE: usize = 4096;
@@ -250,19 +251,26 @@ pub struct EntryHeader {
     pub _pad: u32,
 }
 
+/// How a consumer of a ring or perf buffer sleeps and producers wake it (ringbuf.rs, "Wakeups";
+/// wakeup.rs).
+#[repr(C)]
+pub struct Wakeup {
+    /// Futex word: incremented on every wakeup.
+    pub seq: AtomicU32,
+    /// Consumers currently registered as waiting; producers call FUTEX_WAKE only if > 0.
+    pub waiters: AtomicU32,
+    /// 1 once a consumer has registered as waiting, until a producer's watermark wakeup takes it:
+    /// at most one such wakeup per sleep.
+    pub armed: AtomicU32,
+}
+
 /// Ring buffer bookkeeping that consumers must not be able to write, so it is not on the
 /// consumer page (which libbpf maps writable).
 #[repr(C)]
 pub struct RingControl {
     /// Serialises reservations (commits are lock-free, as in the kernel).
     pub lock: SpinLock,
-    /// Futex word: incremented on every wakeup-worthy commit.
-    pub wakeup_seq: AtomicU32,
-    /// Consumers currently sleeping on `wakeup_seq`; producers call FUTEX_WAKE only if > 0.
-    pub waiters: AtomicU32,
-    /// 1 once a consumer has registered as waiting, until a producer's watermark wakeup takes it:
-    /// at most one such wakeup per sleep (see ringbuf.rs, "Wakeups").
-    pub armed: AtomicU32,
+    pub wakeup: Wakeup,
     /// Oldest record not yet committed (the kernel's `pending_pos`): a reservation never
     /// overtakes it by more than the ring size, whatever a consumer writes to consumer_pos.
     /// Only changed under `lock`.
@@ -279,6 +287,31 @@ pub struct RingControl {
     /// advances it under `lock`; placing a staged record leaves it (the room moves into the ring).
     pub held_pos: AtomicU64,
 }
+
+/// Perf buffer bookkeeping (perfbuf.rs), on a page of its own before the page a consumer maps
+/// (the kernel's `struct perf_event_mmap_page`, which libbpf maps writable).
+#[repr(C)]
+pub struct PerfControl {
+    /// Serialises writers: a record is written whole, then `data_head` moves past it.
+    pub lock: SpinLock,
+    pub wakeup: Wakeup,
+    /// Samples refused since the last PERF_RECORD_LOST was written (the kernel's `rb->lost`).
+    pub lost: AtomicU64,
+    /// Samples refused in all.
+    pub lost_total: AtomicU64,
+    /// The CPU the event was opened for (`perf_event_open`'s cpu argument).
+    pub cpu: u32,
+    pub _pad: u32,
+    /// The id written in PERF_RECORD_LOST records (the kernel writes the event's id).
+    pub event_id: u64,
+}
+
+/// Offsets in the kernel's `struct perf_event_mmap_page` (include/uapi/linux/perf_event.h): the
+/// fields a consumer of a BPF output event reads and writes.
+pub const PERF_DATA_HEAD: u64 = 1024;
+pub const PERF_DATA_TAIL: u64 = 1032;
+pub const PERF_DATA_OFFSET: u64 = 1040;
+pub const PERF_DATA_SIZE: u64 = 1048;
 
 /// The kernel's ring buffer record header (`struct bpf_ringbuf_hdr`).
 #[repr(C)]

@@ -25,21 +25,25 @@ mod hash;
 pub mod layout;
 mod lock;
 mod map;
+pub mod perfbuf;
 mod region;
 pub mod ringbuf;
 #[doc(hidden)]
 pub mod test_support;
+pub mod wakeup;
 
 pub use agents::{generation_reached, AgentReport, AgentStatus};
 pub use attach::{kernel_tracepoint_id, kernel_tracepoint_name, AttachInfo, AttachKind, AttachSpec, AttachState, TRACEFS_EVENTS};
 pub use def::{MapDef, MapKind, StorageLayout};
 pub use error::{Error, ErrorKind};
 pub use map::{Map, ProgramMemory};
+pub use perfbuf::PerfBuf;
 pub use region::{
     check_name, check_trusted, region_path, MapInfo, ProgramInfo, ProgramKind, ProgramSpec, Region, RegionSpec, DEFAULT_REGION, REFUSED,
     REGION_ENV,
 };
 pub use ringbuf::RingBuf;
+pub use wakeup::{Consumable, Waiting};
 
 /// A positive errno value, as the kernel returns (negated) for the same map operation.
 pub type Errno = i32;

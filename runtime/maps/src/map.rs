@@ -14,14 +14,18 @@ use crate::def::{MapDef, MapKind};
 use crate::error::{Error, ErrorKind};
 use crate::hash::HashView;
 use crate::layout::{Bucket, HashControl, PAGE_SIZE};
+use crate::perfbuf::{PerfBuf, PerfEventArray, ENOTSUPP};
 use crate::region::{MapInfo, Region, Shared};
 use crate::ringbuf::RingBuf;
+use crate::wakeup::Consumable;
 use crate::Errno;
 
 enum Storage {
     Array(ArrayView),
     Hash(HashView),
     Ring(RingBuf),
+    PerfArray(PerfEventArray),
+    PerfBuffer(PerfBuf),
 }
 
 /// Memory a program may access directly: what map lookups and ring buffer reservations return.
@@ -56,7 +60,7 @@ pub(crate) fn initialise(shared: &Shared, info: &MapInfo, kind: MapKind, initial
         MapKind::Hash | MapKind::PercpuHash => {
             hash_view(shared, info).expect("a map we just laid out is inside the region").initialise();
         }
-        MapKind::PercpuArray | MapKind::RingBuf => {}
+        MapKind::PercpuArray | MapKind::RingBuf | MapKind::PerfEventArray | MapKind::PerfBuffer => {}
     }
 }
 
@@ -109,6 +113,14 @@ impl Map {
                 info.values_offset(),
                 u64::from(d.max_entries),
             )?),
+            MapKind::PerfEventArray => Storage::PerfArray(PerfEventArray::new(shared, info.values_offset(), d.max_entries)?),
+            MapKind::PerfBuffer => Storage::PerfBuffer(PerfBuf::map(
+                shared,
+                info.area + s.control,
+                info.perf_page_offset(),
+                info.values_offset(),
+                u64::from(d.max_entries),
+            )?),
         };
         Ok(Map { info, kind, storage, _shared: Arc::clone(&region.shared) })
     }
@@ -136,6 +148,29 @@ impl Map {
         }
     }
 
+    pub fn perfbuf(&self) -> Option<&PerfBuf> {
+        match &self.storage {
+            Storage::PerfBuffer(buffer) => Some(buffer),
+            _ => None,
+        }
+    }
+
+    pub fn perf_event_array(&self) -> Option<&PerfEventArray> {
+        match &self.storage {
+            Storage::PerfArray(array) => Some(array),
+            _ => None,
+        }
+    }
+
+    /// What a consumer of this map sleeps on: ring buffers and perf buffers.
+    pub fn consumable(&self) -> Option<&dyn Consumable> {
+        match &self.storage {
+            Storage::Ring(ring) => Some(ring),
+            Storage::PerfBuffer(buffer) => Some(buffer),
+            _ => None,
+        }
+    }
+
     /// The memory programs reach through this map: the values (read-only for maps flagged
     /// BPF_F_RDONLY_PROG, e.g. `.rodata`) or the ring buffer's data.
     pub fn program_memory(&self) -> ProgramMemory {
@@ -148,6 +183,8 @@ impl Map {
                 let (start, len) = r.data_mapping();
                 ProgramMemory { start, len, writable: true }
             }
+            // Programs write perf buffers only through bpf_perf_event_output.
+            Storage::PerfArray(_) | Storage::PerfBuffer(_) => ProgramMemory { start: std::ptr::null_mut(), len: 0, writable: false },
         }
     }
 
@@ -160,7 +197,7 @@ impl Map {
         match &self.storage {
             Storage::Array(a) => a.lookup(key),
             Storage::Hash(h) => h.lookup(key),
-            Storage::Ring(_) => std::ptr::null_mut(),
+            Storage::Ring(_) | Storage::PerfArray(_) | Storage::PerfBuffer(_) => std::ptr::null_mut(),
         }
     }
 
@@ -172,7 +209,7 @@ impl Map {
         match &self.storage {
             Storage::Array(a) => a.update(key, value, flags),
             Storage::Hash(h) => h.update_this_cpu(key, value, flags),
-            Storage::Ring(_) => Err(libc::EINVAL),
+            Storage::Ring(_) | Storage::PerfArray(_) | Storage::PerfBuffer(_) => Err(libc::EINVAL),
         }
     }
 
@@ -184,7 +221,8 @@ impl Map {
         match &self.storage {
             Storage::Array(a) => a.delete(),
             Storage::Hash(h) => h.delete(key),
-            Storage::Ring(_) => Err(libc::EINVAL),
+            Storage::PerfArray(p) => p.clear((key as *const u32).read_unaligned()),
+            Storage::Ring(_) | Storage::PerfBuffer(_) => Err(libc::EINVAL),
         }
     }
 
@@ -199,7 +237,7 @@ impl Map {
     }
 
     fn check_sizes(&self, key: &[u8], value: Option<usize>) -> Result<(), Errno> {
-        if self.kind == MapKind::RingBuf
+        if matches!(self.kind, MapKind::RingBuf | MapKind::PerfBuffer)
             || key.len() != self.info.def.key_size as usize
             || value.is_some_and(|len| len != self.syscall_value_size())
         {
@@ -216,7 +254,9 @@ impl Map {
             match &self.storage {
                 Storage::Array(a) => a.lookup_all(key.as_ptr(), value.as_mut_ptr()),
                 Storage::Hash(h) => h.lookup_all(key.as_ptr(), value.as_mut_ptr()),
-                Storage::Ring(_) => Err(libc::EINVAL),
+                // The kernel's bpf_fd_array_map_lookup_elem without map_fd_sys_lookup_elem.
+                Storage::PerfArray(_) => Err(ENOTSUPP),
+                Storage::Ring(_) | Storage::PerfBuffer(_) => Err(libc::EINVAL),
             }
         }
     }
@@ -229,7 +269,9 @@ impl Map {
             match &self.storage {
                 Storage::Array(a) => a.update_all(key.as_ptr(), value.as_ptr(), flags),
                 Storage::Hash(h) => h.update_all(key.as_ptr(), value.as_ptr(), flags),
-                Storage::Ring(_) => Err(libc::EINVAL),
+                // Its values are descriptors, which only the bpf(2) server can turn into
+                // buffers (`PerfEventArray::set`).
+                Storage::Ring(_) | Storage::PerfArray(_) | Storage::PerfBuffer(_) => Err(libc::EINVAL),
             }
         }
     }
@@ -244,7 +286,8 @@ impl Map {
     /// not in a hash map); ENOENT after the last.
     pub fn next_key(&self, key: Option<&[u8]>, next: &mut [u8]) -> Result<(), Errno> {
         let key_size = self.info.def.key_size as usize;
-        if self.kind == MapKind::RingBuf || next.len() != key_size || key.is_some_and(|k| k.len() != key_size) {
+        if matches!(self.kind, MapKind::RingBuf | MapKind::PerfBuffer) || next.len() != key_size || key.is_some_and(|k| k.len() != key_size)
+        {
             return Err(libc::EINVAL);
         }
         let key = key.map_or(std::ptr::null(), |k| k.as_ptr());
@@ -253,7 +296,8 @@ impl Map {
             match &self.storage {
                 Storage::Array(a) => a.next_key(key, next.as_mut_ptr()),
                 Storage::Hash(h) => h.next_key(key, next.as_mut_ptr()),
-                Storage::Ring(_) => Err(libc::EINVAL),
+                Storage::PerfArray(_) => crate::array::next_index(key, next.as_mut_ptr(), self.info.def.max_entries),
+                Storage::Ring(_) | Storage::PerfBuffer(_) => Err(libc::EINVAL),
             }
         }
     }

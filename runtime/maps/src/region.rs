@@ -113,6 +113,12 @@ impl MapInfo {
     pub fn ringbuf_producer_offset(&self) -> u64 {
         self.area + self.storage.entries
     }
+
+    /// Perf buffers: file offset of the `perf_event_mmap_page`, followed by the data (what a
+    /// consumer maps at the event's descriptor, offset 0).
+    pub fn perf_page_offset(&self) -> u64 {
+        self.area + self.storage.entries
+    }
 }
 
 /// A program to store in the region.
@@ -415,6 +421,24 @@ impl Region {
     /// Creates a map and returns its id. `initial` fills the value of element 0 of an array map
     /// (global data: `.data`, `.rodata`).
     pub fn create_map(&self, name: &str, def: &MapDef, initial: Option<&[u8]>) -> Result<u32, Error> {
+        if def.map_type == crate::def::UEBPF_PERF_BUFFER {
+            let why = format!("map type {:#x} is uebpf's own (perf buffers are made by mapping a perf event)", def.map_type);
+            return Err(Error::invalid(why).context(format_args!("map `{name}`")));
+        }
+        self.add_map(name, def, initial)
+    }
+
+    /// Creates the perf buffer of a BPF output perf event opened for `cpu` (perfbuf::ANY_CPU:
+    /// any) with `size` bytes of data, and returns its map id.
+    pub fn create_perf_buffer(&self, name: &str, size: u64, cpu: u32, event_id: u64) -> Result<u32, Error> {
+        let max_entries = u32::try_from(size).map_err(|_| Error::invalid(format!("perf buffer of {size} bytes: too large")))?;
+        let def = MapDef { map_type: crate::def::UEBPF_PERF_BUFFER, max_entries, ..Default::default() };
+        let id = self.add_map(name, &def, None)?;
+        self.map(id)?.perfbuf().expect("a perf buffer").initialise(cpu, event_id);
+        Ok(id)
+    }
+
+    fn add_map(&self, name: &str, def: &MapDef, initial: Option<&[u8]>) -> Result<u32, Error> {
         let fail = |e: Error| e.context(format_args!("map `{name}`"));
         let kind = def.validate().map_err(fail)?;
         let layout = def.layout(self.possible_cpus()).map_err(fail)?;

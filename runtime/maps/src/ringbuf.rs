@@ -15,7 +15,7 @@
 //! apart pay one per call. So, as LTTng's consumer: a consumer that has drained the ring sleeps
 //! for at most CONSUMER_TIMER (its wait's timeout, server/src/epoll.rs and ring.rs), and a
 //! producer wakes it early only when the unread bytes reach a WATERMARK_DIVISOR-th of the ring
-//! (once per sleep: `RingControl::armed`), so that a burst never fills the ring while it sleeps.
+//! (once per sleep: `Wakeup::armed`), so that a burst never fills the ring while it sleeps.
 //! BPF_RB_FORCE_WAKEUP still wakes every time, BPF_RB_NO_WAKEUP never (the timer still delivers).
 //! One more wakeup has no kernel counterpart: a consumer can find the record at its position still
 //! being written (a uebpf producer can be preempted between reserve and submit, for a scheduler
@@ -23,9 +23,9 @@
 //! sleeps until that record's submit, which wakes it (`RingControl::head_waiter`), rather than for
 //! its timer while the ring fills and producers drop records (with 4 getpgid producers on 2
 //! CPUs, 57 % of them dropped).
-//! Wakeups go through a futex on `RingControl::wakeup_seq`, which works across processes, and only
-//! while a consumer is registered as waiting (`RingControl::waiters`): otherwise a submit makes
-//! no system call.
+//! Wakeups go through a futex (`RingControl::wakeup`, wakeup.rs), which works across processes,
+//! and only while a consumer is registered as waiting (`Wakeup::waiters`): otherwise a submit
+//! makes no system call.
 //!
 //! Staging: a reserved record the program is still writing blocks the consumer, which reads in
 //! order and stops at it. The kernel's producer cannot be preempted there; a uebpf producer can,
@@ -47,9 +47,9 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::futex;
 use crate::layout::*;
 use crate::region::Shared;
+use crate::wakeup::{Consumable, Waiting};
 use crate::Errno;
 
 /// The longest a consumer that has caught up sleeps before it looks again (the bound on how late
@@ -394,10 +394,10 @@ impl RingBuf {
     /// record that was written in place).
     fn wake_for(&self, flags: u64, offset: Option<u64>) {
         if flags & BPF_RB_FORCE_WAKEUP != 0 {
-            self.wake(true);
+            self.control().wakeup.wake(true);
         } else if flags & BPF_RB_NO_WAKEUP == 0 {
             if self.unread() >= self.size / WATERMARK_DIVISOR {
-                self.wake(false);
+                self.control().wakeup.wake(false);
             }
             if let Some(offset) = offset {
                 self.wake_head_waiter(offset);
@@ -413,7 +413,7 @@ impl RingBuf {
             && (waiter - 1) & (self.size - 1) == offset
             && control.head_waiter.compare_exchange(waiter, 0, Ordering::SeqCst, Ordering::Relaxed).is_ok()
         {
-            self.signal();
+            control.wakeup.signal();
         }
     }
 
@@ -457,26 +457,6 @@ impl RingBuf {
     fn unread(&self) -> u64 {
         let producer = self.producer_pos().load(Ordering::Acquire);
         producer.wrapping_sub(self.consumer_pos().load(Ordering::Acquire))
-    }
-
-    /// Wakes consumers that are waiting; with none waiting, no system call (as the kernel's
-    /// wakeup of an empty wait queue). Unless `force`d, only the first producer to find the
-    /// consumers armed wakes them (one watermark wakeup per sleep, not one per record while they
-    /// get up). The fence pairs with the one in `Waiting::new`: either this producer sees the
-    /// waiter, or the waiter, checking for records after registering, sees this record.
-    fn wake(&self, force: bool) {
-        let control = self.control();
-        fence(Ordering::SeqCst);
-        if control.waiters.load(Ordering::SeqCst) > 0 && (control.armed.swap(0, Ordering::SeqCst) == 1 || force) {
-            self.signal();
-        }
-    }
-
-    /// Changes the wakeup counter and wakes whoever sleeps on it.
-    fn signal(&self) {
-        let control = self.control();
-        control.wakeup_seq.fetch_add(1, Ordering::SeqCst);
-        futex::wake(&control.wakeup_seq);
     }
 
     /// True if the record at consumer_pos has been submitted or discarded: the consumer can read
@@ -538,86 +518,46 @@ impl RingBuf {
         }
     }
 
-    /// The wakeup counter: it changes every time a producer wakes consumers.
-    pub fn wakeup_seq(&self) -> u32 {
-        self.control().wakeup_seq.load(Ordering::SeqCst)
-    }
-
-    /// Sleeps until the wakeup counter differs from `seen` (a producer woke consumers) or
-    /// `timeout` passes, whether or not records are waiting; returns the counter. For a thread
-    /// that turns wakeups into another signal (an eventfd for epoll), unlike `wait`. It does not
-    /// count as waiting: producers wake it only while a consumer is registered (`waiting`).
-    pub fn wait_for_wakeup(&self, seen: u32, timeout: Duration) -> u32 {
-        futex::wait_for_change(&self.control().wakeup_seq, seen, timeout)
-    }
-
-    /// As `wait_for_wakeup`, for a consumer that must return when a signal handler runs, as
-    /// epoll_wait does: Err(EINTR) then.
-    pub fn sleep_until_woken(&self, seen: u32, timeout: Duration) -> Result<(), Errno> {
-        if futex::wait(&self.control().wakeup_seq, seen, timeout) {
-            Ok(())
-        } else {
-            Err(libc::EINTR)
+    /// Sleeps until a producer wakes consumers or `timeout` passes; returns at once if a record
+    /// is ready. Any number of processes may wait.
+    pub fn wait(&self, timeout: Duration) {
+        let _waiting = Waiting::new(self);
+        let seen = self.control().wakeup.seq();
+        if !self.has_record() {
+            self.control().wakeup.wait_for_change(seen, timeout);
         }
     }
+}
 
-    /// Registers a waiting consumer until the guard is dropped: producers wake consumers (the
-    /// futex, hence `wait_for_wakeup`) only while one is registered. Register, then look for
-    /// records, then sleep: a record submitted in between is either seen or wakes. A consumer
-    /// that sleeps again under the same registration calls `arm` before each later sleep.
-    pub fn waiting(&self) -> Waiting<'_> {
-        Waiting::new(self)
+impl Consumable for RingBuf {
+    fn wakeup(&self) -> &Wakeup {
+        &self.control().wakeup
     }
 
-    /// Says what should wake the registered consumer's next sleep: the watermark if it has read
+    fn has_record(&self) -> bool {
+        RingBuf::has_record(self)
+    }
+
+    /// What should wake the registered consumer's next sleep: the watermark if it has read
     /// everything, or the submit of the record at its position if that is still being written
-    /// (the watermark would wake it for nothing then: it cannot read past that record). Then the
-    /// caller reads the wakeup counter, looks for a record, and sleeps.
-    pub fn arm(&self) {
+    /// (the watermark would wake it for nothing then: it cannot read past that record).
+    fn arm(&self) {
         let control = self.control();
         let consumer = self.consumer_pos().load(Ordering::Acquire);
         let busy_head = consumer < self.producer_pos().load(Ordering::Acquire)
             && self.header_at(consumer).len.load(Ordering::Acquire) & RINGBUF_BUSY_BIT != 0;
         if busy_head {
-            control.armed.store(0, Ordering::SeqCst);
+            control.wakeup.armed.store(0, Ordering::SeqCst);
             control.head_waiter.store(consumer + 1, Ordering::SeqCst);
         } else {
             control.head_waiter.store(0, Ordering::SeqCst);
-            control.armed.store(1, Ordering::SeqCst);
+            control.wakeup.armed.store(1, Ordering::SeqCst);
         }
         fence(Ordering::SeqCst);
     }
 
-    /// Sleeps until a producer wakes consumers or `timeout` passes; returns at once if a record
-    /// is ready. Any number of processes may wait.
-    pub fn wait(&self, timeout: Duration) {
-        let _waiting = self.waiting();
-        let seen = self.wakeup_seq();
-        if !self.has_record() {
-            futex::wait(&self.control().wakeup_seq, seen, timeout);
-        }
-    }
-}
-
-/// A registered waiting consumer (`RingBuf::waiting`).
-pub struct Waiting<'a> {
-    ring: &'a RingBuf,
-}
-
-impl<'a> Waiting<'a> {
-    fn new(ring: &'a RingBuf) -> Waiting<'a> {
-        ring.control().waiters.fetch_add(1, Ordering::SeqCst);
-        ring.arm();
-        Waiting { ring }
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        let control = self.ring.control();
-        if control.waiters.fetch_sub(1, Ordering::SeqCst) == 1 {
-            // Nobody sleeps behind a record any more: its submit need not wake anyone.
-            control.head_waiter.store(0, Ordering::SeqCst);
-        }
+    /// Nobody sleeps behind a record any more: its submit need not wake anyone.
+    fn last_waiter_left(&self) {
+        self.control().head_waiter.store(0, Ordering::SeqCst);
     }
 }

@@ -8,7 +8,7 @@ use uebpf_maps::def::*;
 use uebpf_maps::layout::{RINGBUF_BUSY_BIT, RINGBUF_DISCARD_BIT};
 use uebpf_maps::ringbuf::*;
 use uebpf_maps::test_support::until_in_shared_futex_wait;
-use uebpf_maps::{region_path, ErrorKind, MapDef, Region, RegionSpec};
+use uebpf_maps::{region_path, Consumable, ErrorKind, MapDef, Region, RegionSpec};
 
 fn def(map_type: u32, key_size: u32, value_size: u32, max_entries: u32) -> MapDef {
     MapDef { map_type, key_size, value_size, max_entries, map_flags: 0 }
@@ -690,4 +690,69 @@ fn agent_slots_report_passes_and_wake_waiters() {
     assert_eq!(agent.agent(me), None);
     assert_eq!(agent.agents().len(), 1);
     assert!(generation_reached(5, 5) && generation_reached(0, u32::MAX) && !generation_reached(u32::MAX, 0));
+}
+
+/// Perf event arrays and perf buffers (perfbuf.rs): the kernel's record layout, errors and lost
+/// records, read as libbpf's perf_buffer reads them.
+#[test]
+fn perf_event_output_writes_kernel_samples_and_reports_lost_ones() {
+    use uebpf_maps::perfbuf::*;
+    let region = anonymous();
+    let cpus = uebpf_maps::current::possible_cpus();
+    let array_id = region.create_map("events", &def(BPF_MAP_TYPE_PERF_EVENT_ARRAY, 4, 4, cpus), None).unwrap();
+    let array_map = region.map(array_id).unwrap();
+    let array = array_map.perf_event_array().unwrap();
+    let internal = MapDef { map_type: UEBPF_PERF_BUFFER, max_entries: 4096, ..Default::default() };
+    assert!(region.create_map("sneaky", &internal, None).is_err(), "perf buffers are made only by mapping an event");
+    let buffer_id = region.create_perf_buffer("buffer", 4096, ANY_CPU, 7).unwrap();
+    let buffer_map = region.map(buffer_id).unwrap();
+    let buffer = buffer_map.perfbuf().unwrap();
+    let data = *b"0123456789";
+    let output = |flags| unsafe { array.output(flags, data.as_ptr(), data.len() as u64) };
+    assert_eq!(output(BPF_F_CURRENT_CPU), Err(libc::ENOENT), "an empty slot");
+    assert_eq!(output(u64::from(cpus)), Err(libc::E2BIG), "past the end");
+    assert_eq!(output(1 << 32), Err(libc::EINVAL), "flags beyond the index");
+    for cpu in 0..cpus {
+        array.set(cpu, buffer_id).unwrap();
+    }
+    assert_eq!(output(BPF_F_CURRENT_CPU), Ok(()));
+    let mut records = Vec::new();
+    assert_eq!(buffer.consume(|kind, body| records.push((kind, body.to_vec()))), 1);
+    // header (type 9, misc, size 8 + 16), u32 size 12 (the data and its padding), data, zeros.
+    let mut expected = 12u32.to_ne_bytes().to_vec();
+    expected.extend_from_slice(&data);
+    expected.extend_from_slice(&[0, 0]);
+    assert_eq!(records, [(PERF_RECORD_SAMPLE, expected)]);
+    // Fill: 4096 bytes, one kept free (CIRC_SPACE); 24-byte samples.
+    let mut kept = 0;
+    while output(BPF_F_CURRENT_CPU).is_ok() {
+        kept += 1;
+    }
+    assert_eq!(kept, 4095 / 24);
+    assert_eq!(output(BPF_F_CURRENT_CPU), Err(libc::ENOSPC));
+    assert_eq!(buffer.lost(), 2);
+    records.clear();
+    assert_eq!(buffer.consume(|kind, _| records.push((kind, Vec::new()))), kept);
+    assert_eq!(output(BPF_F_CURRENT_CPU), Ok(()), "room again");
+    let mut after = Vec::new();
+    buffer.consume(|kind, body| after.push((kind, body.to_vec())));
+    assert_eq!(after.len(), 2, "the lost count, then the sample");
+    assert_eq!(after[0].0, PERF_RECORD_LOST);
+    assert_eq!(after[0].1[..8], 7u64.to_ne_bytes(), "the event's id");
+    assert_eq!(after[0].1[8..], 2u64.to_ne_bytes(), "two samples lost");
+    assert_eq!(after[1].0, PERF_RECORD_SAMPLE);
+    // A buffer for one CPU takes samples from that CPU only (EOPNOTSUPP from the others).
+    let other = (uebpf_maps::current::cpu(u32::MAX) + 1) % cpus;
+    let pinned = region.create_perf_buffer("pinned", 4096, other, 8).unwrap();
+    array.set(0, pinned).unwrap();
+    if other != uebpf_maps::current::cpu(u32::MAX) {
+        assert_eq!(output(0), Err(libc::EOPNOTSUPP));
+    }
+    array.set(0, NOT_OUTPUT).unwrap();
+    assert_eq!(output(0), Err(libc::EINVAL), "not a BPF output event");
+    array.set(0, NO_BUFFER).unwrap();
+    assert_eq!(output(0), Err(libc::ENOSPC), "an event never mapped");
+    assert_eq!(array_map.delete(&0u32.to_ne_bytes()), Ok(()));
+    assert_eq!(array_map.delete(&0u32.to_ne_bytes()), Err(libc::ENOENT));
+    assert_eq!(array_map.lookup(&1u32.to_ne_bytes(), &mut [0u8; 4]), Err(ENOTSUPP));
 }

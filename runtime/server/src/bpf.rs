@@ -353,7 +353,10 @@ fn map_op(cmd: c_long, a: &[u8], object: &MapObject) -> Result<c_int, c_int> {
             writable()?;
             let key = user::read(key_ptr, key_size)?;
             let value = user::read(value_ptr, value_size)?;
-            map.update(&key, &value, flags)?;
+            match map.perf_event_array() {
+                Some(array) => store_perf_event(array, &key, &value, flags)?,
+                None => map.update(&key, &value, flags)?,
+            }
         }
         BPF_MAP_DELETE_ELEM => {
             writable()?;
@@ -368,6 +371,21 @@ fn map_op(cmd: c_long, a: &[u8], object: &MapObject) -> Result<c_int, c_int> {
         }
     }
     Ok(0)
+}
+
+/// A perf event array update (the kernel's fd_array_map_update_elem and
+/// perf_event_fd_array_get_ptr): the value is a perf event descriptor, which must be one of ours
+/// (a kernel perf event is EBADF here: uebpf cannot write to it); the slot names its buffer.
+fn store_perf_event(array: &uebpf_maps::perfbuf::PerfEventArray, key: &[u8], value: &[u8], flags: u64) -> Result<(), c_int> {
+    if flags != uebpf_maps::def::BPF_ANY {
+        return Err(libc::EINVAL);
+    }
+    let index = u32::from_ne_bytes(key.try_into().map_err(|_| libc::EINVAL)?);
+    let fd = i32::from_ne_bytes(value.try_into().map_err(|_| libc::EINVAL)?);
+    let object = lookup(fd).ok_or(libc::EBADF)?;
+    let Object::PerfEvent(event) = &*object else { return Err(libc::EBADF) };
+    // Past the end: E2BIG from the kernel's array_map index check, as here.
+    array.set(index, event.slot_value()).map_err(|_| libc::E2BIG)
 }
 
 /// The program's bytecode with `lddw` map references turned from descriptors into region map

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use crate::objects::{lookup, Object};
 use uebpf_maps::ringbuf::CONSUMER_TIMER;
+use uebpf_maps::Consumable;
 
 const PLAIN_INTEREST: u32 = !((libc::EPOLLET | libc::EPOLLONESHOT | libc::EPOLLEXCLUSIVE | libc::EPOLLWAKEUP) as u32);
 /// What a ring ever reports, as the kernel's ring buffer poll: readable.

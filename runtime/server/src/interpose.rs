@@ -35,7 +35,7 @@ pub extern "C" fn syscall(number: c_long, a1: c_long, a2: c_long, a3: c_long, a4
     // C `int` arguments arrive in 64-bit registers whose upper half is not defined: truncate.
     let handled = match number {
         libc::SYS_bpf => guarded(|| bpf::bpf(a1 as c_int, a2 as *mut u8, a3 as u32).ok_or(0)),
-        libc::SYS_perf_event_open => guarded(|| perf::perf_event_open(a1 as *const u8, a2 as c_int).ok_or(0)),
+        libc::SYS_perf_event_open => guarded(|| perf::perf_event_open(a1 as *const u8, a2 as c_int, a3 as c_int).ok_or(0)),
         _ => Err(0),
     };
     match handled {
@@ -59,8 +59,10 @@ pub extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: c_long) -> c_int {
 
 fn map_memory(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, offset: libc::off_t) -> *mut c_void {
     let Some(object) = lookup(fd) else { return real::mmap(addr, len, prot, flags, fd, offset) };
+    let request = ring::MmapRequest { addr, len, prot, flags, offset };
     let result = guarded(|| match &*object {
-        Object::Map(map) => ring::mmap(map, crate::lifetime::region()?, addr, len, prot, flags, offset),
+        Object::Map(map) => ring::mmap(map, crate::lifetime::region()?, &request),
+        Object::PerfEvent(event) => perf::mmap(event, fd, &request),
         _ => Err(libc::ENODEV),
     });
     result.unwrap_or_else(|errno| {
@@ -142,21 +144,16 @@ pub extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut libc:
 }
 
 /// `epoll_wait`: an instance of one ring waits on the ring's futex (`epoll`). Otherwise a
-/// consumer that may sleep registers with every ring as waiting (producers wake only waiting
-/// consumers), then every ring's readiness is brought up to date and the kernel waits (`ring`).
+/// consumer that may sleep registers with every ring and perf buffer as waiting (producers wake
+/// only waiting consumers), then their readiness is brought up to date and the kernel waits
+/// (`ring`).
 #[no_mangle]
 pub extern "C" fn epoll_wait(epfd: c_int, events: *mut libc::epoll_event, max: c_int, timeout: c_int) -> c_int {
     if let Some(member) = epoll::single_ring(epfd) {
         return finish(guarded(|| epoll::wait(&member, events, max, timeout)));
     }
     let rings = crate::objects::rings();
-    let bridges: Vec<_> = rings
-        .iter()
-        .filter_map(|object| match &**object {
-            Object::Map(map) => map.bridge.as_ref(),
-            _ => None,
-        })
-        .collect();
+    let bridges: Vec<_> = rings.iter().filter_map(|object| object.bridge()).collect();
     let _waiting: Vec<_> = bridges.iter().filter(|_| timeout != 0).map(|bridge| bridge.waiting()).collect();
     for bridge in &bridges {
         bridge.refresh();

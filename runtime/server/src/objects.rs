@@ -116,14 +116,25 @@ pub fn unregister(fd: c_int) -> Option<Arc<Object>> {
     removed
 }
 
-/// Every live ring buffer map (for epoll readiness).
+impl Object {
+    /// The readiness bridge of a ring buffer map or a mapped BPF output event.
+    pub fn bridge(&self) -> Option<&Bridge> {
+        match self {
+            Object::Map(map) => map.bridge.as_ref(),
+            Object::PerfEvent(event) => event.buffer.get().map(|buffer| &buffer.bridge),
+            _ => None,
+        }
+    }
+}
+
+/// Every live ring buffer map and mapped BPF output event (for epoll readiness).
 pub fn rings() -> Vec<Arc<Object>> {
     if LIVE.load(Ordering::Acquire) == 0 {
         return Vec::new();
     }
     let guard = objects();
     let Some(all) = guard.as_ref() else { return Vec::new() };
-    all.values().filter(|o| matches!(&***o, Object::Map(MapObject { bridge: Some(_), .. }))).cloned().collect()
+    all.values().filter(|o| o.bridge().is_some()).cloned().collect()
 }
 
 /// Ids of links and BTF objects (maps and programs have region ids).

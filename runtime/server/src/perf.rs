@@ -10,20 +10,32 @@
 //! answers those reads for the `syscalls` and `raw_syscalls` categories with ids of its own
 //! (from TRACEPOINT_ID_BASE up, below 2^31: libbpf parses them as int), so an unprivileged
 //! loader, which cannot read tracefs, can attach them too. Other categories go to the kernel.
+//!
+//! BPF output events (`PERF_COUNT_SW_BPF_OUTPUT`, one per CPU, as libbpf's `perf_buffer__new`
+//! opens them) are served too: mapping one makes its perf buffer in the region
+//! (uebpf_maps::perfbuf), and storing it in a perf event array (bpf.rs) lets programs write to
+//! it. Its descriptor is readable for epoll while records wait (ring.rs, the bridge).
 
-use std::ffi::{c_char, c_int, c_long, CStr, CString};
+use std::ffi::{c_char, c_int, c_long, c_void, CStr, CString};
 
 use std::os::unix::fs::MetadataExt;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use uebpf::user;
 
-use uebpf_maps::{generation_reached, kernel_tracepoint_id, kernel_tracepoint_name, AttachKind, AttachSpec, AttachState, TRACEFS_EVENTS};
+use uebpf_maps::layout::PAGE_SIZE;
+use uebpf_maps::perfbuf::{ANY_CPU, NOT_OUTPUT, NO_BUFFER};
+use uebpf_maps::{
+    generation_reached, kernel_tracepoint_id, kernel_tracepoint_name, AttachKind, AttachSpec, AttachState, ErrorKind, Map, TRACEFS_EVENTS,
+};
 
 use crate::lifetime::region;
 use crate::objects::{lookup, new_fd, register, Object, ProgObject};
+use crate::ring::{Bridge, MmapRequest};
 
+pub const PERF_TYPE_SOFTWARE: u32 = 1;
 pub const PERF_TYPE_TRACEPOINT: u32 = 2;
+pub const PERF_COUNT_SW_BPF_OUTPUT: u64 = 10;
 pub const PERF_EVENT_IOC_ENABLE: u64 = 0x2400;
 pub const PERF_EVENT_IOC_DISABLE: u64 = 0x2401;
 pub const PERF_EVENT_IOC_SET_BPF: u64 = 0x4004_2408;
@@ -47,11 +59,41 @@ pub enum Probe {
         name: String,
         id: u32,
     },
+    /// A BPF output event for `cpu` (perfbuf::ANY_CPU: any).
+    BpfOutput {
+        cpu: u32,
+    },
 }
 
 pub struct PerfEvent {
     pub probe: Probe,
     pub state: Mutex<PerfState>,
+    /// A BPF output event's buffer, made at its first mmap (its size is fixed from then on).
+    pub buffer: OnceLock<PerfBuffer>,
+}
+
+pub struct PerfBuffer {
+    /// The buffer's map id in the region (what a perf event array's slot holds).
+    pub id: u32,
+    pub map: Arc<Map>,
+    /// Readiness of the event's descriptor for epoll.
+    pub bridge: Bridge,
+}
+
+impl PerfEvent {
+    fn new(probe: Probe) -> PerfEvent {
+        PerfEvent { probe, state: Mutex::new(PerfState::default()), buffer: OnceLock::new() }
+    }
+
+    /// What a perf event array slot holding this event names (uebpf_maps::perfbuf): its
+    /// buffer, NO_BUFFER before it is mapped, NOT_OUTPUT for an event that is not a BPF output.
+    pub fn slot_value(&self) -> u32 {
+        match (&self.probe, self.buffer.get()) {
+            (Probe::BpfOutput { .. }, Some(buffer)) => buffer.id,
+            (Probe::BpfOutput { .. }, None) => NO_BUFFER,
+            _ => NOT_OUTPUT,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -162,7 +204,7 @@ fn read_perf_attr(attr: u64) -> Option<[u8; 72]> {
 }
 
 /// `perf_event_open(attr, pid, cpu, group_fd, flags)`: None if not for uebpf.
-pub fn perf_event_open(attr: *const u8, pid: c_int) -> Option<Result<c_long, c_int>> {
+pub fn perf_event_open(attr: *const u8, pid: c_int, cpu: c_int) -> Option<Result<c_long, c_int>> {
     // perf_event_attr: type at 0, size at 4, config at 8, config1 at 56, config2 at 64.
     let a = read_perf_attr(attr as u64)?;
     let u64_at = |at: usize| u64::from_ne_bytes(a[at..at + 8].try_into().expect("8 bytes"));
@@ -175,13 +217,62 @@ pub fn perf_event_open(attr: *const u8, pid: c_int) -> Option<Result<c_long, c_i
             Some(name) => Ok(Probe::Tracepoint { name, id: config as u32 }),
             None => Err(unsupported_tracepoint(config)),
         }
+    } else if kind == PERF_TYPE_SOFTWARE && config == PERF_COUNT_SW_BPF_OUTPUT {
+        bpf_output(pid, cpu)
     } else {
         return None;
     };
     Some(probe.and_then(|probe| {
         let fd = new_fd()?;
-        Ok(register(fd, Object::PerfEvent(PerfEvent { probe, state: Mutex::new(PerfState::default()) })) as c_long)
+        Ok(register(fd, Object::PerfEvent(PerfEvent::new(probe))) as c_long)
     }))
+}
+
+/// A BPF output event for (`pid`, `cpu`), checked as perf_event_open checks them: a CPU below
+/// the possible CPUs, or -1 (any) with a process, never both -1.
+fn bpf_output(pid: c_int, cpu: c_int) -> Result<Probe, c_int> {
+    match (pid, cpu) {
+        (-1, -1) => Err(libc::EINVAL),
+        (_, -1) => Ok(Probe::BpfOutput { cpu: ANY_CPU }),
+        (_, cpu) if cpu >= 0 && (cpu as u32) < uebpf_maps::current::possible_cpus() => Ok(Probe::BpfOutput { cpu: cpu as u32 }),
+        _ => Err(libc::EINVAL),
+    }
+}
+
+/// `mmap` of a BPF output event (libbpf: one page for `perf_event_mmap_page`, then 2^n data
+/// pages, read-write, offset 0): the first maps make its perf buffer in the region, later ones
+/// must ask for the same size, as the kernel's perf_mmap.
+pub fn mmap(event: &PerfEvent, fd: c_int, request: &MmapRequest) -> Result<*mut c_void, c_int> {
+    let MmapRequest { len, flags, offset, .. } = *request;
+    let Probe::BpfOutput { cpu } = event.probe else { return Err(libc::EINVAL) };
+    let page = PAGE_SIZE;
+    let data = len.checked_sub(page).ok_or(libc::EINVAL)?;
+    if flags & libc::MAP_SHARED == 0 || offset != 0 || !len.is_multiple_of(page) || data == 0 || !(data / page).is_power_of_two() {
+        return Err(libc::EINVAL);
+    }
+    let buffer = match event.buffer.get() {
+        Some(buffer) => buffer,
+        None => {
+            let region = region()?;
+            let id = region.create_perf_buffer(&format!("perf_output_{fd}"), data as u64, cpu, fd as u64).map_err(|e| {
+                eprintln!("uebpf: cannot make the perf buffer: {e}");
+                if e.kind() == ErrorKind::RegionFull {
+                    libc::ENOMEM
+                } else {
+                    libc::EINVAL
+                }
+            })?;
+            let map = Arc::new(region.map(id).map_err(|_| libc::ENOMEM)?);
+            let bridge = Bridge::start(Arc::clone(&map), fd)?;
+            // Two first maps at once: the loser's buffer stays unused in the region.
+            let _ = event.buffer.set(PerfBuffer { id, map, bridge });
+            event.buffer.get().expect("just set")
+        }
+    };
+    if buffer.map.def().max_entries as usize != data {
+        return Err(libc::EINVAL);
+    }
+    request.map_file(region()?, request.addr, len as u64, buffer.map.info().perf_page_offset(), request.fixed())
 }
 
 fn uprobe(config: u64, path: u64, offset: u64, retprobe_bit: u32, pid: c_int) -> Result<Probe, c_int> {
@@ -256,6 +347,8 @@ pub fn attach(event: &PerfEvent, prog: &ProgObject, cookie: u64, by_link: bool) 
                 state: AttachState::Disabled,
             }
         }
+        // The kernel attaches programs to counting events (perf_event programs), not output ones.
+        Probe::BpfOutput { .. } => return Err(libc::EINVAL),
     };
     let spec = AttachSpec { state: if state.enabled { AttachState::Enabled } else { AttachState::Disabled }, ..spec };
     crate::autoinject::agent_for(&spec, region()?)?;

@@ -1,17 +1,39 @@
 //! The functions we interpose, as the C library provides them: what a call that is not for
 //! uebpf is handed to, untouched.
 //!
-//! `syscall` is issued directly (the `syscall` instruction, glibc's errno convention): no lookup,
-//! no lock, so it is safe from any context, including std's own futex calls that land in our
-//! interposed `syscall`. The others are found once with `dlsym(RTLD_NEXT)` and kept in atomics
-//! (a lock here could deadlock: std's locks themselves call `syscall`).
+//! `syscall` goes to the C library's, found before `main` (a constructor: no lookup, no lock
+//! later, so it is safe from any context, including std's own futex calls that land in our
+//! interposed `syscall`), so that a hook on it sees the loader's calls: the agent's system call
+//! tracepoints in a loader that traces itself hook libc's `syscall`. Before that, and if the C
+//! library had none, it is issued directly (the `syscall` instruction, glibc's errno
+//! convention). The others are found once with `dlsym(RTLD_NEXT)` and kept in atomics (a lock
+//! here could deadlock: std's locks themselves call `syscall`).
 
 use std::arch::asm;
 use std::ffi::{c_char, c_int, c_long, c_void, CStr};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-/// A raw system call with glibc's `syscall()` result convention: -1 and errno on failure.
+static LIBC_SYSCALL: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+
+extern "C" fn find_libc_syscall() {
+    // SAFETY: dlsym with a NUL-terminated name, before main (one thread).
+    LIBC_SYSCALL.store(unsafe { libc::dlsym(libc::RTLD_NEXT, c"syscall".as_ptr()) }, Ordering::Release);
+}
+
+#[used]
+#[link_section = ".init_array"]
+static FIND_LIBC_SYSCALL: extern "C" fn() = find_libc_syscall;
+
+/// A system call with glibc's `syscall()` result convention: -1 and errno on failure.
 pub fn syscall6(number: c_long, args: [c_long; 6]) -> c_long {
+    let libc_syscall = LIBC_SYSCALL.load(Ordering::Acquire);
+    if !libc_syscall.is_null() {
+        // SAFETY: the C library's `long syscall(long number, ...)`.
+        return unsafe {
+            let f: unsafe extern "C" fn(c_long, ...) -> c_long = std::mem::transmute(libc_syscall);
+            f(number, args[0], args[1], args[2], args[3], args[4], args[5])
+        };
+    }
     let result: c_long;
     // SAFETY: the Linux x86-64 system call ABI: number in rax, arguments in rdi, rsi, rdx, r10,
     // r8, r9; rcx and r11 are clobbered. Whatever the call does is the caller's request.

@@ -45,7 +45,8 @@ use std::thread::Thread;
 use std::time::Duration;
 
 use uebpf_maps::layout::PAGE_SIZE;
-use uebpf_maps::ringbuf::{Waiting, CONSUMER_TIMER};
+use uebpf_maps::ringbuf::CONSUMER_TIMER;
+use uebpf_maps::Waiting;
 use uebpf_maps::{Map, MapKind, Region};
 
 use crate::objects::MapObject;
@@ -80,7 +81,7 @@ impl Bridge {
         let (thread_shared, thread_map) = (Arc::clone(&shared), Arc::clone(&map));
         let spawned = std::thread::Builder::new().name("uebpf-ring".into()).spawn(move || {
             block_signals();
-            let ring = thread_map.ringbuf().expect("bridges are made for ring buffers");
+            let ring = thread_map.consumable().expect("bridges are made for ring and perf buffers");
             while !thread_shared.stop.load(Ordering::Acquire) {
                 if thread_shared.epoll_waiters.load(Ordering::Acquire) == 0 {
                     refresh(fd, &thread_map);
@@ -113,7 +114,7 @@ impl Bridge {
     /// Registers the consumer as waiting until the guard is dropped: producers wake the thread
     /// only meanwhile (a consumer that is busy, not sleeping, costs them no system call).
     pub fn waiting(&self) -> BridgeWaiting<'_> {
-        let ring = self.map.ringbuf().expect("bridges are made for ring buffers").waiting();
+        let ring = Waiting::new(self.map.consumable().expect("bridges are made for ring and perf buffers"));
         if self.shared.epoll_waiters.fetch_add(1, Ordering::AcqRel) == 0 {
             self.thread.unpark();
         }
@@ -141,18 +142,17 @@ impl Drop for BridgeWaiting<'_> {
 }
 
 /// Process-directed signals (the loader's SIGINT) must reach the loader's own threads, whose
-/// waits they interrupt, never this one.
+/// waits they interrupt, never this one; the synchronous ones and the hook engine's checkpoint
+/// stay open, or the agent of a loader that traces itself could not hook its `syscall` (a
+/// perf buffer's end-of-stream markers in the transport suite).
 fn block_signals() {
-    // SAFETY: a full signal set for this thread's mask.
-    unsafe {
-        let mut all = std::mem::zeroed::<libc::sigset_t>();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
-    }
+    let mask = uebpf::signals::helper_thread_mask();
+    // SAFETY: this thread's mask.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &mask, std::ptr::null_mut()) };
 }
 
 fn refresh(fd: c_int, map: &Map) {
-    let ring = map.ringbuf().expect("bridges are made for ring buffers");
+    let ring = map.consumable().expect("bridges are made for ring and perf buffers");
     let mut counter = 0u64;
     // SAFETY: 8-byte read/write of an eventfd we own (non-blocking: clearing an unset one is EAGAIN).
     unsafe {
@@ -164,31 +164,45 @@ fn refresh(fd: c_int, map: &Map) {
     }
 }
 
+/// An `mmap` call on one of our descriptors.
+#[derive(Clone, Copy)]
+pub struct MmapRequest {
+    pub addr: *mut c_void,
+    pub len: usize,
+    pub prot: c_int,
+    pub flags: c_int,
+    pub offset: i64,
+}
+
+impl MmapRequest {
+    /// Maps `len` bytes of the region file from `file_offset` at `at` (shared, with `extra`
+    /// flags), with the request's protection.
+    pub fn map_file(&self, region: &Region, at: *mut c_void, len: u64, file_offset: u64, extra: c_int) -> Result<*mut c_void, c_int> {
+        let mapped = real::mmap(at, len as usize, self.prot, libc::MAP_SHARED | extra, region.fd(), file_offset as libc::off_t);
+        if mapped == libc::MAP_FAILED {
+            Err(crate::objects::errno())
+        } else {
+            Ok(mapped)
+        }
+    }
+
+    /// MAP_FIXED or MAP_FIXED_NOREPLACE, as asked.
+    pub fn fixed(&self) -> c_int {
+        self.flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE)
+    }
+}
+
 /// `mmap` of a map descriptor.
-pub fn mmap(
-    object: &MapObject,
-    region: &Region,
-    addr: *mut c_void,
-    len: usize,
-    prot: c_int,
-    flags: c_int,
-    offset: i64,
-) -> Result<*mut c_void, c_int> {
+pub fn mmap(object: &MapObject, region: &Region, request: &MmapRequest) -> Result<*mut c_void, c_int> {
+    let MmapRequest { addr, len, prot, flags, offset } = *request;
     let page = PAGE_SIZE as u64;
     let info = object.map.info();
     if flags & libc::MAP_SHARED == 0 || offset < 0 || len == 0 {
         return Err(libc::EINVAL);
     }
     let (offset, len64) = (offset as u64, len as u64);
-    let map_file = |at: *mut c_void, len: u64, file_offset: u64, extra: c_int| {
-        let mapped = real::mmap(at, len as usize, prot, libc::MAP_SHARED | extra, region.fd(), file_offset as libc::off_t);
-        if mapped == libc::MAP_FAILED {
-            Err(crate::objects::errno())
-        } else {
-            Ok(mapped)
-        }
-    };
-    let fixed = flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE);
+    let map_file = |at: *mut c_void, len: u64, file_offset: u64, extra: c_int| request.map_file(region, at, len, file_offset, extra);
+    let fixed = request.fixed();
     match object.map.kind() {
         MapKind::Array | MapKind::PercpuArray => {
             if info.def.map_flags & uebpf_maps::def::BPF_F_MMAPABLE == 0 {
@@ -232,7 +246,8 @@ pub fn mmap(
                 Err(libc::EINVAL)
             }
         }
-        MapKind::Hash | MapKind::PercpuHash => Err(libc::ENODEV), // the kernel cannot mmap hashes either
+        // The kernel cannot mmap these either (perf buffers are mapped through their event).
+        MapKind::Hash | MapKind::PercpuHash | MapKind::PerfEventArray | MapKind::PerfBuffer => Err(libc::ENODEV),
     }
 }
 
@@ -240,7 +255,7 @@ pub fn mmap(
 mod tests {
     use super::*;
     use uebpf_maps::ringbuf::BPF_RB_FORCE_WAKEUP;
-    use uebpf_maps::{MapDef, RegionSpec};
+    use uebpf_maps::{Consumable, MapDef, RegionSpec};
 
     fn readable(fd: c_int, timeout_ms: c_int) -> bool {
         let mut poll = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };

@@ -266,6 +266,14 @@ extern "C" fn ringbuf_output(map: u64, data: u64, size: u64, flags: u64, _: u64)
     }
 }
 
+extern "C" fn perf_event_output(_ctx: u64, map: u64, flags: u64, data: u64, size: u64) -> u64 {
+    match map_of(map).and_then(|m| m.perf_event_array()) {
+        // SAFETY: data is program memory of `size` bytes (trusted).
+        Some(array) => result(unsafe { array.output(flags, data as *const u8, size) }),
+        None => errno(libc::EINVAL),
+    }
+}
+
 extern "C" fn ringbuf_reserve(map: u64, size: u64, flags: u64, _: u64, _: u64) -> u64 {
     if flags != 0 {
         return 0;
@@ -305,6 +313,7 @@ const HELPERS: &[(u32, HelperFn)] = &[
     (14, get_current_pid_tgid),
     (15, get_current_uid_gid),
     (16, get_current_comm),
+    (25, perf_event_output),
     (36, probe_write_user),
     (45, probe_read_user_str), // probe_read_str
     (112, probe_read_user),

@@ -31,6 +31,7 @@ mod object;
 pub mod panics;
 mod printk;
 mod probe;
+pub mod signals;
 pub mod user;
 
 pub use applied::wait_applied;

@@ -34,10 +34,6 @@ from tracecost.tracers.base import Say
 
 MECHANISMS = ("ringbuf", "perfbuf")
 UEBPF_MECHANISMS = {"uebpf": "ringbuf", "uebpf-perfbuf": "perfbuf"}  # method -> the buffer it uses
-NO_PERF_BUFFER = (
-    "uebpf has no perf event array (BPF_MAP_TYPE_PERF_EVENT_ARRAY, bpf_perf_event_output): "
-    "the perf buffer is kernel-only"
-)
 TRACEPOINT = "sys_enter_getpgid"
 EVENT_HEADER_BYTES = 40  # struct transport_event (probes/transport.h)
 MAX_PAYLOAD_BYTES = 4096  # TRANSPORT_MAX_PAYLOAD
@@ -137,7 +133,7 @@ class Mechanism(methods.Method):
 
 
 class UebpfMechanism(Mechanism):
-    """The same consumer on uebpf: no privilege, no kernel BPF; ring buffer only."""
+    """The same consumer on uebpf: no privilege, no kernel BPF; ring buffer or perf buffer."""
 
     def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
         self.consumer = paths.artifact("bin/transport")
@@ -145,11 +141,15 @@ class UebpfMechanism(Mechanism):
         self.libraries = uebpf.require_runtime()
         self.uebpf_command = paths.artifact("bin/uebpf")
 
-    def unavailable(self, cell=None) -> str | None:
-        return NO_PERF_BUFFER if self.buffer == "perfbuf" else None
-
     def environments(self) -> uebpf.RunEnvironments:
-        return self.libraries.run_environments()
+        environments = self.libraries.run_environments()
+        if self.buffer == "perfbuf":
+            # The consumer sends the perf buffer's end-of-stream markers with its own getpgid
+            # calls (transport.c): on uebpf it must run the agent too, as a loader that traces
+            # itself (server and agent in one process).
+            loader = environments.loader["LD_PRELOAD"]
+            environments.loader["LD_PRELOAD"] = f"{loader} {self.libraries.agent}"
+        return environments
 
     def applied(self, loader_env: dict[str, str], tgids: list[int]) -> None:
         for tgid in tgids:

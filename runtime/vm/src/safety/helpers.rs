@@ -39,12 +39,27 @@ pub(crate) enum Ret {
     Void,
 }
 
-/// Which map types a helper takes: ring buffers only, or every map but ring buffers.
+/// Which map types a helper takes (the kernel's check_map_func_compatibility): one type only, or
+/// maps of data (ring buffers and perf event arrays are for their own helpers only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Maps {
     Any,
-    RingBuffer,
-    NotRingBuffer,
+    Only(u32),
+    Data,
+}
+
+/// BPF_MAP_TYPE_PERF_EVENT_ARRAY and BPF_MAP_TYPE_RINGBUF.
+pub(crate) const MAP_TYPE_PERF_EVENT_ARRAY: u32 = 4;
+pub(crate) const MAP_TYPE_RINGBUF: u32 = 27;
+
+impl Maps {
+    pub(crate) fn allow(self, map_type: u32) -> bool {
+        match self {
+            Maps::Any => true,
+            Maps::Only(only) => map_type == only,
+            Maps::Data => map_type != MAP_TYPE_RINGBUF && map_type != MAP_TYPE_PERF_EVENT_ARRAY,
+        }
+    }
 }
 
 pub(crate) struct Proto {
@@ -59,20 +74,22 @@ const fn p(args: &'static [Arg], ret: Ret) -> Proto {
 
 use Arg::*;
 
-const MAP_LOOKUP: Proto = Proto { args: &[MapPtr, MapKey], ret: Ret::MapValueOrNull, maps: Maps::NotRingBuffer };
-const MAP_UPDATE: Proto = Proto { args: &[MapPtr, MapKey, MapValue, Anything], ret: Ret::Integer, maps: Maps::NotRingBuffer };
-const MAP_DELETE: Proto = Proto { args: &[MapPtr, MapKey], ret: Ret::Integer, maps: Maps::NotRingBuffer };
+const MAP_LOOKUP: Proto = Proto { args: &[MapPtr, MapKey], ret: Ret::MapValueOrNull, maps: Maps::Data };
+const MAP_UPDATE: Proto = Proto { args: &[MapPtr, MapKey, MapValue, Anything], ret: Ret::Integer, maps: Maps::Data };
+const MAP_DELETE: Proto = Proto { args: &[MapPtr, MapKey], ret: Ret::Integer, maps: Maps::Data };
 const PROBE_READ: Proto = p(&[UninitMem, SizeOrZero, Anything], Ret::Integer);
 const NO_ARGS: Proto = p(&[], Ret::Integer);
 // The format arguments are not declared (ARG_DONTCARE): a call with fewer need not set them.
 const TRACE_PRINTK: Proto = p(&[Mem, Size], Ret::Integer);
 const GET_CURRENT_COMM: Proto = p(&[UninitMem, Size], Ret::Integer);
 const PROBE_WRITE_USER: Proto = p(&[Anything, Mem, Size], Ret::Integer);
-const RINGBUF_OUTPUT: Proto = Proto { args: &[MapPtr, Mem, SizeOrZero, Anything], ret: Ret::Integer, maps: Maps::RingBuffer };
-const RINGBUF_RESERVE: Proto = Proto { args: &[MapPtr, AllocSize, Anything], ret: Ret::AllocMemOrNull, maps: Maps::RingBuffer };
+const RINGBUF_OUTPUT: Proto = Proto { args: &[MapPtr, Mem, SizeOrZero, Anything], ret: Ret::Integer, maps: Maps::Only(MAP_TYPE_RINGBUF) };
+const RINGBUF_RESERVE: Proto = Proto { args: &[MapPtr, AllocSize, Anything], ret: Ret::AllocMemOrNull, maps: Maps::Only(MAP_TYPE_RINGBUF) };
 const RINGBUF_COMMIT: Proto = p(&[Release, Anything], Ret::Void);
-const RINGBUF_QUERY: Proto = Proto { args: &[MapPtr, Anything], ret: Ret::Integer, maps: Maps::RingBuffer };
+const RINGBUF_QUERY: Proto = Proto { args: &[MapPtr, Anything], ret: Ret::Integer, maps: Maps::Only(MAP_TYPE_RINGBUF) };
 const CTX_ONLY: Proto = p(&[Ctx], Ret::Integer);
+const PERF_EVENT_OUTPUT: Proto =
+    Proto { args: &[Ctx, MapPtr, Anything, Mem, SizeOrZero], ret: Ret::Integer, maps: Maps::Only(MAP_TYPE_PERF_EVENT_ARRAY) };
 const TRACE_VPRINTK: Proto = p(&[Mem, Size, MemOrNull, SizeOrZero], Ret::Integer);
 
 /// Helpers the kernel gives socket filters but not tracing programs ("program of this type cannot
@@ -91,6 +108,7 @@ pub(crate) fn proto(id: u32) -> Option<&'static Proto> {
         5 | 7 | 8 | 14 | 15 | 125 | 160 => &NO_ARGS,
         6 => &TRACE_PRINTK,
         16 => &GET_CURRENT_COMM,
+        25 => &PERF_EVENT_OUTPUT,
         36 => &PROBE_WRITE_USER,
         130 => &RINGBUF_OUTPUT,
         131 => &RINGBUF_RESERVE,

@@ -42,8 +42,6 @@ const MAX_VAR_OFF: i64 = 1 << 29;
 const STATES_PER_INSN: usize = 16;
 /// BPF_MAP_TYPE_ARRAY: the only map type with direct value addresses (`lddw` of a map value).
 const MAP_TYPE_ARRAY: u32 = 2;
-/// BPF_MAP_TYPE_RINGBUF.
-const MAP_TYPE_RINGBUF: u32 = 27;
 
 /// What the context (r1 at entry) of a program type lets it read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1178,8 +1176,7 @@ impl Verifier<'_> {
                 Arg::MapPtr => {
                     let Type::MapPtr { map: fd } = reg.ty else { return wrong("map_ptr") };
                     let meta = self.map_meta(fd)?;
-                    let ring = meta.map_type == MAP_TYPE_RINGBUF;
-                    if (proto.maps == helpers::Maps::RingBuffer && !ring) || (proto.maps == helpers::Maps::NotRingBuffer && ring) {
+                    if !proto.maps.allow(meta.map_type) {
                         return Err(format!("cannot pass map_type {} into helper #{id}", meta.map_type));
                     }
                     map = Some((fd, meta));
