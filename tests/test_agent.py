@@ -513,10 +513,66 @@ def test_syscall_entry_tracepoints_run_at_libc_entry_points(tmp_path):
     assert waited.returncode == 1
     status = json.loads(waited.stdout)
     assert (status["hooks"], status["failed"], status["unsupported"]) == (3, 0, 1), status
-    unsupported = (
-        "tracepoint sched/sched_switch is not supported by the uebpf agent (it runs system call entry tracepoints"
-    )
+    unsupported = "tracepoint sched/sched_switch is not supported by the uebpf agent (it runs system call tracepoints"
     assert unsupported in status["message"] and unsupported in waited.stderr
+
+
+EXIT_PROBES = textwrap.dedent(r"""
+    /* The kernel's syscalls/sys_exit_getpgid format. */
+    struct sys_exit_getpgid {
+        struct trace_entry ent;
+        int __syscall_nr;
+        long ret;
+    };
+
+    SEC("tp/raw_syscalls/sys_exit")
+    int raw_exit(struct trace_event_raw_sys_exit *ctx)
+    {
+        if (ctx->id != 110) /* getppid */
+            return 0;
+        add(0, 1);
+        add(1, ctx->ret);
+        return 0;
+    }
+
+    SEC("tp/syscalls/sys_exit_getpgid")
+    int named_exit(struct sys_exit_getpgid *ctx)
+    {
+        add(2, 1);
+        add(3, ctx->ret == -3); /* ESRCH */
+        add(4, ctx->__syscall_nr == 121);
+        return 0;
+    }
+
+    char LICENSE[] SEC("license") = "GPL";
+""")
+
+EXIT_TARGET = textwrap.dedent("""
+    import ctypes, os, signal, sys
+    libc = ctypes.CDLL(None)
+    n = int(sys.argv[1])
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    print("READY", flush=True)
+    signal.sigwait({signal.SIGUSR1})
+    for i in range(n):
+        libc.syscall(ctypes.c_long(110))             # getppid through syscall()
+        libc.getpgid(999999999)                      # ESRCH through libc's wrapper
+        libc.syscall(ctypes.c_long(121), ctypes.c_long(999999999))  # and through syscall()
+    print("PPID", os.getppid(), file=sys.stderr)
+""")
+
+
+def test_syscall_exit_tracepoints_see_the_kernels_return_value(tmp_path):
+    """raw_syscalls/sys_exit and syscalls/sys_exit_getpgid: return hooks at libc's syscall() (whose
+    entry notes the number) and wrappers, with the kernel's record (`long ret` at 16; a C library
+    error is -errno): exact counts and values."""
+    obj = compile_probes(tmp_path, EXIT_PROBES, SUMS=5)
+    n = 1000
+    dumped, waited, stderr = attached_run(tmp_path, obj, "sys-exit", EXIT_TARGET, n)
+    assert waited.returncode == 0, waited.stderr
+    ppid = int(next(line.split()[1] for line in stderr.splitlines() if line.startswith("PPID")))
+    # os.getppid() at the end, through libc's getppid wrapper, is the n + 1st getppid.
+    assert sums_of(dumped) == {0: n + 1, 1: (n + 1) * ppid, 2: 2 * n, 3: 2 * n, 4: 2 * n}
 
 
 def test_a_program_reading_past_the_system_call_record_is_not_attached(tmp_path):

@@ -11,7 +11,7 @@ use uebpf::{Engine, Instance, LoadedProgram};
 use uebpf_hook::{Hook, Location, PatchKind};
 
 use crate::probe::{self, Probe};
-use crate::syscalls::{self, Point, SyscallProbe};
+use crate::syscalls::{self, Point, Side, SyscallProbe};
 use crate::warn;
 
 /// Exported for the bpf(2) server preloaded into the same process (a loader that traces
@@ -188,21 +188,22 @@ impl Session {
         Ok(Some(vec![hook]))
     }
 
-    /// Installs a system call entry tracepoint's hooks at the C library's entry points
-    /// (syscalls.rs): all of them or none.
+    /// Installs a system call tracepoint's hooks at the C library's entry points (syscalls.rs):
+    /// all of them or none.
     fn hook_syscall(&mut self, attachment: &AttachInfo, program_name: &str) -> Result<Vec<Hook>, Outcome> {
         let spec = &attachment.spec;
         let what = format!("attachment {} ({program_name} on {})", attachment.id, spec.target);
-        let point = Point::parse(&spec.target).map_err(|why| Outcome::Unsupported(format!("{what}: {why}")))?;
+        let (side, point) = Point::parse(&spec.target).map_err(|why| Outcome::Unsupported(format!("{what}: {why}")))?;
         let failed = |why: String| Outcome::Failed(format!("{what}: {why}"));
-        let sites = syscalls::sites(point).map_err(failed)?;
-        let record = std::mem::size_of::<syscalls::SysEnter>() as u32;
+        let sites = syscalls::sites(side, point).map_err(failed)?;
+        let record = side.record_size() as u32;
         let program = self.program(spec.prog_id).map_err(failed)?;
         let reach = program.max_ctx_offset();
         if reach > record {
             // As the kernel's attach (EACCES): the program would read past the record.
             return Err(failed(format!(
-                "the program reads its context up to byte {reach}; the record of a system call entry has {record}"
+                "the program reads its context up to byte {reach}; the record of a system call {} has {record}",
+                if side == Side::Exit { "exit" } else { "entry" }
             )));
         }
         let data = SyscallProbe::leak(self.probe_running(attachment, 0, program).map_err(failed)?, point, spec.offset);
@@ -210,9 +211,10 @@ impl Session {
         let mut left_out = Vec::new();
         for site in sites {
             let site_data = site.wrapper.map_or(data, |(nr, args)| syscalls::WrapperSite::leak(data, nr, args));
-            match Hook::entry(&site.target, site.handler, site_data) {
+            let hook = if site.at_return { Hook::ret } else { Hook::entry };
+            match hook(&site.target, site.handler, site_data) {
                 // A wrapper only an int3 patch can hook would cost every such call a signal:
-                // raw_syscalls/sys_enter leaves it out, and says which (one line below).
+                // raw_syscalls leaves it out, and says which (one line below).
                 Ok(hook) if site.wrapper.is_some() && matches!(hook.kind(), PatchKind::Int3 { .. }) => {
                     detach(attachment.id, vec![hook]);
                     left_out.push(site.target.function.name);

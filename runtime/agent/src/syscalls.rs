@@ -1,7 +1,10 @@
-//! System call entry tracepoints (`raw_syscalls/sys_enter`, `syscalls/sys_enter_NAME`) at the
-//! C library's entry points: an entry hook on libc's `syscall()` (the number is its first
-//! argument, the system call's six arguments its 2nd to 7th, the 7th on the stack) and, for
-//! `sys_enter_NAME`, one on the wrapper libc exports under NAME (`getpgid`, `getppid`...).
+//! System call tracepoints (`raw_syscalls/sys_enter`, `syscalls/sys_enter_NAME`, and their
+//! `sys_exit` counterparts) at the C library's entry points: an entry hook on libc's `syscall()`
+//! (the number is its first argument, the system call's six arguments its 2nd to 7th, the 7th on
+//! the stack) and, for `sys_enter_NAME`, one on the wrapper libc exports under NAME (`getpgid`,
+//! `getppid`...). Exit tracepoints use return hooks at the same places, and the kernel's return
+//! value: the function's, or -errno where it returned -1 (the C library's error convention);
+//! at `syscall()` an entry hook also notes the number, which its return no longer shows.
 //!
 //! *Why only there*: there is no trap to hook in userspace. A system call made with an inline
 //! `syscall` instruction (every other libc function, libc's own internal calls such as the
@@ -48,27 +51,61 @@ pub(crate) struct SysEnter {
     pub args: [u64; 6],
 }
 
-/// Which entry tracepoint an attachment names.
+/// What an exit tracepoint's program gets: `struct trace_event_raw_sys_exit` (trace_entry;
+/// `long id`; `long ret`) or the per-syscall exit event (trace_entry; `int __syscall_nr` at 8;
+/// `long ret` at 16), the same bytes on little-endian x86-64.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct SysExit {
+    pub entry: TraceEntry,
+    pub nr: i64,
+    pub ret: i64,
+}
+
+/// Which system calls an attachment's tracepoint names.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum Point {
-    /// raw_syscalls/sys_enter: every system call.
+    /// raw_syscalls/sys_enter or sys_exit: every system call.
     Raw,
-    /// syscalls/sys_enter_NAME: one system call, with libc's wrapper of that name if any.
+    /// syscalls/sys_enter_NAME or sys_exit_NAME: one system call, with libc's wrapper of that
+    /// name if any.
     Named { name: &'static str, nr: i64 },
+}
+
+/// Whether a tracepoint is a system call's entry or its exit.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Side {
+    Enter,
+    Exit,
+}
+
+impl Side {
+    /// The bytes of the record a program on this side gets.
+    pub(crate) fn record_size(self) -> usize {
+        match self {
+            Side::Enter => std::mem::size_of::<SysEnter>(),
+            Side::Exit => std::mem::size_of::<SysExit>(),
+        }
+    }
 }
 
 impl Point {
     /// The tracepoint `category/name` of an attachment, or why the agent cannot run it.
-    pub(crate) fn parse(target: &str) -> Result<Point, String> {
-        if target == "raw_syscalls/sys_enter" {
-            return Ok(Point::Raw);
+    pub(crate) fn parse(target: &str) -> Result<(Side, Point), String> {
+        match target {
+            "raw_syscalls/sys_enter" => return Ok((Side::Enter, Point::Raw)),
+            "raw_syscalls/sys_exit" => return Ok((Side::Exit, Point::Raw)),
+            _ => {}
         }
         let unsupported = || {
-            format!("tracepoint {target} is not supported by the uebpf agent (it runs system call entry tracepoints: raw_syscalls/sys_enter and syscalls/sys_enter_NAME)")
+            format!("tracepoint {target} is not supported by the uebpf agent (it runs system call tracepoints: raw_syscalls/sys_enter, raw_syscalls/sys_exit, syscalls/sys_enter_NAME and syscalls/sys_exit_NAME)")
         };
-        let name = target.strip_prefix("syscalls/sys_enter_").ok_or_else(unsupported)?;
+        let (side, name) = match target.strip_prefix("syscalls/sys_enter_") {
+            Some(name) => (Side::Enter, name),
+            None => (Side::Exit, target.strip_prefix("syscalls/sys_exit_").ok_or_else(unsupported)?),
+        };
         let &(name, nr) = SYSCALL_NUMBERS.iter().find(|(n, _)| *n == name).ok_or_else(unsupported)?;
-        Ok(Point::Named { name, nr })
+        Ok((side, Point::Named { name, nr }))
     }
 
     fn admits(self, nr: i64) -> bool {
@@ -79,7 +116,7 @@ impl Point {
     }
 }
 
-/// A probe on a system call entry tracepoint (leaked: see `Probe`).
+/// A probe on a system call tracepoint (leaked: see `Probe`).
 pub(crate) struct SyscallProbe {
     probe: Probe,
     point: Point,
@@ -93,17 +130,83 @@ impl SyscallProbe {
         (Box::leak(Box::new(probe)) as *mut SyscallProbe).cast()
     }
 
+    fn trace_entry(&self) -> TraceEntry {
+        TraceEntry { common_type: self.common_type, common_pid: current::tid() as i32, ..TraceEntry::default() }
+    }
+
     fn context(&self, nr: i64, args: [u64; 6]) -> SysEnter {
-        let entry = TraceEntry { common_type: self.common_type, common_pid: current::tid() as i32, ..TraceEntry::default() };
-        SysEnter { entry, nr, args }
+        SysEnter { entry: self.trace_entry(), nr, args }
+    }
+
+    /// Runs the program on `record` (a context of the kernel's layout) if `nr` is its call.
+    fn run<T>(&self, nr: i64, record: impl FnOnce() -> T) {
+        if self.point.admits(nr) && self.probe.admits() {
+            let mut context = record();
+            // SAFETY: the context is a live local of the size passed.
+            unsafe { self.probe.run_on((&mut context as *mut T).cast(), std::mem::size_of::<T>()) };
+        }
     }
 
     fn fire(&self, nr: i64, args: [u64; 6]) {
-        if self.point.admits(nr) && self.probe.admits() {
-            let mut context = self.context(nr, args);
-            // SAFETY: the context is a live local of the size passed.
-            unsafe { self.probe.run_on((&mut context as *mut SysEnter).cast(), std::mem::size_of::<SysEnter>()) };
+        self.run(nr, || self.context(nr, args));
+    }
+
+    fn fire_exit(&self, nr: i64, ret: i64) {
+        self.run(nr, || SysExit { entry: self.trace_entry(), nr, ret });
+    }
+}
+
+/// The kernel's return value of a system call the C library made, from the function's: -errno
+/// where it returned -1 (as a long, or as an int, whose upper half the ABI leaves undefined;
+/// read before anything else can change errno), else the value itself.
+fn kernel_return(ax: u64) -> i64 {
+    if ax as i64 == -1 || ax as u32 == u32::MAX {
+        // SAFETY: this thread's errno.
+        -i64::from(unsafe { *libc::__errno_location() })
+    } else {
+        ax as i64
+    }
+}
+
+/// Numbers of the `syscall()` calls this thread is inside, noted at their entry for their
+/// return (which no longer shows the number), with the probe that noted each: calls nest (a
+/// signal handler's), and each exit attachment has its own pair of hooks. A call that never
+/// returns (a longjmp out of a handler) leaves its entry, which the oldest-first overwrite of a
+/// full stack bounds.
+const PENDING_CALLS: usize = 16;
+
+thread_local! {
+    static PENDING: std::cell::RefCell<([(usize, i64); PENDING_CALLS], usize)> =
+        const { std::cell::RefCell::new(([(0, 0); PENDING_CALLS], 0)) };
+}
+
+/// Entry hook on libc's `syscall()` for an exit tracepoint: notes the number.
+pub(crate) unsafe extern "C" fn note_syscall_function_entry(regs: *mut PtRegs, data: *mut c_void) {
+    let nr = (*regs).di as i64;
+    PENDING.with(|pending| {
+        let (calls, count) = &mut *pending.borrow_mut();
+        if *count == PENDING_CALLS {
+            calls.copy_within(1.., 0);
+            *count -= 1;
         }
+        calls[*count] = (data as usize, nr);
+        *count += 1;
+    });
+}
+
+/// Return hook on libc's `syscall()`: the number its entry noted for this probe, and the result.
+pub(crate) unsafe extern "C" fn at_syscall_function_return(regs: *mut PtRegs, data: *mut c_void) {
+    let ret = kernel_return((*regs).ax);
+    let nr = PENDING.with(|pending| {
+        let (calls, count) = &mut *pending.borrow_mut();
+        let at = calls[..*count].iter().rposition(|&(probe, _)| probe == data as usize)?;
+        let nr = calls[at].1;
+        calls.copy_within(at + 1..*count, at);
+        *count -= 1;
+        Some(nr)
+    });
+    if let Some(nr) = nr {
+        (*data.cast::<SyscallProbe>()).fire_exit(nr, ret);
     }
 }
 
@@ -144,6 +247,22 @@ pub(crate) unsafe extern "C" fn at_raw_wrapper(regs: *mut PtRegs, data: *mut c_v
     let site = &*data.cast::<WrapperSite>();
     let regs = &*regs;
     (*site.probe).fire(site.nr, site.args.map(|source| source.value(regs)));
+}
+
+/// Return hook on a C library function that makes system call `nr` itself (raw_syscalls/sys_exit).
+pub(crate) unsafe extern "C" fn at_raw_wrapper_return(regs: *mut PtRegs, data: *mut c_void) {
+    let ret = kernel_return((*regs).ax);
+    let site = &*data.cast::<WrapperSite>();
+    (*site.probe).fire_exit(site.nr, ret);
+}
+
+/// Return hook on libc's wrapper of the probe's one system call (syscalls/sys_exit_NAME).
+pub(crate) unsafe extern "C" fn at_wrapper_return(regs: *mut PtRegs, data: *mut c_void) {
+    let ret = kernel_return((*regs).ax);
+    let probe = &*data.cast::<SyscallProbe>();
+    if let Point::Named { nr, .. } = probe.point {
+        probe.fire_exit(nr, ret);
+    }
 }
 
 /// Entry hook on libc's wrapper of the probe's one system call: its arguments are the wrapper's.
@@ -199,41 +318,62 @@ fn exports(path: &CStr, symbol: &str) -> bool {
 pub(crate) struct Site {
     pub target: Target,
     pub handler: Handler,
-    /// raw_syscalls/sys_enter at a wrapper: the number its code makes and its arguments' sources
-    /// (the hook data is then a `WrapperSite`); the site is left out, and named, where only an
-    /// int3 patch would do.
+    /// A return hook (exit tracepoints), not an entry hook.
+    pub at_return: bool,
+    /// raw_syscalls at a wrapper: the number its code makes and its arguments' sources (the hook
+    /// data is then a `WrapperSite`); the site is left out, and named, where only an int3 patch
+    /// would do.
     pub wrapper: Option<(i64, [ArgSource; 6])>,
 }
 
-/// Where a point's probes go: libc's `syscall()`, and for `sys_enter_NAME` libc's wrapper named
-/// NAME if it exports one (a wrapper it exports but that cannot be hooked is an error, not a
-/// silent gap); for `raw_syscalls/sys_enter` every exported function that makes a system call
-/// itself (uebpf_hook::system_call_wrappers: found by reading its code, with the number it makes).
-pub(crate) fn sites(point: Point) -> Result<Vec<Site>, String> {
+/// Where a point's probes go: libc's `syscall()`, and every function libc.so.6 exports that makes
+/// the point's system calls itself (uebpf_hook::system_call_wrappers: found by reading its code,
+/// with the number it makes and where its arguments come from): all of them for `raw_syscalls`,
+/// those of the one number for `syscalls/*_NAME` (`fstatat`, `stat`, `lstat` and `fstat` for
+/// newfstatat; `open64` and `openat` for openat), plus an export named NAME the code reading did
+/// not find (one that cannot be hooked is an error, not a silent gap). Exit tracepoints: return
+/// hooks at the same places, and at `syscall()` an entry hook first, which notes the number.
+pub(crate) fn sites(side: Side, point: Point) -> Result<Vec<Site>, String> {
     let libc = libc_path()?;
     let resolve = |symbol: &str| uebpf_hook::resolve(&libc, &uebpf_hook::Location::parse(symbol)).map_err(|e| e.to_string());
     let syscall = resolve("syscall")?;
     let syscall_address = syscall.address;
-    let mut sites = vec![Site { target: syscall, handler: at_syscall_function, wrapper: None }];
-    match point {
-        Point::Named { name, .. } => {
-            let path = CString::new(libc.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-            if exports(&path, name) {
-                sites.push(Site { target: resolve(name)?, handler: at_wrapper, wrapper: None });
+    let exit = side == Side::Exit;
+    let site = |target, entry_handler, return_handler, wrapper| Site {
+        target,
+        handler: if exit { return_handler } else { entry_handler },
+        at_return: exit,
+        wrapper,
+    };
+    let mut sites = Vec::new();
+    if exit {
+        sites.push(Site { target: syscall.clone(), handler: note_syscall_function_entry, at_return: false, wrapper: None });
+    }
+    sites.push(site(syscall, at_syscall_function as Handler, at_syscall_function_return as Handler, None));
+    let wrappers: Vec<_> = libc_wrappers(&libc)?
+        .into_iter()
+        // syscall() itself has its number in a register, not a constant: hooked above.
+        .filter(|w| w.target.address != syscall_address && !NOT_AT_ENTRY.contains(&w.target.function.name.as_str()))
+        .filter(|w| point.admits(w.nr))
+        .collect();
+    if let Point::Named { name, .. } = point {
+        let path = CString::new(libc.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+        if exports(&path, name) {
+            let named = resolve(name)?;
+            if !wrappers.iter().any(|w| w.target.address == named.address) {
+                sites.push(site(named, at_wrapper, at_wrapper_return, None));
             }
         }
-        Point::Raw => {
-            let wrappers = uebpf_hook::system_call_wrappers(&libc).map_err(|e| e.to_string())?;
-            sites.extend(
-                wrappers
-                    .into_iter()
-                    // syscall() itself has its number in a register, not a constant: hooked above.
-                    .filter(|w| w.target.address != syscall_address && !NOT_AT_ENTRY.contains(&w.target.function.name.as_str()))
-                    .map(|w| Site { target: w.target, handler: at_raw_wrapper, wrapper: Some((w.nr, w.args)) }),
-            );
-        }
     }
+    sites.extend(wrappers.into_iter().map(|w| site(w.target, at_raw_wrapper, at_raw_wrapper_return, Some((w.nr, w.args)))));
     Ok(sites)
+}
+
+/// The C library's system call wrappers, read from its code once per process (every system call
+/// attachment needs them; the library does not change).
+fn libc_wrappers(libc: &std::path::Path) -> Result<Vec<uebpf_hook::Wrapper>, String> {
+    static WRAPPERS: std::sync::OnceLock<Result<Vec<uebpf_hook::Wrapper>, String>> = std::sync::OnceLock::new();
+    WRAPPERS.get_or_init(|| uebpf_hook::system_call_wrappers(libc).map_err(|e| e.to_string())).clone()
 }
 
 /// Functions that make their system call but whose entry is no place for a probe: vfork's child
@@ -275,11 +415,30 @@ mod tests {
     }
 
     #[test]
-    fn points_name_system_call_entries_and_nothing_else() {
-        assert_eq!(Point::parse("raw_syscalls/sys_enter"), Ok(Point::Raw));
-        assert_eq!(Point::parse("syscalls/sys_enter_getpgid"), Ok(Point::Named { name: "getpgid", nr: 121 }));
-        assert_eq!(Point::parse("syscalls/sys_enter_getppid"), Ok(Point::Named { name: "getppid", nr: 110 }));
-        for refused in ["sched/sched_switch", "raw_syscalls/sys_exit", "syscalls/sys_exit_getpgid", "syscalls/sys_enter_nope"] {
+    fn the_exit_context_has_the_kernels_layout() {
+        // raw_syscalls/sys_exit/format: long id 8/8, long ret 16/8; syscalls/sys_exit_openat:
+        // int __syscall_nr 8/4, long ret 16/8.
+        assert_eq!((offset_of!(SysExit, nr), offset_of!(SysExit, ret), size_of::<SysExit>()), (8, 16, 24));
+        assert_eq!((Side::Enter.record_size(), Side::Exit.record_size()), (64, 24));
+    }
+
+    #[test]
+    fn a_c_library_error_is_the_kernels_negative_errno() {
+        // SAFETY: this thread's errno.
+        unsafe { *libc::__errno_location() = libc::ENOENT };
+        assert_eq!(kernel_return(u64::MAX), -i64::from(libc::ENOENT), "-1 as a long");
+        assert_eq!(kernel_return(0xffff_ffff), -i64::from(libc::ENOENT), "-1 as an int");
+        assert_eq!(kernel_return(3), 3);
+        assert_eq!(kernel_return(0), 0);
+    }
+
+    #[test]
+    fn points_name_system_calls_and_nothing_else() {
+        assert_eq!(Point::parse("raw_syscalls/sys_enter"), Ok((Side::Enter, Point::Raw)));
+        assert_eq!(Point::parse("raw_syscalls/sys_exit"), Ok((Side::Exit, Point::Raw)));
+        assert_eq!(Point::parse("syscalls/sys_enter_getpgid"), Ok((Side::Enter, Point::Named { name: "getpgid", nr: 121 })));
+        assert_eq!(Point::parse("syscalls/sys_exit_getppid"), Ok((Side::Exit, Point::Named { name: "getppid", nr: 110 })));
+        for refused in ["sched/sched_switch", "syscalls/sys_exit_nope", "syscalls/sys_enter_nope"] {
             let why = Point::parse(refused).unwrap_err();
             assert!(why.starts_with(&format!("tracepoint {refused} is not supported by the uebpf agent")), "{why}");
         }

@@ -76,6 +76,7 @@ const ARGUMENT_REGISTERS: [Register; 6] = [Register::RDI, Register::RSI, Registe
 
 /// One wrapper: the hook target (the function's entry), the system call it makes and where each
 /// of that call's arguments comes from.
+#[derive(Clone)]
 pub struct Wrapper {
     pub target: Target,
     pub nr: i64,

@@ -164,7 +164,7 @@ fn served_tracepoint(path: &str) -> Option<String> {
 fn unsupported_tracepoint(id: u64) -> c_int {
     let name = kernel_tracepoint_name(id).unwrap_or_else(|| format!("id {id}"));
     eprintln!(
-        "uebpf: unsupported: tracepoint {name} (uebpf runs system call tracepoints only: syscalls/sys_enter_*, raw_syscalls/sys_enter)"
+        "uebpf: unsupported: tracepoint {name} (uebpf runs system call tracepoints only: syscalls/sys_enter_*, syscalls/sys_exit_*, raw_syscalls/sys_enter, raw_syscalls/sys_exit)"
     );
     libc::EOPNOTSUPP
 }
