@@ -132,7 +132,7 @@ $(SKEL)/%.skel.h: $(BPF)/%.bpf.o | $(SKEL)
 # The compatibility corpus (tests/test_compat.py) adds three small uprobe loaders.
 COMPAT_LOADERS := $(BIN)/malloc_sizes $(BIN)/func_latency $(BIN)/greet_printk $(BIN)/usdt_args $(BIN)/func_ip
 tracers: $(BIN)/functrace $(BIN)/micro $(BIN)/transport $(COMPAT_LOADERS) $(LIB)/libmylib_lttng.so loadlat \
-  $(BIN)/selftrace $(BIN)/sslsniff $(BIN)/syscount
+  $(BIN)/selftrace $(BIN)/sslsniff $(BIN)/syscount compat-tools
 
 # tracecost load: its loader, its victim, and the objects it times beside functrace's and micro's:
 # an empty program and two generated straight-line programs of about 4k and 32k instructions
@@ -171,6 +171,25 @@ $(BPF)/selftrace.bpf.o: workloads/selftrace/selftrace.bpf.c $(BUILD)/vmlinux.h |
 
 $(BIN)/selftrace: workloads/selftrace/selftrace.c $(SKEL)/selftrace.skel.h | $(BIN)
 	$(CC) $(CFLAGS) -I$(SKEL) -o $@ $< $$(pkg-config --cflags --libs libbpf)
+
+# The compatibility corpus's tools (tests/test_compat.py): tests/compat/NAME.bpf.c + NAME.c, one
+# libbpf tool each (libbpf-bootstrap's layout), built into build/compat/NAME with its skeleton.
+.PHONY: compat-tools
+COMPAT := $(BUILD)/compat
+COMPAT_TOOLS := $(patsubst tests/compat/%.bpf.c,$(COMPAT)/%,$(wildcard tests/compat/*.bpf.c))
+compat-tools: $(COMPAT_TOOLS)
+
+$(COMPAT):
+	mkdir -p $@
+
+$(COMPAT)/%.bpf.o: tests/compat/%.bpf.c tests/compat/compat.h $(BUILD)/vmlinux.h | $(COMPAT)
+	$(CLANG) $(BPF_CFLAGS) -Itests/compat -c $< -o $@
+
+$(COMPAT)/%.skel.h: $(COMPAT)/%.bpf.o
+	$(BPFTOOL) gen skeleton $< name $*_bpf > $@.tmp && mv $@.tmp $@
+
+$(COMPAT)/%: tests/compat/%.c $(COMPAT)/%.skel.h tests/compat/compat.h
+	$(CC) $(CFLAGS) -Itests/compat -I$(COMPAT) -o $@ $< $$(pkg-config --cflags --libs libbpf)
 
 LTTNG_SRC := tracers/lttng/mylib_wrapper.c tracers/lttng/mylib_tp.c
 $(LIB)/libmylib_lttng.so: $(LTTNG_SRC) tracers/lttng/mylib_tp.h workloads/mylib/mylib.h | $(LIB)

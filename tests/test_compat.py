@@ -76,6 +76,40 @@ class CorpusProgram:
     expected: Callable[[dict], object]  # that output, from the workload's report
 
 
+COMPAT_TOOLS = BUILD / "compat"
+
+
+def tool_lines(run: Run) -> list[list[str]]:
+    """A corpus tool's event lines (tests/compat/compat.h), each split in fields, the workload's
+    pid as "PID", sorted: events from different CPUs' buffers have no order, on the kernel either."""
+    lines = [line.split(" ") for line in run.loader_stdout.splitlines() if line and line != "READY"]
+    return sorted([["PID" if field == str(run.app_pid) else field for field in line] for line in lines])
+
+
+def descriptor(ret: int) -> str:
+    """A system call result as the tools' lines are compared: a file descriptor's number depends
+    on what else the process has open (uebpf's agent has a few), an error does not."""
+    return "FD" if ret >= 0 else str(ret)
+
+
+def tool(
+    name: str, output: Callable[[Run], object], expected: Callable[[dict], object], binary: bool = False
+) -> "CorpusProgram":
+    """A tool of tests/compat (NAME.bpf.c + NAME.c), run as `NAME --pid PID` (and `--binary APP`)."""
+    extra = ["--binary", APP] if binary else []
+    return CorpusProgram(name, lambda pid, work: [COMPAT_TOOLS / name, "--pid", pid, *extra], output, expected)
+
+
+# x86-64 system call numbers of what compat_app calls through its C library's wrappers.
+OPENAT, NEWFSTATAT, KILL = 257, 262, 62
+
+
+def counted(report: dict, section: str, result_at: int) -> list[int]:
+    """[calls, errors] of one of compat_app's system call sections."""
+    results = [call[result_at] for call in report[section]]
+    return [len(results), sum(ret < 0 for ret in results)]
+
+
 CORPUS = [
     CorpusProgram(
         "functrace",
@@ -176,6 +210,55 @@ CORPUS = [
             point: [ip - run.report["tick_address"] for ip in ips] for point, ips in run.loader_json().items()
         },
         lambda report: {"entry": [0] * report["ticks"], "return": [0] * report["ticks"]},
+    ),
+]
+CORPUS += [
+    # perf buffer, syscalls/sys_enter_openat + sys_exit_openat (openat() and open(), which makes
+    # openat), a hash map keyed by thread.
+    tool(
+        "opensnoop",
+        lambda run: [[pid, comm, descriptor(int(ret)), path] for pid, comm, ret, path in tool_lines(run)],
+        lambda report: sorted(["PID", "compat_app", descriptor(ret), path] for path, ret in report["opens"]),
+    ),
+    # BPF ring buffer, syscalls/sys_enter_newfstatat + sys_exit_newfstatat (fstatat() and stat()).
+    tool(
+        "statsnoop",
+        tool_lines,
+        lambda report: sorted(["PID", "compat_app", str(ret), path] for path, ret in report["stats"]),
+    ),
+    # perf buffer, syscalls/sys_enter_kill + sys_exit_kill; the target pid is the workload's own
+    # (0 in its report) or one that cannot exist.
+    tool(
+        "sigsnoop",
+        tool_lines,
+        lambda report: sorted(
+            ["PID", "compat_app", "PID" if pid == 0 else str(pid), str(sig), str(ret)]
+            for pid, sig, ret in report["kills"]
+        ),
+    ),
+    # uretprobe reading the string a function returns, BPF ring buffer.
+    tool(
+        "bashreadline",
+        tool_lines,
+        lambda report: sorted(["PID", "compat_app", *line.split(" ")] for line in report["lines"]),
+        binary=True,
+    ),
+    # raw_syscalls/sys_enter + sys_exit, per-thread start times and per-number totals in hash
+    # maps, read by get_next_key at the end. Compared for the calls compat_app makes through its C
+    # library's wrappers: the kernel also counts those libc makes inline (exit_group, its stdio
+    # writes), which uebpf's agent does not see (runtime README, "System call tracepoints").
+    tool(
+        "syscount",
+        lambda run: {
+            int(nr): [int(count), int(errors)]
+            for nr, count, errors in tool_lines(run)
+            if int(nr) in (OPENAT, NEWFSTATAT, KILL)
+        },
+        lambda report: {
+            OPENAT: counted(report, "opens", 1),
+            NEWFSTATAT: counted(report, "stats", 1),
+            KILL: counted(report, "kills", 2),
+        },
     ),
 ]
 IDS = [program.name for program in CORPUS]

@@ -18,14 +18,26 @@
  *   compat_greet(NAME, N)    bpf_printk probe
  *   USDT compat:step(I, J)   a USDT probe (sys/sdt.h) with two arguments, I in a register or
  *                            memory as the compiler chose, J = I * 7 - 3 ("usdt":[[I,J],...])
- *   my_traced_function(...)  libmylib's traced function (functrace) */
+ *   my_traced_function(...)  libmylib's traced function (functrace)
+ *   system calls             through the C library's wrappers, each with its result ("-errno" for
+ *                            an error), for the system call tools of tests/compat:
+ *                            "opens":[[PATH,RET],...] openat() and open(); "stats":[[PATH,RET],...]
+ *                            fstatat() and stat(); "kills":[[PID,SIG,RET],...] kill(), PID 0 for
+ *                            this process
+ *   compat_readline()        returns the next of LINES (a bashreadline-style uretprobe reads it):
+ *                            "lines":[...] */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sdt.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "mylib.h"
 
@@ -37,6 +49,11 @@ static const struct { const char *name; int n; } GREETS[] = { { "alice", 1 }, { 
 static const struct { int32_t a; uint64_t b; double c; const char *s; } CALLS[] = {
 	{ -7, 42, 1.5, "first" }, { 2147483647, 18446744073709551615ull, -2.25, "second call" }, { 0, 0, 0, "" },
 };
+static const char *const OPENS[] = { "/etc/passwd", "/nonexistent/compat-open", "/" };
+static const char *const STATS[] = { "/etc/passwd", "/nonexistent/compat-stat" };
+/* A pid above the kernel's PID_MAX_LIMIT (4194304): no such process, whatever runs. */
+static const struct { pid_t pid; int sig; } KILLS[] = { { 0, 0 }, { 4194305, 0 }, { 0, SIGWINCH } };
+static const char *const LINES[] = { "echo hello", "ls -l /tmp", "exit" };
 #define TICKS 5
 #define USDT_STEPS 4
 
@@ -72,6 +89,42 @@ __attribute__((noinline)) int compat_greet(const char *name, int n)
 	return (int)strlen(name) + n;
 }
 
+__attribute__((noinline)) const char *compat_readline(unsigned i)
+{
+	__asm__ volatile("" : : "r"(i) : "memory");
+	return LINES[i % COUNT(LINES)];
+}
+
+/* The result of a C library call the kernel's way: the value, or -errno. */
+static long result(long value)
+{
+	return value == -1 ? -errno : value;
+}
+
+/* openat() for the first and last path, open() for the others (both make openat). */
+static long open_one(size_t i)
+{
+	long fd = i == 0 || i == COUNT(OPENS) - 1 ? openat(AT_FDCWD, OPENS[i], O_RDONLY | O_CLOEXEC)
+						  : open(OPENS[i], O_RDONLY | O_CLOEXEC);
+
+	fd = result(fd);
+	if (fd >= 0)
+		close((int)fd);
+	return fd;
+}
+
+static long stat_one(size_t i)
+{
+	struct stat st;
+
+	return result(i == 0 ? fstatat(AT_FDCWD, STATS[i], &st, 0) : stat(STATS[i], &st));
+}
+
+static void ignore(int sig)
+{
+	(void)sig;
+}
+
 int main(void)
 {
 	char line[16];
@@ -100,6 +153,18 @@ int main(void)
 		STAP_PROBE2(compat, step, i, j);
 	}
 
+	long opened[COUNT(OPENS)], statted[COUNT(STATS)], killed[COUNT(KILLS)];
+
+	signal(SIGWINCH, ignore);
+	for (size_t i = 0; i < COUNT(OPENS); i++)
+		opened[i] = open_one(i);
+	for (size_t i = 0; i < COUNT(STATS); i++)
+		statted[i] = stat_one(i);
+	for (size_t i = 0; i < COUNT(KILLS); i++)
+		killed[i] = result(kill(KILLS[i].pid ? KILLS[i].pid : getpid(), KILLS[i].sig));
+	for (unsigned i = 0; i < COUNT(LINES); i++)
+		compat_readline(i);
+
 	printf("{\"mallocs\":{");
 	for (size_t i = 0; i < COUNT(MALLOCS); i++)
 		printf("%s\"%zu\":%d", i ? "," : "", MALLOCS[i].size, MALLOCS[i].count);
@@ -119,6 +184,18 @@ int main(void)
 		printf("%s[%" PRId32 ",%" PRIu64 ",%g,\"%s\",%" PRId64 "]", i ? "," : "", CALLS[i].a, CALLS[i].b,
 		       CALLS[i].c, CALLS[i].s, ret);
 	}
+	printf("],\"opens\":[");
+	for (size_t i = 0; i < COUNT(OPENS); i++)
+		printf("%s[\"%s\",%ld]", i ? "," : "", OPENS[i], opened[i]);
+	printf("],\"stats\":[");
+	for (size_t i = 0; i < COUNT(STATS); i++)
+		printf("%s[\"%s\",%ld]", i ? "," : "", STATS[i], statted[i]);
+	printf("],\"kills\":[");
+	for (size_t i = 0; i < COUNT(KILLS); i++)
+		printf("%s[%d,%d,%ld]", i ? "," : "", (int)KILLS[i].pid, KILLS[i].sig, killed[i]);
+	printf("],\"lines\":[");
+	for (size_t i = 0; i < COUNT(LINES); i++)
+		printf("%s\"%s\"", i ? "," : "", LINES[i]);
 	printf("]}\n");
 	return 0;
 }

@@ -1,0 +1,137 @@
+/* What the tools of the compatibility corpus (tests/test_compat.py) share: the command line, one-line
+ * errors, and the protocol every tracecost loader keeps:
+ *
+ *   NAME --pid PID [--binary PATH] [--verbose]
+ *
+ * The tool traces process PID (and, for uprobes, the function it names in PATH); it says "READY"
+ * on stdout once attached, prints one line per event as it reads them, and on SIGINT or SIGTERM
+ * drains its buffers, detaches and exits 0. Errors: one line on stderr, exit status 1 (2 for bad
+ * usage). Plain libbpf skeleton programs in the style of the well-known tools (bcc's libbpf-tools,
+ * libbpf-bootstrap), written here: the same binaries run on the kernel and, with uebpf's server
+ * library preloaded, on uebpf. */
+#ifndef COMPAT_H
+#define COMPAT_H
+
+/* Shared with the BPF side: a command name and a path, as the tools copy them. */
+#define COMPAT_COMM_LEN 16
+#define COMPAT_PATH_LEN 64
+
+#ifndef __bpf__
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <bpf/libbpf.h>
+
+struct compat_args {
+	pid_t pid;
+	const char *binary; /* NULL unless the tool takes --binary */
+	sigset_t stop;
+};
+
+static int compat_verbose;
+static const char *compat_name = "tool";
+
+static void die(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+static void die(int status, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: ", compat_name);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(status);
+}
+
+static int compat_print(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+	if (!compat_verbose || level == LIBBPF_DEBUG)
+		return 0;
+	return vfprintf(stderr, fmt, args);
+}
+
+/* Parses the command line (--binary only if `takes_binary`) and blocks the stop signals. */
+static struct compat_args compat_parse(int argc, char **argv, int takes_binary)
+{
+	static const struct option options[] = {
+		{ "pid", required_argument, NULL, 'p' },
+		{ "binary", required_argument, NULL, 'b' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ 0 },
+	};
+	struct compat_args a = { 0 };
+	const char *usage = takes_binary ? "--pid PID --binary PATH [--verbose]" : "--pid PID [--verbose]";
+	char *end;
+	int opt;
+
+	compat_name = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+	while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+		switch (opt) {
+		case 'p':
+			errno = 0;
+			a.pid = (pid_t)strtol(optarg, &end, 10);
+			if (errno || *end || a.pid <= 0)
+				die(2, "invalid --pid '%s'", optarg);
+			break;
+		case 'b': a.binary = optarg; break;
+		case 'v': compat_verbose = 1; break;
+		default: die(2, "usage: %s %s", compat_name, usage);
+		}
+	}
+	if (!a.pid || optind != argc || !a.binary != !takes_binary)
+		die(2, "usage: %s %s", compat_name, usage);
+	sigemptyset(&a.stop);
+	sigaddset(&a.stop, SIGINT);
+	sigaddset(&a.stop, SIGTERM);
+	sigprocmask(SIG_BLOCK, &a.stop, NULL);
+	libbpf_set_print(compat_print);
+	return a;
+}
+
+static inline void compat_loaded(int err)
+{
+	if (err)
+		die(1, "cannot load the BPF programs (%s)%s", strerror(-err),
+		    err == -EPERM ? ": kernel eBPF needs root or CAP_BPF+CAP_PERFMON" : "");
+}
+
+static inline void compat_attached(int err)
+{
+	if (err)
+		die(1, "cannot attach the BPF programs (%s)", strerror(-err));
+}
+
+static inline void compat_ready(void)
+{
+	printf("READY\n");
+	fflush(stdout);
+}
+
+/* True once SIGINT or SIGTERM has arrived (it stays blocked: never lost, never handled). */
+static inline int compat_stopped(const struct compat_args *a)
+{
+	struct timespec now = { 0 };
+
+	return sigtimedwait(&a->stop, NULL, &now) > 0;
+}
+
+/* Polls `poll` (a perf_buffer__poll or ring_buffer__poll of `buffer`, 50 ms at a time) until
+ * stopped, then once more without waiting: what was written before the stop is read. */
+#define COMPAT_POLL_UNTIL_STOPPED(args, poll, buffer)                                       \
+	do {                                                                                \
+		int polled_;                                                                \
+		while (!compat_stopped(args))                                               \
+			if ((polled_ = poll(buffer, 50)) < 0 && polled_ != -EINTR)          \
+				die(1, "cannot read the buffer: %s", strerror(-polled_));   \
+		poll(buffer, 0);                                                            \
+	} while (0)
+
+#endif /* !__bpf__ */
+#endif
