@@ -243,6 +243,18 @@ CORPUS += [
         lambda report: sorted(["PID", "compat_app", *line.split(" ")] for line in report["lines"]),
         binary=True,
     ),
+    # queue and stack maps: pushed by the program (compat_tick(i) pushes 10 i + 1), peeked by it,
+    # popped by the tool (BPF_MAP_LOOKUP_AND_DELETE_ELEM): first in first out, last in first out.
+    tool(
+        "queuepair",
+        lambda run: [line for line in run.loader_stdout.splitlines() if line != "READY"],
+        lambda report: (
+            [f"queue {10 * i + 1}" for i in range(report["ticks"])]
+            + [f"stack {10 * i + 1}" for i in reversed(range(report["ticks"]))]
+            + [f"pushed {report['ticks']} peeked {report['ticks']}"]
+        ),
+        binary=True,
+    ),
     # raw_syscalls/sys_enter + sys_exit, per-thread start times and per-number totals in hash
     # maps, read by get_next_key at the end. Compared for the calls compat_app makes through its C
     # library's wrappers: the kernel also counts those libc makes inline (exit_group, its stdio

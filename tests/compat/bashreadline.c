@@ -27,16 +27,13 @@ static int on_event(void *ctx, void *data, size_t size)
 int main(int argc, char **argv)
 {
 	struct compat_args args = compat_parse(argc, argv, 1);
-	LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = READLINE, .retprobe = true);
 	struct bashreadline_bpf *skel = bashreadline_bpf__open();
 	struct ring_buffer *rb;
 
 	if (!skel)
 		die(1, "cannot open the BPF object: %s", strerror(errno));
 	compat_loaded(bashreadline_bpf__load(skel));
-	skel->links.line_returned = bpf_program__attach_uprobe_opts(skel->progs.line_returned, args.pid, args.binary, 0, &opts);
-	if (!skel->links.line_returned)
-		die(1, "cannot attach a uretprobe to %s:%s: %s", args.binary, READLINE, strerror(errno));
+	skel->links.line_returned = compat_attach_uprobe(skel->progs.line_returned, &args, READLINE, 1);
 	rb = ring_buffer__new(bpf_map__fd(skel->maps.events), on_event, NULL, NULL);
 	if (!rb)
 		die(1, "cannot open the ring buffer: %s", strerror(errno));

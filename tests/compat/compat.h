@@ -108,6 +108,19 @@ static inline void compat_attached(int err)
 		die(1, "cannot attach the BPF programs (%s)", strerror(-err));
 }
 
+/* A uprobe (or uretprobe) on function `func` of --binary in the traced process. */
+static inline struct bpf_link *compat_attach_uprobe(struct bpf_program *prog, const struct compat_args *a,
+						     const char *func, int retprobe)
+{
+	LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = func, .retprobe = retprobe);
+	struct bpf_link *link = bpf_program__attach_uprobe_opts(prog, a->pid, a->binary, 0, &opts);
+
+	if (!link)
+		die(1, "cannot attach a %s to %s:%s: %s", retprobe ? "uretprobe" : "uprobe", a->binary, func,
+		    strerror(errno));
+	return link;
+}
+
 static inline void compat_ready(void)
 {
 	printf("READY\n");

@@ -2,7 +2,7 @@
 //! the kernel's rules), and how much region storage each needs.
 
 use crate::error::Error;
-use crate::layout::{align_up, Bucket, EntryHeader, HashControl, PerfControl, RingControl, PAGE_SIZE};
+use crate::layout::{align_up, Bucket, EntryHeader, HashControl, PerfControl, QueueControl, RingControl, PAGE_SIZE};
 
 /// Kernel `BPF_MAP_TYPE_*` values.
 pub const BPF_MAP_TYPE_HASH: u32 = 1;
@@ -10,6 +10,8 @@ pub const BPF_MAP_TYPE_ARRAY: u32 = 2;
 pub const BPF_MAP_TYPE_PERF_EVENT_ARRAY: u32 = 4;
 pub const BPF_MAP_TYPE_PERCPU_HASH: u32 = 5;
 pub const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
+pub const BPF_MAP_TYPE_QUEUE: u32 = 22;
+pub const BPF_MAP_TYPE_STACK: u32 = 23;
 pub const BPF_MAP_TYPE_RINGBUF: u32 = 27;
 /// Not a kernel map type: the buffer of one perf event (perfbuf.rs), which the bpf(2) server
 /// makes when a loader maps a BPF output event. `Region::create_map` refuses it: only
@@ -58,6 +60,8 @@ pub enum MapKind {
     /// Slots naming perf buffers, by CPU (`bpf_perf_event_output`).
     PerfEventArray,
     PerfBuffer,
+    Queue,
+    Stack,
 }
 
 impl MapKind {
@@ -70,6 +74,8 @@ impl MapKind {
             BPF_MAP_TYPE_RINGBUF => MapKind::RingBuf,
             BPF_MAP_TYPE_PERF_EVENT_ARRAY => MapKind::PerfEventArray,
             UEBPF_PERF_BUFFER => MapKind::PerfBuffer,
+            BPF_MAP_TYPE_QUEUE => MapKind::Queue,
+            BPF_MAP_TYPE_STACK => MapKind::Stack,
             _ => return None,
         })
     }
@@ -140,7 +146,7 @@ impl MapDef {
         let fail = |why: String| Err(Error::invalid(why));
         let Some(kind) = MapKind::of(self.map_type) else {
             return fail(format!(
-                "map type {} ({}) is not supported by uebpf (supported: array, percpu_array, hash, percpu_hash, ringbuf, perf_event_array)",
+                "map type {} ({}) is not supported by uebpf (supported: array, percpu_array, hash, percpu_hash, ringbuf, perf_event_array, queue, stack)",
                 map_type_name(self.map_type),
                 self.map_type
             ));
@@ -173,6 +179,12 @@ impl MapDef {
                     return fail(format!("ring buffer size {size} must be a power of two and a multiple of {PAGE_SIZE}"));
                 }
                 return Ok(kind);
+            }
+            // The kernel's queue_stack_map_alloc_check: no key.
+            MapKind::Queue | MapKind::Stack => {
+                if self.key_size != 0 {
+                    return fail(format!("queue and stack maps have no key (key size 0, not {})", self.key_size));
+                }
             }
             // The kernel's fd_array_map_alloc_check: a u32 index, a u32 descriptor.
             MapKind::PerfEventArray => {
@@ -243,6 +255,13 @@ impl MapDef {
                 layout.values = 3 * page; // data, right after the producer page
                 layout.size = 3 * page + entries;
                 layout.value_stride = 0;
+            }
+            MapKind::Queue | MapKind::Stack => {
+                const _: () = assert!(std::mem::size_of::<QueueControl>() <= 64);
+                layout.control = 0;
+                layout.values = 64;
+                // One slot more than max_entries: a full ring is told from an empty one.
+                layout.size = align_up(64 + (entries + 1) * value_stride, page);
             }
             MapKind::PerfBuffer => {
                 const _: () = assert!(std::mem::size_of::<PerfControl>() <= PAGE_SIZE);

@@ -288,6 +288,16 @@ pub struct RingControl {
     pub held_pos: AtomicU64,
 }
 
+/// A queue or stack map's positions (queue.rs), before its value slots.
+#[repr(C)]
+pub struct QueueControl {
+    pub lock: SpinLock,
+    /// The next slot a push fills.
+    pub head: AtomicU32,
+    /// The oldest value's slot (head == tail: empty).
+    pub tail: AtomicU32,
+}
+
 /// Perf buffer bookkeeping (perfbuf.rs), on a page of its own before the page a consumer maps
 /// (the kernel's `struct perf_event_mmap_page`, which libbpf maps writable).
 #[repr(C)]

@@ -26,6 +26,7 @@ pub mod layout;
 mod lock;
 mod map;
 pub mod perfbuf;
+mod queue;
 mod region;
 pub mod ringbuf;
 #[doc(hidden)]

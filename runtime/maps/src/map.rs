@@ -15,6 +15,7 @@ use crate::error::{Error, ErrorKind};
 use crate::hash::HashView;
 use crate::layout::{Bucket, HashControl, PAGE_SIZE};
 use crate::perfbuf::{PerfBuf, PerfEventArray, ENOTSUPP};
+use crate::queue::QueueView;
 use crate::region::{MapInfo, Region, Shared};
 use crate::ringbuf::RingBuf;
 use crate::wakeup::Consumable;
@@ -26,6 +27,7 @@ enum Storage {
     Ring(RingBuf),
     PerfArray(PerfEventArray),
     PerfBuffer(PerfBuf),
+    Queue(QueueView),
 }
 
 /// Memory a program may access directly: what map lookups and ring buffer reservations return.
@@ -60,7 +62,7 @@ pub(crate) fn initialise(shared: &Shared, info: &MapInfo, kind: MapKind, initial
         MapKind::Hash | MapKind::PercpuHash => {
             hash_view(shared, info).expect("a map we just laid out is inside the region").initialise();
         }
-        MapKind::PercpuArray | MapKind::RingBuf | MapKind::PerfEventArray | MapKind::PerfBuffer => {}
+        MapKind::PercpuArray | MapKind::RingBuf | MapKind::PerfEventArray | MapKind::PerfBuffer | MapKind::Queue | MapKind::Stack => {}
     }
 }
 
@@ -113,6 +115,14 @@ impl Map {
                 info.values_offset(),
                 u64::from(d.max_entries),
             )?),
+            MapKind::Queue | MapKind::Stack => Storage::Queue(QueueView {
+                control: shared.at(info.area + s.control, 64)? as *const crate::layout::QueueControl,
+                values: shared.at(info.values_offset(), (u64::from(d.max_entries) + 1) * u64::from(s.value_stride))?,
+                value_size: d.value_size as usize,
+                stride: s.value_stride as usize,
+                slots: d.max_entries + 1,
+                lifo: kind == MapKind::Stack,
+            }),
             MapKind::PerfEventArray => Storage::PerfArray(PerfEventArray::new(shared, info.values_offset(), d.max_entries)?),
             MapKind::PerfBuffer => Storage::PerfBuffer(PerfBuf::map(
                 shared,
@@ -183,8 +193,11 @@ impl Map {
                 let (start, len) = r.data_mapping();
                 ProgramMemory { start, len, writable: true }
             }
-            // Programs write perf buffers only through bpf_perf_event_output.
-            Storage::PerfArray(_) | Storage::PerfBuffer(_) => ProgramMemory { start: std::ptr::null_mut(), len: 0, writable: false },
+            // Programs write perf buffers only through bpf_perf_event_output, and reach queue and
+            // stack values only through copies.
+            Storage::PerfArray(_) | Storage::PerfBuffer(_) | Storage::Queue(_) => {
+                ProgramMemory { start: std::ptr::null_mut(), len: 0, writable: false }
+            }
         }
     }
 
@@ -197,7 +210,7 @@ impl Map {
         match &self.storage {
             Storage::Array(a) => a.lookup(key),
             Storage::Hash(h) => h.lookup(key),
-            Storage::Ring(_) | Storage::PerfArray(_) | Storage::PerfBuffer(_) => std::ptr::null_mut(),
+            Storage::Ring(_) | Storage::PerfArray(_) | Storage::PerfBuffer(_) | Storage::Queue(_) => std::ptr::null_mut(),
         }
     }
 
@@ -209,7 +222,7 @@ impl Map {
         match &self.storage {
             Storage::Array(a) => a.update(key, value, flags),
             Storage::Hash(h) => h.update_this_cpu(key, value, flags),
-            Storage::Ring(_) | Storage::PerfArray(_) | Storage::PerfBuffer(_) => Err(libc::EINVAL),
+            Storage::Ring(_) | Storage::PerfArray(_) | Storage::PerfBuffer(_) | Storage::Queue(_) => Err(libc::EINVAL),
         }
     }
 
@@ -222,8 +235,39 @@ impl Map {
             Storage::Array(a) => a.delete(),
             Storage::Hash(h) => h.delete(key),
             Storage::PerfArray(p) => p.clear((key as *const u32).read_unaligned()),
-            Storage::Ring(_) | Storage::PerfBuffer(_) => Err(libc::EINVAL),
+            Storage::Ring(_) | Storage::PerfBuffer(_) | Storage::Queue(_) => Err(libc::EINVAL),
         }
+    }
+
+    /// `bpf_map_push_elem` of a queue or stack map (EINVAL for other maps).
+    ///
+    /// # Safety
+    /// `value` readable for value_size bytes.
+    pub unsafe fn push_ptr(&self, value: *const u8, flags: u64) -> Result<(), Errno> {
+        match &self.storage {
+            Storage::Queue(q) => q.push(value, flags),
+            _ => Err(libc::EINVAL),
+        }
+    }
+
+    /// `bpf_map_pop_elem` (`remove`) or `bpf_map_peek_elem` of a queue or stack map (EINVAL for
+    /// other maps).
+    ///
+    /// # Safety
+    /// `out` writable for value_size bytes.
+    pub unsafe fn pop_ptr(&self, out: *mut u8, remove: bool) -> Result<(), Errno> {
+        match &self.storage {
+            Storage::Queue(q) => q.pop(out, remove),
+            _ => Err(libc::EINVAL),
+        }
+    }
+
+    /// Syscall view of `BPF_MAP_LOOKUP_AND_DELETE_ELEM` for queue and stack maps: pops the value
+    /// into `value`. Other maps: EINVAL (the kernel serves hashes too; uebpf does not yet).
+    pub fn lookup_and_delete(&self, key: &[u8], value: &mut [u8]) -> Result<(), Errno> {
+        self.check_sizes(key, Some(value.len()))?;
+        // SAFETY: size checked.
+        unsafe { self.pop_ptr(value.as_mut_ptr(), true) }
     }
 
     /// Bytes of a value in the syscall view: value_size, or possible CPUs x 8-byte-rounded size
@@ -256,6 +300,7 @@ impl Map {
                 Storage::Hash(h) => h.lookup_all(key.as_ptr(), value.as_mut_ptr()),
                 // The kernel's bpf_fd_array_map_lookup_elem without map_fd_sys_lookup_elem.
                 Storage::PerfArray(_) => Err(ENOTSUPP),
+                Storage::Queue(q) => q.pop(value.as_mut_ptr(), false),
                 Storage::Ring(_) | Storage::PerfBuffer(_) => Err(libc::EINVAL),
             }
         }
@@ -269,6 +314,7 @@ impl Map {
             match &self.storage {
                 Storage::Array(a) => a.update_all(key.as_ptr(), value.as_ptr(), flags),
                 Storage::Hash(h) => h.update_all(key.as_ptr(), value.as_ptr(), flags),
+                Storage::Queue(q) => q.push(value.as_ptr(), flags),
                 // Its values are descriptors, which only the bpf(2) server can turn into
                 // buffers (`PerfEventArray::set`).
                 Storage::Ring(_) | Storage::PerfArray(_) | Storage::PerfBuffer(_) => Err(libc::EINVAL),
@@ -286,7 +332,9 @@ impl Map {
     /// not in a hash map); ENOENT after the last.
     pub fn next_key(&self, key: Option<&[u8]>, next: &mut [u8]) -> Result<(), Errno> {
         let key_size = self.info.def.key_size as usize;
-        if matches!(self.kind, MapKind::RingBuf | MapKind::PerfBuffer) || next.len() != key_size || key.is_some_and(|k| k.len() != key_size)
+        if matches!(self.kind, MapKind::RingBuf | MapKind::PerfBuffer | MapKind::Queue | MapKind::Stack)
+            || next.len() != key_size
+            || key.is_some_and(|k| k.len() != key_size)
         {
             return Err(libc::EINVAL);
         }
@@ -297,7 +345,7 @@ impl Map {
                 Storage::Array(a) => a.next_key(key, next.as_mut_ptr()),
                 Storage::Hash(h) => h.next_key(key, next.as_mut_ptr()),
                 Storage::PerfArray(_) => crate::array::next_index(key, next.as_mut_ptr(), self.info.def.max_entries),
-                Storage::Ring(_) | Storage::PerfBuffer(_) => Err(libc::EINVAL),
+                Storage::Ring(_) | Storage::PerfBuffer(_) | Storage::Queue(_) => Err(libc::EINVAL),
             }
         }
     }

@@ -756,3 +756,30 @@ fn perf_event_output_writes_kernel_samples_and_reports_lost_ones() {
     assert_eq!(array_map.delete(&0u32.to_ne_bytes()), Err(libc::ENOENT));
     assert_eq!(array_map.lookup(&1u32.to_ne_bytes(), &mut [0u8; 4]), Err(ENOTSUPP));
 }
+
+/// Queue and stack maps (queue.rs): the kernel's order, full and empty answers, and BPF_EXIST
+/// making room by dropping the oldest value.
+#[test]
+fn queue_and_stack_maps_pop_in_their_order_and_refuse_as_the_kernel() {
+    use uebpf_maps::def::{BPF_MAP_TYPE_QUEUE, BPF_MAP_TYPE_STACK};
+    let region = anonymous();
+    assert!(region.create_map("keyed", &def(BPF_MAP_TYPE_QUEUE, 4, 8, 3), None).is_err(), "no key");
+    for (map_type, order) in [(BPF_MAP_TYPE_QUEUE, [2u64, 3, 4]), (BPF_MAP_TYPE_STACK, [4, 3, 2])] {
+        let map = region.map(region.create_map("q", &def(map_type, 0, 8, 3), None).unwrap()).unwrap();
+        let push = |v: u64, flags| map.update(&[], &v.to_ne_bytes(), flags);
+        for v in 1..=3 {
+            push(v, 0).unwrap();
+        }
+        assert_eq!(push(9, 0), Err(libc::E2BIG), "full");
+        assert_eq!(push(9, 4), Err(libc::EINVAL), "unknown flags");
+        push(4, uebpf_maps::def::BPF_EXIST).unwrap(); // drops the oldest (1)
+        let mut value = [0u8; 8];
+        map.lookup(&[], &mut value).unwrap();
+        assert_eq!(u64::from_ne_bytes(value), order[0], "peek");
+        let popped: Vec<u64> =
+            std::iter::from_fn(|| map.lookup_and_delete(&[], &mut value).ok().map(|()| u64::from_ne_bytes(value))).collect();
+        assert_eq!(popped, order);
+        assert_eq!(map.lookup(&[], &mut value), Err(libc::ENOENT), "empty");
+        assert_eq!(map.delete(&[]), Err(libc::EINVAL));
+    }
+}

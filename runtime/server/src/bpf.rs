@@ -73,17 +73,18 @@ const PROG_FLAGS: u32 = 0xff;
 /// server's commands on its own objects; the kernel checks the rest itself).
 fn last_field_end(cmd: c_long) -> usize {
     match cmd {
-        BPF_MAP_CREATE => 92,         // excl_prog_hash_size
-        BPF_MAP_LOOKUP_ELEM => 32,    // flags
-        BPF_MAP_UPDATE_ELEM => 32,    // flags
-        BPF_MAP_DELETE_ELEM => 16,    // key
-        BPF_MAP_GET_NEXT_KEY => 24,   // next_key
-        BPF_MAP_FREEZE => 4,          // map_fd
-        BPF_PROG_LOAD => ATTR_SIZE,   // keyring_id
-        BPF_BTF_LOAD => 40,           // btf_token_fd
-        BPF_OBJ_GET_INFO_BY_FD => 16, // info.info
-        BPF_LINK_CREATE => 60,        // link_create.uprobe_multi.pid
-        BPF_PROG_BIND_MAP => 12,      // prog_bind_map.flags
+        BPF_MAP_CREATE => 92,                 // excl_prog_hash_size
+        BPF_MAP_LOOKUP_ELEM => 32,            // flags
+        BPF_MAP_UPDATE_ELEM => 32,            // flags
+        BPF_MAP_DELETE_ELEM => 16,            // key
+        BPF_MAP_GET_NEXT_KEY => 24,           // next_key
+        BPF_MAP_LOOKUP_AND_DELETE_ELEM => 32, // flags
+        BPF_MAP_FREEZE => 4,                  // map_fd
+        BPF_PROG_LOAD => ATTR_SIZE,           // keyring_id
+        BPF_BTF_LOAD => 40,                   // btf_token_fd
+        BPF_OBJ_GET_INFO_BY_FD => 16,         // info.info
+        BPF_LINK_CREATE => 60,                // link_create.uprobe_multi.pid
+        BPF_PROG_BIND_MAP => 12,              // prog_bind_map.flags
         _ => ATTR_SIZE,
     }
 }
@@ -242,7 +243,7 @@ pub fn bpf(cmd: c_int, attr: *mut u8, size: u32) -> Option<Result<c_long, c_int>
 
 fn on_object(cmd: c_long, buf: &[u8], attr: u64, object: &Object) -> Result<c_int, c_int> {
     match (cmd, object) {
-        (BPF_MAP_LOOKUP_ELEM..=BPF_MAP_GET_NEXT_KEY, Object::Map(map)) => map_op(cmd, buf, map),
+        (BPF_MAP_LOOKUP_ELEM..=BPF_MAP_GET_NEXT_KEY | BPF_MAP_LOOKUP_AND_DELETE_ELEM, Object::Map(map)) => map_op(cmd, buf, map),
         (BPF_MAP_FREEZE, Object::Map(map)) => {
             map.frozen.store(true, Ordering::Release);
             Ok(0)
@@ -361,6 +362,17 @@ fn map_op(cmd: c_long, a: &[u8], object: &MapObject) -> Result<c_int, c_int> {
         BPF_MAP_DELETE_ELEM => {
             writable()?;
             map.delete(&user::read(key_ptr, key_size)?)?;
+        }
+        BPF_MAP_LOOKUP_AND_DELETE_ELEM => {
+            // No flags for the maps uebpf serves it for (BPF_F_LOCK needs a spin lock).
+            if flags != 0 {
+                return Err(libc::EINVAL);
+            }
+            writable()?;
+            let key = user::read(key_ptr, key_size)?;
+            let mut value = vec![0u8; value_size];
+            map.lookup_and_delete(&key, &mut value)?;
+            user::write(value_ptr, &value)?;
         }
         _ => {
             // GET_NEXT_KEY: a NULL key asks for the first one.

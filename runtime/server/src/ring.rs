@@ -247,7 +247,9 @@ pub fn mmap(object: &MapObject, region: &Region, request: &MmapRequest) -> Resul
             }
         }
         // The kernel cannot mmap these either (perf buffers are mapped through their event).
-        MapKind::Hash | MapKind::PercpuHash | MapKind::PerfEventArray | MapKind::PerfBuffer => Err(libc::ENODEV),
+        MapKind::Hash | MapKind::PercpuHash | MapKind::PerfEventArray | MapKind::PerfBuffer | MapKind::Queue | MapKind::Stack => {
+            Err(libc::ENODEV)
+        }
     }
 }
 

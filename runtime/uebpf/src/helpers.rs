@@ -266,6 +266,30 @@ extern "C" fn ringbuf_output(map: u64, data: u64, size: u64, flags: u64, _: u64)
     }
 }
 
+extern "C" fn map_push_elem(map: u64, value: u64, flags: u64, _: u64, _: u64) -> u64 {
+    match map_of(map) {
+        // SAFETY: value is program memory of value_size bytes (trusted).
+        Some(m) => result(unsafe { m.push_ptr(value as *const u8, flags) }),
+        None => errno(libc::EINVAL),
+    }
+}
+
+fn pop(map: u64, out: u64, remove: bool) -> u64 {
+    match map_of(map) {
+        // SAFETY: out is program memory of value_size writable bytes (trusted).
+        Some(m) => result(unsafe { m.pop_ptr(out as *mut u8, remove) }),
+        None => errno(libc::EINVAL),
+    }
+}
+
+extern "C" fn map_pop_elem(map: u64, out: u64, _: u64, _: u64, _: u64) -> u64 {
+    pop(map, out, true)
+}
+
+extern "C" fn map_peek_elem(map: u64, out: u64, _: u64, _: u64, _: u64) -> u64 {
+    pop(map, out, false)
+}
+
 extern "C" fn perf_event_output(_ctx: u64, map: u64, flags: u64, data: u64, size: u64) -> u64 {
     match map_of(map).and_then(|m| m.perf_event_array()) {
         // SAFETY: data is program memory of `size` bytes (trusted).
@@ -315,6 +339,9 @@ const HELPERS: &[(u32, HelperFn)] = &[
     (16, get_current_comm),
     (25, perf_event_output),
     (36, probe_write_user),
+    (87, map_push_elem),
+    (88, map_pop_elem),
+    (89, map_peek_elem),
     (45, probe_read_user_str), // probe_read_str
     (112, probe_read_user),
     (113, probe_read_user), // probe_read_kernel

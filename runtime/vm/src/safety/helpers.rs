@@ -12,6 +12,8 @@ pub(crate) enum Arg {
     MapKey,
     /// value_size readable bytes of the map in r1.
     MapValue,
+    /// value_size writable bytes for the map in r1 (the helper fills them).
+    MapValueOut,
     /// Readable memory whose size the next argument gives.
     Mem,
     /// As Mem, or a null pointer (with a size that may be 0).
@@ -45,11 +47,15 @@ pub(crate) enum Ret {
 pub(crate) enum Maps {
     Any,
     Only(u32),
+    /// Queue and stack maps (push, pop, peek).
+    QueueStack,
     Data,
 }
 
-/// BPF_MAP_TYPE_PERF_EVENT_ARRAY and BPF_MAP_TYPE_RINGBUF.
+/// BPF_MAP_TYPE_PERF_EVENT_ARRAY, _QUEUE, _STACK and _RINGBUF.
 pub(crate) const MAP_TYPE_PERF_EVENT_ARRAY: u32 = 4;
+pub(crate) const MAP_TYPE_QUEUE: u32 = 22;
+pub(crate) const MAP_TYPE_STACK: u32 = 23;
 pub(crate) const MAP_TYPE_RINGBUF: u32 = 27;
 
 impl Maps {
@@ -57,7 +63,8 @@ impl Maps {
         match self {
             Maps::Any => true,
             Maps::Only(only) => map_type == only,
-            Maps::Data => map_type != MAP_TYPE_RINGBUF && map_type != MAP_TYPE_PERF_EVENT_ARRAY,
+            Maps::QueueStack => map_type == MAP_TYPE_QUEUE || map_type == MAP_TYPE_STACK,
+            Maps::Data => ![MAP_TYPE_RINGBUF, MAP_TYPE_PERF_EVENT_ARRAY, MAP_TYPE_QUEUE, MAP_TYPE_STACK].contains(&map_type),
         }
     }
 }
@@ -88,6 +95,8 @@ const RINGBUF_RESERVE: Proto = Proto { args: &[MapPtr, AllocSize, Anything], ret
 const RINGBUF_COMMIT: Proto = p(&[Release, Anything], Ret::Void);
 const RINGBUF_QUERY: Proto = Proto { args: &[MapPtr, Anything], ret: Ret::Integer, maps: Maps::Only(MAP_TYPE_RINGBUF) };
 const CTX_ONLY: Proto = p(&[Ctx], Ret::Integer);
+const MAP_PUSH: Proto = Proto { args: &[MapPtr, MapValue, Anything], ret: Ret::Integer, maps: Maps::QueueStack };
+const MAP_POP: Proto = Proto { args: &[MapPtr, MapValueOut], ret: Ret::Integer, maps: Maps::QueueStack };
 const PERF_EVENT_OUTPUT: Proto =
     Proto { args: &[Ctx, MapPtr, Anything, Mem, SizeOrZero], ret: Ret::Integer, maps: Maps::Only(MAP_TYPE_PERF_EVENT_ARRAY) };
 const TRACE_VPRINTK: Proto = p(&[Mem, Size, MemOrNull, SizeOrZero], Ret::Integer);
@@ -110,6 +119,8 @@ pub(crate) fn proto(id: u32) -> Option<&'static Proto> {
         16 => &GET_CURRENT_COMM,
         25 => &PERF_EVENT_OUTPUT,
         36 => &PROBE_WRITE_USER,
+        87 => &MAP_PUSH,
+        88 | 89 => &MAP_POP,
         130 => &RINGBUF_OUTPUT,
         131 => &RINGBUF_RESERVE,
         132 | 133 => &RINGBUF_COMMIT,

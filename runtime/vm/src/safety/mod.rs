@@ -1181,10 +1181,10 @@ impl Verifier<'_> {
                     }
                     map = Some((fd, meta));
                 }
-                Arg::MapKey | Arg::MapValue => {
+                Arg::MapKey | Arg::MapValue | Arg::MapValueOut => {
                     let (_, meta) = map.expect("the map argument comes first");
                     let size = if arg == Arg::MapKey { meta.key_size } else { meta.value_size };
-                    self.helper_memory(state, r, &Scalar::constant(u64::from(size)), false)?;
+                    self.helper_memory(state, r, &Scalar::constant(u64::from(size)), arg == Arg::MapValueOut)?;
                 }
                 Arg::Mem | Arg::MemOrNull | Arg::UninitMem => {} // checked with their size, next
                 Arg::Size | Arg::SizeOrZero => {
