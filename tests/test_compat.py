@@ -255,6 +255,18 @@ CORPUS += [
         ),
         binary=True,
     ),
+    # LRU hash and LRU per-CPU hash counters (fewer keys than they hold: nothing is evicted),
+    # per-CPU values summed by the tool; compat_tick(i) is called for i = 0..ticks-1.
+    tool(
+        "lrucount",
+        tool_lines,
+        lambda report: sorted(
+            [name, str(key), str(sum(i % modulo == key for i in range(report["ticks"])))]
+            for name, modulo in (("calls", 3), ("percpu", 2))
+            for key in range(modulo)
+        ),
+        binary=True,
+    ),
     # raw_syscalls/sys_enter + sys_exit, per-thread start times and per-number totals in hash
     # maps, read by get_next_key at the end. Compared for the calls compat_app makes through its C
     # library's wrappers: the kernel also counts those libc makes inline (exit_group, its stdio

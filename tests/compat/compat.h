@@ -135,6 +135,23 @@ static inline int compat_stopped(const struct compat_args *a)
 	return sigtimedwait(&a->stop, NULL, &now) > 0;
 }
 
+/* READY, then waits for SIGINT or SIGTERM (tools that read their maps only at the end). */
+static inline void compat_ready_until_stopped(const struct compat_args *a)
+{
+	int sig;
+
+	compat_ready();
+	if (sigwait(&a->stop, &sig))
+		die(1, "cannot wait for the stop signal");
+}
+
+/* Detaches a skeleton link now (the skeleton's destroy then finds nothing left to detach). */
+static inline void compat_detach(struct bpf_link **link)
+{
+	bpf_link__destroy(*link);
+	*link = NULL;
+}
+
 /* Polls `poll` (a perf_buffer__poll or ring_buffer__poll of `buffer`, 50 ms at a time) until
  * stopped, then once more without waiting: what was written before the stop is read. */
 #define COMPAT_POLL_UNTIL_STOPPED(args, poll, buffer)                                       \

@@ -29,11 +29,8 @@ int main(int argc, char **argv)
 		die(1, "cannot open the BPF object: %s", strerror(errno));
 	compat_loaded(queuepair_bpf__load(skel));
 	skel->links.on_call = compat_attach_uprobe(skel->progs.on_call, &args, PROBED, 0);
-	compat_ready();
-	while (!compat_stopped(&args))
-		usleep(50 * 1000);
-	bpf_link__destroy(skel->links.on_call);
-	skel->links.on_call = NULL;
+	compat_ready_until_stopped(&args);
+	compat_detach(&skel->links.on_call);
 	drain("queue", bpf_map__fd(skel->maps.fifo));
 	drain("stack", bpf_map__fd(skel->maps.lifo));
 	printf("pushed %llu peeked %llu\n", (unsigned long long)skel->bss->pushed, (unsigned long long)skel->bss->peeked_back);

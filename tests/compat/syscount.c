@@ -27,9 +27,7 @@ int main(int argc, char **argv)
 	skel->rodata->target_pid = args.pid;
 	compat_loaded(syscount_bpf__load(skel));
 	compat_attached(syscount_bpf__attach(skel));
-	compat_ready();
-	while (!compat_stopped(&args))
-		usleep(50 * 1000);
+	compat_ready_until_stopped(&args);
 	syscount_bpf__detach(skel);
 	fd = bpf_map__fd(skel->maps.counts);
 	/* Iteration order is the map's: the harness sorts the lines. */

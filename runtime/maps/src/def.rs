@@ -10,6 +10,8 @@ pub const BPF_MAP_TYPE_ARRAY: u32 = 2;
 pub const BPF_MAP_TYPE_PERF_EVENT_ARRAY: u32 = 4;
 pub const BPF_MAP_TYPE_PERCPU_HASH: u32 = 5;
 pub const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
+pub const BPF_MAP_TYPE_LRU_HASH: u32 = 9;
+pub const BPF_MAP_TYPE_LRU_PERCPU_HASH: u32 = 10;
 pub const BPF_MAP_TYPE_QUEUE: u32 = 22;
 pub const BPF_MAP_TYPE_STACK: u32 = 23;
 pub const BPF_MAP_TYPE_RINGBUF: u32 = 27;
@@ -21,6 +23,8 @@ pub const UEBPF_PERF_BUFFER: u32 = 0x7ebf_0004;
 /// Map flags with a meaning here. `BPF_F_NO_PREALLOC` is accepted and changes nothing: hash maps
 /// are always preallocated in the region.
 pub const BPF_F_NO_PREALLOC: u32 = 1 << 0;
+/// LRU maps: one LRU list per CPU (uebpf keeps one clock per map whatever the flag).
+pub const BPF_F_NO_COMMON_LRU: u32 = 1 << 1;
 pub const BPF_F_RDONLY: u32 = 1 << 3;
 pub const BPF_F_WRONLY: u32 = 1 << 4;
 pub const BPF_F_ZERO_SEED: u32 = 1 << 6;
@@ -62,6 +66,9 @@ pub enum MapKind {
     PerfBuffer,
     Queue,
     Stack,
+    /// Hashes that evict a key instead of refusing a new one when full.
+    LruHash,
+    LruPercpuHash,
 }
 
 impl MapKind {
@@ -74,6 +81,8 @@ impl MapKind {
             BPF_MAP_TYPE_RINGBUF => MapKind::RingBuf,
             BPF_MAP_TYPE_PERF_EVENT_ARRAY => MapKind::PerfEventArray,
             UEBPF_PERF_BUFFER => MapKind::PerfBuffer,
+            BPF_MAP_TYPE_LRU_HASH => MapKind::LruHash,
+            BPF_MAP_TYPE_LRU_PERCPU_HASH => MapKind::LruPercpuHash,
             BPF_MAP_TYPE_QUEUE => MapKind::Queue,
             BPF_MAP_TYPE_STACK => MapKind::Stack,
             _ => return None,
@@ -81,7 +90,16 @@ impl MapKind {
     }
 
     pub fn is_percpu(self) -> bool {
-        matches!(self, MapKind::PercpuArray | MapKind::PercpuHash)
+        matches!(self, MapKind::PercpuArray | MapKind::PercpuHash | MapKind::LruPercpuHash)
+    }
+
+    /// Hash maps, LRU or not: one storage layout and one implementation (hash.rs).
+    pub fn is_hash(self) -> bool {
+        matches!(self, MapKind::Hash | MapKind::PercpuHash | MapKind::LruHash | MapKind::LruPercpuHash)
+    }
+
+    pub fn is_lru(self) -> bool {
+        matches!(self, MapKind::LruHash | MapKind::LruPercpuHash)
     }
 }
 
@@ -146,13 +164,19 @@ impl MapDef {
         let fail = |why: String| Err(Error::invalid(why));
         let Some(kind) = MapKind::of(self.map_type) else {
             return fail(format!(
-                "map type {} ({}) is not supported by uebpf (supported: array, percpu_array, hash, percpu_hash, ringbuf, perf_event_array, queue, stack)",
+                "map type {} ({}) is not supported by uebpf (supported: array, percpu_array, hash, percpu_hash, lru_hash, lru_percpu_hash, ringbuf, perf_event_array, queue, stack)",
                 map_type_name(self.map_type),
                 self.map_type
             ));
         };
-        let known =
-            BPF_F_NO_PREALLOC | BPF_F_RDONLY | BPF_F_WRONLY | BPF_F_ZERO_SEED | BPF_F_RDONLY_PROG | BPF_F_WRONLY_PROG | BPF_F_MMAPABLE;
+        let known = BPF_F_NO_COMMON_LRU
+            | BPF_F_NO_PREALLOC
+            | BPF_F_RDONLY
+            | BPF_F_WRONLY
+            | BPF_F_ZERO_SEED
+            | BPF_F_RDONLY_PROG
+            | BPF_F_WRONLY_PROG
+            | BPF_F_MMAPABLE;
         if self.map_flags & !known != 0 {
             return fail(format!("map flags {:#x} are not supported by uebpf", self.map_flags & !known));
         }
@@ -165,9 +189,17 @@ impl MapDef {
                     return fail(format!("array maps need a 4-byte key, not {}", self.key_size));
                 }
             }
-            MapKind::Hash | MapKind::PercpuHash => {
+            kind @ (MapKind::Hash | MapKind::PercpuHash | MapKind::LruHash | MapKind::LruPercpuHash) => {
                 if self.key_size == 0 || self.key_size > MAX_HASH_KEY {
                     return fail(format!("hash keys must be 1 to {MAX_HASH_KEY} bytes, not {}", self.key_size));
+                }
+                // The kernel's htab_map_alloc_check: LRU maps are always preallocated, and only
+                // they have per-CPU LRU lists.
+                if kind.is_lru() && self.map_flags & BPF_F_NO_PREALLOC != 0 {
+                    return fail("LRU maps are always preallocated (BPF_F_NO_PREALLOC is refused)".into());
+                }
+                if !kind.is_lru() && self.map_flags & BPF_F_NO_COMMON_LRU != 0 {
+                    return fail("BPF_F_NO_COMMON_LRU is for LRU maps".into());
                 }
             }
             MapKind::RingBuf | MapKind::PerfBuffer => {
@@ -209,7 +241,7 @@ impl MapDef {
     /// storage) rather than for being malformed: the kernel answers E2BIG to those.
     pub fn exceeds_limits(&self, possible_cpus: u32) -> bool {
         let Some(kind) = MapKind::of(self.map_type) else { return false };
-        let hash = matches!(kind, MapKind::Hash | MapKind::PercpuHash);
+        let hash = kind.is_hash();
         (hash && self.key_size > MAX_HASH_KEY)
             || (!matches!(kind, MapKind::RingBuf | MapKind::PerfBuffer) && self.value_size > MAX_VALUE)
             || (kind.is_percpu() && self.value_size > MAX_PERCPU_VALUE)
@@ -235,7 +267,7 @@ impl MapDef {
             MapKind::Array | MapKind::PercpuArray | MapKind::PerfEventArray => {
                 layout.size = align_up(values_size, page);
             }
-            MapKind::Hash | MapKind::PercpuHash => {
+            MapKind::Hash | MapKind::PercpuHash | MapKind::LruHash | MapKind::LruPercpuHash => {
                 // A power of two at least max_entries, as the kernel sizes its buckets.
                 let n_buckets = u64::from(self.max_entries).next_power_of_two();
                 let entry_stride = std::mem::size_of::<EntryHeader>() as u64 + align_up(u64::from(self.key_size), 8);
@@ -296,8 +328,11 @@ mod tests {
         assert!(def(BPF_MAP_TYPE_ARRAY, 8, 8, 1).validate().unwrap_err().to_string().contains("4-byte key"));
         assert!(def(BPF_MAP_TYPE_HASH, 4, 8, 0).validate().unwrap_err().to_string().contains("max_entries"));
         assert!(def(BPF_MAP_TYPE_RINGBUF, 0, 0, 5000).validate().unwrap_err().to_string().contains("power of two"));
-        let lru = def(9, 4, 8, 4).validate().unwrap_err().to_string();
-        assert!(lru.contains("lru_hash (9) is not supported"), "{lru}");
+        let trie = def(11, 8, 8, 4).validate().unwrap_err().to_string();
+        assert!(trie.contains("lpm_trie (11) is not supported"), "{trie}");
+        let common_lru = MapDef { map_flags: BPF_F_NO_COMMON_LRU, ..def(BPF_MAP_TYPE_HASH, 4, 4, 4) };
+        assert!(common_lru.validate().unwrap_err().to_string().contains("for LRU maps"));
+        assert_eq!(MapDef { map_flags: BPF_F_NO_COMMON_LRU, ..def(BPF_MAP_TYPE_LRU_HASH, 4, 4, 4) }.validate(), Ok(MapKind::LruHash));
         let flags = MapDef { map_flags: 1 << 12, ..def(BPF_MAP_TYPE_HASH, 4, 4, 4) };
         assert!(flags.validate().unwrap_err().to_string().contains("0x1000"));
     }

@@ -17,12 +17,24 @@
 //! another CPU updates it may here see a half-copied value); a value pointer a program got from a
 //! lookup may be reused for another key after a delete (as with the kernel's preallocated maps).
 //! Iteration order differs (the kernel's jhash seed is random anyway).
+//!
+//! LRU: an LRU hash that is full makes room for a new key by evicting one, where a plain hash
+//! answers E2BIG. The kernel keeps approximate LRU lists (a reference bit a lookup sets, lists
+//! rotated in batches); here the approximation is the CLOCK algorithm, over the entries in index
+//! order: a program's lookup sets the entry's ENTRY_REFERENCED bit (if not set: no write on the
+//! hot path once set), and an insertion into a full map sweeps from `HashControl::clock`,
+//! clearing reference bits, and evicts the first live entry it finds unreferenced (after two
+//! turns, any live one). The victim's bucket lock is only tried (the inserter holds its own
+//! bucket's: waiting could deadlock two inserters), and a victim whose lock is busy is passed
+//! over. Which key goes is not the kernel's choice (neither is it deterministic there); that one
+//! goes, and that no insertion fails while the map holds a key, is. An update of a key already
+//! there stays in place (the kernel's takes a new element, which can evict another key).
 
 use std::sync::atomic::{fence, Ordering};
 
 use crate::current;
 use crate::def::{BPF_EXIST, BPF_F_LOCK, BPF_NOEXIST};
-use crate::layout::{Bucket, EntryHeader, HashControl, NULLS};
+use crate::layout::{Bucket, EntryHeader, HashControl, ENTRY_LIVE, ENTRY_REFERENCED, NULLS};
 use crate::Errno;
 
 /// Lock-free walks of one lookup before it takes the bucket lock instead: each restart means an
@@ -49,6 +61,8 @@ pub(crate) struct HashView {
     pub cpus: u32,
     pub key_size: usize,
     pub max_entries: u32,
+    /// An LRU hash (evicts when full).
+    pub lru: bool,
 }
 
 /// Where a value to store comes from.
@@ -255,7 +269,15 @@ impl HashView {
             self.find(bucket, hash, key).map(|(_, index)| index)
         });
         match found {
-            Some(index) => self.value_of(index, if self.cpus > 1 { current::cpu(self.cpus) } else { 0 }),
+            Some(index) => {
+                if self.lru {
+                    let state = &self.entry(index).state;
+                    if state.load(Ordering::Relaxed) & ENTRY_REFERENCED == 0 {
+                        state.fetch_or(ENTRY_REFERENCED, Ordering::Relaxed);
+                    }
+                }
+                self.value_of(index, if self.cpus > 1 { current::cpu(self.cpus) } else { 0 })
+            }
             None => std::ptr::null_mut(),
         }
     }
@@ -321,16 +343,7 @@ impl HashView {
             }
             None if flags == BPF_EXIST => Err(libc::ENOENT),
             None => {
-                let count = &self.control().count;
-                if count.fetch_add(1, Ordering::AcqRel) >= self.max_entries {
-                    count.fetch_sub(1, Ordering::AcqRel);
-                    return Err(libc::E2BIG);
-                }
-                // count <= max_entries guarantees a free entry (deletes push before they uncount).
-                let Some(index) = self.pop_free() else {
-                    count.fetch_sub(1, Ordering::AcqRel);
-                    return Err(libc::E2BIG);
-                };
+                let Some(index) = self.take_entry(bucket) else { return Err(libc::E2BIG) };
                 let entry = self.entry(index);
                 // The seqlock's write side: a lock-free reader may still be comparing this entry's
                 // old key (it followed it before its delete). The value too is written before the
@@ -342,11 +355,91 @@ impl HashView {
                 entry.hash.store(hash, Ordering::Relaxed);
                 self.store(index, source, true);
                 entry.seq.store(seq.wrapping_add(2), Ordering::Release);
+                entry.state.store(ENTRY_LIVE, Ordering::Relaxed);
                 entry.next.store(bucket.head.load(Ordering::Relaxed), Ordering::Relaxed);
                 bucket.head.store(index + 1, Ordering::Release);
                 Ok(())
             }
         }
+    }
+
+    /// A free entry for a new key, counted; in a full LRU map, an evicted one ("LRU" above).
+    /// `held` is the bucket whose lock the caller holds.
+    fn take_entry(&self, held: &Bucket) -> Option<u32> {
+        let count = &self.control().count;
+        if count.fetch_add(1, Ordering::AcqRel) < self.max_entries {
+            // count <= max_entries guarantees a free entry (deletes push before they uncount).
+            if let Some(index) = self.pop_free() {
+                return Some(index);
+            }
+        }
+        count.fetch_sub(1, Ordering::AcqRel);
+        if self.lru {
+            self.evict(held)
+        } else {
+            None
+        }
+    }
+
+    /// Unlinks a live entry of a full LRU map for reuse (its count moves to the new key): the
+    /// first unreferenced one from the clock hand, clearing reference bits on the way; after two
+    /// turns, the first one whose bucket lock is free. None if no entry could be taken (every
+    /// candidate's bucket busy, or none live: then the map is not full any more).
+    fn evict(&self, held: &Bucket) -> Option<u32> {
+        let clock = &self.control().clock;
+        for step in 0..3 * self.max_entries {
+            let index = clock.fetch_add(1, Ordering::Relaxed) % self.max_entries;
+            let entry = self.entry(index);
+            let state = entry.state.load(Ordering::Relaxed);
+            if state & ENTRY_LIVE == 0 {
+                continue;
+            }
+            if state & ENTRY_REFERENCED != 0 && step < 2 * self.max_entries {
+                entry.state.fetch_and(!ENTRY_REFERENCED, Ordering::Relaxed);
+                continue;
+            }
+            let bucket = self.bucket(entry.hash.load(Ordering::Relaxed));
+            let same = std::ptr::eq(bucket, held);
+            let _guard = if same {
+                None
+            } else {
+                match bucket.lock.try_lock() {
+                    Some(guard) => Some(guard),
+                    None => continue,
+                }
+            };
+            if self.unlink(bucket, index) {
+                return Some(index);
+            }
+        }
+        None
+    }
+
+    /// Removes entry `index` from `bucket`'s chain (caller holds its lock), if it is there.
+    fn unlink(&self, bucket: &Bucket, index: u32) -> bool {
+        let mut previous: Option<u32> = None;
+        let mut current = self.link(bucket.head.load(Ordering::Relaxed));
+        for _ in 0..=self.max_entries {
+            let Some(at) = current else { return false };
+            if at == index {
+                self.unlink_after(bucket, previous, index);
+                return true;
+            }
+            previous = Some(at);
+            current = self.link(self.entry(at).next.load(Ordering::Relaxed));
+        }
+        false
+    }
+
+    /// Removes entry `index`, which follows `previous` (or heads the chain), from `bucket`'s chain
+    /// (caller holds its lock).
+    fn unlink_after(&self, bucket: &Bucket, previous: Option<u32>, index: u32) {
+        let next = self.entry(index).next.load(Ordering::Relaxed);
+        match previous {
+            Some(p) => self.entry(p).next.store(next, Ordering::Release),
+            None => bucket.head.store(next, Ordering::Release),
+        }
+        self.entry(index).state.store(0, Ordering::Relaxed);
     }
 
     /// Program view of update.
@@ -372,11 +465,7 @@ impl HashView {
         let bucket = self.bucket(hash);
         let _guard = bucket.lock.lock();
         let (previous, index) = self.find(bucket, hash, key).ok_or(libc::ENOENT)?;
-        let next = self.entry(index).next.load(Ordering::Relaxed);
-        match previous {
-            Some(p) => self.entry(p).next.store(next, Ordering::Release),
-            None => bucket.head.store(next, Ordering::Release),
-        }
+        self.unlink_after(bucket, previous, index);
         self.push_free(index);
         self.control().count.fetch_sub(1, Ordering::AcqRel);
         Ok(())

@@ -216,7 +216,8 @@ pub const TARGET_LEN: usize = 256;
 pub struct HashControl {
     /// Live keys plus insertions in progress; never above max_entries.
     pub count: AtomicU32,
-    pub _pad: u32,
+    /// LRU maps: the entry index the eviction sweep looks at next (hash.rs, "LRU").
+    pub clock: AtomicU32,
     /// Free-entry stack: (generation << 32) | (entry index + 1); 0 in the low half = empty.
     /// The generation makes the lock-free pop immune to ABA.
     pub free_head: AtomicU64,
@@ -248,7 +249,9 @@ pub struct EntryHeader {
     /// Sequence counter of the entry's key and hash: odd while an insertion rewrites them, so a
     /// lock-free reader that compared a key being rewritten under it sees the count change.
     pub seq: AtomicU32,
-    pub _pad: u32,
+    /// ENTRY_LIVE while the entry holds a key (linked in a chain), and ENTRY_REFERENCED once a
+    /// lookup found it since the LRU sweep last passed (hash.rs, "LRU").
+    pub state: AtomicU32,
 }
 
 /// How a consumer of a ring or perf buffer sleeps and producers wake it (ringbuf.rs, "Wakeups";
@@ -331,6 +334,9 @@ pub struct RecordHeader {
     /// Page offset of the header from the ring's control page.
     pub pg_off: u32,
 }
+
+pub const ENTRY_LIVE: u32 = 1;
+pub const ENTRY_REFERENCED: u32 = 2;
 
 pub const RINGBUF_BUSY_BIT: u32 = 1 << 31;
 pub const RINGBUF_DISCARD_BIT: u32 = 1 << 30;

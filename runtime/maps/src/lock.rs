@@ -27,6 +27,11 @@ const SPINS_BEFORE_YIELD: u32 = 128;
 const YIELDS_BETWEEN_OWNER_CHECKS: u32 = 1024;
 
 impl SpinLock {
+    /// The lock if it is free now, without waiting.
+    pub fn try_lock(&self) -> Option<SpinGuard<'_>> {
+        self.0.compare_exchange(0, current::pid(), Ordering::Acquire, Ordering::Relaxed).is_ok().then_some(SpinGuard(self))
+    }
+
     pub fn lock(&self) -> SpinGuard<'_> {
         let me = current::pid();
         let mut spins = 0u32;

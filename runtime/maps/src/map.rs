@@ -59,7 +59,7 @@ pub(crate) fn initialise(shared: &Shared, info: &MapInfo, kind: MapKind, initial
                 unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), shared.base.add(info.values_offset() as usize), data.len()) };
             }
         }
-        MapKind::Hash | MapKind::PercpuHash => {
+        MapKind::Hash | MapKind::PercpuHash | MapKind::LruHash | MapKind::LruPercpuHash => {
             hash_view(shared, info).expect("a map we just laid out is inside the region").initialise();
         }
         MapKind::PercpuArray | MapKind::RingBuf | MapKind::PerfEventArray | MapKind::PerfBuffer | MapKind::Queue | MapKind::Stack => {}
@@ -80,6 +80,7 @@ fn hash_view(shared: &Shared, info: &MapInfo) -> Result<HashView, Error> {
         cpus: s.cpus,
         key_size: d.key_size as usize,
         max_entries: d.max_entries,
+        lru: MapKind::of(d.map_type).is_some_and(MapKind::is_lru),
     })
 }
 
@@ -106,7 +107,7 @@ impl Map {
                 cpus: s.cpus,
                 max_entries: d.max_entries,
             }),
-            MapKind::Hash | MapKind::PercpuHash => Storage::Hash(hash_view(shared, &info)?),
+            MapKind::Hash | MapKind::PercpuHash | MapKind::LruHash | MapKind::LruPercpuHash => Storage::Hash(hash_view(shared, &info)?),
             MapKind::RingBuf => Storage::Ring(RingBuf::map(
                 shared,
                 info.area + s.control,

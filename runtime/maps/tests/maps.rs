@@ -132,8 +132,8 @@ fn bad_names_and_full_regions_are_clear_errors() {
     let region = Region::create_anonymous(RegionSpec::with_arena(4096)).unwrap();
     let err = region.create_map("big", &def(BPF_MAP_TYPE_ARRAY, 4, 4096, 4), None).unwrap_err();
     assert!(err.to_string().contains("map `big`: region full") && err.kind() == ErrorKind::RegionFull, "{err:?}");
-    let err = region.create_map("lru", &def(9, 4, 8, 4), None).unwrap_err();
-    assert!(err.to_string().contains("lru_hash (9) is not supported") && err.kind() == ErrorKind::Invalid, "{err:?}");
+    let err = region.create_map("trie", &def(11, 8, 8, 4), None).unwrap_err();
+    assert!(err.to_string().contains("lpm_trie (11) is not supported") && err.kind() == ErrorKind::Invalid, "{err:?}");
     let one_map = Region::create_anonymous(RegionSpec { map_capacity: 1, ..RegionSpec::with_arena(1 << 16) }).unwrap();
     one_map.create_map("first", &def(BPF_MAP_TYPE_ARRAY, 4, 8, 1), None).unwrap();
     let err = one_map.create_map("second", &def(BPF_MAP_TYPE_ARRAY, 4, 8, 1), None).unwrap_err();
@@ -781,5 +781,37 @@ fn queue_and_stack_maps_pop_in_their_order_and_refuse_as_the_kernel() {
         assert_eq!(popped, order);
         assert_eq!(map.lookup(&[], &mut value), Err(libc::ENOENT), "empty");
         assert_eq!(map.delete(&[]), Err(libc::EINVAL));
+    }
+}
+
+/// LRU hashes (hash.rs, "LRU"): a full map takes a new key by evicting one, keeps max_entries
+/// keys, and evicts an unreferenced key before one a program looked up since the sweep passed.
+#[test]
+fn a_full_lru_hash_evicts_an_unreferenced_key_for_a_new_one() {
+    use uebpf_maps::def::{BPF_F_NO_PREALLOC, BPF_MAP_TYPE_LRU_HASH, BPF_MAP_TYPE_LRU_PERCPU_HASH};
+    let region = anonymous();
+    let no_prealloc = MapDef { map_flags: BPF_F_NO_PREALLOC, ..def(BPF_MAP_TYPE_LRU_HASH, 4, 8, 4) };
+    assert!(region.create_map("np", &no_prealloc, None).is_err(), "LRU maps are preallocated");
+    for map_type in [BPF_MAP_TYPE_LRU_HASH, BPF_MAP_TYPE_LRU_PERCPU_HASH] {
+        let map = region.map(region.create_map("lru", &def(map_type, 4, 8, 4), None).unwrap()).unwrap();
+        let put = |k: u32| unsafe { map.update_ptr(k.to_ne_bytes().as_ptr(), 7u64.to_ne_bytes().as_ptr(), 0) };
+        let has = |k: u32| map.keys().contains(&k.to_ne_bytes().to_vec());
+        for k in 0..4 {
+            put(k).unwrap();
+        }
+        // A program looks keys 0..3 up but not 2: 2 is the one to go.
+        for k in [0u32, 1, 3] {
+            assert!(!unsafe { map.lookup_ptr(k.to_ne_bytes().as_ptr()) }.is_null());
+        }
+        put(10).unwrap();
+        assert_eq!(map.keys().len(), 4, "still max_entries keys");
+        assert!(has(10) && !has(2) && has(0) && has(1) && has(3), "{:?}", map.keys());
+        // Every insertion into a full map succeeds, whatever is referenced.
+        for k in 100..200 {
+            put(k).unwrap();
+            assert!(has(k));
+        }
+        assert_eq!(map.keys().len(), 4);
+        assert_eq!(map.update(&5u32.to_ne_bytes(), &vec![0u8; map.syscall_value_size()], uebpf_maps::def::BPF_EXIST), Err(libc::ENOENT));
     }
 }

@@ -247,9 +247,14 @@ pub fn mmap(object: &MapObject, region: &Region, request: &MmapRequest) -> Resul
             }
         }
         // The kernel cannot mmap these either (perf buffers are mapped through their event).
-        MapKind::Hash | MapKind::PercpuHash | MapKind::PerfEventArray | MapKind::PerfBuffer | MapKind::Queue | MapKind::Stack => {
-            Err(libc::ENODEV)
-        }
+        MapKind::Hash
+        | MapKind::PercpuHash
+        | MapKind::LruHash
+        | MapKind::LruPercpuHash
+        | MapKind::PerfEventArray
+        | MapKind::PerfBuffer
+        | MapKind::Queue
+        | MapKind::Stack => Err(libc::ENODEV),
     }
 }
 
