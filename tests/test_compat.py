@@ -74,6 +74,7 @@ class CorpusProgram:
     loader: Callable[[int, Path], list]  # (workload pid, workdir) -> argv
     output: Callable[[Run], object]  # what is compared
     expected: Callable[[dict], object]  # that output, from the workload's report
+    self_traced: bool = False  # the loader traces itself: on uebpf it runs the agent too
 
 
 COMPAT_TOOLS = BUILD / "compat"
@@ -267,6 +268,15 @@ CORPUS += [
         ),
         binary=True,
     ),
+    # A tool that traces its own function (a uprobe and a uretprobe on it), then calls it for
+    # i = 1..5: libbpf-bootstrap's uprobe example; the workload plays no part.
+    CorpusProgram(
+        "selfprobe",
+        lambda pid, work: [COMPAT_TOOLS / "selfprobe"],
+        tool_lines,
+        lambda report: [["calls", "5", "arguments", "15", "returns", "5", "results", "55"]],
+        self_traced=True,
+    ),
     # raw_syscalls/sys_enter + sys_exit, per-thread start times and per-number totals in hash
     # maps, read by get_next_key at the end. Compared for the calls compat_app makes through its C
     # library's wrappers: the kernel also counts those libc makes inline (exit_group, its stdio
@@ -294,7 +304,8 @@ def run_program(program: CorpusProgram, side: str, workdir: Path) -> Run:
     region = f"test-compat-{os.getpid()}-{program.name.replace(' ', '-')}"
     loader_env = app_env = dict(os.environ)
     if side == "uebpf":
-        loader_env = {**os.environ, "LD_PRELOAD": str(SERVER), "UEBPF_REGION": region}
+        preload = f"{SERVER} {AGENT}" if program.self_traced else str(SERVER)
+        loader_env = {**os.environ, "LD_PRELOAD": preload, "UEBPF_REGION": region}
         app_env = {**os.environ, "LD_PRELOAD": str(AGENT), "UEBPF_REGION": region}
     app = subprocess.Popen(
         [str(APP)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=app_env

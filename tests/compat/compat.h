@@ -57,8 +57,19 @@ static int compat_print(enum libbpf_print_level level, const char *fmt, va_list 
 	return vfprintf(stderr, fmt, args);
 }
 
-/* Parses the command line (--binary only if `takes_binary`) and blocks the stop signals. */
-static struct compat_args compat_parse(int argc, char **argv, int takes_binary)
+/* Blocks SIGINT and SIGTERM (one that arrives early waits for compat_stopped or
+ * compat_ready_until_stopped) and sends libbpf's messages through compat_print. */
+static inline void compat_start(struct compat_args *a)
+{
+	sigemptyset(&a->stop);
+	sigaddset(&a->stop, SIGINT);
+	sigaddset(&a->stop, SIGTERM);
+	sigprocmask(SIG_BLOCK, &a->stop, NULL);
+	libbpf_set_print(compat_print);
+}
+
+/* Parses the command line (--binary only if `takes_binary`), then compat_start. */
+static inline struct compat_args compat_parse(int argc, char **argv, int takes_binary)
 {
 	static const struct option options[] = {
 		{ "pid", required_argument, NULL, 'p' },
@@ -87,11 +98,7 @@ static struct compat_args compat_parse(int argc, char **argv, int takes_binary)
 	}
 	if (!a.pid || optind != argc || !a.binary != !takes_binary)
 		die(2, "usage: %s %s", compat_name, usage);
-	sigemptyset(&a.stop);
-	sigaddset(&a.stop, SIGINT);
-	sigaddset(&a.stop, SIGTERM);
-	sigprocmask(SIG_BLOCK, &a.stop, NULL);
-	libbpf_set_print(compat_print);
+	compat_start(&a);
 	return a;
 }
 
@@ -135,14 +142,18 @@ static inline int compat_stopped(const struct compat_args *a)
 	return sigtimedwait(&a->stop, NULL, &now) > 0;
 }
 
+/* Waits for SIGINT or SIGTERM. */
+static inline void compat_wait_stopped(const struct compat_args *a)
+{
+	if (sigwaitinfo(&a->stop, NULL) < 0)
+		die(1, "cannot wait for the stop signal: %s", strerror(errno));
+}
+
 /* READY, then waits for SIGINT or SIGTERM (tools that read their maps only at the end). */
 static inline void compat_ready_until_stopped(const struct compat_args *a)
 {
-	int sig;
-
 	compat_ready();
-	if (sigwait(&a->stop, &sig))
-		die(1, "cannot wait for the stop signal");
+	compat_wait_stopped(a);
 }
 
 /* Detaches a skeleton link now (the skeleton's destroy then finds nothing left to detach). */
