@@ -366,10 +366,6 @@ pub(crate) fn register_all(env: &mut Environment) {
     }
 }
 
-pub(crate) fn is_provided(id: u32) -> bool {
-    HELPERS.iter().any(|&(known, _)| known == id)
-}
-
 /// `bpf_<name>` for a kernel helper id.
 pub(crate) fn helper_name(id: u32) -> String {
     HELPER_NAMES.get(id as usize).map_or_else(|| format!("helper #{id}"), |name| format!("bpf_{name}"))

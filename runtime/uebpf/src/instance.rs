@@ -321,5 +321,5 @@ fn load_checked_with_analysis(
 ) -> Result<(Program, Analysis), Error> {
     let ctx = ContextSpec::of_program_type(prog_type)
         .ok_or_else(|| Error::invalid(format!("program `{name}`: program type {prog_type} is not one uebpf runs")))?;
-    Program::load_checked(bytecode, env, ctx).map_err(|e| Error::invalid(format!("program `{name}`: {e}")))
+    Program::load_checked(bytecode, env, ctx).map_err(|e| crate::load::refusal(name, &e))
 }

@@ -9,7 +9,7 @@ use uebpf_maps::{Region, RegionSpec};
 use uebpf_vm::insn::{decode_all, CLASS_JMP, JMP_CALL};
 
 use crate::error::{chain, Error, ErrorKind};
-use crate::helpers::{helper_name, is_provided, provided_names};
+use crate::helpers::{helper_name, provided_names};
 use crate::instance::Instance;
 use crate::object::{initial_data, map_def, Object};
 use crate::panics;
@@ -29,30 +29,33 @@ pub enum Target<'a> {
     Named(&'a str),
 }
 
-/// Rejects, with the program's name and a reason, bytecode that calls a helper uebpf does not
-/// provide or carries an unresolved CO-RE relocation.
+/// Rejects bytecode that is not whole instructions, with the program's name. A call to a helper
+/// uebpf does not provide, or a CO-RE relocation that found nothing (libbpf's poisoned call), is
+/// refused only where the safety analysis reaches it (`refusal`): libbpf-tools guard both with
+/// the loader's constants (`if (targ_kernel_stack)`, `bpf_core_field_exists`), and the kernel's
+/// verifier never visits the dead branch either.
 pub fn check_program(name: &str, bytecode: &[u8]) -> Result<(), Error> {
-    let insns = decode_all(bytecode)
-        .ok_or_else(|| Error::invalid(format!("program `{name}`: bytecode length {} is not a multiple of 8", bytecode.len())))?;
-    for (index, insn) in insns.iter().enumerate() {
-        if insn.opcode != CLASS_JMP | JMP_CALL || insn.src != 0 {
-            continue;
-        }
-        if insn.imm == CORE_POISON {
-            return Err(Error::invalid(format!(
-                "program `{name}`, instruction {index}: a CO-RE relocation found no matching field or type in the target BTF"
-            )));
-        }
-        let id = insn.imm as u32;
-        if !is_provided(id) {
-            return Err(Error::invalid(format!(
-                "program `{name}` calls {} ({id}), which uebpf does not provide (it provides {})",
-                helper_name(id),
-                provided_names()
-            )));
-        }
+    decode_all(bytecode)
+        .map(drop)
+        .ok_or_else(|| Error::invalid(format!("program `{name}`: bytecode length {} is not a multiple of 8", bytecode.len())))
+}
+
+/// The refusal of program `name` for the analysis's `error`: a reached call to a helper uebpf
+/// lacks names the helper (and what uebpf provides), a reached poisoned CO-RE relocation says so.
+pub(crate) fn refusal(name: &str, error: &uebpf_vm::LoadError) -> Error {
+    match error.kind {
+        uebpf_vm::LoadErrorKind::UnknownHelper { id: CORE_POISON } => Error::invalid(format!(
+            "program `{name}`, instruction {}: a CO-RE relocation found no matching field or type in the target BTF",
+            error.index
+        )),
+        uebpf_vm::LoadErrorKind::UnknownHelper { id } => Error::invalid(format!(
+            "program `{name}` calls {} ({}), which uebpf does not provide (it provides {})",
+            helper_name(id as u32),
+            id as u32,
+            provided_names()
+        )),
+        _ => Error::invalid(format!("program `{name}`: {error}")),
     }
-    Ok(())
 }
 
 /// Whether the program's bytecode calls helper `id` (a call instruction to it anywhere, dead or

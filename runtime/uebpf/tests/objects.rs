@@ -93,6 +93,17 @@ fn helpers_uebpf_lacks_and_failed_core_relocations_are_named() {
     a.call_helper(0xbad2310).exit();
     let err = with_program(&a.build().unwrap()).program("test", Engine::Jit).err().unwrap().to_string();
     assert!(err.contains("CO-RE relocation found no matching field"), "{err}");
+    // In a branch the program's own constants make dead, neither refuses it (the kernel's
+    // verifier never visits such a branch): r1 = 0; if r1 != 0 { bpf_get_current_task; a
+    // poisoned relocation }; r0 = 7.
+    for missing in [35, 0xbad2310] {
+        let mut a = Asm::new();
+        a.mov64(R1, 0).jne(R1, 0, "dead").mov64(R0, 7).ja("done").label("dead").call_helper(missing).label("done").exit();
+        let instance = with_program(&a.build().unwrap());
+        for engine in ENGINES {
+            assert_eq!(instance.program("test", engine).unwrap().run(&mut [0u8; 8]).unwrap(), 7);
+        }
+    }
 }
 
 #[test]

@@ -87,7 +87,7 @@ mod tests {
         let insns = a.instructions().unwrap();
         let mut env = Environment::new();
         env.register_helper(1, helper).register_helper(5, helper);
-        let layout = verify::check(&insns, &env).expect("the test program passes the checks");
+        let layout = verify::check(&insns, &env, false).expect("the test program passes the checks");
         lookup_sites(&insns, &layout.functions)
     }
 

@@ -43,7 +43,7 @@ impl Program {
     fn load_with(bytecode: &[u8], env: &Environment, ctx: Option<ContextSpec>) -> Result<(Program, Option<Analysis>), LoadError> {
         let mut insns = decode_all(bytecode)
             .ok_or_else(|| LoadError::whole(bytecode.len() / INSN_SIZE, LoadErrorKind::Truncated { len: bytecode.len() }))?;
-        let layout = verify::check(&insns, env)?;
+        let layout = verify::check(&insns, env, ctx.is_some())?;
         // Before the references are resolved: the analysis reads the maps the lddws name.
         let analysis = ctx.map(|ctx| safety::analyse(&insns, env, ctx)).transpose()?;
         // Before the references are resolved: the analysis reads the map fds of the lddws.
@@ -55,8 +55,10 @@ impl Program {
             .iter()
             .map(|insn| {
                 let is_helper_call = insn.opcode == CLASS_JMP | JMP_CALL && insn.src == CALL_HELPER;
-                // The checks guarantee the id is registered.
-                is_helper_call.then(|| env.helper(insn.imm as u32)).flatten()
+                // The checks guarantee the id is registered, or (analysed) that the call is never
+                // reached: it gets a stand-in that is never called.
+                let unreached = || not_provided as HelperFn;
+                is_helper_call.then(|| env.helper(insn.imm as u32).unwrap_or_else(unreached))
             })
             .collect();
         let program = Program {
@@ -104,6 +106,13 @@ fn resolve_map_references(insns: &mut [Insn], env: &Environment) -> Result<(), L
 }
 
 /// The 64-bit value of the `lddw` at `index`.
+/// The stand-in for a call the safety analysis proved is never reached, to a helper the
+/// environment lacks: -ENOSYS (38, as the kernel's unknown system call), should it ever run.
+extern "C" fn not_provided(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    const ENOSYS: i64 = 38;
+    (-ENOSYS) as u64
+}
+
 pub(crate) fn lddw_value(insns: &[Insn], index: usize) -> u64 {
     u64::from(insns[index].imm as u32) | (u64::from(insns[index + 1].imm as u32) << 32)
 }

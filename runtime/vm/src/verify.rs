@@ -100,7 +100,10 @@ fn check_alu(insn: &Insn) -> Result<(), K> {
     }
 }
 
-fn check_jmp(insn: &Insn, env: &Environment) -> Result<(), K> {
+/// `helpers_reached`: whether a call to a helper the environment lacks is refused here, or later,
+/// only if the safety analysis reaches it (a call in a branch the loader's constants make dead
+/// is no reason to refuse a program: the kernel's verifier never visits it).
+fn check_jmp(insn: &Insn, env: &Environment, helpers_reached: bool) -> Result<(), K> {
     let is_jmp32 = insn.class() == CLASS_JMP32;
     match insn.op() {
         JMP_JA if is_jmp32 => Err(K::Unsupported("32-bit offset jump gotol (cpu v4)")),
@@ -123,7 +126,7 @@ fn check_jmp(insn: &Insn, env: &Environment) -> Result<(), K> {
             match insn.src {
                 CALL_HELPER => {
                     let known = u32::try_from(insn.imm).ok().and_then(|id| env.helper(id)).is_some();
-                    if known {
+                    if known || helpers_reached {
                         Ok(())
                     } else {
                         Err(K::UnknownHelper { id: insn.imm })
@@ -240,8 +243,9 @@ fn is_local_call(insn: &Insn) -> bool {
     insn.opcode == CLASS_JMP | JMP_CALL && insn.src == CALL_LOCAL
 }
 
-/// Runs every load-time check over `insns` and returns the function layout.
-pub(crate) fn check(insns: &[Insn], env: &Environment) -> Result<Layout, LoadError> {
+/// Runs every load-time check over `insns` and returns the function layout. `helpers_reached`:
+/// see `check_jmp`.
+pub(crate) fn check(insns: &[Insn], env: &Environment, helpers_reached: bool) -> Result<Layout, LoadError> {
     if insns.is_empty() {
         return Err(LoadError::whole(0, K::Empty));
     }
@@ -257,7 +261,7 @@ pub(crate) fn check(insns: &[Insn], env: &Environment) -> Result<Layout, LoadErr
         let insn = &insns[index];
         let result = match insn.class() {
             CLASS_ALU | CLASS_ALU64 => check_alu(insn),
-            CLASS_JMP | CLASS_JMP32 => check_jmp(insn, env),
+            CLASS_JMP | CLASS_JMP32 => check_jmp(insn, env, helpers_reached),
             CLASS_LD => check_ld(insns, index),
             _ => check_memory(insn),
         };

@@ -370,8 +370,13 @@ impl Verifier<'_> {
         Ok(())
     }
 
+    /// The refusal at `index`: a reached call to a helper the environment lacks is UnknownHelper
+    /// (the structural checks leave those to the analysis: only reached ones refuse a program).
     fn fail(&self, index: usize, why: String) -> LoadError {
-        LoadError::at(index, self.insns[index], LoadErrorKind::Unsafe(why))
+        let insn = self.insns[index];
+        let lacking = insn.opcode == CLASS_JMP | JMP_CALL && insn.src == CALL_HELPER && self.env.helper(insn.imm as u32).is_none();
+        let kind = if lacking { LoadErrorKind::UnknownHelper { id: insn.imm } } else { LoadErrorKind::Unsafe(why) };
+        LoadError::at(index, insn, kind)
     }
 
     /// Follows one path from `index` until it exits, is pruned, or branches (the other side is
@@ -1158,6 +1163,9 @@ impl Verifier<'_> {
     }
 
     fn helper_call(&mut self, id: u32, state: &mut State) -> Check<()> {
+        if self.env.helper(id).is_none() {
+            return Err(format!("call to unknown helper id {id}")); // UnknownHelper (`fail`)
+        }
         let Some(proto) = helpers::proto(id) else {
             return Err(format!("helper #{id} is not modeled by uebpf's safety analysis"));
         };
