@@ -75,6 +75,7 @@ class CorpusProgram:
     output: Callable[[Run], object]  # what is compared
     expected: Callable[[dict], object]  # that output, from the workload's report
     self_traced: bool = False  # the loader traces itself: on uebpf it runs the agent too
+    uses: str = ""  # attach points, map types and helpers, for the README's table
 
 
 COMPAT_TOOLS = BUILD / "compat"
@@ -94,11 +95,16 @@ def descriptor(ret: int) -> str:
 
 
 def tool(
-    name: str, output: Callable[[Run], object], expected: Callable[[dict], object], binary: bool = False
+    name: str,
+    output: Callable[[Run], object],
+    expected: Callable[[dict], object],
+    uses: str,
+    binary: bool = False,
 ) -> "CorpusProgram":
     """A tool of tests/compat (NAME.bpf.c + NAME.c), run as `NAME --pid PID` (and `--binary APP`)."""
     extra = ["--binary", APP] if binary else []
-    return CorpusProgram(name, lambda pid, work: [COMPAT_TOOLS / name, "--pid", pid, *extra], output, expected)
+    argv = lambda pid, work: [COMPAT_TOOLS / name, "--pid", pid, *extra]  # noqa: E731
+    return CorpusProgram(name, argv, output, expected, uses=uses)
 
 
 # x86-64 system call numbers of what compat_app calls through its C library's wrappers.
@@ -131,6 +137,7 @@ CORPUS = [
             for a, b, _c, s, ret in report["calls"]
             for event in (("entry", a, b, s, None), ("exit", None, None, None, ret))
         ],
+        uses="uprobe + uretprobe on a shared library; BPF ring buffer; bpf_probe_read_user_str",
     ),
     CorpusProgram(
         "micro map operations",
@@ -155,6 +162,7 @@ CORPUS = [
             "hits": {"hash_update": report["ticks"], "percpu_array_lookup": report["ticks"]},
             "results": {op: {"0": OPS_PER_HIT * report["ticks"]} for op in ("hash_update", "percpu_array_lookup")},
         },
+        uses="uprobe; hash, per-CPU array (inlined lookup), array of counters",
     ),
     CorpusProgram(
         "malloc counter",
@@ -174,6 +182,7 @@ CORPUS = [
             | {"overflow": run.loader_json()["overflow"]}
         ),
         lambda report: report["mallocs"] | {"overflow": 0},
+        uses="uprobe on libc's malloc; hash map",
     ),
     CorpusProgram(
         "latency histogram",
@@ -182,6 +191,7 @@ CORPUS = [
         lambda report: {
             str(bucket): n for bucket, n in Counter(int(math.log2(us)) for us in report["timed_us"]).items()
         },
+        uses="uprobe + uretprobe; hash keyed by thread; log2 histogram array",
     ),
     CorpusProgram(
         "bpf_printk",
@@ -191,6 +201,7 @@ CORPUS = [
         lambda report: [
             line for name, n in report["greets"] for line in (f"hello {name} {n}", f"hi {name} {n} {2 * n} {3 * n}")
         ],
+        uses="uprobe; bpf_trace_printk, bpf_trace_vprintk",
     ),
     # libbpf's USDT support: bpf_usdt_arg finds each argument's spec through
     # bpf_get_attach_cookie (the spec id libbpf attached with), and bpf_usdt_cookie is the
@@ -200,6 +211,7 @@ CORPUS = [
         lambda pid, work: [BUILD / "bin" / "usdt_args", "--binary", APP, "--symbol", "compat:step", "--pid", pid],
         lambda run: run.loader_json(),
         lambda report: {"steps": report["usdt"], "cookies": [0xC00C1E] * len(report["usdt"])},
+        uses="USDT through libbpf (usdt.bpf.h): bpf_get_attach_cookie, spec maps",
     ),
     # bpf_get_func_ip: the probed function's address at its entry and at its return (the kernel's
     # uprobe dispatch data), on a PIE workload: compared as the distance from the address the
@@ -211,6 +223,7 @@ CORPUS = [
             point: [ip - run.report["tick_address"] for ip in ips] for point, ips in run.loader_json().items()
         },
         lambda report: {"entry": [0] * report["ticks"], "return": [0] * report["ticks"]},
+        uses="uprobe + uretprobe; bpf_get_func_ip",
     ),
 ]
 CORPUS += [
@@ -220,12 +233,14 @@ CORPUS += [
         "opensnoop",
         lambda run: [[pid, comm, descriptor(int(ret)), path] for pid, comm, ret, path in tool_lines(run)],
         lambda report: sorted(["PID", "compat_app", descriptor(ret), path] for path, ret in report["opens"]),
+        uses="syscalls/sys_enter_openat + sys_exit_openat; hash; perf event array",
     ),
     # BPF ring buffer, syscalls/sys_enter_newfstatat + sys_exit_newfstatat (fstatat() and stat()).
     tool(
         "statsnoop",
         tool_lines,
         lambda report: sorted(["PID", "compat_app", str(ret), path] for path, ret in report["stats"]),
+        uses="syscalls/sys_enter_newfstatat + sys_exit_newfstatat; hash; BPF ring buffer",
     ),
     # perf buffer, syscalls/sys_enter_kill + sys_exit_kill; the target pid is the workload's own
     # (0 in its report) or one that cannot exist.
@@ -236,6 +251,7 @@ CORPUS += [
             ["PID", "compat_app", "PID" if pid == 0 else str(pid), str(sig), str(ret)]
             for pid, sig, ret in report["kills"]
         ),
+        uses="syscalls/sys_enter_kill + sys_exit_kill; hash; perf event array",
     ),
     # uretprobe reading the string a function returns, BPF ring buffer.
     tool(
@@ -243,6 +259,7 @@ CORPUS += [
         tool_lines,
         lambda report: sorted(["PID", "compat_app", *line.split(" ")] for line in report["lines"]),
         binary=True,
+        uses="uretprobe reading a returned string; BPF ring buffer",
     ),
     # queue and stack maps: pushed by the program (compat_tick(i) pushes 10 i + 1), peeked by it,
     # popped by the tool (BPF_MAP_LOOKUP_AND_DELETE_ELEM): first in first out, last in first out.
@@ -255,6 +272,7 @@ CORPUS += [
             + [f"pushed {report['ticks']} peeked {report['ticks']}"]
         ),
         binary=True,
+        uses="uprobe; queue and stack maps (push, peek; pop from bpf(2))",
     ),
     # LRU hash and LRU per-CPU hash counters (fewer keys than they hold: nothing is evicted),
     # per-CPU values summed by the tool; compat_tick(i) is called for i = 0..ticks-1.
@@ -267,6 +285,7 @@ CORPUS += [
             for key in range(modulo)
         ),
         binary=True,
+        uses="uprobe; LRU hash, LRU per-CPU hash",
     ),
     # A tool that traces its own function (a uprobe and a uretprobe on it), then calls it for
     # i = 1..5: libbpf-bootstrap's uprobe example; the workload plays no part.
@@ -276,6 +295,7 @@ CORPUS += [
         tool_lines,
         lambda report: [["calls", "5", "arguments", "15", "returns", "5", "results", "55"]],
         self_traced=True,
+        uses="uprobe + uretprobe on the loader's own function (server and agent in one process)",
     ),
     # raw_syscalls/sys_enter + sys_exit, per-thread start times and per-number totals in hash
     # maps, read by get_next_key at the end. Compared for the calls compat_app makes through its C
@@ -293,6 +313,7 @@ CORPUS += [
             NEWFSTATAT: counted(report, "stats", 1),
             KILL: counted(report, "kills", 2),
         },
+        uses="raw_syscalls/sys_enter + sys_exit; hash maps read with get_next_key",
     ),
 ]
 IDS = [program.name for program in CORPUS]
@@ -345,10 +366,41 @@ def kernel_tracing():
     system.ensure_tracefs(say=lambda _msg: None)
 
 
+# What each corpus program did on each side in this run: the README's table (below) is made of it.
+OUTCOMES: dict[str, dict[str, str]] = {}
+README = Path(__file__).resolve().parent.parent / "README.md"
+TABLE_START, TABLE_END = "<!-- compat-table -->", "<!-- /compat-table -->"
+
+
+def compat_table() -> str:
+    """The README's compatibility table, from this run's outcomes."""
+    rows = ["| program | what it uses | kernel | uebpf |", "|---|---|---|---|"]
+    for program in CORPUS:
+        outcome = OUTCOMES[program.name]
+        rows.append(f"| {program.name} | {program.uses} | {outcome['kernel']} | {outcome['uebpf']} |")
+    return "\n".join(rows)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def readme_table_is_this_runs():
+    """After a run of the whole corpus, the table goes to build/compat/table.md, and the README's
+    must be the same (it is copied from there): the README never claims what the tests do not."""
+    yield
+    if set(OUTCOMES) != set(IDS) or any(len(sides) != 2 for sides in OUTCOMES.values()):
+        return  # a partial run (-k): nothing to compare
+    table = compat_table()
+    (BUILD / "compat").mkdir(parents=True, exist_ok=True)
+    (BUILD / "compat" / "table.md").write_text(table + "\n")
+    text = README.read_text()
+    in_readme = text.split(TABLE_START, 1)[1].split(TABLE_END, 1)[0].strip() if TABLE_START in text else ""
+    assert in_readme == table, "README.md's compatibility table is stale: copy build/compat/table.md into it"
+
+
 @pytest.mark.parametrize("program", CORPUS, ids=IDS)
 def test_kernel_output_matches_the_workload(program, tmp_path):
     run = run_program(program, "kernel", tmp_path / "kernel")
     assert program.output(run) == program.expected(run.report)
+    OUTCOMES.setdefault(program.name, {})["kernel"] = "the workload's account"
 
 
 @pytest.mark.parametrize("program", CORPUS, ids=IDS)
@@ -356,3 +408,4 @@ def test_uebpf_output_equals_the_kernel_output(program, tmp_path):
     kernel = run_program(program, "kernel", tmp_path / "kernel")
     uebpf = run_program(program, "uebpf", tmp_path / "uebpf")
     assert program.output(uebpf) == program.output(kernel) == program.expected(kernel.report)
+    OUTCOMES.setdefault(program.name, {})["uebpf"] = "the kernel's output"
