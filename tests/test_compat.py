@@ -298,7 +298,7 @@ CORPUS += [
         uses="uprobe + uretprobe on the loader's own function (server and agent in one process)",
     ),
     # raw_syscalls/sys_enter + sys_exit, per-thread start times and per-number totals in hash
-    # maps, read by get_next_key at the end. Compared for the calls compat_app makes through its C
+    # maps, taken out in batches at the end. Compared for the calls compat_app makes through its C
     # library's wrappers: the kernel also counts those libc makes inline (exit_group, its stdio
     # writes), which uebpf's agent does not see (runtime README, "System call tracepoints").
     tool(
@@ -313,7 +313,7 @@ CORPUS += [
             NEWFSTATAT: counted(report, "stats", 1),
             KILL: counted(report, "kills", 2),
         },
-        uses="raw_syscalls/sys_enter + sys_exit; hash maps read with get_next_key",
+        uses="raw_syscalls/sys_enter + sys_exit; hash maps, read with BPF_MAP_LOOKUP_AND_DELETE_BATCH",
     ),
 ]
 IDS = [program.name for program in CORPUS]

@@ -49,20 +49,21 @@ enum Walk {
     Restart,
 }
 
-pub(crate) struct HashView {
-    pub control: *const HashControl,
-    pub buckets: *const Bucket,
-    pub n_buckets: u32,
-    pub entries: *mut u8,
-    pub entry_stride: usize,
-    pub values: *mut u8,
-    pub value_size: usize,
-    pub stride: usize,
-    pub cpus: u32,
-    pub key_size: usize,
-    pub max_entries: u32,
+/// A hash map's storage as one process sees it.
+pub struct HashView {
+    pub(crate) control: *const HashControl,
+    pub(crate) buckets: *const Bucket,
+    pub(crate) n_buckets: u32,
+    pub(crate) entries: *mut u8,
+    pub(crate) entry_stride: usize,
+    pub(crate) values: *mut u8,
+    pub(crate) value_size: usize,
+    pub(crate) stride: usize,
+    pub(crate) cpus: u32,
+    pub(crate) key_size: usize,
+    pub(crate) max_entries: u32,
     /// An LRU hash (evicts when full).
-    pub lru: bool,
+    pub(crate) lru: bool,
 }
 
 /// Where a value to store comes from.
@@ -469,6 +470,52 @@ impl HashView {
         self.push_free(index);
         self.control().count.fetch_sub(1, Ordering::AcqRel);
         Ok(())
+    }
+
+    /// Buckets, the unit of the batch commands.
+    pub fn n_buckets(&self) -> u32 {
+        self.n_buckets
+    }
+
+    /// One bucket of `BPF_MAP_LOOKUP_BATCH` (and `_AND_DELETE_`): its keys and values (every
+    /// CPU's, in the syscall view's layout) appended to `keys` and `values`, all or none, under
+    /// the bucket's lock; deleted if `delete`. Err(n) if its n entries exceed `room`.
+    pub fn take_bucket(&self, b: u32, room: usize, delete: bool, keys: &mut Vec<u8>, values: &mut Vec<u8>) -> Result<usize, usize> {
+        // SAFETY: the caller's b is below n_buckets (checked here).
+        let Some(bucket) = (b < self.n_buckets).then(|| unsafe { &*self.buckets.add(b as usize) }) else { return Ok(0) };
+        let _guard = bucket.lock.lock();
+        let mut chain = Vec::new();
+        let mut current = self.link(bucket.head.load(Ordering::Relaxed));
+        while let Some(index) = current {
+            if chain.len() > self.max_entries as usize {
+                break; // a cycle: only a corrupted region can have one
+            }
+            chain.push(index);
+            current = self.link(self.entry(index).next.load(Ordering::Relaxed));
+        }
+        if chain.len() > room {
+            return Err(chain.len());
+        }
+        for &index in &chain {
+            // SAFETY: the entry's key and values are inside the map, read under the bucket lock.
+            unsafe {
+                keys.extend_from_slice(std::slice::from_raw_parts(self.key_of(index), self.key_size));
+                for cpu in 0..self.cpus {
+                    values.extend_from_slice(std::slice::from_raw_parts(self.value_of(index, cpu), self.value_size));
+                    if self.cpus > 1 {
+                        values.resize(values.len() + self.stride - self.value_size, 0);
+                    }
+                }
+            }
+        }
+        if delete {
+            for &index in &chain {
+                self.unlink_after(bucket, None, index); // each is the head by then
+                self.push_free(index);
+                self.control().count.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        Ok(chain.len())
     }
 
     /// First key of the chain of bucket `from` or a later one.

@@ -21,7 +21,7 @@ pub mod current;
 pub mod def;
 mod error;
 mod futex;
-mod hash;
+pub mod hash;
 pub mod layout;
 mod lock;
 mod map;

@@ -240,6 +240,14 @@ impl Map {
         }
     }
 
+    /// A hash map's view for the batch commands (`HashView::take_bucket`), None for other maps.
+    pub fn hash_buckets(&self) -> Option<&crate::hash::HashView> {
+        match &self.storage {
+            Storage::Hash(h) => Some(h),
+            _ => None,
+        }
+    }
+
     /// `bpf_map_push_elem` of a queue or stack map (EINVAL for other maps).
     ///
     /// # Safety

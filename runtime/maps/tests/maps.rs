@@ -815,3 +815,34 @@ fn a_full_lru_hash_evicts_an_unreferenced_key_for_a_new_one() {
         assert_eq!(map.update(&5u32.to_ne_bytes(), &vec![0u8; map.syscall_value_size()], uebpf_maps::def::BPF_EXIST), Err(libc::ENOENT));
     }
 }
+
+/// The batch commands' unit (HashView::take_bucket): a bucket's entries, all or none, deleted on
+/// request; every key once over all buckets.
+#[test]
+fn hash_buckets_are_taken_whole_for_the_batch_commands() {
+    let region = anonymous();
+    let map = region.map(region.create_map("h", &def(BPF_MAP_TYPE_HASH, 4, 8, 64), None).unwrap()).unwrap();
+    for k in 0u32..40 {
+        map.update(&k.to_ne_bytes(), &u64::from(k * 2).to_ne_bytes(), 0).unwrap();
+    }
+    let hash = map.hash_buckets().unwrap();
+    let (mut keys, mut values) = (Vec::new(), Vec::new());
+    let busiest =
+        (0..hash.n_buckets()).max_by_key(|&b| hash.take_bucket(b, usize::MAX, false, &mut Vec::new(), &mut Vec::new()).unwrap()).unwrap();
+    let size = hash.take_bucket(busiest, usize::MAX, false, &mut Vec::new(), &mut Vec::new()).unwrap();
+    assert_eq!(hash.take_bucket(busiest, size - 1, true, &mut keys, &mut values), Err(size), "all or none");
+    assert!(keys.is_empty() && map.keys().len() == 40);
+    let mut taken = 0;
+    for b in 0..hash.n_buckets() {
+        taken += hash.take_bucket(b, usize::MAX, true, &mut keys, &mut values).unwrap();
+    }
+    assert_eq!((taken, map.keys().len()), (40, 0), "every key once, then deleted");
+    let mut pairs: Vec<(u32, u64)> = keys
+        .chunks(4)
+        .zip(values.chunks(8))
+        .map(|(k, v)| (u32::from_ne_bytes(k.try_into().unwrap()), u64::from_ne_bytes(v.try_into().unwrap())))
+        .collect();
+    pairs.sort();
+    assert_eq!(pairs, (0u32..40).map(|k| (k, u64::from(k * 2))).collect::<Vec<_>>());
+    map.update(&1u32.to_ne_bytes(), &0u64.to_ne_bytes(), 0).unwrap(); // the entries are free again
+}

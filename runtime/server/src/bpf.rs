@@ -43,6 +43,8 @@ const BPF_BTF_LOAD: c_long = 18;
 const BPF_MAP_LOOKUP_AND_DELETE_ELEM: c_long = 21;
 const BPF_MAP_FREEZE: c_long = 22;
 const BPF_MAP_LOOKUP_BATCH: c_long = 24;
+const BPF_MAP_LOOKUP_AND_DELETE_BATCH: c_long = 25;
+const BPF_MAP_UPDATE_BATCH: c_long = 26;
 const BPF_MAP_DELETE_BATCH: c_long = 27;
 const BPF_LINK_CREATE: c_long = 28;
 const BPF_LINK_UPDATE: c_long = 29;
@@ -73,18 +75,19 @@ const PROG_FLAGS: u32 = 0xff;
 /// server's commands on its own objects; the kernel checks the rest itself).
 fn last_field_end(cmd: c_long) -> usize {
     match cmd {
-        BPF_MAP_CREATE => 92,                 // excl_prog_hash_size
-        BPF_MAP_LOOKUP_ELEM => 32,            // flags
-        BPF_MAP_UPDATE_ELEM => 32,            // flags
-        BPF_MAP_DELETE_ELEM => 16,            // key
-        BPF_MAP_GET_NEXT_KEY => 24,           // next_key
-        BPF_MAP_LOOKUP_AND_DELETE_ELEM => 32, // flags
-        BPF_MAP_FREEZE => 4,                  // map_fd
-        BPF_PROG_LOAD => ATTR_SIZE,           // keyring_id
-        BPF_BTF_LOAD => 40,                   // btf_token_fd
-        BPF_OBJ_GET_INFO_BY_FD => 16,         // info.info
-        BPF_LINK_CREATE => 60,                // link_create.uprobe_multi.pid
-        BPF_PROG_BIND_MAP => 12,              // prog_bind_map.flags
+        BPF_MAP_CREATE => 92,                              // excl_prog_hash_size
+        BPF_MAP_LOOKUP_ELEM => 32,                         // flags
+        BPF_MAP_UPDATE_ELEM => 32,                         // flags
+        BPF_MAP_DELETE_ELEM => 16,                         // key
+        BPF_MAP_GET_NEXT_KEY => 24,                        // next_key
+        BPF_MAP_LOOKUP_AND_DELETE_ELEM => 32,              // flags
+        BPF_MAP_LOOKUP_BATCH..=BPF_MAP_DELETE_BATCH => 56, // batch.flags
+        BPF_MAP_FREEZE => 4,                               // map_fd
+        BPF_PROG_LOAD => ATTR_SIZE,                        // keyring_id
+        BPF_BTF_LOAD => 40,                                // btf_token_fd
+        BPF_OBJ_GET_INFO_BY_FD => 16,                      // info.info
+        BPF_LINK_CREATE => 60,                             // link_create.uprobe_multi.pid
+        BPF_PROG_BIND_MAP => 12,                           // prog_bind_map.flags
         _ => ATTR_SIZE,
     }
 }
@@ -244,6 +247,7 @@ pub fn bpf(cmd: c_int, attr: *mut u8, size: u32) -> Option<Result<c_long, c_int>
 fn on_object(cmd: c_long, buf: &[u8], attr: u64, object: &Object) -> Result<c_int, c_int> {
     match (cmd, object) {
         (BPF_MAP_LOOKUP_ELEM..=BPF_MAP_GET_NEXT_KEY | BPF_MAP_LOOKUP_AND_DELETE_ELEM, Object::Map(map)) => map_op(cmd, buf, map),
+        (BPF_MAP_LOOKUP_BATCH..=BPF_MAP_DELETE_BATCH, Object::Map(map)) => map_batch(cmd, buf, attr, map),
         (BPF_MAP_FREEZE, Object::Map(map)) => {
             map.frozen.store(true, Ordering::Release);
             Ok(0)
@@ -383,6 +387,81 @@ fn map_op(cmd: c_long, a: &[u8], object: &MapObject) -> Result<c_int, c_int> {
         }
     }
     Ok(0)
+}
+
+/// The batch commands, as the kernel's: `BPF_MAP_LOOKUP_BATCH` and `_LOOKUP_AND_DELETE_BATCH` of
+/// hash maps (kernel/bpf/hashtab.c's batch: whole buckets, the batch token a u32 bucket index;
+/// ENOSPC, with the bucket's size as the count, when the first bucket does not fit; ENOENT,
+/// with what was copied, once the last bucket is passed), and `_UPDATE_BATCH` and
+/// `_DELETE_BATCH` of any map with elements (generic_map_update_batch and _delete_batch: one
+/// element at a time, stopping at the first error). The count of elements done is written back
+/// to `batch.count` either way.
+fn map_batch(cmd: c_long, a: &[u8], attr: u64, object: &MapObject) -> Result<c_int, c_int> {
+    let map = &object.map;
+    let (in_batch, out_batch, keys_ptr, values_ptr) = (u64_at(a, 0), u64_at(a, 8), u64_at(a, 16), u64_at(a, 24));
+    let (max_count, elem_flags, flags) = (u32_at(a, 32) as usize, u64_at(a, 40), u64_at(a, 48));
+    let (key_size, value_size) = (map.def().key_size as usize, map.syscall_value_size());
+    let count_at = attr + 32;
+    if flags != 0 {
+        return Err(libc::EINVAL);
+    }
+    if cmd != BPF_MAP_LOOKUP_BATCH && (object.frozen.load(Ordering::Acquire) || map.def().map_flags & BPF_F_RDONLY != 0) {
+        return Err(libc::EPERM);
+    }
+    if matches!(cmd, BPF_MAP_UPDATE_BATCH | BPF_MAP_DELETE_BATCH) {
+        let mut done = 0;
+        let mut result = Ok(0);
+        while done < max_count {
+            let key = user::read(keys_ptr + (done * key_size) as u64, key_size)?;
+            result = if cmd == BPF_MAP_UPDATE_BATCH {
+                let value = user::read(values_ptr + (done * value_size) as u64, value_size)?;
+                map.update(&key, &value, elem_flags)
+            } else if elem_flags != 0 {
+                Err(libc::EINVAL)
+            } else {
+                map.delete(&key)
+            }
+            .map(|()| 0);
+            if result.is_err() {
+                break;
+            }
+            done += 1;
+        }
+        user::write(count_at, &(done as u32).to_ne_bytes())?;
+        return result;
+    }
+    // BPF_F_LOCK needs a spin lock in the value, which no uebpf map has.
+    let Some(hash) = map.hash_buckets().filter(|_| elem_flags == 0) else { return Err(libc::EINVAL) };
+    if max_count == 0 {
+        return Ok(0);
+    }
+    let mut bucket = if in_batch == 0 { 0 } else { u32::from_ne_bytes(user::read(in_batch, 4)?.try_into().expect("4 bytes")) };
+    if bucket >= hash.n_buckets() {
+        return Err(libc::ENOENT);
+    }
+    let (mut keys, mut values, mut total) = (Vec::new(), Vec::new(), 0usize);
+    let delete = cmd == BPF_MAP_LOOKUP_AND_DELETE_BATCH;
+    let result = loop {
+        match hash.take_bucket(bucket, max_count - total, delete, &mut keys, &mut values) {
+            Ok(taken) => total += taken,
+            Err(size) if total == 0 => {
+                user::write(count_at, &(size as u32).to_ne_bytes())?;
+                return Err(libc::ENOSPC);
+            }
+            Err(_) => break Ok(0),
+        }
+        bucket += 1;
+        if bucket >= hash.n_buckets() {
+            break Err(libc::ENOENT);
+        }
+    };
+    if total > 0 {
+        user::write(keys_ptr, &keys)?;
+        user::write(values_ptr, &values)?;
+    }
+    user::write(out_batch, &bucket.to_ne_bytes())?;
+    user::write(count_at, &(total as u32).to_ne_bytes())?;
+    result
 }
 
 /// A perf event array update (the kernel's fd_array_map_update_elem and
