@@ -287,6 +287,26 @@ CORPUS += [
         binary=True,
         uses="uprobe; LRU hash, LRU per-CPU hash",
     ),
+    # User stacks at a uprobe on a function's first instruction (push %rbp: the caller's return
+    # address comes from the stack pointer, as the kernel's is_uprobe_at_func_entry): stack ids
+    # in a stack trace map counted in a hash, and the first call's stack by bpf_get_stack. Frames
+    # as offsets in compat_app; each call site of compat_greet is a stack of its own.
+    tool(
+        "stackcount",
+        lambda run: sorted(line.split(" ") for line in run.loader_stdout.splitlines() if line != "READY"),
+        lambda report: sorted(
+            [
+                *(
+                    [str(n), f"compat_app+{report['greet_frames'][0]:#x};compat_app+{ret:#x}"]
+                    for ret, n in Counter(report["greet_frames"][1]).items()
+                ),
+                ["first", f"compat_app+{report['greet_frames'][0]:#x};compat_app+{report['greet_frames'][1][0]:#x}"],
+                ["failures", "0"],
+            ]
+        ),
+        uses="uprobe; stack trace map, bpf_get_stackid, bpf_get_stack (user stacks); hash",
+        binary=True,
+    ),
     # A tool that traces its own function (a uprobe and a uretprobe on it), then calls it for
     # i = 1..5: libbpf-bootstrap's uprobe example; the workload plays no part.
     CorpusProgram(

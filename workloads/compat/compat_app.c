@@ -15,7 +15,9 @@
  *                            least 32 ms, so a log2 histogram puts it in one bucket even if the
  *                            probes and the scheduler (another process on its CPU) add 32 ms
  *                            (latency histogram)
- *   compat_greet(NAME, N)    bpf_printk probe
+ *   compat_greet(NAME, N)    bpf_printk probe; its address and the return address of each call
+ *                            (in main), as offsets from this program's load address, for the
+ *                            user stacks a probe there takes: "greet_frames":[ENTRY,[RETURN,...]]
  *   USDT compat:step(I, J)   a USDT probe (sys/sdt.h) with two arguments, I in a register or
  *                            memory as the compiler chose, J = I * 7 - 3 ("usdt":[[I,J],...])
  *   my_traced_function(...)  libmylib's traced function (functrace)
@@ -26,6 +28,8 @@
  *                            this process
  *   compat_readline()        returns the next of LINES (a bashreadline-style uretprobe reads it):
  *                            "lines":[...] */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -83,8 +87,14 @@ __attribute__((noinline)) void compat_timed(unsigned us)
 		__asm__ volatile("" ::: "memory");
 }
 
+/* Where each compat_greet call returns to (the compiler may give each its own call site). */
+static void *volatile greet_returns[3];
+static volatile unsigned greet_calls;
+
 __attribute__((noinline)) int compat_greet(const char *name, int n)
 {
+	if (greet_calls < sizeof(greet_returns) / sizeof(greet_returns[0]))
+		greet_returns[greet_calls++] = __builtin_return_address(0);
 	__asm__ volatile("" ::: "memory");
 	return (int)strlen(name) + n;
 }
@@ -184,7 +194,15 @@ int main(void)
 		printf("%s[%" PRId32 ",%" PRIu64 ",%g,\"%s\",%" PRId64 "]", i ? "," : "", CALLS[i].a, CALLS[i].b,
 		       CALLS[i].c, CALLS[i].s, ret);
 	}
-	printf("],\"opens\":[");
+	Dl_info self;
+
+	if (!dladdr((void *)compat_greet, &self))
+		return 1;
+	printf("],\"greet_frames\":[%" PRIuPTR ",[", (uintptr_t)compat_greet - (uintptr_t)self.dli_fbase);
+	for (unsigned i = 0; i < greet_calls; i++)
+		printf("%s%" PRIuPTR, i ? "," : "", (uintptr_t)greet_returns[i] - (uintptr_t)self.dli_fbase);
+	printf("]]");
+	printf(",\"opens\":[");
 	for (size_t i = 0; i < COUNT(OPENS); i++)
 		printf("%s[\"%s\",%ld]", i ? "," : "", OPENS[i], opened[i]);
 	printf("],\"stats\":[");

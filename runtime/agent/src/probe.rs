@@ -22,6 +22,8 @@ pub(crate) struct Probe {
     cookie: Option<u64>,
     /// The probed address, if the program reads it (bpf_get_func_ip): set like the cookie.
     func_ip: Option<u64>,
+    /// Where the user stack is, if the program reads it (bpf_get_stack, _stackid).
+    stack: Option<uebpf::StackOrigin>,
     function: JitFunction,
     _program: LoadedProgram,
 }
@@ -30,13 +32,22 @@ impl Probe {
     /// # Safety
     /// `state` must stay mapped for the life of the process (the program's instance holds the
     /// region that contains it, and probes are never freed).
-    /// `func_ip`: the probed address (0 where there is none, a system call tracepoint).
-    pub(crate) unsafe fn new(state: &AtomicU32, pid: i32, cookie: u64, func_ip: u64, program: LoadedProgram) -> Option<Probe> {
+    /// `func_ip`: the probed address (0 where there is none, a system call tracepoint);
+    /// `stack`: where a program finds the user stack.
+    pub(crate) unsafe fn new(
+        state: &AtomicU32,
+        pid: i32,
+        cookie: u64,
+        func_ip: u64,
+        stack: uebpf::StackOrigin,
+        program: LoadedProgram,
+    ) -> Option<Probe> {
         let function = program.jit_function()?;
         let state = &*(state as *const AtomicU32);
         let cookie = program.reads_attach_cookie().then_some(cookie);
         let func_ip = program.reads_func_ip().then_some(func_ip);
-        Some(Probe { state, pid, cookie, func_ip, function, _program: program })
+        let stack = program.reads_stack().then_some(stack);
+        Some(Probe { state, pid, cookie, func_ip, stack, function, _program: program })
     }
 
     /// The hook data of a probe that runs on `pt_regs` (`run`).
@@ -59,6 +70,9 @@ impl Probe {
         }
         if let Some(address) = self.func_ip {
             uebpf::set_func_ip(address);
+        }
+        if let Some(origin) = self.stack {
+            uebpf::set_stack_origin(origin);
         }
         (self.function)(context, len as u64);
     }

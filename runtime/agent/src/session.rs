@@ -176,7 +176,11 @@ impl Session {
             _ => return Err(failed("the file at that path is no longer the binary that was attached".into())),
         }
         let target = uebpf_hook::resolve(binary, &Location::FileOffset(spec.offset)).map_err(|e| failed(e.to_string()))?;
-        let data = self.probe(attachment, target.address as u64).map_err(failed)?.leak();
+        // As the kernel's is_uprobe_at_func_entry: the probed instruction, read from the file
+        // (the process's copy may already carry another attachment's patch).
+        let at_entry = spec.kind == AttachKind::Uprobe && starts_a_frame(binary, spec.offset);
+        let origin = uebpf::StackOrigin::Regs { at_entry };
+        let data = self.probe(attachment, target.address as u64, origin).map_err(failed)?.leak();
         let hook = match spec.kind {
             AttachKind::Uprobe => Hook::entry(&target, probe::run, data),
             _ => Hook::ret(&target, probe::run, data),
@@ -206,7 +210,8 @@ impl Session {
                 if side == Side::Exit { "exit" } else { "entry" }
             )));
         }
-        let data = SyscallProbe::leak(self.probe_running(attachment, 0, program).map_err(failed)?, point, spec.offset);
+        let probe = self.probe_running(attachment, 0, uebpf::StackOrigin::None, program).map_err(failed)?;
+        let data = SyscallProbe::leak(probe, point, spec.offset);
         let mut hooks = Vec::new();
         let mut left_out = Vec::new();
         for site in sites {
@@ -233,14 +238,21 @@ impl Session {
         Ok(hooks)
     }
 
-    /// The attachment's program, JIT-compiled, as a probe at `func_ip` (0: not at an address).
-    fn probe(&mut self, attachment: &AttachInfo, func_ip: u64) -> Result<Probe, String> {
+    /// The attachment's program, JIT-compiled, as a probe at `func_ip` (0: not at an address),
+    /// its user stack at `stack`.
+    fn probe(&mut self, attachment: &AttachInfo, func_ip: u64, stack: uebpf::StackOrigin) -> Result<Probe, String> {
         let program = self.program(attachment.spec.prog_id)?;
-        self.probe_running(attachment, func_ip, program)
+        self.probe_running(attachment, func_ip, stack, program)
     }
 
     /// As `probe`, with the attachment's program already loaded.
-    fn probe_running(&mut self, attachment: &AttachInfo, func_ip: u64, program: LoadedProgram) -> Result<Probe, String> {
+    fn probe_running(
+        &mut self,
+        attachment: &AttachInfo,
+        func_ip: u64,
+        stack: uebpf::StackOrigin,
+        program: LoadedProgram,
+    ) -> Result<Probe, String> {
         // An injected agent's probe reads take the fast path once the C library's sigaction is
         // diverted (signals.rs): done before the first program is hooked, not at injection, so
         // that a process with nothing to hook is not patched (its sleeping calls interrupted).
@@ -249,7 +261,7 @@ impl Session {
         }
         let state = self.region.attachment_state_word(attachment.id).ok_or("vanished from the attach table")?;
         // SAFETY: the program's instance holds the region, and the probe is never freed.
-        unsafe { Probe::new(state, attachment.spec.pid, attachment.spec.cookie, func_ip, program) }
+        unsafe { Probe::new(state, attachment.spec.pid, attachment.spec.cookie, func_ip, stack, program) }
             .ok_or_else(|| "the program is not JIT-compiled".into())
     }
 
@@ -284,6 +296,15 @@ impl Session {
             }
         }
     }
+}
+
+/// Whether the instruction at `offset` of `binary` starts a frame: `push %rbp` or `endbr64` (the
+/// kernel's is_uprobe_at_func_entry, for the user stack of a uprobe there).
+fn starts_a_frame(binary: &Path, offset: u64) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut first = [0u8; 4];
+    let read = std::fs::File::open(binary).and_then(|file| file.read_exact_at(&mut first, offset));
+    read.is_ok() && (first[0] == 0x55 || first == [0xf3, 0x0f, 0x1e, 0xfa])
 }
 
 /// Removes an attachment's hooks. One that cannot be removed stays, but runs nothing: its

@@ -10,6 +10,7 @@ pub const BPF_MAP_TYPE_ARRAY: u32 = 2;
 pub const BPF_MAP_TYPE_PERF_EVENT_ARRAY: u32 = 4;
 pub const BPF_MAP_TYPE_PERCPU_HASH: u32 = 5;
 pub const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
+pub const BPF_MAP_TYPE_STACK_TRACE: u32 = 7;
 pub const BPF_MAP_TYPE_LRU_HASH: u32 = 9;
 pub const BPF_MAP_TYPE_LRU_PERCPU_HASH: u32 = 10;
 pub const BPF_MAP_TYPE_QUEUE: u32 = 22;
@@ -69,6 +70,7 @@ pub enum MapKind {
     /// Hashes that evict a key instead of refusing a new one when full.
     LruHash,
     LruPercpuHash,
+    StackTrace,
 }
 
 impl MapKind {
@@ -81,6 +83,7 @@ impl MapKind {
             BPF_MAP_TYPE_RINGBUF => MapKind::RingBuf,
             BPF_MAP_TYPE_PERF_EVENT_ARRAY => MapKind::PerfEventArray,
             UEBPF_PERF_BUFFER => MapKind::PerfBuffer,
+            BPF_MAP_TYPE_STACK_TRACE => MapKind::StackTrace,
             BPF_MAP_TYPE_LRU_HASH => MapKind::LruHash,
             BPF_MAP_TYPE_LRU_PERCPU_HASH => MapKind::LruPercpuHash,
             BPF_MAP_TYPE_QUEUE => MapKind::Queue,
@@ -164,7 +167,7 @@ impl MapDef {
         let fail = |why: String| Err(Error::invalid(why));
         let Some(kind) = MapKind::of(self.map_type) else {
             return fail(format!(
-                "map type {} ({}) is not supported by uebpf (supported: array, percpu_array, hash, percpu_hash, lru_hash, lru_percpu_hash, ringbuf, perf_event_array, queue, stack)",
+                "map type {} ({}) is not supported by uebpf (supported: array, percpu_array, hash, percpu_hash, lru_hash, lru_percpu_hash, ringbuf, perf_event_array, queue, stack, stack_trace)",
                 map_type_name(self.map_type),
                 self.map_type
             ));
@@ -211,6 +214,17 @@ impl MapDef {
                     return fail(format!("ring buffer size {size} must be a power of two and a multiple of {PAGE_SIZE}"));
                 }
                 return Ok(kind);
+            }
+            // The kernel's stack_map_alloc: a u32 id, whole addresses, at most the callchain's
+            // 127 (sysctl_perf_event_max_stack's default). Build ids (BPF_F_STACK_BUILD_ID) are
+            // refused with the flags uebpf does not know.
+            MapKind::StackTrace => {
+                if self.key_size != 4 || self.value_size < 8 || !self.value_size.is_multiple_of(8) || self.value_size / 8 > 127 {
+                    return fail(format!(
+                        "stack trace maps need a 4-byte key and 8 to 1016 bytes of addresses (a multiple of 8), not {} and {}",
+                        self.key_size, self.value_size
+                    ));
+                }
             }
             // The kernel's queue_stack_map_alloc_check: no key.
             MapKind::Queue | MapKind::Stack => {
@@ -287,6 +301,14 @@ impl MapDef {
                 layout.values = 3 * page; // data, right after the producer page
                 layout.size = 3 * page + entries;
                 layout.value_stride = 0;
+            }
+            MapKind::StackTrace => {
+                // Buckets: a power of two at least max_entries, as the kernel's.
+                let n_buckets = u64::from(self.max_entries).next_power_of_two();
+                let stride = crate::stack::BUCKET_HEADER as u64 + value_stride;
+                layout.n_buckets = n_buckets as u32;
+                layout.entry_stride = stride as u32;
+                layout.size = align_up(n_buckets * stride, page);
             }
             MapKind::Queue | MapKind::Stack => {
                 const _: () = assert!(std::mem::size_of::<QueueControl>() <= 64);

@@ -29,6 +29,7 @@ pub mod perfbuf;
 mod queue;
 mod region;
 pub mod ringbuf;
+pub mod stack;
 #[doc(hidden)]
 pub mod test_support;
 pub mod wakeup;

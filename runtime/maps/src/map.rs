@@ -18,6 +18,7 @@ use crate::perfbuf::{PerfBuf, PerfEventArray, ENOTSUPP};
 use crate::queue::QueueView;
 use crate::region::{MapInfo, Region, Shared};
 use crate::ringbuf::RingBuf;
+use crate::stack::StackView;
 use crate::wakeup::Consumable;
 use crate::Errno;
 
@@ -28,6 +29,7 @@ enum Storage {
     PerfArray(PerfEventArray),
     PerfBuffer(PerfBuf),
     Queue(QueueView),
+    StackTrace(StackView),
 }
 
 /// Memory a program may access directly: what map lookups and ring buffer reservations return.
@@ -62,7 +64,13 @@ pub(crate) fn initialise(shared: &Shared, info: &MapInfo, kind: MapKind, initial
         MapKind::Hash | MapKind::PercpuHash | MapKind::LruHash | MapKind::LruPercpuHash => {
             hash_view(shared, info).expect("a map we just laid out is inside the region").initialise();
         }
-        MapKind::PercpuArray | MapKind::RingBuf | MapKind::PerfEventArray | MapKind::PerfBuffer | MapKind::Queue | MapKind::Stack => {}
+        MapKind::PercpuArray
+        | MapKind::RingBuf
+        | MapKind::PerfEventArray
+        | MapKind::PerfBuffer
+        | MapKind::Queue
+        | MapKind::Stack
+        | MapKind::StackTrace => {}
     }
 }
 
@@ -116,6 +124,12 @@ impl Map {
                 info.values_offset(),
                 u64::from(d.max_entries),
             )?),
+            MapKind::StackTrace => Storage::StackTrace(StackView {
+                buckets: shared.at(info.area, u64::from(s.n_buckets) * u64::from(s.entry_stride))?,
+                n_buckets: s.n_buckets,
+                stride: s.entry_stride as usize,
+                depth: d.value_size as usize / 8,
+            }),
             MapKind::Queue | MapKind::Stack => Storage::Queue(QueueView {
                 control: shared.at(info.area + s.control, 64)? as *const crate::layout::QueueControl,
                 values: shared.at(info.values_offset(), (u64::from(d.max_entries) + 1) * u64::from(s.value_stride))?,
@@ -196,7 +210,7 @@ impl Map {
             }
             // Programs write perf buffers only through bpf_perf_event_output, and reach queue and
             // stack values only through copies.
-            Storage::PerfArray(_) | Storage::PerfBuffer(_) | Storage::Queue(_) => {
+            Storage::PerfArray(_) | Storage::PerfBuffer(_) | Storage::Queue(_) | Storage::StackTrace(_) => {
                 ProgramMemory { start: std::ptr::null_mut(), len: 0, writable: false }
             }
         }
@@ -211,7 +225,9 @@ impl Map {
         match &self.storage {
             Storage::Array(a) => a.lookup(key),
             Storage::Hash(h) => h.lookup(key),
-            Storage::Ring(_) | Storage::PerfArray(_) | Storage::PerfBuffer(_) | Storage::Queue(_) => std::ptr::null_mut(),
+            Storage::Ring(_) | Storage::PerfArray(_) | Storage::PerfBuffer(_) | Storage::Queue(_) | Storage::StackTrace(_) => {
+                std::ptr::null_mut()
+            }
         }
     }
 
@@ -223,7 +239,9 @@ impl Map {
         match &self.storage {
             Storage::Array(a) => a.update(key, value, flags),
             Storage::Hash(h) => h.update_this_cpu(key, value, flags),
-            Storage::Ring(_) | Storage::PerfArray(_) | Storage::PerfBuffer(_) | Storage::Queue(_) => Err(libc::EINVAL),
+            Storage::Ring(_) | Storage::PerfArray(_) | Storage::PerfBuffer(_) | Storage::Queue(_) | Storage::StackTrace(_) => {
+                Err(libc::EINVAL)
+            }
         }
     }
 
@@ -236,7 +254,16 @@ impl Map {
             Storage::Array(a) => a.delete(),
             Storage::Hash(h) => h.delete(key),
             Storage::PerfArray(p) => p.clear((key as *const u32).read_unaligned()),
+            Storage::StackTrace(t) => t.delete((key as *const u32).read_unaligned()),
             Storage::Ring(_) | Storage::PerfBuffer(_) | Storage::Queue(_) => Err(libc::EINVAL),
+        }
+    }
+
+    /// A stack trace map's view (bpf_get_stackid), None for other maps.
+    pub fn stack_trace(&self) -> Option<&StackView> {
+        match &self.storage {
+            Storage::StackTrace(t) => Some(t),
+            _ => None,
         }
     }
 
@@ -310,6 +337,7 @@ impl Map {
                 // The kernel's bpf_fd_array_map_lookup_elem without map_fd_sys_lookup_elem.
                 Storage::PerfArray(_) => Err(ENOTSUPP),
                 Storage::Queue(q) => q.pop(value.as_mut_ptr(), false),
+                Storage::StackTrace(t) => t.lookup((key.as_ptr() as *const u32).read_unaligned(), value),
                 Storage::Ring(_) | Storage::PerfBuffer(_) => Err(libc::EINVAL),
             }
         }
@@ -324,6 +352,8 @@ impl Map {
                 Storage::Array(a) => a.update_all(key.as_ptr(), value.as_ptr(), flags),
                 Storage::Hash(h) => h.update_all(key.as_ptr(), value.as_ptr(), flags),
                 Storage::Queue(q) => q.push(value.as_ptr(), flags),
+                // Stacks are stored only by bpf_get_stackid, as the kernel's (EINVAL from bpf(2)).
+                Storage::StackTrace(_) => Err(libc::EINVAL),
                 // Its values are descriptors, which only the bpf(2) server can turn into
                 // buffers (`PerfEventArray::set`).
                 Storage::Ring(_) | Storage::PerfArray(_) | Storage::PerfBuffer(_) => Err(libc::EINVAL),
@@ -354,6 +384,10 @@ impl Map {
                 Storage::Array(a) => a.next_key(key, next.as_mut_ptr()),
                 Storage::Hash(h) => h.next_key(key, next.as_mut_ptr()),
                 Storage::PerfArray(_) => crate::array::next_index(key, next.as_mut_ptr(), self.info.def.max_entries),
+                Storage::StackTrace(t) => {
+                    let id = (!key.is_null()).then(|| (key as *const u32).read_unaligned());
+                    t.next_id(id).map(|id| next.copy_from_slice(&id.to_ne_bytes()))
+                }
                 Storage::Ring(_) | Storage::PerfBuffer(_) | Storage::Queue(_) => Err(libc::EINVAL),
             }
         }

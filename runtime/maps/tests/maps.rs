@@ -846,3 +846,27 @@ fn hash_buckets_are_taken_whole_for_the_batch_commands() {
     assert_eq!(pairs, (0u32..40).map(|k| (k, u64::from(k * 2))).collect::<Vec<_>>());
     map.update(&1u32.to_ne_bytes(), &0u64.to_ne_bytes(), 0).unwrap(); // the entries are free again
 }
+
+/// Stack trace maps (stack.rs): one id per stack, a taken bucket answers EEXIST to another stack
+/// unless BPF_F_REUSE_STACKID, and the syscall view reads, deletes and walks the ids.
+#[test]
+fn stack_trace_maps_keep_one_stack_per_bucket_as_the_kernel() {
+    use uebpf_maps::def::BPF_MAP_TYPE_STACK_TRACE;
+    use uebpf_maps::stack::BPF_F_REUSE_STACKID;
+    let region = anonymous();
+    assert!(region.create_map("odd", &def(BPF_MAP_TYPE_STACK_TRACE, 4, 12, 4), None).is_err(), "whole addresses");
+    let map = region.map(region.create_map("st", &def(BPF_MAP_TYPE_STACK_TRACE, 4, 24, 1), None).unwrap()).unwrap();
+    let stacks = map.stack_trace().unwrap();
+    let id = stacks.store(&[1, 2, 3, 4], 0).unwrap();
+    assert_eq!(stacks.store(&[1, 2, 3, 9], 0), Ok(id), "cut to 3 addresses: the same stack");
+    assert_eq!(stacks.store(&[7, 8], 0), Err(libc::EEXIST), "one bucket, taken by another stack");
+    assert_eq!(stacks.store(&[7, 8], BPF_F_REUSE_STACKID), Ok(id));
+    let mut value = [0xffu8; 24];
+    map.lookup(&id.to_ne_bytes(), &mut value).unwrap();
+    assert_eq!(value, [7u64.to_ne_bytes(), 8u64.to_ne_bytes(), [0; 8]].concat()[..], "zeros after the stack");
+    assert_eq!(map.keys(), [id.to_ne_bytes().to_vec()]);
+    map.delete(&id.to_ne_bytes()).unwrap();
+    assert_eq!(map.delete(&id.to_ne_bytes()), Err(libc::ENOENT));
+    assert!(map.keys().is_empty());
+    assert_eq!(stacks.store(&[], 0), Err(libc::EFAULT));
+}

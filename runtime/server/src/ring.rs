@@ -254,7 +254,8 @@ pub fn mmap(object: &MapObject, region: &Region, request: &MmapRequest) -> Resul
         | MapKind::PerfEventArray
         | MapKind::PerfBuffer
         | MapKind::Queue
-        | MapKind::Stack => Err(libc::ENODEV),
+        | MapKind::Stack
+        | MapKind::StackTrace => Err(libc::ENODEV),
     }
 }
 

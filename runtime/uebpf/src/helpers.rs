@@ -117,6 +117,113 @@ extern "C" fn get_attach_cookie(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
     ATTACH_COOKIE.with(Cell::get)
 }
 
+/// bpf_get_stackid's and bpf_get_stack's ids.
+pub(crate) const GET_STACKID: u32 = 27;
+pub(crate) const GET_STACK: u32 = 67;
+
+/// Where the programs this thread runs next find the user stack (`set_stack_origin`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum StackOrigin {
+    /// No user registers (a system call tracepoint's record, a program run by hand): no stack.
+    None,
+    /// The context is the `pt_regs` of a uprobe or uretprobe; `at_entry`: a uprobe on a
+    /// function's first instruction when that is `push %rbp` or `endbr64` (the caller's return
+    /// address is at the stack pointer, not yet behind a frame pointer).
+    Regs { at_entry: bool },
+}
+
+thread_local! {
+    static STACK_ORIGIN: Cell<StackOrigin> = const { Cell::new(StackOrigin::None) };
+}
+
+/// Sets where bpf_get_stack and bpf_get_stackid find the user stack, for the programs this
+/// thread runs next (`LoadedProgram::reads_stack`).
+pub fn set_stack_origin(origin: StackOrigin) {
+    STACK_ORIGIN.with(|slot| slot.set(origin));
+}
+
+/// The kernel's user callchain of a uprobe (arch/x86/events/core.c, perf_callchain_user, 6.x):
+/// the instruction pointer; at a function's entry (`is_uprobe_at_func_entry`) the return
+/// address the stack pointer holds; then the frame-pointer chain, each frame's saved frame
+/// pointer and return address read fault-safely until a read fails or `max` addresses are kept.
+/// None without user registers.
+fn user_callchain(ctx: u64, max: usize) -> Option<Vec<u64>> {
+    let StackOrigin::Regs { at_entry } = STACK_ORIGIN.with(Cell::get) else { return None };
+    // SAFETY: the context is the probe's pt_regs (168 bytes): bp at 32, ip at 128, sp at 152.
+    let (bp, ip, sp) = unsafe { (*(ctx as *const u64).add(4), *(ctx as *const u64).add(16), *(ctx as *const u64).add(19)) };
+    let read = |address: u64| {
+        let mut word = 0u64;
+        // SAFETY: a fault-safe read of traced memory into a local.
+        (unsafe { probe::read((&mut word as *mut u64).cast(), 8, address as *const u8) } == 0).then_some(word)
+    };
+    let mut chain = vec![ip];
+    if at_entry {
+        chain.extend(read(sp));
+    }
+    let mut frame = bp;
+    while chain.len() < max {
+        let (Some(next), Some(ret)) = (read(frame), read(frame.wrapping_add(8))) else { break };
+        chain.push(ret);
+        frame = next;
+    }
+    chain.truncate(max);
+    Some(chain)
+}
+
+/// The kernel's sysctl_perf_event_max_stack default: the longest callchain collected.
+const MAX_STACK: usize = 127;
+
+/// The callchain after `flags`' skip count, for a user stack (BPF_F_USER_STACK); a kernel stack,
+/// which uebpf has none of, is EFAULT, as the kernel's answer when it gets no callchain.
+fn callchain_for(ctx: u64, flags: u64) -> Result<Vec<u64>, i32> {
+    use uebpf_maps::stack::{BPF_F_SKIP_FIELD_MASK, BPF_F_USER_STACK};
+    if flags & BPF_F_USER_STACK == 0 {
+        return Err(libc::EFAULT);
+    }
+    let chain = user_callchain(ctx, MAX_STACK).ok_or(libc::EFAULT)?;
+    let skip = (flags & BPF_F_SKIP_FIELD_MASK) as usize;
+    if chain.len() <= skip {
+        return Err(libc::EFAULT);
+    }
+    Ok(chain[skip..].to_vec())
+}
+
+/// bpf_get_stackid(ctx, map, flags): the id of the user stack in a stack trace map.
+extern "C" fn get_stackid(ctx: u64, map: u64, flags: u64, _: u64, _: u64) -> u64 {
+    use uebpf_maps::stack::*;
+    if flags & !(BPF_F_SKIP_FIELD_MASK | BPF_F_USER_STACK | BPF_F_FAST_STACK_CMP | BPF_F_REUSE_STACKID) != 0 {
+        return errno(libc::EINVAL);
+    }
+    let Some(stacks) = map_of(map).and_then(|m| m.stack_trace()) else { return errno(libc::EINVAL) };
+    match callchain_for(ctx, flags).and_then(|chain| stacks.store(&chain, flags)) {
+        Ok(id) => u64::from(id),
+        Err(e) => errno(e),
+    }
+}
+
+/// bpf_get_stack(ctx, buf, size, flags): the user stack's addresses into `buf` (zeros after
+/// them); the bytes written, or an error with `buf` zeroed, as the kernel's.
+extern "C" fn get_stack(ctx: u64, buf: u64, size: u64, flags: u64, _: u64) -> u64 {
+    use uebpf_maps::stack::{BPF_F_SKIP_FIELD_MASK, BPF_F_USER_STACK};
+    let size = size as u32 as usize;
+    // SAFETY: buf is program memory of `size` writable bytes (trusted).
+    let out = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, size) };
+    out.fill(0);
+    if flags & !(BPF_F_SKIP_FIELD_MASK | BPF_F_USER_STACK) != 0 || !size.is_multiple_of(8) {
+        return errno(libc::EINVAL); // BPF_F_USER_BUILD_ID among them: no build ids here
+    }
+    match callchain_for(ctx, flags) {
+        Ok(chain) => {
+            let n = chain.len().min(size / 8);
+            for (slot, ip) in out.chunks_exact_mut(8).zip(&chain[..n]) {
+                slot.copy_from_slice(&ip.to_ne_bytes());
+            }
+            (n * 8) as u64
+        }
+        Err(e) => errno(e),
+    }
+}
+
 /// bpf_get_func_ip's id.
 pub(crate) const GET_FUNC_IP: u32 = 173;
 
@@ -338,6 +445,8 @@ const HELPERS: &[(u32, HelperFn)] = &[
     (15, get_current_uid_gid),
     (16, get_current_comm),
     (25, perf_event_output),
+    (GET_STACKID, get_stackid),
+    (GET_STACK, get_stack),
     (36, probe_write_user),
     (87, map_push_elem),
     (88, map_pop_elem),

@@ -206,6 +206,8 @@ impl Instance {
         check_program(name, &bytecode)?;
         let reads_attach_cookie = crate::load::calls_helper(&bytecode, crate::helpers::GET_ATTACH_COOKIE);
         let reads_func_ip = crate::load::calls_helper(&bytecode, crate::helpers::GET_FUNC_IP);
+        let reads_stack =
+            [crate::helpers::GET_STACK, crate::helpers::GET_STACKID].iter().any(|&id| crate::load::calls_helper(&bytecode, id));
         let (program, analysis) = load_checked_with_analysis(name, info.prog_type, &bytecode, &self.inner.env)?;
         let code = match engine {
             Engine::Interpreter => Code::Interpreter(program),
@@ -221,6 +223,7 @@ impl Instance {
             budget: None,
             reads_attach_cookie,
             reads_func_ip,
+            reads_stack,
             max_ctx_offset: analysis.max_ctx_offset,
             _instance: self.clone(),
         })
@@ -242,6 +245,9 @@ pub struct LoadedProgram {
     reads_attach_cookie: bool,
     /// It calls bpf_get_func_ip: whoever runs it at a probe sets the address first (`set_func_ip`).
     reads_func_ip: bool,
+    /// It calls bpf_get_stack or bpf_get_stackid: whoever runs it at a probe says where the
+    /// user stack is first (`set_stack_origin`).
+    reads_stack: bool,
     /// The end of the context bytes it may read (the safety analysis): a context shorter than
     /// that must not be given to it.
     max_ctx_offset: u32,
@@ -271,6 +277,12 @@ impl LoadedProgram {
     /// with the probe's address before running it.
     pub fn reads_func_ip(&self) -> bool {
         self.reads_func_ip
+    }
+
+    /// Whether the program calls bpf_get_stack or bpf_get_stackid: a runner at a probe calls
+    /// `uebpf::set_stack_origin` before running it.
+    pub fn reads_stack(&self) -> bool {
+        self.reads_stack
     }
 
     /// Interpreter only: stop a run after `budget` instructions (None: no limit).

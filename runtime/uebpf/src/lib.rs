@@ -36,7 +36,7 @@ pub mod user;
 
 pub use applied::wait_applied;
 pub use error::{Error, ErrorKind};
-pub use helpers::{set_attach_cookie, set_func_ip, write_stderr};
+pub use helpers::{set_attach_cookie, set_func_ip, set_stack_origin, write_stderr, StackOrigin};
 pub use instance::{load_checked, Engine, Instance, LoadedProgram};
 pub use load::{check_btf, check_program, Target, VMLINUX_BTF};
 pub use object::{parse_section, MapDesc, Object, ProgramDesc};

@@ -52,8 +52,9 @@ pub(crate) enum Maps {
     Data,
 }
 
-/// BPF_MAP_TYPE_PERF_EVENT_ARRAY, _QUEUE, _STACK and _RINGBUF.
+/// BPF_MAP_TYPE_PERF_EVENT_ARRAY, _STACK_TRACE, _QUEUE, _STACK and _RINGBUF.
 pub(crate) const MAP_TYPE_PERF_EVENT_ARRAY: u32 = 4;
+pub(crate) const MAP_TYPE_STACK_TRACE: u32 = 7;
 pub(crate) const MAP_TYPE_QUEUE: u32 = 22;
 pub(crate) const MAP_TYPE_STACK: u32 = 23;
 pub(crate) const MAP_TYPE_RINGBUF: u32 = 27;
@@ -64,7 +65,9 @@ impl Maps {
             Maps::Any => true,
             Maps::Only(only) => map_type == only,
             Maps::QueueStack => map_type == MAP_TYPE_QUEUE || map_type == MAP_TYPE_STACK,
-            Maps::Data => ![MAP_TYPE_RINGBUF, MAP_TYPE_PERF_EVENT_ARRAY, MAP_TYPE_QUEUE, MAP_TYPE_STACK].contains(&map_type),
+            Maps::Data => {
+                ![MAP_TYPE_RINGBUF, MAP_TYPE_PERF_EVENT_ARRAY, MAP_TYPE_STACK_TRACE, MAP_TYPE_QUEUE, MAP_TYPE_STACK].contains(&map_type)
+            }
         }
     }
 }
@@ -95,6 +98,8 @@ const RINGBUF_RESERVE: Proto = Proto { args: &[MapPtr, AllocSize, Anything], ret
 const RINGBUF_COMMIT: Proto = p(&[Release, Anything], Ret::Void);
 const RINGBUF_QUERY: Proto = Proto { args: &[MapPtr, Anything], ret: Ret::Integer, maps: Maps::Only(MAP_TYPE_RINGBUF) };
 const CTX_ONLY: Proto = p(&[Ctx], Ret::Integer);
+const GET_STACKID: Proto = Proto { args: &[Ctx, MapPtr, Anything], ret: Ret::Integer, maps: Maps::Only(MAP_TYPE_STACK_TRACE) };
+const GET_STACK: Proto = p(&[Ctx, UninitMem, SizeOrZero, Anything], Ret::Integer);
 const MAP_PUSH: Proto = Proto { args: &[MapPtr, MapValue, Anything], ret: Ret::Integer, maps: Maps::QueueStack };
 const MAP_POP: Proto = Proto { args: &[MapPtr, MapValueOut], ret: Ret::Integer, maps: Maps::QueueStack };
 const PERF_EVENT_OUTPUT: Proto =
@@ -118,6 +123,8 @@ pub(crate) fn proto(id: u32) -> Option<&'static Proto> {
         6 => &TRACE_PRINTK,
         16 => &GET_CURRENT_COMM,
         25 => &PERF_EVENT_OUTPUT,
+        27 => &GET_STACKID,
+        67 => &GET_STACK,
         36 => &PROBE_WRITE_USER,
         87 => &MAP_PUSH,
         88 | 89 => &MAP_POP,
