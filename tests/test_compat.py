@@ -307,6 +307,19 @@ CORPUS += [
         uses="uprobe; stack trace map, bpf_get_stackid, bpf_get_stack (user stacks); hash",
         binary=True,
     ),
+    # A bloom filter (map_extra: 3 hash functions): pushed and peeked by the program, looked up
+    # from bpf(2); 10 values asked, the first `ticks` pushed (a false positive among the ten
+    # absent ones a run asks about: a few in a million, on either runtime).
+    tool(
+        "bloomcheck",
+        lambda run: [line for line in run.loader_stdout.splitlines() if line != "READY"],
+        lambda report: (
+            [f"pushed {report['ticks']} found {report['ticks']} absent {report['ticks']}"]
+            + [f"lookup {7 * i + 3} {0 if i < report['ticks'] else -2}" for i in range(10)]
+        ),
+        uses="uprobe; bloom filter (map_extra), push and peek helpers, lookup from bpf(2)",
+        binary=True,
+    ),
     # A tool that traces its own function (a uprobe and a uretprobe on it), then calls it for
     # i = 1..5: libbpf-bootstrap's uprobe example; the workload plays no part.
     CorpusProgram(

@@ -16,6 +16,7 @@ pub const BPF_MAP_TYPE_LRU_PERCPU_HASH: u32 = 10;
 pub const BPF_MAP_TYPE_QUEUE: u32 = 22;
 pub const BPF_MAP_TYPE_STACK: u32 = 23;
 pub const BPF_MAP_TYPE_RINGBUF: u32 = 27;
+pub const BPF_MAP_TYPE_BLOOM_FILTER: u32 = 30;
 /// Not a kernel map type: the buffer of one perf event (perfbuf.rs), which the bpf(2) server
 /// makes when a loader maps a BPF output event. `Region::create_map` refuses it: only
 /// `Region::create_perf_buffer` makes one.
@@ -71,6 +72,7 @@ pub enum MapKind {
     LruHash,
     LruPercpuHash,
     StackTrace,
+    BloomFilter,
 }
 
 impl MapKind {
@@ -84,6 +86,7 @@ impl MapKind {
             BPF_MAP_TYPE_PERF_EVENT_ARRAY => MapKind::PerfEventArray,
             UEBPF_PERF_BUFFER => MapKind::PerfBuffer,
             BPF_MAP_TYPE_STACK_TRACE => MapKind::StackTrace,
+            BPF_MAP_TYPE_BLOOM_FILTER => MapKind::BloomFilter,
             BPF_MAP_TYPE_LRU_HASH => MapKind::LruHash,
             BPF_MAP_TYPE_LRU_PERCPU_HASH => MapKind::LruPercpuHash,
             BPF_MAP_TYPE_QUEUE => MapKind::Queue,
@@ -129,6 +132,8 @@ pub struct MapDef {
     pub value_size: u32,
     pub max_entries: u32,
     pub map_flags: u32,
+    /// Bloom filters: the number of hash functions in the low 4 bits (0: 5), as the kernel's.
+    pub map_extra: u64,
 }
 
 /// Where each part of a map's storage lies, relative to the start of its area (see `layout`
@@ -167,7 +172,7 @@ impl MapDef {
         let fail = |why: String| Err(Error::invalid(why));
         let Some(kind) = MapKind::of(self.map_type) else {
             return fail(format!(
-                "map type {} ({}) is not supported by uebpf (supported: array, percpu_array, hash, percpu_hash, lru_hash, lru_percpu_hash, ringbuf, perf_event_array, queue, stack, stack_trace)",
+                "map type {} ({}) is not supported by uebpf (supported: array, percpu_array, hash, percpu_hash, lru_hash, lru_percpu_hash, ringbuf, perf_event_array, queue, stack, stack_trace, bloom_filter)",
                 map_type_name(self.map_type),
                 self.map_type
             ));
@@ -185,6 +190,9 @@ impl MapDef {
         }
         if self.max_entries == 0 {
             return fail("max_entries must be at least 1".into());
+        }
+        if self.map_extra != 0 && (kind != MapKind::BloomFilter || self.map_extra & !0xf != 0) {
+            return fail(format!("map_extra {:#x}: only a bloom filter's number of hash functions (0 to 15) is defined", self.map_extra));
         }
         match kind {
             MapKind::Array | MapKind::PercpuArray => {
@@ -226,8 +234,8 @@ impl MapDef {
                     ));
                 }
             }
-            // The kernel's queue_stack_map_alloc_check: no key.
-            MapKind::Queue | MapKind::Stack => {
+            // The kernel's queue_stack_map_alloc_check and bloom_map_alloc_check: no key.
+            MapKind::Queue | MapKind::Stack | MapKind::BloomFilter => {
                 if self.key_size != 0 {
                     return fail(format!("queue and stack maps have no key (key size 0, not {})", self.key_size));
                 }
@@ -302,6 +310,11 @@ impl MapDef {
                 layout.size = 3 * page + entries;
                 layout.value_stride = 0;
             }
+            MapKind::BloomFilter => {
+                layout.control = 0;
+                layout.values = 64;
+                layout.size = align_up(64 + crate::bloom::bitset_bytes(self), page);
+            }
             MapKind::StackTrace => {
                 // Buckets: a power of two at least max_entries, as the kernel's.
                 let n_buckets = u64::from(self.max_entries).next_power_of_two();
@@ -341,7 +354,7 @@ mod tests {
     use super::*;
 
     fn def(map_type: u32, key_size: u32, value_size: u32, max_entries: u32) -> MapDef {
-        MapDef { map_type, key_size, value_size, max_entries, map_flags: 0 }
+        MapDef { map_type, key_size, value_size, max_entries, ..Default::default() }
     }
 
     #[test]

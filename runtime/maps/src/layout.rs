@@ -115,7 +115,8 @@ pub struct MapEntry {
     pub entry_stride: u32,
     /// NUL-padded UTF-8.
     pub name: [u8; NAME_LEN],
-    pub _reserved: [u64; 5],
+    pub map_extra: u64,
+    pub _reserved: [u64; 4],
 }
 
 /// One loaded program: relocated bytecode in which `lddw` map references name region map ids

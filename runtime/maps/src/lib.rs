@@ -17,6 +17,7 @@
 mod agents;
 mod array;
 mod attach;
+mod bloom;
 pub mod current;
 pub mod def;
 mod error;

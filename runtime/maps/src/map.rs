@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use crate::array::ArrayView;
+use crate::bloom::BloomView;
 use crate::def::{MapDef, MapKind};
 use crate::error::{Error, ErrorKind};
 use crate::hash::HashView;
@@ -30,6 +31,7 @@ enum Storage {
     PerfBuffer(PerfBuf),
     Queue(QueueView),
     StackTrace(StackView),
+    Bloom(BloomView),
 }
 
 /// Memory a program may access directly: what map lookups and ring buffer reservations return.
@@ -71,7 +73,14 @@ pub(crate) fn initialise(shared: &Shared, info: &MapInfo, kind: MapKind, initial
         | MapKind::Queue
         | MapKind::Stack
         | MapKind::StackTrace => {}
+        MapKind::BloomFilter => bloom_view(shared, info).expect("a map we just laid out is inside the region").initialise(&info.def),
     }
+}
+
+fn bloom_view(shared: &Shared, info: &MapInfo) -> Result<BloomView, Error> {
+    let control = shared.at(info.area + info.storage.control, 64)? as *const crate::bloom::BloomControl;
+    let words = shared.at(info.values_offset(), crate::bloom::bitset_bytes(&info.def))? as *const std::sync::atomic::AtomicU64;
+    Ok(BloomView::new(control, words, &info.def))
 }
 
 fn hash_view(shared: &Shared, info: &MapInfo) -> Result<HashView, Error> {
@@ -124,6 +133,7 @@ impl Map {
                 info.values_offset(),
                 u64::from(d.max_entries),
             )?),
+            MapKind::BloomFilter => Storage::Bloom(bloom_view(shared, &info)?),
             MapKind::StackTrace => Storage::StackTrace(StackView {
                 buckets: shared.at(info.area, u64::from(s.n_buckets) * u64::from(s.entry_stride))?,
                 n_buckets: s.n_buckets,
@@ -210,7 +220,7 @@ impl Map {
             }
             // Programs write perf buffers only through bpf_perf_event_output, and reach queue and
             // stack values only through copies.
-            Storage::PerfArray(_) | Storage::PerfBuffer(_) | Storage::Queue(_) | Storage::StackTrace(_) => {
+            Storage::PerfArray(_) | Storage::PerfBuffer(_) | Storage::Queue(_) | Storage::StackTrace(_) | Storage::Bloom(_) => {
                 ProgramMemory { start: std::ptr::null_mut(), len: 0, writable: false }
             }
         }
@@ -225,9 +235,12 @@ impl Map {
         match &self.storage {
             Storage::Array(a) => a.lookup(key),
             Storage::Hash(h) => h.lookup(key),
-            Storage::Ring(_) | Storage::PerfArray(_) | Storage::PerfBuffer(_) | Storage::Queue(_) | Storage::StackTrace(_) => {
-                std::ptr::null_mut()
-            }
+            Storage::Ring(_)
+            | Storage::PerfArray(_)
+            | Storage::PerfBuffer(_)
+            | Storage::Queue(_)
+            | Storage::StackTrace(_)
+            | Storage::Bloom(_) => std::ptr::null_mut(),
         }
     }
 
@@ -239,9 +252,12 @@ impl Map {
         match &self.storage {
             Storage::Array(a) => a.update(key, value, flags),
             Storage::Hash(h) => h.update_this_cpu(key, value, flags),
-            Storage::Ring(_) | Storage::PerfArray(_) | Storage::PerfBuffer(_) | Storage::Queue(_) | Storage::StackTrace(_) => {
-                Err(libc::EINVAL)
-            }
+            Storage::Ring(_)
+            | Storage::PerfArray(_)
+            | Storage::PerfBuffer(_)
+            | Storage::Queue(_)
+            | Storage::StackTrace(_)
+            | Storage::Bloom(_) => Err(libc::EINVAL),
         }
     }
 
@@ -255,6 +271,7 @@ impl Map {
             Storage::Hash(h) => h.delete(key),
             Storage::PerfArray(p) => p.clear((key as *const u32).read_unaligned()),
             Storage::StackTrace(t) => t.delete((key as *const u32).read_unaligned()),
+            Storage::Bloom(_) => Err(libc::EOPNOTSUPP),
             Storage::Ring(_) | Storage::PerfBuffer(_) | Storage::Queue(_) => Err(libc::EINVAL),
         }
     }
@@ -282,6 +299,7 @@ impl Map {
     pub unsafe fn push_ptr(&self, value: *const u8, flags: u64) -> Result<(), Errno> {
         match &self.storage {
             Storage::Queue(q) => q.push(value, flags),
+            Storage::Bloom(b) => b.push(value, flags),
             _ => Err(libc::EINVAL),
         }
     }
@@ -294,6 +312,9 @@ impl Map {
     pub unsafe fn pop_ptr(&self, out: *mut u8, remove: bool) -> Result<(), Errno> {
         match &self.storage {
             Storage::Queue(q) => q.pop(out, remove),
+            // A bloom filter's peek reads the value it is asked about; it has no pop.
+            Storage::Bloom(_) if remove => Err(libc::EOPNOTSUPP),
+            Storage::Bloom(b) => b.peek(out),
             _ => Err(libc::EINVAL),
         }
     }
@@ -338,6 +359,8 @@ impl Map {
                 Storage::PerfArray(_) => Err(ENOTSUPP),
                 Storage::Queue(q) => q.pop(value.as_mut_ptr(), false),
                 Storage::StackTrace(t) => t.lookup((key.as_ptr() as *const u32).read_unaligned(), value),
+                // The value is the question (the kernel's syscall lookup copies it in).
+                Storage::Bloom(b) => b.peek(value.as_ptr()),
                 Storage::Ring(_) | Storage::PerfBuffer(_) => Err(libc::EINVAL),
             }
         }
@@ -354,6 +377,7 @@ impl Map {
                 Storage::Queue(q) => q.push(value.as_ptr(), flags),
                 // Stacks are stored only by bpf_get_stackid, as the kernel's (EINVAL from bpf(2)).
                 Storage::StackTrace(_) => Err(libc::EINVAL),
+                Storage::Bloom(b) => b.push(value.as_ptr(), flags),
                 // Its values are descriptors, which only the bpf(2) server can turn into
                 // buffers (`PerfEventArray::set`).
                 Storage::Ring(_) | Storage::PerfArray(_) | Storage::PerfBuffer(_) => Err(libc::EINVAL),
@@ -384,6 +408,7 @@ impl Map {
                 Storage::Array(a) => a.next_key(key, next.as_mut_ptr()),
                 Storage::Hash(h) => h.next_key(key, next.as_mut_ptr()),
                 Storage::PerfArray(_) => crate::array::next_index(key, next.as_mut_ptr(), self.info.def.max_entries),
+                Storage::Bloom(_) => Err(libc::EOPNOTSUPP),
                 Storage::StackTrace(t) => {
                     let id = (!key.is_null()).then(|| (key as *const u32).read_unaligned());
                     t.next_id(id).map(|id| next.copy_from_slice(&id.to_ne_bytes()))

@@ -473,7 +473,8 @@ impl Region {
             n_buckets: layout.n_buckets,
             entry_stride: layout.entry_stride,
             name: [0; NAME_LEN],
-            _reserved: [0; 5],
+            map_extra: def.map_extra,
+            _reserved: [0; 4],
         };
         write_name(&mut entry.name, name);
         let info = MapInfo { id: index + 1, name: name.to_string(), def: *def, area, storage: layout };
@@ -617,6 +618,7 @@ fn entry_info(e: &MapEntry) -> MapInfo {
             value_size: e.value_size,
             max_entries: e.max_entries,
             map_flags: e.map_flags,
+            map_extra: e.map_extra,
         },
         area: e.area,
         // Wrapping: a corrupt entry gives a layout that fails the check in `Map::new`.

@@ -11,7 +11,7 @@ use uebpf_maps::test_support::until_in_shared_futex_wait;
 use uebpf_maps::{region_path, Consumable, ErrorKind, MapDef, Region, RegionSpec};
 
 fn def(map_type: u32, key_size: u32, value_size: u32, max_entries: u32) -> MapDef {
-    MapDef { map_type, key_size, value_size, max_entries, map_flags: 0 }
+    MapDef { map_type, key_size, value_size, max_entries, ..Default::default() }
 }
 
 fn anonymous() -> Region {
@@ -869,4 +869,30 @@ fn stack_trace_maps_keep_one_stack_per_bucket_as_the_kernel() {
     assert_eq!(map.delete(&id.to_ne_bytes()), Err(libc::ENOENT));
     assert!(map.keys().is_empty());
     assert_eq!(stacks.store(&[], 0), Err(libc::EFAULT));
+}
+
+/// Bloom filters (bloom.rs): a pushed value is always found, the kernel's flags and commands.
+#[test]
+fn a_bloom_filter_finds_what_was_pushed_and_refuses_as_the_kernel() {
+    use uebpf_maps::def::{BPF_F_ZERO_SEED, BPF_MAP_TYPE_BLOOM_FILTER};
+    let region = anonymous();
+    let bad_extra = MapDef { map_extra: 16, ..def(BPF_MAP_TYPE_BLOOM_FILTER, 0, 8, 64) };
+    assert!(region.create_map("x", &bad_extra, None).is_err(), "at most 15 hash functions");
+    let extra_on_hash = MapDef { map_extra: 3, ..def(BPF_MAP_TYPE_HASH, 4, 8, 64) };
+    assert!(region.create_map("h", &extra_on_hash, None).is_err(), "map_extra is a bloom filter's");
+    for flags in [0, BPF_F_ZERO_SEED] {
+        let bloom = MapDef { map_extra: 3, map_flags: flags, ..def(BPF_MAP_TYPE_BLOOM_FILTER, 0, 8, 1000) };
+        let map = region.map(region.create_map("b", &bloom, None).unwrap()).unwrap();
+        for v in (0u64..1000).map(|i| i * 7919) {
+            map.update(&[], &v.to_ne_bytes(), 0).unwrap();
+        }
+        for v in (0u64..1000).map(|i| i * 7919) {
+            assert_eq!(map.lookup(&[], &mut v.to_ne_bytes()), Ok(()), "{v} was pushed");
+        }
+        let false_positives = (0u64..1000).filter(|i| map.lookup(&[], &mut (i * 7919 + 1).to_ne_bytes()).is_ok()).count();
+        assert!(false_positives < 100, "{false_positives} of 1000 (about 1% expected)");
+        assert_eq!(map.update(&[], &1u64.to_ne_bytes(), 2), Err(libc::EINVAL), "BPF_ANY only");
+        assert_eq!(map.delete(&[]), Err(libc::EOPNOTSUPP));
+        assert_eq!(unsafe { map.pop_ptr([0u8; 8].as_mut_ptr(), true) }, Err(libc::EOPNOTSUPP));
+    }
 }

@@ -274,15 +274,17 @@ fn map_create(a: &[u8]) -> Result<c_int, c_int> {
         value_size: u32_at(a, 8),
         max_entries: u32_at(a, 12),
         map_flags: u32_at(a, 16),
+        // Bloom filters' hash count; the map's own checks refuse it for other types.
+        map_extra: u64_at(a, 64),
     };
     let name = name_at(a, 28)?;
     if u32_at(a, 20) != 0 || u32_at(a, 44) != 0 {
         eprintln!("uebpf: map `{name}`: map-in-map and device offload are not supported by uebpf");
         return Err(libc::EINVAL);
     }
-    // map_extra (bloom filters, arenas), BTF-object value types, tokens, exclusive maps.
-    if zero(a, 64, 92).is_err() {
-        eprintln!("uebpf: map `{name}`: map_extra, value_type_btf_obj_fd, map_token_fd and excl_prog_hash are not supported by uebpf");
+    // BTF-object value types, tokens, exclusive maps.
+    if zero(a, 72, 92).is_err() {
+        eprintln!("uebpf: map `{name}`: value_type_btf_obj_fd, map_token_fd and excl_prog_hash are not supported by uebpf");
         return Err(libc::EINVAL);
     }
     // Type ids name a BTF object, as for the kernel (which answers EBADF or EINVAL otherwise);
@@ -350,6 +352,10 @@ fn map_op(cmd: c_long, a: &[u8], object: &MapObject) -> Result<c_int, c_int> {
                 return Err(libc::EINVAL);
             }
             let key = user::read(key_ptr, key_size)?;
+            if map.kind() == MapKind::BloomFilter {
+                // The value is the question, copied in (kernel/bpf/syscall.c's map_lookup_elem).
+                return map.lookup(&key, &mut user::read(value_ptr, value_size)?).map(|()| 0);
+            }
             let mut value = vec![0u8; value_size];
             map.lookup(&key, &mut value)?;
             user::write(value_ptr, &value)?;

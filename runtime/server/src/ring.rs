@@ -255,7 +255,8 @@ pub fn mmap(object: &MapObject, region: &Region, request: &MmapRequest) -> Resul
         | MapKind::PerfBuffer
         | MapKind::Queue
         | MapKind::Stack
-        | MapKind::StackTrace => Err(libc::ENODEV),
+        | MapKind::StackTrace
+        | MapKind::BloomFilter => Err(libc::ENODEV),
     }
 }
 

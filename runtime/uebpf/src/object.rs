@@ -178,6 +178,8 @@ pub(crate) fn map_def(map: &ObjMap) -> MapDef {
         value_size: map.value_size(),
         max_entries: map.max_entries(),
         map_flags: map.map_flags(),
+        // aya-obj keeps no map_extra: a bloom filter from an object gets the default 5 hashes.
+        map_extra: 0,
     }
 }
 

@@ -140,7 +140,7 @@ fn a_program_that_writes_through_a_number_is_refused_at_load() {
 #[test]
 fn programs_read_rodata_and_one_that_writes_it_is_refused_at_load() {
     let region = Region::create_anonymous(RegionSpec::with_arena(1 << 16)).unwrap();
-    let rodata = uebpf::maps::MapDef { map_type: 2, key_size: 4, value_size: 8, max_entries: 1, map_flags: 1 << 7 };
+    let rodata = uebpf::maps::MapDef { map_type: 2, key_size: 4, value_size: 8, max_entries: 1, map_flags: 1 << 7, map_extra: 0 };
     let id = region.create_map(".rodata", &rodata, Some(&42u64.to_ne_bytes())).unwrap() as i32;
     let mut read = Asm::new();
     read.lddw_map_value(R1, id, 0).ldx(8, R0, R1, 0).exit();
@@ -226,7 +226,7 @@ fn both_engines_find_the_same_array_element_for_any_key() {
     // none. A 12-byte value has a 16-byte stride in the region.
     for map_type in [2, 6] {
         let region = Region::create_anonymous(RegionSpec::with_arena(1 << 16)).unwrap();
-        let def = uebpf::maps::MapDef { map_type, key_size: 4, value_size: 12, max_entries: 5, map_flags: 0 };
+        let def = uebpf::maps::MapDef { map_type, key_size: 4, value_size: 12, max_entries: 5, ..Default::default() };
         let id = region.create_map("array", &def, None).unwrap() as i32;
         // ctx = { u64 key word (the key is its low 4 bytes) }: returns the address of the value
         // found, or 0 (a kprobe's context is read-only: the address is the result).

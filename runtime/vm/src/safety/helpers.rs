@@ -47,8 +47,10 @@ pub(crate) enum Ret {
 pub(crate) enum Maps {
     Any,
     Only(u32),
-    /// Queue and stack maps (push, pop, peek).
+    /// Queue and stack maps (pop).
     QueueStack,
+    /// Queue, stack and bloom filter maps (push, peek).
+    PushPeek,
     Data,
 }
 
@@ -58,6 +60,7 @@ pub(crate) const MAP_TYPE_STACK_TRACE: u32 = 7;
 pub(crate) const MAP_TYPE_QUEUE: u32 = 22;
 pub(crate) const MAP_TYPE_STACK: u32 = 23;
 pub(crate) const MAP_TYPE_RINGBUF: u32 = 27;
+pub(crate) const MAP_TYPE_BLOOM_FILTER: u32 = 30;
 
 impl Maps {
     pub(crate) fn allow(self, map_type: u32) -> bool {
@@ -65,8 +68,10 @@ impl Maps {
             Maps::Any => true,
             Maps::Only(only) => map_type == only,
             Maps::QueueStack => map_type == MAP_TYPE_QUEUE || map_type == MAP_TYPE_STACK,
+            Maps::PushPeek => [MAP_TYPE_QUEUE, MAP_TYPE_STACK, MAP_TYPE_BLOOM_FILTER].contains(&map_type),
             Maps::Data => {
-                ![MAP_TYPE_RINGBUF, MAP_TYPE_PERF_EVENT_ARRAY, MAP_TYPE_STACK_TRACE, MAP_TYPE_QUEUE, MAP_TYPE_STACK].contains(&map_type)
+                ![MAP_TYPE_RINGBUF, MAP_TYPE_PERF_EVENT_ARRAY, MAP_TYPE_STACK_TRACE, MAP_TYPE_QUEUE, MAP_TYPE_STACK, MAP_TYPE_BLOOM_FILTER]
+                    .contains(&map_type)
             }
         }
     }
@@ -100,8 +105,10 @@ const RINGBUF_QUERY: Proto = Proto { args: &[MapPtr, Anything], ret: Ret::Intege
 const CTX_ONLY: Proto = p(&[Ctx], Ret::Integer);
 const GET_STACKID: Proto = Proto { args: &[Ctx, MapPtr, Anything], ret: Ret::Integer, maps: Maps::Only(MAP_TYPE_STACK_TRACE) };
 const GET_STACK: Proto = p(&[Ctx, UninitMem, SizeOrZero, Anything], Ret::Integer);
-const MAP_PUSH: Proto = Proto { args: &[MapPtr, MapValue, Anything], ret: Ret::Integer, maps: Maps::QueueStack };
+const MAP_PUSH: Proto = Proto { args: &[MapPtr, MapValue, Anything], ret: Ret::Integer, maps: Maps::PushPeek };
 const MAP_POP: Proto = Proto { args: &[MapPtr, MapValueOut], ret: Ret::Integer, maps: Maps::QueueStack };
+// A bloom filter's peek reads the value; a queue's writes it: checked as written, the stricter.
+const MAP_PEEK: Proto = Proto { args: &[MapPtr, MapValueOut], ret: Ret::Integer, maps: Maps::PushPeek };
 const PERF_EVENT_OUTPUT: Proto =
     Proto { args: &[Ctx, MapPtr, Anything, Mem, SizeOrZero], ret: Ret::Integer, maps: Maps::Only(MAP_TYPE_PERF_EVENT_ARRAY) };
 const TRACE_VPRINTK: Proto = p(&[Mem, Size, MemOrNull, SizeOrZero], Ret::Integer);
@@ -127,7 +134,8 @@ pub(crate) fn proto(id: u32) -> Option<&'static Proto> {
         67 => &GET_STACK,
         36 => &PROBE_WRITE_USER,
         87 => &MAP_PUSH,
-        88 | 89 => &MAP_POP,
+        88 => &MAP_POP,
+        89 => &MAP_PEEK,
         130 => &RINGBUF_OUTPUT,
         131 => &RINGBUF_RESERVE,
         132 | 133 => &RINGBUF_COMMIT,
