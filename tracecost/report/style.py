@@ -26,6 +26,8 @@ METHOD_COLORS = {
     # stays apart from it (and from LTTng's orange) under the common colour-vision deficiencies.
     "ringbuf": "#3498db",
     "perfbuf": "#8e44ad",
+    # uebpf's perf buffer: uebpf's green, darker, apart from its ring buffer.
+    "uebpf-perfbuf": "#00664b",
     # The nginx suite: each tool in its runtime's colour, syscount's a shade darker than sslsniff's,
     # and syscount over every process in the perf buffer's purple, apart from the targeted one.
     "sslsniff-kernel": "#3498db",

@@ -10,8 +10,9 @@
 //! and an agent table, in which each target's agent reports how far it has applied the attach
 //! table (what `uebpf wait-applied` waits for).
 //!
-//! Supported map types: array, percpu_array, hash, percpu_hash (both hashes preallocated),
-//! ringbuf (kernel record layout). "CPU" for per-CPU maps is `sched_getcpu()` folded into the
+//! Supported map types: array, percpu_array, hash, percpu_hash, lru_hash, lru_percpu_hash (all
+//! hashes preallocated), ringbuf (kernel record layout), perf_event_array (with the perf buffers
+//! it names), stack_trace, queue, stack, bloom_filter. "CPU" for per-CPU maps is `sched_getcpu()` folded into the
 //! number of possible CPUs (/sys/devices/system/cpu/possible), as many slots as the kernel has.
 
 mod agents;

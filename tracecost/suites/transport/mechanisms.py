@@ -3,8 +3,8 @@ untraced (baseline) or traced by the transport consumer through a BPF ring
 buffer or a perf buffer (tracers/ebpf/transport.c; its header says how each
 wakeup mode maps to each mechanism), on the kernel or on uebpf (the same
 consumer under uebpf's server, the producers under its agent: the program runs
-at their call of libc's syscall(); a ring buffer only, uebpf has no perf event
-array).
+at their call of libc's syscall(); for the perf buffer the consumer runs the
+agent too, to send its end-of-stream markers through its own getpgid calls).
 
 Order of a run: producers start and report READY; the consumer registers their
 tgids, attaches and reports READY; the producers are started (SIGUSR1), run for

@@ -11,7 +11,7 @@ from tracecost.report.model import Chart, Section, TableBlock
 from tracecost.suites.base import Metric
 
 MECHANISMS = ("ringbuf", "perfbuf")
-CHARTED = (*MECHANISMS, "uebpf")  # uebpf: the ring buffer on uebpf (it has no perf buffer)
+CHARTED = (*MECHANISMS, "uebpf", "uebpf-perfbuf")  # uebpf's ring buffer and perf buffer
 X_TITLE = "producer processes"
 LATENCY_SHADES = {"p50": 0.55, "p90": 0.3, "p99": 0.0}
 
@@ -298,11 +298,12 @@ def render(suite: dict, environment: dict) -> Section:
         f"{mapping['ringbuf']}; perf buffer {mapping['perfbuf']}. Without a wakeup the consumer drains every "
         f"{config['consumer_poll_ms']} ms. Baseline: the same producers with nothing attached."
     )
-    if "uebpf" in config["methods"]:
+    if "uebpf" in config["methods"] or "uebpf-perfbuf" in config["methods"]:
         intro += (
-            " uebpf: the same consumer and program on uebpf's ring buffer (its server in the consumer, its "
-            "agent in the producers: the program runs at the producers' call of libc's syscall(), not in the "
-            "kernel); uebpf has no perf buffer."
+            " uebpf, uebpf-perfbuf: the same consumer and program on uebpf's ring buffer and perf buffer (its "
+            "server in the consumer, its agent in the producers: the program runs at the producers' call of "
+            "libc's syscall(), not in the kernel; the perf buffer's consumer runs the agent too, to send its "
+            "end-of-stream markers)."
         )
     return Section(
         suite="transport",
