@@ -392,3 +392,62 @@ def test_an_unprivileged_user_loads_attaches_and_consumes(tmp_path):
         ]
     finally:
         shutil.rmtree(home)
+
+
+# The batch commands on a hash map, through raw bpf(2): the same script on the kernel (root) and
+# under the server. Bucket sizes are each runtime's own (the kernel's jhash seed is random), so
+# only what does not depend on them is printed: every key taken once with ENOENT at the end,
+# update and delete batches' counts and errors.
+BATCH_SCRIPT = r"""
+import ctypes, errno, json, struct
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def bpf(cmd, attr):
+    buf = ctypes.create_string_buffer(attr.ljust(144, b"\0"), 144)
+    rc = libc.syscall(321, cmd, buf, 144)
+    return rc, (ctypes.get_errno() if rc < 0 else 0), buf.raw
+out = {}
+fd, err, _ = bpf(0, struct.pack("<5I", 1, 4, 8, 64, 0))  # BPF_MAP_CREATE hash, key 4, value 8
+assert fd >= 0, err
+keys = (ctypes.c_uint32 * 64)(*range(10))
+values = (ctypes.c_uint64 * 64)(*[k * 3 for k in range(10)])
+def batch(cmd, count, in_batch=0, out_batch=0, elem_flags=0):
+    attr = struct.pack("<QQQQIIQQ", in_batch, out_batch, ctypes.addressof(keys), ctypes.addressof(values), count, fd, elem_flags, 0)
+    rc, err, raw = bpf(cmd, attr)
+    return err, struct.unpack_from("<I", raw, 32)[0]
+out["update"] = batch(26, 10)                       # BPF_MAP_UPDATE_BATCH
+out["update_flags"] = batch(26, 1, elem_flags=1)    # BPF_NOEXIST: elements take BPF_F_LOCK only
+token = ctypes.c_uint32(0)
+seen, calls = {}, 0
+err, count = batch(24, 64, 0, ctypes.addressof(token))  # BPF_MAP_LOOKUP_BATCH, every key
+seen.update({keys[i]: values[i] for i in range(count)})
+out["lookup_all"] = [err, count]
+out["lookup_zero"] = batch(24, 0, 0, ctypes.addressof(token))
+out["lookup_past_end"] = batch(24, 64, ctypes.addressof(ctypes.c_uint32(1 << 20)), ctypes.addressof(token))
+keys[0], keys[1], keys[2] = 1, 2, 77
+out["delete"] = batch(27, 3)                        # BPF_MAP_DELETE_BATCH: 2 deleted, then ENOENT
+err, count = batch(25, 64, 0, ctypes.addressof(token))  # LOOKUP_AND_DELETE_BATCH: what is left
+out["left"] = sorted(keys[i] for i in range(count))
+out["left_err"] = err
+out["after"] = batch(24, 64, 0, ctypes.addressof(token))
+out["seen"] = sorted(seen.items())
+print(json.dumps(out))
+"""
+
+
+def test_batch_commands_answer_as_the_kernels(tmp_path):
+    """BPF_MAP_{LOOKUP,LOOKUP_AND_DELETE,UPDATE,DELETE}_BATCH on a hash map, the same script on the
+    kernel and under the server: the same answers (errno and count) and the same keys."""
+
+    def run(env):
+        result = subprocess.run(
+            [sys.executable, "-c", BATCH_SCRIPT], capture_output=True, text=True, timeout=60, env=env
+        )
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    kernel = run(dict(os.environ))
+    on_uebpf = run(server_env(region_name("batch")))
+    assert on_uebpf == kernel
+    assert kernel["lookup_all"] == [errno.ENOENT, 10] and kernel["seen"] == [[k, 3 * k] for k in range(10)]
+    assert kernel["delete"] == [errno.ENOENT, 2] and kernel["left"] == [0, *range(3, 10)]

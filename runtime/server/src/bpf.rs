@@ -400,7 +400,7 @@ fn map_op(cmd: c_long, a: &[u8], object: &MapObject) -> Result<c_int, c_int> {
 /// ENOSPC, with the bucket's size as the count, when the first bucket does not fit; ENOENT,
 /// with what was copied, once the last bucket is passed), and `_UPDATE_BATCH` and
 /// `_DELETE_BATCH` of any map with elements (generic_map_update_batch and _delete_batch: one
-/// element at a time, stopping at the first error). The count of elements done is written back
+/// element at a time, BPF_ANY, stopping at the first error). The count of elements done is written back
 /// to `batch.count` either way.
 fn map_batch(cmd: c_long, a: &[u8], attr: u64, object: &MapObject) -> Result<c_int, c_int> {
     let map = &object.map;
@@ -414,6 +414,11 @@ fn map_batch(cmd: c_long, a: &[u8], attr: u64, object: &MapObject) -> Result<c_i
     if cmd != BPF_MAP_LOOKUP_BATCH && (object.frozen.load(Ordering::Acquire) || map.def().map_flags & BPF_F_RDONLY != 0) {
         return Err(libc::EPERM);
     }
+    // Only BPF_F_LOCK is defined for elements, and it needs a spin lock in the value: uebpf's
+    // maps hold none (the kernel's answer for such maps is EINVAL too), before any element.
+    if elem_flags != 0 {
+        return Err(libc::EINVAL);
+    }
     if matches!(cmd, BPF_MAP_UPDATE_BATCH | BPF_MAP_DELETE_BATCH) {
         let mut done = 0;
         let mut result = Ok(0);
@@ -421,9 +426,7 @@ fn map_batch(cmd: c_long, a: &[u8], attr: u64, object: &MapObject) -> Result<c_i
             let key = user::read(keys_ptr + (done * key_size) as u64, key_size)?;
             result = if cmd == BPF_MAP_UPDATE_BATCH {
                 let value = user::read(values_ptr + (done * value_size) as u64, value_size)?;
-                map.update(&key, &value, elem_flags)
-            } else if elem_flags != 0 {
-                Err(libc::EINVAL)
+                map.update(&key, &value, 0)
             } else {
                 map.delete(&key)
             }
@@ -436,8 +439,7 @@ fn map_batch(cmd: c_long, a: &[u8], attr: u64, object: &MapObject) -> Result<c_i
         user::write(count_at, &(done as u32).to_ne_bytes())?;
         return result;
     }
-    // BPF_F_LOCK needs a spin lock in the value, which no uebpf map has.
-    let Some(hash) = map.hash_buckets().filter(|_| elem_flags == 0) else { return Err(libc::EINVAL) };
+    let Some(hash) = map.hash_buckets() else { return Err(libc::EINVAL) };
     if max_count == 0 {
         return Ok(0);
     }
