@@ -435,19 +435,52 @@ print(json.dumps(out))
 """
 
 
-def test_batch_commands_answer_as_the_kernels(tmp_path):
-    """BPF_MAP_{LOOKUP,LOOKUP_AND_DELETE,UPDATE,DELETE}_BATCH on a hash map, the same script on the
-    kernel and under the server: the same answers (errno and count) and the same keys."""
+# Queue, stack and bloom filter maps through raw bpf(2): full and empty answers, BPF_EXIST, the
+# order of pops, a bloom filter's lookup (the value is the question) and what it refuses.
+QUEUE_SCRIPT = r"""
+import ctypes, json, struct
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def bpf(cmd, attr):
+    buf = ctypes.create_string_buffer(attr.ljust(144, b"\0"), 144)
+    rc = libc.syscall(321, cmd, buf, 144)
+    return rc, (ctypes.get_errno() if rc < 0 else 0)
+out = {}
+value = ctypes.c_uint64()
+def elem(cmd, fd, v=None, flags=0):
+    if v is not None:
+        value.value = v
+    _, err = bpf(cmd, struct.pack("<IIQQQ", fd, 0, 0, ctypes.addressof(value), flags))
+    return [err, value.value if err == 0 and cmd in (1, 21) else None]
+for name, map_type in (("queue", 22), ("stack", 23)):
+    fd, err = bpf(0, struct.pack("<5I", map_type, 0, 8, 3, 0))
+    assert fd >= 0, err
+    out[name] = [elem(2, fd, v) for v in (1, 2, 3, 4)] + [elem(2, fd, 5, 2), elem(2, fd, 6, 4)]
+    out[name] += [elem(1, fd)] + [elem(21, fd) for _ in range(4)] + [elem(3, fd)]
+fd, err = bpf(0, struct.pack("<5I", 30, 0, 8, 16, 0).ljust(64, b"\0") + struct.pack("<Q", 3))
+assert fd >= 0, err
+out["bloom"] = [elem(2, fd, 11), elem(2, fd, 12, 1), elem(1, fd, 11), elem(3, fd), elem(21, fd)]
+out["map_extra_on_a_hash"] = bpf(0, struct.pack("<5I", 1, 4, 8, 4, 0).ljust(64, b"\0") + struct.pack("<Q", 3))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("script", [BATCH_SCRIPT, QUEUE_SCRIPT], ids=["batch", "queue-stack-bloom"])
+def test_map_commands_answer_as_the_kernels(script, tmp_path):
+    """The same raw bpf(2) script on the kernel and under the server gives the same answers:
+    BPF_MAP_{LOOKUP,LOOKUP_AND_DELETE,UPDATE,DELETE}_BATCH on a hash map (errno, count, keys);
+    queue, stack and bloom filter maps (full, empty, BPF_EXIST, pop order, refusals)."""
 
     def run(env):
-        result = subprocess.run(
-            [sys.executable, "-c", BATCH_SCRIPT], capture_output=True, text=True, timeout=60, env=env
-        )
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
         assert result.returncode == 0, result.stderr
         return json.loads(result.stdout)
 
     kernel = run(dict(os.environ))
-    on_uebpf = run(server_env(region_name("batch")))
+    on_uebpf = run(server_env(region_name("commands")))
     assert on_uebpf == kernel
-    assert kernel["lookup_all"] == [errno.ENOENT, 10] and kernel["seen"] == [[k, 3 * k] for k in range(10)]
-    assert kernel["delete"] == [errno.ENOENT, 2] and kernel["left"] == [0, *range(3, 10)]
+    if script is BATCH_SCRIPT:
+        assert kernel["lookup_all"] == [errno.ENOENT, 10] and kernel["seen"] == [[k, 3 * k] for k in range(10)]
+        assert kernel["delete"] == [errno.ENOENT, 2] and kernel["left"] == [0, *range(3, 10)]
+    else:
+        assert kernel["queue"][3] == [errno.E2BIG, None] and kernel["map_extra_on_a_hash"] == [-1, errno.EINVAL]

@@ -319,12 +319,21 @@ impl Map {
         }
     }
 
-    /// Syscall view of `BPF_MAP_LOOKUP_AND_DELETE_ELEM` for queue and stack maps: pops the value
-    /// into `value`. Other maps: EINVAL (the kernel serves hashes too; uebpf does not yet).
+    /// Syscall view of `BPF_MAP_LOOKUP_AND_DELETE_ELEM`: a queue or stack map pops into `value`;
+    /// a hash map copies the key's value out, then deletes the key (two steps: a concurrent
+    /// update between them is lost, where the kernel's is atomic); other maps: the kernel's
+    /// ENOTSUPP.
     pub fn lookup_and_delete(&self, key: &[u8], value: &mut [u8]) -> Result<(), Errno> {
         self.check_sizes(key, Some(value.len()))?;
-        // SAFETY: size checked.
-        unsafe { self.pop_ptr(value.as_mut_ptr(), true) }
+        match &self.storage {
+            // SAFETY: size checked.
+            Storage::Queue(q) => unsafe { q.pop(value.as_mut_ptr(), true) },
+            Storage::Hash(_) => {
+                self.lookup(key, value)?;
+                self.delete(key)
+            }
+            _ => Err(ENOTSUPP),
+        }
     }
 
     /// Bytes of a value in the syscall view: value_size, or possible CPUs x 8-byte-rounded size
