@@ -8,12 +8,6 @@
 
 #include "compat.h"
 
-struct event {
-	__u32 pid;
-	char comm[COMPAT_COMM_LEN];
-	char line[COMPAT_PATH_LEN];
-};
-
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 64 * 1024);
@@ -22,7 +16,7 @@ struct {
 SEC("uretprobe")
 int BPF_KRETPROBE(line_returned, const char *line)
 {
-	struct event *e;
+	struct bashreadline_event *e;
 
 	if (!line)
 		return 0;

@@ -7,19 +7,11 @@
 
 #define READLINE "compat_readline"
 
-struct event {
-	__u32 pid;
-	char comm[COMPAT_COMM_LEN];
-	char line[COMPAT_PATH_LEN];
-};
-
 static int on_event(void *ctx, void *data, size_t size)
 {
-	const struct event *e = data;
+	const struct bashreadline_event *e = compat_event(data, size, sizeof(*e));
 
 	(void)ctx;
-	if (size < sizeof(*e))
-		die(1, "short event (%zu bytes)", size);
 	printf("%u %s %s\n", e->pid, e->comm, e->line);
 	return 0;
 }
@@ -34,9 +26,7 @@ int main(int argc, char **argv)
 		die(1, "cannot open the BPF object: %s", strerror(errno));
 	compat_loaded(bashreadline_bpf__load(skel));
 	skel->links.line_returned = compat_attach_uprobe(skel->progs.line_returned, &args, READLINE, 1);
-	rb = ring_buffer__new(bpf_map__fd(skel->maps.events), on_event, NULL, NULL);
-	if (!rb)
-		die(1, "cannot open the ring buffer: %s", strerror(errno));
+	rb = compat_ring_buffer(bpf_map__fd(skel->maps.events), on_event);
 	compat_ready();
 	COMPAT_POLL_UNTIL_STOPPED(&args, ring_buffer__poll, rb);
 	ring_buffer__free(rb);

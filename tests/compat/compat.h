@@ -17,6 +17,40 @@
 #define COMPAT_PATH_LEN 64
 
 #ifndef __bpf__
+#include <linux/types.h>
+#endif
+
+/* The events the tools send through their buffers: one layout for both halves of a tool. */
+struct opensnoop_event {
+	__u32 pid;
+	int flags;
+	long ret;
+	char comm[COMPAT_COMM_LEN];
+	char path[COMPAT_PATH_LEN];
+};
+
+struct statsnoop_event {
+	__u32 pid;
+	int ret;
+	char comm[COMPAT_COMM_LEN];
+	char path[COMPAT_PATH_LEN];
+};
+
+struct sigsnoop_event {
+	__u32 pid;
+	int target;
+	int sig;
+	int ret;
+	char comm[COMPAT_COMM_LEN];
+};
+
+struct bashreadline_event {
+	__u32 pid;
+	char comm[COMPAT_COMM_LEN];
+	char line[COMPAT_PATH_LEN];
+};
+
+#ifndef __bpf__
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -147,6 +181,41 @@ static inline void compat_wait_stopped(const struct compat_args *a)
 {
 	if (sigwaitinfo(&a->stop, NULL) < 0)
 		die(1, "cannot wait for the stop signal: %s", strerror(errno));
+}
+
+/* `data`, an event of `size` bytes from a buffer, if it holds the `expected` bytes of the tool's
+ * event (one line and exit 1 otherwise). */
+static inline const void *compat_event(const void *data, size_t size, size_t expected)
+{
+	if (size < expected)
+		die(1, "short event (%zu bytes, %zu expected)", size, expected);
+	return data;
+}
+
+static inline void compat_on_lost(void *ctx, int cpu, __u64 count)
+{
+	(void)ctx;
+	fprintf(stderr, "%s: lost %llu events on CPU %d\n", compat_name, (unsigned long long)count, cpu);
+}
+
+/* libbpf's perf_buffer on perf event array `map_fd`, 8 pages per CPU, lost events said on stderr. */
+static inline struct perf_buffer *compat_perf_buffer(int map_fd, perf_buffer_sample_fn on_event)
+{
+	struct perf_buffer *pb = perf_buffer__new(map_fd, 8, on_event, compat_on_lost, NULL, NULL);
+
+	if (!pb)
+		die(1, "cannot open the perf buffer: %s", strerror(errno));
+	return pb;
+}
+
+/* libbpf's ring_buffer on BPF ring buffer `map_fd`. */
+static inline struct ring_buffer *compat_ring_buffer(int map_fd, ring_buffer_sample_fn on_event)
+{
+	struct ring_buffer *rb = ring_buffer__new(map_fd, on_event, NULL, NULL);
+
+	if (!rb)
+		die(1, "cannot open the ring buffer: %s", strerror(errno));
+	return rb;
 }
 
 /* READY, then waits for SIGINT or SIGTERM (tools that read their maps only at the end). */

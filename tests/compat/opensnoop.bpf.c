@@ -13,14 +13,6 @@ struct args {
 	int flags;
 };
 
-struct event {
-	__u32 pid;
-	int flags;
-	long ret;
-	char comm[COMPAT_COMM_LEN];
-	char path[COMPAT_PATH_LEN];
-};
-
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
@@ -52,7 +44,7 @@ int openat_exit(struct trace_event_raw_sys_exit *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
-	struct event event = {};
+	struct opensnoop_event event = {};
 	struct args *args = bpf_map_lookup_elem(&start, &tid);
 
 	if (!args)

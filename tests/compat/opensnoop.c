@@ -5,28 +5,12 @@
 #include "compat.h"
 #include "opensnoop.skel.h"
 
-struct event {
-	__u32 pid;
-	int flags;
-	long ret;
-	char comm[COMPAT_COMM_LEN];
-	char path[COMPAT_PATH_LEN];
-};
-
 static void on_event(void *ctx, int cpu, void *data, __u32 size)
 {
-	const struct event *e = data;
+	const struct opensnoop_event *e = compat_event(data, size, sizeof(*e));
 
 	(void)ctx, (void)cpu;
-	if (size < sizeof(*e))
-		die(1, "short event (%u bytes)", size);
 	printf("%u %s %ld %s\n", e->pid, e->comm, e->ret, e->path);
-}
-
-static void on_lost(void *ctx, int cpu, __u64 count)
-{
-	(void)ctx;
-	fprintf(stderr, "%s: lost %llu events on CPU %d\n", compat_name, (unsigned long long)count, cpu);
 }
 
 int main(int argc, char **argv)
@@ -40,9 +24,7 @@ int main(int argc, char **argv)
 	skel->rodata->target_pid = args.pid;
 	compat_loaded(opensnoop_bpf__load(skel));
 	compat_attached(opensnoop_bpf__attach(skel));
-	pb = perf_buffer__new(bpf_map__fd(skel->maps.events), 8, on_event, on_lost, NULL, NULL);
-	if (!pb)
-		die(1, "cannot open the perf buffer: %s", strerror(errno));
+	pb = compat_perf_buffer(bpf_map__fd(skel->maps.events), on_event);
 	compat_ready();
 	COMPAT_POLL_UNTIL_STOPPED(&args, perf_buffer__poll, pb);
 	perf_buffer__free(pb);

@@ -8,19 +8,11 @@
 
 const volatile pid_t target_pid = 0;
 
-struct event {
-	__u32 pid;
-	int target;
-	int sig;
-	int ret;
-	char comm[COMPAT_COMM_LEN];
-};
-
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
 	__type(key, __u32);
-	__type(value, struct event);
+	__type(value, struct sigsnoop_event);
 } pending SEC(".maps");
 
 struct {
@@ -34,7 +26,7 @@ int kill_entry(struct trace_event_raw_sys_enter *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
-	struct event event = {};
+	struct sigsnoop_event event = {};
 
 	if ((id >> 32) != target_pid)
 		return 0;
@@ -50,7 +42,7 @@ SEC("tracepoint/syscalls/sys_exit_kill")
 int kill_exit(struct trace_event_raw_sys_exit *ctx)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct event *event = bpf_map_lookup_elem(&pending, &tid);
+	struct sigsnoop_event *event = bpf_map_lookup_elem(&pending, &tid);
 
 	if (!event)
 		return 0;

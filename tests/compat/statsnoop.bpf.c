@@ -8,13 +8,6 @@
 
 const volatile pid_t target_pid = 0;
 
-struct event {
-	__u32 pid;
-	int ret;
-	char comm[COMPAT_COMM_LEN];
-	char path[COMPAT_PATH_LEN];
-};
-
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
@@ -46,7 +39,7 @@ int stat_exit(struct trace_event_raw_sys_exit *ctx)
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
 	const char **path = bpf_map_lookup_elem(&paths, &tid);
-	struct event *e;
+	struct statsnoop_event *e;
 
 	if (!path)
 		return 0;

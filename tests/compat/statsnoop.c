@@ -5,20 +5,11 @@
 #include "compat.h"
 #include "statsnoop.skel.h"
 
-struct event {
-	__u32 pid;
-	int ret;
-	char comm[COMPAT_COMM_LEN];
-	char path[COMPAT_PATH_LEN];
-};
-
 static int on_event(void *ctx, void *data, size_t size)
 {
-	const struct event *e = data;
+	const struct statsnoop_event *e = compat_event(data, size, sizeof(*e));
 
 	(void)ctx;
-	if (size < sizeof(*e))
-		die(1, "short event (%zu bytes)", size);
 	printf("%u %s %d %s\n", e->pid, e->comm, e->ret, e->path);
 	return 0;
 }
@@ -34,9 +25,7 @@ int main(int argc, char **argv)
 	skel->rodata->target_pid = args.pid;
 	compat_loaded(statsnoop_bpf__load(skel));
 	compat_attached(statsnoop_bpf__attach(skel));
-	rb = ring_buffer__new(bpf_map__fd(skel->maps.events), on_event, NULL, NULL);
-	if (!rb)
-		die(1, "cannot open the ring buffer: %s", strerror(errno));
+	rb = compat_ring_buffer(bpf_map__fd(skel->maps.events), on_event);
 	compat_ready();
 	COMPAT_POLL_UNTIL_STOPPED(&args, ring_buffer__poll, rb);
 	ring_buffer__free(rb);

@@ -198,15 +198,25 @@ impl Scalar {
             && self.bits.contains(other.bits)
     }
 
+    /// Narrows the unsigned bounds to [lo, hi] (what an operation's bounds say of its result).
+    fn narrow_unsigned(&mut self, lo: u64, hi: u64) {
+        self.umin = self.umin.max(lo);
+        self.umax = self.umax.min(hi);
+    }
+
+    /// As `narrow_unsigned`, for the signed bounds.
+    fn narrow_signed(&mut self, lo: i64, hi: i64) {
+        self.smin = self.smin.max(lo);
+        self.smax = self.smax.min(hi);
+    }
+
     pub fn add(&self, other: &Scalar) -> Scalar {
         let mut r = Scalar::from_bits(self.bits.add(other.bits));
         if let (Some(lo), Some(hi)) = (self.umin.checked_add(other.umin), self.umax.checked_add(other.umax)) {
-            r.umin = r.umin.max(lo);
-            r.umax = r.umax.min(hi);
+            r.narrow_unsigned(lo, hi);
         }
         if let (Some(lo), Some(hi)) = (self.smin.checked_add(other.smin), self.smax.checked_add(other.smax)) {
-            r.smin = r.smin.max(lo);
-            r.smax = r.smax.min(hi);
+            r.narrow_signed(lo, hi);
         }
         r.sync();
         r
@@ -215,12 +225,10 @@ impl Scalar {
     pub fn sub(&self, other: &Scalar) -> Scalar {
         let mut r = Scalar::from_bits(self.bits.sub(other.bits));
         if self.umin >= other.umax {
-            r.umin = r.umin.max(self.umin - other.umax);
-            r.umax = r.umax.min(self.umax - other.umin);
+            r.narrow_unsigned(self.umin - other.umax, self.umax - other.umin);
         }
         if let (Some(lo), Some(hi)) = (self.smin.checked_sub(other.smax), self.smax.checked_sub(other.smin)) {
-            r.smin = r.smin.max(lo);
-            r.smax = r.smax.min(hi);
+            r.narrow_signed(lo, hi);
         }
         r.sync();
         r
@@ -229,8 +237,7 @@ impl Scalar {
     pub fn mul(&self, other: &Scalar) -> Scalar {
         let mut r = Scalar::from_bits(self.bits.mul(other.bits));
         if let (Some(lo), Some(hi)) = (self.umin.checked_mul(other.umin), self.umax.checked_mul(other.umax)) {
-            r.umin = r.umin.max(lo);
-            r.umax = r.umax.min(hi);
+            r.narrow_unsigned(lo, hi);
         }
         r.sync();
         r
@@ -258,8 +265,7 @@ impl Scalar {
     pub fn shl(&self, shift: u32) -> Scalar {
         let mut r = Scalar::from_bits(self.bits.shl(shift));
         if self.umax.leading_zeros() >= shift {
-            r.umin = r.umin.max(self.umin << shift);
-            r.umax = r.umax.min(self.umax << shift);
+            r.narrow_unsigned(self.umin << shift, self.umax << shift);
         }
         r.sync();
         r
@@ -267,16 +273,14 @@ impl Scalar {
 
     pub fn shr(&self, shift: u32) -> Scalar {
         let mut r = Scalar::from_bits(self.bits.shr(shift));
-        r.umin = r.umin.max(self.umin >> shift);
-        r.umax = r.umax.min(self.umax >> shift);
+        r.narrow_unsigned(self.umin >> shift, self.umax >> shift);
         r.sync();
         r
     }
 
     pub fn sar(&self, shift: u32) -> Scalar {
         let mut r = Scalar::from_bits(self.bits.sar(shift));
-        r.smin = r.smin.max(self.smin >> shift);
-        r.smax = r.smax.min(self.smax >> shift);
+        r.narrow_signed(self.smin >> shift, self.smax >> shift);
         r.sync();
         r
     }
