@@ -142,12 +142,16 @@ pub fn set_stack_origin(origin: StackOrigin) {
     STACK_ORIGIN.with(|slot| slot.set(origin));
 }
 
-/// The kernel's user callchain of a uprobe (arch/x86/events/core.c, perf_callchain_user, 6.x):
-/// the instruction pointer; at a function's entry (`is_uprobe_at_func_entry`) the return
-/// address the stack pointer holds; then the frame-pointer chain, each frame's saved frame
-/// pointer and return address read fault-safely until a read fails or `max` addresses are kept.
-/// None without user registers.
-fn user_callchain(ctx: u64, max: usize) -> Option<Vec<u64>> {
+/// The kernel's sysctl_perf_event_max_stack default: the longest callchain collected.
+const MAX_STACK: usize = 127;
+
+/// The kernel's user callchain of a uprobe (arch/x86/events/core.c, perf_callchain_user, 6.x),
+/// into `chain`: the instruction pointer; at a function's entry (`is_uprobe_at_func_entry`) the
+/// return address the stack pointer holds; then the frame-pointer chain, each frame's saved frame
+/// pointer and return address read fault-safely until a read fails or the chain is full. The
+/// number of addresses, None without user registers. No allocation: a probe may run inside the
+/// traced program's malloc.
+fn user_callchain(ctx: u64, chain: &mut [u64; MAX_STACK]) -> Option<usize> {
     let StackOrigin::Regs { at_entry } = STACK_ORIGIN.with(Cell::get) else { return None };
     // SAFETY: the context is the probe's pt_regs (168 bytes): bp at 32, ip at 128, sp at 152.
     let (bp, ip, sp) = unsafe { (*(ctx as *const u64).add(4), *(ctx as *const u64).add(16), *(ctx as *const u64).add(19)) };
@@ -156,36 +160,38 @@ fn user_callchain(ctx: u64, max: usize) -> Option<Vec<u64>> {
         // SAFETY: a fault-safe read of traced memory into a local.
         (unsafe { probe::read((&mut word as *mut u64).cast(), 8, address as *const u8) } == 0).then_some(word)
     };
-    let mut chain = vec![ip];
+    chain[0] = ip;
+    let mut len = 1;
     if at_entry {
-        chain.extend(read(sp));
+        if let Some(ret) = read(sp) {
+            chain[len] = ret;
+            len += 1;
+        }
     }
     let mut frame = bp;
-    while chain.len() < max {
+    while len < MAX_STACK {
         let (Some(next), Some(ret)) = (read(frame), read(frame.wrapping_add(8))) else { break };
-        chain.push(ret);
+        chain[len] = ret;
+        len += 1;
         frame = next;
     }
-    chain.truncate(max);
-    Some(chain)
+    Some(len)
 }
 
-/// The kernel's sysctl_perf_event_max_stack default: the longest callchain collected.
-const MAX_STACK: usize = 127;
-
-/// The callchain after `flags`' skip count, for a user stack (BPF_F_USER_STACK); a kernel stack,
-/// which uebpf has none of, is EFAULT, as the kernel's answer when it gets no callchain.
-fn callchain_for(ctx: u64, flags: u64) -> Result<Vec<u64>, i32> {
+/// The callchain after `flags`' skip count, for a user stack (BPF_F_USER_STACK), in `chain`; a
+/// kernel stack, which uebpf has none of, is EFAULT, as the kernel's answer when it gets no
+/// callchain.
+fn callchain_for(ctx: u64, flags: u64, chain: &mut [u64; MAX_STACK]) -> Result<&[u64], i32> {
     use uebpf_maps::stack::{BPF_F_SKIP_FIELD_MASK, BPF_F_USER_STACK};
     if flags & BPF_F_USER_STACK == 0 {
         return Err(libc::EFAULT);
     }
-    let chain = user_callchain(ctx, MAX_STACK).ok_or(libc::EFAULT)?;
+    let len = user_callchain(ctx, chain).ok_or(libc::EFAULT)?;
     let skip = (flags & BPF_F_SKIP_FIELD_MASK) as usize;
-    if chain.len() <= skip {
+    if len <= skip {
         return Err(libc::EFAULT);
     }
-    Ok(chain[skip..].to_vec())
+    Ok(&chain[skip..len])
 }
 
 /// bpf_get_stackid(ctx, map, flags): the id of the user stack in a stack trace map.
@@ -195,7 +201,8 @@ extern "C" fn get_stackid(ctx: u64, map: u64, flags: u64, _: u64, _: u64) -> u64
         return errno(libc::EINVAL);
     }
     let Some(stacks) = map_of(map).and_then(|m| m.stack_trace()) else { return errno(libc::EINVAL) };
-    match callchain_for(ctx, flags).and_then(|chain| stacks.store(&chain, flags)) {
+    let mut chain = [0u64; MAX_STACK];
+    match callchain_for(ctx, flags, &mut chain).and_then(|chain| stacks.store(chain, flags)) {
         Ok(id) => u64::from(id),
         Err(e) => errno(e),
     }
@@ -212,7 +219,8 @@ extern "C" fn get_stack(ctx: u64, buf: u64, size: u64, flags: u64, _: u64) -> u6
     if flags & !(BPF_F_SKIP_FIELD_MASK | BPF_F_USER_STACK) != 0 || !size.is_multiple_of(8) {
         return errno(libc::EINVAL); // BPF_F_USER_BUILD_ID among them: no build ids here
     }
-    match callchain_for(ctx, flags) {
+    let mut chain = [0u64; MAX_STACK];
+    match callchain_for(ctx, flags, &mut chain) {
         Ok(chain) => {
             let n = chain.len().min(size / 8);
             for (slot, ip) in out.chunks_exact_mut(8).zip(&chain[..n]) {
