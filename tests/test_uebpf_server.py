@@ -468,11 +468,52 @@ print(json.dumps(out))
 )
 
 
-@pytest.mark.parametrize("script", [BATCH_SCRIPT, QUEUE_SCRIPT], ids=["batch", "queue-stack-bloom"])
+# Prog arrays through raw bpf(2): what an update accepts (a program of the array's type, by
+# descriptor; BPF_ANY only; an index in range), what a lookup answers (the program's id, ENOENT
+# for an empty slot), deletes and iteration.
+PROG_ARRAY_SCRIPT = (
+    RAW_BPF
+    + r"""
+out = {}
+code = (ctypes.c_uint64 * 2)(0xb7, 0x95)  # r0 = 0; exit
+license = ctypes.create_string_buffer(b"GPL")
+def load(prog_type):
+    attr = struct.pack("<IIQQ", prog_type, 2, ctypes.addressof(code), ctypes.addressof(license))
+    fd, err, _ = bpf(5, attr)
+    assert fd >= 0, err
+    info = ctypes.create_string_buffer(256)
+    rc, err, _ = bpf(15, struct.pack("<IIQ", fd, 256, ctypes.addressof(info)))  # BPF_OBJ_GET_INFO_BY_FD
+    assert rc == 0, err
+    return fd, struct.unpack_from("<I", info.raw, 4)[0]
+kprobe, kprobe_id = load(2)
+tracepoint, _ = load(5)
+fd, err, _ = bpf(0, struct.pack("<5I", 3, 4, 4, 2, 0))  # BPF_MAP_CREATE prog array, 2 slots
+assert fd >= 0, err
+key, value = ctypes.c_uint32(), ctypes.c_uint32()
+def elem(cmd, k, v=None, flags=0):
+    key.value = k
+    if v is not None:
+        value.value = v
+    at = 0 if cmd == 3 else ctypes.addressof(value)  # a delete's attr ends at the key
+    _, err, _ = bpf(cmd, struct.pack("<IIQQQ", fd, 0, ctypes.addressof(key), at, flags))
+    return err
+out["update"] = [elem(2, 0, fd), elem(2, 0, kprobe, 1), elem(2, 2, kprobe), elem(2, 0, kprobe), elem(2, 1, tracepoint)]
+out["lookup"] = [elem(1, 0), value.value == kprobe_id, elem(1, 1)]
+out["next"] = [elem(4, 0), value.value, elem(4, 1)]
+out["delete"] = [elem(3, 0), elem(3, 0), elem(3, 2), elem(1, 0)]
+print(json.dumps(out))
+"""
+)
+
+
+@pytest.mark.parametrize(
+    "script", [BATCH_SCRIPT, QUEUE_SCRIPT, PROG_ARRAY_SCRIPT], ids=["batch", "queue-stack-bloom", "prog-array"]
+)
 def test_map_commands_answer_as_the_kernels(script, tmp_path):
     """The same raw bpf(2) script on the kernel and under the server gives the same answers:
     BPF_MAP_{LOOKUP,LOOKUP_AND_DELETE,UPDATE,DELETE}_BATCH on a hash map (errno, count, keys);
-    queue, stack and bloom filter maps (full, empty, BPF_EXIST, pop order, refusals)."""
+    queue, stack and bloom filter maps (full, empty, BPF_EXIST, pop order, refusals); prog
+    arrays (what an update accepts, what a lookup answers)."""
 
     def run(env):
         result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
@@ -485,5 +526,8 @@ def test_map_commands_answer_as_the_kernels(script, tmp_path):
     if script is BATCH_SCRIPT:
         assert kernel["lookup_all"] == [errno.ENOENT, 10] and kernel["seen"] == [[k, 3 * k] for k in range(10)]
         assert kernel["delete"] == [errno.ENOENT, 2] and kernel["left"] == [0, *range(3, 10)]
-    else:
+    elif script is QUEUE_SCRIPT:
         assert kernel["queue"][3] == [errno.E2BIG, None] and kernel["map_extra_on_a_hash"] == [-1, errno.EINVAL]
+    else:
+        assert kernel["update"][3] == 0 and kernel["lookup"] == [0, True, errno.ENOENT]
+        assert kernel["delete"][:2] == [0, errno.ENOENT]

@@ -24,8 +24,10 @@ pub(crate) struct Probe {
     func_ip: Option<u64>,
     /// Where the user stack is, if the program reads it (bpf_get_stack, _stackid).
     stack: Option<uebpf::StackOrigin>,
-    function: JitFunction,
-    _program: LoadedProgram,
+    /// The program's code, called directly; None for a program that takes tail calls, which runs
+    /// through `LoadedProgram::run_raw`.
+    function: Option<JitFunction>,
+    program: LoadedProgram,
 }
 
 impl Probe {
@@ -43,11 +45,12 @@ impl Probe {
         program: LoadedProgram,
     ) -> Option<Probe> {
         let function = program.jit_function()?;
+        let function = (!program.takes_tail_calls()).then_some(function);
         let state = &*(state as *const AtomicU32);
         let cookie = program.reads_attach_cookie().then_some(cookie);
         let func_ip = program.reads_func_ip().then_some(func_ip);
         let stack = program.reads_stack().then_some(stack);
-        Some(Probe { state, pid, cookie, func_ip, stack, function, _program: program })
+        Some(Probe { state, pid, cookie, func_ip, stack, function, program })
     }
 
     /// The hook data of a probe that runs on `pt_regs` (`run`).
@@ -74,7 +77,15 @@ impl Probe {
         if let Some(origin) = self.stack {
             uebpf::set_stack_origin(origin);
         }
-        (self.function)(context, len as u64);
+        match self.function {
+            Some(function) => {
+                function(context, len as u64);
+            }
+            // JIT code does not stop: the only error is the interpreter's, which probes do not use.
+            None => {
+                let _ = self.program.run_raw(context, len);
+            }
+        }
     }
 }
 

@@ -1,8 +1,12 @@
 //! Array and per-CPU array maps: `max_entries` preallocated values, indexed by a u32 key.
 //! Error codes and their order follow the kernel's arraymap.c.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use crate::current;
 use crate::def::{BPF_EXIST, BPF_F_LOCK, BPF_NOEXIST};
+use crate::error::Error;
+use crate::region::Shared;
 use crate::Errno;
 
 pub(crate) struct ArrayView {
@@ -132,4 +136,59 @@ pub(crate) unsafe fn next_index(key: *const u8, next: *mut u8, max_entries: u32)
     };
     (next as *mut u32).write_unaligned(following);
     Ok(())
+}
+
+/// The slots of an array whose values name other objects by id, 0 for none: a perf event array's
+/// perf buffers (map ids), a prog array's programs (program ids). The kernel's fd arrays hold
+/// object pointers that the bpf(2) update took from descriptors; here the server turns the
+/// descriptor into the id (one u32 every 8 bytes, the array layout of a 4-byte value).
+pub struct IdSlots {
+    slots: *const AtomicU32,
+    max_entries: u32,
+}
+
+// SAFETY: the slots are atomics in shared memory that the owning map keeps mapped.
+unsafe impl Send for IdSlots {}
+unsafe impl Sync for IdSlots {}
+
+impl IdSlots {
+    pub(crate) fn new(shared: &Shared, values: u64, max_entries: u32) -> Result<IdSlots, Error> {
+        Ok(IdSlots { slots: shared.at(values, u64::from(max_entries) * 8)? as *const AtomicU32, max_entries })
+    }
+
+    fn slot(&self, index: u32) -> Option<&AtomicU32> {
+        // SAFETY: below max_entries, inside the values checked in `new`; 8 bytes apart.
+        (index < self.max_entries).then(|| unsafe { &*self.slots.add(2 * index as usize) })
+    }
+
+    /// The id at `index`: None past the end, Some(0) for an empty slot.
+    #[inline]
+    pub fn get(&self, index: u32) -> Option<u32> {
+        self.slot(index).map(|slot| slot.load(Ordering::Acquire))
+    }
+
+    /// Stores `id` at `index` (the server's update with a descriptor); Err(E2BIG) past the end,
+    /// as the kernel's fd_array_map_update_elem.
+    pub fn set(&self, index: u32, id: u32) -> Result<(), Errno> {
+        self.slot(index).ok_or(libc::E2BIG)?.store(id, Ordering::Release);
+        Ok(())
+    }
+
+    /// Empties slot `index`: Err(ENOENT) if it was empty, Err(E2BIG) past the end (the kernel's
+    /// fd_array_map_delete_elem).
+    pub fn clear(&self, index: u32) -> Result<(), Errno> {
+        match self.slot(index).ok_or(libc::E2BIG)?.swap(0, Ordering::AcqRel) {
+            0 => Err(libc::ENOENT),
+            _ => Ok(()),
+        }
+    }
+
+    /// The ids stored now, with their indexes.
+    pub fn occupied(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        (0..self.max_entries).filter_map(|index| self.get(index).filter(|&id| id != 0).map(|id| (index, id)))
+    }
+
+    pub fn max_entries(&self) -> u32 {
+        self.max_entries
+    }
 }

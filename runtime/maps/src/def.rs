@@ -7,6 +7,7 @@ use crate::layout::{align_up, Bucket, EntryHeader, HashControl, PerfControl, Que
 /// Kernel `BPF_MAP_TYPE_*` values.
 pub const BPF_MAP_TYPE_HASH: u32 = 1;
 pub const BPF_MAP_TYPE_ARRAY: u32 = 2;
+pub const BPF_MAP_TYPE_PROG_ARRAY: u32 = 3;
 pub const BPF_MAP_TYPE_PERF_EVENT_ARRAY: u32 = 4;
 pub const BPF_MAP_TYPE_PERCPU_HASH: u32 = 5;
 pub const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
@@ -65,6 +66,8 @@ pub enum MapKind {
     RingBuf,
     /// Slots naming perf buffers, by CPU (`bpf_perf_event_output`).
     PerfEventArray,
+    /// Slots naming programs, for `bpf_tail_call`.
+    ProgArray,
     PerfBuffer,
     Queue,
     Stack,
@@ -84,6 +87,7 @@ impl MapKind {
             BPF_MAP_TYPE_PERCPU_HASH => MapKind::PercpuHash,
             BPF_MAP_TYPE_RINGBUF => MapKind::RingBuf,
             BPF_MAP_TYPE_PERF_EVENT_ARRAY => MapKind::PerfEventArray,
+            BPF_MAP_TYPE_PROG_ARRAY => MapKind::ProgArray,
             UEBPF_PERF_BUFFER => MapKind::PerfBuffer,
             BPF_MAP_TYPE_STACK_TRACE => MapKind::StackTrace,
             BPF_MAP_TYPE_BLOOM_FILTER => MapKind::BloomFilter,
@@ -172,7 +176,7 @@ impl MapDef {
         let fail = |why: String| Err(Error::invalid(why));
         let Some(kind) = MapKind::of(self.map_type) else {
             return fail(format!(
-                "map type {} ({}) is not supported by uebpf (supported: array, percpu_array, hash, percpu_hash, lru_hash, lru_percpu_hash, ringbuf, perf_event_array, queue, stack, stack_trace, bloom_filter)",
+                "map type {} ({}) is not supported by uebpf (supported: array, percpu_array, hash, percpu_hash, lru_hash, lru_percpu_hash, ringbuf, perf_event_array, prog_array, queue, stack, stack_trace, bloom_filter)",
                 map_type_name(self.map_type),
                 self.map_type
             ));
@@ -241,10 +245,10 @@ impl MapDef {
                 }
             }
             // The kernel's fd_array_map_alloc_check: a u32 index, a u32 descriptor.
-            MapKind::PerfEventArray => {
+            MapKind::PerfEventArray | MapKind::ProgArray => {
                 if self.key_size != 4 || self.value_size != 4 {
                     return fail(format!(
-                        "perf event arrays need a 4-byte key and a 4-byte value, not {} and {}",
+                        "perf event arrays and prog arrays need a 4-byte key and a 4-byte value, not {} and {}",
                         self.key_size, self.value_size
                     ));
                 }
@@ -285,8 +289,9 @@ impl MapDef {
         let values_size = entries * u64::from(cpus) * value_stride;
         let mut layout = StorageLayout { value_stride: value_stride as u32, cpus, ..Default::default() };
         match kind {
-            // A perf event array's slots hold perf buffer map ids (0: none), u32s 8 bytes apart.
-            MapKind::Array | MapKind::PercpuArray | MapKind::PerfEventArray => {
+            // A perf event array's slots hold perf buffer map ids, a prog array's program ids (0:
+            // none), u32s 8 bytes apart.
+            MapKind::Array | MapKind::PercpuArray | MapKind::PerfEventArray | MapKind::ProgArray => {
                 layout.size = align_up(values_size, page);
             }
             MapKind::Hash | MapKind::PercpuHash | MapKind::LruHash | MapKind::LruPercpuHash => {

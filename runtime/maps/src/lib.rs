@@ -12,7 +12,7 @@
 //!
 //! Supported map types: array, percpu_array, hash, percpu_hash, lru_hash, lru_percpu_hash (all
 //! hashes preallocated), ringbuf (kernel record layout), perf_event_array (with the perf buffers
-//! it names), stack_trace, queue, stack, bloom_filter. "CPU" for per-CPU maps is `sched_getcpu()` folded into the
+//! it names), prog_array (program ids, for tail calls), stack_trace, queue, stack, bloom_filter. "CPU" for per-CPU maps is `sched_getcpu()` folded into the
 //! number of possible CPUs (/sys/devices/system/cpu/possible), as many slots as the kernel has.
 
 mod agents;
@@ -37,6 +37,7 @@ pub mod test_support;
 pub mod wakeup;
 
 pub use agents::{generation_reached, AgentReport, AgentStatus};
+pub use array::IdSlots;
 pub use attach::{kernel_tracepoint_id, kernel_tracepoint_name, AttachInfo, AttachKind, AttachSpec, AttachState, TRACEFS_EVENTS};
 pub use def::{MapDef, MapKind, StorageLayout};
 pub use error::{Error, ErrorKind};

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use crate::array::ArrayView;
+use crate::array::{ArrayView, IdSlots};
 use crate::bloom::BloomView;
 use crate::def::{MapDef, MapKind};
 use crate::error::{Error, ErrorKind};
@@ -28,6 +28,7 @@ enum Storage {
     Hash(HashView),
     Ring(RingBuf),
     PerfArray(PerfEventArray),
+    ProgArray(IdSlots),
     PerfBuffer(PerfBuf),
     Queue(QueueView),
     StackTrace(StackView),
@@ -69,6 +70,7 @@ pub(crate) fn initialise(shared: &Shared, info: &MapInfo, kind: MapKind, initial
         MapKind::PercpuArray
         | MapKind::RingBuf
         | MapKind::PerfEventArray
+        | MapKind::ProgArray
         | MapKind::PerfBuffer
         | MapKind::Queue
         | MapKind::Stack
@@ -149,6 +151,7 @@ impl Map {
                 lifo: kind == MapKind::Stack,
             }),
             MapKind::PerfEventArray => Storage::PerfArray(PerfEventArray::new(shared, info.values_offset(), d.max_entries)?),
+            MapKind::ProgArray => Storage::ProgArray(IdSlots::new(shared, info.values_offset(), d.max_entries)?),
             MapKind::PerfBuffer => Storage::PerfBuffer(PerfBuf::map(
                 shared,
                 info.area + s.control,
@@ -197,6 +200,14 @@ impl Map {
         }
     }
 
+    /// A prog array's slots (program ids, for bpf_tail_call), None for other maps.
+    pub fn prog_array(&self) -> Option<&IdSlots> {
+        match &self.storage {
+            Storage::ProgArray(slots) => Some(slots),
+            _ => None,
+        }
+    }
+
     /// What a consumer of this map sleeps on: ring buffers and perf buffers.
     pub fn consumable(&self) -> Option<&dyn Consumable> {
         match &self.storage {
@@ -218,11 +229,14 @@ impl Map {
                 let (start, len) = r.data_mapping();
                 ProgramMemory { start, len, writable: true }
             }
-            // Programs write perf buffers only through bpf_perf_event_output, and reach queue and
-            // stack values only through copies.
-            Storage::PerfArray(_) | Storage::PerfBuffer(_) | Storage::Queue(_) | Storage::StackTrace(_) | Storage::Bloom(_) => {
-                ProgramMemory { start: std::ptr::null_mut(), len: 0, writable: false }
-            }
+            // Programs write perf buffers only through bpf_perf_event_output, reach queue and
+            // stack values only through copies, and prog arrays only through bpf_tail_call.
+            Storage::PerfArray(_)
+            | Storage::ProgArray(_)
+            | Storage::PerfBuffer(_)
+            | Storage::Queue(_)
+            | Storage::StackTrace(_)
+            | Storage::Bloom(_) => ProgramMemory { start: std::ptr::null_mut(), len: 0, writable: false },
         }
     }
 
@@ -237,6 +251,7 @@ impl Map {
             Storage::Hash(h) => h.lookup(key),
             Storage::Ring(_)
             | Storage::PerfArray(_)
+            | Storage::ProgArray(_)
             | Storage::PerfBuffer(_)
             | Storage::Queue(_)
             | Storage::StackTrace(_)
@@ -254,6 +269,7 @@ impl Map {
             Storage::Hash(h) => h.update_this_cpu(key, value, flags),
             Storage::Ring(_)
             | Storage::PerfArray(_)
+            | Storage::ProgArray(_)
             | Storage::PerfBuffer(_)
             | Storage::Queue(_)
             | Storage::StackTrace(_)
@@ -269,7 +285,8 @@ impl Map {
         match &self.storage {
             Storage::Array(a) => a.delete(),
             Storage::Hash(h) => h.delete(key),
-            Storage::PerfArray(p) => p.clear((key as *const u32).read_unaligned()),
+            Storage::PerfArray(p) => p.slots().clear((key as *const u32).read_unaligned()),
+            Storage::ProgArray(p) => p.clear((key as *const u32).read_unaligned()),
             Storage::StackTrace(t) => t.delete((key as *const u32).read_unaligned()),
             Storage::Bloom(_) => Err(libc::EOPNOTSUPP),
             Storage::Ring(_) | Storage::PerfBuffer(_) | Storage::Queue(_) => Err(libc::EINVAL),
@@ -366,6 +383,14 @@ impl Map {
                 Storage::Hash(h) => h.lookup_all(key.as_ptr(), value.as_mut_ptr()),
                 // The kernel's bpf_fd_array_map_lookup_elem without map_fd_sys_lookup_elem.
                 Storage::PerfArray(_) => Err(ENOTSUPP),
+                // The kernel's prog_fd_array_sys_lookup_elem: the program's id.
+                Storage::ProgArray(p) => match p.get((key.as_ptr() as *const u32).read_unaligned()) {
+                    Some(id) if id != 0 => {
+                        value.copy_from_slice(&id.to_ne_bytes());
+                        Ok(())
+                    }
+                    _ => Err(libc::ENOENT),
+                },
                 Storage::Queue(q) => q.pop(value.as_mut_ptr(), false),
                 Storage::StackTrace(t) => t.lookup((key.as_ptr() as *const u32).read_unaligned(), value),
                 // The value is the question (the kernel's syscall lookup copies it in).
@@ -387,9 +412,9 @@ impl Map {
                 // Stacks are stored only by bpf_get_stackid, as the kernel's (EINVAL from bpf(2)).
                 Storage::StackTrace(_) => Err(libc::EINVAL),
                 Storage::Bloom(b) => b.push(value.as_ptr(), flags),
-                // Its values are descriptors, which only the bpf(2) server can turn into
-                // buffers (`PerfEventArray::set`).
-                Storage::Ring(_) | Storage::PerfArray(_) | Storage::PerfBuffer(_) => Err(libc::EINVAL),
+                // Their values are descriptors, which only the bpf(2) server can turn into
+                // buffers and programs (`IdSlots::set`).
+                Storage::Ring(_) | Storage::PerfArray(_) | Storage::ProgArray(_) | Storage::PerfBuffer(_) => Err(libc::EINVAL),
             }
         }
     }
@@ -416,7 +441,9 @@ impl Map {
             match &self.storage {
                 Storage::Array(a) => a.next_key(key, next.as_mut_ptr()),
                 Storage::Hash(h) => h.next_key(key, next.as_mut_ptr()),
-                Storage::PerfArray(_) => crate::array::next_index(key, next.as_mut_ptr(), self.info.def.max_entries),
+                Storage::PerfArray(_) | Storage::ProgArray(_) => {
+                    crate::array::next_index(key, next.as_mut_ptr(), self.info.def.max_entries)
+                }
                 Storage::Bloom(_) => Err(libc::EOPNOTSUPP),
                 Storage::StackTrace(t) => {
                     let id = (!key.is_null()).then(|| (key as *const u32).read_unaligned());

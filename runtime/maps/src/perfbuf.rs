@@ -21,9 +21,10 @@
 //! no system call per sample, a consumer that has read everything sleeps at most CONSUMER_TIMER
 //! and is woken early at a quarter of the buffer.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::array::IdSlots;
 use crate::error::Error;
 use crate::layout::*;
 use crate::map::Map;
@@ -224,50 +225,28 @@ impl Consumable for PerfBuf {
 /// A perf buffer this process has opened: its map id and view.
 type OpenBuffer = (u32, Arc<Map>);
 
-/// A perf event array: slot i (a u32 every 8 bytes) holds the map id of the perf buffer of the
-/// event stored at index i, 0 for none.
+/// A perf event array: slot i holds the map id of the perf buffer of the event stored at index
+/// i, 0 for none.
 pub struct PerfEventArray {
-    slots: *const AtomicU32,
-    max_entries: u32,
+    slots: IdSlots,
     /// To open the buffers the slots name.
     region: Region,
     /// This process's view of each slot's buffer, opened at its first output.
     open: Box<[Mutex<Option<OpenBuffer>>]>,
 }
 
-// SAFETY: the slots are atomics in shared memory; the rest is Sync.
-unsafe impl Send for PerfEventArray {}
-unsafe impl Sync for PerfEventArray {}
-
 impl PerfEventArray {
     pub(crate) fn new(shared: &Arc<Shared>, values: u64, max_entries: u32) -> Result<PerfEventArray, Error> {
         Ok(PerfEventArray {
-            slots: shared.at(values, u64::from(max_entries) * 8)? as *const AtomicU32,
-            max_entries,
+            slots: IdSlots::new(shared, values, max_entries)?,
             region: Region { shared: Arc::clone(shared) },
             open: (0..max_entries).map(|_| Mutex::new(None)).collect(),
         })
     }
 
-    fn slot(&self, index: u32) -> Option<&AtomicU32> {
-        // SAFETY: below max_entries, inside the values checked in `new`; 8 bytes apart.
-        (index < self.max_entries).then(|| unsafe { &*self.slots.add(2 * index as usize) })
-    }
-
-    /// Stores the buffer with map id `buffer` (or NO_BUFFER) at `index` (the server's update of
-    /// the slot with an event's descriptor); Err(E2BIG) past the end, as the kernel's.
-    pub fn set(&self, index: u32, buffer: u32) -> Result<(), Errno> {
-        self.slot(index).ok_or(libc::E2BIG)?.store(buffer, Ordering::Release);
-        Ok(())
-    }
-
-    /// Empties slot `index`: Err(ENOENT) if it was empty, Err(EINVAL) past the end (the kernel's
-    /// fd_array_map_delete_elem).
-    pub fn clear(&self, index: u32) -> Result<(), Errno> {
-        match self.slot(index).ok_or(libc::EINVAL)?.swap(0, Ordering::AcqRel) {
-            0 => Err(libc::ENOENT),
-            _ => Ok(()),
-        }
+    /// The slots: the server stores a buffer's map id (or NO_BUFFER) at an event's index.
+    pub fn slots(&self) -> &IdSlots {
+        &self.slots
     }
 
     /// `bpf_perf_event_output(ctx, array, flags, data, size)`, with the kernel's errors: EINVAL
@@ -282,7 +261,7 @@ impl PerfEventArray {
         }
         let cpu = crate::current::cpu(u32::MAX);
         let index = if flags == BPF_F_CURRENT_CPU { cpu } else { flags as u32 };
-        let id = self.slot(index).ok_or(libc::E2BIG)?.load(Ordering::Acquire);
+        let id = self.slots.get(index).ok_or(libc::E2BIG)?;
         match id {
             0 => return Err(libc::ENOENT),
             NO_BUFFER => return Err(libc::ENOSPC),

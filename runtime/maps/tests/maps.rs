@@ -713,7 +713,7 @@ fn perf_event_output_writes_kernel_samples_and_reports_lost_ones() {
     assert_eq!(output(u64::from(cpus)), Err(libc::E2BIG), "past the end");
     assert_eq!(output(1 << 32), Err(libc::EINVAL), "flags beyond the index");
     for cpu in 0..cpus {
-        array.set(cpu, buffer_id).unwrap();
+        array.slots().set(cpu, buffer_id).unwrap();
     }
     assert_eq!(output(BPF_F_CURRENT_CPU), Ok(()));
     let mut records = Vec::new();
@@ -744,13 +744,13 @@ fn perf_event_output_writes_kernel_samples_and_reports_lost_ones() {
     // A buffer for one CPU takes samples from that CPU only (EOPNOTSUPP from the others).
     let other = (uebpf_maps::current::cpu(u32::MAX) + 1) % cpus;
     let pinned = region.create_perf_buffer("pinned", 4096, other, 8).unwrap();
-    array.set(0, pinned).unwrap();
+    array.slots().set(0, pinned).unwrap();
     if other != uebpf_maps::current::cpu(u32::MAX) {
         assert_eq!(output(0), Err(libc::EOPNOTSUPP));
     }
-    array.set(0, NOT_OUTPUT).unwrap();
+    array.slots().set(0, NOT_OUTPUT).unwrap();
     assert_eq!(output(0), Err(libc::EINVAL), "not a BPF output event");
-    array.set(0, NO_BUFFER).unwrap();
+    array.slots().set(0, NO_BUFFER).unwrap();
     assert_eq!(output(0), Err(libc::ENOSPC), "an event never mapped");
     assert_eq!(array_map.delete(&0u32.to_ne_bytes()), Ok(()));
     assert_eq!(array_map.delete(&0u32.to_ne_bytes()), Err(libc::ENOENT));
@@ -895,4 +895,31 @@ fn a_bloom_filter_finds_what_was_pushed_and_refuses_as_the_kernel() {
         assert_eq!(map.delete(&[]), Err(libc::EOPNOTSUPP));
         assert_eq!(unsafe { map.pop_ptr([0u8; 8].as_mut_ptr(), true) }, Err(libc::EOPNOTSUPP));
     }
+}
+
+/// Prog arrays as bpf(2) sees them (the kernel's fd_array ops): lookups answer the program id or
+/// ENOENT, deletes empty a slot once, updates of a descriptor are the server's (EINVAL here),
+/// iteration covers every index; programs cannot reach the slots' memory.
+#[test]
+fn prog_array_slots_answer_as_the_kernels_fd_array() {
+    let region = anonymous();
+    let id = region.create_map("jumps", &def(BPF_MAP_TYPE_PROG_ARRAY, 4, 4, 3), None).unwrap();
+    let map = region.map(id).unwrap();
+    let slots = map.prog_array().unwrap();
+    let lookup = |index: u32| {
+        let mut value = [0u8; 4];
+        map.lookup(&index.to_ne_bytes(), &mut value).map(|()| u32::from_ne_bytes(value))
+    };
+    assert_eq!(lookup(1), Err(libc::ENOENT));
+    slots.set(1, 42).unwrap();
+    assert_eq!(slots.set(3, 42), Err(libc::E2BIG));
+    assert_eq!((lookup(1), slots.get(1), slots.get(3)), (Ok(42), Some(42), None));
+    assert_eq!(slots.occupied().collect::<Vec<_>>(), [(1, 42)]);
+    assert_eq!(map.update(&0u32.to_ne_bytes(), &7u32.to_ne_bytes(), BPF_ANY), Err(libc::EINVAL));
+    assert_eq!(map.keys(), [0u32, 1, 2].map(|k| k.to_ne_bytes().to_vec()));
+    assert_eq!(map.delete(&1u32.to_ne_bytes()), Ok(()));
+    assert_eq!(map.delete(&1u32.to_ne_bytes()), Err(libc::ENOENT));
+    assert_eq!(map.delete(&3u32.to_ne_bytes()), Err(libc::E2BIG));
+    assert_eq!(map.program_memory().len, 0);
+    assert!(region.create_map("wide", &def(BPF_MAP_TYPE_PROG_ARRAY, 4, 8, 3), None).is_err());
 }

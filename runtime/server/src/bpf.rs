@@ -364,9 +364,12 @@ fn map_op(cmd: c_long, a: &[u8], object: &MapObject) -> Result<c_int, c_int> {
             writable()?;
             let key = user::read(key_ptr, key_size)?;
             let value = user::read(value_ptr, value_size)?;
-            match map.perf_event_array() {
-                Some(array) => store_perf_event(array, &key, &value, flags)?,
-                None => map.update(&key, &value, flags)?,
+            if let Some(array) = map.perf_event_array() {
+                store_descriptor(array.slots(), &key, &value, flags, perf_event_slot)?;
+            } else if let Some(slots) = map.prog_array() {
+                store_descriptor(slots, &key, &value, flags, |object| program_slot(slots, object))?;
+            } else {
+                map.update(&key, &value, flags)?;
             }
         }
         BPF_MAP_DELETE_ELEM => {
@@ -472,19 +475,45 @@ fn map_batch(cmd: c_long, a: &[u8], attr: u64, object: &MapObject) -> Result<c_i
     result
 }
 
-/// A perf event array update (the kernel's fd_array_map_update_elem and
-/// perf_event_fd_array_get_ptr): the value is a perf event descriptor, which must be one of ours
-/// (a kernel perf event is EBADF here: uebpf cannot write to it); the slot names its buffer.
-fn store_perf_event(array: &uebpf_maps::perfbuf::PerfEventArray, key: &[u8], value: &[u8], flags: u64) -> Result<(), c_int> {
+/// An update of an array of descriptors (the kernel's fd_array_map_update_elem): the value is a
+/// descriptor, which `id_of` turns into what the slot keeps, or refuses with the kernel's errno.
+fn store_descriptor(
+    slots: &uebpf_maps::IdSlots,
+    key: &[u8],
+    value: &[u8],
+    flags: u64,
+    id_of: impl FnOnce(&Object) -> Result<u32, c_int>,
+) -> Result<(), c_int> {
     if flags != uebpf_maps::def::BPF_ANY {
         return Err(libc::EINVAL);
     }
     let index = u32::from_ne_bytes(key.try_into().map_err(|_| libc::EINVAL)?);
     let fd = i32::from_ne_bytes(value.try_into().map_err(|_| libc::EINVAL)?);
-    let object = lookup(fd).ok_or(libc::EBADF)?;
-    let Object::PerfEvent(event) = &*object else { return Err(libc::EBADF) };
+    let id = id_of(&*lookup(fd).ok_or(libc::EBADF)?)?;
     // Past the end: E2BIG from the kernel's array_map index check, as here.
-    array.set(index, event.slot_value()).map_err(|_| libc::E2BIG)
+    slots.set(index, id).map_err(|_| libc::E2BIG)
+}
+
+/// A perf event array's slot names the buffer of a perf event of ours (perf_event_fd_array_get_ptr;
+/// a kernel perf event is EBADF here: uebpf cannot write to it).
+fn perf_event_slot(object: &Object) -> Result<u32, c_int> {
+    match object {
+        Object::PerfEvent(event) => Ok(event.slot_value()),
+        _ => Err(libc::EBADF),
+    }
+}
+
+/// A prog array's slot names a program of the region (prog_fd_array_get_ptr): EINVAL for a
+/// descriptor that is not a program, or whose type differs from the programs already in the
+/// array (bpf_prog_map_compatible: a tail call keeps the context, so its type).
+fn program_slot(slots: &uebpf_maps::IdSlots, object: &Object) -> Result<u32, c_int> {
+    let Object::Prog(prog) = object else { return Err(libc::EINVAL) };
+    let programs = region()?.programs();
+    let type_of = |id: u32| programs.iter().find(|p| p.id == id).map(|p| p.prog_type);
+    if slots.occupied().any(|(_, id)| type_of(id) != Some(prog.prog_type)) {
+        return Err(libc::EINVAL);
+    }
+    Ok(prog.id)
 }
 
 /// The program's bytecode with `lddw` map references turned from descriptors into region map

@@ -252,6 +252,7 @@ pub fn mmap(object: &MapObject, region: &Region, request: &MmapRequest) -> Resul
         | MapKind::LruHash
         | MapKind::LruPercpuHash
         | MapKind::PerfEventArray
+        | MapKind::ProgArray
         | MapKind::PerfBuffer
         | MapKind::Queue
         | MapKind::Stack

@@ -439,6 +439,66 @@ extern "C" fn ringbuf_query(map: u64, flags: u64, _: u64, _: u64, _: u64) -> u64
     map_of(map).and_then(|m| m.ringbuf()).map_or(0, |ring| ring.query(flags))
 }
 
+/// The kernel's MAX_TAIL_CALL_CNT: the tail calls one run may take.
+const MAX_TAIL_CALLS: u32 = 33;
+
+/// The tail calls of the run on this thread: which programs it may go to (ids, ascending), how
+/// many it took, and the one the last successful bpf_tail_call chose (0: none).
+#[derive(Clone, Copy)]
+pub(crate) struct TailCalls {
+    targets: *const [u32],
+    taken: u32,
+    chosen: u32,
+}
+
+thread_local! {
+    static TAIL_CALLS: Cell<TailCalls> = const { Cell::new(TailCalls { targets: &[], taken: 0, chosen: 0 }) };
+}
+
+/// Starts a run whose programs may tail-call the programs `targets` (ids, ascending; they must
+/// outlive the run); returns what to give `end_tail_calls` after it.
+pub(crate) fn begin_tail_calls(targets: &[u32]) -> TailCalls {
+    TAIL_CALLS.with(|cell| cell.replace(TailCalls { targets, taken: 0, chosen: 0 }))
+}
+
+/// The program the run's last successful tail call chose, once.
+pub(crate) fn take_tail_call() -> Option<u32> {
+    TAIL_CALLS.with(|cell| {
+        let mut calls = cell.get();
+        let chosen = std::mem::take(&mut calls.chosen);
+        cell.set(calls);
+        (chosen != 0).then_some(chosen)
+    })
+}
+
+pub(crate) fn end_tail_calls(outer: TailCalls) {
+    TAIL_CALLS.with(|cell| cell.set(outer));
+}
+
+/// bpf_tail_call(ctx, prog_array, index), as the kernel's (bpf_tail_call in kernel/bpf/core.c):
+/// an index past the end, an empty slot or the 34th tail call of a run fails, and the program
+/// goes on. Otherwise it notes the program and returns 0, and the VM ends the run (uebpf_vm's
+/// TAIL_CALL_HELPER) so that the runner (`LoadedProgram::run_raw`) runs it on the same context.
+/// A program that is not among the run's targets (a program run without them, or one loaded into
+/// the region after the caller was) fails the same way: never a jump into nothing.
+extern "C" fn tail_call(_ctx: u64, map: u64, index: u64, _: u64, _: u64) -> u64 {
+    let Some(slots) = map_of(map).and_then(|m| m.prog_array()) else { return errno(libc::EINVAL) };
+    // The kernel compares the index as a u32.
+    let id = slots.get(index as u32).unwrap_or(0);
+    TAIL_CALLS.with(|cell| {
+        let mut calls = cell.get();
+        // SAFETY: the runner that set the targets keeps them alive while its run lasts.
+        let known = unsafe { &*calls.targets }.binary_search(&id).is_ok();
+        if id == 0 || !known || calls.taken >= MAX_TAIL_CALLS {
+            return errno(libc::ENOENT);
+        }
+        calls.taken += 1;
+        calls.chosen = id;
+        cell.set(calls);
+        0
+    })
+}
+
 /// Every helper uebpf provides: (kernel id, function).
 const HELPERS: &[(u32, HelperFn)] = &[
     (1, map_lookup_elem),
@@ -449,6 +509,7 @@ const HELPERS: &[(u32, HelperFn)] = &[
     (6, trace_printk),
     (7, get_prandom_u32),
     (8, get_smp_processor_id),
+    (uebpf_vm::insn::TAIL_CALL_HELPER as u32, tail_call),
     (14, get_current_pid_tgid),
     (15, get_current_uid_gid),
     (16, get_current_comm),

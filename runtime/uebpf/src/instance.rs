@@ -201,14 +201,39 @@ impl Instance {
     }
 
     fn load_program(&self, info: ProgramInfo, engine: Engine) -> Result<LoadedProgram, Error> {
+        let (code, mut needs) = self.compile(&info, engine)?;
+        // The programs its tail calls may go to: every program of its type in the region now
+        // (bpf_prog_map_compatible: a tail call keeps the context), loaded with it, so that a
+        // tail call costs no load in the traced program. Their needs are the run's needs.
+        let tail_targets = if needs.takes_tail_calls {
+            let mut targets = TailTargets { ids: Vec::new(), codes: Vec::new() };
+            for target in self.programs().into_iter().filter(|p| p.prog_type == info.prog_type) {
+                let (code, target_needs) = self.compile(&target, engine)?;
+                needs = needs.with(target_needs);
+                targets.ids.push(target.id);
+                targets.codes.push(code);
+            }
+            Some(targets)
+        } else {
+            None
+        };
+        Ok(LoadedProgram { info, code, budget: None, needs, tail_targets, _instance: self.clone() })
+    }
+
+    /// Program `info`'s code for `engine`, and what its runner must give it.
+    fn compile(&self, info: &ProgramInfo, engine: Engine) -> Result<(Code, Needs), Error> {
         let name = info.name.as_str();
         let bytecode = self.inner.region.program_bytecode(info.id)?;
         check_program(name, &bytecode)?;
-        let reads_attach_cookie = crate::load::calls_helper(&bytecode, crate::helpers::GET_ATTACH_COOKIE);
-        let reads_func_ip = crate::load::calls_helper(&bytecode, crate::helpers::GET_FUNC_IP);
-        let reads_stack =
-            [crate::helpers::GET_STACK, crate::helpers::GET_STACKID].iter().any(|&id| crate::load::calls_helper(&bytecode, id));
+        let calls = |id| crate::load::calls_helper(&bytecode, id);
         let (program, analysis) = load_checked_with_analysis(name, info.prog_type, &bytecode, &self.inner.env)?;
+        let needs = Needs {
+            reads_attach_cookie: calls(crate::helpers::GET_ATTACH_COOKIE),
+            reads_func_ip: calls(crate::helpers::GET_FUNC_IP),
+            reads_stack: calls(crate::helpers::GET_STACK) || calls(crate::helpers::GET_STACKID),
+            takes_tail_calls: calls(uebpf_vm::insn::TAIL_CALL_HELPER as u32),
+            max_ctx_offset: analysis.max_ctx_offset,
+        };
         let code = match engine {
             Engine::Interpreter => Code::Interpreter(program),
             Engine::Jit => Code::Jit(JitProgram::compile(&program).map_err(|e| {
@@ -217,17 +242,46 @@ impl Instance {
                 Error::new(kind, format!("program `{name}`: {e}"))
             })?),
         };
-        Ok(LoadedProgram {
-            info,
-            code,
-            budget: None,
-            reads_attach_cookie,
-            reads_func_ip,
-            reads_stack,
-            max_ctx_offset: analysis.max_ctx_offset,
-            _instance: self.clone(),
-        })
+        Ok((code, needs))
     }
+}
+
+/// What whoever runs a program must give it beyond its context.
+#[derive(Clone, Copy)]
+struct Needs {
+    /// It calls bpf_get_attach_cookie: whoever runs it for an attachment sets the cookie first
+    /// (`set_attach_cookie`).
+    reads_attach_cookie: bool,
+    /// It calls bpf_get_func_ip: whoever runs it at a probe sets the address first (`set_func_ip`).
+    reads_func_ip: bool,
+    /// It calls bpf_get_stack or bpf_get_stackid: whoever runs it at a probe says where the
+    /// user stack is first (`set_stack_origin`).
+    reads_stack: bool,
+    /// It calls bpf_tail_call: it runs through `run_raw`, which takes the tail calls.
+    takes_tail_calls: bool,
+    /// The end of the context bytes it may read (the safety analysis): a context shorter than
+    /// that must not be given to it.
+    max_ctx_offset: u32,
+}
+
+impl Needs {
+    /// The needs of a run that may go on in `other` (a tail call's target).
+    fn with(self, other: Needs) -> Needs {
+        Needs {
+            reads_attach_cookie: self.reads_attach_cookie || other.reads_attach_cookie,
+            reads_func_ip: self.reads_func_ip || other.reads_func_ip,
+            reads_stack: self.reads_stack || other.reads_stack,
+            takes_tail_calls: self.takes_tail_calls,
+            max_ctx_offset: self.max_ctx_offset.max(other.max_ctx_offset),
+        }
+    }
+}
+
+/// The programs a run's tail calls may go to.
+struct TailTargets {
+    /// Program ids, ascending (the region's order).
+    ids: Vec<u32>,
+    codes: Vec<Code>,
 }
 
 enum Code {
@@ -240,17 +294,9 @@ pub struct LoadedProgram {
     info: ProgramInfo,
     code: Code,
     budget: Option<u64>,
-    /// It calls bpf_get_attach_cookie: whoever runs it for an attachment sets the cookie first
-    /// (`set_attach_cookie`).
-    reads_attach_cookie: bool,
-    /// It calls bpf_get_func_ip: whoever runs it at a probe sets the address first (`set_func_ip`).
-    reads_func_ip: bool,
-    /// It calls bpf_get_stack or bpf_get_stackid: whoever runs it at a probe says where the
-    /// user stack is first (`set_stack_origin`).
-    reads_stack: bool,
-    /// The end of the context bytes it may read (the safety analysis): a context shorter than
-    /// that must not be given to it.
-    max_ctx_offset: u32,
+    /// Of the program and the programs its tail calls may go to.
+    needs: Needs,
+    tail_targets: Option<TailTargets>,
     /// Maps, handles and the region stay alive while the program can run.
     _instance: Instance,
 }
@@ -260,29 +306,36 @@ impl LoadedProgram {
         &self.info
     }
 
-    /// The end of the context bytes the program may read (the safety analysis): whoever runs it
-    /// gives it a context at least that long, or refuses to (a tracepoint's record, as the
-    /// kernel's attach checks `max_ctx_offset` against the event's size).
+    /// The end of the context bytes the program (or a program it tail-calls) may read (the
+    /// safety analysis): whoever runs it gives it a context at least that long, or refuses to (a
+    /// tracepoint's record, as the kernel's attach checks `max_ctx_offset` against the event's
+    /// size).
     pub fn max_ctx_offset(&self) -> u32 {
-        self.max_ctx_offset
+        self.needs.max_ctx_offset
     }
 
     /// Whether the program calls bpf_get_attach_cookie: a runner that has an attachment's cookie
     /// calls `uebpf::set_attach_cookie` before running it (an agent's probe does).
     pub fn reads_attach_cookie(&self) -> bool {
-        self.reads_attach_cookie
+        self.needs.reads_attach_cookie
     }
 
     /// Whether the program calls bpf_get_func_ip: a runner at a probe calls `uebpf::set_func_ip`
     /// with the probe's address before running it.
     pub fn reads_func_ip(&self) -> bool {
-        self.reads_func_ip
+        self.needs.reads_func_ip
     }
 
     /// Whether the program calls bpf_get_stack or bpf_get_stackid: a runner at a probe calls
     /// `uebpf::set_stack_origin` before running it.
     pub fn reads_stack(&self) -> bool {
-        self.reads_stack
+        self.needs.reads_stack
+    }
+
+    /// Whether the program calls bpf_tail_call: it must run through `run_raw` (which takes its
+    /// tail calls), not its bare `jit_function`, whose tail calls would all fail.
+    pub fn takes_tail_calls(&self) -> bool {
+        self.needs.takes_tail_calls
     }
 
     /// Interpreter only: stop a run after `budget` instructions (None: no limit).
@@ -301,16 +354,30 @@ impl LoadedProgram {
     /// # Safety
     /// `ctx` valid for reads and writes of `len` bytes. A JIT-loaded program is trusted.
     pub unsafe fn run_raw(&self, ctx: *mut u8, len: usize) -> Result<u64, Error> {
-        match &self.code {
+        let Some(targets) = &self.tail_targets else { return self.run_code(&self.code, &self.info.name, ctx, len) };
+        let outer = crate::helpers::begin_tail_calls(&targets.ids);
+        let mut result = self.run_code(&self.code, &self.info.name, ctx, len);
+        while let (Ok(_), Some(id)) = (&result, crate::helpers::take_tail_call()) {
+            let at = targets.ids.binary_search(&id).expect("bpf_tail_call chooses among the run's targets");
+            result = self.run_code(&targets.codes[at], &format!("{} (tail call to program {id})", self.info.name), ctx, len);
+        }
+        crate::helpers::end_tail_calls(outer);
+        result
+    }
+
+    /// # Safety
+    /// As `run_raw`.
+    unsafe fn run_code(&self, code: &Code, name: &str, ctx: *mut u8, len: usize) -> Result<u64, Error> {
+        match code {
             Code::Interpreter(program) => program
                 .interpret_raw(ctx, len, self.budget)
-                .map_err(|e| Error::new(ErrorKind::ProgramStopped, format!("program `{}`: {e}", self.info.name))),
+                .map_err(|e| Error::new(ErrorKind::ProgramStopped, format!("program `{name}`: {e}"))),
             Code::Jit(jit) => Ok((jit.function())(ctx, len as u64)),
         }
     }
 
     /// The JIT's native entry point (None for the interpreter), for hot paths. Valid while this
-    /// program lives.
+    /// program lives. A program that takes tail calls needs `run_raw` (`takes_tail_calls`).
     pub fn jit_function(&self) -> Option<JitFunction> {
         match &self.code {
             Code::Jit(jit) => Some(jit.function()),

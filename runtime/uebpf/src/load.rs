@@ -105,6 +105,14 @@ impl Object {
         }
         let mut ids = BTreeMap::new();
         for (name, map) in self.sorted_maps() {
+            // libbpf fills a prog array's slots by descriptor (its `.values` initialisers, the
+            // loader's updates) through bpf(2); this loader has neither, so tail calls would all
+            // fail where the kernel's would jump.
+            if map.map_type() == uebpf_maps::def::BPF_MAP_TYPE_PROG_ARRAY {
+                return Err(Error::invalid(format!(
+                    "map `{name}`: prog arrays (tail calls) load through libbpf and the bpf(2) server, not uebpf's object loader"
+                )));
+            }
             let id = region.create_map(name, &map_def(map), initial_data(map))?;
             ids.insert(name.clone(), id);
         }

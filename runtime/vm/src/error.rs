@@ -46,6 +46,9 @@ pub enum LoadErrorKind {
     RecursiveCall {
         target: usize,
     },
+    /// `bpf_tail_call` in a bpf-to-bpf function: uebpf takes tail calls from a program's main
+    /// function only (as the kernel before 5.10).
+    TailCallInFunction,
     CallDepthExceeded {
         depth: usize,
         max: usize,
@@ -96,6 +99,9 @@ impl fmt::Display for LoadErrorKind {
             UnknownHelper { id } => write!(f, "call to unknown helper id {id}"),
             CallTargetOutOfRange { target } => write!(f, "call target {target} is outside the program"),
             RecursiveCall { target } => write!(f, "recursive bpf-to-bpf call (function at {target})"),
+            TailCallInFunction => {
+                write!(f, "bpf_tail_call in a bpf-to-bpf function: uebpf takes tail calls from a program's main function only")
+            }
             CallDepthExceeded { depth, max } => {
                 write!(f, "bpf-to-bpf call chain is {depth} frames deep, limit is {max}")
             }

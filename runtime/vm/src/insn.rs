@@ -85,6 +85,12 @@ pub const PSEUDO_MAP_VALUE: u8 = 2;
 pub const CALL_HELPER: u8 = 0;
 pub const CALL_LOCAL: u8 = 1;
 
+/// `bpf_tail_call`'s helper id. Its helper returns 0 when it has chosen the program to go on
+/// with; the run then ends at once (r0 = 0) and the embedder runs the chosen program on the same
+/// context: the kernel's jump, taken through the embedder. Anything else it returns means the
+/// tail call failed, and the program goes on, as on the kernel.
+pub const TAIL_CALL_HELPER: i32 = 12;
+
 /// Frame pointer register: read-only, points at the top of the current frame's stack.
 pub const FRAME_POINTER: u8 = 10;
 
@@ -99,6 +105,11 @@ pub struct Insn {
 }
 
 impl Insn {
+    /// `call bpf_tail_call`.
+    pub fn is_tail_call(&self) -> bool {
+        self.opcode == CLASS_JMP | JMP_CALL && self.src == CALL_HELPER && self.imm == TAIL_CALL_HELPER
+    }
+
     pub fn decode(bytes: &[u8; INSN_SIZE]) -> Insn {
         Insn {
             opcode: bytes[0],

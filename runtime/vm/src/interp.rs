@@ -220,6 +220,10 @@ impl Program {
                     JMP_CALL => {
                         let helper = self.helper_at[index].expect("load-time checks bind every helper call");
                         reg[0] = helper(reg[1], reg[2], reg[3], reg[4], reg[5]);
+                        // Only in the main function (load-time checks): the run ends.
+                        if insn.is_tail_call() && reg[0] == 0 {
+                            return Ok(0);
+                        }
                     }
                     JMP_EXIT if depth == 0 => return Ok(reg[0]),
                     JMP_EXIT => {

@@ -287,6 +287,9 @@ pub(crate) fn check(insns: &[Insn], env: &Environment, helpers_reached: bool) ->
             continue;
         }
         let reject = |kind| LoadError::at(index, *insn, kind);
+        if insn.is_tail_call() && function_of(index) != 0 {
+            return Err(reject(K::TailCallInFunction));
+        }
         if is_local_call(insn) {
             // Collected above; the callee must not start inside an lddw.
             let callee = (index as i64 + 1 + i64::from(insn.imm)) as usize;

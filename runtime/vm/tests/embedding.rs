@@ -100,3 +100,38 @@ fn context_and_length_arrive_in_r1_and_r2() {
     assert_eq!(r0, 1 + 10);
     assert_eq!(&ctx[4..6], &[0x34, 0x12]);
 }
+
+/// A bpf_tail_call stand-in: succeeds (0) when r3 is even, fails (-2) when odd.
+extern "C" fn tail_call_if_even(_: u64, _: u64, index: u64, _: u64, _: u64) -> u64 {
+    if index.is_multiple_of(2) {
+        0
+    } else {
+        (-2i64) as u64
+    }
+}
+
+/// `bpf_tail_call` ends the run where it succeeds (the embedder then runs its choice) and goes on
+/// where it fails, in both engines; nothing after a successful call runs.
+#[test]
+fn a_successful_tail_call_ends_the_run_and_a_failed_one_goes_on() {
+    let mut env = Environment::new();
+    env.register_helper(uebpf_vm::insn::TAIL_CALL_HELPER as u32, tail_call_if_even);
+    for (index, expected_r0, expected_mark) in [(2u64, 0u64, 0u8), (3, 77, 1)] {
+        let mut a = Asm::new();
+        a.mov64(R6, R1).mov64(R7, 77).lddw(R3, index).call_helper(uebpf_vm::insn::TAIL_CALL_HELPER);
+        a.st(1, R6, 0, 1).mov64(R0, R7).exit();
+        let program = Program::load(&a.build().unwrap(), &env).unwrap();
+        let (r0, ctx) = run_both(&program, &[0u8; 8]);
+        assert_eq!((r0, ctx[0]), (expected_r0, expected_mark), "tail call with index {index}");
+    }
+}
+
+#[test]
+fn a_tail_call_in_a_bpf_to_bpf_function_is_refused() {
+    let mut env = Environment::new();
+    env.register_helper(uebpf_vm::insn::TAIL_CALL_HELPER as u32, tail_call_if_even);
+    let mut a = Asm::new();
+    a.call("f").exit().label("f").call_helper(uebpf_vm::insn::TAIL_CALL_HELPER).exit();
+    let error = Program::load(&a.build().unwrap(), &env).err().expect("refused");
+    assert!(error.to_string().contains("bpf_tail_call in a bpf-to-bpf function"), "{error}");
+}

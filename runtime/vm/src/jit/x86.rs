@@ -379,6 +379,17 @@ impl<'p> Compiler<'p> {
                 let f = self.program.functions.binary_search(&callee).expect("call targets start functions");
                 return a.call(self.function_labels[f]);
             }
+            JMP_CALL if insn.is_tail_call() => {
+                // The helper chose the next program (0): leave, as the interpreter does; the
+                // load-time checks admit tail calls in the main function only, whose epilogue
+                // this is.
+                self.call_helper(index)?;
+                let went_on = self.a.create_label();
+                self.a.test(rax, rax)?;
+                self.a.jne(went_on)?;
+                self.epilogue()?;
+                return self.bind(went_on);
+            }
             JMP_CALL => {
                 return match self.program.map_lookups.get(&index) {
                     Some(&lookup) => self.map_lookup(index, lookup),

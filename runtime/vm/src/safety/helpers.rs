@@ -54,7 +54,8 @@ pub(crate) enum Maps {
     Data,
 }
 
-/// BPF_MAP_TYPE_PERF_EVENT_ARRAY, _STACK_TRACE, _QUEUE, _STACK and _RINGBUF.
+/// BPF_MAP_TYPE_PROG_ARRAY, _PERF_EVENT_ARRAY, _STACK_TRACE, _QUEUE, _STACK and _RINGBUF.
+pub(crate) const MAP_TYPE_PROG_ARRAY: u32 = 3;
 pub(crate) const MAP_TYPE_PERF_EVENT_ARRAY: u32 = 4;
 pub(crate) const MAP_TYPE_STACK_TRACE: u32 = 7;
 pub(crate) const MAP_TYPE_QUEUE: u32 = 22;
@@ -69,10 +70,16 @@ impl Maps {
             Maps::Only(only) => map_type == only,
             Maps::QueueStack => map_type == MAP_TYPE_QUEUE || map_type == MAP_TYPE_STACK,
             Maps::PushPeek => [MAP_TYPE_QUEUE, MAP_TYPE_STACK, MAP_TYPE_BLOOM_FILTER].contains(&map_type),
-            Maps::Data => {
-                ![MAP_TYPE_RINGBUF, MAP_TYPE_PERF_EVENT_ARRAY, MAP_TYPE_STACK_TRACE, MAP_TYPE_QUEUE, MAP_TYPE_STACK, MAP_TYPE_BLOOM_FILTER]
-                    .contains(&map_type)
-            }
+            Maps::Data => ![
+                MAP_TYPE_RINGBUF,
+                MAP_TYPE_PERF_EVENT_ARRAY,
+                MAP_TYPE_PROG_ARRAY,
+                MAP_TYPE_STACK_TRACE,
+                MAP_TYPE_QUEUE,
+                MAP_TYPE_STACK,
+                MAP_TYPE_BLOOM_FILTER,
+            ]
+            .contains(&map_type),
         }
     }
 }
@@ -111,6 +118,7 @@ const MAP_POP: Proto = Proto { args: &[MapPtr, MapValueOut], ret: Ret::Integer, 
 const MAP_PEEK: Proto = Proto { args: &[MapPtr, MapValueOut], ret: Ret::Integer, maps: Maps::PushPeek };
 const PERF_EVENT_OUTPUT: Proto =
     Proto { args: &[Ctx, MapPtr, Anything, Mem, SizeOrZero], ret: Ret::Integer, maps: Maps::Only(MAP_TYPE_PERF_EVENT_ARRAY) };
+const TAIL_CALL: Proto = Proto { args: &[Ctx, MapPtr, Anything], ret: Ret::Integer, maps: Maps::Only(MAP_TYPE_PROG_ARRAY) };
 const TRACE_VPRINTK: Proto = p(&[Mem, Size, MemOrNull, SizeOrZero], Ret::Integer);
 
 /// Helpers the kernel gives socket filters but not tracing programs ("program of this type cannot
@@ -128,6 +136,7 @@ pub(crate) fn proto(id: u32) -> Option<&'static Proto> {
         4 | 112 | 113 | 45 | 114 | 115 => &PROBE_READ,
         5 | 7 | 8 | 14 | 15 | 125 | 160 => &NO_ARGS,
         6 => &TRACE_PRINTK,
+        12 => &TAIL_CALL,
         16 => &GET_CURRENT_COMM,
         25 => &PERF_EVENT_OUTPUT,
         27 => &GET_STACKID,
