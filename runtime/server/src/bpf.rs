@@ -538,7 +538,8 @@ fn relocate(insns: &mut [u8]) -> Result<(), String> {
                 insns[index * 8 + 4..index * 8 + 8].copy_from_slice(&(id as i32).to_le_bytes());
             }
             3 => return Err(format!("instruction {index}: kernel symbols (ksyms) are not supported by uebpf")),
-            4 => return Err(format!("instruction {index}: callbacks (bpf_loop, for_each...) are not supported by uebpf")),
+            // A callback (bpf_loop's): its immediate is a slot offset within the program, kept.
+            4 => {}
             other => return Err(format!("instruction {index}: lddw source {other} (fd_array maps) is not supported by uebpf")),
         }
         index += 2;

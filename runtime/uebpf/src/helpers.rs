@@ -551,5 +551,7 @@ pub(crate) fn helper_name(id: u32) -> String {
 
 /// Names of the helpers uebpf provides (for messages).
 pub(crate) fn provided_names() -> String {
-    HELPERS.iter().map(|&(id, _)| helper_name(id)).collect::<Vec<_>>().join(", ")
+    // bpf_loop is the VM's own (it calls the program's callback), not a registered helper.
+    let own = std::iter::once(uebpf_vm::insn::LOOP_HELPER as u32);
+    HELPERS.iter().map(|&(id, _)| id).chain(own).map(helper_name).collect::<Vec<_>>().join(", ")
 }

@@ -233,6 +233,12 @@ impl Asm {
         self.lddw_pseudo(dst, PSEUDO_MAP_VALUE, fd, offset as i32)
     }
 
+    /// `dst = func`: the function starting at `label`, as a callback (bpf_loop).
+    pub fn lddw_func(&mut self, dst: Reg, label: &str) -> &mut Self {
+        self.fixups.push((self.insns.len(), label.to_string(), Fixup::Call));
+        self.lddw_pseudo(dst, PSEUDO_FUNC, 0, 0)
+    }
+
     /// Resolves labels and returns the instructions.
     pub fn instructions(&self) -> Result<Vec<Insn>, String> {
         let mut insns = self.insns.clone();

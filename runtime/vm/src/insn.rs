@@ -81,6 +81,9 @@ pub const OP_LDDW: u8 = CLASS_LD | MODE_IMM | SIZE_DW;
 pub const PSEUDO_NONE: u8 = 0;
 pub const PSEUDO_MAP_FD: u8 = 1;
 pub const PSEUDO_MAP_VALUE: u8 = 2;
+/// `lddw dst, func`: a callback (a function of the program, at imm slots after the lddw's next
+/// slot), for `bpf_loop`.
+pub const PSEUDO_FUNC: u8 = 4;
 /// `call` src values: helper by id, bpf-to-bpf call (imm = relative target).
 pub const CALL_HELPER: u8 = 0;
 pub const CALL_LOCAL: u8 = 1;
@@ -104,7 +107,58 @@ pub struct Insn {
     pub imm: i32,
 }
 
+/// `bpf_loop`'s helper id. The VM runs it itself (it calls one of the program's functions): only
+/// for programs loaded with the safety analysis (`Program::load_checked`), which verifies the
+/// callback and finds which one each call runs.
+pub const LOOP_HELPER: i32 = 181;
+
+/// bpf_loop's largest iteration count (the kernel's BPF_MAX_LOOPS).
+pub const MAX_LOOPS: u64 = 1 << 23;
+
+/// A `bpf_loop` call as the safety analysis found it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoopSite {
+    /// The callback's start slot: the one every path passes.
+    pub callback: usize,
+    /// Its flags are a constant 0 on every path. The kernel then inlines the loop
+    /// (verifier.c's inline_bpf_loop), which compares all 64 bits of the count with
+    /// BPF_MAX_LOOPS and answers -E2BIG as a 32-bit value (zero-extended: 4294967289); the
+    /// helper otherwise takes the count as a u32, checks the flags (-EINVAL) and answers a
+    /// sign-extended -E2BIG. The engines do the same.
+    pub inlined: bool,
+}
+
+impl LoopSite {
+    /// What bpf_loop answers before any iteration for `count` (r1) and `flags` (r4): an error,
+    /// or None and the number of iterations to run.
+    pub fn check(&self, count: u64, flags: u64) -> Result<u64, u64> {
+        const EINVAL: i64 = 22;
+        const E2BIG: i64 = 7;
+        let count = if self.inlined { count } else { u64::from(count as u32) };
+        if !self.inlined && flags != 0 {
+            Err((-EINVAL) as u64)
+        } else if count > MAX_LOOPS && self.inlined {
+            Err(u64::from((-E2BIG) as u32))
+        } else if count > MAX_LOOPS {
+            Err((-E2BIG) as u64)
+        } else {
+            Ok(count)
+        }
+    }
+}
+
 impl Insn {
+    /// `call bpf_loop`.
+    pub fn is_loop_call(&self) -> bool {
+        self.opcode == CLASS_JMP | JMP_CALL && self.src == CALL_HELPER && self.imm == LOOP_HELPER
+    }
+
+    /// The slot a `lddw dst, func` at `index` names (it may lie outside the program: the checks
+    /// refuse that).
+    pub fn callback_target(&self, index: usize) -> Option<i64> {
+        (self.opcode == OP_LDDW && self.src == PSEUDO_FUNC).then(|| index as i64 + 1 + i64::from(self.imm))
+    }
+
     /// `call bpf_tail_call`.
     pub fn is_tail_call(&self) -> bool {
         self.opcode == CLASS_JMP | JMP_CALL && self.src == CALL_HELPER && self.imm == TAIL_CALL_HELPER

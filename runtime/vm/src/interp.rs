@@ -25,12 +25,37 @@ impl AccessRules<'_> {
     }
 }
 
-/// Caller state saved by a bpf-to-bpf call: where to return, callee-saved r6-r9 and r10.
+/// Caller state saved by a bpf-to-bpf call: where to return, callee-saved r6-r9 and r10; for a
+/// bpf_loop callback, the loop.
 #[derive(Clone, Copy, Default)]
 struct Frame {
     return_pc: usize,
     saved: [u64; 4],
     frame_pointer: u64,
+    looping: Option<Loop>,
+}
+
+/// A bpf_loop in progress (the kernel's bpf_loop in kernel/bpf/bpf_iter.c).
+#[derive(Clone, Copy, Default)]
+struct Loop {
+    callback: usize,
+    /// Iterations run once the current one returns.
+    done: u64,
+    count: u64,
+    context: u64,
+}
+
+/// Enters a function at `pc`: saves the caller's r6-r9 and r10 (`frame` says where it resumes)
+/// and gives the callee a zeroed frame below the caller's.
+///
+/// # Safety
+/// The stack below `rules.stack_lo` holds a free frame (the load-time checks bound the depth).
+unsafe fn enter(frames: &mut [Frame], depth: &mut usize, reg: &mut [u64; 11], rules: &mut AccessRules, frame: Frame) {
+    frames[*depth] = Frame { saved: [reg[6], reg[7], reg[8], reg[9]], frame_pointer: reg[10], ..frame };
+    *depth += 1;
+    reg[10] -= STACK_SIZE as u64;
+    rules.stack_lo -= STACK_SIZE as u64;
+    std::ptr::write_bytes(rules.stack_lo as *mut u8, 0, STACK_SIZE);
 }
 
 /// One ALU operation at one width; `$signed` is the signed type of that width (for arsh).
@@ -210,12 +235,21 @@ impl Program {
                 CLASS_JMP | CLASS_JMP32 => match insn.op() {
                     JMP_JA => pc = (pc as i64 + i64::from(insn.off)) as usize,
                     JMP_CALL if insn.src == CALL_LOCAL => {
-                        frames[depth] = Frame { return_pc: pc, saved: [reg[6], reg[7], reg[8], reg[9]], frame_pointer: reg[10] };
-                        depth += 1;
-                        reg[10] -= STACK_SIZE as u64;
-                        rules.stack_lo -= STACK_SIZE as u64;
-                        std::ptr::write_bytes(rules.stack_lo as *mut u8, 0, STACK_SIZE);
+                        enter(&mut frames, &mut depth, &mut reg, &mut rules, Frame { return_pc: pc, ..Frame::default() });
                         pc = (pc as i64 + i64::from(insn.imm)) as usize;
+                    }
+                    JMP_CALL if insn.is_loop_call() => {
+                        let site = self.loop_sites[&index];
+                        let (callback, context) = (site.callback, reg[3]);
+                        match site.check(reg[1], reg[4]) {
+                            Err(error) => reg[0] = error,
+                            Ok(0) => reg[0] = 0,
+                            Ok(count) => {
+                                let looping = Some(Loop { callback, done: 1, count, context });
+                                enter(&mut frames, &mut depth, &mut reg, &mut rules, Frame { return_pc: pc, looping, ..Frame::default() });
+                                (reg[1], reg[2], pc) = (0, context, callback);
+                            }
+                        }
                     }
                     JMP_CALL => {
                         let helper = self.helper_at[index].expect("load-time checks bind every helper call");
@@ -233,6 +267,16 @@ impl Program {
                         reg[10] = frame.frame_pointer;
                         rules.stack_lo += STACK_SIZE as u64;
                         pc = frame.return_pc;
+                        match frame.looping {
+                            // A callback's non-zero result stops the loop; r0 = iterations run.
+                            Some(l) if reg[0] != 0 || l.done == l.count => reg[0] = l.done,
+                            Some(l) => {
+                                let looping = Some(Loop { done: l.done + 1, ..l });
+                                enter(&mut frames, &mut depth, &mut reg, &mut rules, Frame { looping, ..frame });
+                                (reg[1], reg[2], pc) = (l.done, l.context, l.callback);
+                            }
+                            None => {}
+                        }
                     }
                     op => {
                         let taken = if insn.class() == CLASS_JMP {

@@ -18,6 +18,8 @@ pub struct Program {
     /// `bpf_map_lookup_elem` calls proven to look up one map, by slot, with the lookup the map
     /// resolver offers for it: the JIT emits these instead of the helper call.
     pub(crate) map_lookups: BTreeMap<usize, MapLookup>,
+    /// `bpf_loop` calls, by slot, with the callback the safety analysis proved each one runs.
+    pub(crate) loop_sites: BTreeMap<usize, LoopSite>,
     /// Start slot of every function, ascending; the entry function starts at 0.
     pub(crate) functions: Vec<usize>,
     /// Per function: bytes below r10 the JIT zeroes on entry (verify::stack_reach).
@@ -61,10 +63,12 @@ impl Program {
                 is_helper_call.then(|| env.helper(insn.imm as u32).unwrap_or_else(unreached))
             })
             .collect();
+        let loop_sites = analysis.as_ref().map(|a| a.loop_sites.clone()).unwrap_or_default();
         let program = Program {
             insns,
             helper_at,
             map_lookups,
+            loop_sites,
             functions: layout.functions,
             stack_reach: layout.stack_reach,
             regions: env.regions.clone(),
@@ -88,7 +92,13 @@ fn resolve_map_references(insns: &mut [Insn], env: &Environment) -> Result<(), L
     let mut index = 0;
     while index < insns.len() {
         let insn = insns[index];
-        if insn.opcode == OP_LDDW && insn.src != PSEUDO_NONE {
+        if let Some(target) = insn.callback_target(index) {
+            // A callback's value is its start slot: only bpf_loop uses it (the analysis refuses
+            // anything else), and the engines take the callback from `loop_sites`.
+            insns[index].src = PSEUDO_NONE;
+            insns[index].imm = target as i32;
+            insns[index + 1].imm = 0;
+        } else if insn.opcode == OP_LDDW && insn.src != PSEUDO_NONE {
             let fail = |why: String| LoadError::at(index, insn, LoadErrorKind::MapReference(why));
             let resolver = env.maps.as_ref().ok_or_else(|| fail("no map resolver installed".into()))?;
             let value = match insn.src {

@@ -124,6 +124,11 @@ fn check_jmp(insn: &Insn, env: &Environment, helpers_reached: bool) -> Result<()
             zero(insn.dst.into(), "dst")?;
             zero(insn.off.into(), "off")?;
             match insn.src {
+                // The VM's own: its callback is verified and found by the safety analysis.
+                CALL_HELPER if insn.imm == LOOP_HELPER && !helpers_reached => {
+                    Err(K::Unsupported("bpf_loop without the safety analysis (Program::load_checked)"))
+                }
+                CALL_HELPER if insn.imm == LOOP_HELPER => Ok(()),
                 CALL_HELPER => {
                     let known = u32::try_from(insn.imm).ok().and_then(|id| env.helper(id)).is_some();
                     if known || helpers_reached {
@@ -216,8 +221,8 @@ fn check_ld(insns: &[Insn], index: usize) -> Result<(), K> {
     }
     writable_register(insn.dst)?;
     zero(insn.off.into(), "off")?;
-    if insn.src > PSEUDO_MAP_VALUE {
-        return Err(K::Unsupported("lddw pseudo source other than a plain value, map fd or map value"));
+    if insn.src > PSEUDO_MAP_VALUE && insn.src != PSEUDO_FUNC {
+        return Err(K::Unsupported("lddw pseudo source other than a plain value, map fd, map value or function"));
     }
     match insns.get(index + 1) {
         Some(next) if next.opcode == 0 && next.dst == 0 && next.src == 0 && next.off == 0 => Ok(()),
@@ -243,6 +248,16 @@ fn is_local_call(insn: &Insn) -> bool {
     insn.opcode == CLASS_JMP | JMP_CALL && insn.src == CALL_LOCAL
 }
 
+/// Where a function the instruction names starts, relative to the next slot: a bpf-to-bpf call's
+/// callee, or a callback (`lddw dst, func`, which bpf_loop calls from the function holding it).
+fn callee_delta(insn: &Insn) -> Option<i64> {
+    if is_local_call(insn) || (insn.opcode == OP_LDDW && insn.src == PSEUDO_FUNC) {
+        Some(insn.imm.into())
+    } else {
+        None
+    }
+}
+
 /// Runs every load-time check over `insns` and returns the function layout. `helpers_reached`:
 /// see `check_jmp`.
 pub(crate) fn check(insns: &[Insn], env: &Environment, helpers_reached: bool) -> Result<Layout, LoadError> {
@@ -266,9 +281,8 @@ pub(crate) fn check(insns: &[Insn], env: &Environment, helpers_reached: bool) ->
             _ => check_memory(insn),
         };
         result.map_err(|kind| LoadError::at(index, *insn, kind))?;
-        if is_local_call(insn) {
-            let callee =
-                target(index, insn.imm.into(), len).map_err(|t| LoadError::at(index, *insn, K::CallTargetOutOfRange { target: t }))?;
+        if let Some(delta) = callee_delta(insn) {
+            let callee = target(index, delta, len).map_err(|t| LoadError::at(index, *insn, K::CallTargetOutOfRange { target: t }))?;
             functions.push(callee);
         }
         if insn.opcode == OP_LDDW {
@@ -290,9 +304,9 @@ pub(crate) fn check(insns: &[Insn], env: &Environment, helpers_reached: bool) ->
         if insn.is_tail_call() && function_of(index) != 0 {
             return Err(reject(K::TailCallInFunction));
         }
-        if is_local_call(insn) {
+        if let Some(delta) = callee_delta(insn) {
             // Collected above; the callee must not start inside an lddw.
-            let callee = (index as i64 + 1 + i64::from(insn.imm)) as usize;
+            let callee = (index as i64 + 1 + delta) as usize;
             if lddw_tail[callee] {
                 return Err(reject(K::JumpIntoLddw { target: callee }));
             }
@@ -373,8 +387,8 @@ fn check_call_graph(insns: &[Insn], functions: &[usize]) -> Result<(), LoadError
     // callees[f] = (call site, callee function)
     let mut callees: Vec<Vec<(usize, usize)>> = vec![Vec::new(); functions.len()];
     for (index, insn) in insns.iter().enumerate() {
-        if is_local_call(insn) {
-            let callee = (index as i64 + 1 + i64::from(insn.imm)) as usize;
+        if let Some(delta) = callee_delta(insn) {
+            let callee = (index as i64 + 1 + delta) as usize;
             callees[function_of(index)].push((index, function_of(callee)));
         }
     }

@@ -135,3 +135,85 @@ fn a_tail_call_in_a_bpf_to_bpf_function_is_refused() {
     let error = Program::load(&a.build().unwrap(), &env).err().expect("refused");
     assert!(error.to_string().contains("bpf_tail_call in a bpf-to-bpf function"), "{error}");
 }
+
+/// Loads `a` with the safety analysis (bpf_loop needs it) for a kprobe's context.
+fn load_analysed(a: &Asm) -> Program {
+    let env = Environment::new();
+    Program::load_checked(&a.build().unwrap(), &env, uebpf_vm::ContextSpec::KPROBE).map(|(p, _)| p).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Where bpf_loop's flags come from: a constant 0, or the context's first 8 bytes.
+enum Flags {
+    Zero,
+    FromContext,
+}
+
+/// r0 = bpf_loop(count, "sum", r10 - 8, flags) + 1000 * (the sum the callback left at r10 - 8),
+/// r6-r9 = 6-9 before and checked after (each wrong one adds 10^6).
+fn sum_loop(count: u64, flags: Flags, stop_at: i32) -> Asm {
+    let mut a = Asm::new();
+    match flags {
+        Flags::Zero => a.mov64(R4, 0),
+        Flags::FromContext => a.ldx(8, R4, R1, 0),
+    };
+    a.mov64(R6, 6).mov64(R7, 7).mov64(R8, 8).mov64(R9, 9).st(8, R10, -8, 0);
+    a.lddw(R1, count).lddw_func(R2, "sum").mov64(R3, R10).add64(R3, -8).call_helper(uebpf_vm::insn::LOOP_HELPER);
+    a.ldx(8, R1, R10, -8).mul64(R1, 1000).add64(R0, R1);
+    for (reg, value) in [(R6, 6), (R7, 7), (R8, 8), (R9, 9)] {
+        let label = format!("kept{value}");
+        a.jeq(reg, value, &label).add64(R0, 1_000_000).label(&label);
+    }
+    a.exit();
+    // The callback clobbers r6 (its own) and stops after index `stop_at`.
+    a.label("sum").mov64(R6, 0).ldx(8, R3, R2, 0).add64(R3, R1).stx(8, R2, 0, R3).mov64(R0, 0);
+    a.jne(R1, stop_at, "go_on").mov64(R0, 1).label("go_on").exit();
+    a
+}
+
+#[test]
+fn bpf_loop_runs_its_callback_as_the_kernels_on_both_engines() {
+    // Flags a constant 0: the kernel's inlined loop (all 64 bits of the count; -E2BIG as a u32).
+    let inlined_e2big = u64::from((-7i32) as u32);
+    for (count, stop_at, expected) in [
+        (10u64, -1, 10 + 1000 * 45),        // every iteration: 0 + 1 + ... + 9
+        (10, 3, 4 + 1000 * 6),              // the callback stops at index 3: 4 iterations
+        (0, -1, 0),                         // none
+        (1 << 23, 2, 3 + 1000 * 3),         // BPF_MAX_LOOPS is allowed
+        ((1 << 23) + 1, -1, inlined_e2big), // one more is not
+        ((1 << 32) | 5, -1, inlined_e2big), // nor a count beyond 32 bits
+    ] {
+        let program = load_analysed(&sum_loop(count, Flags::Zero, stop_at));
+        let (r0, _) = run_both(&program, &[0u8; 168]);
+        assert_eq!(r0, expected, "count {count}, stop at {stop_at}");
+    }
+    // Flags read from the context: the helper (a u32 count, checked flags, a sign-extended -E2BIG).
+    for (count, flags, expected) in
+        [(10u64, 0u64, 10 + 1000 * 45), ((1 << 32) | 5, 0, 5 + 1000 * 10), ((1 << 23) + 1, 0, (-7i64) as u64), (10, 1, (-22i64) as u64)]
+    {
+        let program = load_analysed(&sum_loop(count, Flags::FromContext, -1));
+        let mut ctx = [0u8; 168];
+        ctx[..8].copy_from_slice(&flags.to_le_bytes());
+        let (r0, _) = run_both(&program, &ctx);
+        assert_eq!(r0, expected, "count {count}, flags {flags}");
+    }
+}
+
+#[test]
+fn bpf_loop_nests() {
+    // Outer loop of 3 whose callback runs an inner loop of 4 on the same counter: 12.
+    let mut a = Asm::new();
+    a.st(8, R10, -8, 0).mov64(R1, 3).lddw_func(R2, "outer").mov64(R3, R10).add64(R3, -8).mov64(R4, 0);
+    a.call_helper(uebpf_vm::insn::LOOP_HELPER).ldx(8, R0, R10, -8).exit();
+    a.label("outer").mov64(R3, R2).mov64(R1, 4).lddw_func(R2, "inner").mov64(R4, 0).call_helper(uebpf_vm::insn::LOOP_HELPER);
+    a.mov64(R0, 0).exit();
+    a.label("inner").ldx(8, R3, R2, 0).add64(R3, 1).stx(8, R2, 0, R3).mov64(R0, 0).exit();
+    let (r0, _) = run_both(&load_analysed(&a), &[0u8; 168]);
+    assert_eq!(r0, 12);
+}
+
+#[test]
+fn bpf_loop_needs_the_safety_analysis() {
+    let a = sum_loop(3, Flags::Zero, -1);
+    let error = Program::load(&a.build().unwrap(), &Environment::new()).err().expect("refused");
+    assert!(error.to_string().contains("bpf_loop without the safety analysis"), "{error}");
+}

@@ -379,6 +379,7 @@ impl<'p> Compiler<'p> {
                 let f = self.program.functions.binary_search(&callee).expect("call targets start functions");
                 return a.call(self.function_labels[f]);
             }
+            JMP_CALL if insn.is_loop_call() => return self.bpf_loop(index),
             JMP_CALL if insn.is_tail_call() => {
                 // The helper chose the next program (0): leave, as the interpreter does; the
                 // load-time checks admit tail calls in the main function only, whose epilogue
@@ -416,6 +417,63 @@ impl<'p> Compiler<'p> {
             JMP_JSLT => a.jl(label),
             _ => a.jle(label),
         }
+    }
+
+    /// `bpf_loop(r1 = count, r2 = callback, r3 = context, r4 = flags)` inline, as the kernel's
+    /// inline_bpf_loop: a loop calling the callback (the safety analysis found which) with
+    /// r1 = the index and r2 = the context, until it returns non-zero or `count` iterations ran;
+    /// r0 = the iterations run, or the errors `LoopSite::check` describes. The loop's
+    /// state lives in r6-r8's registers, which callees preserve; the program's r6-r9 are pushed
+    /// around it (four, keeping the native stack 16-byte aligned for the callback's helpers).
+    fn bpf_loop(&mut self, index: usize) -> Result {
+        let site = self.program.loop_sites[&index];
+        let f = self.program.functions.binary_search(&site.callback).expect("callbacks start functions");
+        let function = self.function_labels[f];
+        let [count, context, flags] = [REGS[1], REGS[3], REGS[4]];
+        let (iteration, total, saved_context) = (REGS[6], REGS[7], REGS[8]);
+        let a = &mut self.a;
+        let (invalid, too_many, next, done, end) =
+            (a.create_label(), a.create_label(), a.create_label(), a.create_label(), a.create_label());
+        if !site.inlined {
+            a.test(flags.q, flags.q)?;
+            a.jne(invalid)?;
+            // The helper's nr_loops is a u32; the kernel's inlined loop compares all 64 bits.
+            a.mov(count.d, count.d)?;
+        }
+        a.cmp(count.q, MAX_LOOPS as i32)?;
+        a.ja(too_many)?;
+        for reg in [6, 7, 8, 9] {
+            a.push(REGS[reg].q)?;
+        }
+        a.mov(total.q, count.q)?;
+        a.mov(saved_context.q, context.q)?;
+        a.xor(iteration.d, iteration.d)?;
+        self.bind(next)?;
+        let a = &mut self.a;
+        a.cmp(iteration.q, total.q)?;
+        a.jae(done)?;
+        a.mov(REGS[1].q, iteration.q)?;
+        a.mov(REGS[2].q, saved_context.q)?;
+        a.call(function)?;
+        a.add(iteration.q, 1)?;
+        a.test(rax, rax)?;
+        a.je(next)?;
+        self.bind(done)?;
+        let a = &mut self.a;
+        a.mov(rax, iteration.q)?;
+        for reg in [9, 8, 7, 6] {
+            a.pop(REGS[reg].q)?;
+        }
+        a.jmp(end)?;
+        if let Err(invalid_flags) = site.check(0, 1) {
+            self.bind(invalid)?;
+            self.a.mov(rax, invalid_flags as i64)?;
+            self.a.jmp(end)?;
+        }
+        self.bind(too_many)?;
+        let too_big = site.check(u64::MAX, 0).expect_err("past MAX_LOOPS");
+        self.a.mov(rax, too_big as i64)?;
+        self.bind(end)
     }
 
     /// `bpf_map_lookup_elem` of a map known at load time: r2 holds the key's address, r0 gets

@@ -79,11 +79,13 @@ impl ContextSpec {
 
 /// What the analysis learned that attaching needs: the highest context byte read (a tracepoint's
 /// record must be at least that long, as the kernel's `max_ctx_offset`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Analysis {
     pub max_ctx_offset: u32,
     /// Instructions followed over all paths.
     pub insns_processed: usize,
+    /// Each `bpf_loop` call, by slot.
+    pub(crate) loop_sites: std::collections::BTreeMap<usize, LoopSite>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -103,6 +105,10 @@ enum Type {
     },
     MapPtr {
         map: i32,
+    },
+    /// A callback: the function starting at `start` (`lddw dst, func`).
+    Func {
+        start: u32,
     },
     /// Memory a helper handed out (a ring buffer record): `size` bytes, held under reference `id`.
     Mem {
@@ -125,6 +131,7 @@ impl Type {
             Type::MapValue { .. } => "map_value",
             Type::MapValueOrNull { .. } => "map_value_or_null",
             Type::MapPtr { .. } => "map_ptr",
+            Type::Func { .. } => "func",
             Type::Mem { .. } => "mem",
             Type::MemOrNull { .. } => "mem_or_null",
         }
@@ -201,13 +208,21 @@ struct Frame {
     /// The 8-byte stack slots (0 = r10-512) that hold a whole spilled register, by slot,
     /// ascending; every other slot holds bytes that read as an unknown number.
     spills: Vec<(u8, Reg)>,
-    /// Where the caller resumes (None for the entry function).
+    /// Where the caller resumes (None for the entry function; for a bpf_loop callback, at the
+    /// bpf_loop call, which may call it again).
     return_to: Option<usize>,
+    /// A bpf_loop callback's frame.
+    callback: bool,
+    /// bpf_loop iterations: in a callback's frame, which one it runs; in its caller's, how many
+    /// came back (0 again once the loop is over). Only loop detection sees it (an iteration in
+    /// the state of the one before is the loop going on, not a loop without end); pruning
+    /// ignores it.
+    iterations: u32,
 }
 
 impl Frame {
     fn new(return_to: Option<usize>) -> Frame {
-        Frame { regs: [Reg::UNINIT; 11], spills: Vec::new(), return_to }
+        Frame { regs: [Reg::UNINIT; 11], spills: Vec::new(), return_to, callback: false, iterations: 0 }
     }
 
     fn spill_at(&self, slot: usize) -> Option<Reg> {
@@ -274,6 +289,7 @@ impl State {
             && self.frames.len() == other.frames.len()
             && self.frames.iter().zip(&other.frames).all(|(a, b)| {
                 a.return_to == b.return_to
+                    && a.callback == b.callback
                     && a.regs.iter().zip(&b.regs).all(|(x, y)| x.covers(y, &mut links))
                     && a.stack_covers(b, &mut links)
             })
@@ -338,6 +354,10 @@ pub(crate) fn analyse(insns: &[Insn], env: &Environment, ctx: ContextSpec) -> Re
         if insn.opcode == CLASS_JMP | JMP_CALL {
             prune_points[index + 1] = true;
         }
+        // Where a bpf_loop's iterations join (`visit`).
+        if insn.is_loop_call() {
+            prune_points[index] = true;
+        }
     }
     unreachable(insns)?;
     let mut v = Verifier {
@@ -374,7 +394,10 @@ impl Verifier<'_> {
     /// (the structural checks leave those to the analysis: only reached ones refuse a program).
     fn fail(&self, index: usize, why: String) -> LoadError {
         let insn = self.insns[index];
-        let lacking = insn.opcode == CLASS_JMP | JMP_CALL && insn.src == CALL_HELPER && self.env.helper(insn.imm as u32).is_none();
+        let lacking = insn.opcode == CLASS_JMP | JMP_CALL
+            && insn.src == CALL_HELPER
+            && !insn.is_loop_call()
+            && self.env.helper(insn.imm as u32).is_none();
         let kind = if lacking { LoadErrorKind::UnknownHelper { id: insn.imm } } else { LoadErrorKind::Unsafe(why) };
         LoadError::at(index, insn, kind)
     }
@@ -407,6 +430,9 @@ impl Verifier<'_> {
                     }
                 }
                 state.drop_lone_links();
+                if self.insns[index].is_loop_call() {
+                    self.widen_iteration(index, &mut state, node);
+                }
                 match self.visit(index, &state, node) {
                     Visit::Pruned => {
                         self.path_done(node);
@@ -463,17 +489,58 @@ impl Verifier<'_> {
         }
     }
 
+    /// At a bpf_loop call reached again by this path (the callback came back): numbers that
+    /// changed since the path's last visit there become unknown, so that iterations join in a
+    /// few steps however many the loop runs (the kernel's widen_imprecise_scalars; it spares
+    /// scalars whose precision a later check needs, which this analysis does not track).
+    fn widen_iteration(&self, index: usize, state: &mut State, node: usize) {
+        let Some(seen) = self.seen.get(&index) else { return };
+        let on_path = |seen_node: usize| {
+            let mut walk = Some(node);
+            while let Some(at) = walk {
+                if at == seen_node {
+                    return true;
+                }
+                walk = self.nodes[at].parent;
+            }
+            false
+        };
+        let Some((_, previous)) =
+            seen.recent.iter().rev().find(|(seen_node, old)| old.frames.len() == state.frames.len() && on_path(*seen_node))
+        else {
+            return;
+        };
+        for (frame, old) in state.frames.iter_mut().zip(&previous.frames) {
+            let widen = |reg: &mut Reg, old: &Reg| {
+                if reg.ty == Type::Scalar && old.ty == Type::Scalar && reg.var != old.var {
+                    *reg = Reg::unknown();
+                }
+            };
+            for (reg, old) in frame.regs.iter_mut().zip(&old.regs) {
+                widen(reg, old);
+            }
+            for (slot, reg) in &mut frame.spills {
+                if let Some(old) = old.spill_at(*slot as usize) {
+                    widen(reg, &old);
+                }
+            }
+        }
+    }
+
     fn visit(&mut self, index: usize, state: &State, node: usize) -> Visit {
         let nodes = &self.nodes;
+        // bpf_loop iterations: a state covered by one still being explored adds nothing, and the
+        // same state again is the loop converging, not a loop without end (bpf_loop ends).
+        let joins = self.insns[index].is_loop_call();
         let seen = self.seen.entry(index).or_default();
         if let Some(same) = seen.exact.get(state) {
             // One still being explored is on this path: the same state again never ends.
-            if same.iter().any(|&seen_node| nodes[seen_node].branches > 0) {
+            if !joins && same.iter().any(|&seen_node| nodes[seen_node].branches > 0) {
                 return Visit::Loop;
             }
             return Visit::Pruned;
         }
-        if seen.recent.iter().any(|(seen_node, old)| nodes[*seen_node].branches == 0 && old.covers(state)) {
+        if seen.recent.iter().any(|(seen_node, old)| (joins || nodes[*seen_node].branches == 0) && old.covers(state)) {
             return Visit::Pruned;
         }
         // The path continues from a new node, a child of the current one: the current node's
@@ -548,6 +615,13 @@ impl Verifier<'_> {
                 // lddw (the structural checks allow no other LD form).
                 let reg = match insn.src {
                     PSEUDO_NONE => Reg::scalar(Scalar::constant(crate::program::lddw_value(self.insns, index))),
+                    PSEUDO_FUNC => {
+                        if self.insns[index + 1].imm != 0 {
+                            return Err("unrecognized bpf_ld_imm64 insn: a function's second half must be 0".into());
+                        }
+                        let start = insn.callback_target(index).expect("a function lddw") as u32;
+                        Reg::pointer(Type::Func { start }, 0)
+                    }
                     PSEUDO_MAP_FD => {
                         if self.insns[index + 1].imm != 0 {
                             return Err("unrecognized bpf_ld_imm64 insn: a map fd's second half must be 0".into());
@@ -713,7 +787,9 @@ impl Verifier<'_> {
             Type::MapValueOrNull { .. } | Type::MemOrNull { .. } => {
                 return Err(format!("R{} pointer arithmetic on {} prohibited, null-check it first", insn.dst, pointer.ty.name()))
             }
-            Type::MapPtr { .. } => return Err(format!("R{} pointer arithmetic on map_ptr prohibited", insn.dst)),
+            Type::MapPtr { .. } | Type::Func { .. } => {
+                return Err(format!("R{} pointer arithmetic on {} prohibited", insn.dst, pointer.ty.name()))
+            }
             _ => {}
         }
         let moved = if op == ALU_SUB { Scalar::constant(0).sub(&scalar.var) } else { scalar.var };
@@ -997,6 +1073,7 @@ impl Verifier<'_> {
                 state.frames.push(callee);
                 Ok(Next::Continue((index as i64 + 1 + i64::from(insn.imm)) as usize))
             }
+            JMP_CALL if insn.is_loop_call() => self.loop_call(index, state),
             JMP_CALL => {
                 self.helper_call(insn.imm as u32, state)?;
                 Ok(Next::Continue(index + 1))
@@ -1005,8 +1082,62 @@ impl Verifier<'_> {
         }
     }
 
+    /// `bpf_loop(nr_loops, callback, callback_ctx, flags)` (the kernel's bpf_loop_proto and
+    /// set_loop_callback_state): either the loop is over (r0 a number: the iterations, or an
+    /// error), or the callback runs once more, with r1 = the index and r2 = callback_ctx (the
+    /// caller's stack, or null), and comes back to this call (`exit`). The iterations join here
+    /// (`visit`), as the kernel verifies callbacks as if called any number of times.
+    fn loop_call(&mut self, index: usize, state: &mut State) -> Check<Next> {
+        for r in [1, 4] {
+            check_initialized(state, r)?;
+        }
+        let (callback, context) = (state.reg(2), check_initialized(state, 3)?);
+        let Type::Func { start } = callback.ty else {
+            return Err(format!("R2 type={} expected=func", callback.ty.name()));
+        };
+        if callback.off != 0 {
+            return Err("R2 must be the unmodified function".into());
+        }
+        let null = context.ty == Type::Scalar && context.var.value() == Some(0);
+        if !null && !matches!(context.ty, Type::Stack { .. }) {
+            return Err(format!("R3 type={} expected=fp or null", context.ty.name()));
+        }
+        let flags = state.reg(4);
+        let site = LoopSite { callback: start as usize, inlined: flags.ty == Type::Scalar && flags.var.value() == Some(0) };
+        let site = match self.analysis.loop_sites.get(&index) {
+            Some(known) if known.callback != site.callback => {
+                return Err(format!("bpf_loop is passed different callbacks (at {} and {start}) on different paths", known.callback))
+            }
+            Some(known) => LoopSite { inlined: known.inlined && site.inlined, ..site },
+            None => site,
+        };
+        self.analysis.loop_sites.insert(index, site);
+        if state.frames.len() >= MAX_CALL_FRAMES {
+            return Err(format!("the call stack of {MAX_CALL_FRAMES} frames is too deep"));
+        }
+        let mut iteration = state.clone();
+        let mut callee = Frame::new(Some(index));
+        callee.callback = true;
+        callee.iterations = state.frame().iterations.saturating_add(1);
+        callee.regs[1] = Reg::unknown();
+        callee.regs[2] = context;
+        callee.regs[FRAME_POINTER as usize] = Reg::pointer(Type::Stack { frame: state.frames.len() as u8 }, 0);
+        iteration.frames.push(callee);
+        let frame = state.frame();
+        frame.regs[1..=5].fill(Reg::UNINIT);
+        frame.regs[0] = Reg::unknown();
+        frame.iterations = 0;
+        Ok(Next::Branch { taken: Some((start as usize, iteration)), fallthrough: Some((index + 1, state.clone())) })
+    }
+
     fn exit(&mut self, state: &mut State) -> Check<Next> {
         let r0 = check_initialized(state, 0)?;
+        if state.frames.last().is_some_and(|frame| frame.callback) {
+            // The kernel's retval range for bpf_loop's callback: 0 goes on, 1 stops.
+            if r0.ty != Type::Scalar || r0.var.umax > 1 {
+                return Err(format!("At callback return the register R0 has {} value, should be in [0, 1]", r0.ty.name()));
+            }
+        }
         let frame = state.frames.pop().expect("a frame");
         let Some(return_to) = frame.return_to else {
             if let Some(id) = state.refs.first() {
@@ -1026,6 +1157,11 @@ impl Verifier<'_> {
                 *reg = Reg::UNINIT;
             }
         });
+        if frame.callback {
+            // Back to the bpf_loop call, its arguments as they were: it may call again.
+            state.frame().iterations = frame.iterations;
+            return Ok(Next::Continue(return_to));
+        }
         let caller = state.frame();
         caller.regs[0] = r0;
         caller.regs[1..=5].fill(Reg::UNINIT);
@@ -1299,6 +1435,9 @@ fn unreachable(insns: &[Insn]) -> Result<(), LoadError> {
         }
         if insn.opcode == CLASS_JMP | JMP_CALL && insn.src == CALL_LOCAL {
             pending.push((index as i64 + 1 + i64::from(insn.imm)) as usize);
+        }
+        if let Some(callback) = insn.callback_target(index) {
+            pending.push(callback as usize);
         }
         pending.extend(successors(insns, index).into_iter().flatten());
     }

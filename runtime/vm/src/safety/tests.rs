@@ -300,3 +300,58 @@ fn rodata_settings_are_constants() {
     a.jeq(R0, 0, "out").mov64(R1, R0).mov64(R2, 0).call_helper(133).label("out").mov64(R0, 0).exit();
     refused(&a, "R2 is not a known constant");
 }
+
+/// caller: *(u64 *)(r10 - 8) = 0; bpf_loop(count, cb, r10 - 8, 0); the callback at "cb".
+fn loop_over_stack_counter(a: &mut Asm, count: i32) -> &mut Asm {
+    a.st(8, R10, -8, 0).mov64(R1, count).lddw_func(R2, "cb").mov64(R3, R10).add64(R3, -8).mov64(R4, 0);
+    a.call_helper(crate::insn::LOOP_HELPER)
+}
+
+#[test]
+fn bpf_loop_callbacks_are_checked_as_called_any_number_of_times() {
+    // The callback adds its index to the caller's counter: accepted, whatever the count.
+    let mut a = Asm::new();
+    loop_over_stack_counter(&mut a, 1000).ldx(8, R0, R10, -8).exit();
+    a.label("cb").ldx(8, R3, R2, 0).add64(R3, R1).stx(8, R2, 0, R3).mov64(R0, 0).exit();
+    let analysis = accepted(&a);
+    assert!(analysis.insns_processed < 200, "iterations join: {} instructions followed", analysis.insns_processed);
+    assert_eq!(analysis.loop_sites.values().map(|site| site.callback).collect::<Vec<_>>(), [10]);
+    // After the loop the counter is not what it was before it: using it as an offset into the
+    // stack is refused (the analysis does not stop at the first iteration).
+    let mut a = Asm::new();
+    loop_over_stack_counter(&mut a, 4).ldx(8, R1, R10, -8).mov64(R2, R10).add64(R2, R1).ldx(1, R0, R2, -16).exit();
+    a.label("cb").ldx(8, R3, R2, 0).add64(R3, 8).stx(8, R2, 0, R3).mov64(R0, 0).exit();
+    refused(&a, "math between fp pointer and register with unbounded");
+    // The context is the caller's stack: the callback may not reach past it.
+    let mut a = Asm::new();
+    loop_over_stack_counter(&mut a, 4).mov64(R0, 0).exit();
+    a.label("cb").ldx(8, R3, R2, 8).mov64(R0, 0).exit();
+    refused(&a, "invalid read from stack off=0 size=8");
+    // A loop without end in the callback is still one.
+    let mut a = Asm::new();
+    loop_over_stack_counter(&mut a, 4).mov64(R0, 0).exit();
+    a.label("cb").mov64(R0, 0).label("spin").ja("spin");
+    refused(&a, "infinite loop detected");
+}
+
+#[test]
+fn bpf_loop_arguments_and_callback_results_are_the_kernels() {
+    // The callback's result must be 0 (go on) or 1 (stop).
+    let mut a = Asm::new();
+    loop_over_stack_counter(&mut a, 4).mov64(R0, 0).exit();
+    a.label("cb").mov64(R0, 2).exit();
+    refused(&a, "should be in [0, 1]");
+    // The context is the stack or null, not the program's context.
+    let mut a = Asm::new();
+    a.mov64(R3, R1).mov64(R1, 4).lddw_func(R2, "cb").mov64(R4, 0).call_helper(crate::insn::LOOP_HELPER).exit();
+    a.label("cb").mov64(R0, 0).exit();
+    refused(&a, "expected=fp or null");
+    // The callback is a function, unmodified.
+    let mut a = Asm::new();
+    a.mov64(R1, 4).lddw_func(R2, "cb").add64(R2, 8).mov64(R3, 0).mov64(R4, 0).call_helper(crate::insn::LOOP_HELPER).exit();
+    a.label("cb").mov64(R0, 0).exit();
+    refused(&a, "pointer arithmetic on func prohibited");
+    let mut a = Asm::new();
+    a.mov64(R1, 4).mov64(R2, 0).mov64(R3, 0).mov64(R4, 0).call_helper(crate::insn::LOOP_HELPER).exit();
+    refused(&a, "R2 type=scalar expected=func");
+}
