@@ -210,7 +210,7 @@ def suite_command(suite: Suite) -> click.Command:
             default=suite.default_runs,
             show_default=True,
             type=click.IntRange(1, 1000),
-            help="Measured repetitions (after one discarded warm-up).",
+            help="Measured repetitions" + (" (after one discarded warm-up)." if suite.warmup else "."),
         ),
         click.Option(
             ["--methods"],

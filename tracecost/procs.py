@@ -128,15 +128,24 @@ class Child:
         env: dict[str, str] | None = None,
         name: str | None = None,
         stdout_path: Path | None = None,
+        stdin: bool = False,
     ):
-        """stdout_path: send stdout to a file instead (for daemons nobody reads)."""
+        """stdout_path: send stdout to a file instead (for daemons nobody reads). stdin: a pipe the
+        harness writes to (`finish_input`), for a child that waits for a go-ahead line."""
         self.name = name or Path(argv[0]).name
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "wb")
         stdout = open(stdout_path, "wb") if stdout_path else subprocess.PIPE
         self.started = time.monotonic()
         try:
-            self.popen = spawn(argv, stdout=stdout, stderr=self._stderr, env=env, start_new_session=True)
+            self.popen = spawn(
+                argv,
+                stdin=subprocess.PIPE if stdin else None,
+                stdout=stdout,
+                stderr=self._stderr,
+                env=env,
+                start_new_session=True,
+            )
         except OSError as err:
             self._stderr.close()
             raise TracecostError(f"cannot start {self.name}: {err.strerror}") from err
@@ -171,6 +180,15 @@ class Child:
                     self.wait(timeout_s=5)
                     raise TracecostError(f"{self.name} exited before it was ready{self._stderr_hint()}")
                 pending += chunk
+
+    def finish_input(self, line: str) -> None:
+        """Write `line` to the child's stdin (it was started with stdin=True) and close it: its
+        last input. A child that exited before reading it is an error with its reason."""
+        try:
+            self.popen.stdin.write(line.encode() + b"\n")
+            self.popen.stdin.close()
+        except OSError as err:
+            raise TracecostError(f"{self.name} exited before it read its input{self._stderr_hint()}") from err
 
     def read_stdout(self) -> str:
         """Everything the child printed after its ready line (call once it has exited)."""
@@ -261,8 +279,9 @@ class Child:
         if self.running:
             self.send(signal.SIGKILL)
             self.wait()
-        if self.popen.stdout:
-            self.popen.stdout.close()
+        for pipe in (self.popen.stdin, self.popen.stdout):
+            if pipe:
+                pipe.close()
 
 
 def exits_within(pid: int, timeout_s: float) -> bool:

@@ -27,7 +27,12 @@ class Interrupted(KeyboardInterrupt):
 def planned_runs(suite: Suite, config: Any) -> int:
     groups, methods = suite.groups(config), suite.methods(config)
     cells = sum(1 for group in groups for method in methods if not suite.unavailable(group, method, config))
-    return (config.runs + 1) * cells
+    return repetitions(suite, config) * cells
+
+
+def repetitions(suite: Suite, config: Any) -> int:
+    """The measured repetitions, and the warm-up before them where the suite has one."""
+    return config.runs + (1 if suite.warmup else 0)
 
 
 def run_suite(
@@ -35,9 +40,9 @@ def run_suite(
 ) -> dict:
     """Run the whole matrix and return the suite's results: {config, runs, aggregates, failures, unavailable}.
 
-    Repetition 0 is a warm-up: measured like the others, kept in `runs` with
-    "warmup": true, and left out of every statistic. Cells the suite calls
-    unavailable on this machine are listed with the reason and never run."""
+    Repetition 0 is a warm-up (unless the suite has none, Suite.warmup): measured like the
+    others, kept in `runs` with "warmup": true, and left out of every statistic. Cells the suite
+    calls unavailable on this machine are listed with the reason and never run."""
     rng = random.Random(config.seed)
     started_at = time.monotonic()
     groups, methods = suite.groups(config), suite.methods(config)
@@ -67,7 +72,7 @@ def run_suite(
         with contextlib.ExitStack() as stack:
             for method in methods:
                 method.open(stack, workspace, say)  # preflight: fails fast, before any run
-            for repetition in range(config.runs + 1):
+            for repetition in range(repetitions(suite, config)):
                 for group in groups:
                     order = [method for method in methods if not suite.unavailable(group, method, config)]
                     rng.shuffle(order)
@@ -102,7 +107,7 @@ def _one_run(suite, config, group, method, workspace, repetition, position) -> d
         **suite.method_key(method),
         "method": method.name,
         "repetition": repetition,
-        "warmup": repetition == 0,
+        "warmup": suite.warmup and repetition == 0,
         "position": position,
     }
     try:

@@ -39,6 +39,15 @@ class RunEnvironments:
 KERNEL = RunEnvironments()  # the kernel's path preloads nothing
 
 
+class Refused(TracecostError):
+    """uebpf declined what it was asked (a map type, a helper, a hook or tracepoint it does not
+    make), saying why: an answer about uebpf, where other errors are failures of a run."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason  # uebpf's own words
+
+
 @dataclass(frozen=True)
 class Libraries:
     """uebpf's server library (preloaded into a loader) and agent library (into its target)."""
@@ -91,7 +100,8 @@ INJECTED_BY = "uebpf inject"
 
 def _agent_command(uebpf_command: Path, argv: list[str], pid: int, failed: str) -> tuple[str, float]:
     """`uebpf ARGV... --pid PID --timeout S` (wait-applied, inject): its stdout and how long it
-    took; an error `failed` with the command's reason otherwise."""
+    took; an error `failed` with the command's reason otherwise (Refused where the agent refused
+    attachments)."""
     started = time.monotonic()
     try:
         result = run_command(
@@ -103,6 +113,10 @@ def _agent_command(uebpf_command: Path, argv: list[str], pid: int, failed: str) 
     took = time.monotonic() - started
     if result.returncode != 0:
         why = result.stderr.strip().splitlines()[-1:] or ["no message"]
+        if result.stdout.strip():
+            # The agent's verdict is printed only when the agent applied the attachments and
+            # refused some (failed or unsupported ones); a timeout or a missing agent prints none.
+            raise Refused(f"{failed}: {why[0]}", why[0].removeprefix("uebpf: "))
         raise TracecostError(f"{failed}: {why[0]}")
     return result.stdout, took
 

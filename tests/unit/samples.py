@@ -8,7 +8,7 @@ import itertools
 import random
 
 from tracecost import results
-from tracecost.suites import duration, load, micro, nginx, transport
+from tracecost.suites import compat, duration, load, micro, nginx, transport
 from tracecost.suites.micro.ops import OPS
 from tracecost.suites.transport import LATENCY_STATS
 
@@ -62,6 +62,38 @@ def _suite(suite, config, runs: list[dict]) -> dict:
         "unavailable": [],
         "elapsed_s": 1.0,
     }
+
+
+def compat_suite(rng: random.Random) -> dict:
+    """Three programs, once on each runtime (the suite has no warm-up): on uebpf one gives the
+    kernel's output, one another output, and one is refused."""
+    config = compat.CompatConfig(programs=["functrace", "opensnoop", "selfprobe"], runs=1, seed=1)
+    suite = compat.CompatSuite()
+    kernel = {
+        "functrace": '[["entry",1]]',
+        "opensnoop": '[["PID","compat_app","FD","/"]]',
+        "selfprobe": '[["calls","5"]]',
+    }
+    on_uebpf = {
+        "functrace": {"output": kernel["functrace"]},
+        "opensnoop": {"output": '[["PID","compat_app","-2","/"]]'},
+        "selfprobe": {"refused": "program `p` calls helper 12, which uebpf does not provide"},
+    }
+    runs = [
+        {
+            "program": name,
+            "method": method,
+            "repetition": 0,
+            "warmup": False,
+            "position": position,
+            "status": "ok",
+            "wall_s": rng.uniform(0.4, 0.7),
+            **({"output": kernel[name]} if method == "kernel" else on_uebpf[name]),
+        }
+        for name in config.programs
+        for position, method in enumerate(config.methods)
+    ]
+    return _suite(suite, config, runs)
 
 
 def duration_suite(rng: random.Random) -> dict:
@@ -325,6 +357,7 @@ def nginx_suite(rng: random.Random) -> dict:
 
 
 SUITES = {
+    "compat": compat_suite,
     "duration": duration_suite,
     "load": load_suite,
     "micro": micro_suite,

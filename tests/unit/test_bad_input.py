@@ -104,6 +104,7 @@ OPTIONS = {
         "--methods": set(),
         "--seed": {"zero"},
     },
+    "compat": {"--programs": set(), "--runs": set(), "--methods": set(), "--seed": {"zero"}},
     "run": {"--seed": {"zero"}, "--suites": set()},
 }
 BAD_OPTION_CASES = [
@@ -170,7 +171,7 @@ def test_a_repeated_list_item_counts_once(tracecost, command, args, expected):
 
 # --- --out: checked before anything is measured ------------------------------------------------------
 
-MEASURING_COMMANDS = ["duration", "load", "micro", "vm", "transport", "run"]
+MEASURING_COMMANDS = ["compat", "duration", "load", "micro", "vm", "transport", "run"]
 
 
 BAD_OUT = [

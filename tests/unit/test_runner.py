@@ -103,6 +103,18 @@ def test_warmup_is_kept_but_not_counted(tmp_path):
     assert result["aggregates"] == [{"n": 12}]
 
 
+class WithoutWarmup(StandIn):
+    warmup = False
+
+
+def test_a_suite_without_a_warm_up_counts_every_repetition(tmp_path):
+    suite = WithoutWarmup()
+    result = run_suite(suite, Config(runs=2), tmp_path, print)
+    assert len(result["runs"]) == planned_runs(suite, Config(runs=2)) == 2 * 2 * 3
+    assert {r["repetition"] for r in result["runs"]} == {0, 1} and not any(r["warmup"] for r in result["runs"])
+    assert result["aggregates"] == [{"n": 12}]
+
+
 def test_failed_runs_are_recorded_with_their_reason_and_left_out(tmp_path):
     result = run_suite(StandIn(fail_on=(2, "b")), Config(runs=2), tmp_path, print)
     assert len(result["failures"]) == 3

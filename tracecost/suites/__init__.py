@@ -2,6 +2,7 @@
 holds); `tracecost <name>` is generated from the entry, and `tracecost run` runs every entry at its
 default size. Adding a suite: a new folder, and one line here."""
 
+from tracecost.suites.compat import CompatSuite
 from tracecost.suites.duration import DurationSuite
 from tracecost.suites.load import LoadSuite
 from tracecost.suites.micro import MicroSuite
@@ -12,6 +13,7 @@ from tracecost.suites.vm import VmSuite
 SUITES = {
     suite.name: suite
     for suite in (
+        CompatSuite(),
         DurationSuite(),
         LoadSuite(),
         MicroSuite(),

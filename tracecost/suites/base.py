@@ -106,6 +106,9 @@ class Suite(ABC):
     # What --list lists (e.g. "scenarios"), and -r/--runs' default for the suite's own command.
     listing_noun: str = "methods"
     default_runs: int = 10
+    # Whether repetition 0 is a discarded warm-up. Every suite that times something has one; a suite
+    # whose result is what the methods print (compat) has nothing to warm up: every run counts.
+    warmup: bool = True
     # The method the others are measured against, which --methods must include (None: no such method).
     baseline: str | None = "baseline"
     options: tuple[Option, ...] = ()
