@@ -177,7 +177,12 @@ $(BIN)/selftrace: workloads/selftrace/selftrace.c $(SKEL)/selftrace.skel.h | $(B
 .PHONY: compat-tools
 COMPAT := $(BUILD)/compat
 COMPAT_TOOLS := $(patsubst tests/compat/%.bpf.c,$(COMPAT)/%,$(wildcard tests/compat/*.bpf.c))
-compat-tools: $(COMPAT_TOOLS)
+compat-tools: $(COMPAT_TOOLS) $(COMPAT)/compat_app.stripped
+
+# The workload without a symbol table (strip --strip-all, as distributions ship binaries), for
+# probes placed by file offset: its rpath ($$ORIGIN/../lib) still finds build/lib from here.
+$(COMPAT)/compat_app.stripped: $(BIN)/compat_app | $(COMPAT)
+	strip --strip-all -o $@ $<
 
 $(COMPAT):
 	mkdir -p $@

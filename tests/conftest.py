@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tracecost.elf import file_offset  # noqa: F401 (the tests' one way to find a symbol's offset)
+
 REPO = Path(__file__).resolve().parent.parent
 BUILD = REPO / "build"
 TRACECOST = [sys.executable, "-m", "tracecost"]
@@ -119,23 +121,6 @@ def uebpf(*args, check=True, **kwargs) -> dict:
     if check:
         assert result.returncode == 0, result.stderr
     return json.loads(result.stdout) if result.stdout.strip() else {}
-
-
-def file_offset(binary: Path, symbol: str, dynamic: bool = True) -> int:
-    """The symbol's file offset (what libbpf gives the kernel): value - segment vaddr + offset;
-    from the dynamic symbols, or with dynamic=False the symbol table (an executable's own)."""
-    symbols = subprocess.run(
-        ["nm", *(["-D"] if dynamic else []), "--defined-only", str(binary)], capture_output=True, text=True, check=True
-    ).stdout
-    value = next(int(line.split()[0], 16) for line in symbols.splitlines() if line.split()[-1] == symbol)
-    headers = subprocess.run(["readelf", "-lW", str(binary)], capture_output=True, text=True, check=True).stdout
-    for line in headers.splitlines():
-        fields = line.split()
-        if fields[:1] == ["LOAD"] and "E" in fields[6:-1]:
-            offset, vaddr, size = int(fields[1], 16), int(fields[2], 16), int(fields[5], 16)
-            if vaddr <= value < vaddr + size:
-                return value - vaddr + offset
-    raise AssertionError(f"{symbol} is in no executable segment of {binary}")
 
 
 def unused_uid() -> int:

@@ -18,7 +18,7 @@ static int on_event(void *ctx, void *data, size_t size)
 
 int main(int argc, char **argv)
 {
-	struct compat_args args = compat_parse(argc, argv, 1);
+	struct compat_args args = compat_parse(argc, argv, COMPAT_BINARY);
 	struct bashreadline_bpf *skel = bashreadline_bpf__open();
 	struct ring_buffer *rb;
 

@@ -13,7 +13,7 @@
 
 int main(int argc, char **argv)
 {
-	struct compat_args args = compat_parse(argc, argv, 1);
+	struct compat_args args = compat_parse(argc, argv, COMPAT_BINARY);
 	struct bloomcheck_bpf *skel = bloomcheck_bpf__open();
 	int fd;
 

@@ -65,8 +65,13 @@ struct bashreadline_event {
 struct compat_args {
 	pid_t pid;
 	const char *binary; /* NULL unless the tool takes --binary */
+	long offset;        /* -1 unless the tool takes --offset: a file offset in --binary */
 	sigset_t stop;
 };
+
+/* What a tool takes besides --pid (compat_parse's `takes`). */
+#define COMPAT_BINARY 1
+#define COMPAT_OFFSET 2
 
 static int compat_verbose;
 static const char *compat_name = "tool";
@@ -102,17 +107,22 @@ static inline void compat_start(struct compat_args *a)
 	libbpf_set_print(compat_print);
 }
 
-/* Parses the command line (--binary only if `takes_binary`), then compat_start. */
-static inline struct compat_args compat_parse(int argc, char **argv, int takes_binary)
+/* Parses the command line (--binary and --offset only if `takes` has COMPAT_BINARY,
+ * COMPAT_OFFSET), then compat_start. */
+static inline struct compat_args compat_parse(int argc, char **argv, int takes)
 {
 	static const struct option options[] = {
 		{ "pid", required_argument, NULL, 'p' },
 		{ "binary", required_argument, NULL, 'b' },
+		{ "offset", required_argument, NULL, 'o' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ 0 },
 	};
-	struct compat_args a = { 0 };
-	const char *usage = takes_binary ? "--pid PID --binary PATH [--verbose]" : "--pid PID [--verbose]";
+	struct compat_args a = { .offset = -1 };
+	int takes_binary = !!(takes & COMPAT_BINARY), takes_offset = !!(takes & COMPAT_OFFSET);
+	const char *usage = takes_offset   ? "--pid PID --binary PATH --offset N [--verbose]"
+			    : takes_binary ? "--pid PID --binary PATH [--verbose]"
+					   : "--pid PID [--verbose]";
 	char *end;
 	int opt;
 
@@ -126,11 +136,17 @@ static inline struct compat_args compat_parse(int argc, char **argv, int takes_b
 				die(2, "invalid --pid '%s'", optarg);
 			break;
 		case 'b': a.binary = optarg; break;
+		case 'o':
+			errno = 0;
+			a.offset = strtol(optarg, &end, 0);
+			if (errno || *end || a.offset < 0)
+				die(2, "invalid --offset '%s'", optarg);
+			break;
 		case 'v': compat_verbose = 1; break;
 		default: die(2, "usage: %s %s", compat_name, usage);
 		}
 	}
-	if (!a.pid || optind != argc || !a.binary != !takes_binary)
+	if (!a.pid || optind != argc || !a.binary != !takes_binary || (a.offset >= 0) != takes_offset)
 		die(2, "usage: %s %s", compat_name, usage);
 	compat_start(&a);
 	return a;
@@ -149,16 +165,18 @@ static inline void compat_attached(int err)
 		die(1, "cannot attach the BPF programs (%s)", strerror(-err));
 }
 
-/* A uprobe (or uretprobe) on function `func` of --binary in the traced process. */
+/* A uprobe (or uretprobe) on function `func` of --binary in the traced process; with func NULL,
+ * at file offset --offset (no symbol: what a stripped binary leaves). */
 static inline struct bpf_link *compat_attach_uprobe(struct bpf_program *prog, const struct compat_args *a,
 						     const char *func, int retprobe)
 {
 	LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = func, .retprobe = retprobe);
-	struct bpf_link *link = bpf_program__attach_uprobe_opts(prog, a->pid, a->binary, 0, &opts);
+	size_t offset = func ? 0 : (size_t)a->offset;
+	struct bpf_link *link = bpf_program__attach_uprobe_opts(prog, a->pid, a->binary, offset, &opts);
 
 	if (!link)
-		die(1, "cannot attach a %s to %s:%s: %s", retprobe ? "uretprobe" : "uprobe", a->binary, func,
-		    strerror(errno));
+		die(1, "cannot attach a %s to %s:%s+%#zx: %s", retprobe ? "uretprobe" : "uprobe", a->binary,
+		    func ? func : "", offset, strerror(errno));
 	return link;
 }
 

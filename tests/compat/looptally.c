@@ -17,7 +17,7 @@ struct result {
 
 int main(int argc, char **argv)
 {
-	struct compat_args args = compat_parse(argc, argv, 1);
+	struct compat_args args = compat_parse(argc, argv, COMPAT_BINARY);
 	struct looptally_bpf *skel = looptally_bpf__open();
 	int fd;
 

@@ -29,7 +29,7 @@ static void print_map(const char *name, int fd, int cpus)
 
 int main(int argc, char **argv)
 {
-	struct compat_args args = compat_parse(argc, argv, 1);
+	struct compat_args args = compat_parse(argc, argv, COMPAT_BINARY);
 	struct lrucount_bpf *skel = lrucount_bpf__open();
 	int cpus = libbpf_num_possible_cpus();
 

@@ -22,7 +22,7 @@ static void drain(const char *name, int fd)
 
 int main(int argc, char **argv)
 {
-	struct compat_args args = compat_parse(argc, argv, 1);
+	struct compat_args args = compat_parse(argc, argv, COMPAT_BINARY);
 	struct queuepair_bpf *skel = queuepair_bpf__open();
 
 	if (!skel)

@@ -56,7 +56,7 @@ static void print_frames(const char *name, const __u64 *ips, int n)
 
 int main(int argc, char **argv)
 {
-	struct compat_args args = compat_parse(argc, argv, 1);
+	struct compat_args args = compat_parse(argc, argv, COMPAT_BINARY);
 	struct stackcount_bpf *skel = stackcount_bpf__open();
 	const char *name = strrchr(args.binary, '/') ? strrchr(args.binary, '/') + 1 : args.binary;
 	__u64 key[MAX_DEPTH], next[MAX_DEPTH], *previous = NULL, count, ips[MAX_DEPTH];

@@ -44,7 +44,7 @@ static void describe(struct tailcall_bpf *skel, int table, __u32 slot)
 
 int main(int argc, char **argv)
 {
-	struct compat_args args = compat_parse(argc, argv, 1);
+	struct compat_args args = compat_parse(argc, argv, COMPAT_BINARY);
 	struct tailcall_bpf *skel = tailcall_bpf__open();
 	int table;
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from tracecost import paths, system, uebpf
+from tracecost import elf, paths, system, uebpf
 from tracecost.errors import TracecostError
 from tracecost.procs import Child, last_json_line, started
 from tracecost.tracers.ebpf import read_functrace
@@ -41,6 +41,10 @@ SERVER_PREFIX = "uebpf: "
 MATCHES = "matches the workload"
 EQUALS = "equals the kernel"
 NOT_COMPARED = "not compared: no kernel output from the same repetition"
+
+
+# compat_app without its symbol table (the Makefile's strip --strip-all).
+STRIPPED_APP = "compat/compat_app.stripped"
 
 
 def app() -> Path:
@@ -86,6 +90,7 @@ class CorpusProgram:
     expected: Callable[[dict], object]  # that output, from the workload's report
     self_traced: bool = False  # the loader traces itself: on uebpf it runs the agent too
     uses: str = ""  # attach points, map types and helpers, for the README's table and the report
+    workload: str = "bin/compat_app"  # the build artifact that runs as the workload
 
 
 def tool_lines(run: Run) -> list[list[str]]:
@@ -408,6 +413,28 @@ CORPUS += [
         binary=True,
         uses="uprobe; prog array (`.values` initialisers and bpf(2) updates), bpf_tail_call to its limit",
     ),
+    # A uprobe and a uretprobe by file offset (libbpf's, no symbol name) in compat_app stripped
+    # of its symbol table, as distributions ship binaries: no function symbol says where
+    # compat_tick starts or ends. The offset is read from the unstripped build (the same code).
+    CorpusProgram(
+        "offsetprobe",
+        lambda pid, work: [
+            paths.artifact("compat/offsetprobe"),
+            "--pid",
+            pid,
+            "--binary",
+            paths.artifact(STRIPPED_APP),
+            "--offset",
+            elf.file_offset(app(), "compat_tick", dynamic=False),
+        ],
+        lambda run: [line for line in run.loader_stdout.splitlines() if line != "READY"],
+        lambda report: [
+            f"entries {report['ticks']} arguments {sum(range(report['ticks']))} returns {report['ticks']} "
+            f"results {sum(3 * i + 1 for i in range(report['ticks']))}"
+        ],
+        uses="uprobe + uretprobe by file offset in a stripped executable",
+        workload=STRIPPED_APP,
+    ),
     # bpf_loop at each compat_tick(i): the squares of 0..i summed by a callback into the
     # program's stack, a loop the callback stops at i / 2, and the kernel's answers to flags
     # (-EINVAL from the helper) and to 2^23 + 1 iterations (-E2BIG from the kernel's inlined
@@ -461,7 +488,10 @@ def run_program(program: CorpusProgram, side: str, workdir: Path) -> Run:
         loader_env["LD_PRELOAD"] = f"{environments.loader['LD_PRELOAD']} {environments.target['LD_PRELOAD']}"
     with started(
         lambda: Child(
-            [str(app())], stderr_path=workdir / "app.err", env={**os.environ, **environments.target}, stdin=True
+            [str(paths.artifact(program.workload))],
+            stderr_path=workdir / "app.err",
+            env={**os.environ, **environments.target},
+            stdin=True,
         )
     ) as workload:
         workload.wait_for_line("READY", READY_TIMEOUT_S)

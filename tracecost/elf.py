@@ -1,0 +1,32 @@
+"""Where a symbol lies in an ELF file, as libbpf tells the kernel's uprobes: binutils' reading of
+the file (nm, readelf), which every machine that builds tracecost has."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from tracecost.errors import TracecostError
+
+
+def file_offset(binary: Path, symbol: str, dynamic: bool = True) -> int:
+    """The symbol's file offset (what libbpf gives the kernel): value - segment vaddr + offset;
+    from the dynamic symbols, or with dynamic=False the symbol table (an executable's own)."""
+    symbols = _output(["nm", *(["-D"] if dynamic else []), "--defined-only", str(binary)])
+    value = next((int(line.split()[0], 16) for line in symbols.splitlines() if line.split()[-1:] == [symbol]), None)
+    if value is None:
+        raise TracecostError(f"{binary} defines no symbol {symbol}")
+    for line in _output(["readelf", "-lW", str(binary)]).splitlines():
+        fields = line.split()
+        if fields[:1] == ["LOAD"] and "E" in fields[6:-1]:
+            offset, vaddr, size = int(fields[1], 16), int(fields[2], 16), int(fields[5], 16)
+            if vaddr <= value < vaddr + size:
+                return value - vaddr + offset
+    raise TracecostError(f"{symbol} is in no executable segment of {binary}")
+
+
+def _output(argv: list[str]) -> str:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as err:
+        raise TracecostError(f"{argv[0]} could not read {argv[-1]}: {err}") from err
