@@ -806,3 +806,134 @@ def test_the_agents_own_libc_calls_are_not_counted(symbol, tmp_path):
     on_uebpf = libc_calls_counted("uebpf", symbol, tmp_path)
     assert kernel["entry"] > 0 and kernel["dropped"] == on_uebpf["dropped"] == 0, (kernel, on_uebpf)
     assert on_uebpf["entry"] == kernel["entry"], (kernel, on_uebpf)
+
+
+# An extension: at libc's unlink, a path whose character at `prefix_len` is 'k' is not removed,
+# and the call returns 0 as if it had been (bpf_override_return).
+KEEPER = textwrap.dedent(r"""
+    const volatile __u32 prefix_len = 0;
+
+    SEC("uprobe")
+    int keep(struct pt_regs *ctx)
+    {
+        char path[256];
+
+        add(0, 1);
+        if (bpf_probe_read_user_str(path, sizeof(path), (void *)PT_REGS_PARM1(ctx)) <= 0)
+            return 0;
+        if (path[prefix_len & 255] == 'k') {
+            add(1, 1);
+            add(2, bpf_override_return(ctx, 0) == 0);
+        }
+        return 0;
+    }
+
+    char LICENSE[] SEC("license") = "GPL";
+""")
+
+# Too late: at a return the call has run.
+LATE_KEEPER = textwrap.dedent(r"""
+    SEC("uretprobe")
+    int keep_late(struct pt_regs *ctx)
+    {
+        add(0, bpf_override_return(ctx, 0) == 0);
+        return 0;
+    }
+
+    char LICENSE[] SEC("license") = "GPL";
+""")
+
+UNLINKER = textwrap.dedent("""
+    import ctypes, json, os, signal, sys
+    libc = ctypes.CDLL(None)
+    folder = sys.argv[2]
+    names = [f"{kind}-{i}" for i in range(int(sys.argv[1])) for kind in ("keep", "drop")]
+    for name in names:
+        open(os.path.join(folder, name), "w").close()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    print("READY", flush=True)
+    signal.sigwait({signal.SIGUSR1})
+    results = {name: libc.unlink(os.path.join(folder, name).encode()) for name in names}
+    print(json.dumps({"results": results, "left": sorted(os.listdir(folder))}), flush=True)
+""")
+
+
+def libc_path() -> str:
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    return next(line.split()[-1] for line in maps if line.split()[-1].endswith("/libc.so.6"))
+
+
+def test_an_extension_answers_a_call_without_running_it(tmp_path):
+    """bpf_override_return at a uprobe on a function's first instruction: the call returns the
+    program's value to its caller and the function does not run (the files it spares stay)."""
+    folder = tmp_path / "files"
+    folder.mkdir()
+    obj = compile_probes(tmp_path, KEEPER, SUMS=4)
+    region, n = region_name("extension"), 5
+    argv = [str(UEBPF), "attach", str(obj), "--region", region, "--set", f"prefix_len={len(str(folder)) + 1}"]
+    argv += ["--attach", f"keep:{libc_path()}:unlink", "--extension", "keep"]
+    with started(lambda: Child(argv, stderr_path=tmp_path / "attach.err")) as attach:
+        attach.wait_for_line("READY", timeout_s=30)
+        target_argv = [sys.executable, "-c", UNLINKER, str(n), str(folder)]
+        with started(lambda: Child(target_argv, stderr_path=tmp_path / "target.err", env=agent_env(region))) as target:
+            target.wait_for_line("READY", timeout_s=30)
+            wait_applied(region, target.pid)
+            target.send(signal.SIGUSR1)
+            assert target.wait(timeout_s=60).exit_code == 0, target.stderr_text()
+            report = json.loads(target.read_stdout().strip().splitlines()[-1])
+        assert attach.stop().exit_code == 0, attach.stderr_text()
+        sums = sums_of(json.loads(attach.read_stdout()))
+    assert set(report["results"].values()) == {0}, report
+    assert report["left"] == [f"keep-{i}" for i in range(n)]
+    assert sums[0] >= 2 * n and sums[1] == sums[2] == n, sums
+
+
+def test_override_needs_an_extension_at_a_function_entry(tmp_path):
+    obj, libc = compile_probes(tmp_path, KEEPER, SUMS=4), libc_path()
+    (tmp_path / "late").mkdir()
+    late = compile_probes(tmp_path / "late", LATE_KEEPER, SUMS=1)
+
+    def attach(label: str, *extra: str, obj: Path = obj) -> subprocess.CompletedProcess:
+        region = region_name(label)
+        result = subprocess.run(
+            [str(UEBPF), "attach", str(obj), "--region", region, *extra], capture_output=True, text=True, timeout=60
+        )
+        assert not (SHM / f"uebpf-{region}").exists()
+        return result
+
+    # Not marked an extension: refused at load, with the reason.
+    refused = attach("not-extension", "--attach", f"keep:{libc}:unlink")
+    assert refused.returncode == 1 and "calls bpf_override_return, which only an extension may" in refused.stderr
+    # A uretprobe cannot be one: the call has run.
+    refused = attach("late-extension", "--attach", f"keep_late:{libc}:unlink", "--extension", "keep_late", obj=late)
+    assert refused.returncode == 1 and "only uprobe programs can" in refused.stderr
+    # Past a function's first instruction the stack no longer holds the return address where a
+    # return would take it: the agent leaves the attachment out and says why. unlink starts with
+    # `mov $87, %eax` (5 bytes) in the C library here.
+    start = file_offset(Path(libc), "unlink")
+    with open(libc, "rb") as library:
+        library.seek(start)
+        assert library.read(5) == bytes([0xB8, 87, 0, 0, 0]), "unlink's first instruction is not mov $87, %eax here"
+    region = region_name("mid-function")
+    argv = [
+        str(UEBPF),
+        "attach",
+        str(obj),
+        "--region",
+        region,
+        "--extension",
+        "keep",
+        "--attach",
+        f"keep:{libc}:{start + 5:#x}",
+    ]
+    with started(lambda: Child(argv, stderr_path=tmp_path / "attach.err")) as attacher:
+        attacher.wait_for_line("READY", timeout_s=30)
+        target_argv = [sys.executable, "-c", UNLINKER, "1", str(tmp_path)]
+        with started(lambda: Child(target_argv, stderr_path=tmp_path / "t.err", env=agent_env(region))) as target:
+            target.wait_for_line("READY", timeout_s=30)
+            waited = wait_applied(region, target.pid, check=False)
+            target.send(signal.SIGUSR1)
+            assert target.wait(timeout_s=60).exit_code == 0, target.stderr_text()
+        assert attacher.stop().exit_code == 0
+    assert waited.returncode != 0, waited.stdout
+    assert "needs a uprobe at a function's first instruction" in waited.stdout + waited.stderr

@@ -531,3 +531,40 @@ def test_map_commands_answer_as_the_kernels(script, tmp_path):
     else:
         assert kernel["update"][3] == 0 and kernel["lookup"] == [0, True, errno.ENOENT]
         assert kernel["delete"][:2] == [0, errno.ENOENT]
+
+
+EXTENSION_SCRIPT = (
+    RAW_BPF
+    + r"""
+out = {}
+code = (ctypes.c_uint64 * 4)(0x2B7, 0x0000003A00000085, 0xB7, 0x95)  # bpf_override_return(ctx, 0); return 0
+license = ctypes.create_string_buffer(b"GPL")
+log = ctypes.create_string_buffer(4096)
+def load(prog_type, flags):
+    attr = struct.pack("<IIQQIIQII", prog_type, 4, ctypes.addressof(code), ctypes.addressof(license), 1, 4096, ctypes.addressof(log), 0, flags)
+    fd, err, _ = bpf(5, attr)
+    return [err, log.value.decode(errors="replace")]
+out["plain"] = load(2, 0)
+out["extension"] = load(2, 1 << 30)
+out["tracepoint_extension"] = load(5, 1 << 30)
+print(json.dumps(out))
+"""
+)
+
+
+def test_only_programs_loaded_as_extensions_may_override_a_call(tmp_path):
+    """UEBPF_F_EXTENSION (uebpf's program flag): a program calling bpf_override_return loads
+    only with it, and only as a uprobe (kprobe-type) program; the kernel refuses the flag."""
+
+    def run(env):
+        result = subprocess.run(
+            [sys.executable, "-c", EXTENSION_SCRIPT], capture_output=True, text=True, timeout=60, env=env
+        )
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    on_uebpf = run(server_env(region_name("extension")))
+    assert on_uebpf["plain"][0] == errno.EACCES and "only an extension may" in on_uebpf["plain"][1]
+    assert on_uebpf["extension"][0] == 0
+    assert on_uebpf["tracepoint_extension"][0] == errno.EINVAL
+    assert run(dict(os.environ))["extension"][0] == errno.EINVAL, "the kernel knows no such flag"

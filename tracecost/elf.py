@@ -13,7 +13,11 @@ def file_offset(binary: Path, symbol: str, dynamic: bool = True) -> int:
     """The symbol's file offset (what libbpf gives the kernel): value - segment vaddr + offset;
     from the dynamic symbols, or with dynamic=False the symbol table (an executable's own)."""
     symbols = _output(["nm", *(["-D"] if dynamic else []), "--defined-only", str(binary)])
-    value = next((int(line.split()[0], 16) for line in symbols.splitlines() if line.split()[-1:] == [symbol]), None)
+    # A dynamic symbol may carry its version (unlink@@GLIBC_2.2.5).
+    names = (
+        (line.split()[0], line.split()[-1].split("@")[0]) for line in symbols.splitlines() if len(line.split()) >= 3
+    )
+    value = next((int(address, 16) for address, name in names if name == symbol), None)
     if value is None:
         raise TracecostError(f"{binary} defines no symbol {symbol}")
     for line in _output(["readelf", "-lW", str(binary)]).splitlines():

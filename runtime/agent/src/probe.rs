@@ -27,6 +27,9 @@ pub(crate) struct Probe {
     /// The program's code, called directly; None for a program that takes tail calls, which runs
     /// through `LoadedProgram::run_raw`.
     function: Option<JitFunction>,
+    /// An extension (bpf_override_return) at a function's first instruction: its runs may make
+    /// the call return at once (the session attaches it nowhere else).
+    overrides: bool,
     program: LoadedProgram,
 }
 
@@ -50,7 +53,8 @@ impl Probe {
         let cookie = program.reads_attach_cookie().then_some(cookie);
         let func_ip = program.reads_func_ip().then_some(func_ip);
         let stack = program.reads_stack().then_some(stack);
-        Some(Probe { state, pid, cookie, func_ip, stack, function, program })
+        let overrides = program.overrides();
+        Some(Probe { state, pid, cookie, func_ip, stack, function, overrides, program })
     }
 
     /// The hook data of a probe that runs on `pt_regs` (`run`).
@@ -77,6 +81,10 @@ impl Probe {
         if let Some(origin) = self.stack {
             uebpf::set_stack_origin(origin);
         }
+        if self.overrides {
+            // The context is the hook's pt_regs at the function's first instruction.
+            uebpf::allow_override(context.cast());
+        }
         match self.function {
             Some(function) => {
                 function(context, len as u64);
@@ -85,6 +93,9 @@ impl Probe {
             None => {
                 let _ = self.program.run_raw(context, len);
             }
+        }
+        if self.overrides {
+            uebpf::allow_override(std::ptr::null_mut());
         }
     }
 }

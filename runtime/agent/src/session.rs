@@ -180,7 +180,15 @@ impl Session {
         // (the process's copy may already carry another attachment's patch).
         let at_entry = spec.kind == AttachKind::Uprobe && starts_a_frame(binary, spec.offset);
         let origin = uebpf::StackOrigin::Regs { at_entry };
-        let data = self.probe(attachment, target.address as u64, origin).map_err(failed)?.leak();
+        let program = self.program(spec.prog_id).map_err(failed)?;
+        // An extension makes the call return at once: only where `[sp]` is the return address.
+        let at_function_start = target.function.unknown_size != Some(uebpf_hook::NO_SYMBOL) && target.address == target.function.start;
+        if program.overrides() && !(spec.kind == AttachKind::Uprobe && at_function_start) {
+            return Err(Outcome::Unsupported(format!(
+                "{what}: the program calls bpf_override_return, which needs a uprobe at a function's first instruction (a symbol's start)"
+            )));
+        }
+        let data = self.probe_running(attachment, target.address as u64, origin, program).map_err(failed)?.leak();
         let hook = match spec.kind {
             AttachKind::Uprobe => Hook::entry(&target, probe::run, data),
             _ => Hook::ret(&target, probe::run, data),
@@ -202,6 +210,11 @@ impl Session {
         let sites = syscalls::sites(side, point).map_err(failed)?;
         let record = side.record_size() as u32;
         let program = self.program(spec.prog_id).map_err(failed)?;
+        if program.overrides() {
+            return Err(Outcome::Unsupported(format!(
+                "{what}: the program calls bpf_override_return; answering system calls is not supported yet"
+            )));
+        }
         let reach = program.max_ctx_offset();
         if reach > record {
             // As the kernel's attach (EACCES): the program would read past the record.
@@ -238,14 +251,8 @@ impl Session {
         Ok(hooks)
     }
 
-    /// The attachment's program, JIT-compiled, as a probe at `func_ip` (0: not at an address),
-    /// its user stack at `stack`.
-    fn probe(&mut self, attachment: &AttachInfo, func_ip: u64, stack: uebpf::StackOrigin) -> Result<Probe, String> {
-        let program = self.program(attachment.spec.prog_id)?;
-        self.probe_running(attachment, func_ip, stack, program)
-    }
-
-    /// As `probe`, with the attachment's program already loaded.
+    /// The attachment's program (loaded), JIT-compiled, as a probe at `func_ip` (0: not at an
+    /// address), its user stack at `stack`.
     fn probe_running(
         &mut self,
         attachment: &AttachInfo,

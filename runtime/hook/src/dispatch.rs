@@ -153,13 +153,39 @@ pub(crate) unsafe extern "C" fn on_entry(regs: *mut PtRegs, site: *const Site) -
             return 0;
         }
         let probes = site.probes();
+        let (ip, sp) = ((*regs).ip, (*regs).sp);
         for probe in &probes.entry {
             (probe.handler)(regs, probe.data);
+        }
+        if ((*regs).ip, (*regs).sp) != (ip, sp) {
+            if overrides(&*regs, sp) {
+                // The function does not run: its return probes see the result it was given.
+                for probe in &probes.ret {
+                    (probe.handler)(regs, probe.data);
+                }
+                thread.busy.set(false);
+                return OVERRIDE;
+            }
+            // No other change of course is made: the function runs as it would have.
+            ((*regs).ip, (*regs).sp) = (ip, sp);
         }
         let returning = !probes.ret.is_empty() && push_return(thread, &*regs, site);
         thread.busy.set(false);
         returning as usize
     }
+}
+
+/// What `on_entry` returns when a handler made the hooked function return at once: the entry
+/// stub then restores the registers (the result in ax) and returns to the caller.
+pub(crate) const OVERRIDE: usize = 2;
+
+/// Whether an entry handler left `regs` in the form of the kernel's
+/// override_function_with_return (arch/x86/lib/error-inject.c, what bpf_override_return does): ip
+/// = the return address at the entry stack pointer `sp`, and sp past it, as after a `ret`. That is
+/// a return only at a function's first instruction, where `[sp]` is the return address: a handler
+/// asks for it only there (`Hook::entry` on a function's start).
+unsafe fn overrides(regs: &PtRegs, sp: u64) -> bool {
+    regs.sp == sp.wrapping_add(8) && regs.ip == *(sp as *const u64)
 }
 
 /// Called by an entry stub after the function returned; returns where it really returns to.

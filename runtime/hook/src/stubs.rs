@@ -129,6 +129,7 @@ fn restore_flags(a: &mut CodeAssembler) -> Result<(), IcedError> {
 /// wants this call's return, after saving the return address on the shadow stack. Then
 /// everything is restored and:
 /// * 0: jump to the trampoline (the displaced instructions), as if nothing happened;
+/// * 2 (`dispatch::OVERRIDE`): return to the caller at once, the function not run;
 /// * 1: drop the return address and *call* the trampoline from the same stack position, so
 ///   the function runs with the same stack layout and returns into this stub, predicted by the
 ///   CPU's return stack. There `on_return(regs)` gives back the original return address, which
@@ -159,10 +160,18 @@ pub(crate) fn entry_stub(rip: usize, hooked: usize, site: &Site, dispatch: Dispa
     a.mov(rsi, site as *const Site as u64)?;
     call(&mut a, dispatch.on_entry)?;
     restore_xmm(&mut a)?;
+    let mut overridden = a.create_label();
+    a.cmp(eax, dispatch::OVERRIDE as i32)?;
+    a.je(overridden)?;
     a.test(eax, eax)?;
     a.jnz(call_through)?;
     restore_gprs(&mut a, 0)?;
     a.jmp(trampoline as u64)?;
+    // A handler made the function return at once (dispatch::OVERRIDE): its result is in ax,
+    // and the stack pointer is back at the return address, which `ret` takes.
+    a.set_label(&mut overridden)?;
+    restore_gprs(&mut a, 0)?;
+    a.ret()?;
     a.set_label(&mut call_through)?;
     restore_gprs(&mut a, 8)?; // and drop the return address (it is on the shadow stack)
     a.set_label(&mut calling)?;

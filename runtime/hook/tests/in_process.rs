@@ -707,3 +707,63 @@ unsafe extern "C" fn count_only_this(regs: *mut PtRegs, data: *mut c_void) {
         (*(data as *const Record)).hit(&*regs, (*regs).di);
     }
 }
+
+static BODY_RUNS: AtomicU64 = AtomicU64::new(0);
+
+#[no_mangle]
+#[inline(never)]
+extern "C" fn hook_test_with_side_effect(x: u64) -> u64 {
+    BODY_RUNS.fetch_add(1, SeqCst);
+    black_box(x + 1)
+}
+
+/// An entry handler that makes the function return `x * 100` for an even argument `x` without
+/// running it (the kernel's override_function_with_return), and leaves odd calls alone.
+unsafe extern "C" fn override_even(regs: *mut PtRegs, _: *mut c_void) {
+    let regs = &mut *regs;
+    if regs.di.is_multiple_of(2) {
+        regs.ax = regs.di * 100;
+        regs.ip = *(regs.sp as *const u64);
+        regs.sp += 8;
+    }
+}
+
+/// A handler that moves ip elsewhere: not a return, so the hook ignores it.
+unsafe extern "C" fn stray_ip(regs: *mut PtRegs, _: *mut c_void) {
+    (*regs).ip = 0x1234;
+}
+
+#[test]
+fn an_entry_handler_makes_the_function_return_without_running_it() {
+    for (symbol, int3) in [("hook_test_with_side_effect", false), ("hook_test_identity", true)] {
+        let target = this_binary(symbol);
+        let call = |x: u64| unsafe {
+            match symbol {
+                "hook_test_identity" => u64::from(hook_test_identity(x as u32)),
+                _ => hook_test_with_side_effect(x),
+            }
+        };
+        let plain = |x: u64| if symbol == "hook_test_identity" { x } else { x + 1 };
+        let (returns, return_data) = leak(Record::default());
+        // The stray handler runs first: the overriding one's return still counts.
+        let stray = Hook::entry(&target, stray_ip, std::ptr::null_mut()).unwrap();
+        let overriding = Hook::entry(&target, override_even, std::ptr::null_mut()).unwrap();
+        let ret = Hook::ret(&target, count_return, return_data).unwrap();
+        assert_eq!(matches!(overriding.kind(), PatchKind::Int3 { .. }), int3, "{symbol}");
+        let runs_before = BODY_RUNS.load(SeqCst);
+        for x in 0..100u64 {
+            let expected = if x % 2 == 0 { x * 100 } else { plain(x) };
+            assert_eq!(call(x), expected, "{symbol}({x})");
+        }
+        if symbol == "hook_test_with_side_effect" {
+            assert_eq!(BODY_RUNS.load(SeqCst) - runs_before, 50, "the body ran for odd arguments only");
+        }
+        // Return probes see every call's result, the forced ones included.
+        let forced: u64 = (0..100u64).map(|x| if x % 2 == 0 { x * 100 } else { plain(x) }).sum();
+        assert_eq!((returns.hits.load(SeqCst), returns.sum.load(SeqCst)), (100, forced), "{symbol}");
+        for hook in [overriding, stray, ret] {
+            hook.detach().unwrap();
+        }
+        assert_eq!(call(4), plain(4), "{symbol}: detached");
+    }
+}

@@ -67,8 +67,12 @@ const BTF_MAX_SIZE: u32 = 16 << 20;
 /// The license is copied as strncpy_from_user(license, ..., sizeof(license) - 1) with a
 /// 128-byte buffer.
 const LICENSE_MAX: usize = 127;
-/// prog_flags uebpf accepts: the kernel's, but BPF_F_TOKEN_FD (tokens are not supported).
-const PROG_FLAGS: u32 = 0xff;
+/// prog_flags uebpf accepts: the kernel's but BPF_F_TOKEN_FD (tokens are not supported), and its own.
+const PROG_FLAGS: u32 = 0xff | UEBPF_F_EXTENSION;
+/// uebpf's own program flag (libbpf: `bpf_program__set_flags`): the program is an extension,
+/// which may change what the probed call returns (bpf_override_return; runtime README,
+/// "Extensions"). The kernel refuses the unknown bit (EINVAL), as it refuses overrides at uprobes.
+pub const UEBPF_F_EXTENSION: u32 = 1 << 30;
 
 /// The end of the last attr field each command uses: CHECK_ATTR (kernel/bpf/syscall.c) returns
 /// EINVAL when a byte after it is nonzero. The ends are Linux 6.18's `<CMD>_LAST_FIELD`s (the
@@ -588,11 +592,18 @@ fn prog_load(a: &[u8], attr: u64, attr_size: u32) -> Result<c_int, c_int> {
     let name = name_at(a, 48)?;
     log.check()?;
     let label = if name.is_empty() { "(unnamed)".to_string() } else { name.clone() };
+    let extension = u32_at(a, 44) & UEBPF_F_EXTENSION != 0;
+    if extension && prog_type != 2 {
+        early_log("only uprobe (kprobe-type) programs can be extensions (UEBPF_F_EXTENSION)");
+        return Err(libc::EINVAL);
+    }
+    let section = if extension { uebpf::EXTENSION_SECTION } else { type_name };
     let region = region()?;
     // uebpf's load-time checks: helpers it provides, then the VM's checks with the region's maps.
     let checked = relocate(&mut bytecode)
         .map_err(|why| (libc::EINVAL, format!("program `{label}`: {why}")))
         .and_then(|()| uebpf::check_program(&label, &bytecode).map_err(|e| (libc::EACCES, e.to_string())))
+        .and_then(|()| uebpf::check_extension(&label, &bytecode, section).map_err(|e| (libc::EACCES, e.to_string())))
         .and_then(|()| {
             let instance = uebpf::Instance::new(region).map_err(|e| (libc::EACCES, e.to_string()))?;
             uebpf::load_checked(&label, prog_type, &bytecode, instance.environment()).map(drop).map_err(|e| (libc::EACCES, e.to_string()))
@@ -610,7 +621,7 @@ fn prog_load(a: &[u8], attr: u64, attr_size: u32) -> Result<c_int, c_int> {
         17 => ProgramKind::RawTracepoint,
         _ => ProgramKind::Other,
     };
-    let spec = ProgramSpec { name: &name, section: type_name, kind, prog_type, license: &license, bytecode: &bytecode };
+    let spec = ProgramSpec { name: &name, section, kind, prog_type, license: &license, bytecode: &bytecode };
     let id = match region.add_program(&spec) {
         Ok(id) => id,
         Err(e) => {

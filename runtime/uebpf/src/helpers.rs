@@ -255,6 +255,57 @@ extern "C" fn get_func_ip(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
     FUNC_IP.with(Cell::get)
 }
 
+/// bpf_override_return's id.
+pub(crate) const OVERRIDE_RETURN: u32 = 58;
+
+/// The call the running program may make return at once: its entry registers, and the stack
+/// pointer they had at the function's first instruction.
+#[derive(Clone, Copy)]
+struct Overridable {
+    regs: *mut uebpf_hook::PtRegs,
+    entry_sp: u64,
+}
+
+thread_local! {
+    static OVERRIDABLE: Cell<Overridable> = const { Cell::new(Overridable { regs: std::ptr::null_mut(), entry_sp: 0 }) };
+}
+
+/// Lets the programs this thread runs next make the call whose entry registers are `regs` return
+/// at once (bpf_override_return); null: no call may be. The agent's probe of an extension at a
+/// function's first instruction sets it around the run, and only it (runtime README,
+/// "Extensions").
+///
+/// # Safety
+/// `regs` is null, or the registers of a hook at a function's first instruction (its `sp` points
+/// at the return address), valid while the programs run.
+pub unsafe fn allow_override(regs: *mut uebpf_hook::PtRegs) {
+    let entry_sp = if regs.is_null() { 0 } else { (*regs).sp };
+    OVERRIDABLE.with(|slot| slot.set(Overridable { regs, entry_sp }));
+}
+
+/// bpf_override_return(regs, rc), as the kernel's (kernel/trace/bpf_trace.c with
+/// arch/x86/lib/error-inject.c's override_function_with_return): the result register becomes
+/// `rc`, and the call returns to its caller at once, the function's body not run (the hook
+/// engine takes that form of the registers as a return: uebpf_hook's entry stub). Called again,
+/// it changes only the result. -EINVAL where no call may be overridden: outside an extension's
+/// probe (the safety analysis lets only extensions call it), or on other registers than the
+/// probe's.
+extern "C" fn override_return(ctx: u64, rc: u64, _: u64, _: u64, _: u64) -> u64 {
+    let Overridable { regs, entry_sp } = OVERRIDABLE.with(Cell::get);
+    if regs.is_null() || regs as u64 != ctx {
+        return errno(libc::EINVAL);
+    }
+    let mut return_address = 0u64;
+    // SAFETY: 8 bytes of ours; the stack pointer is the traced thread's, read fault-safely.
+    if unsafe { probe::read((&mut return_address as *mut u64).cast(), 8, entry_sp as *const u8) } != 0 {
+        return errno(libc::EFAULT);
+    }
+    // SAFETY: the probe's registers, valid while the program runs (allow_override).
+    let regs = unsafe { &mut *regs };
+    (regs.ax, regs.ip, regs.sp) = (rc, return_address, entry_sp + 8);
+    0
+}
+
 extern "C" fn get_prandom_u32(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
     thread_local! {
         static STATE: Cell<u64> = const { Cell::new(0) };
@@ -533,6 +584,7 @@ const HELPERS: &[(u32, HelperFn)] = &[
     (134, ringbuf_query),
     (160, ktime_get_coarse_ns),
     (GET_FUNC_IP, get_func_ip),
+    (OVERRIDE_RETURN, override_return),
     (GET_ATTACH_COOKIE, get_attach_cookie),
     (177, trace_vprintk),
 ];

@@ -225,6 +225,7 @@ impl Instance {
         let name = info.name.as_str();
         let bytecode = self.inner.region.program_bytecode(info.id)?;
         check_program(name, &bytecode)?;
+        crate::load::check_extension(name, &bytecode, &info.section)?;
         let calls = |id| crate::load::calls_helper(&bytecode, id);
         let (program, analysis) = load_checked_with_analysis(name, info.prog_type, &bytecode, &self.inner.env)?;
         let needs = Needs {
@@ -232,6 +233,7 @@ impl Instance {
             reads_func_ip: calls(crate::helpers::GET_FUNC_IP),
             reads_stack: calls(crate::helpers::GET_STACK) || calls(crate::helpers::GET_STACKID),
             takes_tail_calls: calls(uebpf_vm::insn::TAIL_CALL_HELPER as u32),
+            overrides: calls(crate::helpers::OVERRIDE_RETURN),
             max_ctx_offset: analysis.max_ctx_offset,
         };
         let code = match engine {
@@ -259,6 +261,9 @@ struct Needs {
     reads_stack: bool,
     /// It calls bpf_tail_call: it runs through `run_raw`, which takes the tail calls.
     takes_tail_calls: bool,
+    /// It calls bpf_override_return (an extension): whoever runs it at a function's first
+    /// instruction lets it (`allow_override`).
+    overrides: bool,
     /// The end of the context bytes it may read (the safety analysis): a context shorter than
     /// that must not be given to it.
     max_ctx_offset: u32,
@@ -272,6 +277,7 @@ impl Needs {
             reads_func_ip: self.reads_func_ip || other.reads_func_ip,
             reads_stack: self.reads_stack || other.reads_stack,
             takes_tail_calls: self.takes_tail_calls,
+            overrides: self.overrides || other.overrides,
             max_ctx_offset: self.max_ctx_offset.max(other.max_ctx_offset),
         }
     }
@@ -330,6 +336,12 @@ impl LoadedProgram {
     /// `uebpf::set_stack_origin` before running it.
     pub fn reads_stack(&self) -> bool {
         self.needs.reads_stack
+    }
+
+    /// Whether the program (or one it tail-calls) calls bpf_override_return: an extension, which a
+    /// probe runs only at a function's first instruction, letting it (`uebpf::allow_override`).
+    pub fn overrides(&self) -> bool {
+        self.needs.overrides
     }
 
     /// Whether the program calls bpf_tail_call: it must run through `run_raw` (which takes its

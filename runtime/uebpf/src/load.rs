@@ -40,6 +40,29 @@ pub fn check_program(name: &str, bytecode: &[u8]) -> Result<(), Error> {
         .ok_or_else(|| Error::invalid(format!("program `{name}`: bytecode length {} is not a multiple of 8", bytecode.len())))
 }
 
+/// The section of an extension program: a uprobe program that may change what the probed call
+/// returns (bpf_override_return). uebpf's object loader gives it to the programs named with
+/// `Object::set_extension`, the bpf(2) server to programs loaded with UEBPF_F_EXTENSION.
+pub const EXTENSION_SECTION: &str = "uprobe.override";
+
+/// Whether a program of `section` is an extension.
+pub fn is_extension(section: &str) -> bool {
+    section == EXTENSION_SECTION || section.starts_with("uprobe.override/")
+}
+
+/// Refuses a program that calls bpf_override_return without being an extension (`section`):
+/// tracing only reads, and changing what a traced program computes must be asked for, as the
+/// kernel allows the helper only where error injection was declared.
+pub fn check_extension(name: &str, bytecode: &[u8], section: &str) -> Result<(), Error> {
+    if calls_helper(bytecode, crate::helpers::OVERRIDE_RETURN) && !is_extension(section) {
+        return Err(Error::invalid(format!(
+            "program `{name}` calls bpf_override_return, which only an extension may (uebpf's object loader: \
+             Object::set_extension / `uebpf attach --extension`; a libbpf loader: the UEBPF_F_EXTENSION program flag)"
+        )));
+    }
+    Ok(())
+}
+
 /// The refusal of program `name` for the analysis's `error`: a reached call to a helper uebpf
 /// lacks names the helper (and what uebpf provides), a reached poisoned CO-RE relocation says so.
 pub(crate) fn refusal(name: &str, error: &uebpf_vm::LoadError) -> Error {
@@ -128,6 +151,7 @@ impl Object {
             // SAFETY: bpf_insn is the 8-byte kernel instruction, plain data.
             let bytecode = unsafe { std::slice::from_raw_parts(insns.as_ptr().cast::<u8>(), insns.len() * 8) };
             check_program(&program.name, bytecode)?;
+            check_extension(&program.name, bytecode, &program.section)?;
             let license = self.obj.license.to_string_lossy();
             region.add_program(&uebpf_maps::ProgramSpec {
                 name: &program.name,

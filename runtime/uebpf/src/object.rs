@@ -59,6 +59,8 @@ pub struct Object {
     pub(crate) sections: HashMap<usize, String>,
     /// Size of every global variable (data symbols), for callers that set them by name.
     globals: BTreeMap<String, usize>,
+    /// Programs made extensions (`set_extension`).
+    extensions: std::collections::BTreeSet<String>,
 }
 
 impl Object {
@@ -86,7 +88,7 @@ impl Object {
             .filter(|s| s.kind() == SymbolKind::Data && s.is_definition())
             .filter_map(|s| Some((s.name().ok()?.to_string(), s.size() as usize)))
             .collect();
-        Ok(Object { obj, name: name.to_string(), sections, globals })
+        Ok(Object { obj, name: name.to_string(), sections, globals, extensions: Default::default() })
     }
 
     pub fn name(&self) -> &str {
@@ -102,6 +104,8 @@ impl Object {
             .map(|(name, program)| {
                 let section = self.sections.get(&program.section_index).cloned().unwrap_or_default();
                 let (kind, attach_target) = parse_section(&section);
+                // An extension keeps its kind (a uprobe) under the extension section.
+                let section = if self.extensions.contains(name) { crate::load::EXTENSION_SECTION.to_string() } else { section };
                 ProgramDesc { name: name.clone(), section, kind, attach_target }
             })
             .collect();
@@ -131,6 +135,22 @@ impl Object {
             obj.patch_map_data(HashMap::from([(name, (value, true))]))
                 .map_err(|e| Error::invalid(format!("cannot set global `{name}`: {}", chain(&e))))
         })
+    }
+
+    /// Makes uprobe program `name` an extension before loading: it may change what the probed
+    /// call returns (bpf_override_return; runtime README, "Extensions"). ELF section names cannot
+    /// say so: libbpf and aya-obj know no such section.
+    pub fn set_extension(&mut self, name: &str) -> Result<(), Error> {
+        match self.programs().into_iter().find(|p| p.name == name) {
+            Some(program) if program.kind == ProgramKind::Uprobe => {
+                self.extensions.insert(name.to_string());
+                Ok(())
+            }
+            Some(program) => {
+                Err(Error::invalid(format!("program `{name}` ({}) cannot be an extension: only uprobe programs can", program.section)))
+            }
+            None => Err(Error::not_found(format!("no program `{name}` in the object"))),
+        }
     }
 
     /// Changes a map's max_entries before loading (`bpf_map__set_max_entries`).

@@ -118,6 +118,7 @@ const MAP_POP: Proto = Proto { args: &[MapPtr, MapValueOut], ret: Ret::Integer, 
 const MAP_PEEK: Proto = Proto { args: &[MapPtr, MapValueOut], ret: Ret::Integer, maps: Maps::PushPeek };
 const PERF_EVENT_OUTPUT: Proto =
     Proto { args: &[Ctx, MapPtr, Anything, Mem, SizeOrZero], ret: Ret::Integer, maps: Maps::Only(MAP_TYPE_PERF_EVENT_ARRAY) };
+const OVERRIDE_RETURN: Proto = p(&[Ctx, Anything], Ret::Integer);
 const TAIL_CALL: Proto = Proto { args: &[Ctx, MapPtr, Anything], ret: Ret::Integer, maps: Maps::Only(MAP_TYPE_PROG_ARRAY) };
 const TRACE_VPRINTK: Proto = p(&[Mem, Size, MemOrNull, SizeOrZero], Ret::Integer);
 
@@ -137,6 +138,8 @@ pub(crate) fn proto(id: u32) -> Option<&'static Proto> {
         5 | 7 | 8 | 14 | 15 | 125 | 160 => &NO_ARGS,
         6 => &TRACE_PRINTK,
         12 => &TAIL_CALL,
+        // bpf_override_return(regs, rc): uebpf lets only extensions call it (uebpf::check_extension).
+        58 => &OVERRIDE_RETURN,
         16 => &GET_CURRENT_COMM,
         25 => &PERF_EVENT_OUTPUT,
         27 => &GET_STACKID,

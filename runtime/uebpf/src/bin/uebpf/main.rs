@@ -13,6 +13,7 @@
 //!                                          return value uretprobes see; --wait: print our pid,
 //!                                          then fire once a line arrives on stdin)
 //!   uebpf attach OBJ --region NAME [--attach PROG:BINARY:SYMBOL]... [--pid PID] [--set NAME=VALUE]
+//!          [--extension PROG]...               (PROG may change what its probed call returns)
 //!                                          load OBJ into region NAME, attach its programs (section
 //!                                          targets such as uprobe//path:symbol, and --attach), print
 //!                                          READY; on SIGINT/SIGTERM print maps and records, remove
@@ -59,7 +60,7 @@ mod inject;
 mod signals;
 mod wait;
 
-const USAGE: &str = "usage: uebpf info OBJ | uebpf run OBJ PROG [--engine interpreter|jit] [--repeat N] [--budget N] [--regs R=V,...] [--set NAME=VALUE]... [--region NAME] | uebpf exec REGION PROG [--engine E] [--repeat N] [--budget N] [--regs R=V,...] | uebpf dump REGION | uebpf attachments REGION | uebpf fire REGION [--engine E] [--repeat N] [--regs R=V,...] [--ret N] [--wait] | uebpf attach OBJ --region NAME [--attach PROG:BINARY:SYMBOL]... [--pid PID] [--set NAME=VALUE]... | uebpf wait-applied REGION --pid PID [--timeout SECONDS] | uebpf check-hook BINARY SYMBOL|0xOFFSET [--return] | uebpf inject --pid PID --region NAME [--agent PATH] [--force] [--timeout SECONDS] | uebpf detach --pid PID [--agent PATH]";
+const USAGE: &str = "usage: uebpf info OBJ | uebpf run OBJ PROG [--engine interpreter|jit] [--repeat N] [--budget N] [--regs R=V,...] [--set NAME=VALUE]... [--region NAME] | uebpf exec REGION PROG [--engine E] [--repeat N] [--budget N] [--regs R=V,...] | uebpf dump REGION | uebpf attachments REGION | uebpf fire REGION [--engine E] [--repeat N] [--regs R=V,...] [--ret N] [--wait] | uebpf attach OBJ --region NAME [--attach PROG:BINARY:SYMBOL]... [--pid PID] [--set NAME=VALUE]... [--extension PROG]... | uebpf wait-applied REGION --pid PID [--timeout SECONDS] | uebpf check-hook BINARY SYMBOL|0xOFFSET [--return] | uebpf inject --pid PID --region NAME [--agent PATH] [--force] [--timeout SECONDS] | uebpf detach --pid PID [--agent PATH]";
 
 struct Options {
     command: String,
@@ -74,6 +75,7 @@ struct Options {
     return_probe: bool,
     wait: bool,
     attaches: Vec<String>,
+    extensions: Vec<String>,
     pid: Option<i32>,
     timeout_s: f64,
     agent: Option<String>,
@@ -110,6 +112,7 @@ fn parse_options() -> Result<Options, String> {
         return_probe: false,
         wait: false,
         attaches: Vec::new(),
+        extensions: Vec::new(),
         pid: None,
         timeout_s: 10.0,
         agent: None,
@@ -151,6 +154,7 @@ fn parse_options() -> Result<Options, String> {
             Long("agent") => options.agent = Some(text(parser.value().map_err(usage)?)?),
             Long("return") => options.return_probe = true,
             Long("attach") => options.attaches.push(text(parser.value().map_err(usage)?)?),
+            Long("extension") => options.extensions.push(text(parser.value().map_err(usage)?)?),
             Long("pid") => {
                 options.pid = Some(
                     text(parser.value().map_err(usage)?)?
@@ -304,6 +308,9 @@ fn open_object(path: &str, options: &Options) -> Result<Object, String> {
             return Err(format!("global `{name}` has {size} bytes; --set writes integers of up to 8"));
         }
         object.set_global(name, &bytes[..size]).map_err(|e| e.to_string())?;
+    }
+    for name in &options.extensions {
+        object.set_extension(name).map_err(|e| e.to_string())?;
     }
     Ok(object)
 }
