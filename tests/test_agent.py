@@ -9,6 +9,7 @@ attachments reported, and the direct attach path (`uebpf attach`, no libbpf load
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -906,7 +907,7 @@ def test_override_needs_an_extension_at_a_function_entry(tmp_path):
     assert refused.returncode == 1 and "calls bpf_override_return, which only an extension may" in refused.stderr
     # A uretprobe cannot be one: the call has run.
     refused = attach("late-extension", "--attach", f"keep_late:{libc}:unlink", "--extension", "keep_late", obj=late)
-    assert refused.returncode == 1 and "only uprobe programs can" in refused.stderr
+    assert refused.returncode == 1 and "cannot be an extension" in refused.stderr
     # Past a function's first instruction the stack no longer holds the return address where a
     # return would take it: the agent leaves the attachment out and says why. unlink starts with
     # `mov $87, %eax` (5 bytes) in the C library here.
@@ -937,3 +938,87 @@ def test_override_needs_an_extension_at_a_function_entry(tmp_path):
         assert attacher.stop().exit_code == 0
     assert waited.returncode != 0, waited.stdout
     assert "needs a uprobe at a function's first instruction" in waited.stdout + waited.stderr
+
+
+# An extension at newfstatat's entry points: a path whose character at `prefix_len` is 'k' (not
+# there) is answered with a made-up struct stat, one with 'e' (there) with ENOENT; the call is not
+# made. Writes other than the call's whole stat buffer are refused.
+STAT_ANSWER = textwrap.dedent(r"""
+    const volatile __u32 prefix_len = 0;
+
+    struct sys_enter_newfstatat {
+        struct trace_entry ent;
+        int __syscall_nr;
+        long dfd;
+        const char *filename;
+        struct stat *statbuf;
+        long flag;
+    };
+
+    SEC("tp/syscalls/sys_enter_newfstatat")
+    int answer(struct sys_enter_newfstatat *ctx)
+    {
+        char path[256];
+        struct stat st = {};
+
+        if (bpf_probe_read_user_str(path, sizeof(path), ctx->filename) <= 0)
+            return 0;
+        if (path[prefix_len & 255] == 'k') {
+            st.st_size = 4242;
+            st.st_mode = 0100644;
+            st.st_nlink = 1;
+            add(0, bpf_probe_write_user(ctx->statbuf, &st, 8) == -1);   /* not the whole buffer: -EPERM */
+            add(1, bpf_probe_write_user(ctx->statbuf, &st, sizeof(st)) == 0);
+            add(2, bpf_override_return(ctx, 0) == 0);
+        } else if (path[prefix_len & 255] == 'e') {
+            add(3, bpf_override_return(ctx, -2) == 0);   /* -ENOENT */
+        }
+        return 0;
+    }
+
+    char LICENSE[] SEC("license") = "GPL";
+""")
+
+STATTER = textwrap.dedent("""
+    import json, os, signal, sys
+    folder = sys.argv[2]
+    open(os.path.join(folder, "e-present"), "w").close()
+    open(os.path.join(folder, "plain"), "w").write("12345")
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    print("READY", flush=True)
+    signal.sigwait({signal.SIGUSR1})
+    seen = {}
+    for name in ("k-missing", "e-present", "plain"):
+        try:
+            st = os.stat(os.path.join(folder, name))
+            seen[name] = [st.st_size, oct(st.st_mode)]
+        except OSError as error:
+            seen[name] = error.errno
+    print(json.dumps(seen), flush=True)
+""")
+
+
+def test_an_extension_answers_a_system_call_at_its_c_library_entry(tmp_path):
+    """bpf_override_return at sys_enter_newfstatat (the C library's stat functions): the caller
+    gets the program's result in the C library's convention (-1 and errno for -ENOENT) and the
+    struct stat it wrote, and the system call is not made; other files are stat'ed for real."""
+    folder = tmp_path / "files"
+    folder.mkdir()
+    obj = compile_probes(tmp_path, STAT_ANSWER, SUMS=4)
+    region = region_name("answer")
+    argv = [str(UEBPF), "attach", str(obj), "--region", region, "--set", f"prefix_len={len(str(folder)) + 1}"]
+    argv += ["--extension", "answer"]
+    with started(lambda: Child(argv, stderr_path=tmp_path / "attach.err")) as attach:
+        attach.wait_for_line("READY", timeout_s=30)
+        target_argv = [sys.executable, "-c", STATTER, "0", str(folder)]
+        with started(lambda: Child(target_argv, stderr_path=tmp_path / "target.err", env=agent_env(region))) as target:
+            target.wait_for_line("READY", timeout_s=30)
+            wait_applied(region, target.pid)
+            target.send(signal.SIGUSR1)
+            assert target.wait(timeout_s=60).exit_code == 0, target.stderr_text()
+            seen = json.loads(target.read_stdout().strip().splitlines()[-1])
+        assert attach.stop().exit_code == 0, attach.stderr_text()
+        sums = sums_of(json.loads(attach.read_stdout()))
+    assert seen == {"k-missing": [4242, "0o100644"], "e-present": errno.ENOENT, "plain": [5, seen["plain"][1]]}
+    assert sums == {0: 1, 1: 1, 2: 1, 3: 1}
+    assert (folder / "e-present").exists()

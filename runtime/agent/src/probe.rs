@@ -67,6 +67,25 @@ impl Probe {
         self.state.load(Ordering::Relaxed) == AttachState::Enabled as u32 && (self.pid < 0 || self.pid as u32 == current::pid())
     }
 
+    /// Whether the program is an extension (bpf_override_return).
+    pub(crate) fn overrides(&self) -> bool {
+        self.overrides
+    }
+
+    /// Runs the program on the hook's `pt_regs`, an extension allowed to make the call return.
+    ///
+    /// # Safety
+    /// `regs` are a hook's registers (at a function's first instruction, for an extension).
+    pub(crate) unsafe fn run_on_regs(&self, regs: *mut PtRegs) {
+        if self.overrides {
+            uebpf::allow_override(regs);
+        }
+        self.run_on(regs.cast(), std::mem::size_of::<PtRegs>());
+        if self.overrides {
+            uebpf::allow_override(std::ptr::null_mut());
+        }
+    }
+
     /// Runs the program on a context of `len` bytes.
     ///
     /// # Safety
@@ -81,10 +100,6 @@ impl Probe {
         if let Some(origin) = self.stack {
             uebpf::set_stack_origin(origin);
         }
-        if self.overrides {
-            // The context is the hook's pt_regs at the function's first instruction.
-            uebpf::allow_override(context.cast());
-        }
         match self.function {
             Some(function) => {
                 function(context, len as u64);
@@ -93,9 +108,6 @@ impl Probe {
             None => {
                 let _ = self.program.run_raw(context, len);
             }
-        }
-        if self.overrides {
-            uebpf::allow_override(std::ptr::null_mut());
         }
     }
 }
@@ -106,6 +118,6 @@ impl Probe {
 pub(crate) unsafe extern "C" fn run(regs: *mut PtRegs, data: *mut c_void) {
     let probe = &*data.cast::<Probe>();
     if probe.admits() {
-        probe.run_on(regs.cast(), std::mem::size_of::<PtRegs>());
+        probe.run_on_regs(regs);
     }
 }

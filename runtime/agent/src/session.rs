@@ -210,9 +210,16 @@ impl Session {
         let sites = syscalls::sites(side, point).map_err(failed)?;
         let record = side.record_size() as u32;
         let program = self.program(spec.prog_id).map_err(failed)?;
-        if program.overrides() {
+        if program.overrides() && side == Side::Exit {
             return Err(Outcome::Unsupported(format!(
-                "{what}: the program calls bpf_override_return; answering system calls is not supported yet"
+                "{what}: the program calls bpf_override_return, which needs a system call's entry (at its exit the call has been made)"
+            )));
+        }
+        // An answer returns from the C library function: its hooks must be at functions' starts.
+        if let Some(site) = sites.iter().find(|site| program.overrides() && site.target.address != site.target.function.start) {
+            return Err(Outcome::Unsupported(format!(
+                "{what}: the program calls bpf_override_return, and {} is not a function's first instruction",
+                site.target.description
             )));
         }
         let reach = program.max_ctx_offset();

@@ -147,13 +147,42 @@ impl SyscallProbe {
         }
     }
 
-    fn fire(&self, nr: i64, args: [u64; 6]) {
-        self.run(nr, || self.context(nr, args));
+    /// Runs the program on the entry record of call `nr`, made through the C library function
+    /// whose entry registers are `regs`: an extension may answer the call (uebpf::allow_answer).
+    fn fire(&self, nr: i64, args: [u64; 6], regs: *mut PtRegs) {
+        if !self.probe.overrides() {
+            return self.run(nr, || self.context(nr, args));
+        }
+        if self.point.admits(nr) && self.probe.admits() {
+            let mut context = self.context(nr, args);
+            let record = (&mut context as *mut SysEnter).cast::<u8>();
+            // SAFETY: the hook's registers at the function's first instruction (the session
+            // attaches extensions only at such sites); the record is the live local above.
+            unsafe {
+                uebpf::allow_answer(regs, record as u64, output_buffers(nr, &args));
+                self.probe.run_on(record, std::mem::size_of::<SysEnter>());
+                uebpf::allow_override(std::ptr::null_mut());
+            }
+        }
     }
 
     fn fire_exit(&self, nr: i64, ret: i64) {
         self.run(nr, || SysExit { entry: self.trace_entry(), nr, ret });
     }
+}
+
+/// The buffers call `nr` fills (address, bytes), which an extension answering it may write: a
+/// `struct stat` (newfstatat, stat, fstat, lstat), a `struct statx`. Others: only the result.
+fn output_buffers(nr: i64, args: &[u64; 6]) -> [(u64, u32); uebpf::MAX_OUTPUT_BUFFERS] {
+    const STAT: u32 = std::mem::size_of::<libc::stat>() as u32;
+    const STATX: u32 = std::mem::size_of::<libc::statx>() as u32;
+    let buffer = match nr {
+        libc::SYS_stat | libc::SYS_fstat | libc::SYS_lstat => (args[1], STAT),
+        libc::SYS_newfstatat => (args[2], STAT),
+        libc::SYS_statx => (args[4], STATX),
+        _ => (0, 0),
+    };
+    [buffer, (0, 0)]
 }
 
 /// The kernel's return value of a system call the C library made, from the function's: -errno
@@ -223,7 +252,7 @@ pub(crate) unsafe fn syscall_function_arguments(regs: &PtRegs) -> (i64, [u64; 6]
 /// Entry hook on libc's `syscall()`.
 pub(crate) unsafe extern "C" fn at_syscall_function(regs: *mut PtRegs, data: *mut c_void) {
     let (nr, args) = syscall_function_arguments(&*regs);
-    (*data.cast::<SyscallProbe>()).fire(nr, args);
+    (*data.cast::<SyscallProbe>()).fire(nr, args, regs);
 }
 
 /// A system call wrapper's hook data for `raw_syscalls/sys_enter`: the probe, and the number
@@ -245,8 +274,8 @@ impl WrapperSite {
 /// (open64 makes openat(AT_FDCWD, path, flags...)); see uebpf_hook::ArgSource.
 pub(crate) unsafe extern "C" fn at_raw_wrapper(regs: *mut PtRegs, data: *mut c_void) {
     let site = &*data.cast::<WrapperSite>();
-    let regs = &*regs;
-    (*site.probe).fire(site.nr, site.args.map(|source| source.value(regs)));
+    let args = site.args.map(|source| source.value(&*regs));
+    (*site.probe).fire(site.nr, args, regs);
 }
 
 /// Return hook on a C library function that makes system call `nr` itself (raw_syscalls/sys_exit).
@@ -269,8 +298,8 @@ pub(crate) unsafe extern "C" fn at_wrapper_return(regs: *mut PtRegs, data: *mut 
 pub(crate) unsafe extern "C" fn at_wrapper(regs: *mut PtRegs, data: *mut c_void) {
     let probe = &*data.cast::<SyscallProbe>();
     if let Point::Named { nr, .. } = probe.point {
-        let regs = &*regs;
-        probe.fire(nr, [regs.di, regs.si, regs.dx, regs.cx, regs.r8, regs.r9]);
+        let args = [(*regs).di, (*regs).si, (*regs).dx, (*regs).cx, (*regs).r8, (*regs).r9];
+        probe.fire(nr, args, regs);
     }
 }
 

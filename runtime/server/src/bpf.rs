@@ -593,11 +593,15 @@ fn prog_load(a: &[u8], attr: u64, attr_size: u32) -> Result<c_int, c_int> {
     log.check()?;
     let label = if name.is_empty() { "(unnamed)".to_string() } else { name.clone() };
     let extension = u32_at(a, 44) & UEBPF_F_EXTENSION != 0;
-    if extension && prog_type != 2 {
-        early_log("only uprobe (kprobe-type) programs can be extensions (UEBPF_F_EXTENSION)");
-        return Err(libc::EINVAL);
-    }
-    let section = if extension { uebpf::EXTENSION_SECTION } else { type_name };
+    let section = match prog_type {
+        _ if !extension => type_name,
+        2 => uebpf::EXTENSION_SECTION,
+        5 => uebpf::SYSCALL_EXTENSION_SECTION,
+        _ => {
+            early_log("only uprobe (kprobe-type) and tracepoint programs can be extensions (UEBPF_F_EXTENSION)");
+            return Err(libc::EINVAL);
+        }
+    };
     let region = region()?;
     // uebpf's load-time checks: helpers it provides, then the VM's checks with the region's maps.
     let checked = relocate(&mut bytecode)

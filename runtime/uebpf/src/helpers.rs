@@ -64,6 +64,11 @@ extern "C" fn probe_read_user_str(dst: u64, size: u64, src: u64, _: u64, _: u64)
 }
 
 extern "C" fn probe_write_user(dst: u64, src: u64, size: u64, _: u64, _: u64) -> u64 {
+    // While a system call is answered (allow_answer), only its output buffers, whole.
+    let Overridable { record, buffers, .. } = OVERRIDABLE.with(Cell::get);
+    if record != 0 && !buffers.iter().any(|&(at, bytes)| at != 0 && at == dst && u64::from(bytes) == size) {
+        return errno(libc::EPERM);
+    }
     // SAFETY: src is program memory of `size` bytes (trusted); dst is checked by the kernel.
     unsafe { probe::write(dst as *mut u8, src as *const u8, size as u32 as usize) as u64 }
 }
@@ -259,15 +264,27 @@ extern "C" fn get_func_ip(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
 pub(crate) const OVERRIDE_RETURN: u32 = 58;
 
 /// The call the running program may make return at once: its entry registers, and the stack
-/// pointer they had at the function's first instruction.
+/// pointer they had at the function's first instruction; for a system call answered at a C
+/// library entry point, the program's record and the buffers the call fills.
 #[derive(Clone, Copy)]
 struct Overridable {
     regs: *mut uebpf_hook::PtRegs,
     entry_sp: u64,
+    /// The system call record the program runs on (0: a uprobe, whose context is `regs`).
+    record: u64,
+    /// The call's output buffers (address, bytes; 0: none): the only memory bpf_probe_write_user
+    /// may write while the call is being answered.
+    buffers: [(u64, u32); MAX_OUTPUT_BUFFERS],
 }
 
+/// Output buffers of one system call an extension may fill (struct stat, struct statx...).
+pub const MAX_OUTPUT_BUFFERS: usize = 2;
+
+const NOTHING_OVERRIDABLE: Overridable =
+    Overridable { regs: std::ptr::null_mut(), entry_sp: 0, record: 0, buffers: [(0, 0); MAX_OUTPUT_BUFFERS] };
+
 thread_local! {
-    static OVERRIDABLE: Cell<Overridable> = const { Cell::new(Overridable { regs: std::ptr::null_mut(), entry_sp: 0 }) };
+    static OVERRIDABLE: Cell<Overridable> = const { Cell::new(NOTHING_OVERRIDABLE) };
 }
 
 /// Lets the programs this thread runs next make the call whose entry registers are `regs` return
@@ -279,8 +296,21 @@ thread_local! {
 /// `regs` is null, or the registers of a hook at a function's first instruction (its `sp` points
 /// at the return address), valid while the programs run.
 pub unsafe fn allow_override(regs: *mut uebpf_hook::PtRegs) {
-    let entry_sp = if regs.is_null() { 0 } else { (*regs).sp };
-    OVERRIDABLE.with(|slot| slot.set(Overridable { regs, entry_sp }));
+    let overridable = if regs.is_null() { NOTHING_OVERRIDABLE } else { Overridable { regs, entry_sp: (*regs).sp, ..NOTHING_OVERRIDABLE } };
+    OVERRIDABLE.with(|slot| slot.set(overridable));
+}
+
+/// Lets the programs this thread runs next answer the system call whose record they get
+/// (`record`, its address), made through the C library function whose entry registers are `regs`:
+/// bpf_override_return gives the call's result as the kernel would (-errno for an error, which
+/// the function then returns as the C library does: -1 and errno), and bpf_probe_write_user may
+/// write exactly the call's output `buffers` (address, bytes), nothing else. `allow_override(null)`
+/// ends it.
+///
+/// # Safety
+/// As `allow_override`, for `regs`; `record` is the address of the context the programs get.
+pub unsafe fn allow_answer(regs: *mut uebpf_hook::PtRegs, record: u64, buffers: [(u64, u32); MAX_OUTPUT_BUFFERS]) {
+    OVERRIDABLE.with(|slot| slot.set(Overridable { regs, entry_sp: (*regs).sp, record, buffers }));
 }
 
 /// bpf_override_return(regs, rc), as the kernel's (kernel/trace/bpf_trace.c with
@@ -288,13 +318,24 @@ pub unsafe fn allow_override(regs: *mut uebpf_hook::PtRegs) {
 /// `rc`, and the call returns to its caller at once, the function's body not run (the hook
 /// engine takes that form of the registers as a return: uebpf_hook's entry stub). Called again,
 /// it changes only the result. -EINVAL where no call may be overridden: outside an extension's
-/// probe (the safety analysis lets only extensions call it), or on other registers than the
-/// probe's.
+/// probe (the safety analysis lets only extensions call it), or on another context than the
+/// probe's. Answering a system call (`allow_answer`), `rc` is the kernel's result, which the C
+/// library function returns in its own convention.
 extern "C" fn override_return(ctx: u64, rc: u64, _: u64, _: u64, _: u64) -> u64 {
-    let Overridable { regs, entry_sp } = OVERRIDABLE.with(Cell::get);
-    if regs.is_null() || regs as u64 != ctx {
+    let Overridable { regs, entry_sp, record, .. } = OVERRIDABLE.with(Cell::get);
+    let context = if record != 0 { record } else { regs as u64 };
+    if regs.is_null() || context != ctx {
         return errno(libc::EINVAL);
     }
+    let rc = match rc as i64 {
+        // The kernel's -errno, as the C library's wrappers return it: -1, errno set.
+        error @ -4095..=-1 if record != 0 => {
+            // SAFETY: this thread's errno.
+            unsafe { *libc::__errno_location() = -error as i32 };
+            u64::MAX
+        }
+        _ => rc,
+    };
     let mut return_address = 0u64;
     // SAFETY: 8 bytes of ours; the stack pointer is the traced thread's, read fault-safely.
     if unsafe { probe::read((&mut return_address as *mut u64).cast(), 8, entry_sp as *const u8) } != 0 {

@@ -36,9 +36,13 @@ pub mod user;
 
 pub use applied::wait_applied;
 pub use error::{Error, ErrorKind};
-pub use helpers::{allow_override, set_attach_cookie, set_func_ip, set_stack_origin, write_stderr, StackOrigin};
+pub use helpers::{
+    allow_answer, allow_override, set_attach_cookie, set_func_ip, set_stack_origin, write_stderr, StackOrigin, MAX_OUTPUT_BUFFERS,
+};
 pub use instance::{load_checked, Engine, Instance, LoadedProgram};
-pub use load::{check_btf, check_extension, check_program, is_extension, Target, EXTENSION_SECTION, VMLINUX_BTF};
+pub use load::{
+    check_btf, check_extension, check_program, is_extension, Target, EXTENSION_SECTION, SYSCALL_EXTENSION_SECTION, VMLINUX_BTF,
+};
 pub use object::{parse_section, MapDesc, Object, ProgramDesc};
 /// The context of uprobe and uretprobe programs: the kernel's x86-64 `struct pt_regs`, field for
 /// field (the hook engine builds it; the same type serves programs run on a made-up call).

@@ -41,13 +41,16 @@ pub fn check_program(name: &str, bytecode: &[u8]) -> Result<(), Error> {
 }
 
 /// The section of an extension program: a uprobe program that may change what the probed call
-/// returns (bpf_override_return). uebpf's object loader gives it to the programs named with
-/// `Object::set_extension`, the bpf(2) server to programs loaded with UEBPF_F_EXTENSION.
+/// returns (bpf_override_return), or (`SYSCALL_EXTENSION_SECTION`) a system call entry
+/// tracepoint program that may answer the call. uebpf's object loader gives them to the programs
+/// named with `Object::set_extension`, the bpf(2) server to programs loaded with
+/// UEBPF_F_EXTENSION.
 pub const EXTENSION_SECTION: &str = "uprobe.override";
+pub const SYSCALL_EXTENSION_SECTION: &str = "tp.override";
 
 /// Whether a program of `section` is an extension.
 pub fn is_extension(section: &str) -> bool {
-    section == EXTENSION_SECTION || section.starts_with("uprobe.override/")
+    section == EXTENSION_SECTION || section == SYSCALL_EXTENSION_SECTION
 }
 
 /// Refuses a program that calls bpf_override_return without being an extension (`section`):

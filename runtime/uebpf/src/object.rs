@@ -105,7 +105,11 @@ impl Object {
                 let section = self.sections.get(&program.section_index).cloned().unwrap_or_default();
                 let (kind, attach_target) = parse_section(&section);
                 // An extension keeps its kind (a uprobe) under the extension section.
-                let section = if self.extensions.contains(name) { crate::load::EXTENSION_SECTION.to_string() } else { section };
+                let section = match kind {
+                    _ if !self.extensions.contains(name) => section,
+                    ProgramKind::Tracepoint => crate::load::SYSCALL_EXTENSION_SECTION.to_string(),
+                    _ => crate::load::EXTENSION_SECTION.to_string(),
+                };
                 ProgramDesc { name: name.clone(), section, kind, attach_target }
             })
             .collect();
@@ -137,18 +141,23 @@ impl Object {
         })
     }
 
-    /// Makes uprobe program `name` an extension before loading: it may change what the probed
-    /// call returns (bpf_override_return; runtime README, "Extensions"). ELF section names cannot
-    /// say so: libbpf and aya-obj know no such section.
+    /// Makes program `name` an extension before loading: a uprobe program that may change what
+    /// the probed call returns, or a system call entry tracepoint program that may answer the call
+    /// (bpf_override_return; runtime README, "Extensions"). ELF section names cannot say so:
+    /// libbpf and aya-obj know no such section.
     pub fn set_extension(&mut self, name: &str) -> Result<(), Error> {
         match self.programs().into_iter().find(|p| p.name == name) {
-            Some(program) if program.kind == ProgramKind::Uprobe => {
+            Some(program)
+                if program.kind == ProgramKind::Uprobe
+                    || (program.kind == ProgramKind::Tracepoint && program.attach_target.contains("sys_enter")) =>
+            {
                 self.extensions.insert(name.to_string());
                 Ok(())
             }
-            Some(program) => {
-                Err(Error::invalid(format!("program `{name}` ({}) cannot be an extension: only uprobe programs can", program.section)))
-            }
+            Some(program) => Err(Error::invalid(format!(
+                "program `{name}` ({}) cannot be an extension: only uprobe and system call entry programs can",
+                program.section
+            ))),
             None => Err(Error::not_found(format!("no program `{name}` in the object"))),
         }
     }
