@@ -66,7 +66,15 @@ $(LIB) $(BIN) $(BPF) $(SKEL):
 # --- workloads -----------------------------------------------------------------------------
 .PHONY: workloads
 workloads: $(LIB)/libmylib.so $(BIN)/sample_app $(BIN)/microbench $(BIN)/syscall_load $(BIN)/compat_app \
-  $(BIN)/inject_victim $(BIN)/static_victim $(BIN)/sleep_victim $(BIN)/signal_victim
+  $(BIN)/inject_victim $(BIN)/static_victim $(BIN)/sleep_victim $(BIN)/signal_victim \
+  $(BIN)/fuse_passthrough $(BIN)/fsbench $(BPF)/fuse_cache.bpf.o
+
+# The fuse suite's filesystem (libfuse3) and its workloads' driver.
+$(BIN)/fuse_passthrough: workloads/fuse_passthrough/fuse_passthrough.c | $(BIN)
+	$(CC) $(CFLAGS) -o $@ $< $$(pkg-config --cflags --libs fuse3)
+
+$(BIN)/fsbench: workloads/fuse_passthrough/fsbench.c | $(BIN)
+	$(CC) $(CFLAGS) -o $@ $<
 
 $(LIB)/libmylib.so: workloads/mylib/mylib.c workloads/mylib/mylib.h | $(LIB)
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<

@@ -12,6 +12,7 @@ PACKAGES=(
   chromium chromium-driver                                          # the report's real-browser test
   curl openssl                                                      # the report's plotly.js bundle
   nginx wrk                                                         # the nginx suite's service and load
+  fuse3 libfuse3-dev                                                # the fuse suite's passthrough filesystem
 )
 
 missing=()

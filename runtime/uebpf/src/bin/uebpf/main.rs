@@ -39,7 +39,7 @@
 //! OPTIONS: --engine interpreter|jit (default interpreter)  --repeat N (default 1)
 //!          --budget N (interpreter: stop a run after N instructions)
 //!          --regs di=1,si=0x10,dx=str:hello (struct pt_regs fields; str: passes a string's address)
-//!          --set NAME=VALUE (run: a global, before loading)  --region NAME (run)
+//!          --set NAME=VALUE (run: a global, before loading; VALUE an integer or str:TEXT)  --region NAME (run)
 //!
 //! Output is one JSON document on stdout; errors are one line on stderr and exit status 1
 //! (2 for usage errors). SIGINT/SIGTERM/SIGHUP stop a running program (or a wait) at once, and
@@ -298,16 +298,23 @@ fn run_program(instance: &Instance, name: &str, options: &Options) -> Result<Val
     Ok(json!({"program": name, "engine": format!("{:?}", options.engine).to_lowercase(), "runs": options.repeat, "r0": r0}))
 }
 
-/// Opens the object at `path` with the `--set` globals applied.
+/// Opens the object at `path` with the `--set` globals applied: an integer (of up to 8 bytes),
+/// or `str:TEXT` for a char array (NUL-padded to its size, which must hold TEXT and a NUL).
 fn open_object(path: &str, options: &Options) -> Result<Object, String> {
     let mut object = Object::open(path).map_err(|e| e.to_string())?;
     for (name, value) in &options.sets {
         let size = object.global_size(name).ok_or_else(|| format!("{path} has no global variable `{name}`"))?;
-        let bytes = integer(value)?.to_le_bytes();
-        if size > 8 {
-            return Err(format!("global `{name}` has {size} bytes; --set writes integers of up to 8"));
-        }
-        object.set_global(name, &bytes[..size]).map_err(|e| e.to_string())?;
+        let bytes = match value.strip_prefix("str:") {
+            Some(text) if text.len() < size => {
+                let mut bytes = text.as_bytes().to_vec();
+                bytes.resize(size, 0);
+                bytes
+            }
+            Some(text) => return Err(format!("global `{name}` has {size} bytes: too few for `{text}` and its NUL")),
+            None if size > 8 => return Err(format!("global `{name}` has {size} bytes; --set writes integers of up to 8 (or str:TEXT)")),
+            None => integer(value)?.to_le_bytes()[..size].to_vec(),
+        };
+        object.set_global(name, &bytes).map_err(|e| e.to_string())?;
     }
     for name in &options.extensions {
         object.set_extension(name).map_err(|e| e.to_string())?;

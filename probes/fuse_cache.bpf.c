@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: GPL-2.0
+/* fuse_cache: a metadata cache for a FUSE filesystem, in uebpf.
+ *
+ * In the filesystem's daemon (workloads/fuse_passthrough): at each getattr that succeeds, the
+ * struct stat it answered goes into `cache` under its path; unlink, rename and chmod forget
+ * their paths, before and after they run. In the workload: an extension at newfstatat's entry
+ * answers a stat of an absolute path under the mountpoint from `cache` (the struct stat written
+ * into the caller's buffer, the result 0), so the system call, the FUSE request and the daemon's
+ * reply are all skipped; anything else goes on to the kernel.
+ *
+ * The entry's st_dev is the mount's (the daemon's lstat saw the source's), so an answer is what
+ * the filesystem would have answered. Only regular files and directories are cached (stat and
+ * lstat agree on them). Changes made to the source directory behind the daemon's back are not
+ * seen: as with the kernel's own attribute cache, the mount must be the only writer. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "fuse_cache.h"
+
+#define AT_FDCWD -100
+#define S_IFMT 0170000
+#define S_IFREG 0100000
+#define S_IFDIR 0040000
+
+/* The mountpoint and its device, as the workload sees them (set by the harness). */
+const volatile char mount[FUSE_CACHE_MOUNT] = {};
+const volatile __u32 mount_len = 0;
+const volatile __u64 mount_dev = 0;
+
+struct cache_key {
+	char path[FUSE_CACHE_PATH];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, FUSE_CACHE_ENTRIES);
+	__type(key, struct cache_key);
+	__type(value, struct stat);
+} cache SEC(".maps");
+
+/* A getattr in progress, by thread: its path and the struct stat it fills. */
+struct pending {
+	const char *path;
+	struct stat *st;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct pending);
+} getattrs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FUSE_CACHE_COUNTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} counts SEC(".maps");
+
+/* Scratch for a key (too large for the stack next to a struct stat), per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cache_key);
+} scratch SEC(".maps");
+
+static void count(__u32 which)
+{
+	__u64 *n = bpf_map_lookup_elem(&counts, &which);
+
+	if (n)
+		__sync_fetch_and_add(n, 1);
+}
+
+/* The zeroed scratch key holding the daemon's path `path`, or NULL. */
+static struct cache_key *key_of(const char *path)
+{
+	__u32 zero = 0;
+	struct cache_key *key = bpf_map_lookup_elem(&scratch, &zero);
+
+	if (!key)
+		return NULL;
+	__builtin_memset(key, 0, sizeof(*key));
+	if (bpf_probe_read_user_str(key->path, sizeof(key->path), path) <= 0)
+		return NULL;
+	return key;
+}
+
+static void forget(const char *path)
+{
+	struct cache_key *key = key_of(path);
+
+	if (key && bpf_map_delete_elem(&cache, key) == 0)
+		count(FUSE_CACHE_FORGOTTEN);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(getattr_entry, const char *path, struct stat *st)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct pending pending = { .path = path, .st = st };
+
+	bpf_map_update_elem(&getattrs, &tid, &pending, BPF_ANY);
+	return 0;
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(getattr_return, int ret)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct pending *pending = bpf_map_lookup_elem(&getattrs, &tid);
+	struct stat st;
+	struct cache_key *key;
+
+	if (!pending)
+		return 0;
+	key = ret == 0 ? key_of(pending->path) : NULL;
+	if (key && bpf_probe_read_user(&st, sizeof(st), pending->st) == 0) {
+		__u32 type = st.st_mode & S_IFMT;
+
+		if (type == S_IFREG || type == S_IFDIR) {
+			st.st_dev = mount_dev;
+			if (bpf_map_update_elem(&cache, key, &st, BPF_ANY) == 0)
+				count(FUSE_CACHE_FILLED);
+		}
+	}
+	bpf_map_delete_elem(&getattrs, &tid);
+	return 0;
+}
+
+/* unlink(path), rename(from, to), chmod(path): their paths are forgotten before they run (no
+ * answer of the old state once the change starts) and after (none stored while it ran); a
+ * uretprobe sees no arguments, so the entry notes them for the return. */
+struct changing {
+	const char *paths[2];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct changing);
+} changes SEC(".maps");
+
+static int note_change(const char *first, const char *second)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct changing changing = { .paths = { first, second } };
+
+	forget(first);
+	if (second)
+		forget(second);
+	bpf_map_update_elem(&changes, &tid, &changing, BPF_ANY);
+	return 0;
+}
+
+static int change_done(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct changing *changing = bpf_map_lookup_elem(&changes, &tid);
+
+	if (!changing)
+		return 0;
+	forget(changing->paths[0]);
+	if (changing->paths[1])
+		forget(changing->paths[1]);
+	bpf_map_delete_elem(&changes, &tid);
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(unlink_begins, const char *path)
+{
+	return note_change(path, NULL);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(rename_begins, const char *from, const char *to)
+{
+	return note_change(from, to);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(chmod_begins, const char *path)
+{
+	return note_change(path, NULL);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(change_ends)
+{
+	return change_done();
+}
+
+/* The kernel's syscalls/sys_enter_newfstatat record. */
+struct sys_enter_newfstatat {
+	struct trace_entry ent;
+	int __syscall_nr;
+	long dfd;
+	const char *filename;
+	struct stat *statbuf;
+	long flag;
+};
+
+/* An extension (uebpf attach --extension answer_stat). */
+SEC("tp/syscalls/sys_enter_newfstatat")
+int answer_stat(struct sys_enter_newfstatat *ctx)
+{
+	char head[FUSE_CACHE_MOUNT + 1] = {};
+	struct cache_key *key;
+	struct stat *st;
+	__u32 zero = 0;
+	int i;
+
+	if (mount_len == 0 || mount_len >= FUSE_CACHE_MOUNT)
+		return 0;
+	if (bpf_probe_read_user_str(head, sizeof(head), ctx->filename) <= (long)mount_len)
+		return 0;
+	for (i = 0; i < FUSE_CACHE_MOUNT; i++) {
+		if (i >= mount_len)
+			break;
+		if (head[i] != mount[i])
+			return 0;
+	}
+	if (head[mount_len & (FUSE_CACHE_MOUNT - 1)] != '/')
+		return 0;
+	key = bpf_map_lookup_elem(&scratch, &zero);
+	if (!key)
+		return 0;
+	__builtin_memset(key, 0, sizeof(*key));
+	if (bpf_probe_read_user_str(key->path, sizeof(key->path), ctx->filename + mount_len) <= 0)
+		return 0;
+	st = bpf_map_lookup_elem(&cache, key);
+	if (!st) {
+		count(FUSE_CACHE_MISSED);
+		return 0;
+	}
+	if (bpf_probe_write_user(ctx->statbuf, st, sizeof(*st)) != 0)
+		return 0;
+	bpf_override_return((struct pt_regs *)ctx, 0);
+	count(FUSE_CACHE_ANSWERED);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";
