@@ -468,16 +468,20 @@ SYSCALL_PROBES = textwrap.dedent(r"""
 """)
 
 
-def attached_run(tmp_path: Path, obj: Path, label: str, script: str, n: int):
-    """`uebpf attach OBJ`, then a Python target under the agent that waits (READY) for the
-    attachments to be applied and a SIGUSR1, runs `script` with argument n and exits: the maps
-    the attach dumped, the wait-applied result and the target's stderr."""
+def attached_run(tmp_path: Path, obj: Path, label: str, script: str, n: int, attach_args=(), script_args=()):
+    """`uebpf attach OBJ ATTACH_ARGS...`, then a Python target under the agent that waits (READY)
+    for the attachments to be applied and a SIGUSR1, runs `script` with argument n (and
+    SCRIPT_ARGS) and exits: the maps the attach dumped, the wait-applied result and the target's
+    stderr."""
     region = region_name(label)
     with started(
-        lambda: Child([str(UEBPF), "attach", str(obj), "--region", region], stderr_path=tmp_path / "attach.err")
+        lambda: Child(
+            [str(UEBPF), "attach", str(obj), "--region", region, *map(str, attach_args)],
+            stderr_path=tmp_path / "attach.err",
+        )
     ) as attach:
         attach.wait_for_line("READY", timeout_s=30)
-        argv = [sys.executable, "-c", script, str(n)]
+        argv = [sys.executable, "-c", script, str(n), *map(str, script_args)]
         with started(lambda: Child(argv, stderr_path=tmp_path / "target.err", env=agent_env(region))) as target:
             target.wait_for_line("READY", timeout_s=30)
             waited = wait_applied(region, target.pid, check=False)
@@ -855,7 +859,8 @@ UNLINKER = textwrap.dedent("""
     print("READY", flush=True)
     signal.sigwait({signal.SIGUSR1})
     results = {name: libc.unlink(os.path.join(folder, name).encode()) for name in names}
-    print(json.dumps({"results": results, "left": sorted(os.listdir(folder))}), flush=True)
+    with open(sys.argv[3], "w") as report:
+        json.dump({"results": results, "left": sorted(os.listdir(folder))}, report)
 """)
 
 
@@ -870,20 +875,18 @@ def test_an_extension_answers_a_call_without_running_it(tmp_path):
     folder = tmp_path / "files"
     folder.mkdir()
     obj = compile_probes(tmp_path, KEEPER, SUMS=4)
-    region, n = region_name("extension"), 5
-    argv = [str(UEBPF), "attach", str(obj), "--region", region, "--set", f"prefix_len={len(str(folder)) + 1}"]
-    argv += ["--attach", f"keep:{libc_path()}:unlink", "--extension", "keep"]
-    with started(lambda: Child(argv, stderr_path=tmp_path / "attach.err")) as attach:
-        attach.wait_for_line("READY", timeout_s=30)
-        target_argv = [sys.executable, "-c", UNLINKER, str(n), str(folder)]
-        with started(lambda: Child(target_argv, stderr_path=tmp_path / "target.err", env=agent_env(region))) as target:
-            target.wait_for_line("READY", timeout_s=30)
-            wait_applied(region, target.pid)
-            target.send(signal.SIGUSR1)
-            assert target.wait(timeout_s=60).exit_code == 0, target.stderr_text()
-            report = json.loads(target.read_stdout().strip().splitlines()[-1])
-        assert attach.stop().exit_code == 0, attach.stderr_text()
-        sums = sums_of(json.loads(attach.read_stdout()))
+    n, report_path = 5, tmp_path / "report.json"
+    attach_args = [
+        "--set",
+        f"prefix_len={len(str(folder)) + 1}",
+        "--attach",
+        f"keep:{libc_path()}:unlink",
+        "--extension",
+        "keep",
+    ]
+    dumped, waited, _ = attached_run(tmp_path, obj, "extension", UNLINKER, n, attach_args, [folder, report_path])
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    report, sums = json.loads(report_path.read_text()), sums_of(dumped)
     assert set(report["results"].values()) == {0}, report
     assert report["left"] == [f"keep-{i}" for i in range(n)]
     assert sums[0] >= 2 * n and sums[1] == sums[2] == n, sums
@@ -915,27 +918,10 @@ def test_override_needs_an_extension_at_a_function_entry(tmp_path):
     with open(libc, "rb") as library:
         library.seek(start)
         assert library.read(5) == bytes([0xB8, 87, 0, 0, 0]), "unlink's first instruction is not mov $87, %eax here"
-    region = region_name("mid-function")
-    argv = [
-        str(UEBPF),
-        "attach",
-        str(obj),
-        "--region",
-        region,
-        "--extension",
-        "keep",
-        "--attach",
-        f"keep:{libc}:{start + 5:#x}",
-    ]
-    with started(lambda: Child(argv, stderr_path=tmp_path / "attach.err")) as attacher:
-        attacher.wait_for_line("READY", timeout_s=30)
-        target_argv = [sys.executable, "-c", UNLINKER, "1", str(tmp_path)]
-        with started(lambda: Child(target_argv, stderr_path=tmp_path / "t.err", env=agent_env(region))) as target:
-            target.wait_for_line("READY", timeout_s=30)
-            waited = wait_applied(region, target.pid, check=False)
-            target.send(signal.SIGUSR1)
-            assert target.wait(timeout_s=60).exit_code == 0, target.stderr_text()
-        assert attacher.stop().exit_code == 0
+    folder = tmp_path / "files"
+    folder.mkdir()
+    attach_args = ["--extension", "keep", "--attach", f"keep:{libc}:{start + 5:#x}"]
+    _, waited, _ = attached_run(tmp_path, obj, "mid-function", UNLINKER, 1, attach_args, [folder, tmp_path / "r.json"])
     assert waited.returncode != 0, waited.stdout
     assert "needs a uprobe at a function's first instruction" in waited.stdout + waited.stderr
 
@@ -994,7 +980,8 @@ STATTER = textwrap.dedent("""
             seen[name] = [st.st_size, oct(st.st_mode)]
         except OSError as error:
             seen[name] = error.errno
-    print(json.dumps(seen), flush=True)
+    with open(sys.argv[3], "w") as report:
+        json.dump(seen, report)
 """)
 
 
@@ -1004,21 +991,11 @@ def test_an_extension_answers_a_system_call_at_its_c_library_entry(tmp_path):
     struct stat it wrote, and the system call is not made; other files are stat'ed for real."""
     folder = tmp_path / "files"
     folder.mkdir()
-    obj = compile_probes(tmp_path, STAT_ANSWER, SUMS=4)
-    region = region_name("answer")
-    argv = [str(UEBPF), "attach", str(obj), "--region", region, "--set", f"prefix_len={len(str(folder)) + 1}"]
-    argv += ["--extension", "answer"]
-    with started(lambda: Child(argv, stderr_path=tmp_path / "attach.err")) as attach:
-        attach.wait_for_line("READY", timeout_s=30)
-        target_argv = [sys.executable, "-c", STATTER, "0", str(folder)]
-        with started(lambda: Child(target_argv, stderr_path=tmp_path / "target.err", env=agent_env(region))) as target:
-            target.wait_for_line("READY", timeout_s=30)
-            wait_applied(region, target.pid)
-            target.send(signal.SIGUSR1)
-            assert target.wait(timeout_s=60).exit_code == 0, target.stderr_text()
-            seen = json.loads(target.read_stdout().strip().splitlines()[-1])
-        assert attach.stop().exit_code == 0, attach.stderr_text()
-        sums = sums_of(json.loads(attach.read_stdout()))
+    obj, report_path = compile_probes(tmp_path, STAT_ANSWER, SUMS=4), tmp_path / "report.json"
+    attach_args = ["--set", f"prefix_len={len(str(folder)) + 1}", "--extension", "answer"]
+    dumped, waited, _ = attached_run(tmp_path, obj, "answer", STATTER, 0, attach_args, [folder, report_path])
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    seen, sums = json.loads(report_path.read_text()), sums_of(dumped)
     assert seen == {"k-missing": [4242, "0o100644"], "e-present": errno.ENOENT, "plain": [5, seen["plain"][1]]}
     assert sums == {0: 1, 1: 1, 2: 1, 3: 1}
     assert (folder / "e-present").exists()
