@@ -2,11 +2,15 @@
 /* fuse_cache: a metadata cache for a FUSE filesystem, in uebpf.
  *
  * In the filesystem's daemon (workloads/fuse_passthrough): at each getattr that succeeds, the
- * struct stat it answered goes into `cache` under its path; unlink, rename and chmod forget
- * their paths, before and after they run. In the workload: an extension at newfstatat's entry
+ * struct stat it answered goes into `cache` under its path, with the cache's epoch when the
+ * getattr began; unlink, rename and chmod advance the epoch, before and after they run, which
+ * makes every entry stored before them stale. Not only their own paths: an unlink or rename
+ * changes its directory's times, a renamed directory moves every path under it, and a chmod of
+ * a directory changes who may look beneath it. In the workload: an extension at newfstatat's entry
  * answers a stat of an absolute path under the mountpoint from `cache` (the struct stat written
- * into the caller's buffer, the result 0), so the system call, the FUSE request and the daemon's
- * reply are all skipped; anything else goes on to the kernel.
+ * into the caller's buffer, the result 0) if its entry is of the current epoch, so the system
+ * call, the FUSE request and the daemon's reply are all skipped; anything else goes on to the
+ * kernel.
  *
  * The entry's st_dev is the mount's (the daemon's lstat saw the source's), so an answer is what
  * the filesystem would have answered. Only regular files and directories are cached (stat and
@@ -32,17 +36,33 @@ struct cache_key {
 	char path[FUSE_CACHE_PATH];
 };
 
+/* A cached answer and the epoch of the getattr that gave it. */
+struct answer {
+	struct stat st;
+	__u64 epoch;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, FUSE_CACHE_ENTRIES);
 	__type(key, struct cache_key);
-	__type(value, struct stat);
+	__type(value, struct answer);
 } cache SEC(".maps");
 
-/* A getattr in progress, by thread: its path and the struct stat it fills. */
+/* The cache's epoch: entries of an older one are stale. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} epoch SEC(".maps");
+
+/* A getattr in progress, by thread: its path, the struct stat it fills, and the epoch when it
+ * began (a change while it runs makes its answer stale). */
 struct pending {
 	const char *path;
 	struct stat *st;
+	__u64 epoch;
 };
 
 struct {
@@ -89,19 +109,31 @@ static struct cache_key *key_of(const char *path)
 	return key;
 }
 
-static void forget(const char *path)
+static __u64 current_epoch(void)
 {
-	struct cache_key *key = key_of(path);
+	__u32 zero = 0;
+	__u64 *now = bpf_map_lookup_elem(&epoch, &zero);
 
-	if (key && bpf_map_delete_elem(&cache, key) == 0)
+	return now ? *now : 0;
+}
+
+/* Every entry stored so far is stale from now on. */
+static void advance_epoch(void)
+{
+	__u32 zero = 0;
+	__u64 *now = bpf_map_lookup_elem(&epoch, &zero);
+
+	if (now) {
+		__sync_fetch_and_add(now, 1);
 		count(FUSE_CACHE_FORGOTTEN);
+	}
 }
 
 SEC("uprobe")
 int BPF_KPROBE(getattr_entry, const char *path, struct stat *st)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct pending pending = { .path = path, .st = st };
+	struct pending pending = { .path = path, .st = st, .epoch = current_epoch() };
 
 	bpf_map_update_elem(&getattrs, &tid, &pending, BPF_ANY);
 	return 0;
@@ -112,18 +144,19 @@ int BPF_KRETPROBE(getattr_return, int ret)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct pending *pending = bpf_map_lookup_elem(&getattrs, &tid);
-	struct stat st;
+	struct answer answer = {};
 	struct cache_key *key;
 
 	if (!pending)
 		return 0;
 	key = ret == 0 ? key_of(pending->path) : NULL;
-	if (key && bpf_probe_read_user(&st, sizeof(st), pending->st) == 0) {
-		__u32 type = st.st_mode & S_IFMT;
+	if (key && bpf_probe_read_user(&answer.st, sizeof(answer.st), pending->st) == 0) {
+		__u32 type = answer.st.st_mode & S_IFMT;
 
 		if (type == S_IFREG || type == S_IFDIR) {
-			st.st_dev = mount_dev;
-			if (bpf_map_update_elem(&cache, key, &st, BPF_ANY) == 0)
+			answer.st.st_dev = mount_dev;
+			answer.epoch = pending->epoch;
+			if (bpf_map_update_elem(&cache, key, &answer, BPF_ANY) == 0)
 				count(FUSE_CACHE_FILLED);
 		}
 	}
@@ -131,68 +164,21 @@ int BPF_KRETPROBE(getattr_return, int ret)
 	return 0;
 }
 
-/* unlink(path), rename(from, to), chmod(path): their paths are forgotten before they run (no
- * answer of the old state once the change starts) and after (none stored while it ran); a
- * uretprobe sees no arguments, so the entry notes them for the return. */
-struct changing {
-	const char *paths[2];
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
-	__type(key, __u32);
-	__type(value, struct changing);
-} changes SEC(".maps");
-
-static int note_change(const char *first, const char *second)
+/* unlink, rename and chmod make every entry stale before they run (no answer of the old state
+ * once a change starts) and again when they return (a getattr that ran meanwhile began in the
+ * epoch before). */
+SEC("uprobe")
+int BPF_KPROBE(change_begins)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct changing changing = { .paths = { first, second } };
-
-	forget(first);
-	if (second)
-		forget(second);
-	bpf_map_update_elem(&changes, &tid, &changing, BPF_ANY);
+	advance_epoch();
 	return 0;
-}
-
-static int change_done(void)
-{
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct changing *changing = bpf_map_lookup_elem(&changes, &tid);
-
-	if (!changing)
-		return 0;
-	forget(changing->paths[0]);
-	if (changing->paths[1])
-		forget(changing->paths[1]);
-	bpf_map_delete_elem(&changes, &tid);
-	return 0;
-}
-
-SEC("uprobe")
-int BPF_KPROBE(unlink_begins, const char *path)
-{
-	return note_change(path, NULL);
-}
-
-SEC("uprobe")
-int BPF_KPROBE(rename_begins, const char *from, const char *to)
-{
-	return note_change(from, to);
-}
-
-SEC("uprobe")
-int BPF_KPROBE(chmod_begins, const char *path)
-{
-	return note_change(path, NULL);
 }
 
 SEC("uretprobe")
 int BPF_KRETPROBE(change_ends)
 {
-	return change_done();
+	advance_epoch();
+	return 0;
 }
 
 /* The kernel's syscalls/sys_enter_newfstatat record. */
@@ -211,7 +197,7 @@ int answer_stat(struct sys_enter_newfstatat *ctx)
 {
 	char head[FUSE_CACHE_MOUNT + 1] = {};
 	struct cache_key *key;
-	struct stat *st;
+	struct answer *cached;
 	__u32 zero = 0;
 	int i;
 
@@ -233,12 +219,12 @@ int answer_stat(struct sys_enter_newfstatat *ctx)
 	__builtin_memset(key, 0, sizeof(*key));
 	if (bpf_probe_read_user_str(key->path, sizeof(key->path), ctx->filename + mount_len) <= 0)
 		return 0;
-	st = bpf_map_lookup_elem(&cache, key);
-	if (!st) {
+	cached = bpf_map_lookup_elem(&cache, key);
+	if (!cached || cached->epoch != current_epoch()) {
 		count(FUSE_CACHE_MISSED);
 		return 0;
 	}
-	if (bpf_probe_write_user(ctx->statbuf, st, sizeof(*st)) != 0)
+	if (bpf_probe_write_user(ctx->statbuf, &cached->st, sizeof(cached->st)) != 0)
 		return 0;
 	bpf_override_return((struct pt_regs *)ctx, 0);
 	count(FUSE_CACHE_ANSWERED);

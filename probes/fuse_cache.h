@@ -11,7 +11,7 @@
 /* Counters (the `counts` array), read by the harness after a run. */
 enum fuse_cache_count {
 	FUSE_CACHE_FILLED,      /* getattr answers stored */
-	FUSE_CACHE_FORGOTTEN,   /* entries removed by an unlink, rename or chmod */
+	FUSE_CACHE_FORGOTTEN,   /* epoch advances: an unlink, rename or chmod made every entry stale */
 	FUSE_CACHE_ANSWERED,    /* stats answered from the cache, the system call not made */
 	FUSE_CACHE_MISSED,      /* stats of the mount the cache could not answer */
 	FUSE_CACHE_COUNTS,

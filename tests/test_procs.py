@@ -4,6 +4,9 @@ behind, and a child's sleeps are counted."""
 import signal
 import threading
 
+import pytest
+
+from tracecost.errors import TracecostError
 from tracecost.procs import Child, started
 
 
@@ -36,3 +39,25 @@ def test_a_child_that_sleeps_counts_its_sleeps(tmp_path):
     with started(lambda: Child(["python3", "-c", script], stderr_path=tmp_path / "py.err")) as child:
         usage = child.wait(timeout_s=30)
     assert usage.exit_code == 0 and usage.voluntary_switches >= 5
+
+
+def test_a_childs_last_output_larger_than_a_pipe_is_read_as_it_comes(tmp_path):
+    # A map dump printed on SIGINT, as `uebpf attach` does: unread, it would fill the pipe and the
+    # child would never exit.
+    script = (
+        "import signal, sys\nprint('READY', flush=True)\nsignal.sigwait({signal.SIGINT})\n"
+        "sys.stdout.write('x' * (4 << 20) + '\\n')"
+    )
+    argv = ["python3", "-c", f"import signal; signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGINT}})\n{script}"]
+    with started(lambda: Child(argv, stderr_path=tmp_path / "py.err")) as child:
+        child.wait_for_line("READY", timeout_s=30)
+        child.send(signal.SIGINT)
+        assert len(child.read_until_exit(timeout_s=30)) == (4 << 20) + 1
+        assert child.wait(timeout_s=30).exit_code == 0
+
+
+def test_a_child_whose_output_does_not_end_is_killed(tmp_path):
+    with started(lambda: Child(["sleep", "30"], stderr_path=tmp_path / "sleep.err")) as child:
+        with pytest.raises(TracecostError, match="did not finish its output within 0.2 s"):
+            child.read_until_exit(timeout_s=0.2)
+        assert child.usage.exit_code == -signal.SIGKILL

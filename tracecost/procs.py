@@ -195,6 +195,25 @@ class Child:
         rest = self.popen.stdout.read() if self.popen.stdout else b""
         return (self._stdout_rest + rest).decode(errors="replace")
 
+    def read_until_exit(self, timeout_s: float) -> str:
+        """Everything the child prints after its ready line, read as it comes until it closes its
+        stdout (once it has been asked to finish): a child whose last output is larger than a pipe
+        holds (a dump of maps) would otherwise block on it and never exit. Killed, and an error, if
+        its output has not ended within timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        fd = self.popen.stdout.fileno()
+        chunks, self._stdout_rest = [self._stdout_rest], b""
+        while True:
+            remaining = deadline - time.monotonic()
+            readable = select.select([fd], [], [], remaining)[0] if remaining > 0 else []
+            if not readable:
+                self.kill()
+                raise TracecostError(f"{self.name} did not finish its output within {timeout_s:g} s")
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks).decode(errors="replace")
+            chunks.append(chunk)
+
     def stderr_text(self) -> str:
         try:
             return self.stderr_path.read_text(errors="replace")

@@ -8,7 +8,7 @@ import itertools
 import random
 
 from tracecost import results
-from tracecost.suites import compat, duration, load, micro, nginx, transport
+from tracecost.suites import compat, duration, fuse, load, micro, nginx, transport
 from tracecost.suites.micro.ops import OPS
 from tracecost.suites.transport import LATENCY_STATS
 
@@ -308,6 +308,35 @@ def load_suite(rng: random.Random) -> dict:
     )
 
 
+def fuse_run(rng: random.Random, workload: str, method: str) -> dict:
+    """A successful run record of the fuse suite, as filesystem.record writes it."""
+    ns_per_op = {"native": rng.uniform(1_000, 3_000), "fuse": rng.uniform(120_000, 200_000)}
+    ns_per_op["fuse-uebpf"] = ns_per_op["fuse"] if workload == "open" else rng.uniform(200, 5_000)
+    ops = 1010 if workload == "walk" else 2000
+    ns = round(ops * ns_per_op[method])
+    cached = method == "fuse-uebpf"
+    answered = ops if cached and workload != "open" else 0
+    return {
+        "ops": ops,
+        "ns": ns,
+        "ops_per_s": ops * 1e9 / ns,
+        "ns_per_op": ns / ops,
+        "samples_checked": 0 if workload == "open" else 64,
+        "incorrect": 0,
+        "cache": {"filled": 3 if answered else 2 * ops + 3, "forgotten": 0, "answered": answered, "missed": 0}
+        if cached
+        else None,
+    }
+
+
+def fuse_suite(rng: random.Random) -> dict:
+    config = fuse.FuseConfig(stats=2000, opens=2000, files=1000, runs=2, seed=1)
+    suite = fuse.FuseSuite()
+    return _suite(
+        suite, config, _every_run(suite, config, lambda group, method: fuse_run(rng, group.key["workload"], method))
+    )
+
+
 def nginx_run(rng: random.Random, method: str) -> dict:
     """A successful run record of the nginx suite, as tools.record writes it."""
     served = rng.randint(40_000, 60_000)
@@ -359,6 +388,7 @@ def nginx_suite(rng: random.Random) -> dict:
 SUITES = {
     "compat": compat_suite,
     "duration": duration_suite,
+    "fuse": fuse_suite,
     "load": load_suite,
     "micro": micro_suite,
     "nginx": nginx_suite,

@@ -105,6 +105,15 @@ OPTIONS = {
         "--seed": {"zero"},
     },
     "compat": {"--programs": set(), "--runs": set(), "--methods": set(), "--seed": {"zero"}},
+    "fuse": {
+        "--workloads": set(),
+        "--stats": set(),
+        "--opens": set(),
+        "--files": set(),
+        "--runs": set(),
+        "--methods": set(),
+        "--seed": {"zero"},
+    },
     "run": {"--seed": {"zero"}, "--suites": set()},
 }
 BAD_OPTION_CASES = [
@@ -171,7 +180,7 @@ def test_a_repeated_list_item_counts_once(tracecost, command, args, expected):
 
 # --- --out: checked before anything is measured ------------------------------------------------------
 
-MEASURING_COMMANDS = ["compat", "duration", "load", "micro", "vm", "transport", "run"]
+MEASURING_COMMANDS = ["compat", "duration", "fuse", "load", "micro", "vm", "transport", "run"]
 
 
 BAD_OUT = [

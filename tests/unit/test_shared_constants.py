@@ -65,3 +65,19 @@ def test_program_kinds_agree_between_the_c_api_and_the_region():
     rust_kinds = {name: int(value) for name, value in re.findall(r"(\w+)\s*=\s*(\d+)", body)}
     snake = {name: re.sub(r"(?<!^)(?=[A-Z])", "_", name).upper() for name in rust_kinds}
     assert {f"UEBPF_PROGRAM_{snake[name]}": value for name, value in rust_kinds.items()} == c_kinds
+
+
+def test_the_fuse_suite_reads_the_cache_as_probes_fuse_cache_h_defines_it():
+    from tracecost.suites.fuse import filesystem
+
+    header = (REPO / "probes" / "fuse_cache.h").read_text()
+    assert f"#define FUSE_CACHE_ENTRIES {filesystem.CACHE_ENTRIES}" in header
+    assert f"#define FUSE_CACHE_MOUNT {filesystem.CACHE_MOUNT_MAX + 1}" in header
+    # enum fuse_cache_count lists the counters in the `counts` array's order, without values.
+    body = re.search(r"enum fuse_cache_count \{(.*?)\};", header, re.S).group(1)
+    names = re.findall(r"^\s*FUSE_CACHE_(\w+),", body, re.M)
+    assert [name.lower() for name in names] == [*filesystem.CACHE_COUNTS, "counts"]
+    source = (REPO / "probes" / "fuse_cache.bpf.c").read_text()
+    for program, _ in filesystem.DAEMON_PROBES:
+        assert re.search(rf"BPF_K(RET)?PROBE\({program}[,)]", source), program
+    assert f"int {filesystem.EXTENSION}(" in source

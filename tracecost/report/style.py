@@ -37,6 +37,10 @@ METHOD_COLORS = {
     "syscount-kernel-all": "#8e44ad",
     "syscount-uebpf": "#00664b",
     "syscount-uebpf-live": "#3d9b7f",
+    # The fuse suite: the directory in the baseline's grey, FUSE in Okabe-Ito's vermillion, the cache in uebpf's green.
+    "native": "#7f8c8d",
+    "fuse": "#d55e00",
+    "fuse-uebpf": "#009e73",
 }
 FALLBACK_COLORS = ["#cc79a7", "#d55e00", "#56b4e9", "#f0e442", "#0072b2", "#000000"]
 
@@ -67,6 +71,9 @@ METHOD_LABELS = {
     "syscount-kernel-all": "syscount, kernel, every process",
     "syscount-uebpf": "syscount, uebpf",
     "syscount-uebpf-live": "syscount, uebpf attached live",
+    "native": "native directory",
+    "fuse": "FUSE passthrough",
+    "fuse-uebpf": "FUSE + uebpf cache",
 }
 
 

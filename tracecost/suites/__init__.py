@@ -4,6 +4,7 @@ default size. Adding a suite: a new folder, and one line here."""
 
 from tracecost.suites.compat import CompatSuite
 from tracecost.suites.duration import DurationSuite
+from tracecost.suites.fuse import FuseSuite
 from tracecost.suites.load import LoadSuite
 from tracecost.suites.micro import MicroSuite
 from tracecost.suites.nginx import NginxSuite
@@ -15,6 +16,7 @@ SUITES = {
     for suite in (
         CompatSuite(),
         DurationSuite(),
+        FuseSuite(),
         LoadSuite(),
         MicroSuite(),
         NginxSuite(),

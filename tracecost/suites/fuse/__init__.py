@@ -1,0 +1,276 @@
+"""FUSE and a uebpf metadata cache: what a stat, an open and a find-style walk cost on a directory,
+through a passthrough FUSE filesystem (every call a round trip to its daemon: the kernel's caches
+are off), and through the same mount with uebpf's metadata cache answering stats in the workload
+from what the daemon answered before (issue 22).
+
+Groups are the workloads (fsbench: stat, open, walk); methods are the three configurations,
+native being the reference. Every run builds its own tree, mounts, measures and unmounts; every
+stat answer fsbench sampled is compared with the source's lstat, and a cache run whose cache
+answered nothing is a failure. The folder: this Suite, filesystem.py (the tree, the mount, the
+cache, one run, the check), report.py (the report section), schema.json (this suite's results
+schema); tests/test_fuse.py runs it at a tiny size and checks the cache is never stale."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from tracecost import methods, paths, stats, system
+from tracecost.errors import TracecostError
+from tracecost.options import CommaList, Known
+from tracecost.report import fmt
+from tracecost.suites.base import Group, Metric, Option, Suite
+from tracecost.suites.fuse import report
+from tracecost.suites.fuse.filesystem import (
+    CACHE_COUNTS,
+    CACHE_ENTRIES,
+    CACHED,
+    FILES_PER_DIR,
+    FUSE,
+    NATIVE,
+    TARGET,
+    WALKED,
+    require_cache,
+    run_once,
+)
+
+WORKLOADS = {
+    "stat": "N x fstatat(AT_FDCWD, PATH) of one file",
+    "open": "N x openat(AT_FDCWD, PATH, O_RDONLY) + close of one file",
+    "walk": "every entry of a tree of M files (opendir/readdir), each fstatat'ed by its absolute path",
+}
+METHOD_LABELS = {
+    NATIVE: "the source directory itself",
+    FUSE: "the passthrough FUSE mount of it (kernel attribute and entry caches off)",
+    CACHED: "the same mount, the daemon and the workload under uebpf's agent with the metadata cache",
+}
+# The issue's sizes: 100k stats, 100k opens, a 10k-file tree.
+DEFAULT_STATS, DEFAULT_OPENS, DEFAULT_FILES = 100_000, 100_000, 10_000
+# The cache holds CACHE_ENTRIES paths: the files, their directories, the target and its folder fit.
+MAX_FILES = 16_000
+assert MAX_FILES + MAX_FILES // FILES_PER_DIR + 4 <= CACHE_ENTRIES
+MAX_CALLS = 100_000_000
+# `tracecost run`: at ~0.15-0.2 ms per call through FUSE, ~0.3 s per FUSE run of each workload;
+# 9 cells x 4 repetitions (one a warm-up) took ~15 s here.
+RUN_REPETITIONS, RUN_STATS, RUN_OPENS, RUN_FILES = 3, 2_000, 1_000, 1_000
+
+
+@dataclass
+class FuseConfig:
+    workloads: list[str] = field(default_factory=lambda: list(WORKLOADS))
+    stats: int = DEFAULT_STATS
+    opens: int = DEFAULT_OPENS
+    files: int = DEFAULT_FILES
+    runs: int = 3
+    methods: list[str] = field(default_factory=lambda: [NATIVE, FUSE, CACHED])
+    seed: int = 0
+
+    def count(self, workload: str) -> int:
+        """The calls of `workload` (the walk's: one per file, plus one per directory)."""
+        return {"stat": self.stats, "open": self.opens, "walk": self.files}[workload]
+
+
+class Native(methods.Method):
+    name, label = NATIVE, "native directory"
+
+    def open(self, stack: contextlib.ExitStack, workspace: Path, say) -> None:
+        paths.artifact("bin/fsbench")
+
+
+class Fuse(methods.Method):
+    name, label = FUSE, "FUSE passthrough"
+
+    def open(self, stack: contextlib.ExitStack, workspace: Path, say) -> None:
+        paths.artifact("bin/fsbench")
+        paths.artifact("bin/fuse_passthrough")
+        # A daemon killed outright leaves its mount: fusermount3 is what removes it.
+        system.require_tool("fusermount3", "fuse3")
+        if not os.path.exists("/dev/fuse"):
+            raise TracecostError("/dev/fuse is missing: the kernel's fuse module is not loaded (modprobe fuse)")
+
+
+class Cached(Fuse):
+    name, label = CACHED, "FUSE + uebpf cache"
+
+    def open(self, stack: contextlib.ExitStack, workspace: Path, say) -> None:
+        super().open(stack, workspace, say)
+        require_cache()
+
+
+METHODS = {method.name: method for method in (Native, Fuse, Cached)}
+
+
+class FuseSuite(Suite):
+    name = "fuse"
+    title = "FUSE and a uebpf metadata cache"
+    help = "stat, open and a walk on a directory, through FUSE, and through FUSE with a uebpf metadata cache."
+    listing_noun = "workloads and methods"
+    default_runs = 3
+    baseline = NATIVE
+    cell_key = ("workload", "method")
+    comparable = (
+        Metric("ops/s", ("ops_per_s",), 0, "higher"),
+        Metric("ns/op", ("ns_per_op",), 1, "lower"),
+    )
+    settings = ("stats", "opens", "files")
+    options = (
+        Option(
+            ("--workloads",),
+            "workloads",
+            "Comma-separated workloads (default: all; see --list).",
+            type=CommaList(Known("workload", WORKLOADS)),
+            metavar="W[,W...]",
+        ),
+        Option(
+            ("--stats",),
+            "stats",
+            "fstatat calls per run of the stat workload.",
+            type=click.IntRange(1, MAX_CALLS),
+            default=DEFAULT_STATS,
+        ),
+        Option(
+            ("--opens",),
+            "opens",
+            "openat + close pairs per run of the open workload.",
+            type=click.IntRange(1, MAX_CALLS),
+            default=DEFAULT_OPENS,
+        ),
+        Option(
+            ("--files",),
+            "files",
+            f"Files in the walk's tree ({FILES_PER_DIR} per directory; at most {MAX_FILES:,}: the cache holds "
+            f"{CACHE_ENTRIES:,} paths).",
+            type=click.IntRange(1, MAX_FILES),
+            default=DEFAULT_FILES,
+        ),
+    )
+
+    def method_names(self) -> tuple[str, ...]:
+        return tuple(METHODS)
+
+    def make_config(
+        self, *, methods, runs, seed, workloads=None, stats=DEFAULT_STATS, opens=DEFAULT_OPENS, files=DEFAULT_FILES
+    ) -> FuseConfig:
+        chosen = workloads or list(WORKLOADS)
+        return FuseConfig(
+            workloads=[name for name in WORKLOADS if name in chosen],
+            stats=stats,
+            opens=opens,
+            files=files,
+            runs=runs,
+            methods=methods,
+            seed=seed,
+        )
+
+    def listing(self) -> Table:
+        table = Table(title="fuse workloads and methods")
+        table.add_column("name")
+        table.add_column("what")
+        for name, what in {**WORKLOADS, **METHOD_LABELS}.items():
+            table.add_row(name, what)
+        return table
+
+    def render(self, suite: dict, environment: dict):
+        return report.render(suite, environment)
+
+    def groups(self, config: FuseConfig) -> list[Group]:
+        return [
+            Group({"workload": name}, f"{name} ({config.count(name):,} {'files' if name == 'walk' else 'calls'})")
+            for name in config.workloads
+        ]
+
+    def methods(self, config: FuseConfig) -> list[methods.Method]:
+        return [METHODS[name]() for name in config.methods]
+
+    def measure(self, group: Group, method: methods.Method, workdir: Path, config: FuseConfig) -> dict:
+        workload = group.key["workload"]
+        return run_once(workload, method.name, config.count(workload), config.files, workdir)
+
+    def aggregate(self, runs: list[dict], config: FuseConfig) -> list[dict]:
+        aggregates = []
+        for workload in config.workloads:
+            cell = [r for r in runs if r["workload"] == workload]
+            ns = {method: [r["ns_per_op"] for r in cell if r["method"] == method] for method in config.methods}
+            for method in config.methods:
+                mine = [r for r in cell if r["method"] == method]
+                aggregates.append(
+                    {
+                        "workload": workload,
+                        "method": method,
+                        "n": len(mine),
+                        "ops_per_s": stats.summarize([r["ops_per_s"] for r in mine]),
+                        "ns_per_op": stats.summarize(ns[method]),
+                        # How many times faster than FUSE (its time per call over this one's), and this
+                        # one's time per call in native's: the distance left to the directory itself.
+                        "speedup_vs_fuse": stats.ratio_of_means(ns.get(FUSE, []), ns[method])
+                        if method != FUSE
+                        else None,
+                        "relative_to_native": stats.ratio_of_means(ns[method], ns.get(NATIVE, []))
+                        if method != NATIVE
+                        else None,
+                        "cache": {name: sum(r["cache"][name] for r in mine) for name in CACHE_COUNTS}
+                        if method == CACHED
+                        else None,
+                        "samples_checked": sum(r["samples_checked"] for r in mine),
+                        "incorrect": sum(r["incorrect"] for r in mine),
+                    }
+                )
+        return aggregates
+
+    def summary(self, aggregates: list[dict]) -> Table:
+        table = Table(title="fuse: calls per second per workload and method (mean ±95% CI)")
+        columns = ("workload", "method", "n", "ops/s", "ns/op", "× vs FUSE", "× native's time", "cache answered")
+        for column in columns:
+            table.add_column(column, justify="left" if column in ("workload", "method") else "right")
+        for agg in aggregates:
+            table.add_row(
+                agg["workload"],
+                agg["method"],
+                str(agg["n"]),
+                fmt.with_ci(agg["ops_per_s"], key="mean", digits=0, missing="-"),
+                fmt.with_ci(agg["ns_per_op"], key="mean", digits=0, missing="-"),
+                fmt.with_ci(agg["speedup_vs_fuse"], digits=2, missing="-") if agg["speedup_vs_fuse"] else "-",
+                fmt.with_ci(agg["relative_to_native"], digits=2, missing="-") if agg["relative_to_native"] else "-",
+                report.answered_text(agg),
+            )
+        return table
+
+    def run_config(self, seed: int) -> FuseConfig:
+        return FuseConfig(stats=RUN_STATS, opens=RUN_OPENS, files=RUN_FILES, runs=RUN_REPETITIONS, seed=seed)
+
+    def config_record(self, config: FuseConfig) -> dict:
+        return {
+            "workloads": config.workloads,
+            "methods": config.methods,
+            "runs": config.runs,
+            "seed": config.seed,
+            "stats": config.stats,
+            "opens": config.opens,
+            "files": config.files,
+            "files_per_dir": FILES_PER_DIR,
+            "workload_descriptions": {name: WORKLOADS[name] for name in config.workloads},
+            "method_descriptions": {name: METHOD_LABELS[name] for name in config.methods},
+            "workload": "build/bin/fsbench: says READY, waits for the harness's go (the agent applied, under the "
+            "cache), times its calls on CLOCK_MONOTONIC and prints its ops, time, failed calls and up to 64 "
+            "stat answers",
+            "tree": f"made per run: SOURCE/{TARGET} (stat, open) and SOURCE/{WALKED}/dNN/fNN ({FILES_PER_DIR} files "
+            "per directory, the walk)",
+            "filesystem": "build/bin/fuse_passthrough: libfuse3's high-level API, one thread, attr_timeout, "
+            "entry_timeout and negative_timeout 0 (the kernel caches nothing: every call reaches the daemon), "
+            "use_ino; mounted per run, unmounted after it",
+            "cache": "build/bpf/fuse_cache.bpf.o under uebpf attach, in a region per run: uprobes on the daemon's "
+            "pt_getattr fill a hash with its answers (regular files and directories), pt_unlink/pt_rename/pt_chmod "
+            "advance its epoch (every older entry stale); an extension at newfstatat's entry in fsbench answers "
+            "stats of absolute paths "
+            "under the mountpoint from it; opens are not answered",
+            "warm": "before the timed calls the harness stats every path the workload uses once, untimed, through "
+            "the same directory (it runs no agent: through the mount its stats reach the daemon and fill the cache)",
+            "correctness": "every sampled stat answer compared field by field with os.lstat of the same file in the "
+            "source (mode, ino, nlink, uid, gid, size, mtime); st_dev with the mount's (the source's for native)",
+            "ratio_ci_method": "delta method with Welch-Satterthwaite df",
+        }
