@@ -302,11 +302,15 @@ def test_a_session_daemon_that_dies_mid_run_fails_the_runs_and_none_is_started_a
         text=True,
         env={**os.environ, "TMPDIR": str(private_tmp)},
     )
-    daemons = lambda: [
-        p
-        for p in descendants(proc.pid)  # noqa: E731
-        if running(p) and Path(f"/proc/{p}/comm").read_text().strip() == "lttng-sessiond"
-    ]
+
+    def comm(pid: int) -> str:
+        # A descendant may exit between the listing and this read (lttng's short-lived helpers).
+        try:
+            return Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            return ""
+
+    daemons = lambda: [p for p in descendants(proc.pid) if running(p) and comm(p) == "lttng-sessiond"]  # noqa: E731
     try:
         assert wait_until(lambda: daemons() and tracecost_sessions(), 60), "tracecost never started its daemon"
         daemon = min(daemons())
