@@ -2,15 +2,16 @@
 /* fuse_cache: a metadata cache for a FUSE filesystem, in uebpf.
  *
  * In the filesystem's daemon (workloads/fuse_passthrough): at each getattr that succeeds, the
- * struct stat it answered goes into `cache` under its path, with the cache's epoch when the
+ * struct stat it answered goes into `cache` under its path (at each that answers ENOENT, that
+ * the path is not there), with the cache's epoch when the
  * getattr began; unlink, rename and chmod advance the epoch, before and after they run, which
  * makes every entry stored before them stale. Not only their own paths: an unlink or rename
  * changes its directory's times, a renamed directory moves every path under it, and a chmod of
  * a directory changes who may look beneath it. In the workload: an extension at newfstatat's entry
  * answers a stat of an absolute path under the mountpoint from `cache` (the struct stat written
- * into the caller's buffer, the result 0) if its entry is of the current epoch, so the system
- * call, the FUSE request and the daemon's reply are all skipped; anything else goes on to the
- * kernel.
+ * into the caller's buffer, the result 0; or ENOENT) if its entry is of the current epoch, and
+ * one at openat's entry answers an open of a path that is not there (ENOENT), so the system call,
+ * the FUSE request and the daemon's reply are all skipped; anything else goes on to the kernel.
  *
  * The entry's st_dev is the mount's (the daemon's lstat saw the source's), so an answer is what
  * the filesystem would have answered. Only regular files and directories are cached (stat and
@@ -23,6 +24,8 @@
 #include "fuse_cache.h"
 
 #define AT_FDCWD -100
+#define ENOENT 2
+#define O_CREAT 0100
 #define S_IFMT 0170000
 #define S_IFREG 0100000
 #define S_IFDIR 0040000
@@ -36,10 +39,12 @@ struct cache_key {
 	char path[FUSE_CACHE_PATH];
 };
 
-/* A cached answer and the epoch of the getattr that gave it. */
+/* A cached answer and the epoch of the getattr that gave it: a struct stat, or (error, a
+ * negative errno) that the path is not there. */
 struct answer {
 	struct stat st;
 	__u64 epoch;
+	__s64 error;
 };
 
 struct {
@@ -149,8 +154,14 @@ int BPF_KRETPROBE(getattr_return, int ret)
 
 	if (!pending)
 		return 0;
-	key = ret == 0 ? key_of(pending->path) : NULL;
-	if (key && bpf_probe_read_user(&answer.st, sizeof(answer.st), pending->st) == 0) {
+	key = ret == 0 || ret == -ENOENT ? key_of(pending->path) : NULL;
+	if (key && ret == -ENOENT) {
+		/* Not there: a stat or an open of it is answered ENOENT. */
+		answer.error = -ENOENT;
+		answer.epoch = pending->epoch;
+		if (bpf_map_update_elem(&cache, key, &answer, BPF_ANY) == 0)
+			count(FUSE_CACHE_FILLED);
+	} else if (key && bpf_probe_read_user(&answer.st, sizeof(answer.st), pending->st) == 0) {
 		__u32 type = answer.st.st_mode & S_IFMT;
 
 		if (type == S_IFREG || type == S_IFDIR) {
@@ -181,6 +192,42 @@ int BPF_KRETPROBE(change_ends)
 	return 0;
 }
 
+/* The cache's answer for `filename` if it is an absolute path under the mountpoint with an
+ * entry of the current epoch; NULL (a miss counted where the path was under the mount) if not. */
+static struct answer *cached_answer(const char *filename)
+{
+	char head[FUSE_CACHE_MOUNT + 1] = {};
+	struct cache_key *key;
+	struct answer *cached;
+	__u32 zero = 0;
+	int i;
+
+	if (mount_len == 0 || mount_len >= FUSE_CACHE_MOUNT)
+		return NULL;
+	if (bpf_probe_read_user_str(head, sizeof(head), filename) <= (long)mount_len)
+		return NULL;
+	for (i = 0; i < FUSE_CACHE_MOUNT; i++) {
+		if (i >= mount_len)
+			break;
+		if (head[i] != mount[i])
+			return NULL;
+	}
+	if (head[mount_len & (FUSE_CACHE_MOUNT - 1)] != '/')
+		return NULL;
+	key = bpf_map_lookup_elem(&scratch, &zero);
+	if (!key)
+		return NULL;
+	__builtin_memset(key, 0, sizeof(*key));
+	if (bpf_probe_read_user_str(key->path, sizeof(key->path), filename + mount_len) <= 0)
+		return NULL;
+	cached = bpf_map_lookup_elem(&cache, key);
+	if (!cached || cached->epoch != current_epoch()) {
+		count(FUSE_CACHE_MISSED);
+		return NULL;
+	}
+	return cached;
+}
+
 /* The kernel's syscalls/sys_enter_newfstatat record. */
 struct sys_enter_newfstatat {
 	struct trace_entry ent;
@@ -191,42 +238,46 @@ struct sys_enter_newfstatat {
 	long flag;
 };
 
-/* An extension (uebpf attach --extension answer_stat). */
+/* An extension (uebpf attach --extension answer_stat): the struct stat, or ENOENT. */
 SEC("tp/syscalls/sys_enter_newfstatat")
 int answer_stat(struct sys_enter_newfstatat *ctx)
 {
-	char head[FUSE_CACHE_MOUNT + 1] = {};
-	struct cache_key *key;
-	struct answer *cached;
-	__u32 zero = 0;
-	int i;
+	struct answer *cached = cached_answer(ctx->filename);
 
-	if (mount_len == 0 || mount_len >= FUSE_CACHE_MOUNT)
+	if (!cached)
 		return 0;
-	if (bpf_probe_read_user_str(head, sizeof(head), ctx->filename) <= (long)mount_len)
+	if (!cached->error && bpf_probe_write_user(ctx->statbuf, &cached->st, sizeof(cached->st)) != 0)
 		return 0;
-	for (i = 0; i < FUSE_CACHE_MOUNT; i++) {
-		if (i >= mount_len)
-			break;
-		if (head[i] != mount[i])
-			return 0;
-	}
-	if (head[mount_len & (FUSE_CACHE_MOUNT - 1)] != '/')
+	bpf_override_return((struct pt_regs *)ctx, cached->error);
+	count(FUSE_CACHE_ANSWERED);
+	return 0;
+}
+
+/* The kernel's syscalls/sys_enter_openat record. */
+struct sys_enter_openat {
+	struct trace_entry ent;
+	int __syscall_nr;
+	long dfd;
+	const char *filename;
+	long flags;
+	long mode;
+};
+
+/* An extension (uebpf attach --extension answer_open): an open of a path the filesystem said is
+ * not there is answered ENOENT (unless it would create it). An open that succeeds needs a
+ * descriptor from the kernel: it is never answered. This passthrough checks no permissions (its
+ * daemon opens as itself), so ENOENT is the only result an open can take from the cache. */
+SEC("tp/syscalls/sys_enter_openat")
+int answer_open(struct sys_enter_openat *ctx)
+{
+	struct answer *cached;
+
+	if (ctx->flags & O_CREAT)
 		return 0;
-	key = bpf_map_lookup_elem(&scratch, &zero);
-	if (!key)
+	cached = cached_answer(ctx->filename);
+	if (!cached || !cached->error)
 		return 0;
-	__builtin_memset(key, 0, sizeof(*key));
-	if (bpf_probe_read_user_str(key->path, sizeof(key->path), ctx->filename + mount_len) <= 0)
-		return 0;
-	cached = bpf_map_lookup_elem(&cache, key);
-	if (!cached || cached->epoch != current_epoch()) {
-		count(FUSE_CACHE_MISSED);
-		return 0;
-	}
-	if (bpf_probe_write_user(ctx->statbuf, &cached->st, sizeof(cached->st)) != 0)
-		return 0;
-	bpf_override_return((struct pt_regs *)ctx, 0);
+	bpf_override_return((struct pt_regs *)ctx, cached->error);
 	count(FUSE_CACHE_ANSWERED);
 	return 0;
 }

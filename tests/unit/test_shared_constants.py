@@ -80,4 +80,4 @@ def test_the_fuse_suite_reads_the_cache_as_probes_fuse_cache_h_defines_it():
     source = (REPO / "probes" / "fuse_cache.bpf.c").read_text()
     for program, _ in filesystem.DAEMON_PROBES:
         assert re.search(rf"BPF_K(RET)?PROBE\({program}[,)]", source), program
-    assert f"int {filesystem.EXTENSION}(" in source
+    assert all(f"int {extension}(" in source for extension in filesystem.EXTENSIONS)

@@ -267,7 +267,8 @@ class FuseSuite(Suite):
             "pt_getattr fill a hash with its answers (regular files and directories), pt_unlink/pt_rename/pt_chmod "
             "advance its epoch (every older entry stale); an extension at newfstatat's entry in fsbench answers "
             "stats of absolute paths "
-            "under the mountpoint from it; opens are not answered",
+            "under the mountpoint from it (a struct stat, or ENOENT), and one at openat's entry answers ENOENT to "
+            "an open of a path the daemon said is not there; opens that succeed are not answered",
             "warm": "before the timed calls the harness stats every path the workload uses once, untimed, through "
             "the same directory (it runs no agent: through the mount its stats reach the daemon and fill the cache)",
             "correctness": "every sampled stat answer compared field by field with os.lstat of the same file in the "

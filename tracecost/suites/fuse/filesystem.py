@@ -57,7 +57,8 @@ DAEMON_PROBES = (
     ("change_ends", "pt_rename"),
     ("change_ends", "pt_chmod"),
 )
-EXTENSION = "answer_stat"
+# The workload's extensions: stats answered (a struct stat or ENOENT), opens of what is not there.
+EXTENSIONS = ("answer_stat", "answer_open")
 
 # What fsbench prints per sample after the path, and what os.lstat calls the same field.
 SAMPLE_FIELDS = ("mode", "ino", "nlink", "uid", "gid", "size", "mtime_s", "mtime_ns", "dev")
@@ -191,7 +192,9 @@ def attach_argv(region: str, mount: Mount) -> list[str]:
     daemon = str(paths.artifact("bin/fuse_passthrough"))
     argv = [str(paths.artifact("bin/uebpf")), "attach", str(paths.artifact("bpf/fuse_cache.bpf.o"))]
     argv += ["--region", region, "--set", f"mount=str:{mountpoint}", "--set", f"mount_len={len(mountpoint.encode())}"]
-    argv += ["--set", f"mount_dev={mount.dev}", "--extension", EXTENSION]
+    argv += ["--set", f"mount_dev={mount.dev}"]
+    for extension in EXTENSIONS:
+        argv += ["--extension", extension]
     for program, symbol in DAEMON_PROBES:
         argv += ["--attach", f"{program}:{daemon}:{symbol}"]
     return argv
@@ -339,8 +342,8 @@ def wrong_answers(samples: list[list], root: Path, source: Path, dev: int) -> li
 # --- one run ---------------------------------------------------------------------------------------------
 
 NATIVE, FUSE, CACHED = "native", "fuse", "fuse-uebpf"
-# The workloads whose calls are stats, which the cache answers; an open it does not (the object has
-# no openat extension): there it can only show what its presence costs.
+# The workloads whose calls are stats, which the cache answers; an open of a file that is there it
+# cannot (the open needs a descriptor): there it can only show what its presence costs.
 STAT_WORKLOADS = ("stat", "walk")
 
 
