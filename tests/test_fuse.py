@@ -9,13 +9,14 @@ from __future__ import annotations
 import errno
 import json
 import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from conftest import interrupt_tracecost, regions_removed, run_tracecost
+from conftest import interrupt_tracecost, regions_removed, run_tracecost, wait_until
 from tracecost import uebpf
 from tracecost.errors import TracecostError
 from tracecost.procs import Child, started
@@ -217,3 +218,33 @@ def test_a_file_is_not_found_under_its_directorys_old_name(tmp_path):
     (tree.source / "d2" / "f").write_bytes(b"y")
     plan = [*twice("before", "d2/f"), ["rename", "rename", "d2", "d3"], ["after rename of d2", "stat", "d2/f"]]
     assert_never_stale(under_the_cache(tmp_path, tree, plan)[0])
+
+
+def test_a_tracecost_killed_outright_leaves_a_mount_the_next_command_removes(private_tmp, tmp_path):
+    """SIGKILL gives tracecost no chance to unmount; its daemon dies with it (its death signal) and
+    the kernel keeps the mount. The ledger has it: the next command's start unmounts it and removes
+    the folder, and says so."""
+    before = daemons()
+    env = {**os.environ, "TMPDIR": str(private_tmp)}
+    argv = [sys.executable, "-m", "tracecost", "fuse", "--workloads", "stat", "--stats", "1000000"]
+    proc = subprocess.Popen(
+        [*argv, "--out", str(tmp_path / "out")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+    )
+    try:
+        assert wait_until(lambda: bool(daemons() - before) and passthrough_mounts(), 60), "the suite never mounted"
+        proc.kill()
+        proc.wait()
+        assert wait_until(lambda: not (daemons() - before), 5), "the daemon outlived tracecost"
+        assert passthrough_mounts(), "the mount should outlive a tracecost killed outright"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    after = run_tracecost("fuse", "--workloads", "stat", "--stats", "10", "-r", "1", "--methods", "native", "--out",
+                          str(tmp_path / "next"), env={**env})  # fmt: skip
+    assert after.returncode == 0, after.stderr
+    assert f"cleaned up after tracecost pid {proc.pid}" in after.stderr and "1 FUSE mount(s)" in after.stderr, (
+        after.stderr
+    )
+    assert passthrough_mounts() == []
+    assert list(private_tmp.iterdir()) == []

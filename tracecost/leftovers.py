@@ -4,11 +4,12 @@ Ctrl-C, SIGTERM and failures unwind through the clean-up paths (procs, workspace
 OOM killer or a lost machine do not: then the processes tracecost started die with it (procs
 starts each with PR_SET_PDEATHSIG, and a process's kernel probes go with it), but files stay:
 uebpf regions in /dev/shm (a loader killed outright cannot remove its own), the command's
-temporary directory. So each command writes down such things in a ledger as it creates them,
-in a directory only its user can write; a command that ends removes them and its ledger, and
-the next command's start cleans after every ledger whose command is gone, and says what it
-cleaned. Processes are recorded too (pid and start time, so a reused pid is never taken for
-one of ours), for the case a child outlived tracecost despite its death signal.
+temporary directory, a FUSE mount (its daemon dies, the kernel keeps the mount). So each command
+writes down such things in a ledger as it creates them, in a directory only its user can write; a
+command that ends removes them and its ledger, and the next command's start cleans after every
+ledger whose command is gone, and says what it cleaned. Processes are recorded too (pid and start
+time, so a reused pid is never taken for one of ours), for the case a child outlived tracecost
+despite its death signal.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tracecost import mounts
 from tracecost.errors import TracecostError
 from tracecost.files import write_atomically
 
@@ -92,6 +94,7 @@ class Ledger:
     regions: list[str] = field(default_factory=list)
     dirs: list[str] = field(default_factory=list)
     processes: list[tuple[int, int]] = field(default_factory=list)
+    mounts: list[str] = field(default_factory=list)
 
     def save(self) -> None:
         record = {
@@ -100,6 +103,7 @@ class Ledger:
             "regions": self.regions,
             "dirs": self.dirs,
             "processes": self.processes,
+            "mounts": self.mounts,
         }
         write_atomically(self.path, json.dumps(record))
 
@@ -127,6 +131,29 @@ def record_process(pid: int) -> None:
     if (ledger := _current()) is not None and (started := start_time(pid)) is not None:
         ledger.processes.append((pid, started))
         ledger.save()
+
+
+def record_mount(path: Path) -> None:
+    if (ledger := _current()) is not None:
+        ledger.mounts.append(str(path))
+        ledger.save()
+
+
+def forget_mount(path: Path) -> None:
+    """The mount is gone (unmounted by its daemon or by tracecost)."""
+    if (ledger := _current()) is not None and str(path) in ledger.mounts:
+        ledger.mounts.remove(str(path))
+        ledger.save()
+
+
+def _unmount(path: Path) -> int:
+    """Only a mountpoint inside one of tracecost's temporary folders is ever unmounted."""
+    if not any(parent.name.startswith(TEMP_PREFIX) for parent in path.parents):
+        return 0
+    try:
+        return int(mounts.unmount_left(path))
+    except TracecostError:
+        return 0
 
 
 def forget_process(pid: int) -> None:
@@ -200,13 +227,16 @@ def clean_earlier(say) -> None:
         if started is not None and alive(pid, started):
             continue  # a command still running (with --no-lock, or of another kind)
         killed = sum(_kill(int(p), int(s)) for p, s in record.get("processes", []))
+        # Before the folders: a folder holding a dead mount cannot be removed.
+        unmounted = sum(_unmount(Path(p)) for p in record.get("mounts", []))
         regions = sum(_remove_region(Path(p)) for p in record.get("regions", []))
         dirs = sum(_remove_dir(Path(p)) for p in record.get("dirs", []))
         ledger_path.unlink(missing_ok=True)
-        if killed or regions or dirs:
+        if killed or unmounted or regions or dirs:
             say(
                 f"cleaned up after tracecost pid {pid}, which did not end cleanly: {killed} process(es) "
-                f"stopped, {regions} uebpf region(s) and {dirs} temporary folder(s) removed"
+                f"stopped, {unmounted} FUSE mount(s), {regions} uebpf region(s) and {dirs} temporary folder(s) "
+                "removed"
             )
 
 
@@ -221,6 +251,8 @@ def ledger(say):
         yield _ledger
     finally:
         remove_regions()
+        for path in _ledger.mounts:
+            _unmount(Path(path))
         for path in _ledger.dirs:
             _remove_dir(Path(path))
         _ledger.path.unlink(missing_ok=True)

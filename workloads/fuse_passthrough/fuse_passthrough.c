@@ -142,8 +142,10 @@ static const struct fuse_operations operations = {
 
 int main(int argc, char **argv)
 {
-	char *fuse_argv[] = { argv[0], NULL };
-	struct fuse_args args = FUSE_ARGS_INIT(1, fuse_argv);
+	/* Named in the mount table (fuse.fuse_passthrough, source fuse_passthrough), so that a mount
+	 * of ours is told from any other FUSE mount. */
+	char *fuse_argv[] = { argv[0], "-o", "fsname=fuse_passthrough,subtype=fuse_passthrough", NULL };
+	struct fuse_args args = FUSE_ARGS_INIT(3, fuse_argv);
 	struct fuse *fuse;
 	int status = 1;
 

@@ -15,19 +15,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracecost import paths, system, uebpf
+from tracecost import leftovers, paths, uebpf
 from tracecost.errors import TracecostError
-from tracecost.procs import Child, interrupts_deferred, json_fields, run_command, started
+from tracecost.mounts import is_mounted, unmount_left
+from tracecost.procs import Child, interrupts_deferred, json_fields, started
 
 READY_TIMEOUT_S = 10
 STOP_TIMEOUT_S = 10
-UNMOUNT_TIMEOUT_S = 30
 # fsbench's deadline: a FUSE open is ~0.2 ms here; 5 ms per call leaves room for a slow machine.
 CALL_DEADLINE_S = 0.005
 FSBENCH_SLACK_S = 60
@@ -102,35 +101,6 @@ def make_tree(workdir: Path, files: int) -> Tree:
 # --- the mount -------------------------------------------------------------------------------------------
 
 
-def _unescaped(field: str) -> str:
-    """A /proc/self/mountinfo path: space, tab, newline and backslash are written as octal escapes."""
-    return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), field)
-
-
-def is_mounted(mountpoint: Path, mountinfo: Path = Path("/proc/self/mountinfo")) -> bool:
-    """Whether something is mounted on `mountpoint` (an absolute, resolved path), from the mount
-    table: a stat of a mount whose daemon died fails (ENOTCONN), the table still lists it."""
-    target = str(mountpoint)
-    for line in mountinfo.read_text().splitlines():
-        fields = line.split(" ")
-        if len(fields) > 4 and _unescaped(fields[4]) == target:
-            return True
-    return False
-
-
-def unmount_left(mountpoint: Path) -> bool:
-    """Lazily unmounts `mountpoint` if it is still mounted (its daemon was killed, or did not
-    unmount); True if it had to. A mount that stays is an error: nothing may be left behind."""
-    if not is_mounted(mountpoint):
-        return False
-    fusermount = system.require_tool("fusermount3", "fuse3")
-    result = run_command([fusermount, "-u", "-z", str(mountpoint)], timeout_s=UNMOUNT_TIMEOUT_S)
-    if is_mounted(mountpoint):
-        said = (result.stderr.strip().splitlines() or ["no message"])[-1]
-        raise TracecostError(f"{mountpoint} is still mounted after fusermount3 -u -z: {said}")
-    return True
-
-
 @dataclass(frozen=True)
 class Mount:
     daemon: Child
@@ -146,6 +116,9 @@ def mounted(tree: Tree, workdir: Path, env: dict[str, str] | None = None) -> Ite
     it will not, and a mount still listed is unmounted lazily. A daemon that exited by itself
     during a block that succeeded fails the run."""
     argv = [str(paths.artifact("bin/fuse_passthrough")), str(tree.source), str(tree.mountpoint)]
+    # Written down before the daemon can mount: a tracecost killed outright leaves the mount, which
+    # the next command's start removes (leftovers.clean_earlier).
+    leftovers.record_mount(tree.mountpoint)
     try:
         with started(lambda: Child(argv, stderr_path=workdir / "fuse_passthrough.err", env=env)) as daemon:
             daemon.wait_for_line("READY", timeout_s=READY_TIMEOUT_S)
@@ -167,6 +140,7 @@ def mounted(tree: Tree, workdir: Path, env: dict[str, str] | None = None) -> Ite
     finally:
         with interrupts_deferred():
             unmount_left(tree.mountpoint)
+            leftovers.forget_mount(tree.mountpoint)
 
 
 # --- the cache -------------------------------------------------------------------------------------------
