@@ -208,8 +208,14 @@ impl Instance {
         let tail_targets = if needs.takes_tail_calls {
             let mut targets = TailTargets { ids: Vec::new(), codes: Vec::new() };
             for target in self.programs().into_iter().filter(|p| p.prog_type == info.prog_type) {
-                let (code, target_needs) = self.compile(&target, engine)?;
-                needs = needs.with(target_needs);
+                // The caller itself is compiled already.
+                let code = if target.id == info.id {
+                    None
+                } else {
+                    let (code, target_needs) = self.compile(&target, engine)?;
+                    needs = needs.with(target_needs);
+                    Some(code)
+                };
                 targets.ids.push(target.id);
                 targets.codes.push(code);
             }
@@ -226,7 +232,8 @@ impl Instance {
         let bytecode = self.inner.region.program_bytecode(info.id)?;
         check_program(name, &bytecode)?;
         crate::load::check_extension(name, &bytecode, &info.section)?;
-        let calls = |id| crate::load::calls_helper(&bytecode, id);
+        let called = crate::load::called_helpers(&bytecode);
+        let calls = |id| called.contains(&id);
         let (program, analysis) = load_checked_with_analysis(name, info.prog_type, &bytecode, &self.inner.env)?;
         let needs = Needs {
             reads_attach_cookie: calls(crate::helpers::GET_ATTACH_COOKIE),
@@ -287,7 +294,8 @@ impl Needs {
 struct TailTargets {
     /// Program ids, ascending (the region's order).
     ids: Vec<u32>,
-    codes: Vec<Code>,
+    /// Each one's code; None for the caller, whose code is the program's own.
+    codes: Vec<Option<Code>>,
 }
 
 enum Code {
@@ -366,24 +374,30 @@ impl LoadedProgram {
     /// # Safety
     /// `ctx` valid for reads and writes of `len` bytes. A JIT-loaded program is trusted.
     pub unsafe fn run_raw(&self, ctx: *mut u8, len: usize) -> Result<u64, Error> {
-        let Some(targets) = &self.tail_targets else { return self.run_code(&self.code, &self.info.name, ctx, len) };
+        let Some(targets) = &self.tail_targets else { return self.run_code(&self.code, None, ctx, len) };
         let outer = crate::helpers::begin_tail_calls(&targets.ids);
-        let mut result = self.run_code(&self.code, &self.info.name, ctx, len);
+        let mut result = self.run_code(&self.code, None, ctx, len);
         while let (Ok(_), Some(id)) = (&result, crate::helpers::take_tail_call()) {
             let at = targets.ids.binary_search(&id).expect("bpf_tail_call chooses among the run's targets");
-            result = self.run_code(&targets.codes[at], &format!("{} (tail call to program {id})", self.info.name), ctx, len);
+            let code = targets.codes[at].as_ref().unwrap_or(&self.code);
+            result = self.run_code(code, Some(id), ctx, len);
         }
         crate::helpers::end_tail_calls(outer);
         result
     }
 
+    /// Runs `code`: the program's, or (`tail_call`) that of the program a tail call chose. The
+    /// error's text is made only on an error: a run in a traced program allocates nothing.
+    ///
     /// # Safety
     /// As `run_raw`.
-    unsafe fn run_code(&self, code: &Code, name: &str, ctx: *mut u8, len: usize) -> Result<u64, Error> {
+    unsafe fn run_code(&self, code: &Code, tail_call: Option<u32>, ctx: *mut u8, len: usize) -> Result<u64, Error> {
+        let name = &self.info.name;
         match code {
-            Code::Interpreter(program) => program
-                .interpret_raw(ctx, len, self.budget)
-                .map_err(|e| Error::new(ErrorKind::ProgramStopped, format!("program `{name}`: {e}"))),
+            Code::Interpreter(program) => program.interpret_raw(ctx, len, self.budget).map_err(|e| {
+                let name = tail_call.map_or_else(|| name.clone(), |id| format!("{name} (tail call to program {id})"));
+                Error::new(ErrorKind::ProgramStopped, format!("program `{name}`: {e}"))
+            }),
             Code::Jit(jit) => Ok((jit.function())(ctx, len as u64)),
         }
     }

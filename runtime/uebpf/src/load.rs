@@ -87,8 +87,13 @@ pub(crate) fn refusal(name: &str, error: &uebpf_vm::LoadError) -> Error {
 /// Whether the program's bytecode calls helper `id` (a call instruction to it anywhere, dead or
 /// not): so that a probe sets what that helper reads only for the programs that read it.
 pub(crate) fn calls_helper(bytecode: &[u8], id: u32) -> bool {
-    decode_all(bytecode)
-        .is_some_and(|insns| insns.iter().any(|insn| insn.opcode == CLASS_JMP | JMP_CALL && insn.src == 0 && insn.imm as u32 == id))
+    called_helpers(bytecode).contains(&id)
+}
+
+/// Every helper the program's bytecode calls (anywhere, dead or not), read in one pass.
+pub(crate) fn called_helpers(bytecode: &[u8]) -> std::collections::BTreeSet<u32> {
+    let insns = decode_all(bytecode).unwrap_or_default();
+    insns.iter().filter(|insn| insn.opcode == CLASS_JMP | JMP_CALL && insn.src == 0).map(|insn| insn.imm as u32).collect()
 }
 
 /// Checks that `data` is BTF uebpf can read (what a `BPF_BTF_LOAD` of it may be answered with).
