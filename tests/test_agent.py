@@ -864,11 +864,6 @@ UNLINKER = textwrap.dedent("""
 """)
 
 
-def libc_path() -> str:
-    maps = Path("/proc/self/maps").read_text().splitlines()
-    return next(line.split()[-1] for line in maps if line.split()[-1].endswith("/libc.so.6"))
-
-
 def test_an_extension_answers_a_call_without_running_it(tmp_path):
     """bpf_override_return at a uprobe on a function's first instruction: the call returns the
     program's value to its caller and the function does not run (the files it spares stay)."""
@@ -880,7 +875,7 @@ def test_an_extension_answers_a_call_without_running_it(tmp_path):
         "--set",
         f"prefix_len={len(str(folder)) + 1}",
         "--attach",
-        f"keep:{libc_path()}:unlink",
+        f"keep:{LIBC}:unlink",
         "--extension",
         "keep",
     ]
@@ -893,7 +888,7 @@ def test_an_extension_answers_a_call_without_running_it(tmp_path):
 
 
 def test_override_needs_an_extension_at_a_function_entry(tmp_path):
-    obj, libc = compile_probes(tmp_path, KEEPER, SUMS=4), libc_path()
+    obj, libc = compile_probes(tmp_path, KEEPER, SUMS=4), LIBC
     (tmp_path / "late").mkdir()
     late = compile_probes(tmp_path / "late", LATE_KEEPER, SUMS=1)
 
@@ -914,7 +909,7 @@ def test_override_needs_an_extension_at_a_function_entry(tmp_path):
     # Past a function's first instruction the stack no longer holds the return address where a
     # return would take it: the agent leaves the attachment out and says why. unlink starts with
     # `mov $87, %eax` (5 bytes) in the C library here.
-    start = file_offset(Path(libc), "unlink")
+    start = file_offset(libc, "unlink")
     with open(libc, "rb") as library:
         library.seek(start)
         assert library.read(5) == bytes([0xB8, 87, 0, 0, 0]), "unlink's first instruction is not mov $87, %eax here"
