@@ -292,6 +292,17 @@ def test_a_sigkilled_tracecost_leaves_nothing_running_and_the_next_run_cleans_up
     assert list(private_tmp.iterdir()) == []
 
 
+LTTNG_DAEMONS = ("lttng-sessiond", "lttng-consumerd")
+
+
+def comm(pid: int) -> str:
+    """A process's name, "" if it is gone (it may exit between a listing and this read)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def test_a_session_daemon_that_dies_mid_run_fails_the_runs_and_none_is_started_again(tmp_path, private_tmp):
     if subprocess.run(["lttng", "--no-sessiond", "list"], capture_output=True).returncode == 0:
         pytest.skip("an lttng-sessiond is already running: tracecost would use it, not start its own")
@@ -302,13 +313,6 @@ def test_a_session_daemon_that_dies_mid_run_fails_the_runs_and_none_is_started_a
         text=True,
         env={**os.environ, "TMPDIR": str(private_tmp)},
     )
-
-    def comm(pid: int) -> str:
-        # A descendant may exit between the listing and this read (lttng's short-lived helpers).
-        try:
-            return Path(f"/proc/{pid}/comm").read_text().strip()
-        except OSError:
-            return ""
 
     daemons = lambda: [p for p in descendants(proc.pid) if running(p) and comm(p) == "lttng-sessiond"]  # noqa: E731
     try:
@@ -324,13 +328,14 @@ def test_a_session_daemon_that_dies_mid_run_fails_the_runs_and_none_is_started_a
     assert subprocess.run(["lttng", "--no-sessiond", "list"], capture_output=True).returncode != 0, (
         "no daemon was started in its place"
     )
-    assert not [
-        p
-        for p in Path("/proc").glob("[0-9]*")
-        if running(int(p.name))
-        and (p / "comm").exists()
-        and (p / "comm").read_text().strip() in ("lttng-sessiond", "lttng-consumerd")
+    # The killed daemon's consumer daemons see its socket close and exit on their own: within a
+    # deadline, none is left.
+    lttng_daemons = lambda: [  # noqa: E731
+        pid
+        for pid in (int(p.name) for p in Path("/proc").glob("[0-9]*"))
+        if running(pid) and comm(pid) in LTTNG_DAEMONS
     ]
+    assert wait_until(lambda: not lttng_daemons(), 30), [(pid, comm(pid)) for pid in lttng_daemons()]
 
 
 def test_an_unprivileged_user_runs_a_suite_and_is_told_what_was_not_checked(other_user):

@@ -293,6 +293,14 @@ class Child:
             raise TracecostError(f"{what} failed ({reason}): {self.error_line() or 'no message'}")
         return usage
 
+    def kill_group(self) -> None:
+        """Kills what is left of the child's process group, which it leads (spawn starts it in a
+        session of its own): processes it started that outlived it, such as the consumer daemons
+        of an lttng-sessiond killed outright, which the kernel does not stop with their parent.
+        The group's id stays reserved while any member lives, so no other process is reached."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+
     def close(self) -> None:
         """Whatever happened, leave no process behind."""
         if self.running:

@@ -154,6 +154,8 @@ def session_daemon(workspace: Path, say: Say) -> Iterator[SessionDaemon]:
     finally:
         with interrupts_deferred():
             daemon.stop(signal.SIGTERM, timeout_s=30)
+            # A daemon that stops stops its consumer daemons; one that died (killed) leaves them.
+            daemon.kill_group()
             daemon.close()
 
 
