@@ -941,8 +941,11 @@ STAT_ANSWER = textwrap.dedent(r"""
     {
         char path[256];
         struct stat st = {};
+        long length = bpf_probe_read_user_str(path, sizeof(path), ctx->filename);
 
-        if (bpf_probe_read_user_str(path, sizeof(path), ctx->filename) <= 0)
+        /* Only names longer than the folder: past the string's end the buffer holds whatever an
+           earlier run left there (fstat(fd) is newfstatat(fd, "", AT_EMPTY_PATH) in the C library). */
+        if (length <= 0 || length <= prefix_len + 1)
             return 0;
         if (path[prefix_len & 255] == 'k') {
             st.st_size = 4242;
