@@ -13,6 +13,16 @@
  * one at openat's entry answers an open of a path that is not there (ENOENT), so the system call,
  * the FUSE request and the daemon's reply are all skipped; anything else goes on to the kernel.
  *
+ * Paths relative to a directory descriptor (fstatat(dirfd, "name"), fstat(fd): what GNU find's
+ * fts makes) are answered too: the workload's descriptors that name something under the mount
+ * are tracked (`descriptors`, by process): an openat that succeeds records what it opened, a
+ * close forgets it, fcntl(F_DUPFD*) copies it. Whatever the programs cannot follow one by one
+ * makes the process forget them all (a new `generations` entry): dup, dup2, dup3, close_range,
+ * execve. A descriptor the programs did not see opened is never answered for; the one case they
+ * cannot see is a descriptor closed by a system call the C library makes inline (not through an
+ * entry point the agent hooks) and then reused by another such call, which only the C library's
+ * internal error paths do.
+ *
  * The entry's st_dev is the mount's (the daemon's lstat saw the source's), so an answer is what
  * the filesystem would have answered. Only regular files and directories are cached (stat and
  * lstat agree on them). Changes made to the source directory behind the daemon's back are not
@@ -24,8 +34,11 @@
 #include "fuse_cache.h"
 
 #define AT_FDCWD -100
+#define AT_EMPTY_PATH 0x1000
 #define ENOENT 2
 #define O_CREAT 0100
+#define F_DUPFD 0
+#define F_DUPFD_CLOEXEC 1030
 #define S_IFMT 0170000
 #define S_IFREG 0100000
 #define S_IFDIR 0040000
@@ -84,13 +97,68 @@ struct {
 	__type(value, __u64);
 } counts SEC(".maps");
 
-/* Scratch for a key (too large for the stack next to a struct stat), per CPU. */
+/* What a tracked descriptor names: a path under the mount as the daemon sees it ("" for the
+ * mountpoint itself, "/dir" below it), and its length. */
+struct named {
+	__u32 len;
+	struct cache_key key;
+};
+
+/* Scratch for a key (too large for the stack next to a struct stat), per CPU. It begins as a
+ * `struct named` (the path built, its length) and is twice a key's size, so that a name read
+ * after the longest directory path fits; only paths that fit in the key are looked up. */
+struct joined {
+	struct named named;
+	char overflow[FUSE_CACHE_PATH];
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct cache_key);
+	__type(value, struct joined);
 } scratch SEC(".maps");
+
+/* A workload's descriptor: its process's generation (a new one forgets every descriptor the
+ * process had), the process, the number. */
+struct descriptor {
+	__u64 generation;
+	__u32 tgid;
+	__s32 fd;
+};
+
+/* Least recently used entries go first: a descriptor whose entry is lost is no longer answered
+ * for, and a process whose generation is lost forgets them all. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct descriptor);
+	__type(value, struct named);
+} descriptors SEC(".maps");
+
+/* A process's generation: the time its first descriptor was tracked after it last forgot them,
+ * so that no later generation of the process takes an earlier one's value. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u64);
+} generations SEC(".maps");
+
+/* A call whose result the exit program needs its arguments for, by thread: openat's directory
+ * and name, fcntl's descriptor and command. */
+struct call {
+	const char *name;
+	__s64 fd;
+	__s64 cmd;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct call);
+} calls SEC(".maps");
 
 static void count(__u32 which)
 {
@@ -104,14 +172,14 @@ static void count(__u32 which)
 static struct cache_key *key_of(const char *path)
 {
 	__u32 zero = 0;
-	struct cache_key *key = bpf_map_lookup_elem(&scratch, &zero);
+	struct joined *scratched = bpf_map_lookup_elem(&scratch, &zero);
 
-	if (!key)
+	if (!scratched)
 		return NULL;
-	__builtin_memset(key, 0, sizeof(*key));
-	if (bpf_probe_read_user_str(key->path, sizeof(key->path), path) <= 0)
+	__builtin_memset(&scratched->named.key, 0, sizeof(scratched->named.key));
+	if (bpf_probe_read_user_str(scratched->named.key.path, FUSE_CACHE_PATH, path) <= 0)
 		return NULL;
-	return key;
+	return &scratched->named.key;
 }
 
 static __u64 current_epoch(void)
@@ -192,35 +260,107 @@ int BPF_KRETPROBE(change_ends)
 	return 0;
 }
 
-/* The cache's answer for `filename` if it is an absolute path under the mountpoint with an
- * entry of the current epoch; NULL (a miss counted where the path was under the mount) if not. */
-static struct answer *cached_answer(const char *filename)
+/* The descriptor `fd` of the calling process as `descriptors` keys it; generation 0 (nothing
+ * tracked) where the process has no generation and `begin` is false. */
+static struct descriptor descriptor_of(__s64 fd, bool begin)
+{
+	struct descriptor d = { .tgid = bpf_get_current_pid_tgid() >> 32, .fd = (__s32)fd };
+	__u64 *generation = bpf_map_lookup_elem(&generations, &d.tgid);
+
+	if (!generation && begin) {
+		__u64 now = bpf_ktime_get_ns() | 1;
+
+		bpf_map_update_elem(&generations, &d.tgid, &now, BPF_NOEXIST);
+		generation = bpf_map_lookup_elem(&generations, &d.tgid);
+	}
+	d.generation = generation ? *generation : 0;
+	return d;
+}
+
+/* The calling process forgets every descriptor it had. */
+static void forget_descriptors(void)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+
+	bpf_map_delete_elem(&generations, &tgid);
+}
+
+/* What `name` names, as a system call relative to `dfd` reads it, if it is under the mount: the
+ * scratch holding the path as the daemon sees it and its length, or NULL. Known are absolute
+ * paths under the mountpoint (`dfd` then plays no part) and names relative to a tracked
+ * descriptor; an empty name is the descriptor itself, only where `empty` (AT_EMPTY_PATH) allows
+ * it. Relative to the working directory, or to a descriptor not tracked: unknown. */
+static struct joined *under_mount(__s64 dfd, const char *name, bool empty)
 {
 	char head[FUSE_CACHE_MOUNT + 1] = {};
-	struct cache_key *key;
-	struct answer *cached;
-	__u32 zero = 0;
+	struct descriptor d;
+	struct joined *path;
+	struct named *dir;
+	__u32 zero = 0, len;
+	long n;
 	int i;
 
 	if (mount_len == 0 || mount_len >= FUSE_CACHE_MOUNT)
 		return NULL;
-	if (bpf_probe_read_user_str(head, sizeof(head), filename) <= (long)mount_len)
+	n = bpf_probe_read_user_str(head, sizeof(head), name);
+	if (n <= 0)
 		return NULL;
-	for (i = 0; i < FUSE_CACHE_MOUNT; i++) {
-		if (i >= mount_len)
-			break;
-		if (head[i] != mount[i])
+	path = bpf_map_lookup_elem(&scratch, &zero);
+	if (!path)
+		return NULL;
+	__builtin_memset(path, 0, sizeof(*path));
+	if (head[0] == '/') {
+		/* The mountpoint, then the end of the name (the mountpoint itself) or a '/'. */
+		if (n <= (long)mount_len)
 			return NULL;
+		for (i = 0; i < FUSE_CACHE_MOUNT; i++) {
+			if (i >= mount_len)
+				break;
+			if (head[i] != mount[i])
+				return NULL;
+		}
+		if (head[mount_len & (FUSE_CACHE_MOUNT - 1)] == '\0')
+			return path;
+		if (head[mount_len & (FUSE_CACHE_MOUNT - 1)] != '/')
+			return NULL;
+		n = bpf_probe_read_user_str(path->named.key.path, FUSE_CACHE_PATH, name + mount_len);
+		if (n <= 0 || n >= FUSE_CACHE_PATH)
+			return NULL;
+		path->named.len = n - 1;
+		return path;
 	}
-	if (head[mount_len & (FUSE_CACHE_MOUNT - 1)] != '/')
+	if (dfd == AT_FDCWD)
 		return NULL;
-	key = bpf_map_lookup_elem(&scratch, &zero);
-	if (!key)
+	d = descriptor_of(dfd, false);
+	dir = d.generation ? bpf_map_lookup_elem(&descriptors, &d) : NULL;
+	if (!dir)
 		return NULL;
-	__builtin_memset(key, 0, sizeof(*key));
-	if (bpf_probe_read_user_str(key->path, sizeof(key->path), filename + mount_len) <= 0)
+	__builtin_memcpy(&path->named, dir, sizeof(*dir));
+	if (head[0] == '\0')
+		return empty ? path : NULL;
+	/* dir '/' name: the name is read after the directory's path, into the scratch's overflow
+	 * half if it is long; a path longer than a key is not looked up. */
+	len = dir->len;
+	if (len >= FUSE_CACHE_PATH - 1)
 		return NULL;
-	cached = bpf_map_lookup_elem(&cache, key);
+	path->named.key.path[len & (FUSE_CACHE_PATH - 1)] = '/';
+	n = bpf_probe_read_user_str(&path->named.key.path[(len + 1) & (FUSE_CACHE_PATH - 1)], FUSE_CACHE_PATH, name);
+	if (n <= 0 || len + n >= FUSE_CACHE_PATH)
+		return NULL;
+	path->named.len = len + n;
+	return path;
+}
+
+/* The cache's answer for what `name` names at `dfd`, if it is under the mount with an entry of
+ * the current epoch; NULL (a miss counted where it was under the mount) if not. */
+static struct answer *cached_answer(__s64 dfd, const char *name, bool empty)
+{
+	struct joined *path = under_mount(dfd, name, empty);
+	struct answer *cached;
+
+	if (!path)
+		return NULL;
+	cached = bpf_map_lookup_elem(&cache, &path->named.key);
 	if (!cached || cached->epoch != current_epoch()) {
 		count(FUSE_CACHE_MISSED);
 		return NULL;
@@ -242,7 +382,7 @@ struct sys_enter_newfstatat {
 SEC("tp/syscalls/sys_enter_newfstatat")
 int answer_stat(struct sys_enter_newfstatat *ctx)
 {
-	struct answer *cached = cached_answer(ctx->filename);
+	struct answer *cached = cached_answer(ctx->dfd, ctx->filename, ctx->flag & AT_EMPTY_PATH);
 
 	if (!cached)
 		return 0;
@@ -265,21 +405,123 @@ struct sys_enter_openat {
 
 /* An extension (uebpf attach --extension answer_open): an open of a path the filesystem said is
  * not there is answered ENOENT (unless it would create it). An open that succeeds needs a
- * descriptor from the kernel: it is never answered. This passthrough checks no permissions (its
- * daemon opens as itself), so ENOENT is the only result an open can take from the cache. */
+ * descriptor from the kernel: it is never answered, and `opened` tracks what it opened. This
+ * passthrough checks no permissions (its daemon opens as itself), so ENOENT is the only result an
+ * open can take from the cache. */
 SEC("tp/syscalls/sys_enter_openat")
 int answer_open(struct sys_enter_openat *ctx)
 {
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct call call = { .name = ctx->filename, .fd = ctx->dfd };
 	struct answer *cached;
 
-	if (ctx->flags & O_CREAT)
-		return 0;
-	cached = cached_answer(ctx->filename);
-	if (!cached || !cached->error)
-		return 0;
-	bpf_override_return((struct pt_regs *)ctx, cached->error);
-	count(FUSE_CACHE_ANSWERED);
+	if (!(ctx->flags & O_CREAT)) {
+		cached = cached_answer(ctx->dfd, ctx->filename, false);
+		if (cached && cached->error) {
+			bpf_override_return((struct pt_regs *)ctx, cached->error);
+			count(FUSE_CACHE_ANSWERED);
+			return 0;
+		}
+	}
+	bpf_map_update_elem(&calls, &tid, &call, BPF_ANY);
 	return 0;
 }
+
+/* The call the exit program of this thread's system call needs, taken from `calls`. */
+static bool take_call(struct call *call)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct call *pending = bpf_map_lookup_elem(&calls, &tid);
+
+	if (!pending)
+		return false;
+	*call = *pending;
+	bpf_map_delete_elem(&calls, &tid);
+	return true;
+}
+
+/* The descriptor an openat returned names what it opened: tracked if that is under the mount,
+ * forgotten if it is not (the number may have named something under the mount before). */
+SEC("tp/syscalls/sys_exit_openat")
+int opened(struct trace_event_raw_sys_exit *ctx)
+{
+	struct descriptor d;
+	struct joined *path;
+	struct call call;
+
+	if (!take_call(&call) || ctx->ret < 0)
+		return 0;
+	path = under_mount(call.fd, call.name, false);
+	d = descriptor_of(ctx->ret, path != NULL);
+	if (!d.generation)
+		return 0;
+	if (path)
+		bpf_map_update_elem(&descriptors, &d, &path->named, BPF_ANY);
+	else
+		bpf_map_delete_elem(&descriptors, &d);
+	return 0;
+}
+
+SEC("tp/syscalls/sys_enter_close")
+int closing(struct trace_event_raw_sys_enter *ctx)
+{
+	struct descriptor d = descriptor_of(ctx->args[0], false);
+
+	if (d.generation)
+		bpf_map_delete_elem(&descriptors, &d);
+	return 0;
+}
+
+/* fcntl(fd, F_DUPFD or F_DUPFD_CLOEXEC): the new descriptor names what `fd` named (GNU find's fts
+ * duplicates every directory descriptor it keeps). */
+SEC("tp/syscalls/sys_enter_fcntl")
+int duplicating(struct trace_event_raw_sys_enter *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct call call = { .fd = ctx->args[0], .cmd = ctx->args[1] };
+
+	if (call.cmd == F_DUPFD || call.cmd == F_DUPFD_CLOEXEC)
+		bpf_map_update_elem(&calls, &tid, &call, BPF_ANY);
+	return 0;
+}
+
+SEC("tp/syscalls/sys_exit_fcntl")
+int duplicated(struct trace_event_raw_sys_exit *ctx)
+{
+	struct descriptor from, to;
+	struct named *named;
+	struct call call;
+
+	if (!take_call(&call) || ctx->ret < 0)
+		return 0;
+	from = descriptor_of(call.fd, false);
+	to = from;
+	to.fd = ctx->ret;
+	if (!from.generation)
+		return 0;
+	named = bpf_map_lookup_elem(&descriptors, &from);
+	if (named)
+		bpf_map_update_elem(&descriptors, &to, named, BPF_ANY);
+	else
+		bpf_map_delete_elem(&descriptors, &to);
+	return 0;
+}
+
+/* Calls that replace or close descriptors the programs do not follow one by one, and a process
+ * image ending: at their entry, the process forgets every descriptor it had. */
+#define FORGET_AT(call)                                         \
+	SEC("tp/syscalls/sys_enter_" #call)                    \
+	int forget_at_##call(void *ctx)                        \
+	{                                                      \
+		forget_descriptors();                          \
+		return 0;                                      \
+	}
+
+FORGET_AT(dup)
+FORGET_AT(dup2)
+FORGET_AT(dup3)
+FORGET_AT(close_range)
+FORGET_AT(execve)
+FORGET_AT(exit_group)
 
 char LICENSE[] SEC("license") = "GPL";

@@ -12,7 +12,7 @@ PACKAGES=(
   chromium chromium-driver                                          # the report's real-browser test
   curl openssl                                                      # the report's plotly.js bundle
   nginx wrk                                                         # the nginx suite's service and load
-  fuse3 libfuse3-dev                                                # the fuse suite's passthrough filesystem
+  fuse3 libfuse3-dev findutils                                      # the fuse suite: passthrough filesystem, GNU find
 )
 
 missing=()

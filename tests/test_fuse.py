@@ -64,12 +64,14 @@ def test_every_workload_ran_on_every_configuration_with_no_incorrect_answer(tiny
     assert result.returncode == 0, result.stderr
     assert part["failures"] == []
     cells = {(a["workload"], a["method"]): a for a in part["aggregates"]}
-    assert set(cells) == {(w, m) for w in ("stat", "open", "walk") for m in ("native", "fuse", "fuse-uebpf")}
+    assert set(cells) == {(w, m) for w in ("stat", "open", "find") for m in ("native", "fuse", "fuse-uebpf")}
     for (workload, _), agg in cells.items():
         assert agg["n"] == 1 and agg["incorrect"] == 0 and agg["ops_per_s"]["mean"] > 0, agg
-        assert agg["samples_checked"] == (0 if workload == "open" else 64), agg
-    # 150 files in 2 directories: the walk stats 152 entries, every one answered from the cache.
-    assert cells[("walk", "fuse-uebpf")]["cache"]["answered"] == 152
+        assert agg["samples_checked"] == {"open": 0, "stat": 64, "find": 153}[workload], agg
+    # 150 files in 2 directories: find lists 153 entries (the tree too) and stats every file and
+    # directory relative to its directory's descriptor: every one answered from the cache.
+    find = cells[("find", "fuse-uebpf")]["cache"]
+    assert find["answered"] >= 152 and find["missed"] == 0, find
     assert cells[("stat", "fuse-uebpf")]["cache"]["answered"] == 300
     assert cells[("open", "fuse-uebpf")]["cache"]["answered"] == 0
     assert cells[("open", "fuse-uebpf")]["cache"]["filled"] > 0
@@ -128,11 +130,37 @@ CHECKER = textwrap.dedent("""
             return error.errno
         return "opened"
 
+    # Directory descriptors by the plan's name for them, one through the mount and one in the source
+    # (or both on a folder outside the mount); the descriptor steps do the same to both.
+    through, beside = {}, {}
+
+    def seen_at(fds, key, name):
+        try:
+            info = os.stat(name, dir_fd=fds[key], follow_symlinks=False) if name else os.fstat(fds[key])
+        except OSError as error:
+            return error.errno
+        return [getattr(info, field) for field in FIELDS]
+
     print("READY", flush=True)
     sys.stdin.readline()
     steps = []
     for label, action, *names in plan:
-        if action == "stat":
+        if action == "opendir":
+            for fds, root in ((through, mount), (beside, source)):
+                fds[names[0]] = os.open(os.path.join(root, names[1]), os.O_RDONLY | os.O_DIRECTORY)
+        elif action == "statat":
+            steps.append([label, "/".join(names), seen_at(through, *names), seen_at(beside, *names)])
+        elif action == "dup":  # fcntl(F_DUPFD_CLOEXEC)
+            through[names[1]], beside[names[1]] = os.dup(through[names[0]]), os.dup(beside[names[0]])
+        elif action == "dup2":  # onto a descriptor of a folder outside the mount, on both sides
+            outside = os.open(names[1], os.O_RDONLY | os.O_DIRECTORY)
+            os.dup2(outside, through[names[0]])
+            os.dup2(outside, beside[names[0]])
+            os.close(outside)
+        elif action == "close":
+            os.close(through.pop(names[0]))
+            os.close(beside.pop(names[0]))
+        elif action == "stat":
             steps.append([label, names[0], seen(mount, names[0]), seen(source, names[0])])
         elif action == "open":
             steps.append([label, names[0], opened(mount, names[0]), opened(source, names[0])])
@@ -218,6 +246,41 @@ def test_a_file_is_not_found_under_its_directorys_old_name(tmp_path):
     (tree.source / "d2" / "f").write_bytes(b"y")
     plan = [*twice("before", "d2/f"), ["rename", "rename", "d2", "d3"], ["after rename of d2", "stat", "d2/f"]]
     assert_never_stale(under_the_cache(tmp_path, tree, plan)[0])
+
+
+def test_answers_relative_to_a_descriptor_follow_what_the_descriptor_names(tmp_path):
+    """fstatat(dirfd, name) and fstat(fd), as GNU find makes them: answered for a descriptor opened
+    under the mount (and its fcntl duplicate), never for one that a close and an open, or a dup2,
+    made name something else, nor after an unlink inside its directory."""
+    tree = filesystem.make_tree(tmp_path, 0)
+    for folder, size in (("d", 3), ("e", 5)):
+        (tree.source / folder).mkdir()
+        (tree.source / folder / "x").write_bytes(b"x" * size)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "x").write_bytes(b"x" * 7)
+    plan = [
+        ["open d", "opendir", "A", "d"],
+        *[["d/x", "statat", "A", "x"]] * 2,
+        *[["d itself", "statat", "A", ""]] * 2,
+        ["dup", "dup", "A", "B"],
+        *[["d/x through the duplicate", "statat", "B", "x"]] * 2,
+        ["close d", "close", "A"],
+        ["open e", "opendir", "C", "e"],
+        *[["e/x", "statat", "C", "x"]] * 2,
+        ["dup2 over the duplicate", "dup2", "B", str(outside)],
+        ["x outside, through the old number", "statat", "B", "x"],
+        ["unlink e/x", "unlink", "e/x"],
+        ["e/x after unlink", "statat", "C", "x"],
+    ]
+    steps, counts = under_the_cache(tmp_path, tree, plan)
+    seen = assert_never_stale(steps)
+    sizes = {label: answer[5] for (label, _), answer in seen.items() if isinstance(answer, list)}
+    assert (sizes["d/x"], sizes["d/x through the duplicate"], sizes["e/x"]) == (3, 3, 5), sizes
+    assert sizes["x outside, through the old number"] == 7
+    assert seen[("e/x after unlink", "C/x")] == errno.ENOENT
+    # The repeated stats of d/x, d and e/x were answered, the duplicate's too.
+    assert counts["answered"] >= 4, counts
 
 
 def test_a_tracecost_killed_outright_leaves_a_mount_the_next_command_removes(private_tmp, tmp_path):

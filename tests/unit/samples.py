@@ -312,7 +312,7 @@ def fuse_run(rng: random.Random, workload: str, method: str) -> dict:
     """A successful run record of the fuse suite, as filesystem.record writes it."""
     ns_per_op = {"native": rng.uniform(1_000, 3_000), "fuse": rng.uniform(120_000, 200_000)}
     ns_per_op["fuse-uebpf"] = ns_per_op["fuse"] if workload == "open" else rng.uniform(200, 5_000)
-    ops = 1010 if workload == "walk" else 2000
+    ops = 1011 if workload == "find" else 2000
     ns = round(ops * ns_per_op[method])
     cached = method == "fuse-uebpf"
     answered = ops if cached and workload != "open" else 0
@@ -321,7 +321,7 @@ def fuse_run(rng: random.Random, workload: str, method: str) -> dict:
         "ns": ns,
         "ops_per_s": ops * 1e9 / ns,
         "ns_per_op": ns / ops,
-        "samples_checked": 0 if workload == "open" else 64,
+        "samples_checked": {"open": 0, "stat": 64, "find": ops}[workload],
         "incorrect": 0,
         "cache": {"filled": 3 if answered else 2 * ops + 3, "forgotten": 0, "answered": answered, "missed": 0}
         if cached

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,7 @@ def config_of(tracecost, *args):
 
 def test_the_default_is_the_issues_sizes_on_every_workload_and_method(tracecost):
     config = config_of(tracecost)
-    assert (config.workloads, config.methods) == (["stat", "open", "walk"], ["native", "fuse", "fuse-uebpf"])
+    assert (config.workloads, config.methods) == (["stat", "open", "find"], ["native", "fuse", "fuse-uebpf"])
     assert (config.stats, config.opens, config.files, config.runs) == (100_000, 100_000, 10_000, 3)
 
 
@@ -45,15 +46,15 @@ def test_tracecost_run_is_small():
 
 
 def test_sizes_and_workloads_are_options(tracecost):
-    config = config_of(tracecost, "--workloads", "walk,stat", "--stats", "5", "--opens", "6", "--files", "7")
-    assert (config.workloads, config.stats, config.opens, config.files) == (["stat", "walk"], 5, 6, 7)
-    assert [group.label for group in SUITE.groups(config)] == ["stat (5 calls)", "walk (7 files)"]
+    config = config_of(tracecost, "--workloads", "find,stat", "--stats", "5", "--opens", "6", "--files", "7")
+    assert (config.workloads, config.stats, config.opens, config.files) == (["stat", "find"], 5, 6, 7)
+    assert [group.label for group in SUITE.groups(config)] == ["stat (5 calls)", "find (7 files)"]
 
 
 @pytest.mark.parametrize(
     "args,words",
     [
-        (["--workloads", "stat,find"], ["--workloads", "unknown workload 'find'"]),
+        (["--workloads", "stat,walk"], ["--workloads", "unknown workload 'walk'"]),
         (["--methods", "fuse,fuse-uebpf"], ["--methods", "native is needed"]),
         (["--files", "16001"], ["--files", "16000"]),
     ],
@@ -64,7 +65,7 @@ def test_bad_values_are_one_line_usage_errors(tracecost, args, words):
 
 def test_list_names_every_workload_and_method(tracecost):
     code, _ = tracecost("fuse", "--list")
-    assert code == 0 and all(name in tracecost.out for name in ("stat", "open", "walk", "native", "fuse-uebpf"))
+    assert code == 0 and all(name in tracecost.out for name in ("stat", "open", "find", "native", "fuse-uebpf"))
 
 
 # --- what the harness reads ------------------------------------------------------------------------------
@@ -128,9 +129,9 @@ def sample(path: str, info: os.stat_result, dev: int) -> list:
     return [path, *filesystem.expected_fields(info, dev)]
 
 
-def test_a_run_makes_its_tree_and_walk_counts_files_and_directories(tmp_path):
+def test_a_run_makes_its_tree_and_find_lists_it_its_directories_and_files(tmp_path):
     tree = filesystem.make_tree(tmp_path, 250)
-    assert (tree.files, tree.directories, tree.walk_entries()) == (250, 3, 253)
+    assert (tree.files, tree.directories, tree.find_lines()) == (250, 3, 254)
     walked = sum(len(dirs) + len(files) for _, dirs, files in os.walk(tree.source / filesystem.WALKED))
     assert walked == 253 and (tree.source / filesystem.TARGET).is_file() and tree.mountpoint.is_dir()
 
@@ -165,7 +166,27 @@ def test_an_answer_for_a_file_the_source_lacks_or_outside_the_root_is_wrong(tmp_
 def judged(tmp_path, workload="stat", ops=100, errors=0, samples=(), counts=None, calls=100) -> dict:
     tree = filesystem.make_tree(tmp_path, 0) if not (tmp_path / "source").exists() else tree_of(tmp_path)
     bench = Bench(ops, 25_000, errors, list(samples))
-    return filesystem.record(workload, bench, calls, tree, tree.mountpoint, 41, counts)
+    return filesystem.record(workload, bench, calls, tree, tree.mountpoint, tmp_path, 41, counts)
+
+
+def find_listing(tree: Tree) -> str:
+    return subprocess.run(filesystem.find_argv(tree.source), capture_output=True, text=True, check=True).stdout
+
+
+def test_finds_listing_is_checked_line_by_line_against_the_sources(tmp_path):
+    tree = filesystem.make_tree(tmp_path, 3)
+    listing = find_listing(tree)
+    lines = listing.splitlines()
+    assert sorted(line.rpartition(" ")[2] for line in lines) == ["", "d00", "d00/f00", "d00/f01", "d00/f02"]
+    out = tmp_path / "find.out"
+    out.write_text(listing)
+    assert filesystem.wrong_listing(out, tree.source) == (tree.find_lines(), [])
+    # A size one off, and a file not listed: each named.
+    changed = [line.replace(" 2 ", " 3 ", 1) if line.endswith("f02") else line for line in lines]
+    out.write_text("\n".join(line for line in changed if not line.endswith("f01")) + "\n")
+    checked, wrong = filesystem.wrong_listing(out, tree.source)
+    assert checked == 4 and len(wrong) == 2, wrong
+    assert wrong[0].startswith("d00/f01: 'not listed' instead of 'f ") and wrong[1].startswith("d00/f02: 'f ")
 
 
 def tree_of(tmp_path) -> Tree:
@@ -186,11 +207,14 @@ def test_a_good_run_records_its_rate_and_counters(tmp_path):
         ({"ops": 99}, "fsbench made 99 calls, expected 100"),
         ({"errors": 2}, "2 of fsbench's 100 calls failed"),
         ({"counts": {**COUNTS, "answered": 0}}, "the uebpf cache answered none of the 100 stats (filled 3, "),
-        ({"workload": "walk", "counts": {**COUNTS, "answered": 0}}, "answered none"),
+        ({"workload": "find", "ops": 4, "calls": 4, "counts": {**COUNTS, "answered": 0}}, "answered none"),
         ({"workload": "open", "counts": {**COUNTS, "filled": 0, "answered": 0}}, "stored none of the daemon's"),
     ],
 )
 def test_a_run_that_is_not_a_measurement_fails_with_the_reason(tmp_path, fields, said):
+    if fields.get("workload") == "find":  # a listing equal to the source's: only the cache is judged
+        tree = filesystem.make_tree(tmp_path, 3)
+        (tmp_path / "find.out").write_text(find_listing(tree))
     with pytest.raises(TracecostError, match=re.escape(said)):
         judged(tmp_path, **fields)
 
@@ -237,7 +261,7 @@ def test_aggregates_are_ratios_of_mean_times_per_call():
     assert cached["relative_to_native"]["value"] == pytest.approx(mean["fuse-uebpf"] / mean["native"])
     assert cached["cache"] == {"filled": 6, "forgotten": 0, "answered": 4000, "missed": 0}
     assert cell(doc, "stat", "fuse")["speedup_vs_fuse"] is None and cell(doc, "stat", "native")["cache"] is None
-    assert cell(doc, "walk", "native")["samples_checked"] == 128
+    assert cell(doc, "find", "native")["samples_checked"] == 2 * 1011
 
 
 def test_the_report_has_a_chart_a_row_per_cell_and_computed_findings():
@@ -249,7 +273,7 @@ def test_the_report_has_a_chart_a_row_per_cell_and_computed_findings():
         "FUSE passthrough",
         "FUSE + uebpf cache",
     ]
-    assert list(chart.figure["data"][0]["x"]) == ["stat", "open", "walk"]
+    assert list(chart.figure["data"][0]["x"]) == ["stat", "open", "find"]
     (table,) = section.tables
     assert [row[:2] for row in table.rows][:3] == [
         ["stat", "native directory"],
@@ -260,8 +284,11 @@ def test_the_report_has_a_chart_a_row_per_cell_and_computed_findings():
     assert section.findings[0].startswith(f"stat: FUSE + uebpf cache is {speedup:,.1f}× faster than FUSE and takes ")
     assert section.findings[1].startswith("open: the cache answers no opens")
     assert any(f.startswith("Target 'FUSE + uebpf cache within 2× of native") for f in section.findings)
-    checked = sum(a["samples_checked"] for a in doc["suites"]["fuse"]["aggregates"])
-    said = f"Correctness: {checked:,} sampled stat answers of the counted runs compared with the source's lstat"
+    aggregates = doc["suites"]["fuse"]["aggregates"]
+    sampled = sum(a["samples_checked"] for a in aggregates if a["workload"] != "find")
+    listed = sum(a["samples_checked"] for a in aggregates if a["workload"] == "find")
+    said = f"Correctness: {sampled:,} sampled stat answers of the counted runs compared with the source's lstat"
+    said += f" and {listed:,} lines of find's listings with find's listing of the source"
     assert f"{said}, 0 incorrect; 0 run(s) failed for an incorrect answer." in section.findings
 
 
@@ -271,7 +298,7 @@ def test_failed_runs_show_with_their_reason():
     failed = {"repetition": 1, "warmup": False, "position": 0, "status": "failed"}
     part["failures"] = [
         {
-            "workload": "walk",
+            "workload": "find",
             "method": "fuse-uebpf",
             "error": "1 of 64 sampled stat answers differ from the "
             "source's lstat; first: /m/tree/d00: mtime_s 1 instead of 2",
@@ -281,7 +308,7 @@ def test_failed_runs_show_with_their_reason():
     part["runs"] += part["failures"]
     results.check(doc)
     section = SUITE.render(part, doc["environment"])
-    row = next(row for row in section.tables[0].rows if row[:2] == ["walk", "FUSE + uebpf cache"])
+    row = next(row for row in section.tables[0].rows if row[:2] == ["find", "FUSE + uebpf cache"])
     assert row[2].startswith("2 (1 failed: 1 of 64 sampled stat answers differ")
     assert any("1 run(s) failed for an incorrect answer" in finding for finding in section.findings)
 

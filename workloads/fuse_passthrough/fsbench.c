@@ -2,22 +2,26 @@
  *
  *   fsbench stat PATH N    N x fstatat(AT_FDCWD, PATH)
  *   fsbench open PATH N    N x openat(AT_FDCWD, PATH, O_RDONLY) + close
- *   fsbench walk DIR       every entry under DIR (opendir/readdir), each stat'ed by its absolute
- *                          path with fstatat(AT_FDCWD, ..., AT_SYMLINK_NOFOLLOW), as find -ls does
+ *   fsbench exec OUT COMMAND [ARG...]
+ *                          COMMAND (GNU find, for the harness) as a process of its own, its
+ *                          output to the file OUT: timed from its spawn to its exit; its ops are
+ *                          the lines it printed, an exit status other than 0 its one error
  *
  * Says READY, waits for a line on stdin (the harness's go: probes are in place), runs, and prints
  * one JSON line: {"ops", "ns", "errors", "samples": [[path, mode, ino, nlink, uid, gid, size,
  * mtime_s, mtime_ns, dev], ...]}: the struct stat of up to 64 of the calls it made (spread over
- * the run), so that the harness can compare them with what the filesystem says. */
+ * the run), so that the harness can compare them with what the filesystem says (none for exec:
+ * the harness compares the command's output). */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -53,28 +57,34 @@ static void stat_one(const char *path, int flags)
 	ops++;
 }
 
-static void walk(const char *dir)
-{
-	char path[PATH_MAX];
-	struct dirent *entry;
-	DIR *d = opendir(dir);
+extern char **environ;
 
-	if (!d) {
+/* COMMAND with its stdout on OUT (created or truncated), to its exit: its ops are the lines OUT
+ * holds after it. */
+static void exec_one(const char *out, char **command)
+{
+	posix_spawn_file_actions_t actions;
+	int status, c;
+	pid_t pid;
+	FILE *f;
+
+	if (posix_spawn_file_actions_init(&actions) ||
+	    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out, O_WRONLY | O_CREAT | O_TRUNC, 0644) ||
+	    posix_spawnp(&pid, command[0], &actions, NULL, command, environ) || waitpid(pid, &status, 0) != pid) {
 		errors++;
 		return;
 	}
-	while ((entry = readdir(d))) {
-		if (!strcmp(entry->d_name, ".") || !strcmp(entry->d_name, ".."))
-			continue;
-		if (snprintf(path, sizeof(path), "%s/%s", dir, entry->d_name) >= (int)sizeof(path)) {
-			errors++;
-			continue;
-		}
-		stat_one(path, AT_SYMLINK_NOFOLLOW);
-		if (entry->d_type == DT_DIR)
-			walk(path);
+	posix_spawn_file_actions_destroy(&actions);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		errors++;
+	f = fopen(out, "r");
+	if (!f) {
+		errors++;
+		return;
 	}
-	closedir(d);
+	while ((c = getc(f)) != EOF)
+		ops += c == '\n';
+	fclose(f);
 }
 
 static void print_json_string(const char *s)
@@ -96,11 +106,9 @@ int main(int argc, char **argv)
 	unsigned long long n = 0, started;
 	char go[16];
 
-	if (argc < 3 || (strcmp(argv[1], "walk") && argc != 4) || (!strcmp(argv[1], "walk") && argc != 3)) {
-		fprintf(stderr, "usage: fsbench stat|open PATH N | fsbench walk DIR\n");
-		return 2;
-	}
-	if (argc == 4) {
+	if (argc >= 4 && !strcmp(argv[1], "exec")) {
+		sample_every = 1;
+	} else if (argc == 4 && (!strcmp(argv[1], "stat") || !strcmp(argv[1], "open"))) {
 		char *end;
 
 		n = strtoull(argv[3], &end, 10);
@@ -110,7 +118,8 @@ int main(int argc, char **argv)
 		}
 		sample_every = n / MAX_SAMPLES ? n / MAX_SAMPLES : 1;
 	} else {
-		sample_every = 1;
+		fprintf(stderr, "usage: fsbench stat|open PATH N | fsbench exec OUT COMMAND [ARG...]\n");
+		return 2;
 	}
 	printf("READY\n");
 	fflush(stdout);
@@ -129,11 +138,8 @@ int main(int argc, char **argv)
 			else
 				close(fd);
 		}
-	} else if (!strcmp(argv[1], "walk")) {
-		walk(argv[2]);
 	} else {
-		fprintf(stderr, "fsbench: unknown workload '%s'\n", argv[1]);
-		return 2;
+		exec_one(argv[2], argv + 3);
 	}
 	printf("{\"ops\":%llu,\"ns\":%llu,\"errors\":%llu,\"samples\":[", ops, now_ns() - started, errors);
 	for (int i = 0; i < nsamples; i++) {

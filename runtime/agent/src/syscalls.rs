@@ -364,8 +364,7 @@ pub(crate) struct Site {
 /// hooks at the same places, and at `syscall()` an entry hook first, which notes the number.
 pub(crate) fn sites(side: Side, point: Point) -> Result<Vec<Site>, String> {
     let libc = libc_path()?;
-    let resolve = |symbol: &str| uebpf_hook::resolve(&libc, &uebpf_hook::Location::parse(symbol)).map_err(|e| e.to_string());
-    let syscall = resolve("syscall")?;
+    let syscall = libc_function(&libc, "syscall")?;
     let syscall_address = syscall.address;
     let exit = side == Side::Exit;
     let site = |target, entry_handler, return_handler, wrapper| Site {
@@ -388,7 +387,7 @@ pub(crate) fn sites(side: Side, point: Point) -> Result<Vec<Site>, String> {
     if let Point::Named { name, .. } = point {
         let path = CString::new(libc.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
         if exports(&path, name) {
-            let named = resolve(name)?;
+            let named = libc_function(&libc, name)?;
             if !wrappers.iter().any(|w| w.target.address == named.address) {
                 sites.push(site(named, at_wrapper, at_wrapper_return, None));
             }
@@ -396,6 +395,23 @@ pub(crate) fn sites(side: Side, point: Point) -> Result<Vec<Site>, String> {
     }
     sites.extend(wrappers.into_iter().map(|w| site(w.target, at_raw_wrapper, at_raw_wrapper_return, Some((w.nr, w.args)))));
     Ok(sites)
+}
+
+/// A function of libc's, resolved once per process: every system call attachment hooks
+/// `syscall()` and most a named wrapper, and a resolution reads and parses the whole library (a
+/// short-lived process with a dozen system call programs spent most of its start-up there). libc
+/// is never unloaded, so an address found stays true. The lock is never held across a fork:
+/// attachments are applied at start-up (one thread) or under the agent's state lock, which the
+/// fork handler takes.
+fn libc_function(libc: &std::path::Path, name: &str) -> Result<Target, String> {
+    static RESOLVED: std::sync::Mutex<Vec<(String, Result<Target, String>)>> = std::sync::Mutex::new(Vec::new());
+    let mut resolved = RESOLVED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some((_, found)) = resolved.iter().find(|(known, _)| known == name) {
+        return found.clone();
+    }
+    let found = uebpf_hook::resolve(libc, &uebpf_hook::Location::parse(name)).map_err(|e| e.to_string());
+    resolved.push((name.to_string(), found.clone()));
+    found
 }
 
 /// The C library's system call wrappers, read from its code once per process (every system call

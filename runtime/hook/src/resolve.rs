@@ -217,12 +217,16 @@ pub fn is_mapped_executable(dev: u64, ino: u64) -> Result<bool> {
 fn find_function(elf: &object::File, name: &str) -> std::result::Result<Symbol, String> {
     let mut found: Vec<(u64, u64, u8)> = Vec::new();
     let hidden = hidden_versions(elf);
-    let dynamic = elf.dynamic_symbols().filter(|symbol| !hidden.contains(&symbol.index().0));
+    let dynamic = elf.dynamic_symbols().filter(|symbol| hidden.binary_search(&symbol.index().0).is_err());
     for symbol in elf.symbols().chain(dynamic) {
+        // The name first, as bytes: most symbols are not it (no UTF-8 check of every name).
+        if symbol.name_bytes() != Ok(name.as_bytes()) {
+            continue;
+        }
         let st_type = st_type(&symbol);
         // object's is_definition leaves IFUNCs out (their kind is Unknown).
         let defined = symbol.is_definition() || (st_type == STT_GNU_IFUNC && !symbol.is_undefined());
-        if symbol.name() == Ok(name) && defined && symbol.address() != 0 {
+        if defined && symbol.address() != 0 {
             if symbol.kind() != SymbolKind::Text && st_type != STT_GNU_IFUNC {
                 return Err(format!("symbol {name} is not a function"));
             }
@@ -241,7 +245,7 @@ fn find_function(elf: &object::File, name: &str) -> std::result::Result<Symbol, 
     }
 }
 
-/// Indices of the .dynsym entries that are an older version of their name (`memcpy@GLIBC_2.2.5`
+/// Indices, ascending, of the .dynsym entries that are an older version of their name (`memcpy@GLIBC_2.2.5`
 /// beside `memcpy@@GLIBC_2.14`): versym's hidden bit. The dynamic linker binds a plain name to
 /// its default version only (glibc's elf/dl-lookup.c skips hidden versions when none is asked
 /// for), and so does a symbol given here.

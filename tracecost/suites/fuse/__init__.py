@@ -1,12 +1,13 @@
-"""FUSE and a uebpf metadata cache: what a stat, an open and a find-style walk cost on a directory,
+"""FUSE and a uebpf metadata cache: what a stat, an open and GNU find over a tree cost on a directory,
 through a passthrough FUSE filesystem (every call a round trip to its daemon: the kernel's caches
 are off), and through the same mount with uebpf's metadata cache answering stats in the workload
 from what the daemon answered before (issue 22).
 
-Groups are the workloads (fsbench: stat, open, walk); methods are the three configurations,
-native being the reference. Every run builds its own tree, mounts, measures and unmounts; every
-stat answer fsbench sampled is compared with the source's lstat, and a cache run whose cache
-answered nothing is a failure. The folder: this Suite, filesystem.py (the tree, the mount, the
+Groups are the workloads (fsbench: stat, open, and find, which fsbench runs as a process of its
+own); methods are the three configurations, native being the reference. Every run builds its own
+tree, mounts, measures and unmounts; every stat answer fsbench sampled is compared with the
+source's lstat, every line find printed with find's listing of the source, and a cache run whose
+cache answered nothing is a failure. The folder: this Suite, filesystem.py (the tree, the mount, the
 cache, one run, the check), report.py (the report section), schema.json (this suite's results
 schema); tests/test_fuse.py runs it at a tiny size and checks the cache is never stale."""
 
@@ -31,10 +32,12 @@ from tracecost.suites.fuse.filesystem import (
     CACHE_ENTRIES,
     CACHED,
     FILES_PER_DIR,
+    FIND_FORMAT,
     FUSE,
     NATIVE,
     TARGET,
     WALKED,
+    find_program,
     require_cache,
     run_once,
 )
@@ -42,7 +45,8 @@ from tracecost.suites.fuse.filesystem import (
 WORKLOADS = {
     "stat": "N x fstatat(AT_FDCWD, PATH) of one file",
     "open": "N x openat(AT_FDCWD, PATH, O_RDONLY) + close of one file",
-    "walk": "every entry of a tree of M files (opendir/readdir), each fstatat'ed by its absolute path",
+    "find": "GNU find over a tree of M files, printing each entry's type, mode, links, owner, size, inode and "
+    "mtime (its fts opens each directory and fstatat's each entry relative to the directory's descriptor)",
 }
 METHOD_LABELS = {
     NATIVE: "the source directory itself",
@@ -71,8 +75,8 @@ class FuseConfig:
     seed: int = 0
 
     def count(self, workload: str) -> int:
-        """The calls of `workload` (the walk's: one per file, plus one per directory)."""
-        return {"stat": self.stats, "open": self.opens, "walk": self.files}[workload]
+        """The calls of `workload` (find: the files of its tree)."""
+        return {"stat": self.stats, "open": self.opens, "find": self.files}[workload]
 
 
 class Native(methods.Method):
@@ -80,13 +84,14 @@ class Native(methods.Method):
 
     def open(self, stack: contextlib.ExitStack, workspace: Path, say) -> None:
         paths.artifact("bin/fsbench")
+        find_program()
 
 
-class Fuse(methods.Method):
+class Fuse(Native):
     name, label = FUSE, "FUSE passthrough"
 
     def open(self, stack: contextlib.ExitStack, workspace: Path, say) -> None:
-        paths.artifact("bin/fsbench")
+        super().open(stack, workspace, say)
         paths.artifact("bin/fuse_passthrough")
         # A daemon killed outright leaves its mount: fusermount3 is what removes it.
         system.require_tool("fusermount3", "fuse3")
@@ -108,7 +113,7 @@ METHODS = {method.name: method for method in (Native, Fuse, Cached)}
 class FuseSuite(Suite):
     name = "fuse"
     title = "FUSE and a uebpf metadata cache"
-    help = "stat, open and a walk on a directory, through FUSE, and through FUSE with a uebpf metadata cache."
+    help = "stat, open and find on a directory, through FUSE, and through FUSE with a uebpf metadata cache."
     listing_noun = "workloads and methods"
     default_runs = 3
     baseline = NATIVE
@@ -143,7 +148,7 @@ class FuseSuite(Suite):
         Option(
             ("--files",),
             "files",
-            f"Files in the walk's tree ({FILES_PER_DIR} per directory; at most {MAX_FILES:,}: the cache holds "
+            f"Files in find's tree ({FILES_PER_DIR} per directory; at most {MAX_FILES:,}: the cache holds "
             f"{CACHE_ENTRIES:,} paths).",
             type=click.IntRange(1, MAX_FILES),
             default=DEFAULT_FILES,
@@ -180,7 +185,7 @@ class FuseSuite(Suite):
 
     def groups(self, config: FuseConfig) -> list[Group]:
         return [
-            Group({"workload": name}, f"{name} ({config.count(name):,} {'files' if name == 'walk' else 'calls'})")
+            Group({"workload": name}, f"{name} ({config.count(name):,} {'files' if name == 'find' else 'calls'})")
             for name in config.workloads
         ]
 
@@ -257,21 +262,26 @@ class FuseSuite(Suite):
             "method_descriptions": {name: METHOD_LABELS[name] for name in config.methods},
             "workload": "build/bin/fsbench: says READY, waits for the harness's go (the agent applied, under the "
             "cache), times its calls on CLOCK_MONOTONIC and prints its ops, time, failed calls and up to 64 "
-            "stat answers",
+            "stat answers; find: fsbench spawns it (under the cache it inherits the agent, which applies the "
+            "probes before find's main) and times it from spawn to exit, its ops being the lines it printed",
+            "find": f"{find_program()} {WALKED} -printf {FIND_FORMAT!r}",
             "tree": f"made per run: SOURCE/{TARGET} (stat, open) and SOURCE/{WALKED}/dNN/fNN ({FILES_PER_DIR} files "
-            "per directory, the walk)",
+            "per directory, find)",
             "filesystem": "build/bin/fuse_passthrough: libfuse3's high-level API, one thread, attr_timeout, "
             "entry_timeout and negative_timeout 0 (the kernel caches nothing: every call reaches the daemon), "
             "use_ino; mounted per run, unmounted after it",
             "cache": "build/bpf/fuse_cache.bpf.o under uebpf attach, in a region per run: uprobes on the daemon's "
             "pt_getattr fill a hash with its answers (regular files and directories), pt_unlink/pt_rename/pt_chmod "
-            "advance its epoch (every older entry stale); an extension at newfstatat's entry in fsbench answers "
-            "stats of absolute paths "
-            "under the mountpoint from it (a struct stat, or ENOENT), and one at openat's entry answers ENOENT to "
-            "an open of a path the daemon said is not there; opens that succeed are not answered",
+            "advance its epoch (every older entry stale); an extension at newfstatat's entry in the workload "
+            "answers stats of paths under the mountpoint from it (a struct stat, or ENOENT): absolute paths, and "
+            "names relative to a directory descriptor whose openat it saw (descriptors tracked per process at "
+            "openat's exit, close and fcntl F_DUPFD; dup*, close_range, execve and exit forget them all); one "
+            "at openat's entry answers ENOENT to an open of a path the daemon said is not there; opens that "
+            "succeed are not answered",
             "warm": "before the timed calls the harness stats every path the workload uses once, untimed, through "
             "the same directory (it runs no agent: through the mount its stats reach the daemon and fill the cache)",
             "correctness": "every sampled stat answer compared field by field with os.lstat of the same file in the "
-            "source (mode, ino, nlink, uid, gid, size, mtime); st_dev with the mount's (the source's for native)",
+            "source (mode, ino, nlink, uid, gid, size, mtime); st_dev with the mount's (the source's for native); "
+            "find: every line it printed with the line find prints for the same entry of the source",
             "ratio_ci_method": "delta method with Welch-Satterthwaite df",
         }

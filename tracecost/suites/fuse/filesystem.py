@@ -1,20 +1,21 @@
 """The fuse suite's machinery: a run's directory tree, the passthrough mount (always unmounted), the
 uebpf metadata cache attached to the daemon and the workload, one fsbench run, and the check of
-every stat answer it sampled against the source directory.
+every stat answer it sampled (or every line GNU find printed) against the source directory.
 
 The filesystem is build/bin/fuse_passthrough (workloads/fuse_passthrough): the kernel's attribute,
 entry and negative caches are off, so every stat of the mount is a round trip to the daemon. The
 cache is build/bpf/fuse_cache.bpf.o (probes/fuse_cache.bpf.c): uprobes on the daemon's pt_getattr
 fill a shared hash with what it answered, uprobes on pt_unlink/pt_rename/pt_chmod advance the cache's
 epoch (every older entry is stale), and an extension at newfstatat's entry in the workload answers a
-stat of an absolute path under the mountpoint from the hash, so the system call and the FUSE request
-are not made."""
+stat of a path under the mountpoint from the hash (absolute, or relative to a directory descriptor
+the cache saw opened there: GNU find's), so the system call and the FUSE request are not made."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import shutil
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from pathlib import Path
 from tracecost import leftovers, paths, uebpf
 from tracecost.errors import TracecostError
 from tracecost.mounts import is_mounted, unmount_left
-from tracecost.procs import Child, interrupts_deferred, json_fields, started
+from tracecost.procs import Child, interrupts_deferred, json_fields, run_command, started
 
 READY_TIMEOUT_S = 10
 STOP_TIMEOUT_S = 10
@@ -32,9 +33,12 @@ CALL_DEADLINE_S = 0.005
 FSBENCH_SLACK_S = 60
 
 # The tree a run creates in its folder: SOURCE holds the file the stat and open workloads use and the
-# walk's tree, FILES_PER_DIR files per directory (find's workload: many small directories).
+# tree find walks, FILES_PER_DIR files per directory (many small directories).
 TARGET = "one/file"
 WALKED = "tree"
+# What find prints of each entry: every field of its struct stat a stat answer could get wrong but
+# the device (the mount's is not the source's), and its path under the tree.
+FIND_FORMAT = "%y %m %n %U %G %s %i %T@ %P\n"
 FILES_PER_DIR = 100
 TARGET_TEXT = b"tracecost fuse suite\n"
 
@@ -74,11 +78,11 @@ class Tree:
     source: Path
     mountpoint: Path
     files: int
-    directories: int  # under WALKED (the walk stats them too)
+    directories: int  # under WALKED
 
-    def walk_entries(self) -> int:
-        """How many entries fsbench walk stats: every file and directory under WALKED."""
-        return self.files + self.directories
+    def find_lines(self) -> int:
+        """How many lines find prints: WALKED itself, every directory and every file under it."""
+        return 1 + self.directories + self.files
 
 
 def make_tree(workdir: Path, files: int) -> Tree:
@@ -241,11 +245,24 @@ def parse_bench(text: str) -> Bench:
     return json_fields(text, "fsbench", parse)
 
 
-def fsbench_argv(workload: str, root: Path, count: int) -> list[str]:
-    """fsbench's arguments for `workload` on `root` (the source directory or the mountpoint)."""
+def find_argv(root: Path) -> list[str]:
+    """GNU find over the tree under `root`, printing FIND_FORMAT per entry."""
+    return [find_program(), str(root / WALKED), "-printf", FIND_FORMAT]
+
+
+def find_program() -> str:
+    found = shutil.which("find")
+    if not found:
+        raise TracecostError("find is not installed (Debian package findutils; make setup installs it)")
+    return found
+
+
+def fsbench_argv(workload: str, root: Path, count: int, workdir: Path) -> list[str]:
+    """fsbench's arguments for `workload` on `root` (the source directory or the mountpoint); find's
+    listing goes to workdir/find.out."""
     fsbench = str(paths.artifact("bin/fsbench"))
-    if workload == "walk":
-        return [fsbench, "walk", str(root / WALKED)]
+    if workload == "find":
+        return [fsbench, "exec", str(workdir / "find.out"), *find_argv(root)]
     return [fsbench, workload, str(root / TARGET), str(count)]
 
 
@@ -264,7 +281,7 @@ def warm(root: Path, workload: str) -> None:
     """Stats once, untimed, every path the workload will stat or open (through `root`, as it will):
     the kernel's dentry and inode caches for the source, the daemon's own lookups for the mount, and
     the uebpf cache's entries (this process runs no agent: its stats reach the daemon)."""
-    if workload != "walk":
+    if workload != "find":
         os.stat(root / TARGET)
         return
     for folder, subfolders, files in os.walk(root / WALKED):
@@ -273,6 +290,27 @@ def warm(root: Path, workload: str) -> None:
 
 
 # --- correctness -----------------------------------------------------------------------------------------
+
+
+def wrong_listing(listing: Path, source: Path) -> tuple[int, list[str]]:
+    """find's listing of the tree through a mount (or of the source) compared line by line with
+    find's listing of the source, run now: how many lines were compared, and one line per entry
+    whose line differs or that only one of them lists."""
+    reference = run_command(find_argv(source), timeout_s=FSBENCH_SLACK_S)
+    if reference.returncode != 0:
+        raise TracecostError(f"find over the source failed: {reference.stderr.strip() or reference.returncode}")
+    got, truth = listing_by_path(listing.read_text(errors="replace")), listing_by_path(reference.stdout)
+    wrong = [
+        f"{path or '.'}: {got.get(path, 'not listed')!r} instead of {truth.get(path, 'not listed')!r}"
+        for path in sorted(got.keys() | truth.keys())
+        if got.get(path) != truth.get(path)
+    ]
+    return len(got), wrong
+
+
+def listing_by_path(text: str) -> dict[str, str]:
+    """FIND_FORMAT lines by their last field, the path under the tree (no name in the tree has a space)."""
+    return {line.rpartition(" ")[2]: line for line in text.splitlines()}
 
 
 def expected_fields(info: os.stat_result, dev: int) -> tuple:
@@ -318,51 +356,57 @@ def wrong_answers(samples: list[list], root: Path, source: Path, dev: int) -> li
 NATIVE, FUSE, CACHED = "native", "fuse", "fuse-uebpf"
 # The workloads whose calls are stats, which the cache answers; an open of a file that is there it
 # cannot (the open needs a descriptor): there it can only show what its presence costs.
-STAT_WORKLOADS = ("stat", "walk")
+STAT_WORKLOADS = ("stat", "find")
 
 
 def run_once(workload: str, method: str, count: int, files: int, workdir: Path) -> dict:
-    """One run of `workload` (`count` calls; the walk: a tree of `files` files) on `method`, in
+    """One run of `workload` (`count` calls; find: a tree of `files` files) on `method`, in
     `workdir`: its record, or an error with the reason (fsbench failing a call, an answer that
     differs from the source's, a cache that answered nothing)."""
-    tree = make_tree(workdir, files if workload == "walk" else 0)
-    calls = tree.walk_entries() if workload == "walk" else count
+    tree = make_tree(workdir, files if workload == "find" else 0)
+    calls = tree.find_lines() if workload == "find" else count
     if method == NATIVE:
         root = tree.source
         warm(root, workload)
-        bench = run_fsbench(fsbench_argv(workload, root, count), calls, workdir, None, lambda pid: None)
-        return record(workload, bench, calls, tree, root, os.lstat(tree.source).st_dev, None)
+        bench = run_fsbench(fsbench_argv(workload, root, count, workdir), calls, workdir, None, lambda pid: None)
+        return record(workload, bench, calls, tree, root, workdir, os.lstat(tree.source).st_dev, None)
     root = tree.mountpoint
     if method == FUSE:
         with mounted(tree, workdir) as mount:
             warm(root, workload)
-            bench = run_fsbench(fsbench_argv(workload, root, count), calls, workdir, None, lambda pid: None)
-        return record(workload, bench, calls, tree, root, mount.dev, None)
+            bench = run_fsbench(fsbench_argv(workload, root, count, workdir), calls, workdir, None, lambda pid: None)
+        return record(workload, bench, calls, tree, root, workdir, mount.dev, None)
     # The daemon and the workload under the agent, in a region of this run's own.
     environments = uebpf.require_runtime().run_environments()
     env = {**os.environ, **environments.target}
     with mounted(tree, workdir, env) as mount, cache_attached(mount, environments, workdir) as attach:
         warm(root, workload)
         bench = run_fsbench(
-            fsbench_argv(workload, root, count), calls, workdir, env, lambda pid: applied_in(environments, pid)
+            fsbench_argv(workload, root, count, workdir), calls, workdir, env, lambda pid: applied_in(environments, pid)
         )
         counts = cache_counts(attach, environments)
-    return record(workload, bench, calls, tree, root, mount.dev, counts)
+    return record(workload, bench, calls, tree, root, workdir, mount.dev, counts)
 
 
-def record(workload: str, bench: Bench, calls: int, tree: Tree, root: Path, dev: int, counts: dict | None) -> dict:
+def record(
+    workload: str, bench: Bench, calls: int, tree: Tree, root: Path, workdir: Path, dev: int, counts: dict | None
+) -> dict:
+    if workload == "find" and bench.errors:
+        raise TracecostError(f"find failed: {(workdir / 'fsbench.err').read_text(errors='replace').strip()[-200:]}")
     if bench.ops != calls:
         raise TracecostError(f"fsbench made {bench.ops} calls, expected {calls}")
     if bench.errors:
         raise TracecostError(f"{bench.errors} of fsbench's {bench.ops} calls failed")
     if bench.ns <= 0:
         raise TracecostError(f"fsbench timed its {bench.ops} calls at {bench.ns} ns")
-    wrong = wrong_answers(bench.samples, root, tree.source, dev)
+    if workload == "find":
+        checked, wrong = wrong_listing(workdir / "find.out", tree.source)
+        what = "lines of find's listing differ from find's listing of the source"
+    else:
+        checked, wrong = len(bench.samples), wrong_answers(bench.samples, root, tree.source, dev)
+        what = "sampled stat answers differ from the source's lstat"
     if wrong:
-        raise TracecostError(
-            f"{len(wrong)} of {len(bench.samples)} sampled stat answers differ from the source's lstat; "
-            f"first: {wrong[0]}"
-        )
+        raise TracecostError(f"{len(wrong)} of {checked} {what}; first: {wrong[0]}")
     if counts is not None:
         judge_cache(workload, counts, calls)
     return {
@@ -370,7 +414,7 @@ def record(workload: str, bench: Bench, calls: int, tree: Tree, root: Path, dev:
         "ns": bench.ns,
         "ops_per_s": bench.ops * 1e9 / bench.ns,
         "ns_per_op": bench.ns / bench.ops,
-        "samples_checked": len(bench.samples),
+        "samples_checked": checked,
         "incorrect": 0,
         "cache": counts,
     }
