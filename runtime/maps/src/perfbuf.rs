@@ -19,7 +19,7 @@
 //! producer can be preempted, and two threads can find themselves on one CPU), and wakeups
 //! follow uebpf's ring buffer policy (ringbuf.rs, "Wakeups"), not the event's `wakeup_events`:
 //! no system call per sample, a consumer that has read everything sleeps at most CONSUMER_TIMER
-//! and is woken early at a quarter of the buffer.
+//! and is woken early at a WATERMARK_DIVISOR-th of the buffer.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

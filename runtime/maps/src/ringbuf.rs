@@ -57,8 +57,10 @@ use crate::Errno;
 /// traced program's calls a millisecond apart at one consumer sleep per 50 calls.
 pub const CONSUMER_TIMER: Duration = Duration::from_millis(50);
 /// A producer wakes a sleeping consumer early once the unread bytes reach this fraction of the
-/// ring: the other three quarters absorb what arrives while the consumer wakes up.
-pub const WATERMARK_DIVISOR: u64 = 4;
+/// ring: the rest absorbs what arrives while the consumer wakes up, which with more producers
+/// than CPUs includes waiting for a CPU (a quarter, the first choice, left too little: runtime/
+/// README.md has the measurements).
+pub const WATERMARK_DIVISOR: u64 = 16;
 
 pub const BPF_RB_NO_WAKEUP: u64 = 1;
 pub const BPF_RB_FORCE_WAKEUP: u64 = 2;

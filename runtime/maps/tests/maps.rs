@@ -444,7 +444,7 @@ fn ring_buffer_records_wrap_contiguously() {
 
 /// uebpf's wakeup rules: a producer wakes (bumps the futex word and calls FUTEX_WAKE) only while a
 /// consumer is registered as waiting; then always with BPF_RB_FORCE_WAKEUP, never with
-/// BPF_RB_NO_WAKEUP, and for an ordinary record only once the unread bytes reach a quarter of
+/// BPF_RB_NO_WAKEUP, and for an ordinary record only once the unread bytes reach a WATERMARK_DIVISOR-th of
 /// the ring, once per sleep (the consumer's timer delivers the rest).
 #[test]
 fn ring_buffer_wakes_a_waiting_consumer_when_forced_or_at_the_watermark_once() {
@@ -460,13 +460,14 @@ fn ring_buffer_wakes_a_waiting_consumer_when_forced_or_at_the_watermark_once() {
     let waiting = ring.waiting();
     output(0); // the consumer had caught up: the kernel would wake it, uebpf does not
     assert_eq!(ring.wakeup_seq(), seq, "an ordinary record below the watermark");
-    // 16 bytes a record (8-byte header): the 64th unread record reaches 1024 bytes, a quarter.
-    for _ in 1..63 {
+    // 16 bytes a record (8-byte header): the N-th unread record reaches the watermark.
+    let watermark_records = (4096 / WATERMARK_DIVISOR / 16) as usize;
+    for _ in 1..watermark_records - 1 {
         output(0);
     }
-    assert_eq!(ring.wakeup_seq(), seq, "63 records, 1008 bytes: below the watermark");
+    assert_eq!(ring.wakeup_seq(), seq, "one record short of the watermark");
     output(0);
-    assert_eq!(ring.wakeup_seq(), seq + 1, "the 64th reaches it");
+    assert_eq!(ring.wakeup_seq(), seq + 1, "the record that reaches it");
     output(0);
     output(0);
     assert_eq!(ring.wakeup_seq(), seq + 1, "once per sleep");
@@ -475,7 +476,7 @@ fn ring_buffer_wakes_a_waiting_consumer_when_forced_or_at_the_watermark_once() {
     output(BPF_RB_FORCE_WAKEUP);
     assert_eq!(ring.wakeup_seq(), seq + 3);
     drop(waiting);
-    assert_eq!(ring.consume(|_| {}), 68);
+    assert_eq!(ring.consume(|_| {}) as usize, watermark_records + 4);
     let waiting = ring.waiting(); // a new sleep: armed again
     for _ in 0..70 {
         output(BPF_RB_NO_WAKEUP);
