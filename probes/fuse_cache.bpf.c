@@ -145,9 +145,11 @@ struct {
 	__type(value, __u64);
 } generations SEC(".maps");
 
-/* A call whose result the exit program needs its arguments for, by thread: openat's directory
- * and name, fcntl's descriptor and command. */
+/* A call whose result the exit program needs its arguments for, by thread: which call (an exit
+ * takes only its own call's entry, never one an exit that did not run left behind), openat's
+ * directory and name, fcntl's descriptor and command. */
 struct call {
+	__s64 nr;
 	const char *name;
 	__s64 fd;
 	__s64 cmd;
@@ -412,7 +414,7 @@ SEC("tp/syscalls/sys_enter_openat")
 int answer_open(struct sys_enter_openat *ctx)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct call call = { .name = ctx->filename, .fd = ctx->dfd };
+	struct call call = { .nr = ctx->__syscall_nr, .name = ctx->filename, .fd = ctx->dfd };
 	struct answer *cached;
 
 	if (!(ctx->flags & O_CREAT)) {
@@ -427,8 +429,8 @@ int answer_open(struct sys_enter_openat *ctx)
 	return 0;
 }
 
-/* The call the exit program of this thread's system call needs, taken from `calls`. */
-static bool take_call(struct call *call)
+/* The entry of this thread's system call `nr` its exit program needs, taken from `calls`. */
+static bool take_call(__s64 nr, struct call *call)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct call *pending = bpf_map_lookup_elem(&calls, &tid);
@@ -437,7 +439,7 @@ static bool take_call(struct call *call)
 		return false;
 	*call = *pending;
 	bpf_map_delete_elem(&calls, &tid);
-	return true;
+	return (int)call->nr == (int)nr; /* per-system-call events hold an int: compare 32 bits */
 }
 
 /* The descriptor an openat returned names what it opened: tracked if that is under the mount,
@@ -449,7 +451,7 @@ int opened(struct trace_event_raw_sys_exit *ctx)
 	struct joined *path;
 	struct call call;
 
-	if (!take_call(&call) || ctx->ret < 0)
+	if (!take_call(ctx->id, &call) || ctx->ret < 0)
 		return 0;
 	path = under_mount(call.fd, call.name, false);
 	d = descriptor_of(ctx->ret, path != NULL);
@@ -478,7 +480,7 @@ SEC("tp/syscalls/sys_enter_fcntl")
 int duplicating(struct trace_event_raw_sys_enter *ctx)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct call call = { .fd = ctx->args[0], .cmd = ctx->args[1] };
+	struct call call = { .nr = ctx->id, .fd = ctx->args[0], .cmd = ctx->args[1] };
 
 	if (call.cmd == F_DUPFD || call.cmd == F_DUPFD_CLOEXEC)
 		bpf_map_update_elem(&calls, &tid, &call, BPF_ANY);
@@ -492,7 +494,7 @@ int duplicated(struct trace_event_raw_sys_exit *ctx)
 	struct named *named;
 	struct call call;
 
-	if (!take_call(&call) || ctx->ret < 0)
+	if (!take_call(ctx->id, &call) || ctx->ret < 0)
 		return 0;
 	from = descriptor_of(call.fd, false);
 	to = from;
