@@ -68,15 +68,18 @@ impl Session {
         let me = std::process::id();
         let applied = self.region.attach_generation();
         let mut report = AgentReport { applied, ..AgentReport::default() };
-        for attachment in self.region.attachments() {
-            match self.reconcile(&attachment, me) {
+        // The files the pass resolves in are read once for the whole pass (the C library: once,
+        // not once per system call program), and not kept after it.
+        let outcomes: Vec<_> = uebpf_hook::keeping_files(|| {
+            self.region.attachments().into_iter().map(|attachment| (self.reconcile(&attachment, me), attachment.id)).collect()
+        });
+        for (outcome, id) in outcomes {
+            match outcome {
                 None | Some(Outcome::NotHere) => {}
                 Some(Outcome::Hooked) => {
                     report.hooks += 1;
-                    let slow = self
-                        .hooks
-                        .get(&attachment.id)
-                        .is_some_and(|hooks| hooks.iter().any(|hook| matches!(hook.kind(), PatchKind::Int3 { .. })));
+                    let slow =
+                        self.hooks.get(&id).is_some_and(|hooks| hooks.iter().any(|hook| matches!(hook.kind(), PatchKind::Int3 { .. })));
                     report.slow_hooks += u32::from(slow);
                 }
                 Some(Outcome::Failed(why)) => {

@@ -14,6 +14,7 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolFlags, SymbolKind};
 
@@ -147,8 +148,45 @@ pub(crate) fn in_file(binary: &Path, location: &Location) -> Result<(Target, Vec
     Ok((target, body.to_vec()))
 }
 
-fn read(binary: &Path) -> Result<Vec<u8>> {
-    std::fs::read(binary).map_err(|e| Error::resolve(format!("cannot read {}: {e}", binary.display())))
+/// A file read while `keeping_files` runs, and what it was when read.
+struct KeptFile {
+    /// (device, inode, size, modification time s, ns): a file replaced or changed is read again.
+    identity: (u64, u64, u64, i64, i64),
+    data: Arc<Vec<u8>>,
+}
+
+/// The files read inside `keeping_files`, None outside it.
+static KEPT: Mutex<Option<Vec<KeptFile>>> = Mutex::new(None);
+
+/// Runs `work` with every file it resolves in read once: an agent that hooks a dozen of the C
+/// library's functions in one pass then reads the 2 MB library once, not once per function (a
+/// short-lived process paid milliseconds of its start-up for it). The copies go when `work`
+/// returns: a traced process does not keep them. The lock is only ever tried, never waited for:
+/// a child forked while another thread held it (it then stays held in the child) reads its files
+/// each time instead of blocking.
+pub fn keeping_files<T>(work: impl FnOnce() -> T) -> T {
+    if let Ok(mut kept) = KEPT.try_lock() {
+        *kept = Some(Vec::new());
+    }
+    let result = work();
+    if let Ok(mut kept) = KEPT.try_lock() {
+        *kept = None;
+    }
+    result
+}
+
+fn read(binary: &Path) -> Result<Arc<Vec<u8>>> {
+    let fresh = || std::fs::read(binary).map(Arc::new).map_err(|e| Error::resolve(format!("cannot read {}: {e}", binary.display())));
+    let Ok(mut kept) = KEPT.try_lock() else { return fresh() };
+    let Some(files) = kept.as_mut() else { return fresh() };
+    let Ok(meta) = std::fs::metadata(binary) else { return fresh() };
+    let identity = (meta.dev(), meta.ino(), meta.size(), meta.mtime(), meta.mtime_nsec());
+    if let Some(file) = files.iter().find(|file| file.identity == identity) {
+        return Ok(Arc::clone(&file.data));
+    }
+    let data = fresh()?;
+    files.push(KeptFile { identity, data: Arc::clone(&data) });
+    Ok(data)
 }
 
 fn parse<'a>(binary: &Path, data: &'a [u8]) -> Result<object::File<'a>> {
@@ -319,6 +357,36 @@ pub(crate) fn load_bias(binary: &Path, elf: &object::File, vaddr: u64) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// This process's C library, as its mappings name it.
+    fn libc_path() -> std::path::PathBuf {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let line = maps.lines().find(|l| l.ends_with("/libc.so.6")).expect("libc.so.6 mapped");
+        line.split_whitespace().last().unwrap().into()
+    }
+
+    #[test]
+    fn files_are_kept_only_inside_keeping_files_and_read_again_once_changed() {
+        let folder = std::env::temp_dir().join(format!("uebpf-hook-kept-{}", std::process::id()));
+        std::fs::create_dir_all(&folder).unwrap();
+        let copy = folder.join("lib.so");
+        std::fs::copy(libc_path(), &copy).unwrap();
+        let syscall = Location::Symbol("syscall".into());
+        let expected = file_offset(&libc_path(), &syscall).unwrap();
+        keeping_files(|| {
+            assert_eq!(file_offset(&copy, &syscall).unwrap(), expected);
+            assert_eq!(file_offset(&copy, &syscall).unwrap(), expected, "from the kept copy");
+            let inode = std::fs::metadata(&copy).unwrap().ino();
+            let kept = KEPT.lock().unwrap().as_ref().is_some_and(|files| files.iter().any(|file| file.identity.1 == inode));
+            assert!(kept, "the file is kept");
+            // Replaced by another file (another inode): read again, and its symbols are not libc's.
+            std::fs::remove_file(&copy).unwrap();
+            std::fs::copy("/proc/self/exe", &copy).unwrap();
+            assert!(file_offset(&copy, &syscall).is_err(), "the kept copy of the old file answered");
+        });
+        assert!(KEPT.lock().unwrap().is_none(), "nothing kept after the block");
+        std::fs::remove_dir_all(&folder).unwrap();
+    }
 
     #[test]
     fn parses_offsets_and_symbols() {
