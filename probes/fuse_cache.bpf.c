@@ -310,7 +310,6 @@ static struct joined *under_mount(__s64 dfd, const char *name, bool empty)
 	path = bpf_map_lookup_elem(&scratch, &zero);
 	if (!path)
 		return NULL;
-	__builtin_memset(path, 0, sizeof(*path));
 	if (head[0] == '/') {
 		/* The mountpoint, then the end of the name (the mountpoint itself) or a '/'. */
 		if (n <= (long)mount_len)
@@ -321,6 +320,7 @@ static struct joined *under_mount(__s64 dfd, const char *name, bool empty)
 			if (head[i] != mount[i])
 				return NULL;
 		}
+		__builtin_memset(&path->named, 0, sizeof(path->named));
 		if (head[mount_len & (FUSE_CACHE_MOUNT - 1)] == '\0')
 			return path;
 		if (head[mount_len & (FUSE_CACHE_MOUNT - 1)] != '/')
@@ -337,6 +337,8 @@ static struct joined *under_mount(__s64 dfd, const char *name, bool empty)
 	dir = d.generation ? bpf_map_lookup_elem(&descriptors, &d) : NULL;
 	if (!dir)
 		return NULL;
+	/* A tracked path is NUL-padded to the key's end (it was built in a zeroed scratch), so the
+	 * key needs no zeroing here: the name's bytes and its NUL go after the directory's path. */
 	__builtin_memcpy(&path->named, dir, sizeof(*dir));
 	if (head[0] == '\0')
 		return empty ? path : NULL;

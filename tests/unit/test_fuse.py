@@ -178,7 +178,7 @@ def test_finds_listing_is_checked_line_by_line_against_the_sources(tmp_path):
     listing = find_listing(tree)
     lines = listing.splitlines()
     assert sorted(line.rpartition(" ")[2] for line in lines) == ["", "d00", "d00/f00", "d00/f01", "d00/f02"]
-    out = tmp_path / "find.out"
+    out = tmp_path / filesystem.FIND_LISTING
     out.write_text(listing)
     assert filesystem.wrong_listing(out, tree.source) == (tree.find_lines(), [])
     # A size one off, and a file not listed: each named.
@@ -214,7 +214,7 @@ def test_a_good_run_records_its_rate_and_counters(tmp_path):
 def test_a_run_that_is_not_a_measurement_fails_with_the_reason(tmp_path, fields, said):
     if fields.get("workload") == "find":  # a listing equal to the source's: only the cache is judged
         tree = filesystem.make_tree(tmp_path, 3)
-        (tmp_path / "find.out").write_text(find_listing(tree))
+        (tmp_path / filesystem.FIND_LISTING).write_text(find_listing(tree))
     with pytest.raises(TracecostError, match=re.escape(said)):
         judged(tmp_path, **fields)
 

@@ -70,16 +70,22 @@ impl Session {
         let mut report = AgentReport { applied, ..AgentReport::default() };
         // The files the pass resolves in are read once for the whole pass (the C library: once,
         // not once per system call program), and not kept after it.
-        let outcomes: Vec<_> = uebpf_hook::keeping_files(|| {
-            self.region.attachments().into_iter().map(|attachment| (self.reconcile(&attachment, me), attachment.id)).collect()
-        });
-        for (outcome, id) in outcomes {
-            match outcome {
+        uebpf_hook::keeping_files(|| self.reconcile_all(me, &mut report));
+        self.seen = applied;
+        self.report(me, &report);
+    }
+
+    /// Every attachment reconciled, what came of it counted in `report`.
+    fn reconcile_all(&mut self, me: u32, report: &mut AgentReport) {
+        for attachment in self.region.attachments() {
+            match self.reconcile(&attachment, me) {
                 None | Some(Outcome::NotHere) => {}
                 Some(Outcome::Hooked) => {
                     report.hooks += 1;
-                    let slow =
-                        self.hooks.get(&id).is_some_and(|hooks| hooks.iter().any(|hook| matches!(hook.kind(), PatchKind::Int3 { .. })));
+                    let slow = self
+                        .hooks
+                        .get(&attachment.id)
+                        .is_some_and(|hooks| hooks.iter().any(|hook| matches!(hook.kind(), PatchKind::Int3 { .. })));
                     report.slow_hooks += u32::from(slow);
                 }
                 Some(Outcome::Failed(why)) => {
@@ -96,8 +102,6 @@ impl Session {
                 }
             }
         }
-        self.seen = applied;
-        self.report(me, &report);
     }
 
     fn report(&mut self, me: u32, report: &AgentReport) {

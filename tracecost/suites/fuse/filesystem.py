@@ -39,6 +39,8 @@ WALKED = "tree"
 # What find prints of each entry: every field of its struct stat a stat answer could get wrong but
 # the device (the mount's is not the source's), and its path under the tree.
 FIND_FORMAT = "%y %m %n %U %G %s %i %T@ %P\n"
+# Where, in a run's folder, fsbench sends find's listing.
+FIND_LISTING = "find.out"
 FILES_PER_DIR = 100
 TARGET_TEXT = b"tracecost fuse suite\n"
 
@@ -259,10 +261,10 @@ def find_program() -> str:
 
 def fsbench_argv(workload: str, root: Path, count: int, workdir: Path) -> list[str]:
     """fsbench's arguments for `workload` on `root` (the source directory or the mountpoint); find's
-    listing goes to workdir/find.out."""
+    listing goes to workdir/FIND_LISTING."""
     fsbench = str(paths.artifact("bin/fsbench"))
     if workload == "find":
-        return [fsbench, "exec", str(workdir / "find.out"), *find_argv(root)]
+        return [fsbench, "exec", str(workdir / FIND_LISTING), *find_argv(root)]
     return [fsbench, workload, str(root / TARGET), str(count)]
 
 
@@ -400,7 +402,7 @@ def record(
     if bench.ns <= 0:
         raise TracecostError(f"fsbench timed its {bench.ops} calls at {bench.ns} ns")
     if workload == "find":
-        checked, wrong = wrong_listing(workdir / "find.out", tree.source)
+        checked, wrong = wrong_listing(workdir / FIND_LISTING, tree.source)
         what = "lines of find's listing differ from find's listing of the source"
     else:
         checked, wrong = len(bench.samples), wrong_answers(bench.samples, root, tree.source, dev)
