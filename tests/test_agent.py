@@ -921,9 +921,9 @@ def test_override_needs_an_extension_at_a_function_entry(tmp_path):
     assert "needs a uprobe at a function's first instruction" in waited.stdout + waited.stderr
 
 
-# An extension at newfstatat's entry points: a path whose character at `prefix_len` is 'k' (not
-# there) is answered with a made-up struct stat, one with 'e' (there) with ENOENT; the call is not
-# made. Writes other than the call's whole stat buffer are refused.
+# An extension at newfstatat's entry points: the folder's "k-missing" (not there) is answered with a
+# made-up struct stat, its "e-present" (there) with ENOENT; the call is not made. Writes other than
+# the call's whole stat buffer are refused.
 STAT_ANSWER = textwrap.dedent(r"""
     const volatile __u32 prefix_len = 0;
 
@@ -936,6 +936,20 @@ STAT_ANSWER = textwrap.dedent(r"""
         long flag;
     };
 
+    /* The whole name after the folder's prefix, and nothing after it: the programs apply from the
+       target's first instruction, so the interpreter's start-up stats of its own files go through
+       them too, and only the test's two names may be answered. */
+    static __always_inline int is_name(const char *path, long length, const char *name)
+    {
+        if (length != prefix_len + 10 || path[(prefix_len - 1) & 255] != '/')
+            return 0;
+    #pragma unroll
+        for (int i = 0; i < 9; i++)
+            if (path[(prefix_len + i) & 255] != name[i])
+                return 0;
+        return 1;
+    }
+
     SEC("tp/syscalls/sys_enter_newfstatat")
     int answer(struct sys_enter_newfstatat *ctx)
     {
@@ -943,18 +957,14 @@ STAT_ANSWER = textwrap.dedent(r"""
         struct stat st = {};
         long length = bpf_probe_read_user_str(path, sizeof(path), ctx->filename);
 
-        /* Only names longer than the folder: past the string's end the buffer holds whatever an
-           earlier run left there (fstat(fd) is newfstatat(fd, "", AT_EMPTY_PATH) in the C library). */
-        if (length <= 0 || length <= prefix_len + 1)
-            return 0;
-        if (path[prefix_len & 255] == 'k') {
+        if (is_name(path, length, "k-missing")) {
             st.st_size = 4242;
             st.st_mode = 0100644;
             st.st_nlink = 1;
             add(0, bpf_probe_write_user(ctx->statbuf, &st, 8) == -1);   /* not the whole buffer: -EPERM */
             add(1, bpf_probe_write_user(ctx->statbuf, &st, sizeof(st)) == 0);
             add(2, bpf_override_return(ctx, 0) == 0);
-        } else if (path[prefix_len & 255] == 'e') {
+        } else if (is_name(path, length, "e-present")) {
             add(3, bpf_override_return(ctx, -2) == 0);   /* -ENOENT */
         }
         return 0;
