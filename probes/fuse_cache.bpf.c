@@ -4,10 +4,12 @@
  * In the filesystem's daemon (workloads/fuse_passthrough): at each getattr that succeeds, the
  * struct stat it answered goes into `cache` under its path (at each that answers ENOENT, that
  * the path is not there), with the cache's epoch when the
- * getattr began; unlink, rename and chmod advance the epoch, before and after they run, which
- * makes every entry stored before them stale. Not only their own paths: an unlink or rename
- * changes its directory's times, a renamed directory moves every path under it, and a chmod of
- * a directory changes who may look beneath it. In the workload: an extension at newfstatat's entry
+ * getattr began; unlink, rename, chmod and an open that truncates advance the epoch, before and
+ * after they run, which makes every entry stored before them stale. Not only their own paths: an
+ * unlink or rename changes its directory's times, a renamed directory moves every path under it,
+ * and a chmod of a directory changes who may look beneath it. A read of a file or a directory may
+ * move its atime (the kernel's relatime rule), so the read's path is dropped from the cache when
+ * it returns; a file's other names (hard links) keep the atime they were stored with. In the workload: an extension at newfstatat's entry
  * answers a stat of an absolute path under the mountpoint from `cache` (the struct stat written
  * into the caller's buffer, the result 0; or ENOENT) if its entry is of the current epoch, and
  * one at openat's entry answers an open of a path that is not there (ENOENT), so the system call,
@@ -37,6 +39,7 @@
 #define AT_EMPTY_PATH 0x1000
 #define ENOENT 2
 #define O_CREAT 0100
+#define O_TRUNC 01000
 #define F_DUPFD 0
 #define F_DUPFD_CLOEXEC 1030
 #define S_IFMT 0170000
@@ -67,10 +70,13 @@ struct {
 	__type(value, struct answer);
 } cache SEC(".maps");
 
-/* The cache's epoch: entries of an older one are stale. */
+/* The cache's epoch (EPOCH: entries of an older one are stale) and how many reads have returned
+ * (READS: a getattr that a read's return overlapped does not keep what it stored). */
+enum { EPOCH, READS };
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, __u64);
 } epoch SEC(".maps");
@@ -81,6 +87,7 @@ struct pending {
 	const char *path;
 	struct stat *st;
 	__u64 epoch;
+	__u64 reads;
 };
 
 struct {
@@ -89,6 +96,22 @@ struct {
 	__type(key, __u32);
 	__type(value, struct pending);
 } getattrs SEC(".maps");
+
+/* The daemon's threads in an open that truncates (a change, which ends when the open returns). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u8);
+} truncations SEC(".maps");
+
+/* The path of a read or readdir in progress, by thread: its entry is dropped when it returns. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, const char *);
+} reads SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -104,20 +127,36 @@ struct named {
 	struct cache_key key;
 };
 
-/* Scratch for a key (too large for the stack next to a struct stat), per CPU. It begins as a
- * `struct named` (the path built, its length) and is twice a key's size, so that a name read
- * after the longest directory path fits; only paths that fit in the key are looked up. */
+/* Scratch for a key (too large for the stack next to a struct stat). It begins as a `struct named`
+ * (the path built, its length) and is twice a key's size, so that a name read after the longest
+ * directory path fits; only paths that fit in the key are looked up. `owner`: the thread it is
+ * the scratch of. */
 struct joined {
 	struct named named;
 	char overflow[FUSE_CACHE_PATH];
+	__u32 owner;
 };
 
+/* One scratch per thread, not per CPU: under uebpf a program runs in the thread that made the call
+ * and can be preempted, and the next thread on that CPU would share its per-CPU slot
+ * (runtime/README.md); a key built by two threads at once is an answer for the wrong path (seen
+ * with 8 threads stat'ing through the mount: 2 wrong sizes in 1.6 million). The least recently
+ * used scratch goes when a new thread needs one: a thread whose scratch was taken while it was in
+ * use sees another owner (`still_mine`) and answers nothing. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct joined);
+} scratches SEC(".maps");
+
+/* What a new scratch starts as: zeroes (never written). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct joined);
-} scratch SEC(".maps");
+} blank SEC(".maps");
 
 /* A workload's descriptor: its process's generation (a new one forgets every descriptor the
  * process had), the process, the number. */
@@ -170,48 +209,92 @@ static void count(__u32 which)
 		__sync_fetch_and_add(n, 1);
 }
 
-/* The zeroed scratch key holding the daemon's path `path`, or NULL. */
-static struct cache_key *key_of(const char *path)
+/* The calling thread's scratch, or NULL. */
+static struct joined *my_scratch(void)
 {
-	__u32 zero = 0;
-	struct joined *scratched = bpf_map_lookup_elem(&scratch, &zero);
+	__u32 tid = (__u32)bpf_get_current_pid_tgid(), zero = 0;
+	struct joined *mine = bpf_map_lookup_elem(&scratches, &tid), *zeroes;
+
+	if (mine)
+		return mine;
+	zeroes = bpf_map_lookup_elem(&blank, &zero);
+	if (!zeroes || bpf_map_update_elem(&scratches, &tid, zeroes, BPF_NOEXIST) != 0)
+		return NULL;
+	mine = bpf_map_lookup_elem(&scratches, &tid);
+	if (mine)
+		mine->owner = tid;
+	return mine;
+}
+
+/* Whether `scratch` is still the calling thread's: checked before what was built in it is used. */
+static bool still_mine(const struct joined *scratch)
+{
+	return scratch->owner == (__u32)bpf_get_current_pid_tgid();
+}
+
+/* The zeroed scratch key holding the daemon's path `path` (in the thread's scratch, whose owner
+ * the caller checks before using the key), or NULL. */
+static struct joined *key_of(const char *path)
+{
+	struct joined *scratched = my_scratch();
 
 	if (!scratched)
 		return NULL;
 	__builtin_memset(&scratched->named.key, 0, sizeof(scratched->named.key));
 	if (bpf_probe_read_user_str(scratched->named.key.path, FUSE_CACHE_PATH, path) <= 0)
 		return NULL;
-	return &scratched->named.key;
+	return scratched;
 }
 
-static __u64 current_epoch(void)
+static __u64 current(__u32 which)
 {
-	__u32 zero = 0;
-	__u64 *now = bpf_map_lookup_elem(&epoch, &zero);
+	__u64 *now = bpf_map_lookup_elem(&epoch, &which);
 
 	return now ? *now : 0;
+}
+
+static void advance(__u32 which)
+{
+	__u64 *now = bpf_map_lookup_elem(&epoch, &which);
+
+	if (now)
+		__sync_fetch_and_add(now, 1);
 }
 
 /* Every entry stored so far is stale from now on. */
 static void advance_epoch(void)
 {
-	__u32 zero = 0;
-	__u64 *now = bpf_map_lookup_elem(&epoch, &zero);
-
-	if (now) {
-		__sync_fetch_and_add(now, 1);
-		count(FUSE_CACHE_FORGOTTEN);
-	}
+	advance(EPOCH);
+	count(FUSE_CACHE_FORGOTTEN);
 }
 
 SEC("uprobe")
 int BPF_KPROBE(getattr_entry, const char *path, struct stat *st)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct pending pending = { .path = path, .st = st, .epoch = current_epoch() };
+	struct pending pending = { .path = path, .st = st, .epoch = current(EPOCH), .reads = current(READS) };
 
 	bpf_map_update_elem(&getattrs, &tid, &pending, BPF_ANY);
 	return 0;
+}
+
+/* What a getattr that returned `ret` leaves in the cache: ENOENT, or the struct stat it filled
+ * (a regular file's or a directory's); false for anything else. */
+static bool answer_of(int ret, const struct pending *pending, struct answer *answer)
+{
+	__u32 type;
+
+	answer->epoch = pending->epoch;
+	if (ret == -ENOENT) {
+		/* Not there: a stat or an open of it is answered ENOENT. */
+		answer->error = -ENOENT;
+		return true;
+	}
+	if (ret != 0 || bpf_probe_read_user(&answer->st, sizeof(answer->st), pending->st) != 0)
+		return false;
+	type = answer->st.st_mode & S_IFMT;
+	answer->st.st_dev = mount_dev;
+	return type == S_IFREG || type == S_IFDIR;
 }
 
 SEC("uretprobe")
@@ -220,27 +303,18 @@ int BPF_KRETPROBE(getattr_return, int ret)
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct pending *pending = bpf_map_lookup_elem(&getattrs, &tid);
 	struct answer answer = {};
-	struct cache_key *key;
+	struct joined *key;
 
 	if (!pending)
 		return 0;
-	key = ret == 0 || ret == -ENOENT ? key_of(pending->path) : NULL;
-	if (key && ret == -ENOENT) {
-		/* Not there: a stat or an open of it is answered ENOENT. */
-		answer.error = -ENOENT;
-		answer.epoch = pending->epoch;
-		if (bpf_map_update_elem(&cache, key, &answer, BPF_ANY) == 0)
-			count(FUSE_CACHE_FILLED);
-	} else if (key && bpf_probe_read_user(&answer.st, sizeof(answer.st), pending->st) == 0) {
-		__u32 type = answer.st.st_mode & S_IFMT;
-
-		if (type == S_IFREG || type == S_IFDIR) {
-			answer.st.st_dev = mount_dev;
-			answer.epoch = pending->epoch;
-			if (bpf_map_update_elem(&cache, key, &answer, BPF_ANY) == 0)
-				count(FUSE_CACHE_FILLED);
-		}
-	}
+	key = answer_of(ret, pending, &answer) ? key_of(pending->path) : NULL;
+	if (key && still_mine(key) && bpf_map_update_elem(&cache, &key->named.key, &answer, BPF_ANY) == 0)
+		count(FUSE_CACHE_FILLED);
+	/* Checked after the store: a read that returned meanwhile either dropped the entry after it
+	 * was stored or is seen here (it counts itself before it drops), and its atime may be newer
+	 * than the one stored. */
+	if (key && current(READS) != pending->reads)
+		bpf_map_delete_elem(&cache, &key->named.key);
 	bpf_map_delete_elem(&getattrs, &tid);
 	return 0;
 }
@@ -259,6 +333,62 @@ SEC("uretprobe")
 int BPF_KRETPROBE(change_ends)
 {
 	advance_epoch();
+	return 0;
+}
+
+/* An open with O_TRUNC empties the file in the daemon's open (FUSE passes O_TRUNC on to it: libfuse's
+ * atomic_o_trunc): a change. fuse_file_info begins with the open's flags (libfuse's fuse_common.h). */
+SEC("uprobe")
+int BPF_KPROBE(open_begins, const char *path, const int *fi)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	int flags = 0;
+	__u8 yes = 1;
+
+	if (bpf_probe_read_user(&flags, sizeof(flags), fi) != 0 || !(flags & O_TRUNC))
+		return 0;
+	advance_epoch();
+	bpf_map_update_elem(&truncations, &tid, &yes, BPF_ANY);
+	return 0;
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(open_ends)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	if (bpf_map_lookup_elem(&truncations, &tid)) {
+		advance_epoch();
+		bpf_map_delete_elem(&truncations, &tid);
+	}
+	return 0;
+}
+
+/* read and readdir: the path's atime may have moved, as the kernel's FUSE drops a file's cached atime
+ * after a read; only that path's entry goes (a change of the epoch would drop them all). */
+SEC("uprobe")
+int BPF_KPROBE(read_begins, const char *path)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	bpf_map_update_elem(&reads, &tid, &path, BPF_ANY);
+	return 0;
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(read_ends)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	const char **path = bpf_map_lookup_elem(&reads, &tid);
+	struct joined *key;
+
+	if (!path)
+		return 0;
+	advance(READS);
+	key = key_of(*path);
+	if (key)
+		bpf_map_delete_elem(&cache, &key->named.key);
+	bpf_map_delete_elem(&reads, &tid);
 	return 0;
 }
 
@@ -298,7 +428,7 @@ static struct joined *under_mount(__s64 dfd, const char *name, bool empty)
 	struct descriptor d;
 	struct joined *path;
 	struct named *dir;
-	__u32 zero = 0, len;
+	__u32 len;
 	long n;
 	int i;
 
@@ -307,7 +437,7 @@ static struct joined *under_mount(__s64 dfd, const char *name, bool empty)
 	n = bpf_probe_read_user_str(head, sizeof(head), name);
 	if (n <= 0)
 		return NULL;
-	path = bpf_map_lookup_elem(&scratch, &zero);
+	path = my_scratch();
 	if (!path)
 		return NULL;
 	if (head[0] == '/') {
@@ -365,7 +495,7 @@ static struct answer *cached_answer(__s64 dfd, const char *name, bool empty)
 	if (!path)
 		return NULL;
 	cached = bpf_map_lookup_elem(&cache, &path->named.key);
-	if (!cached || cached->epoch != current_epoch()) {
+	if (!cached || cached->epoch != current(EPOCH) || !still_mine(path)) {
 		count(FUSE_CACHE_MISSED);
 		return NULL;
 	}
@@ -459,7 +589,7 @@ int opened(struct trace_event_raw_sys_exit *ctx)
 	d = descriptor_of(ctx->ret, path != NULL);
 	if (!d.generation)
 		return 0;
-	if (path)
+	if (path && still_mine(path))
 		bpf_map_update_elem(&descriptors, &d, &path->named, BPF_ANY);
 	else
 		bpf_map_delete_elem(&descriptors, &d);

@@ -114,7 +114,8 @@ def test_ctrl_c_during_the_suite_leaves_no_mount(private_tmp, tmp_path):
 CHECKER = textwrap.dedent("""
     import json, os, sys
     mount, source, plan = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    FIELDS = ("st_mode", "st_ino", "st_nlink", "st_uid", "st_gid", "st_size", "st_mtime_ns", "st_ctime_ns")
+    FIELDS = ("st_mode", "st_ino", "st_nlink", "st_uid", "st_gid", "st_size", "st_mtime_ns", "st_ctime_ns",
+              "st_atime_ns")
 
     def seen(root, name):
         try:
@@ -170,24 +171,37 @@ CHECKER = textwrap.dedent("""
             os.rename(os.path.join(mount, names[0]), os.path.join(mount, names[1]))
         elif action == "unlink":
             os.unlink(os.path.join(mount, names[0]))
+        elif action == "truncate":  # open(O_TRUNC) and close, as a shell's `: > file` does
+            os.close(os.open(os.path.join(mount, names[0]), os.O_WRONLY | os.O_TRUNC))
+        elif action == "read":  # a file's first byte, or a directory's names (getdents)
+            fd = os.open(os.path.join(mount, names[0]), os.O_RDONLY)
+            os.listdir(fd) if os.path.isdir(os.path.join(source, names[0])) else os.read(fd, 1)
+            os.close(fd)
     print(json.dumps(steps), flush=True)
 """)
 
 
 def under_the_cache(tmp_path: Path, tree: filesystem.Tree, plan: list) -> tuple[list, dict]:
     """CHECKER's steps for `plan`, run with the cache attached, and the cache's counters."""
+    argv = [sys.executable, "-c", CHECKER, str(tree.mountpoint), str(tree.source), json.dumps(plan)]
+    output, counts = run_under_the_cache(tmp_path, tree, argv)
+    return json.loads(output), counts
+
+
+def run_under_the_cache(tmp_path: Path, tree: filesystem.Tree, argv: list) -> tuple[str, dict]:
+    """`argv` (a program that says READY and waits for a line) run to its end under the agent with
+    the cache attached: its stdout and the cache's counters."""
     environments = uebpf.require_runtime().run_environments()
     env = {**os.environ, **environments.target}
-    argv = [sys.executable, "-c", CHECKER, str(tree.mountpoint), str(tree.source), json.dumps(plan)]
     with filesystem.mounted(tree, tmp_path, env) as mount:
         with filesystem.cache_attached(mount, environments, tmp_path) as attach:
-            with started(lambda: Child(argv, stderr_path=tmp_path / "checker.err", env=env, stdin=True)) as checker:
-                checker.wait_for_line("READY", timeout_s=30)
-                filesystem.applied_in(environments, checker.pid)
-                checker.finish_input("go")
-                checker.finished("the checker", sig=None, timeout_s=60)
-                steps = json.loads(checker.read_stdout())
-            return steps, filesystem.cache_counts(attach, environments)
+            with started(lambda: Child(argv, stderr_path=tmp_path / "checked.err", env=env, stdin=True)) as checked:
+                checked.wait_for_line("READY", timeout_s=30)
+                filesystem.applied_in(environments, checked.pid)
+                checked.finish_input("go")
+                checked.finished(Path(argv[0]).name, sig=None, timeout_s=120)
+                output = checked.read_stdout()
+            return output, filesystem.cache_counts(attach, environments)
 
 
 def twice(label: str, name: str) -> list:
@@ -227,6 +241,37 @@ def test_the_cache_never_answers_with_what_a_chmod_rename_or_unlink_changed(tmp_
     # The cache did answer (the repeated stats, the open of what is gone: ENOENT from the cache)
     # and did forget (each change).
     assert counts["answered"] >= 5 and counts["forgotten"] >= 3, counts
+
+
+def test_the_cache_never_answers_with_what_a_truncation_or_a_read_changed(tmp_path):
+    """An open with O_TRUNC changes a file's size and times (the daemon's open does it: FUSE passes
+    O_TRUNC to it); a read of a file or a directory may move its atime (relatime: when it is not
+    after the mtime, as here). Neither is an unlink, rename or chmod."""
+    tree = filesystem.make_tree(tmp_path, 0)
+    (tree.source / "t").write_bytes(b"12345")
+    (tree.source / "r").write_bytes(b"abc")
+    (tree.source / "dir").mkdir()
+    (tree.source / "dir" / "x").write_bytes(b"")
+    for name in ("t", "r", "dir"):  # an atime before the mtime, a moved mtime visible whatever the clock's grain
+        os.utime(tree.source / name, ns=(10**9, 2 * 10**9))
+    plan = [
+        *twice("before", "t"),
+        ["truncate", "truncate", "t"],
+        *twice("after truncation", "t"),
+        *[*twice("before", "r"), *twice("before", "dir")],
+        ["read r", "read", "r"],
+        ["read dir", "read", "dir"],
+        *[*twice("after read", "r"), *twice("after read", "dir")],
+    ]
+    steps, counts = under_the_cache(tmp_path, tree, plan)
+    seen = assert_never_stale(steps)
+    size, mtime_ns, atime_ns = 5, 6, 8
+    assert seen[("before", "t")][size] == 5 and seen[("after truncation", "t")][size] == 0
+    assert seen[("after truncation", "t")][mtime_ns] != 2 * 10**9
+    for name in ("r", "dir"):
+        assert seen[("before", name)][atime_ns] == 10**9, "the source's atime moved before the read"
+        assert seen[("after read", name)][atime_ns] != 10**9, f"reading {name} did not move its atime: noatime?"
+    assert counts["answered"] >= 5, counts
 
 
 # What an exact-path cache got wrong (the first probes/fuse_cache.bpf.c): a change also moves its
@@ -281,6 +326,74 @@ def test_answers_relative_to_a_descriptor_follow_what_the_descriptor_names(tmp_p
     assert seen[("e/x after unlink", "C/x")] == errno.ENOENT
     # The repeated stats of d/x, d and e/x were answered, the duplicate's too.
     assert counts["answered"] >= 4, counts
+
+
+# Threads of one process stat'ing different files at once, each checking the size of every answer
+# against the one its file's name gives (make_tree: file fNN holds NN % 7 bytes). The cache's first
+# object built its keys in a per-CPU scratch, which threads preempted on one CPU share under uebpf:
+# 17 answers of 6.4 million were another file's (32 threads here).
+STAT_THREADS = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+static const char *tree;
+static long directories, calls, wrong, failed;
+
+static void *stat_files(void *arg)
+{
+    long thread = (long)arg;
+    char path[4096];
+    struct stat st;
+
+    for (long i = 0; i < calls; i++) {
+        long file = (i * 7 + thread * 13) % 100;
+        snprintf(path, sizeof(path), "%s/d%02ld/f%02ld", tree, (i + thread) % directories, file);
+        if (stat(path, &st) != 0)
+            __sync_fetch_and_add(&failed, 1);
+        else if (st.st_size != file % 7)
+            __sync_fetch_and_add(&wrong, 1);
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    pthread_t threads[64];
+    int n = atoi(argv[3]);
+    char go[8];
+
+    tree = argv[1], directories = atol(argv[2]), calls = atol(argv[4]);
+    printf("READY\n");
+    fflush(stdout);
+    if (!fgets(go, sizeof(go), stdin) || n < 1 || n > 64)
+        return 1;
+    for (long i = 0; i < n; i++)
+        pthread_create(&threads[i], NULL, stat_files, (void *)i);
+    for (int i = 0; i < n; i++)
+        pthread_join(threads[i], NULL);
+    printf("%ld wrong, %ld failed of %ld\n", wrong, failed, n * calls);
+    return 0;
+}
+"""
+
+
+def test_threads_stating_at_once_each_get_their_own_files_answer(tmp_path):
+    tree = filesystem.make_tree(tmp_path, 300)
+    (tmp_path / "stat_threads.c").write_text(STAT_THREADS)
+    binary = tmp_path / "stat_threads"
+    subprocess.run(["cc", "-O2", "-pthread", "-o", binary, tmp_path / "stat_threads.c"], check=True)
+    threads, calls = 32, 60_000
+    argv = [str(binary), str(tree.source / filesystem.WALKED), str(tree.directories), str(threads), str(calls)]
+    native = subprocess.run(argv, input="go\n", capture_output=True, text=True, timeout=120)
+    assert native.stdout.split("\n")[1] == f"0 wrong, 0 failed of {threads * calls}"  # the program's own check
+    argv[1] = str(tree.mountpoint / filesystem.WALKED)
+    output, counts = run_under_the_cache(tmp_path, tree, argv)
+    assert output.strip() == f"0 wrong, 0 failed of {threads * calls}", counts
+    # Every stat went through the cache's program; only the first of each file (by any thread) needs the daemon.
+    total = threads * calls
+    assert counts["answered"] + counts["missed"] == total and counts["answered"] > total // 2, counts
 
 
 def test_a_tracecost_killed_outright_leaves_a_mount_the_next_command_removes(private_tmp, tmp_path):

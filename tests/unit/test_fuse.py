@@ -116,7 +116,11 @@ def test_the_cache_is_told_the_mountpoint_its_length_and_device(tmp_path, monkey
     assert " ".join(argv[3:13]) == (
         "--region r1 --set mount=str:/tmp/w/mnt --set mount_len=10 --set mount_dev=41 --extension answer_stat"
     )
-    assert argv.count("--attach") == 8 and "change_ends:/b/bin/fuse_passthrough:pt_rename" in argv
+    attached = {argv[i + 1] for i, arg in enumerate(argv) if arg == "--attach"}
+    assert argv.count("--attach") == len(attached) == 14, attached
+    for probe in ("change_ends:pt_rename", "open_begins:pt_open", "open_ends:pt_open", "read_ends:pt_readdir"):
+        program, symbol = probe.split(":")
+        assert f"{program}:/b/bin/fuse_passthrough:{symbol}" in attached
     long = Tree(tmp_path, Path("/" + "m" * 127), 0, 0)
     with pytest.raises(TracecostError, match="128 bytes long"):
         filesystem.attach_argv("r1", filesystem.Mount(None, long, 41))

@@ -272,7 +272,8 @@ class FuseSuite(Suite):
             "use_ino; mounted per run, unmounted after it",
             "cache": "build/bpf/fuse_cache.bpf.o under uebpf attach, in a region per run: uprobes on the daemon's "
             "pt_getattr fill a hash with its answers (regular files and directories), pt_unlink/pt_rename/pt_chmod "
-            "advance its epoch (every older entry stale); an extension at newfstatat's entry in the workload "
+            "and pt_open with O_TRUNC advance its epoch (every older entry stale), pt_read/pt_readdir drop their "
+            "path's answer (its atime); an extension at newfstatat's entry in the workload "
             "answers stats of paths under the mountpoint from it (a struct stat, or ENOENT): absolute paths, and "
             "names relative to a directory descriptor whose openat it saw (descriptors tracked per process at "
             "openat's exit, close and fcntl F_DUPFD; dup*, close_range, execve and exit forget them all); one "

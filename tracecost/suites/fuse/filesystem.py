@@ -5,8 +5,9 @@ every stat answer it sampled (or every line GNU find printed) against the source
 The filesystem is build/bin/fuse_passthrough (workloads/fuse_passthrough): the kernel's attribute,
 entry and negative caches are off, so every stat of the mount is a round trip to the daemon. The
 cache is build/bpf/fuse_cache.bpf.o (probes/fuse_cache.bpf.c): uprobes on the daemon's pt_getattr
-fill a shared hash with what it answered, uprobes on pt_unlink/pt_rename/pt_chmod advance the cache's
-epoch (every older entry is stale), and an extension at newfstatat's entry in the workload answers a
+fill a shared hash with what it answered, uprobes on pt_unlink/pt_rename/pt_chmod (and pt_open with
+O_TRUNC) advance the cache's epoch (every older entry is stale), uprobes on pt_read/pt_readdir drop
+their path's entry (its atime), and an extension at newfstatat's entry in the workload answers a
 stat of a path under the mountpoint from the hash (absolute, or relative to a directory descriptor
 the cache saw opened there: GNU find's), so the system call and the FUSE request are not made."""
 
@@ -37,8 +38,9 @@ FSBENCH_SLACK_S = 60
 TARGET = "one/file"
 WALKED = "tree"
 # What find prints of each entry: every field of its struct stat a stat answer could get wrong but
-# the device (the mount's is not the source's), and its path under the tree.
-FIND_FORMAT = "%y %m %n %U %G %s %i %T@ %P\n"
+# the device (the mount's is not the source's) and the atime (the reference find, run after it over
+# the source, reads the directories too), and its path under the tree.
+FIND_FORMAT = "%y %m %n %U %G %s %i %T@ %C@ %P\n"
 # Where, in a run's folder, fsbench sends find's listing.
 FIND_LISTING = "find.out"
 FILES_PER_DIR = 100
@@ -51,16 +53,16 @@ CACHE_ENTRIES = 16384
 CACHE_COUNTS = ("filled", "forgotten", "answered", "missed")  # enum fuse_cache_count's order
 
 # The daemon's handlers the cache's uprobes attach to (program, symbol): getattr fills, the three
-# changes advance the cache's epoch as they begin and as they end.
+# changes (and an open that truncates) advance the cache's epoch as they begin and as they end, and a
+# read or readdir drops its path's entry (its atime may have moved) when it returns.
+CHANGES, READS = ("pt_unlink", "pt_rename", "pt_chmod"), ("pt_read", "pt_readdir")
 DAEMON_PROBES = (
     ("getattr_entry", "pt_getattr"),
     ("getattr_return", "pt_getattr"),
-    ("change_begins", "pt_unlink"),
-    ("change_begins", "pt_rename"),
-    ("change_begins", "pt_chmod"),
-    ("change_ends", "pt_unlink"),
-    ("change_ends", "pt_rename"),
-    ("change_ends", "pt_chmod"),
+    *[(program, symbol) for symbol in CHANGES for program in ("change_begins", "change_ends")],
+    ("open_begins", "pt_open"),
+    ("open_ends", "pt_open"),
+    *[(program, symbol) for symbol in READS for program in ("read_begins", "read_ends")],
 )
 # The workload's extensions: stats answered (a struct stat or ENOENT), opens of what is not there.
 EXTENSIONS = ("answer_stat", "answer_open")
