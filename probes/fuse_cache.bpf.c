@@ -3,17 +3,19 @@
  *
  * In the filesystem's daemon (workloads/fuse_passthrough): at each getattr that succeeds, the
  * struct stat it answered goes into `cache` under its path (at each that answers ENOENT, that
- * the path is not there), with the cache's epoch when the
- * getattr began; unlink, rename, chmod and an open that truncates advance the epoch, before and
- * after they run, which makes every entry stored before them stale. Not only their own paths: an
- * unlink or rename changes its directory's times, a renamed directory moves every path under it,
- * and a chmod of a directory changes who may look beneath it. A read of a file or a directory may
- * move its atime (the kernel's relatime rule), so the read's path is dropped from the cache when
- * it returns; a file's other names (hard links) keep the atime they were stored with. In the workload: an extension at newfstatat's entry
- * answers a stat of an absolute path under the mountpoint from `cache` (the struct stat written
- * into the caller's buffer, the result 0; or ENOENT) if its entry is of the current epoch, and
- * one at openat's entry answers an open of a path that is not there (ENOENT), so the system call,
- * the FUSE request and the daemon's reply are all skipped; anything else goes on to the kernel.
+ * the path is not there), with the cache's epoch when the getattr began; unlink, rename, chmod
+ * and an open that truncates advance the epoch, before and after they run, which makes every
+ * entry stored before them stale. Not only their own paths: an unlink or rename changes its
+ * directory's times, a renamed directory moves every path under it, and a chmod of a directory
+ * changes who may look beneath it. A read of a file or a directory may move its atime (the
+ * kernel's relatime rule), so the read's path is dropped from the cache when it returns; a
+ * file's other names (hard links) keep the atime they were stored with.
+ *
+ * In the workload: an extension at newfstatat's entry answers a stat of an absolute path under
+ * the mountpoint from `cache` (the struct stat written into the caller's buffer, the result 0; or
+ * ENOENT) if its entry is of the current epoch, and one at openat's entry answers an open of a
+ * path that is not there (ENOENT), so the system call, the FUSE request and the daemon's reply
+ * are all skipped; anything else goes on to the kernel.
  *
  * Paths relative to a directory descriptor (fstatat(dirfd, "name"), fstat(fd): what GNU find's
  * fts makes) are answered too: the workload's descriptors that name something under the mount
