@@ -22,10 +22,13 @@
  * are tracked (`descriptors`, by process): an openat that succeeds records what it opened, a
  * close forgets it, fcntl(F_DUPFD*) copies it. Whatever the programs cannot follow one by one
  * makes the process forget them all (a new `generations` entry): dup, dup2, dup3, close_range,
- * execve. A descriptor the programs did not see opened is never answered for; the one case they
- * cannot see is a descriptor closed by a system call the C library makes inline (not through an
- * entry point the agent hooks) and then reused by another such call, which only the C library's
- * internal error paths do.
+ * execve, exit_group. A descriptor the programs did not see opened is never answered for. What
+ * they cannot see: a descriptor closed by a system call the C library makes inline (not through
+ * an entry point the agent hooks) and then reused by another such call, which only the C
+ * library's internal error paths do; and a process killed by a signal (no exit_group), whose
+ * generation stays until the LRU drops it: a later process with the same id could be answered
+ * for a descriptor number it inherited and never opened (a program cannot tell the two apart
+ * without the kernel's task storage, which uebpf lacks).
  *
  * The entry's st_dev is the mount's (the daemon's lstat saw the source's), so an answer is what
  * the filesystem would have answered. Only regular files and directories are cached (stat and
