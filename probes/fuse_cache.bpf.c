@@ -8,8 +8,8 @@
  * entry stored before them stale. Not only their own paths: an unlink or rename changes its
  * directory's times, a renamed directory moves every path under it, and a chmod of a directory
  * changes who may look beneath it. A read of a file or a directory may move its atime (the
- * kernel's relatime rule), so the read's path is dropped from the cache when it returns; a
- * file's other names (hard links) keep the atime they were stored with.
+ * kernel's relatime rule), so the read's path is dropped from the cache when it returns (a file
+ * with several names, hard links, is not cached: the read's path is only one of them).
  *
  * In the workload: an extension at newfstatat's entry answers a stat of an absolute path under
  * the mountpoint from `cache` (the struct stat written into the caller's buffer, the result 0; or
@@ -32,7 +32,7 @@
  *
  * The entry's st_dev is the mount's (the daemon's lstat saw the source's), so an answer is what
  * the filesystem would have answered. Only regular files and directories are cached (stat and
- * lstat agree on them). Changes made to the source directory behind the daemon's back are not
+ * lstat agree on them), and a regular file only while it has one name. Changes made to the source directory behind the daemon's back are not
  * seen: as with the kernel's own attribute cache, the mount must be the only writer. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -284,7 +284,8 @@ int BPF_KPROBE(getattr_entry, const char *path, struct stat *st)
 }
 
 /* What a getattr that returned `ret` leaves in the cache: ENOENT, or the struct stat it filled
- * (a regular file's or a directory's); false for anything else. */
+ * (a directory's, or a regular file's with one name: a read through another of its names moves
+ * the atime of this one, which the read's path does not tell); false for anything else. */
 static bool answer_of(int ret, const struct pending *pending, struct answer *answer)
 {
 	__u32 type;
@@ -299,7 +300,7 @@ static bool answer_of(int ret, const struct pending *pending, struct answer *ans
 		return false;
 	type = answer->st.st_mode & S_IFMT;
 	answer->st.st_dev = mount_dev;
-	return type == S_IFREG || type == S_IFDIR;
+	return type == S_IFDIR || (type == S_IFREG && answer->st.st_nlink == 1);
 }
 
 SEC("uretprobe")

@@ -246,29 +246,32 @@ def test_the_cache_never_answers_with_what_a_chmod_rename_or_unlink_changed(tmp_
 def test_the_cache_never_answers_with_what_a_truncation_or_a_read_changed(tmp_path):
     """An open with O_TRUNC changes a file's size and times (the daemon's open does it: FUSE passes
     O_TRUNC to it); a read of a file or a directory may move its atime (relatime: when it is not
-    after the mtime, as here). Neither is an unlink, rename or chmod."""
+    after the mtime, as here), through any of the file's names. None is an unlink, rename or chmod."""
     tree = filesystem.make_tree(tmp_path, 0)
     (tree.source / "t").write_bytes(b"12345")
     (tree.source / "r").write_bytes(b"abc")
     (tree.source / "dir").mkdir()
     (tree.source / "dir" / "x").write_bytes(b"")
-    for name in ("t", "r", "dir"):  # an atime before the mtime, a moved mtime visible whatever the clock's grain
+    (tree.source / "h").write_bytes(b"h")
+    os.link(tree.source / "h", tree.source / "h2")  # one file, two names: a read of h moves h2's atime
+    for name in ("t", "r", "dir", "h"):  # an atime before the mtime, a moved mtime visible whatever the clock's grain
         os.utime(tree.source / name, ns=(10**9, 2 * 10**9))
     plan = [
         *twice("before", "t"),
         ["truncate", "truncate", "t"],
         *twice("after truncation", "t"),
-        *[*twice("before", "r"), *twice("before", "dir")],
+        *[*twice("before", "r"), *twice("before", "dir"), *twice("before", "h2")],
         ["read r", "read", "r"],
         ["read dir", "read", "dir"],
-        *[*twice("after read", "r"), *twice("after read", "dir")],
+        ["read h", "read", "h"],
+        *[*twice("after read", "r"), *twice("after read", "dir"), *twice("after read", "h2")],
     ]
     steps, counts = under_the_cache(tmp_path, tree, plan)
     seen = assert_never_stale(steps)
     size, mtime_ns, atime_ns = 5, 6, 8
     assert seen[("before", "t")][size] == 5 and seen[("after truncation", "t")][size] == 0
     assert seen[("after truncation", "t")][mtime_ns] != 2 * 10**9
-    for name in ("r", "dir"):
+    for name in ("r", "dir", "h2"):
         assert seen[("before", name)][atime_ns] == 10**9, "the source's atime moved before the read"
         assert seen[("after read", name)][atime_ns] != 10**9, f"reading {name} did not move its atime: noatime?"
     assert counts["answered"] >= 5, counts

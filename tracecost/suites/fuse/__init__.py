@@ -271,14 +271,14 @@ class FuseSuite(Suite):
             "entry_timeout and negative_timeout 0 (the kernel caches nothing: every call reaches the daemon), "
             "use_ino; mounted per run, unmounted after it",
             "cache": "build/bpf/fuse_cache.bpf.o under uebpf attach, in a region per run: uprobes on the daemon's "
-            "pt_getattr fill a hash with its answers (regular files and directories), pt_unlink/pt_rename/pt_chmod "
-            "and pt_open with O_TRUNC advance its epoch (every older entry stale), pt_read/pt_readdir drop their "
-            "path's answer (its atime); an extension at newfstatat's entry in the workload "
-            "answers stats of paths under the mountpoint from it (a struct stat, or ENOENT): absolute paths, and "
-            "names relative to a directory descriptor whose openat it saw (descriptors tracked per process at "
-            "openat's exit, close and fcntl F_DUPFD; dup*, close_range, execve and exit forget them all); one "
-            "at openat's entry answers ENOENT to an open of a path the daemon said is not there; opens that "
-            "succeed are not answered",
+            "pt_getattr fill a hash with its answers (directories, and regular files with one name), "
+            "pt_unlink/pt_rename/pt_chmod and pt_open with O_TRUNC advance its epoch (every older entry stale), "
+            "pt_read/pt_readdir drop their path's answer (its atime); an extension at newfstatat's entry in the "
+            "workload answers stats of paths under the mountpoint from it (a struct stat, or ENOENT): absolute "
+            "paths, and names relative to a directory descriptor whose openat it saw (descriptors tracked per "
+            "process at openat's exit, close and fcntl F_DUPFD; dup*, close_range, execve and exit forget them "
+            "all); one at openat's entry answers ENOENT to an open of a path the daemon said is not there; opens "
+            "that succeed are not answered",
             "warm": "before the timed calls the harness stats every path the workload uses once, untimed, through "
             "the same directory (it runs no agent: through the mount its stats reach the daemon and fill the cache)",
             "correctness": "every sampled stat answer compared field by field with os.lstat of the same file in the "
