@@ -41,3 +41,13 @@ pub use wrappers::{direct_system_call, system_call_wrappers, ArgSource, Wrapper}
 pub fn resolve_address(binary: &std::path::Path, symbol_or_offset: &str) -> Result<usize> {
     resolve(binary, &Location::parse(symbol_or_offset)).map(|target| target.address)
 }
+
+/// What the crate's unit tests share.
+#[cfg(test)]
+mod testing {
+    /// This process's C library, as its mappings name it.
+    pub(crate) fn libc_path() -> std::path::PathBuf {
+        let maps = crate::procmaps::read().unwrap();
+        maps.into_iter().find(|m| m.path.ends_with("/libc.so.6")).expect("libc.so.6 mapped").path.into()
+    }
+}

@@ -357,13 +357,7 @@ pub(crate) fn load_bias(binary: &Path, elf: &object::File, vaddr: u64) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// This process's C library, as its mappings name it.
-    fn libc_path() -> std::path::PathBuf {
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let line = maps.lines().find(|l| l.ends_with("/libc.so.6")).expect("libc.so.6 mapped");
-        line.split_whitespace().last().unwrap().into()
-    }
+    use crate::testing::libc_path;
 
     #[test]
     fn files_are_kept_only_inside_keeping_files_and_read_again_once_changed() {

@@ -202,6 +202,7 @@ fn simple_move(instruction: &Instruction, state: impl Fn(Register) -> Held) -> O
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::libc_path;
 
     #[test]
     fn the_number_is_the_constant_eax_holds_at_the_first_syscall() {
@@ -226,13 +227,6 @@ mod tests {
                 ]
             )
         );
-    }
-
-    /// This process's C library, as its mappings name it.
-    fn libc_path() -> std::path::PathBuf {
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let line = maps.lines().find(|l| l.ends_with("/libc.so.6")).expect("libc.so.6 mapped");
-        line.split_whitespace().last().unwrap().into()
     }
 
     #[test]
