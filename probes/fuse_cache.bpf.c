@@ -32,8 +32,9 @@
  *
  * The entry's st_dev is the mount's (the daemon's lstat saw the source's), so an answer is what
  * the filesystem would have answered. Only regular files and directories are cached (stat and
- * lstat agree on them), and a regular file only while it has one name. Changes made to the source directory behind the daemon's back are not
- * seen: as with the kernel's own attribute cache, the mount must be the only writer. */
+ * lstat agree on them), and a regular file only while it has one name. Changes made to the
+ * source directory behind the daemon's back are not seen: as with the kernel's own attribute
+ * cache, the mount must be the only writer. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -342,8 +343,9 @@ int BPF_KRETPROBE(change_ends)
 	return 0;
 }
 
-/* An open with O_TRUNC empties the file in the daemon's open (FUSE passes O_TRUNC on to it: libfuse's
- * atomic_o_trunc): a change. fuse_file_info begins with the open's flags (libfuse's fuse_common.h). */
+/* An open with O_TRUNC empties the file in the daemon's open (FUSE passes O_TRUNC on to it:
+ * libfuse's atomic_o_trunc): a change. fuse_file_info begins with the open's flags (libfuse's
+ * fuse_common.h). */
 SEC("uprobe")
 int BPF_KPROBE(open_begins, const char *path, const int *fi)
 {
@@ -370,8 +372,8 @@ int BPF_KRETPROBE(open_ends)
 	return 0;
 }
 
-/* read and readdir: the path's atime may have moved, as the kernel's FUSE drops a file's cached atime
- * after a read; only that path's entry goes (a change of the epoch would drop them all). */
+/* read and readdir: the path's atime may have moved, as the kernel's FUSE drops a file's cached
+ * atime after a read; only that path's entry goes (a change of the epoch would drop them all). */
 SEC("uprobe")
 int BPF_KPROBE(read_begins, const char *path)
 {
