@@ -275,8 +275,8 @@ def test_refusals_are_clear(tmp_path):
 # BPF_MAP_CREATE of an LPM trie (type 11, key 8, value 4, 2 entries, BPF_F_NO_PREALLOC)
 fd, err, _ = bpf(0, struct.pack("<5I", 11, 8, 4, 2, 1))
 print("lpm_trie", fd, err)
-# BPF_PROG_LOAD: kprobe program calling bpf_get_current_task (35), with a log buffer
-insns = struct.pack("<BBhi", 0x85, 0, 0, 35) + struct.pack("<BBhi", 0x95, 0, 0, 0)
+# BPF_PROG_LOAD: kprobe program calling bpf_get_current_task_btf (158), with a log buffer
+insns = struct.pack("<BBhi", 0x85, 0, 0, 158) + struct.pack("<BBhi", 0x95, 0, 0, 0)
 code = ctypes.create_string_buffer(insns, len(insns))
 log = ctypes.create_string_buffer(4096)
 license = ctypes.create_string_buffer(b"GPL")
@@ -297,7 +297,7 @@ print("prog", fd, err, log.value.decode())
     assert lines[0] == "lpm_trie -1 22"
     assert "lpm_trie (11) is not supported by uebpf" in result.stderr
     assert lines[1].startswith(
-        "prog -1 13 uebpf: program `(unnamed)` calls bpf_get_current_task (35), which uebpf does not provide"
+        "prog -1 13 uebpf: program `(unnamed)` calls bpf_get_current_task_btf (158), which uebpf does not provide"
     )
     assert not (SHM / f"uebpf-{region_name('refusals')}").exists()
 
@@ -501,6 +501,10 @@ out["update"] = [elem(2, 0, fd), elem(2, 0, kprobe, 1), elem(2, 2, kprobe), elem
 out["lookup"] = [elem(1, 0), value.value == kprobe_id, elem(1, 1)]
 out["next"] = [elem(4, 0), value.value, elem(4, 1)]
 out["delete"] = [elem(3, 0), elem(3, 0), elem(3, 2), elem(1, 0)]
+import os
+copy = os.dup(kprobe)  # a duplicate names the program too, also once the original is closed
+os.close(kprobe)
+out["duplicate"] = [elem(2, 0, copy), elem(1, 0), value.value == kprobe_id]
 print(json.dumps(out))
 """
 )
@@ -530,7 +534,7 @@ def test_map_commands_answer_as_the_kernels(script, tmp_path):
         assert kernel["queue"][3] == [errno.E2BIG, None] and kernel["map_extra_on_a_hash"] == [-1, errno.EINVAL]
     else:
         assert kernel["update"][3] == 0 and kernel["lookup"] == [0, True, errno.ENOENT]
-        assert kernel["delete"][:2] == [0, errno.ENOENT]
+        assert kernel["delete"][:2] == [0, errno.ENOENT] and kernel["duplicate"] == [0, 0, True]
 
 
 EXTENSION_SCRIPT = (

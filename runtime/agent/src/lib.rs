@@ -58,6 +58,19 @@ pub(crate) fn warn(message: &str) {
     uebpf::write_stderr(format!("uebpf-agent: {message}\n").as_bytes());
 }
 
+/// Set `UEBPF_VERBOSE` (any value) for the agent's notes on the target's stderr.
+pub const VERBOSE_ENV: &str = "UEBPF_VERBOSE";
+static VERBOSE: AtomicBool = AtomicBool::new(false);
+
+/// A note about how an attachment runs (an int3 patch, a wrapper left out), said only when asked
+/// (`UEBPF_VERBOSE`): the target's stderr is the target's, and the kernel says nothing when it
+/// single-steps a probe either. The agent table counts what these notes say (`slow_hooks`).
+pub(crate) fn note(message: &str) {
+    if VERBOSE.load(Ordering::Relaxed) {
+        warn(message);
+    }
+}
+
 /// A refused region is said once per process, by whichever of start-up and the thread sees it first.
 static REFUSAL_SAID: AtomicBool = AtomicBool::new(false);
 
@@ -72,6 +85,7 @@ pub(crate) fn warn_refused(message: &str) {
 static CONSTRUCTOR: extern "C" fn() = start;
 
 extern "C" fn start() {
+    VERBOSE.store(std::env::var_os(VERBOSE_ENV).is_some(), Ordering::Relaxed);
     let (name, named) = match std::env::var(REGION_ENV) {
         Ok(name) => (name, true),
         Err(_) => (DEFAULT_REGION.to_string(), false),
@@ -90,7 +104,7 @@ extern "C" fn start() {
     without_probes(|| match Region::open(&name) {
         Ok(region) => match Session::new(region) {
             Ok(mut session) => {
-                session.pass();
+                session.pass_after_exec();
                 STATE.with(|state| state.session = Some(session));
             }
             Err(e) => warn(&e),

@@ -12,7 +12,7 @@ use uebpf_hook::{Hook, Location, PatchKind};
 
 use crate::probe::{self, Probe};
 use crate::syscalls::{self, Point, Side, SyscallProbe};
-use crate::warn;
+use crate::{note, warn};
 
 /// Exported for the bpf(2) server preloaded into the same process (a loader that traces
 /// itself): its attach then waits until this agent has applied it (server/src/perf.rs,
@@ -45,13 +45,24 @@ pub(crate) struct Session {
     judged: HashMap<u32, (u32, Outcome)>,
     /// The attach generation the last pass read first.
     pub(crate) seen: u32,
+    /// The pass at the process's start (before `main`): the execve that started this program
+    /// has just returned, as the kernel's sys_exit_execve reports in the new program.
+    exec_returning: bool,
 }
 
 impl Session {
     pub(crate) fn new(region: Region) -> Result<Session, String> {
         let instance = Instance::new(&region).map_err(|e| e.to_string())?;
         let seen = region.attach_generation().wrapping_sub(1);
-        Ok(Session { region, instance, slot: None, hooks: HashMap::new(), judged: HashMap::new(), seen })
+        Ok(Session { region, instance, slot: None, hooks: HashMap::new(), judged: HashMap::new(), seen, exec_returning: false })
+    }
+
+    /// The first pass of a program that has just started: exit tracepoints of execve see its
+    /// return (0, in the new program, as the kernel's do), then the pass as any other.
+    pub(crate) fn pass_after_exec(&mut self) {
+        self.exec_returning = true;
+        self.pass();
+        self.exec_returning = false;
     }
 
     pub(crate) fn region(&self) -> &Region {
@@ -202,7 +213,7 @@ impl Session {
         };
         let hook = hook.map_err(|e| failed(e.to_string()))?;
         if let PatchKind::Int3 { reason } = hook.kind() {
-            warn(&format!("{what}: int3 patch (slow: a signal per hit): {reason}"));
+            note(&format!("{what}: int3 patch (slow: a signal per hit): {reason}"));
         }
         Ok(Some(vec![hook]))
     }
@@ -239,6 +250,10 @@ impl Session {
         }
         let probe = self.probe_running(attachment, 0, uebpf::StackOrigin::None, program).map_err(failed)?;
         let data = SyscallProbe::leak(probe, point, spec.offset);
+        if self.exec_returning && side == Side::Exit {
+            // SAFETY: the probe just leaked, never freed.
+            unsafe { syscalls::report_exec_return(data) };
+        }
         let mut hooks = Vec::new();
         let mut left_out = Vec::new();
         for site in sites {
@@ -260,7 +275,7 @@ impl Session {
             }
         }
         if !left_out.is_empty() {
-            warn(&format!("{what}: {} C library wrapper(s) not hooked, their calls not seen: {}", left_out.len(), left_out.join(", ")));
+            note(&format!("{what}: {} C library wrapper(s) not hooked, their calls not seen: {}", left_out.len(), left_out.join(", ")));
         }
         Ok(hooks)
     }

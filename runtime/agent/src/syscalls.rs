@@ -104,7 +104,8 @@ impl Point {
             Some(name) => (Side::Enter, name),
             None => (Side::Exit, target.strip_prefix("syscalls/sys_exit_").ok_or_else(unsupported)?),
         };
-        let &(name, nr) = SYSCALL_NUMBERS.iter().find(|(n, _)| *n == name).ok_or_else(unsupported)?;
+        let number_name = TRACEPOINT_ALIASES.iter().find(|(event, _)| *event == name).map_or(name, |&(_, number)| number);
+        let &(name, nr) = SYSCALL_NUMBERS.iter().find(|(n, _)| *n == number_name).ok_or_else(unsupported)?;
         Ok((side, Point::Named { name, nr }))
     }
 
@@ -115,6 +116,18 @@ impl Point {
         }
     }
 }
+
+/// Tracepoints whose name is not the system call's `__NR_` name on x86-64: the kernel names a
+/// system call's events after its SYSCALL_DEFINE (fs/namespace.c defines `umount` as umount2's,
+/// fs/stat.c `newstat` as stat's...), the UAPI header after the number. (event name, __NR_ name).
+const TRACEPOINT_ALIASES: &[(&str, &str)] = &[
+    ("umount", "umount2"),
+    ("newstat", "stat"),
+    ("newlstat", "lstat"),
+    ("newfstat", "fstat"),
+    ("newuname", "uname"),
+    ("sendfile64", "sendfile"),
+];
 
 /// A probe on a system call tracepoint (leaked: see `Probe`).
 pub(crate) struct SyscallProbe {
@@ -169,6 +182,17 @@ impl SyscallProbe {
     fn fire_exit(&self, nr: i64, ret: i64) {
         self.run(nr, || SysExit { entry: self.trace_entry(), nr, ret });
     }
+}
+
+/// The exit of the execve that started this program, reported once at its start (the session's
+/// first pass, before `main`): the kernel's sys_exit_execve fires in the new program, with 0,
+/// where the entry ran in the old one (with the agent, a forked child's hook). An execveat is
+/// reported as execve: the new program cannot tell which of the two started it.
+///
+/// # Safety
+/// `data` is a leaked SyscallProbe.
+pub(crate) unsafe fn report_exec_return(data: *mut c_void) {
+    (*data.cast::<SyscallProbe>()).fire_exit(libc::SYS_execve, 0);
 }
 
 /// The buffers call `nr` fills (address, bytes), which an extension answering it may write: a
@@ -483,6 +507,9 @@ mod tests {
         assert_eq!(Point::parse("raw_syscalls/sys_exit"), Ok((Side::Exit, Point::Raw)));
         assert_eq!(Point::parse("syscalls/sys_enter_getpgid"), Ok((Side::Enter, Point::Named { name: "getpgid", nr: 121 })));
         assert_eq!(Point::parse("syscalls/sys_exit_getppid"), Ok((Side::Exit, Point::Named { name: "getppid", nr: 110 })));
+        // Named after the kernel's SYSCALL_DEFINE, not the number's name.
+        assert_eq!(Point::parse("syscalls/sys_enter_umount"), Ok((Side::Enter, Point::Named { name: "umount2", nr: 166 })));
+        assert_eq!(Point::parse("syscalls/sys_exit_newstat"), Ok((Side::Exit, Point::Named { name: "stat", nr: 4 })));
         for refused in ["sched/sched_switch", "syscalls/sys_exit_nope", "syscalls/sys_enter_nope"] {
             let why = Point::parse(refused).unwrap_err();
             assert!(why.starts_with(&format!("tracepoint {refused} is not supported by the uebpf agent")), "{why}");

@@ -337,9 +337,28 @@ fn own_stack_reaches_into(site: &Site) -> Option<String> {
 unsafe extern "C" fn on_checkpoint(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
     let context = &mut *context.cast::<libc::ucontext_t>();
     let queued = &*info.cast::<QueuedInfo>();
-    if queued.code != SI_QUEUE || queued.pid != libc::getpid() {
+    if queued.code != SI_QUEUE || queued.pid != raw_getpid() {
         return pass_on(std::ptr::addr_of!(PREVIOUS_CHECKPOINT), signal, info, context);
     }
+    // The checkpoint is the engine's work, not the thread's: whatever it calls is invisible to
+    // the probes, as the kernel never traces its own uprobe handling.
+    crate::dispatch::without_probes(|| answer_checkpoint(queued, context));
+}
+
+/// getpid by the `syscall` instruction: the C library's `getpid` and `syscall` may be hooked (a
+/// system call tracepoint), and the checkpoint handler runs on the process's threads, where a
+/// hooked call would count as the process's before the handler can turn probes off.
+fn raw_getpid() -> libc::pid_t {
+    let pid: i64;
+    // SAFETY: getpid takes no arguments and cannot fail; rcx and r11 are clobbered.
+    unsafe {
+        std::arch::asm!("syscall", inlateout("rax") libc::SYS_getpid => pid, lateout("rcx") _, lateout("r11") _, options(nostack));
+    }
+    pid as libc::pid_t
+}
+
+/// The checkpoint handler's answer, with probes off on this thread.
+unsafe fn answer_checkpoint(queued: &QueuedInfo, context: &mut libc::ucontext_t) {
     if queued.value != CHECKPOINT_NUMBER.load(Ordering::Acquire) {
         return; // a late answer to an earlier checkpoint
     }

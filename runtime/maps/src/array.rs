@@ -1,7 +1,7 @@
 //! Array and per-CPU array maps: `max_entries` preallocated values, indexed by a u32 key.
 //! Error codes and their order follow the kernel's arraymap.c.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::current;
 use crate::def::{BPF_EXIST, BPF_F_LOCK, BPF_NOEXIST};
@@ -138,54 +138,91 @@ pub(crate) unsafe fn next_index(key: *const u8, next: *mut u8, max_entries: u32)
     Ok(())
 }
 
-/// The slots of an array whose values name other objects by id, 0 for none: a perf event array's
-/// perf buffers (map ids), a prog array's programs (program ids). The kernel's fd arrays hold
-/// object pointers that the bpf(2) update took from descriptors; here the server turns the
-/// descriptor into the id (one u32 every 8 bytes, the array layout of a 4-byte value).
-pub struct IdSlots {
-    slots: *const AtomicU32,
+/// The slots of an array whose values name other objects by id, 0 for none, one every 8 bytes
+/// (the array layout of a 4-byte value): a perf event array's perf buffers (map ids) and a prog
+/// array's programs (program ids), u32s; a cgroup array's cgroups (`CgroupSlots`), u64s: a
+/// cgroup v2 id is the cgroup directory's inode number. The kernel's fd arrays hold object
+/// pointers that the bpf(2) update took from descriptors; here the server turns the descriptor
+/// into the id (a cgroup's as the kernel's cgroup_fd_array_get_ptr finds the cgroup;
+/// `bpf_current_task_under_cgroup` asks about it).
+pub struct Slots<A: SlotWord> {
+    slots: *const A,
     max_entries: u32,
 }
 
-// SAFETY: the slots are atomics in shared memory that the owning map keeps mapped.
-unsafe impl Send for IdSlots {}
-unsafe impl Sync for IdSlots {}
+/// A map of program or map ids: u32 slots.
+pub type IdSlots = Slots<AtomicU32>;
+/// A cgroup array: u64 slots.
+pub type CgroupSlots = Slots<AtomicU64>;
 
-impl IdSlots {
-    pub(crate) fn new(shared: &Shared, values: u64, max_entries: u32) -> Result<IdSlots, Error> {
-        Ok(IdSlots { slots: shared.at(values, u64::from(max_entries) * 8)? as *const AtomicU32, max_entries })
+/// The atomic word of a slot, and its value.
+pub trait SlotWord {
+    type Value: Copy + PartialEq + Default;
+    fn load(&self) -> Self::Value;
+    fn store(&self, value: Self::Value);
+    fn take(&self) -> Self::Value;
+}
+
+macro_rules! slot_word {
+    ($atomic:ty, $value:ty) => {
+        impl SlotWord for $atomic {
+            type Value = $value;
+            #[inline]
+            fn load(&self) -> $value {
+                <$atomic>::load(self, Ordering::Acquire)
+            }
+            fn store(&self, value: $value) {
+                <$atomic>::store(self, value, Ordering::Release)
+            }
+            fn take(&self) -> $value {
+                self.swap(0, Ordering::AcqRel)
+            }
+        }
+    };
+}
+slot_word!(AtomicU32, u32);
+slot_word!(AtomicU64, u64);
+
+// SAFETY: the slots are atomics in shared memory that the owning map keeps mapped.
+unsafe impl<A: SlotWord> Send for Slots<A> {}
+unsafe impl<A: SlotWord> Sync for Slots<A> {}
+
+impl<A: SlotWord> Slots<A> {
+    pub(crate) fn new(shared: &Shared, values: u64, max_entries: u32) -> Result<Slots<A>, Error> {
+        Ok(Slots { slots: shared.at(values, u64::from(max_entries) * 8)? as *const A, max_entries })
     }
 
-    fn slot(&self, index: u32) -> Option<&AtomicU32> {
+    fn slot(&self, index: u32) -> Option<&A> {
         // SAFETY: below max_entries, inside the values checked in `new`; 8 bytes apart.
-        (index < self.max_entries).then(|| unsafe { &*self.slots.add(2 * index as usize) })
+        (index < self.max_entries).then(|| unsafe { &*self.slots.byte_add(8 * index as usize) })
     }
 
     /// The id at `index`: None past the end, Some(0) for an empty slot.
     #[inline]
-    pub fn get(&self, index: u32) -> Option<u32> {
-        self.slot(index).map(|slot| slot.load(Ordering::Acquire))
+    pub fn get(&self, index: u32) -> Option<A::Value> {
+        self.slot(index).map(A::load)
     }
 
     /// Stores `id` at `index` (the server's update with a descriptor); Err(E2BIG) past the end,
     /// as the kernel's fd_array_map_update_elem.
-    pub fn set(&self, index: u32, id: u32) -> Result<(), Errno> {
-        self.slot(index).ok_or(libc::E2BIG)?.store(id, Ordering::Release);
+    pub fn set(&self, index: u32, id: A::Value) -> Result<(), Errno> {
+        self.slot(index).ok_or(libc::E2BIG)?.store(id);
         Ok(())
     }
 
     /// Empties slot `index`: Err(ENOENT) if it was empty, Err(E2BIG) past the end (the kernel's
     /// fd_array_map_delete_elem).
     pub fn clear(&self, index: u32) -> Result<(), Errno> {
-        match self.slot(index).ok_or(libc::E2BIG)?.swap(0, Ordering::AcqRel) {
-            0 => Err(libc::ENOENT),
-            _ => Ok(()),
+        if self.slot(index).ok_or(libc::E2BIG)?.take() == A::Value::default() {
+            Err(libc::ENOENT)
+        } else {
+            Ok(())
         }
     }
 
     /// The ids stored now, with their indexes.
-    pub fn occupied(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
-        (0..self.max_entries).filter_map(|index| self.get(index).filter(|&id| id != 0).map(|id| (index, id)))
+    pub fn occupied(&self) -> impl Iterator<Item = (u32, A::Value)> + '_ {
+        (0..self.max_entries).filter_map(|index| self.get(index).filter(|&id| id != A::Value::default()).map(|id| (index, id)))
     }
 
     pub fn max_entries(&self) -> u32 {

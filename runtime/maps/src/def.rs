@@ -12,6 +12,7 @@ pub const BPF_MAP_TYPE_PERF_EVENT_ARRAY: u32 = 4;
 pub const BPF_MAP_TYPE_PERCPU_HASH: u32 = 5;
 pub const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 pub const BPF_MAP_TYPE_STACK_TRACE: u32 = 7;
+pub const BPF_MAP_TYPE_CGROUP_ARRAY: u32 = 8;
 pub const BPF_MAP_TYPE_LRU_HASH: u32 = 9;
 pub const BPF_MAP_TYPE_LRU_PERCPU_HASH: u32 = 10;
 pub const BPF_MAP_TYPE_QUEUE: u32 = 22;
@@ -68,6 +69,8 @@ pub enum MapKind {
     PerfEventArray,
     /// Slots naming programs, for `bpf_tail_call`.
     ProgArray,
+    /// Slots naming cgroups, for `bpf_current_task_under_cgroup`.
+    CgroupArray,
     PerfBuffer,
     Queue,
     Stack,
@@ -88,6 +91,7 @@ impl MapKind {
             BPF_MAP_TYPE_RINGBUF => MapKind::RingBuf,
             BPF_MAP_TYPE_PERF_EVENT_ARRAY => MapKind::PerfEventArray,
             BPF_MAP_TYPE_PROG_ARRAY => MapKind::ProgArray,
+            BPF_MAP_TYPE_CGROUP_ARRAY => MapKind::CgroupArray,
             UEBPF_PERF_BUFFER => MapKind::PerfBuffer,
             BPF_MAP_TYPE_STACK_TRACE => MapKind::StackTrace,
             BPF_MAP_TYPE_BLOOM_FILTER => MapKind::BloomFilter,
@@ -176,7 +180,7 @@ impl MapDef {
         let fail = |why: String| Err(Error::invalid(why));
         let Some(kind) = MapKind::of(self.map_type) else {
             return fail(format!(
-                "map type {} ({}) is not supported by uebpf (supported: array, percpu_array, hash, percpu_hash, lru_hash, lru_percpu_hash, ringbuf, perf_event_array, prog_array, queue, stack, stack_trace, bloom_filter)",
+                "map type {} ({}) is not supported by uebpf (supported: array, percpu_array, hash, percpu_hash, lru_hash, lru_percpu_hash, ringbuf, perf_event_array, prog_array, cgroup_array, queue, stack, stack_trace, bloom_filter)",
                 map_type_name(self.map_type),
                 self.map_type
             ));
@@ -245,10 +249,10 @@ impl MapDef {
                 }
             }
             // The kernel's fd_array_map_alloc_check: a u32 index, a u32 descriptor.
-            MapKind::PerfEventArray | MapKind::ProgArray => {
+            MapKind::PerfEventArray | MapKind::ProgArray | MapKind::CgroupArray => {
                 if self.key_size != 4 || self.value_size != 4 {
                     return fail(format!(
-                        "perf event arrays and prog arrays need a 4-byte key and a 4-byte value, not {} and {}",
+                        "perf event arrays, prog arrays and cgroup arrays need a 4-byte key and a 4-byte value, not {} and {}",
                         self.key_size, self.value_size
                     ));
                 }
@@ -290,8 +294,8 @@ impl MapDef {
         let mut layout = StorageLayout { value_stride: value_stride as u32, cpus, ..Default::default() };
         match kind {
             // A perf event array's slots hold perf buffer map ids, a prog array's program ids (0:
-            // none), u32s 8 bytes apart.
-            MapKind::Array | MapKind::PercpuArray | MapKind::PerfEventArray | MapKind::ProgArray => {
+            // none), u32s 8 bytes apart; a cgroup array's cgroup ids, u64s.
+            MapKind::Array | MapKind::PercpuArray | MapKind::PerfEventArray | MapKind::ProgArray | MapKind::CgroupArray => {
                 layout.size = align_up(values_size, page);
             }
             MapKind::Hash | MapKind::PercpuHash | MapKind::LruHash | MapKind::LruPercpuHash => {

@@ -37,15 +37,15 @@ pub mod test_support;
 pub mod wakeup;
 
 pub use agents::{generation_reached, AgentReport, AgentStatus};
-pub use array::IdSlots;
+pub use array::{CgroupSlots, IdSlots};
 pub use attach::{kernel_tracepoint_id, kernel_tracepoint_name, AttachInfo, AttachKind, AttachSpec, AttachState, TRACEFS_EVENTS};
 pub use def::{MapDef, MapKind, StorageLayout};
 pub use error::{Error, ErrorKind};
 pub use map::{Map, ProgramMemory};
 pub use perfbuf::PerfBuf;
 pub use region::{
-    check_name, check_trusted, region_path, MapInfo, ProgramInfo, ProgramKind, ProgramSpec, Region, RegionSpec, DEFAULT_REGION, REFUSED,
-    REGION_ENV,
+    check_name, check_trusted, parse_region_size, region_path, MapInfo, ProgramInfo, ProgramKind, ProgramSpec, Region, RegionSpec,
+    DEFAULT_REGION, REFUSED, REGION_ENV,
 };
 pub use ringbuf::RingBuf;
 pub use wakeup::{Consumable, Waiting};

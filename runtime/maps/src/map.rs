@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use crate::array::{ArrayView, IdSlots};
+use crate::array::{ArrayView, CgroupSlots, IdSlots};
 use crate::bloom::BloomView;
 use crate::def::{MapDef, MapKind};
 use crate::error::{Error, ErrorKind};
@@ -29,6 +29,7 @@ enum Storage {
     Ring(RingBuf),
     PerfArray(PerfEventArray),
     ProgArray(IdSlots),
+    CgroupArray(CgroupSlots),
     PerfBuffer(PerfBuf),
     Queue(QueueView),
     StackTrace(StackView),
@@ -71,6 +72,7 @@ pub(crate) fn initialise(shared: &Shared, info: &MapInfo, kind: MapKind, initial
         | MapKind::RingBuf
         | MapKind::PerfEventArray
         | MapKind::ProgArray
+        | MapKind::CgroupArray
         | MapKind::PerfBuffer
         | MapKind::Queue
         | MapKind::Stack
@@ -152,6 +154,7 @@ impl Map {
             }),
             MapKind::PerfEventArray => Storage::PerfArray(PerfEventArray::new(shared, info.values_offset(), d.max_entries)?),
             MapKind::ProgArray => Storage::ProgArray(IdSlots::new(shared, info.values_offset(), d.max_entries)?),
+            MapKind::CgroupArray => Storage::CgroupArray(CgroupSlots::new(shared, info.values_offset(), d.max_entries)?),
             MapKind::PerfBuffer => Storage::PerfBuffer(PerfBuf::map(
                 shared,
                 info.area + s.control,
@@ -208,6 +211,14 @@ impl Map {
         }
     }
 
+    /// A cgroup array's slots (cgroup ids, for bpf_current_task_under_cgroup), None for other maps.
+    pub fn cgroup_array(&self) -> Option<&CgroupSlots> {
+        match &self.storage {
+            Storage::CgroupArray(slots) => Some(slots),
+            _ => None,
+        }
+    }
+
     /// What a consumer of this map sleeps on: ring buffers and perf buffers.
     pub fn consumable(&self) -> Option<&dyn Consumable> {
         match &self.storage {
@@ -233,6 +244,7 @@ impl Map {
             // stack values only through copies, and prog arrays only through bpf_tail_call.
             Storage::PerfArray(_)
             | Storage::ProgArray(_)
+            | Storage::CgroupArray(_)
             | Storage::PerfBuffer(_)
             | Storage::Queue(_)
             | Storage::StackTrace(_)
@@ -252,6 +264,7 @@ impl Map {
             Storage::Ring(_)
             | Storage::PerfArray(_)
             | Storage::ProgArray(_)
+            | Storage::CgroupArray(_)
             | Storage::PerfBuffer(_)
             | Storage::Queue(_)
             | Storage::StackTrace(_)
@@ -270,6 +283,7 @@ impl Map {
             Storage::Ring(_)
             | Storage::PerfArray(_)
             | Storage::ProgArray(_)
+            | Storage::CgroupArray(_)
             | Storage::PerfBuffer(_)
             | Storage::Queue(_)
             | Storage::StackTrace(_)
@@ -287,6 +301,7 @@ impl Map {
             Storage::Hash(h) => h.delete(key),
             Storage::PerfArray(p) => p.slots().clear((key as *const u32).read_unaligned()),
             Storage::ProgArray(p) => p.clear((key as *const u32).read_unaligned()),
+            Storage::CgroupArray(c) => c.clear((key as *const u32).read_unaligned()),
             Storage::StackTrace(t) => t.delete((key as *const u32).read_unaligned()),
             Storage::Bloom(_) => Err(libc::EOPNOTSUPP),
             Storage::Ring(_) | Storage::PerfBuffer(_) | Storage::Queue(_) => Err(libc::EINVAL),
@@ -382,7 +397,7 @@ impl Map {
                 Storage::Array(a) => a.lookup_all(key.as_ptr(), value.as_mut_ptr()),
                 Storage::Hash(h) => h.lookup_all(key.as_ptr(), value.as_mut_ptr()),
                 // The kernel's bpf_fd_array_map_lookup_elem without map_fd_sys_lookup_elem.
-                Storage::PerfArray(_) => Err(ENOTSUPP),
+                Storage::PerfArray(_) | Storage::CgroupArray(_) => Err(ENOTSUPP),
                 // The kernel's prog_fd_array_sys_lookup_elem: the program's id.
                 Storage::ProgArray(p) => match p.get((key.as_ptr() as *const u32).read_unaligned()) {
                     Some(id) if id != 0 => {
@@ -414,7 +429,9 @@ impl Map {
                 Storage::Bloom(b) => b.push(value.as_ptr(), flags),
                 // Their values are descriptors, which only the bpf(2) server can turn into
                 // buffers and programs (`IdSlots::set`).
-                Storage::Ring(_) | Storage::PerfArray(_) | Storage::ProgArray(_) | Storage::PerfBuffer(_) => Err(libc::EINVAL),
+                Storage::Ring(_) | Storage::PerfArray(_) | Storage::ProgArray(_) | Storage::CgroupArray(_) | Storage::PerfBuffer(_) => {
+                    Err(libc::EINVAL)
+                }
             }
         }
     }
@@ -441,7 +458,7 @@ impl Map {
             match &self.storage {
                 Storage::Array(a) => a.next_key(key, next.as_mut_ptr()),
                 Storage::Hash(h) => h.next_key(key, next.as_mut_ptr()),
-                Storage::PerfArray(_) | Storage::ProgArray(_) => {
+                Storage::PerfArray(_) | Storage::ProgArray(_) | Storage::CgroupArray(_) => {
                     crate::array::next_index(key, next.as_mut_ptr(), self.info.def.max_entries)
                 }
                 Storage::Bloom(_) => Err(libc::EOPNOTSUPP),

@@ -196,6 +196,18 @@ impl fmt::Debug for Region {
     }
 }
 
+/// A region size as `UEBPF_REGION_SIZE` gives it (the server reads it; `uebpf load` checks it
+/// first): bytes, or a number with K, M or G; None for anything else, and for zero.
+pub fn parse_region_size(text: &str) -> Option<u64> {
+    let (digits, unit) = match text.as_bytes().last()? {
+        b'K' | b'k' => (&text[..text.len() - 1], 1 << 10),
+        b'M' | b'm' => (&text[..text.len() - 1], 1 << 20),
+        b'G' | b'g' => (&text[..text.len() - 1], 1 << 30),
+        _ => (text, 1),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(unit).filter(|&n| n > 0)
+}
+
 pub fn check_name(name: &str) -> Result<(), Error> {
     let ok = !name.is_empty()
         && name.len() <= 200
@@ -211,6 +223,32 @@ pub fn check_name(name: &str) -> Result<(), Error> {
 /// Path of the region file called `name`.
 pub fn region_path(name: &str) -> PathBuf {
     Path::new(SHM_DIR).join(format!("{FILE_PREFIX}{name}"))
+}
+
+/// Where a region's descriptor goes: 64 below this or below the soft RLIMIT_NOFILE, whichever is lower.
+const HIGH_DESCRIPTORS: libc::c_int = 1024;
+
+/// `fd` moved to a number the process itself is unlikely to reach: a region opened in a traced
+/// process (the agent's) would otherwise take the lowest free number, and every descriptor the
+/// process opens after it would be one higher than untraced (opensnoop's FD column, a program
+/// that expects its first open to be 3). 64 below the soft RLIMIT_NOFILE, capped at 1024 so that
+/// the kernel need not grow the descriptor table for it; where no such number is free, the
+/// descriptor stays where it was.
+fn out_of_the_way(fd: OwnedFd) -> OwnedFd {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit into a local.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return fd;
+    }
+    let soft = limit.rlim_cur.min(libc::rlim_t::from(HIGH_DESCRIPTORS as u32)) as libc::c_int;
+    let lowest = (soft - 64).max(fd.as_raw_fd() + 1);
+    // SAFETY: F_DUPFD_CLOEXEC on our descriptor; the original is closed when `fd` drops.
+    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, lowest) };
+    if moved < 0 {
+        return fd;
+    }
+    // SAFETY: a fresh descriptor we own.
+    unsafe { OwnedFd::from_raw_fd(moved) }
 }
 
 fn map_shared(fd: &OwnedFd, len: usize) -> Result<*mut u8, Error> {
@@ -327,7 +365,7 @@ impl Region {
             return Err(Error::io(format_args!("cannot open region {}", path.display()), err));
         }
         // SAFETY: fresh descriptor we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = out_of_the_way(unsafe { OwnedFd::from_raw_fd(fd) });
         // SAFETY: fstat into a zeroed stat buffer.
         let mut stat: libc::stat = unsafe { std::mem::zeroed() };
         if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0 {

@@ -52,6 +52,8 @@ const BPF_LINK_DETACH: c_long = 34;
 const BPF_PROG_BIND_MAP: c_long = 35;
 
 const BPF_PERF_EVENT: u32 = 41;
+const BPF_TRACE_KPROBE_MULTI: u32 = 42;
+const BPF_TRACE_UPROBE_MULTI: u32 = 48;
 const BPF_LINK_TYPE_PERF_EVENT: u32 = 7;
 const BPF_F_RDONLY: u32 = 1 << 3;
 const BPF_F_LOCK: u64 = 1 << 2;
@@ -258,6 +260,10 @@ fn on_object(cmd: c_long, buf: &[u8], attr: u64, object: &Object) -> Result<c_in
         }
         (BPF_OBJ_GET_INFO_BY_FD, _) => object_info(buf, attr, object),
         (BPF_LINK_CREATE, Object::Prog(prog)) => link_create(buf, prog),
+        // uebpf does not run a loader's programs in the loader. Loaders probe for test runs
+        // (bpftrace at every start) and do without: the answer of the kernel for a program type
+        // without test_run (bpf_prog_test_run: ENOTSUPP), and nothing printed.
+        (BPF_PROG_TEST_RUN, Object::Prog(_)) => Err(uebpf_maps::perfbuf::ENOTSUPP),
         (BPF_PROG_BIND_MAP, Object::Prog(_)) if u32_at(buf, 8) != 0 => Err(libc::EINVAL), // no flags defined
         (BPF_PROG_BIND_MAP, Object::Prog(_)) => match lookup(u32_at(buf, 4) as c_int).as_deref() {
             // Maps live as long as the region: binding changes nothing.
@@ -372,6 +378,8 @@ fn map_op(cmd: c_long, a: &[u8], object: &MapObject) -> Result<c_int, c_int> {
                 store_descriptor(array.slots(), &key, &value, flags, perf_event_slot)?;
             } else if let Some(slots) = map.prog_array() {
                 store_descriptor(slots, &key, &value, flags, |object| program_slot(slots, object))?;
+            } else if let Some(slots) = map.cgroup_array() {
+                store_cgroup(slots, &key, &value, flags)?;
             } else {
                 map.update(&key, &value, flags)?;
             }
@@ -495,6 +503,20 @@ fn store_descriptor(
     let fd = i32::from_ne_bytes(value.try_into().map_err(|_| libc::EINVAL)?);
     let id = id_of(&*lookup(fd).ok_or(libc::EBADF)?)?;
     // Past the end: E2BIG from the kernel's array_map index check, as here.
+    slots.set(index, id).map_err(|_| libc::E2BIG)
+}
+
+/// A cgroup array's update: the value is a descriptor of a cgroup v2 directory, stored as the
+/// cgroup's id (the kernel's cgroup_fd_array_get_ptr holds the cgroup itself; its id, the
+/// directory's inode number, names it for `bpf_current_task_under_cgroup` in any process). EBADF
+/// for a descriptor that is not a cgroup v2 directory, as the kernel's cgroup_get_from_fd.
+fn store_cgroup(slots: &uebpf_maps::CgroupSlots, key: &[u8], value: &[u8], flags: u64) -> Result<(), c_int> {
+    if flags != uebpf_maps::def::BPF_ANY {
+        return Err(libc::EINVAL);
+    }
+    let index = u32::from_ne_bytes(key.try_into().map_err(|_| libc::EINVAL)?);
+    let fd = i32::from_ne_bytes(value.try_into().map_err(|_| libc::EINVAL)?);
+    let id = uebpf::cgroup::id_of_directory(fd).ok_or(libc::EBADF)?;
     slots.set(index, id).map_err(|_| libc::E2BIG)
 }
 
@@ -667,6 +689,11 @@ fn link_create(a: &[u8], prog: &ProgObject) -> Result<c_int, c_int> {
     let (target_fd, attach_type, cookie) = (u32_at(a, 4) as c_int, u32_at(a, 8), u64_at(a, 16));
     // bpf_perf_link_attach: no link flags are defined.
     if u32_at(a, 12) != 0 {
+        return Err(libc::EINVAL);
+    }
+    if matches!(attach_type, BPF_TRACE_KPROBE_MULTI | BPF_TRACE_UPROBE_MULTI) {
+        // Loaders probe for these (bpftrace at every start) and fall back to perf events when the
+        // kernel refuses: the answer of a kernel without them, EINVAL, and nothing printed.
         return Err(libc::EINVAL);
     }
     if attach_type != BPF_PERF_EVENT {

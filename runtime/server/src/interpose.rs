@@ -8,7 +8,7 @@
 
 use std::ffi::{c_char, c_int, c_long, c_ulong, c_void};
 
-use crate::objects::{lookup, unregister, Object};
+use crate::objects::{duplicated, lookup, still_named, unregister, Object};
 use crate::{bpf, epoll, perf, real, ring};
 
 /// Runs a handler; a panic (a bug) becomes EIO with one line on stderr instead of aborting the
@@ -89,7 +89,14 @@ pub extern "C" fn close(fd: c_int) -> c_int {
     let object = unregister(fd);
     epoll::closed(fd);
     let result = real::close(fd);
-    if let Some(object) = object {
+    forget(object);
+    result
+}
+
+/// What closing the last descriptor of an object does: a link, or a perf event attached by
+/// ioctl, detaches its program. Nothing while a duplicate still names it.
+fn forget(object: Option<std::sync::Arc<Object>>) {
+    if let Some(object) = object.filter(|object| !still_named(object)) {
         let _ = guarded(|| {
             match &*object {
                 Object::Link(link) => perf::detach(link.attachment),
@@ -104,7 +111,55 @@ pub extern "C" fn close(fd: c_int) -> c_int {
             Ok(())
         });
     }
-    result
+}
+
+/// After a successful duplication `fd` -> `to` by the C library: `to` names our object too.
+fn duplicated_to(fd: c_int, to: c_int) -> c_int {
+    if to >= 0 && to != fd {
+        epoll::closed(to);
+        forget(duplicated(fd, to));
+    }
+    to
+}
+
+/// `dup`, `dup2`, `dup3`, and `fcntl`'s F_DUPFD and F_DUPFD_CLOEXEC: a duplicate of one of our
+/// descriptors is one of ours (libbpf duplicates a descriptor it was given, `bpf_map__reuse_fd`;
+/// a loader may hand a duplicated program to a prog array). The C library makes the duplicate
+/// (an eventfd's: our descriptors are eventfds), the server records what it names.
+#[no_mangle]
+pub extern "C" fn dup(fd: c_int) -> c_int {
+    duplicated_to(fd, real::dup(fd))
+}
+
+#[no_mangle]
+pub extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
+    duplicated_to(fd, real::dup2(fd, to))
+}
+
+#[no_mangle]
+pub extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
+    duplicated_to(fd, real::dup3(fd, to, flags))
+}
+
+/// `int fcntl(int fd, int cmd, ...)`: one integer or pointer argument at most, passed on as it came.
+#[no_mangle]
+pub extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_long) -> c_int {
+    let to = real::fcntl(fd, cmd, arg);
+    if matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) {
+        duplicated_to(fd, to)
+    } else {
+        to
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_long) -> c_int {
+    let to = real::fcntl64(fd, cmd, arg);
+    if matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) {
+        duplicated_to(fd, to)
+    } else {
+        to
+    }
 }
 
 /// `epoll_create`, `epoll_create1`: instances are followed (see `epoll`).

@@ -36,16 +36,6 @@ pub fn region() -> Result<&'static Region, c_int> {
     created.as_ref().map_err(|why| if why.contains("belongs to the running process") { libc::EEXIST } else { libc::EIO })
 }
 
-fn parse_size(text: &str) -> Option<u64> {
-    let (digits, unit) = match text.as_bytes().last()? {
-        b'K' | b'k' => (&text[..text.len() - 1], 1 << 10),
-        b'M' | b'm' => (&text[..text.len() - 1], 1 << 20),
-        b'G' | b'g' => (&text[..text.len() - 1], 1 << 30),
-        _ => (text, 1),
-    };
-    digits.parse::<u64>().ok()?.checked_mul(unit).filter(|&n| n > 0)
-}
-
 /// The region's name: `UEBPF_REGION`, else `default`.
 pub fn region_name() -> String {
     std::env::var(REGION_ENV).unwrap_or_else(|_| DEFAULT_REGION.into())
@@ -54,7 +44,7 @@ pub fn region_name() -> String {
 fn create() -> Result<Region, String> {
     let name = region_name();
     let arena_bytes = match std::env::var(SIZE_ENV) {
-        Ok(text) => parse_size(&text).ok_or_else(|| format!("{SIZE_ENV}={text:?} is not a size (e.g. 256M)"))?,
+        Ok(text) => uebpf_maps::parse_region_size(&text).ok_or_else(|| format!("{SIZE_ENV}={text:?} is not a size (e.g. 256M)"))?,
         Err(_) => DEFAULT_SIZE,
     };
     let spec = RegionSpec { arena_bytes, map_capacity: CAPACITY, prog_capacity: CAPACITY, attach_capacity: CAPACITY };
@@ -135,10 +125,10 @@ unsafe fn remove_on_signal(signal: c_int) {
 mod tests {
     #[test]
     fn sizes() {
-        assert_eq!(super::parse_size("256M"), Some(256 << 20));
-        assert_eq!(super::parse_size("4096"), Some(4096));
-        assert_eq!(super::parse_size("1g"), Some(1 << 30));
-        assert_eq!(super::parse_size("x"), None);
-        assert_eq!(super::parse_size("0"), None);
+        assert_eq!(uebpf_maps::parse_region_size("256M"), Some(256 << 20));
+        assert_eq!(uebpf_maps::parse_region_size("4096"), Some(4096));
+        assert_eq!(uebpf_maps::parse_region_size("1g"), Some(1 << 30));
+        assert_eq!(uebpf_maps::parse_region_size("x"), None);
+        assert_eq!(uebpf_maps::parse_region_size("0"), None);
     }
 }

@@ -74,7 +74,7 @@ pub fn new_fd() -> Result<c_int, c_int> {
         if fd >= 3 {
             return Ok(fd);
         }
-        let moved = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3);
+        let moved = crate::real::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3);
         let saved = errno();
         crate::real::close(fd);
         if moved < 0 {
@@ -105,6 +105,25 @@ pub fn lookup(fd: c_int) -> Option<Arc<Object>> {
 }
 
 /// Forgets `fd` (it is being closed); returns its object.
+/// A duplicate `to` of our descriptor `fd` (dup, dup2, dup3, fcntl F_DUPFD*) names the same
+/// object, as the kernel's duplicate names the same file: a program's duplicate goes into a prog
+/// array, a map's is used as the map. Whatever `to` named before is forgotten (the C library
+/// closed it); returned, for the caller's close handling.
+pub fn duplicated(fd: c_int, to: c_int) -> Option<Arc<Object>> {
+    let replaced = unregister(to);
+    if let Some(object) = lookup(fd) {
+        objects().get_or_insert_with(HashMap::new).insert(to, object);
+        LIVE.fetch_add(1, Ordering::Release);
+    }
+    replaced
+}
+
+/// Whether a descriptor still names `object` (duplicates share it): its link stays attached
+/// until the last one is closed, as a kernel link lives until its last file reference goes.
+pub fn still_named(object: &Arc<Object>) -> bool {
+    objects().as_ref().is_some_and(|all| all.values().any(|other| Arc::ptr_eq(other, object)))
+}
+
 pub fn unregister(fd: c_int) -> Option<Arc<Object>> {
     if LIVE.load(Ordering::Acquire) == 0 {
         return None;
@@ -134,7 +153,14 @@ pub fn rings() -> Vec<Arc<Object>> {
     }
     let guard = objects();
     let Some(all) = guard.as_ref() else { return Vec::new() };
-    all.values().filter(|o| o.bridge().is_some()).cloned().collect()
+    let mut found: Vec<Arc<Object>> = Vec::new();
+    // Each once, however many descriptors name it.
+    for object in all.values().filter(|o| o.bridge().is_some()) {
+        if !found.iter().any(|seen| Arc::ptr_eq(seen, object)) {
+            found.push(Arc::clone(object));
+        }
+    }
+    found
 }
 
 /// Ids of links and BTF objects (maps and programs have region ids).

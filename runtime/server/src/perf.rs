@@ -169,6 +169,15 @@ fn unsupported_tracepoint(id: u64) -> c_int {
     libc::EOPNOTSUPP
 }
 
+/// The system call tracepoint whose kernel id is `id`: a root loader that read the id from
+/// tracefs without the C library's `fopen` (bpftrace, through bcc's open and read of the id
+/// file) hands the kernel's id, and the tracepoint is served all the same.
+fn kernel_syscall_tracepoint(id: u64) -> Option<String> {
+    let name = kernel_tracepoint_name(id)?;
+    let events = TRACEFS_EVENTS.iter().find(|dir| std::path::Path::new(dir).is_dir())?;
+    served_tracepoint(&format!("{events}/{name}/id")).filter(|served| *served == name)
+}
+
 /// The event type the agent puts in the context's `common_type`: the kernel's id of the
 /// tracepoint when tracefs is readable (root), else the id libbpf was given (uebpf's own; an
 /// unprivileged loader cannot know the kernel's).
@@ -213,7 +222,7 @@ pub fn perf_event_open(attr: *const u8, pid: c_int, cpu: c_int) -> Option<Result
         let (_, bit) = uprobe_pmu()?;
         uprobe(config, config1, config2, bit, pid)
     } else if kind == PERF_TYPE_TRACEPOINT {
-        match tracepoint_name(config) {
+        match tracepoint_name(config).or_else(|| kernel_syscall_tracepoint(config)) {
             Some(name) => Ok(Probe::Tracepoint { name, id: config as u32 }),
             None => Err(unsupported_tracepoint(config)),
         }

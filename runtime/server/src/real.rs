@@ -88,6 +88,11 @@ macro_rules! real {
 real!(ioctl, c"ioctl", fn(fd: c_int, request: libc::c_ulong, arg: c_long) -> c_int);
 real!(mmap, c"mmap", fn(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, offset: libc::off_t) -> *mut c_void);
 real!(close, c"close", fn(fd: c_int) -> c_int);
+real!(dup, c"dup", fn(fd: c_int) -> c_int);
+real!(dup2, c"dup2", fn(fd: c_int, to: c_int) -> c_int);
+real!(dup3, c"dup3", fn(fd: c_int, to: c_int, flags: c_int) -> c_int);
+real!(fcntl, c"fcntl", fn(fd: c_int, cmd: c_int, arg: c_long) -> c_int);
+real!(fcntl64, c"fcntl64", fn(fd: c_int, cmd: c_int, arg: c_long) -> c_int);
 real!(epoll_create, c"epoll_create", fn(size: c_int) -> c_int);
 real!(epoll_create1, c"epoll_create1", fn(flags: c_int) -> c_int);
 real!(epoll_ctl, c"epoll_ctl", fn(epfd: c_int, op: c_int, fd: c_int, event: *mut libc::epoll_event) -> c_int);

@@ -72,8 +72,9 @@ pub struct Bridge {
 
 impl Bridge {
     pub fn start(map: Arc<Map>, map_fd: c_int) -> Result<Bridge, c_int> {
-        // SAFETY: duplicating a descriptor we created.
-        let fd = unsafe { libc::fcntl(map_fd, libc::F_DUPFD_CLOEXEC, 3) };
+        // The C library's duplicate, not the interposed one: the thread's copy is no object of
+        // the loader's.
+        let fd = crate::real::fcntl(map_fd, libc::F_DUPFD_CLOEXEC, 3);
         if fd < 0 {
             return Err(crate::objects::errno());
         }
@@ -253,6 +254,7 @@ pub fn mmap(object: &MapObject, region: &Region, request: &MmapRequest) -> Resul
         | MapKind::LruPercpuHash
         | MapKind::PerfEventArray
         | MapKind::ProgArray
+        | MapKind::CgroupArray
         | MapKind::PerfBuffer
         | MapKind::Queue
         | MapKind::Stack

@@ -58,6 +58,46 @@ extern "C" fn probe_read_user(dst: u64, size: u64, src: u64, _: u64, _: u64) -> 
     unsafe { probe::read(dst as *mut u8, size as u32 as usize, src as *const u8) as u64 }
 }
 
+/// bpf_probe_read_kernel (and bpf_probe_read): a read of a task image (`task`) copies only an
+/// answered field, whole or in part, and fails with -EFAULT (dst zeroed) anywhere else in the
+/// images; every other address is read as bpf_probe_read_user reads it.
+extern "C" fn probe_read_kernel(dst: u64, size: u64, src: u64, _: u64, _: u64) -> u64 {
+    let len = size as u32 as usize;
+    match crate::task::image_read(src as usize, len) {
+        None => probe_read_user(dst, size, src, 0, 0),
+        // SAFETY: dst is program memory of `len` bytes; the field is the arena's, mapped.
+        Some(Ok(_)) => unsafe {
+            std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len);
+            0
+        },
+        Some(Err(())) => {
+            // SAFETY: as above.
+            unsafe { std::ptr::write_bytes(dst as *mut u8, 0, len) };
+            errno(libc::EFAULT)
+        }
+    }
+}
+
+/// bpf_probe_read_kernel_str (and bpf_probe_read_str): a task image's string (`comm`) is read
+/// up to its field's end; anywhere else in the images -EFAULT, as above.
+extern "C" fn probe_read_kernel_str(dst: u64, size: u64, src: u64, _: u64, _: u64) -> u64 {
+    match crate::task::image_read(src as usize, 1) {
+        None => probe_read_user_str(dst, size, src, 0, 0),
+        Some(Ok(end)) => probe_read_user_str(dst, size.min((end - src as usize) as u64), src, 0, 0),
+        Some(Err(())) => {
+            // SAFETY: dst is program memory of `size` bytes.
+            unsafe { std::ptr::write_bytes(dst as *mut u8, 0, size as u32 as usize) };
+            errno(libc::EFAULT)
+        }
+    }
+}
+
+/// bpf_get_current_task: the thread's task image (`task`: the fields uebpf can answer, at the
+/// running kernel's offsets), 0 where there is none.
+extern "C" fn get_current_task(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    crate::task::current_task()
+}
+
 extern "C" fn probe_read_user_str(dst: u64, size: u64, src: u64, _: u64, _: u64) -> u64 {
     // SAFETY: as above.
     unsafe { probe::read_str(dst as *mut u8, size as u32 as usize, src as *const u8) as u64 }
@@ -591,12 +631,35 @@ extern "C" fn tail_call(_ctx: u64, map: u64, index: u64, _: u64, _: u64) -> u64 
     })
 }
 
+pub(crate) const GET_CURRENT_TASK: u32 = 35;
+pub(crate) const CURRENT_TASK_UNDER_CGROUP: u32 = 37;
+pub(crate) const GET_CURRENT_CGROUP_ID: u32 = 80;
+
+/// bpf_current_task_under_cgroup(cgroup_array, index), as kernel/trace/bpf_trace.c's: -E2BIG
+/// past the end, -EAGAIN for an empty slot, else whether the thread's cgroup is the slot's or
+/// below it (1 or 0). The thread's cgroup is read at each call (`cgroup`): the kernel's answer
+/// follows a process moved between cgroups, and so does this. -EIO if it cannot be read (no
+/// /proc): never an answer uebpf cannot stand behind.
+extern "C" fn current_task_under_cgroup(map: u64, index: u64, _: u64, _: u64, _: u64) -> u64 {
+    let Some(slots) = map_of(map).and_then(|m| m.cgroup_array()) else { return errno(libc::EINVAL) };
+    match slots.get(index as u32) {
+        None => errno(libc::E2BIG),
+        Some(0) => errno(libc::EAGAIN),
+        Some(id) => crate::cgroup::current_under(id).map_or(errno(libc::EIO), u64::from),
+    }
+}
+
+/// bpf_get_current_cgroup_id: the thread's cgroup v2 id (0 if it cannot be read).
+extern "C" fn get_current_cgroup_id(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    crate::cgroup::current_cgroup_id()
+}
+
 /// Every helper uebpf provides: (kernel id, function).
 const HELPERS: &[(u32, HelperFn)] = &[
     (1, map_lookup_elem),
     (2, map_update_elem),
     (3, map_delete_elem),
-    (4, probe_read_user), // probe_read: on x86-64 user and kernel reads are one address space here
+    (4, probe_read_kernel), // probe_read: on x86-64 user and kernel reads are one address space here
     (5, ktime_get_ns),
     (6, trace_printk),
     (7, get_prandom_u32),
@@ -605,18 +668,21 @@ const HELPERS: &[(u32, HelperFn)] = &[
     (14, get_current_pid_tgid),
     (15, get_current_uid_gid),
     (16, get_current_comm),
+    (GET_CURRENT_TASK, get_current_task),
     (25, perf_event_output),
     (GET_STACKID, get_stackid),
     (GET_STACK, get_stack),
     (36, probe_write_user),
+    (CURRENT_TASK_UNDER_CGROUP, current_task_under_cgroup),
+    (GET_CURRENT_CGROUP_ID, get_current_cgroup_id),
     (87, map_push_elem),
     (88, map_pop_elem),
     (89, map_peek_elem),
-    (45, probe_read_user_str), // probe_read_str
+    (45, probe_read_kernel_str), // probe_read_str
     (112, probe_read_user),
-    (113, probe_read_user), // probe_read_kernel
+    (113, probe_read_kernel),
     (114, probe_read_user_str),
-    (115, probe_read_user_str), // probe_read_kernel_str
+    (115, probe_read_kernel_str),
     (125, ktime_get_boot_ns),
     (130, ringbuf_output),
     (131, ringbuf_reserve),

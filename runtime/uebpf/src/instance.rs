@@ -235,6 +235,13 @@ impl Instance {
         let called = crate::load::called_helpers(&bytecode);
         let calls = |id| called.contains(&id);
         let (program, analysis) = load_checked_with_analysis(name, info.prog_type, &bytecode, &self.inner.env)?;
+        if calls(crate::helpers::CURRENT_TASK_UNDER_CGROUP) || calls(crate::helpers::GET_CURRENT_CGROUP_ID) {
+            // Their hit path allocates nothing: what needs a file read is read now.
+            crate::cgroup::prepare();
+        }
+        if calls(crate::helpers::GET_CURRENT_TASK) {
+            crate::task::prepare();
+        }
         let needs = Needs {
             reads_attach_cookie: calls(crate::helpers::GET_ATTACH_COOKIE),
             reads_func_ip: calls(crate::helpers::GET_FUNC_IP),

@@ -18,6 +18,7 @@
 //! ```
 
 mod applied;
+pub mod cgroup;
 mod error;
 pub mod ffi;
 mod handles;
@@ -31,7 +32,9 @@ mod object;
 pub mod panics;
 mod printk;
 mod probe;
+mod rawsys;
 pub mod signals;
+mod task;
 pub mod user;
 
 pub use applied::wait_applied;

@@ -86,17 +86,17 @@ fn with_program(bytecode: &[u8]) -> Instance {
 #[test]
 fn helpers_uebpf_lacks_and_failed_core_relocations_are_named() {
     let mut a = Asm::new();
-    a.call_helper(35).exit(); // bpf_get_current_task
+    a.call_helper(158).exit(); // bpf_get_current_task_btf
     let err = with_program(&a.build().unwrap()).program("test", Engine::Interpreter).err().unwrap().to_string();
-    assert!(err.contains("calls bpf_get_current_task (35), which uebpf does not provide"), "{err}");
+    assert!(err.contains("calls bpf_get_current_task_btf (158), which uebpf does not provide"), "{err}");
     let mut a = Asm::new();
     a.call_helper(0xbad2310).exit();
     let err = with_program(&a.build().unwrap()).program("test", Engine::Jit).err().unwrap().to_string();
     assert!(err.contains("CO-RE relocation found no matching field"), "{err}");
     // In a branch the program's own constants make dead, neither refuses it (the kernel's
-    // verifier never visits such a branch): r1 = 0; if r1 != 0 { bpf_get_current_task; a
+    // verifier never visits such a branch): r1 = 0; if r1 != 0 { bpf_get_current_task_btf; a
     // poisoned relocation }; r0 = 7.
-    for missing in [35, 0xbad2310] {
+    for missing in [158, 0xbad2310] {
         let mut a = Asm::new();
         a.mov64(R1, 0).jne(R1, 0, "dead").mov64(R0, 7).ja("done").label("dead").call_helper(missing).label("done").exit();
         let instance = with_program(&a.build().unwrap());

@@ -58,6 +58,7 @@ pub(crate) enum Maps {
 pub(crate) const MAP_TYPE_PROG_ARRAY: u32 = 3;
 pub(crate) const MAP_TYPE_PERF_EVENT_ARRAY: u32 = 4;
 pub(crate) const MAP_TYPE_STACK_TRACE: u32 = 7;
+pub(crate) const MAP_TYPE_CGROUP_ARRAY: u32 = 8;
 pub(crate) const MAP_TYPE_QUEUE: u32 = 22;
 pub(crate) const MAP_TYPE_STACK: u32 = 23;
 pub(crate) const MAP_TYPE_RINGBUF: u32 = 27;
@@ -74,6 +75,7 @@ impl Maps {
                 MAP_TYPE_RINGBUF,
                 MAP_TYPE_PERF_EVENT_ARRAY,
                 MAP_TYPE_PROG_ARRAY,
+                MAP_TYPE_CGROUP_ARRAY,
                 MAP_TYPE_STACK_TRACE,
                 MAP_TYPE_QUEUE,
                 MAP_TYPE_STACK,
@@ -120,6 +122,7 @@ const PERF_EVENT_OUTPUT: Proto =
     Proto { args: &[Ctx, MapPtr, Anything, Mem, SizeOrZero], ret: Ret::Integer, maps: Maps::Only(MAP_TYPE_PERF_EVENT_ARRAY) };
 const OVERRIDE_RETURN: Proto = p(&[Ctx, Anything], Ret::Integer);
 const TAIL_CALL: Proto = Proto { args: &[Ctx, MapPtr, Anything], ret: Ret::Integer, maps: Maps::Only(MAP_TYPE_PROG_ARRAY) };
+const CURRENT_TASK_UNDER_CGROUP: Proto = Proto { args: &[MapPtr, Anything], ret: Ret::Integer, maps: Maps::Only(MAP_TYPE_CGROUP_ARRAY) };
 const TRACE_VPRINTK: Proto = p(&[Mem, Size, MemOrNull, SizeOrZero], Ret::Integer);
 
 /// Helpers the kernel gives socket filters but not tracing programs ("program of this type cannot
@@ -135,7 +138,8 @@ pub(crate) fn proto(id: u32) -> Option<&'static Proto> {
         2 => &MAP_UPDATE,
         3 => &MAP_DELETE,
         4 | 112 | 113 | 45 | 114 | 115 => &PROBE_READ,
-        5 | 7 | 8 | 14 | 15 | 125 | 160 => &NO_ARGS,
+        5 | 7 | 8 | 14 | 15 | 35 | 80 | 125 | 160 => &NO_ARGS,
+        37 => &CURRENT_TASK_UNDER_CGROUP,
         6 => &TRACE_PRINTK,
         12 => &TAIL_CALL,
         // bpf_override_return(regs, rc): uebpf lets only extensions call it (uebpf::check_extension).
