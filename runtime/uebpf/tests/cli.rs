@@ -248,3 +248,309 @@ fn a_reader_that_goes_away_ends_the_command_quietly() {
     assert_eq!((run.status.code(), String::from_utf8_lossy(&run.stderr).as_ref()), (Some(141), ""));
     assert!(!uebpf::maps::region_path(&name).exists());
 }
+
+/// A build tree of its own for `load` and `start`, which preload the libraries they find beside
+/// themselves (`lib/` next to `bin/uebpf`): this build's command, linked in, and for the server
+/// and the agent stand-ins that change nothing in a test's shell (libc.so.6, which every process
+/// has: preloading it only loads it first).
+struct Layout {
+    root: PathBuf,
+}
+
+impl Layout {
+    fn new(name: &str) -> Layout {
+        let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("bin")).unwrap();
+        std::fs::create_dir_all(root.join("lib")).unwrap();
+        // A copy, not a symbolic link: the command finds lib/ from /proc/self/exe, which resolves links.
+        let exe = root.join("bin/uebpf");
+        if std::fs::hard_link(env!("CARGO_BIN_EXE_uebpf"), &exe).is_err() {
+            std::fs::copy(env!("CARGO_BIN_EXE_uebpf"), &exe).unwrap();
+        }
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let libc = maps.split_whitespace().find(|word| word.ends_with("/libc.so.6")).expect("this test maps libc.so.6");
+        for stand_in in ["libuebpf_server.so", "libuebpf_agent.so", "libother.so"] {
+            std::os::unix::fs::symlink(libc, root.join("lib").join(stand_in)).unwrap();
+        }
+        Layout { root }
+    }
+
+    fn uebpf(&self) -> PathBuf {
+        self.root.join("bin/uebpf")
+    }
+
+    fn lib(&self, file: &str) -> String {
+        self.root.join("lib").join(file).to_str().unwrap().to_string()
+    }
+
+    /// `uebpf ARGS` of this tree, in an environment without preloads or a region size of the caller's.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(self.uebpf());
+        command.args(args).env_remove("LD_PRELOAD").env_remove("UEBPF_REGION").env_remove("UEBPF_REGION_SIZE");
+        command
+    }
+}
+
+impl Drop for Layout {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// What a tool or program sees of its environment, one line each.
+const SHOW_ENV: &str = r#"echo "$UEBPF_REGION"; echo "$LD_PRELOAD"; echo "${UEBPF_REGION_SIZE-unset}"; echo $$"#;
+
+fn lines(bytes: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(bytes).lines().map(str::to_string).collect()
+}
+
+#[test]
+fn load_runs_the_tool_with_the_server_and_the_agent_preloaded_in_a_private_region() {
+    let layout = Layout::new("load");
+    // The agent after the server: what the tool attaches to its own process runs there.
+    let server = format!("{}:{}", layout.lib("libuebpf_server.so"), layout.lib("libuebpf_agent.so"));
+    let uebpf = layout.uebpf();
+    let uebpf = uebpf.to_str().unwrap();
+    let mut regions = Vec::new();
+    for _ in 0..2 {
+        let output = layout.command(&["load", "--", "sh", "-c", SHOW_ENV]).output().unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let seen = lines(&output.stdout);
+        let region = seen[0].clone();
+        // load-PID-RANDOM (the command's pid, 64 random bits in hex).
+        let parts: Vec<&str> = region.split('-').collect();
+        assert!(parts.len() == 3 && parts[0] == "load" && parts[1].parse::<u32>().is_ok(), "{region}");
+        assert!(parts[2].len() == 16 && parts[2].bytes().all(|b| b.is_ascii_hexdigit()), "{region}");
+        assert_eq!(seen[1..3], [server.clone(), "unset".to_string()]);
+        // One line, once, saying how targets join, with this command's own path to paste.
+        assert_eq!(
+            String::from_utf8_lossy(&output.stderr),
+            format!(
+                "uebpf: region {region}; start targets with: {uebpf} start --region {region} -- PROGRAM ARGS...  \
+                 (or inject into a running one: {uebpf} inject --pid PID --region {region})\n"
+            )
+        );
+        assert!(!uebpf::maps::region_path(&region).exists());
+        regions.push(region);
+    }
+    assert_ne!(regions[0], regions[1], "every load gets a name of its own");
+    // A given region and size; the server after a preload already there; --server relative to
+    // the current directory, made absolute (the tool may change directory).
+    let output = layout
+        .command(&["load", "--region", "test-cli-given", "--region-size", "64M", "--server", "lib/libother.so", "--", "sh", "-c", SHOW_ENV])
+        .env("LD_PRELOAD", layout.lib("libuebpf_agent.so"))
+        .current_dir(&layout.root)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let preload = format!("{}:{}:{}", layout.lib("libuebpf_agent.so"), layout.lib("libother.so"), layout.lib("libuebpf_agent.so"));
+    assert_eq!(lines(&output.stdout)[..3], ["test-cli-given".to_string(), preload, "64M".to_string()]);
+    assert_eq!(lines(&output.stderr).len(), 1, "{output:?}");
+    // The server is looked for beside the command: a tree without it is an error, not a tool
+    // run without uebpf.
+    std::fs::remove_file(layout.root.join("lib/libuebpf_server.so")).unwrap();
+    let output = layout.command(&["load", "--", "true"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.starts_with("uebpf: no libuebpf_server.so in the lib directory next to") && stderr.lines().count() == 1, "{stderr}");
+}
+
+#[test]
+fn load_exits_with_the_tools_status() {
+    let layout = Layout::new("status");
+    let status = |script: &str| {
+        let output = layout.command(&["load", "--", "sh", "-c", script]).output().unwrap();
+        assert_eq!(lines(&output.stderr).len(), 1, "{output:?}");
+        output.status.code()
+    };
+    assert_eq!(status("exit 0"), Some(0));
+    assert_eq!(status("exit 3"), Some(3));
+    // Died of a signal: 128 + the signal, as a shell reports it.
+    assert_eq!(status("kill -TERM $$"), Some(143));
+    assert_eq!(status("kill -KILL $$"), Some(137));
+    // A tool that cannot run: one line (no invitation for targets first), the shell's statuses.
+    let missing = layout.command(&["load", "--", "no-such-tool-uebpf-test"]).output().unwrap();
+    assert_eq!(missing.status.code(), Some(127));
+    assert_eq!(String::from_utf8_lossy(&missing.stderr), "uebpf: no-such-tool-uebpf-test: command not found\n");
+    let text = layout.root.join("lib/text");
+    std::fs::write(&text, "not a program\n").unwrap();
+    let not_executable = layout.command(&["load", "--", text.to_str().unwrap()]).output().unwrap();
+    assert_eq!(not_executable.status.code(), Some(126));
+    assert_eq!(lines(&not_executable.stderr).len(), 1);
+}
+
+/// Waits up to 10 s for `child` to end; kills it and fails if it does not.
+fn ended(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("{what} still runs after 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn load_passes_sigint_sigterm_and_sighup_on_to_the_tool() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::os::unix::process::CommandExt;
+    let layout = Layout::new("signals");
+    // The tool says which signal it got and exits with its own status for it. It waits in short
+    // foreground sleeps, after each of which the shell runs a trap that is due: a background
+    // child to `wait` for could still be between its fork and its exec when the trap kills it,
+    // and outlive the tool with our pipe.
+    let tool = r#"for s in INT:5 TERM:6 HUP:7; do trap "echo ${s%:*}; exit ${s#*:}" ${s%:*}; done
+                  echo ready; while :; do sleep 0.01; done"#;
+    for (signal, name, code) in [(libc::SIGINT, "INT", 5), (libc::SIGTERM, "TERM", 6), (libc::SIGHUP, "HUP", 7)] {
+        let mut command = layout.command(&["load", "--", "sh", "-c", tool]);
+        // A shell cannot trap a signal it was started with ignored (a test run in the
+        // background is): the default, as from a terminal.
+        // SAFETY: signal(2) between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                libc::signal(signal, libc::SIG_DFL);
+                Ok(())
+            })
+        };
+        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        assert_eq!(line, "ready\n");
+        // SAFETY: signals our own child (the command, not the tool: it passes the signal on).
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let status = ended(&mut child, &format!("load after SIG{name}"));
+        let mut rest = String::new();
+        stdout.read_to_string(&mut rest).unwrap();
+        assert_eq!((status.code(), rest.as_str()), (Some(code), format!("{name}\n").as_str()), "SIG{name}");
+    }
+}
+
+#[test]
+fn load_removes_the_region_a_tool_killed_with_sigkill_left() {
+    let layout = Layout::new("sigkill");
+    let object = object("functrace");
+    let name = format!("test-cli-left-{}", std::process::id());
+    let path = uebpf::maps::region_path(&name);
+    // The tool: `uebpf run --region`, which creates the region and then runs for as long as the
+    // test needs (it would remove the region on SIGINT or SIGTERM; SIGKILL leaves it).
+    let run = [env!("CARGO_BIN_EXE_uebpf"), "run", object.to_str().unwrap(), "functrace_entry", "--region", &name, "--repeat", FOREVER];
+    let mut child =
+        layout.command(&["load", "--region", &name, "--"]).args(run).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let started = Instant::now();
+    // The header names its creator once it is complete: the tool.
+    let tool = loop {
+        if let Ok(region) = Region::open(&name) {
+            break region.creator_pid();
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the tool did not create {}", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // SAFETY: the tool is our child's child, still running (our child waits for it).
+    unsafe { libc::kill(tool as i32, libc::SIGKILL) };
+    let status = ended(&mut child, "load after its tool was killed");
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(status.code(), Some(137), "{stderr}");
+    assert!(!path.exists(), "{} left behind", path.display());
+    assert_eq!(stderr.lines().nth(1), Some(format!("uebpf: removed {}, left by {} (killed by SIGKILL)", path.display(), run[0]).as_str()));
+    // A region whose creator lives (this test) is not the tool's to leave: it stays.
+    let region = Region::create(&name, RegionSpec::with_arena(1 << 16)).unwrap();
+    let output = layout.command(&["load", "--region", &name, "--", "sh", "-c", "kill -KILL $$"]).output().unwrap();
+    assert_eq!((output.status.code(), lines(&output.stderr).len()), (Some(137), 1), "{output:?}");
+    assert!(path.exists());
+    drop(region);
+}
+
+#[test]
+fn start_becomes_the_program_with_the_agent_and_the_region() {
+    let layout = Layout::new("start");
+    let agent = layout.lib("libuebpf_agent.so");
+    let child = layout.command(&["start", "--region", "r", "--", "sh", "-c", SHOW_ENV]).stdout(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    // Same process: the program's pid is the one the command was started as.
+    assert_eq!(lines(&output.stdout), ["r".to_string(), agent.clone(), "unset".to_string(), pid.to_string()]);
+    let output = layout
+        .command(&["start", "--region", "r", "--agent", &layout.lib("libother.so"), "--", "sh", "-c", "echo $LD_PRELOAD; exit 4"])
+        .env("LD_PRELOAD", &agent)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(4));
+    assert_eq!(lines(&output.stdout), [format!("{agent}:{}", layout.lib("libother.so"))]);
+    assert!(output.stderr.is_empty(), "{output:?}");
+    let missing = layout.command(&["start", "--region", "r", "--", "no-such-program-uebpf-test"]).output().unwrap();
+    assert_eq!(missing.status.code(), Some(127));
+    assert_eq!(String::from_utf8_lossy(&missing.stderr), "uebpf: no-such-program-uebpf-test: command not found\n");
+}
+
+#[test]
+fn help_lists_the_commands_and_a_usage_mistake_is_one_line() {
+    let commands =
+        ["load", "start", "inject", "detach", "wait-applied", "info", "run", "exec", "dump", "attachments", "fire", "attach", "check-hook"];
+    for args in [&["--help"][..], &["help"], &["-h"]] {
+        let output = uebpf(args);
+        assert_eq!(output.status.code(), Some(0), "{args:?}");
+        let table = lines(&output.stdout);
+        for command in commands {
+            assert_eq!(table.iter().filter(|line| line.starts_with(&format!("  {command} "))).count(), 1, "{command}: {table:#?}");
+        }
+    }
+    for command in commands {
+        for args in [&[command, "--help"][..], &[command, "-h"], &["help", command]] {
+            let output = uebpf(args);
+            assert_eq!(output.status.code(), Some(0), "{args:?}");
+            assert!(String::from_utf8_lossy(&output.stdout).starts_with(&format!("usage: uebpf {command} ")), "{args:?}");
+        }
+    }
+    // What follows `--` is the tool's, --help included.
+    let layout = Layout::new("help");
+    let output = layout.command(&["load", "--", "sh", "-c", "echo tool", "--help"]).output().unwrap();
+    assert_eq!((output.status.code(), lines(&output.stdout)), (Some(0), vec!["tool".to_string()]));
+    // No command at all: the table, as an error.
+    let bare = uebpf(&[]);
+    assert_eq!(bare.status.code(), Some(2));
+    assert!(bare.stdout.is_empty() && lines(&bare.stderr).len() == commands.len() + 2);
+    let mistakes: &[&[&str]] = &[
+        &["frobnicate"],
+        &["help", "frobnicate"],
+        &["--pid", "3"],
+        &["load"],
+        &["load", "sh"],
+        &["load", "--"],
+        &["load", "--bogus", "--", "sh"],
+        &["load", "--region", "a/b", "--", "sh"],
+        &["load", "--region-size", "12X", "--", "sh"],
+        &["load", "--agent", "x", "--", "sh"],
+        &["--region", "r", "load", "--", "sh"],
+        &["start", "--", "sh"],
+        &["start", "--region", "r", "sh"],
+        &["start", "--region", "r", "--server", "x", "--", "sh"],
+        &["info"],
+        &["info", "a", "b"],
+        &["info", "x", "--pid", "3"],
+        &["info", "x", "--frob"],
+        &["run", "x"],
+        &["run", "x", "p", "--engine", "gpu"],
+        &["run", "x", "p", "--repeat", "0"],
+        &["exec", "r", "p", "--engine", "jit", "--budget", "10"],
+        &["dump", "r", "--wait"],
+        &["attach", "x"],
+        &["wait-applied", "r"],
+        &["inject", "--pid", "1"],
+        &["detach"],
+        &["check-hook", "x"],
+    ];
+    for args in mistakes {
+        let output = uebpf(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.starts_with("uebpf: ") && stderr.lines().count() == 1 && output.stdout.is_empty(), "{args:?}: {stderr}");
+    }
+}

@@ -1,5 +1,11 @@
 //! uebpf: load and run a clang-built .bpf.o in userspace, from the command line.
 //!
+//!   uebpf load [--region NAME] [--region-size SIZE] [--server PATH] -- TOOL ARGS...
+//!                                          run an unmodified libbpf loader (opensnoop, bpftrace)
+//!                                          with the bpf(2) server preloaded, in a private region
+//!   uebpf start --region NAME [--agent PATH] -- PROGRAM ARGS...
+//!                                          become PROGRAM, with the agent preloaded (launch.rs)
+//!
 //!   uebpf info OBJ                         programs and maps of an object (JSON)
 //!   uebpf run OBJ PROG [OPTIONS]           load OBJ (into /dev/shm/uebpf-NAME with --region NAME,
 //!                                          removed at exit), run PROG, print r0, maps and records
@@ -25,7 +31,8 @@
 //!   uebpf inject --pid PID --region NAME [--agent PATH] [--force] [--timeout S]
 //!                                          load the agent into a running process (ptrace) and
 //!                                          make it follow region NAME; returns once applied
-//!   uebpf detach --pid PID [--agent PATH]  remove every hook of that agent, make it inert
+//!   uebpf detach --pid PID [--agent PATH] [--timeout S]
+//!                                          remove every hook of that agent, make it inert
 //!                                          (inject.rs)
 //!
 //!   uebpf check-hook BINARY SYMBOL|0xOFFSET [--return]
@@ -41,14 +48,15 @@
 //!          --regs di=1,si=0x10,dx=str:hello (struct pt_regs fields; str: passes a string's address)
 //!          --set NAME=VALUE (run: a global, before loading; VALUE an integer or str:TEXT)  --region NAME (run)
 //!
-//! Output is one JSON document on stdout; errors are one line on stderr and exit status 1
-//! (2 for usage errors). SIGINT/SIGTERM/SIGHUP stop a running program (or a wait) at once, and
-//! otherwise once the work under way is done; either way a region the command created is
-//! removed, `uebpf: interrupted` is printed and the status is 128 + the signal (signals.rs). A reader
-//! that goes away (`uebpf info OBJ | head`) ends the command quietly with status 141, as a shell
-//! reports a process SIGPIPE killed.
+//! `uebpf --help` lists the commands, `uebpf COMMAND --help` prints one's usage (help.rs).
+//! Output is one JSON document on stdout; errors are one line on stderr and exit status 1 (a
+//! usage mistake: one line and status 2). SIGINT/SIGTERM/SIGHUP stop a running program (or a
+//! wait) at once, and otherwise once the work under way is done; either way a region the command
+//! created is removed, `uebpf: interrupted` is printed and the status is 128 + the signal
+//! (signals.rs). A reader that goes away (`uebpf info OBJ | head`) ends the command quietly with
+//! status 141, as a shell reports a process SIGPIPE killed.
 
-use std::ffi::CString;
+use std::ffi::{CString, OsString};
 use std::process::ExitCode;
 
 use serde_json::{json, Map as JsonMap, Value};
@@ -56,11 +64,11 @@ use uebpf::maps::{def::map_type_name, AgentStatus, AttachKind, AttachState, Regi
 use uebpf::{Engine, Instance, Object, PtRegs, Target};
 
 mod attach;
+mod help;
 mod inject;
+mod launch;
 mod signals;
 mod wait;
-
-const USAGE: &str = "usage: uebpf info OBJ | uebpf run OBJ PROG [--engine interpreter|jit] [--repeat N] [--budget N] [--regs R=V,...] [--set NAME=VALUE]... [--region NAME] | uebpf exec REGION PROG [--engine E] [--repeat N] [--budget N] [--regs R=V,...] | uebpf dump REGION | uebpf attachments REGION | uebpf fire REGION [--engine E] [--repeat N] [--regs R=V,...] [--ret N] [--wait] | uebpf attach OBJ --region NAME [--attach PROG:BINARY:SYMBOL]... [--pid PID] [--set NAME=VALUE]... [--extension PROG]... | uebpf wait-applied REGION --pid PID [--timeout SECONDS] | uebpf check-hook BINARY SYMBOL|0xOFFSET [--return] | uebpf inject --pid PID --region NAME [--agent PATH] [--force] [--timeout SECONDS] | uebpf detach --pid PID [--agent PATH]";
 
 struct Options {
     command: String,
@@ -82,8 +90,9 @@ struct Options {
     force: bool,
 }
 
+/// A usage mistake's reason; parse_options adds the command's synopsis to make its one line.
 fn usage(why: impl std::fmt::Display) -> String {
-    format!("{why}\n{USAGE}")
+    why.to_string()
 }
 
 fn pairs(text: &str, what: &str) -> Result<Vec<(String, String)>, String> {
@@ -97,8 +106,9 @@ fn pairs(text: &str, what: &str) -> Result<Vec<(String, String)>, String> {
         .collect()
 }
 
-fn parse_options() -> Result<Options, String> {
-    use lexopt::prelude::*;
+/// The options of every command but `load` and `start` (launch.rs), from ARGS (after `uebpf`).
+/// A mistake is one line: the reason and, once the command is known, its synopsis.
+fn parse_options(args: Vec<OsString>) -> Result<Options, String> {
     let mut options = Options {
         command: String::new(),
         positional: Vec::new(),
@@ -118,9 +128,21 @@ fn parse_options() -> Result<Options, String> {
         agent: None,
         force: false,
     };
-    let mut parser = lexopt::Parser::from_env();
+    let mut seen = Vec::new();
+    let parsed = parse_into(&mut options, &mut seen, args);
+    let command = help::find(&options.command);
+    parsed.and_then(|()| check_options(&options, &seen, command)).map_err(|why| help::mistake(&why, command))?;
+    Ok(options)
+}
+
+fn parse_into(options: &mut Options, seen: &mut Vec<String>, args: Vec<OsString>) -> Result<(), String> {
+    use lexopt::prelude::*;
+    let mut parser = lexopt::Parser::from_args(args);
     let text = |v: std::ffi::OsString| v.into_string().map_err(|_| usage("arguments must be UTF-8"));
     while let Some(arg) = parser.next().map_err(usage)? {
+        if let Long(name) = &arg {
+            seen.push(name.to_string());
+        }
         match arg {
             Long("engine") => {
                 options.engine = match text(parser.value().map_err(usage)?)?.as_str() {
@@ -171,37 +193,47 @@ fn parse_options() -> Result<Options, String> {
                     .filter(|&t: &f64| t > 0.0)
                     .ok_or_else(|| usage("--timeout needs a positive number of seconds"))?
             }
-            Long("help") | Short('h') => {
-                let _ = write_line(USAGE);
-                std::process::exit(0);
-            }
             Value(value) if options.command.is_empty() => options.command = text(value)?,
             Value(value) => options.positional.push(text(value)?),
             _ => return Err(usage(arg.unexpected())),
         }
     }
-    let wanted = match options.command.as_str() {
+    Ok(())
+}
+
+/// The command, its argument count and its options: every option must be one the command reads
+/// (one it would ignore is a mistake, as a misspelt one is).
+fn check_options(options: &Options, seen: &[String], command: Option<&help::Command>) -> Result<(), String> {
+    let command = match (options.command.as_str(), command) {
+        ("", _) => return Err(usage("no command")),
+        // main hands these to launch.rs when they come first; they take their options after them.
+        ("load" | "start", _) => return Err(usage(format!("`{}` must come first, its options after it", options.command))),
+        (_, Some(command)) => command,
+        (other, None) => return Err(usage(format!("unknown command `{other}`"))),
+    };
+    if let Some(option) = seen.iter().find(|o| !command.options.contains(&o.as_str())) {
+        return Err(usage(format!("`{}` takes no option --{option}", command.name)));
+    }
+    let wanted = match command.name {
         "info" | "dump" | "attachments" | "fire" | "attach" | "wait-applied" => 1,
         "run" | "exec" | "check-hook" => 2,
-        "inject" | "detach" => 0,
-        "" => return Err(usage("no command")),
-        other => return Err(usage(format!("unknown command `{other}`"))),
+        _ => 0,
     };
     if options.positional.len() != wanted {
-        return Err(usage(format!("`{}` takes {wanted} argument(s)", options.command)));
+        return Err(usage(format!("`{}` takes {wanted} argument(s), not {}", command.name, options.positional.len())));
     }
     if options.budget.is_some() && options.engine == Engine::Jit {
         return Err(usage("--budget needs --engine interpreter (the JIT checks nothing at run time)"));
     }
-    match options.command.as_str() {
+    match command.name {
         "attach" if options.region.is_none() => return Err(usage("`attach` needs --region NAME (the region targets open)")),
         "wait-applied" | "inject" | "detach" if options.pid.is_none() => {
-            return Err(usage(format!("`{}` needs --pid PID (the target)", options.command)))
+            return Err(usage(format!("`{}` needs --pid PID (the target)", command.name)))
         }
         "inject" if options.region.is_none() => return Err(usage("`inject` needs --region NAME (the region to follow)")),
         _ => {}
     }
-    Ok(options)
+    Ok(())
 }
 
 fn integer(text: &str) -> Result<u64, String> {
@@ -439,13 +471,24 @@ fn check_hook(options: &Options) -> Result<Value, String> {
 }
 
 /// One line on stderr; a closed stderr is ignored (`eprintln!` would panic).
-fn error_line(text: &str) {
+pub(crate) fn error_line(text: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
 fn main() -> ExitCode {
-    let options = match parse_options() {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if let Some(code) = help::requested(&args) {
+        return code;
+    }
+    // `load` and `start` run another program: no watcher thread and no blocked signals of ours
+    // (launch.rs forwards signals itself; `start` becomes the program).
+    match args.first().and_then(|a| a.to_str()) {
+        Some("load") => return launch::load(&args[1..]),
+        Some("start") => return launch::start(&args[1..]),
+        _ => {}
+    }
+    let options = match parse_options(args) {
         Ok(options) => options,
         Err(e) => {
             error_line(&format!("uebpf: {e}"));
