@@ -65,7 +65,7 @@ $(LIB) $(BIN) $(BPF) $(SKEL):
 
 # --- workloads -----------------------------------------------------------------------------
 .PHONY: workloads
-workloads: $(LIB)/libmylib.so $(BIN)/sample_app $(BIN)/microbench $(BIN)/syscall_load $(BIN)/compat_app \
+workloads: $(LIB)/libmylib.so $(BIN)/sample_app $(BIN)/microbench $(BIN)/syscall_load $(BIN)/compat_app $(BIN)/distro_app \
   $(BIN)/inject_victim $(BIN)/static_victim $(BIN)/sleep_victim $(BIN)/signal_victim \
   $(BIN)/fuse_passthrough $(BIN)/fsbench $(BPF)/fuse_cache.bpf.o
 
@@ -88,6 +88,10 @@ $(BIN)/microbench: $(MICROBENCH_SRC) workloads/common/latency_histogram.h | $(BI
 # The compatibility corpus's workload (tests/test_compat.py); calls libmylib like sample_app.
 $(BIN)/compat_app: workloads/compat/compat_app.c workloads/mylib/mylib.h $(LIB)/libmylib.so | $(BIN)
 	$(CC) $(CFLAGS) -Iworkloads/mylib -o $@ $< -L$(LIB) -lmylib -Wl,-rpath,'$$ORIGIN/../lib'
+
+# The workload of the distribution's tracing tools (tests/test_distro_tools.py).
+$(BIN)/distro_app: workloads/compat/distro_app.c | $(BIN)
+	$(CC) $(CFLAGS) -o $@ $<
 
 $(BIN)/sample_app: workloads/sample_app/sample_app.c workloads/mylib/mylib.h workloads/common/peak_rss.h $(LIB)/libmylib.so | $(BIN)
 	$(CC) $(CFLAGS) -Iworkloads/mylib -o $@ $< -L$(LIB) -lmylib -Wl,-rpath,'$$ORIGIN/../lib'

@@ -13,6 +13,7 @@ PACKAGES=(
   curl openssl                                                      # the report's plotly.js bundle
   nginx wrk                                                         # the nginx suite's service and load
   fuse3 libfuse3-dev findutils                                      # the fuse suite: passthrough filesystem, GNU find
+  libbpf-tools bpftrace                                             # the distribution's tools, run on the kernel and uebpf
 )
 
 missing=()

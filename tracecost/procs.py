@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import json
 import os
 import select
 import signal
 import subprocess
+import termios
 import threading
 import time
 from dataclasses import dataclass
@@ -129,18 +131,26 @@ class Child:
         name: str | None = None,
         stdout_path: Path | None = None,
         stdin: bool = False,
+        terminal: bool = False,
     ):
         """stdout_path: send stdout to a file instead (for daemons nobody reads). stdin: a pipe the
-        harness writes to (`finish_input`), for a child that waits for a go-ahead line."""
+        harness writes to (`finish_input`), for a child that waits for a go-ahead line. terminal:
+        stdout is a pseudo-terminal, so that the child's C library flushes every line as it would
+        for a person (a tool that prints events and dies of Ctrl-C loses a pipe's buffer); with
+        stdin, the terminal is its stdin too (an interactive shell), typed into with `type_line`."""
         self.name = name or Path(argv[0]).name
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "wb")
-        stdout = open(stdout_path, "wb") if stdout_path else subprocess.PIPE
+        self._terminal = None
+        if terminal:
+            self._terminal, stdout = _raw_terminal()
+        else:
+            stdout = open(stdout_path, "wb") if stdout_path else subprocess.PIPE
         self.started = time.monotonic()
         try:
             self.popen = spawn(
                 argv,
-                stdin=subprocess.PIPE if stdin else None,
+                stdin=(stdout if terminal else subprocess.PIPE) if stdin else None,
                 stdout=stdout,
                 stderr=self._stderr,
                 env=env,
@@ -148,25 +158,42 @@ class Child:
             )
         except OSError as err:
             self._stderr.close()
+            if self._terminal is not None:
+                os.close(self._terminal)
             raise TracecostError(f"cannot start {self.name}: {err.strerror}") from err
         finally:
-            if stdout_path:
-                stdout.close()
+            if stdout_path or terminal:
+                os.close(stdout) if terminal else stdout.close()
         self.pid = self.popen.pid
         leftovers.record_process(self.pid)
         self.usage: Usage | None = None
         self._stdout_rest = b""
 
     # -- handshake and output ---------------------------------------------------------------
-    def wait_for_line(self, expected: str, timeout_s: float) -> None:
-        """Block until the child prints `expected` on a line of its own (its readiness signal)."""
+    def _stdout_fd(self) -> int:
+        return self._terminal if self._terminal is not None else self.popen.stdout.fileno()
+
+    def _read_chunk(self, size: int) -> bytes:
+        """What the child printed since the last read; b"" once its stdout is closed (a terminal
+        whose last writer is gone answers EIO)."""
+        try:
+            return os.read(self._stdout_fd(), size)
+        except OSError as err:
+            if self._terminal is not None and err.errno == errno.EIO:
+                return b""
+            raise
+
+    def wait_for_line(self, expected: str, timeout_s: float, *, prefix: bool = False) -> None:
+        """Block until the child prints `expected` on a line of its own (its readiness signal);
+        `prefix`: a line that starts with it (a tool's header, whose spacing is its own)."""
         deadline = time.monotonic() + timeout_s
-        fd = self.popen.stdout.fileno()
+        fd = self._stdout_fd()
         pending = b""
         while True:
             while b"\n" in pending:
                 line, pending = pending.split(b"\n", 1)
-                if line.decode(errors="replace").strip() == expected:
+                text = line.decode(errors="replace").strip()
+                if text == expected or (prefix and text.startswith(expected)):
                     self._stdout_rest = pending
                     return
             remaining = deadline - time.monotonic()
@@ -175,7 +202,7 @@ class Child:
                 raise TracecostError(f"{self.name} did not become ready within {timeout_s:g} s{self._stderr_hint()}")
             readable, _, _ = select.select([fd], [], [], remaining)
             if readable:
-                chunk = os.read(fd, 65536)
+                chunk = self._read_chunk(65536)
                 if not chunk:
                     self.wait(timeout_s=5)
                     raise TracecostError(f"{self.name} exited before it was ready{self._stderr_hint()}")
@@ -190,9 +217,48 @@ class Child:
         except OSError as err:
             raise TracecostError(f"{self.name} exited before it read its input{self._stderr_hint()}") from err
 
+    def wait_for_output(self, text: str, timeout_s: float) -> None:
+        """Block until the child has printed `text` (a prompt: no newline after it); what came
+        before it is read and dropped. An error if it does not come within timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        pending = self._stdout_rest
+        while text.encode() not in pending:
+            remaining = deadline - time.monotonic()
+            chunk = (
+                self._read_chunk(65536)
+                if remaining > 0 and select.select([self._stdout_fd()], [], [], remaining)[0]
+                else b""
+            )
+            if not chunk:
+                self.kill()
+                raise TracecostError(f"{self.name} did not print {text!r} within {timeout_s:g} s{self._stderr_hint()}")
+            pending += chunk
+        self._stdout_rest = pending.split(text.encode(), 1)[1]
+
+    def wait_for_lines(self, count: int, timeout_s: float) -> bool:
+        """Block until the child has printed `count` non-empty lines after its ready line (kept
+        for read_stdout), or timeout_s passed or its output ended: whether they came."""
+        deadline = time.monotonic() + timeout_s
+        while len([line for line in self._stdout_rest.split(b"\n")[:-1] if line.strip()]) < count:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([self._stdout_fd()], [], [], remaining)[0]:
+                return False
+            chunk = self._read_chunk(65536)
+            if not chunk:
+                return False
+            self._stdout_rest += chunk
+        return True
+
+    def type_line(self, line: str) -> None:
+        """Types `line` and Enter at the child's terminal (started with terminal and stdin)."""
+        os.write(self._terminal, line.encode() + b"\n")
+
     def read_stdout(self) -> str:
         """Everything the child printed after its ready line (call once it has exited)."""
-        rest = self.popen.stdout.read() if self.popen.stdout else b""
+        if self._terminal is not None:
+            rest = b"".join(iter(lambda: self._read_chunk(65536), b""))
+        else:
+            rest = self.popen.stdout.read() if self.popen.stdout else b""
         return (self._stdout_rest + rest).decode(errors="replace")
 
     def read_until_exit(self, timeout_s: float) -> str:
@@ -201,7 +267,7 @@ class Child:
         holds (a dump of maps) would otherwise block on it and never exit. Killed, and an error, if
         its output has not ended within timeout_s."""
         deadline = time.monotonic() + timeout_s
-        fd = self.popen.stdout.fileno()
+        fd = self._stdout_fd()
         chunks, self._stdout_rest = [self._stdout_rest], b""
         while True:
             remaining = deadline - time.monotonic()
@@ -209,7 +275,7 @@ class Child:
             if not readable:
                 self.kill()
                 raise TracecostError(f"{self.name} did not finish its output within {timeout_s:g} s")
-            chunk = os.read(fd, 1 << 20)
+            chunk = self._read_chunk(1 << 20)
             if not chunk:
                 return b"".join(chunks).decode(errors="replace")
             chunks.append(chunk)
@@ -309,6 +375,19 @@ class Child:
         for pipe in (self.popen.stdin, self.popen.stdout):
             if pipe:
                 pipe.close()
+        if self._terminal is not None:
+            os.close(self._terminal)
+            self._terminal = None
+
+
+def _raw_terminal() -> tuple[int, int]:
+    """A pseudo-terminal (controller, the child's end) that passes bytes through: no "\\r"
+    added before each newline."""
+    controller, child_end = os.openpty()
+    attributes = termios.tcgetattr(child_end)
+    attributes[1] &= ~termios.OPOST
+    termios.tcsetattr(child_end, termios.TCSANOW, attributes)
+    return controller, child_end
 
 
 def exits_within(pid: int, timeout_s: float) -> bool:
