@@ -290,7 +290,8 @@ TOOLS = [
         ("echo distro-one", "true distro-two", "exit"),
         "uretprobe on bash's readline; bpf_probe_read_user_str; perf buffer",
         "TIME",
-        events("TIME", lambda row: row[1:]),
+        # Every bash's lines: the workload's only.
+        lambda run: sorted(row[1:] for row in lines_after(run, "TIME") if row[1:2] == ["PID"]),
         # Not the first line: bash was inside readline, waiting for it, when the tool attached,
         # and a return probe sees only calls entered after it (on the kernel too).
         sorted([["PID", "true", "distro-two"], ["PID", "exit"]]),
