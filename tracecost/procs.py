@@ -235,11 +235,13 @@ class Child:
             pending += chunk
         self._stdout_rest = pending.split(text.encode(), 1)[1]
 
-    def wait_for_lines(self, count: int, timeout_s: float) -> bool:
-        """Block until the child has printed `count` non-empty lines after its ready line (kept
-        for read_stdout), or timeout_s passed or its output ended: whether they came."""
+    def wait_for_lines(self, count: int, timeout_s: float, containing: str = "") -> bool:
+        """Block until the child has printed `count` non-empty lines (holding `containing`) after
+        its ready line (kept for read_stdout), or timeout_s passed or its output ended: whether
+        they came."""
         deadline = time.monotonic() + timeout_s
-        while len([line for line in self._stdout_rest.split(b"\n")[:-1] if line.strip()]) < count:
+        mark = containing.encode()
+        while len([line for line in self._stdout_rest.split(b"\n")[:-1] if line.strip() and mark in line]) < count:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not select.select([self._stdout_fd()], [], [], remaining)[0]:
                 return False

@@ -1,6 +1,7 @@
 """The distribution's own tracing tools, unchanged, on the kernel and on uebpf: Debian's
-libbpf-tools and bpftrace binaries (libbpf linked into them statically), each run against one run of
-build/bin/distro_app that makes the calls the tool traces (workloads/compat/distro_app.c).
+libbpf-tools and bpftrace binaries (libbpf linked into them statically; scripts/setup.sh installs
+both packages), each run against one run of build/bin/distro_app that makes the calls the tool
+traces (workloads/compat/distro_app.c), or of an interactive bash on a terminal (bashreadline).
 
 A tool's output is read from a pseudo-terminal, as a person sees it (a tool that dies of Ctrl-C
 loses what a pipe held), and normalised before it is compared: the workload's pid becomes PID,
@@ -36,8 +37,6 @@ from tracecost.procs import Child, descendants, started
 KERNEL, UEBPF = "kernel", "uebpf"
 # uebpf with the agent injected into the running workload once the tool has attached.
 UEBPF_LIVE = "uebpf-live"
-# The Debian packages the tools come from (scripts/setup.sh installs them).
-PACKAGES = ("libbpf-tools", "bpftrace")
 READY_TIMEOUT_S = 60
 RUN_TIMEOUT_S = 60
 # The workload's fixed calls (distro_app.c): what a tool's output is checked against.
@@ -83,6 +82,9 @@ class DistroTool:
     # harness stops it once they are there, as a person would (a tool stopped before it printed
     # what its buffers held would lose it, on the kernel too).
     events: int = 0
+    # For a tool that traces every process: what each of those lines holds ("PID": the workload's
+    # pid), so that another process's event does not stop the tool early.
+    event_mark: str = ""
     # What it traces: distro_app (ACTIONS are its actions) or "bash", an interactive bash on a
     # terminal (ACTIONS are the lines typed at it).
     workload: str = "distro_app"
@@ -257,6 +259,7 @@ TOOLS = [
         lambda run: sorted([row[0], row[3]] for row in lines_after(run, "PCOMM") if len(row) > 3 and row[2] == "PID"),
         [["true", "0"]],
         events=1,
+        event_mark="PID",  # the child's line holds its parent's pid
     ),
     DistroTool(
         "mountsnoop -p",
@@ -296,6 +299,7 @@ TOOLS = [
         # and a return probe sees only calls entered after it (on the kernel too).
         sorted([["PID", "true", "distro-two"], ["PID", "exit"]]),
         events=2,
+        event_mark="PID",
         workload="bash",
     ),
     DistroTool(
@@ -524,7 +528,7 @@ def run_tool(tool: DistroTool, side: str, workdir: Path, events: int = 0) -> Too
                 uebpf.inject(paths.artifact("bin/uebpf"), loader_env, app.pid)
             app.go()
             app.finished()
-            loader.wait_for_lines(events, RUN_TIMEOUT_S)
+            loader.wait_for_lines(events, RUN_TIMEOUT_S, tool.event_mark.replace("PID", str(app.pid)))
             usage = loader.stop(signal.SIGINT, timeout_s=RUN_TIMEOUT_S)
             run = ToolRun(side, app.pid, loader.read_stdout(), loader.stderr_text(), usage.exit_code)
     how.environments.after_exit()
