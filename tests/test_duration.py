@@ -26,8 +26,17 @@ UEBPF_REGIONS = "uebpf-tracecost-*"  # the regions of tracecost's runs on uebpf 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("duration")
-    with regions_removed(UEBPF_REGIONS):
-        result = run_tracecost("duration", "--quick", "-s", "0", "3", "-r", "2", "--seed", "11", "--out", str(out))
+    result = None
+    try:
+        with regions_removed(UEBPF_REGIONS):
+            result = run_tracecost("duration", "--quick", "-s", "0", "3", "-r", "2", "--seed", "11", "--out", str(out))
+    except AssertionError as left:
+        # What the run said and recorded, with the region left: which run left it, and why.
+        failures = (
+            results.load(out)["suites"]["duration"]["failures"] if (out / "results.json").exists() else "no results"
+        )
+        said = result.stderr[-3000:] if result else "no run"
+        raise AssertionError(f"{left}\nfailures: {failures}\nstderr: {said}") from None
     return result, out
 
 
