@@ -37,7 +37,7 @@ pub mod test_support;
 pub mod wakeup;
 
 pub use agents::{generation_reached, AgentReport, AgentStatus};
-pub use array::{CgroupSlots, IdSlots};
+pub use array::{CgroupSlots, IdSlots, SlotWord, Slots};
 pub use attach::{kernel_tracepoint_id, kernel_tracepoint_name, AttachInfo, AttachKind, AttachSpec, AttachState, TRACEFS_EVENTS};
 pub use def::{MapDef, MapKind, StorageLayout};
 pub use error::{Error, ErrorKind};

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use uebpf::user;
-use uebpf_maps::{ErrorKind, MapDef, MapKind, ProgramKind, ProgramSpec};
+use uebpf_maps::{ErrorKind, MapDef, MapKind, ProgramKind, ProgramSpec, SlotWord, Slots};
 use uebpf_vm::insn::{decode_all, OP_LDDW};
 
 use crate::lifetime::region;
@@ -375,11 +375,11 @@ fn map_op(cmd: c_long, a: &[u8], object: &MapObject) -> Result<c_int, c_int> {
             let key = user::read(key_ptr, key_size)?;
             let value = user::read(value_ptr, value_size)?;
             if let Some(array) = map.perf_event_array() {
-                store_descriptor(array.slots(), &key, &value, flags, perf_event_slot)?;
+                store_descriptor(array.slots(), &key, &value, flags, by_object(perf_event_slot))?;
             } else if let Some(slots) = map.prog_array() {
-                store_descriptor(slots, &key, &value, flags, |object| program_slot(slots, object))?;
+                store_descriptor(slots, &key, &value, flags, by_object(|object| program_slot(slots, object)))?;
             } else if let Some(slots) = map.cgroup_array() {
-                store_cgroup(slots, &key, &value, flags)?;
+                store_descriptor(slots, &key, &value, flags, cgroup_slot)?;
             } else {
                 map.update(&key, &value, flags)?;
             }
@@ -489,35 +489,34 @@ fn map_batch(cmd: c_long, a: &[u8], attr: u64, object: &MapObject) -> Result<c_i
 
 /// An update of an array of descriptors (the kernel's fd_array_map_update_elem): the value is a
 /// descriptor, which `id_of` turns into what the slot keeps, or refuses with the kernel's errno.
-fn store_descriptor(
-    slots: &uebpf_maps::IdSlots,
+fn store_descriptor<A: SlotWord>(
+    slots: &Slots<A>,
     key: &[u8],
     value: &[u8],
     flags: u64,
-    id_of: impl FnOnce(&Object) -> Result<u32, c_int>,
+    id_of: impl FnOnce(c_int) -> Result<A::Value, c_int>,
 ) -> Result<(), c_int> {
     if flags != uebpf_maps::def::BPF_ANY {
         return Err(libc::EINVAL);
     }
     let index = u32::from_ne_bytes(key.try_into().map_err(|_| libc::EINVAL)?);
     let fd = i32::from_ne_bytes(value.try_into().map_err(|_| libc::EINVAL)?);
-    let id = id_of(&*lookup(fd).ok_or(libc::EBADF)?)?;
+    let id = id_of(fd)?;
     // Past the end: E2BIG from the kernel's array_map index check, as here.
     slots.set(index, id).map_err(|_| libc::E2BIG)
 }
 
-/// A cgroup array's update: the value is a descriptor of a cgroup v2 directory, stored as the
+/// `id_of` for an array of uebpf objects: the descriptor's object (EBADF if it names none).
+fn by_object<T>(id_of: impl FnOnce(&Object) -> Result<T, c_int>) -> impl FnOnce(c_int) -> Result<T, c_int> {
+    move |fd| id_of(&*lookup(fd).ok_or(libc::EBADF)?)
+}
+
+/// A cgroup array's slot: the cgroup v2 directory open as the descriptor, stored as the
 /// cgroup's id (the kernel's cgroup_fd_array_get_ptr holds the cgroup itself; its id, the
 /// directory's inode number, names it for `bpf_current_task_under_cgroup` in any process). EBADF
 /// for a descriptor that is not a cgroup v2 directory, as the kernel's cgroup_get_from_fd.
-fn store_cgroup(slots: &uebpf_maps::CgroupSlots, key: &[u8], value: &[u8], flags: u64) -> Result<(), c_int> {
-    if flags != uebpf_maps::def::BPF_ANY {
-        return Err(libc::EINVAL);
-    }
-    let index = u32::from_ne_bytes(key.try_into().map_err(|_| libc::EINVAL)?);
-    let fd = i32::from_ne_bytes(value.try_into().map_err(|_| libc::EINVAL)?);
-    let id = uebpf::cgroup::id_of_directory(fd).ok_or(libc::EBADF)?;
-    slots.set(index, id).map_err(|_| libc::E2BIG)
+fn cgroup_slot(fd: c_int) -> Result<u64, c_int> {
+    uebpf::cgroup::id_of_directory(fd).ok_or(libc::EBADF)
 }
 
 /// A perf event array's slot names the buffer of a perf event of ours (perf_event_fd_array_get_ptr;

@@ -144,21 +144,20 @@ pub extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
 /// `int fcntl(int fd, int cmd, ...)`: one integer or pointer argument at most, passed on as it came.
 #[no_mangle]
 pub extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_long) -> c_int {
-    let to = real::fcntl(fd, cmd, arg);
-    if matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) {
-        duplicated_to(fd, to)
-    } else {
-        to
-    }
+    fcntl_result(fd, cmd, real::fcntl(fd, cmd, arg))
 }
 
 #[no_mangle]
 pub extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_long) -> c_int {
-    let to = real::fcntl64(fd, cmd, arg);
+    fcntl_result(fd, cmd, real::fcntl64(fd, cmd, arg))
+}
+
+/// What the C library's fcntl returned, a duplicate recorded as one.
+fn fcntl_result(fd: c_int, cmd: c_int, result: c_int) -> c_int {
     if matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) {
-        duplicated_to(fd, to)
+        duplicated_to(fd, result)
     } else {
-        to
+        result
     }
 }
 

@@ -91,9 +91,13 @@ pub fn errno() -> c_int {
 
 /// Registers `object` under `fd` (from `new_fd`) and returns the fd.
 pub fn register(fd: c_int, object: Object) -> c_int {
-    objects().get_or_insert_with(HashMap::new).insert(fd, Arc::new(object));
-    LIVE.fetch_add(1, Ordering::Release);
+    insert(fd, Arc::new(object));
     fd
+}
+
+fn insert(fd: c_int, object: Arc<Object>) {
+    objects().get_or_insert_with(HashMap::new).insert(fd, object);
+    LIVE.fetch_add(1, Ordering::Release);
 }
 
 /// The object behind `fd`, if it is one of ours.
@@ -104,7 +108,6 @@ pub fn lookup(fd: c_int) -> Option<Arc<Object>> {
     objects().as_ref()?.get(&fd).cloned()
 }
 
-/// Forgets `fd` (it is being closed); returns its object.
 /// A duplicate `to` of our descriptor `fd` (dup, dup2, dup3, fcntl F_DUPFD*) names the same
 /// object, as the kernel's duplicate names the same file: a program's duplicate goes into a prog
 /// array, a map's is used as the map. Whatever `to` named before is forgotten (the C library
@@ -112,8 +115,7 @@ pub fn lookup(fd: c_int) -> Option<Arc<Object>> {
 pub fn duplicated(fd: c_int, to: c_int) -> Option<Arc<Object>> {
     let replaced = unregister(to);
     if let Some(object) = lookup(fd) {
-        objects().get_or_insert_with(HashMap::new).insert(to, object);
-        LIVE.fetch_add(1, Ordering::Release);
+        insert(to, object);
     }
     replaced
 }
@@ -124,6 +126,7 @@ pub fn still_named(object: &Arc<Object>) -> bool {
     objects().as_ref().is_some_and(|all| all.values().any(|other| Arc::ptr_eq(other, object)))
 }
 
+/// Forgets `fd` (it is being closed); returns its object.
 pub fn unregister(fd: c_int) -> Option<Arc<Object>> {
     if LIVE.load(Ordering::Acquire) == 0 {
         return None;

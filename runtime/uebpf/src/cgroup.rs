@@ -17,7 +17,7 @@
 
 use std::sync::OnceLock;
 
-use crate::rawsys::raw_syscall;
+use crate::rawsys::{inode_of, raw_syscall};
 
 /// statfs's f_type for cgroup2 (linux/magic.h CGROUP2_SUPER_MAGIC).
 const CGROUP2_SUPER_MAGIC: i64 = 0x63677270;
@@ -62,16 +62,6 @@ fn unescape(field: &str) -> Vec<u8> {
         out.pop();
     }
     out
-}
-
-/// The inode number of a NUL-terminated path (following links, as a cgroup path has none).
-fn inode_of(path: &[u8]) -> Option<u64> {
-    debug_assert_eq!(path.last(), Some(&0));
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: a NUL-terminated path and a stat buffer.
-    let r = unsafe { raw_syscall(libc::SYS_newfstatat, libc::AT_FDCWD as u64, path.as_ptr() as u64, st.as_mut_ptr() as u64, 0) };
-    // SAFETY: filled by a successful newfstatat.
-    (r == 0).then(|| unsafe { st.assume_init() }.st_ino)
 }
 
 /// The id of the cgroup v2 directory open as `fd`, None if it is not one (the server's cgroup

@@ -29,7 +29,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use crate::rawsys::raw_syscall;
+use crate::rawsys::{inode_of, raw_syscall};
 
 /// Where the running kernel describes its types (readable by every user).
 const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -159,17 +159,14 @@ impl Arena {
         let (pid, tid) = (uebpf_maps::current::pid(), uebpf_maps::current::tid());
         let (parent, leader, nsproxy, mnt_ns) =
             (self.slot(PARENT_SLOT), self.slot(LEADER_SLOT), self.slot(NSPROXY_SLOT), self.slot(MNT_NS_SLOT));
-        // SAFETY: getppid and prctl(PR_GET_NAME) into a 16-byte buffer; newfstatat of a
-        // NUL-terminated path into a stat buffer.
-        let (ppid, comm, mnt_inum) = unsafe {
+        // SAFETY: getppid, and prctl(PR_GET_NAME) into a 16-byte buffer.
+        let (ppid, comm) = unsafe {
             let ppid = raw_syscall(libc::SYS_getppid, 0, 0, 0, 0) as u32;
             let mut comm = [0u8; COMM_LEN];
             raw_syscall(libc::SYS_prctl, libc::PR_GET_NAME as u64, comm.as_mut_ptr() as u64, 0, 0);
-            let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
-            let path = c"/proc/thread-self/ns/mnt";
-            let r = raw_syscall(libc::SYS_newfstatat, libc::AT_FDCWD as u64, path.as_ptr() as u64, st.as_mut_ptr() as u64, 0);
-            (ppid, comm, if r == 0 { st.assume_init().st_ino as u32 } else { 0 })
+            (ppid, comm)
         };
+        let mnt_inum = inode_of(c"/proc/thread-self/ns/mnt".to_bytes_with_nul()).unwrap_or(0) as u32;
         // SAFETY: each offset is inside its image (checked against the struct sizes in `layout`).
         unsafe {
             self.put(own + l.pid, tid);
