@@ -89,6 +89,21 @@ def uebpf_loader(argv: list, region: str, tmp_path: Path, **env: str):
         yield child
 
 
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def assert_readme_table(marker: str, table: str, built: str, what: str) -> None:
+    """A table the tests made goes to build/compat/BUILT, and README.md's copy between
+    `<!-- MARKER -->` and `<!-- /MARKER -->` must be the same (it is copied from there): the
+    README never claims what the tests do not."""
+    (BUILD / "compat").mkdir(parents=True, exist_ok=True)
+    (BUILD / "compat" / built).write_text(table + "\n")
+    start, end = f"<!-- {marker} -->", f"<!-- /{marker} -->"
+    text = README.read_text()
+    in_readme = text.split(start, 1)[1].split(end, 1)[0].strip() if start in text else ""
+    assert in_readme == table, f"README.md's {what} is stale: copy build/compat/{built} into it"
+
+
 @contextlib.contextmanager
 def regions_removed(pattern: str):
     """Afterwards, no /dev/shm region file matching `pattern` is left: every loader removes its

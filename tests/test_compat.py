@@ -9,11 +9,10 @@ To add a program: one CorpusProgram line in corpus.py."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, regions_removed
+from conftest import assert_readme_table, regions_removed
 from tracecost import system
 from tracecost.suites.compat.corpus import CORPUS, run_program
 
@@ -37,8 +36,6 @@ def kernel_tracing():
 
 # What each corpus program did on each side in this run: the README's table (below) is made of it.
 OUTCOMES: dict[str, dict[str, str]] = {}
-README = Path(__file__).resolve().parent.parent / "README.md"
-TABLE_START, TABLE_END = "<!-- compat-table -->", "<!-- /compat-table -->"
 
 
 def compat_table() -> str:
@@ -57,12 +54,7 @@ def readme_table_is_this_runs():
     yield
     if set(OUTCOMES) != set(IDS) or any(len(sides) != 2 for sides in OUTCOMES.values()):
         return  # a partial run (-k): nothing to compare
-    table = compat_table()
-    (BUILD / "compat").mkdir(parents=True, exist_ok=True)
-    (BUILD / "compat" / "table.md").write_text(table + "\n")
-    text = README.read_text()
-    in_readme = text.split(TABLE_START, 1)[1].split(TABLE_END, 1)[0].strip() if TABLE_START in text else ""
-    assert in_readme == table, "README.md's compatibility table is stale: copy build/compat/table.md into it"
+    assert_readme_table("compat-table", compat_table(), "table.md", "compatibility table")
 
 
 @pytest.mark.parametrize("program", CORPUS, ids=IDS)

@@ -9,18 +9,15 @@ To add a tool: one DistroTool line in distro.py."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, regions_removed
+from conftest import assert_readme_table, regions_removed
 from tracecost import system
 from tracecost.suites.compat import distro
 
 pytestmark = pytest.mark.kernel
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-TABLE_START, TABLE_END = "<!-- distro-table -->", "<!-- /distro-table -->"
 # What each tool did on each side in this run: the README's table is made of it.
 OUTCOMES: dict[str, dict[str, str]] = {}
 RUNNABLE = [tool for tool in distro.TOOLS if not tool.refused]
@@ -55,12 +52,7 @@ def readme_table_is_this_runs():
     yield
     if set(OUTCOMES) != set(distro.NAMES) or any(len(sides) != 2 for sides in OUTCOMES.values()):
         return  # a partial run (-k): nothing to compare
-    table = distro_table()
-    (BUILD / "compat").mkdir(parents=True, exist_ok=True)
-    (BUILD / "compat" / "distro.md").write_text(table + "\n")
-    text = README.read_text()
-    in_readme = text.split(TABLE_START, 1)[1].split(TABLE_END, 1)[0].strip() if TABLE_START in text else ""
-    assert in_readme == table, "README.md's distribution tools table is stale: copy build/compat/distro.md into it"
+    assert_readme_table("distro-table", distro_table(), "distro.md", "distribution tools table")
 
 
 def record(tool, side: str, outcome: str) -> None:
