@@ -534,6 +534,29 @@ def test_the_victims_median_comes_from_its_histogram_of_every_timed_call():
         parse_victim_output(victim_line(5, [[20, 1, 4]]))
 
 
+def test_a_batched_victims_median_is_that_of_its_batch_means():
+    line = json.loads(victim_line(5, [[20, 1, 5]]))
+    del line["call_ns"]
+    # 250 calls in batches of 100: the last batch has 50, and its mean counts as one sample.
+    line.update(iter=250, batch_calls=100, batch_ns=[2000, 9000, 1500], total_ns=12500, ns_per_call=50.0)
+    result = parse_victim_output(json.dumps(line))
+    assert (result.timing, result.median_ns, result.ns_per_call) == ("batch", 30.0, 50.0)
+    line["batch_ns"] = [2000, 9000]
+    with pytest.raises(TracecostError, match="timed 2 batches, not the 3 of its 250 calls"):
+        parse_victim_output(json.dumps(line))
+
+
+def test_the_victim_times_batches_of_back_to_back_calls_and_every_call_counts():
+    argv = [MICROBENCH, "--call", "__bench_uprobe", "--iter", "1050", "--warmup", "10", "--batch", "100"]
+    out = subprocess.run([str(a) for a in argv], capture_output=True, text=True, check=True).stdout
+    fields = json.loads(out)
+    assert (fields["batch_calls"], len(fields["batch_ns"]), "call_ns" in fields) == (100, 11, False)
+    assert fields["total_ns"] == sum(fields["batch_ns"]) and fields["checksum"] == 1060
+    # Each body returns its id (1) plus a byte of the zeroed buffer: the checksum counts every call made.
+    result = parse_victim_output(out)
+    assert result.timing == "batch" and 0 < result.median_ns < fields["total_ns"] / 100
+
+
 def test_a_zero_cost_has_no_speedup_and_the_table_says_so():
     config = MicroConfig(ops=["uprobe"], runtimes=["untraced", "kernel", "uebpf"], iter=10)
     runs = synthetic_runs(

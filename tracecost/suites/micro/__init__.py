@@ -21,7 +21,7 @@ from tracecost.options import CommaList, Known
 from tracecost.report import fmt
 from tracecost.suites.base import Group, Metric, Option, Suite
 from tracecost.suites.micro import report
-from tracecost.suites.micro.bench import run_op
+from tracecost.suites.micro.bench import BATCH_CALLS, run_op
 from tracecost.suites.micro.ops import EMPTY_PROBE_OP, HELPER, MAX_OPS_PER_HIT, OPS, op_by_name, with_baselines
 from tracecost.suites.micro.runtimes import RUNTIMES, Runtime
 
@@ -250,10 +250,12 @@ class MicroSuite(Suite):
             "seed": config.seed,
             "size": config.size,
             "kernel_lockdown": system.kernel_lockdown(),
-            "timing": "each call timed on its own (CLOCK_MONOTONIC before and after); untraced ns/call is "
-            "the call plus one clock read; a run's median is that of its timed calls, from a "
-            "log-linear histogram (at most 3.1% above the true median), its mean the exact total "
-            "over the calls",
+            "timing": f"operations without a refill: calls timed in batches of {BATCH_CALLS} made back to back "
+            "(one CLOCK_MONOTONIC pair per batch); a run's median is the median of its batch means. "
+            "Operations with a refill (hash deletes): each call timed on its own, the refill untimed between "
+            "two calls; untraced ns/call is the call plus one clock read; a run's median is that of its "
+            "timed calls, from a log-linear histogram (at most 3.1% above the true median). Either way a "
+            "run's mean is the exact total over its timed calls",
             "maps": "array, hash (preallocated), per-CPU array, per-CPU hash: u32 key, u64 value, "
             f"{config.ops_per_hit} keys touched per hit (keys 0..ops_per_hit-1)",
             "hash_delete": "refill between hits: after every timed call the victim calls __bench_refill "

@@ -54,6 +54,12 @@ class Op:
     usdt: str | None = None
 
     @property
+    def batched(self) -> bool:
+        """Timed in batches of calls made back to back (workloads/microbench --batch): every operation
+        but those whose map is refilled untimed between two timed calls."""
+        return self.refill is None
+
+    @property
     def attach_to_tracepoint(self) -> bool:
         return self.kind == SYSCALL
 

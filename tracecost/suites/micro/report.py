@@ -22,6 +22,12 @@ SHORT_BASIS = {
 }
 
 
+# workloads/microbench --batch (bench.py BATCH_CALLS).
+TIMING_NOTE = (
+    "Calls are timed in batches of 100 made back to back (one clock pair per batch; a run's median is that of "
+    "its batch means), except the hash deletes, timed call by call with the refill untimed between two calls "
+    "(untraced, such a call is the call plus one clock read)."
+)
 # Probe-site operations (ops.py `site`): the victim's first instruction and what a kernel uprobe does there.
 SITE_INSTRUCTIONS = {
     "nop": "nop (90)",
@@ -320,8 +326,8 @@ def render(suite: dict, environment: dict) -> Section:
                 _series(table, ops, runtimes, "median_ns_per_call", "mean"),
                 "median ns per call (log)",
             ),
-            f"As the victim measured it: mean over runs of each run's median of {config['iter']:,} timed calls. Each "
-            f"call is timed on its own, so untraced it is the call plus one clock read. {CI_NOTE}",
+            f"As the victim measured it: mean over runs of each run's median of {config['iter']:,} timed calls. "
+            f"{TIMING_NOTE} {CI_NOTE}",
         )
     )
 
@@ -382,7 +388,8 @@ def render(suite: dict, environment: dict) -> Section:
     note = (
         f"{config['runs']} measured runs per cell after a discarded warm-up run, runtimes in a seeded random order "
         f"(seed {config['seed']}); each run: {config['warmup']:,} warm-up calls, then {config['iter']:,} timed "
-        f"calls. Median call: the mean over runs of each run's median call (min, max, SD over runs); mean "
+        f"calls. {TIMING_NOTE} Median call: the mean over runs of each run's median call (min, max, SD over runs); "
+        "mean "
         f"call: of each run's mean. SD: sample standard deviation over runs; ±: 95% CI of the mean "
         "(t-distribution); per-operation CIs by Welch's t, speedups by the delta method. "
         "Every traced run's programs ran exactly once per call "

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""The regression guard: uebpf's micro probe costs at another git revision vs the working tree.
+
+    scripts/guard.py REV [--rounds N] [--ops OP,...] [--seed S] [--workdir DIR] [--out DIR]
+
+Builds REV's runtime (the Rust workspace only: its agent, server and `uebpf` command) in a git
+worktree beside this tree, and runs `tracecost micro` alternately on a build folder that holds
+REV's runtime and on the working tree's build, both with the working tree's victim, loader and
+BPF objects: so only the runtime differs, and the two sides share the same moments of this
+machine. Each round runs both sides once, in a seeded random order (`-r 1`: a warm-up run and
+one counted run per cell). The counted runs of every round are gathered per side into
+OUT/A/results.json (REV) and OUT/B/results.json (the working tree), and `tracecost compare A B`
+prints the table (its Markdown in OUT/compare.md): B slower than A is a regression to explain.
+
+Run it before landing a change to the hook engine, the VM or the maps (DEVELOPERS.md).
+The worktree and its cargo target folder stay in WORKDIR (default: ../tracecost-guard beside
+this tree), so a second guard against the same revision builds nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+VENV = REPO / ".venv"
+if Path(sys.prefix).resolve() != VENV.resolve():  # tracecost's own modules aggregate the gathered runs
+    os.execv(VENV / "bin" / "python", [str(VENV / "bin" / "python"), __file__, *sys.argv[1:]])
+from tracecost.suites.micro import MicroConfig, MicroSuite  # noqa: E402
+
+BUILD = REPO / "build"
+TRACECOST = VENV / "bin" / "tracecost"
+DEFAULT_OPS = "uprobe,uretprobe,uprobe_uretprobe"
+# What a revision's runtime build puts in build/ (the Makefile's `runtime` target copies the same).
+RUNTIME_FILES = {
+    "bin": ("uebpf",),
+    "lib": ("libuebpf.so", "libuebpf_vm.so", "libuebpf_server.so", "libuebpf_agent.so"),
+}
+
+
+def fail(message: str):
+    sys.exit(f"guard: {message}")
+
+
+def run(argv: list, **kwargs) -> subprocess.CompletedProcess:
+    result = subprocess.run([str(a) for a in argv], text=True, capture_output=True, **kwargs)
+    if result.returncode != 0:
+        fail(f"{' '.join(map(str, argv[:3]))}... failed: {(result.stderr or result.stdout).strip()[-2000:]}")
+    return result
+
+
+def revision_build(rev: str, workdir: Path) -> tuple[str, Path]:
+    """A build folder with REV's runtime and the working tree's everything else; (commit, folder)."""
+    commit = run(["git", "-C", REPO, "rev-parse", "--verify", f"{rev}^{{commit}}"]).stdout.strip()
+    tree = workdir / commit[:12]
+    if not tree.exists():
+        run(["git", "-C", REPO, "worktree", "add", "--detach", tree, commit])
+    # One target folder for every revision: cargo rebuilds only what differs between them.
+    env = {**os.environ, "CARGO_TARGET_DIR": str(workdir / "target")}
+    print(f"guard: building the runtime of {commit[:12]} in {tree}", file=sys.stderr)
+    run(["cargo", "build", "--release", "--manifest-path", tree / "runtime" / "Cargo.toml"], env=env)
+    build = workdir / f"build-{commit[:12]}"
+    shutil.rmtree(build, ignore_errors=True)
+    build.mkdir(parents=True)
+    for entry in BUILD.iterdir():
+        if entry.name in RUNTIME_FILES:
+            (build / entry.name).mkdir()
+            for item in entry.iterdir():
+                (build / entry.name / item.name).symlink_to(item)
+        else:
+            (build / entry.name).symlink_to(entry)
+    for folder, names in RUNTIME_FILES.items():
+        for name in names:
+            (build / folder / name).unlink()
+            shutil.copy2(workdir / "target" / "release" / name, build / folder / name)
+    return commit, build
+
+
+def micro(build: Path, ops: str, seed: int, out: Path) -> dict:
+    argv = [TRACECOST, "micro", "--ops", ops, "--methods", "untraced,uebpf", "-r", "1", "--seed", seed, "--out", out]
+    run(argv, env={**os.environ, "TRACECOST_BUILD": str(build)})
+    return json.loads((out / "results.json").read_text())
+
+
+def gathered(documents: list[dict]) -> dict:
+    """The first round's document with every round's counted runs, aggregated anew over all of them."""
+    merged = json.loads(json.dumps(documents[0]))
+    suite = merged["suites"]["micro"]
+    suite["runs"] = [run for doc in documents for run in doc["suites"]["micro"]["runs"] if not run["warmup"]]
+    suite["config"]["runs"] = len(documents)
+    record = suite["config"]
+    config = MicroConfig(
+        ops=[op["name"] for op in record["ops"]],
+        runtimes=record["runtimes"],
+        iter=record["iter"],
+        ops_per_hit=record["ops_per_hit"],
+        runs=len(documents),
+        seed=record["seed"],
+    )
+    suite["aggregates"] = MicroSuite().aggregate([run for run in suite["runs"] if run["status"] == "ok"], config)
+    return merged
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("rev", help="the git revision to compare the working tree with (A)")
+    parser.add_argument("--rounds", type=int, default=7, help="rounds of one counted run per side (default 7)")
+    parser.add_argument("--ops", default=DEFAULT_OPS, help=f"micro operations (default {DEFAULT_OPS})")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workdir", type=Path, default=REPO.parent / "tracecost-guard")
+    parser.add_argument("--out", type=Path, default=REPO / "results" / "guard")
+    args = parser.parse_args()
+    if args.rounds < 2:
+        parser.error("--rounds must be 2 or more (a CI needs two runs a side)")
+    commit, old_build = revision_build(args.rev, args.workdir.resolve())
+    sides = {"A": old_build, "B": BUILD}
+    documents: dict[str, list[dict]] = {"A": [], "B": []}
+    rng = random.Random(args.seed)
+    for round_number in range(args.rounds):
+        for side in rng.sample(sorted(sides), 2):
+            out = args.out / "rounds" / f"{round_number}-{side}"
+            seed = args.seed * 1000 + round_number
+            documents[side].append(micro(sides[side], args.ops, seed, out))
+        print(f"guard: round {round_number + 1}/{args.rounds} done", file=sys.stderr)
+    for side in sides:
+        (args.out / side).mkdir(parents=True, exist_ok=True)
+        (args.out / side / "results.json").write_text(json.dumps(gathered(documents[side]), indent=1))
+    print(f"guard: A = {args.rev} ({commit[:12]}), B = the working tree", file=sys.stderr)
+    compared = run([TRACECOST, "compare", args.out / "A", args.out / "B", "--markdown", args.out / "compare.md"])
+    print(compared.stdout, end="")
+
+
+if __name__ == "__main__":
+    main()
