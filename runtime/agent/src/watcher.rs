@@ -83,6 +83,7 @@ extern "C" fn run(name: *mut libc::c_void) -> *mut libc::c_void {
     without_probes(|| {
         // SAFETY: `spawn` passed the boxed name and epoch and gave up its ownership.
         let (name, epoch) = *unsafe { Box::from_raw(name.cast::<(String, u32)>()) };
+        uebpf_hook::prepare_live_patching();
         if std::panic::catch_unwind(|| watch(&name, epoch)).is_err() {
             warn("the agent's thread stopped after an internal error; later attaches will not be seen");
         }

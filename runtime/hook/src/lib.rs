@@ -30,7 +30,7 @@ mod wrappers;
 pub use dispatch::{without_probes, SHADOW_CAPACITY};
 pub use error::{Error, ErrorKind, Result};
 pub use hook::{check, Hook, PatchKind};
-pub use patch::PatchMethod;
+pub use patch::{prepare_live_patching, PatchMethod};
 pub use prologue::TRUST_INDIRECT_JUMPS;
 pub use regs::PtRegs;
 pub use resolve::{file_offset, is_mapped_executable, keeping_files, resolve, Function, Location, Target, IFUNC, NO_SYMBOL, SIZE_ZERO};

@@ -18,17 +18,26 @@
 //!   reaches the address during the update traps, and the SIGTRAP handler sends it to the
 //!   site's entry stub, which behaves exactly as the finished patch. The handler stays
 //!   installed for good and passes other SIGTRAPs to the previous disposition.
-//! * Between (1) and (2), a **checkpoint**: every other thread gets a queued real-time signal
-//!   (SIGRTMAX, so it never merges with a pending int3 SIGTRAP) and answers from its handler. A
-//!   thread that stopped *inside* the displaced instructions (preempted after a 1-byte `push
-//!   rbp`, blocked in a `syscall` there) is moved to the same instruction in the trampoline.
-//!   Each thread also scans its stack for a word pointing into bytes 1-4 (a return address of a
-//!   call made from there, a signal frame's saved ip: `stack_reaches_into`). If one does, or a
-//!   thread stopped where it cannot be moved, the int3 of step (1) stays for good and the site
-//!   becomes an int3 site. If a thread does not answer within 2 s, byte 0 is put back and the
-//!   attach fails: the function is unchanged. Other deliveries of SIGRTMAX go to the handler
-//!   that was installed before. The signal interrupts sleeping system calls of those threads:
-//!   calls that are not restarted (nanosleep, epoll_wait...) return EINTR once.
+//! * Between (1) and (2), a **checkpoint** of every other thread, which must not be in the middle
+//!   of bytes 1-4 or hold an address there (a return address of a call made from there, a
+//!   signal frame's saved ip): `stack_reaches_into`. If one is or does, the int3 of step (1)
+//!   stays for good and the site becomes an int3 site.
+//!   - A thread blocked in the kernel (in a system call, or stopped) is judged without being
+//!     disturbed: `/proc/self/task/TID/syscall` gives its saved user stack pointer and
+//!     instruction pointer, and its stack is read from there up (with process_vm_readv: it may
+//!     exit meanwhile). Waking up changes nothing: past the int3 of step (1), no thread can
+//!     reach bytes 1-4 without passing byte 0. A signal would interrupt its sleep: calls that
+//!     are not restarted (nanosleep, poll, epoll_wait...) would return EINTR, on the kernel
+//!     never (a uprobe stops nobody).
+//!   - A thread that is running is looked at again until it blocks, for up to
+//!     `RUNNING_PATIENCE`. One that never blocks (a loop making no system call) gets a queued
+//!     real-time signal (SIGRTMAX, so it never merges with a pending int3 SIGTRAP) and answers
+//!     from its handler; one stopped *inside* the displaced instructions (preempted after a
+//!     1-byte `push rbp`) is moved to the same instruction in the trampoline. If it does not
+//!     answer within 2 s, byte 0 is put back and the attach fails: the function is unchanged.
+//!     Such a thread makes no system call, so the signal finds it running; only one that
+//!     enters a sleeping call in the microseconds between the last look and the signal would
+//!     see EINTR. Other deliveries of SIGRTMAX go to the handler that was installed before.
 //!
 //! Restoring the original bytes (detach) needs no checkpoint: no thread can be inside the jump.
 
@@ -84,10 +93,6 @@ pub(crate) fn install(site: &'static Site) -> Result<PatchMethod> {
         return Ok(PatchMethod::Plain);
     }
     refuse_blocked_signals(site, &tids, &[libc::SIGTRAP])?;
-    // The patching thread takes no part in its own checkpoint.
-    let me = unsafe { libc::gettid() };
-    let others: Vec<libc::pid_t> = tids.iter().copied().filter(|&tid| tid != me).collect();
-    refuse_blocked_signals(site, &others, &[libc::SIGRTMAX()])?;
     register_trap_site(site)?;
     sync_cores()?;
     unsafe {
@@ -215,22 +220,101 @@ static STACKS_LEN: AtomicUsize = AtomicUsize::new(0);
 const MAX_MAPPINGS: usize = 8192;
 const CHECKPOINT_PATIENCE: Duration = Duration::from_secs(2);
 
-/// Every other thread runs the checkpoint handler once (see the module comment). Ok(Some(why)):
-/// the jump cannot be written safely, the int3 must stay.
+/// Every other thread is judged (see the module comment): blocked threads from /proc, running
+/// ones by the checkpoint handler. Ok(Some(why)): the jump cannot be written safely, the int3
+/// must stay.
 fn checkpoint(site: &'static Site) -> Result<Option<String>> {
     let me = unsafe { libc::gettid() };
-    let others: Vec<libc::pid_t> = threads()?.into_iter().filter(|&tid| tid != me).collect();
-    if others.len() > MAX_THREADS {
-        return Err(Error::refused(&site.description, format!("live patching handles at most {MAX_THREADS} threads")));
-    }
-    for (i, slot) in CHECKPOINT_WAITING.iter().enumerate() {
-        slot.store(others.get(i).copied().unwrap_or(0), Ordering::Release);
-    }
-    let waiting = &CHECKPOINT_WAITING[..others.len()];
-    let number = CHECKPOINT_NUMBER.fetch_add(1, Ordering::AcqRel) + 1;
-    CHECKPOINT_STUCK.store(0, Ordering::Release);
-    CHECKPOINT_ON_STACK.store(0, Ordering::Release);
+    let mut running: Vec<libc::pid_t> = threads()?.into_iter().filter(|&tid| tid != me).collect();
     record_mappings()?;
+    let (mut stuck, mut on_stack) = (0, 0);
+    let deadline = Instant::now() + RUNNING_PATIENCE;
+    loop {
+        running.retain(|&tid| match saved_state(tid) {
+            SavedState::Running => true,
+            SavedState::Gone => false,
+            SavedState::Blocked { sp, ip } => {
+                stuck += usize::from(ip > site.address && ip < site.address + site.displaced);
+                on_stack += usize::from(stack_reaches_into(site, sp, read_other_stack));
+                false
+            }
+        });
+        if running.is_empty() || Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(RUNNING_LOOK);
+    }
+    if running.is_empty() {
+        return Ok(verdict(stuck, on_stack));
+    }
+    signal_checkpoint(site, &running, stuck, on_stack)
+}
+
+/// How long a running thread is given to block before it gets the checkpoint signal, and how
+/// often it is looked at meanwhile.
+const RUNNING_PATIENCE: Duration = Duration::from_millis(50);
+const RUNNING_LOOK: Duration = Duration::from_micros(100);
+
+/// What `/proc/self/task/TID/syscall` says of a thread.
+enum SavedState {
+    /// In user space or on a CPU: no saved state to read.
+    Running,
+    /// Blocked in the kernel (in a system call, or stopped): its saved user sp and ip.
+    Blocked {
+        sp: usize,
+        ip: usize,
+    },
+    Gone,
+}
+
+/// "NR ARG1..ARG6 SP PC" in a system call, "-1 SP PC" blocked outside one, "running" otherwise
+/// (fs/proc/base.c, proc_pid_syscall; the numbers in hex but NR).
+fn saved_state(tid: libc::pid_t) -> SavedState {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) else { return SavedState::Gone };
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let hex = |field: &str| usize::from_str_radix(field.trim_start_matches("0x"), 16).ok();
+    match fields[..] {
+        [.., sp, ip] if fields.len() >= 3 => match (hex(sp), hex(ip)) {
+            (Some(sp), Some(ip)) => SavedState::Blocked { sp, ip },
+            _ => SavedState::Running,
+        },
+        _ => SavedState::Running,
+    }
+}
+
+/// Copies another thread's stack words with process_vm_readv on our own pid: that thread may
+/// exit and its stack be unmapped while we read, which must fail the read, not fault.
+fn read_other_stack(at: usize, into: &mut [u8]) -> bool {
+    let local = libc::iovec { iov_base: into.as_mut_ptr().cast(), iov_len: into.len() };
+    let remote = libc::iovec { iov_base: at as *mut libc::c_void, iov_len: into.len() };
+    unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) == into.len() as isize }
+}
+
+/// The checkpoint's finding from the threads that stopped inside the displaced instructions
+/// and those whose stack holds an address inside bytes 1-4.
+fn verdict(stuck: usize, on_stack: usize) -> Option<String> {
+    if on_stack > 0 {
+        return Some(format!(
+            "a live attach found {on_stack} threads whose stack holds an address inside bytes 1-4 of the jump \
+             (a return address or a signal frame's saved ip)"
+        ));
+    }
+    (stuck > 0).then(|| format!("a live attach found {stuck} threads stopped inside the displaced instructions"))
+}
+
+/// The checkpoint signal to the threads that kept running: each runs the checkpoint handler once.
+fn signal_checkpoint(site: &'static Site, running: &[libc::pid_t], stuck: usize, on_stack: usize) -> Result<Option<String>> {
+    if running.len() > MAX_THREADS {
+        return Err(Error::refused(&site.description, format!("live patching handles at most {MAX_THREADS} running threads")));
+    }
+    refuse_blocked_signals(site, running, &[libc::SIGRTMAX()])?;
+    for (i, slot) in CHECKPOINT_WAITING.iter().enumerate() {
+        slot.store(running.get(i).copied().unwrap_or(0), Ordering::Release);
+    }
+    let waiting = &CHECKPOINT_WAITING[..running.len()];
+    let number = CHECKPOINT_NUMBER.fetch_add(1, Ordering::AcqRel) + 1;
+    CHECKPOINT_STUCK.store(stuck, Ordering::Release);
+    CHECKPOINT_ON_STACK.store(on_stack, Ordering::Release);
     CHECKPOINT_SITE.store(site as *const Site as *mut Site, Ordering::Release);
     let result = ask(waiting, number).and_then(|()| wait_for_answers(waiting, site));
     CHECKPOINT_SITE.store(std::ptr::null_mut(), Ordering::Release);
@@ -272,12 +356,7 @@ fn wait_for_answers(waiting: &[AtomicI32], site: &Site) -> Result<Option<String>
     }
     let (stuck, on_stack) = (CHECKPOINT_STUCK.load(Ordering::Acquire), CHECKPOINT_ON_STACK.load(Ordering::Acquire));
     match pending() {
-        0 if on_stack > 0 => Ok(Some(format!(
-            "a live attach found {on_stack} threads whose stack holds an address inside bytes 1-4 of the jump \
-             (a return address or a signal frame's saved ip)"
-        ))),
-        0 if stuck > 0 => Ok(Some(format!("a live attach found {stuck} threads stopped inside the displaced instructions"))),
-        0 => Ok(None),
+        0 => Ok(verdict(stuck, on_stack)),
         silent => {
             Err(Error::refused(&site.description, format!("{silent} of {} threads did not stop for the patch within 2 s", waiting.len())))
         }
@@ -299,9 +378,11 @@ fn record_mappings() -> Result<()> {
 /// Whether the stack from `sp` to the end of the readable mapping that holds it has a word
 /// pointing into bytes 1-4 of `site`'s patch: a return address of a call made from there, or
 /// the saved ip of a signal frame that interrupted code there. Conservative: a data word that
-/// happens to match only costs the int3 patch. Async-signal-safe: reads STACKS only. A stack
-/// in no recorded mapping cannot be judged, and counts as a hit.
-fn stack_reaches_into(site: &Site, sp: usize) -> bool {
+/// happens to match only costs the int3 patch. Reads STACKS only and copies the stack with
+/// `read` (a chunk at an address into a buffer; false if it cannot): async-signal-safe with
+/// `read_own_stack`. A stack in no recorded mapping, or one that cannot be read, cannot be
+/// judged, and counts as a hit.
+fn stack_reaches_into(site: &Site, sp: usize, read: fn(usize, &mut [u8]) -> bool) -> bool {
     let inside = site.address + 1..site.address + PATCH_LEN;
     let recorded = &STACKS[..STACKS_LEN.load(Ordering::Acquire).min(MAX_MAPPINGS)];
     let Some(end) = recorded.iter().find_map(|(start, end)| {
@@ -310,14 +391,29 @@ fn stack_reaches_into(site: &Site, sp: usize) -> bool {
     }) else {
         return true;
     };
-    let mut word = sp & !7;
-    while word + 8 <= end {
-        if inside.contains(&unsafe { (word as *const usize).read_volatile() }) {
+    let mut chunk = [0u8; 1024];
+    let mut at = sp & !7;
+    while at < end {
+        let len = (end - at).min(chunk.len()) & !7;
+        if len == 0 || !read(at, &mut chunk[..len]) {
+            return len != 0;
+        }
+        let words = chunk[..len].chunks_exact(8).map(|word| usize::from_ne_bytes(word.try_into().unwrap_or_default()));
+        if words.into_iter().any(|word| inside.contains(&word)) {
             return true;
         }
-        word += 8;
+        at += len;
     }
     false
+}
+
+/// A thread's own stack, read in place (the checkpoint handler and the patching thread), word by
+/// word: no memcpy, which may be the very function being patched.
+fn read_own_stack(at: usize, into: &mut [u8]) -> bool {
+    for (i, word) in into.chunks_exact_mut(8).enumerate() {
+        word.copy_from_slice(&unsafe { ((at + 8 * i) as *const usize).read_volatile() }.to_ne_bytes());
+    }
+    true
 }
 
 /// The patching thread's own stack, judged as the checkpoint judges the others'.
@@ -327,7 +423,7 @@ fn own_stack_reaches_into(site: &Site) -> Option<String> {
     if record_mappings().is_err() {
         return Some("the patching thread's stack could not be scanned".into());
     }
-    stack_reaches_into(site, sp).then(|| {
+    stack_reaches_into(site, sp, read_own_stack).then(|| {
         "the attaching thread's stack holds an address inside bytes 1-4 of the jump (a return address or a signal frame's saved ip)".into()
     })
 }
@@ -363,7 +459,7 @@ unsafe fn answer_checkpoint(queued: &QueuedInfo, context: &mut libc::ucontext_t)
         return; // a late answer to an earlier checkpoint
     }
     let Some(site) = CHECKPOINT_SITE.load(Ordering::Acquire).as_ref() else { return };
-    if stack_reaches_into(site, context.uc_mcontext.gregs[libc::REG_RSP as usize] as usize) {
+    if stack_reaches_into(site, context.uc_mcontext.gregs[libc::REG_RSP as usize] as usize, read_own_stack) {
         CHECKPOINT_ON_STACK.fetch_add(1, Ordering::AcqRel);
     }
     let rip = &mut context.uc_mcontext.gregs[libc::REG_RIP as usize];
@@ -468,17 +564,28 @@ fn membarrier(cmd: libc::c_int) -> io::Result<libc::c_long> {
     Ok(result)
 }
 
-/// Every thread of this process serialises its instruction stream before it runs user code again.
-fn sync_cores() -> Result<()> {
+/// This process's registration for membarrier SYNC_CORE, made once.
+fn registration() -> &'static std::result::Result<(), String> {
     static REGISTERED: OnceLock<std::result::Result<(), String>> = OnceLock::new();
-    let registered = REGISTERED.get_or_init(|| {
+    REGISTERED.get_or_init(|| {
         let supported = membarrier(MEMBARRIER_CMD_QUERY).map_err(|e| e.to_string())?;
         if supported & MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE as libc::c_long == 0 {
             return Err("this kernel has no membarrier SYNC_CORE".into());
         }
         membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE).map(drop).map_err(|e| e.to_string())
-    });
-    if let Err(why) = registered {
+    })
+}
+
+/// Registers the process for membarrier SYNC_CORE ahead of its first live patch (an agent's
+/// thread does as it starts), so that no attach waits for the registration, which synchronises
+/// every CPU running the process. A failure is kept and reported by the patch that needs it.
+pub fn prepare_live_patching() {
+    let _ = registration();
+}
+
+/// Every thread of this process serialises its instruction stream before it runs user code again.
+fn sync_cores() -> Result<()> {
+    if let Err(why) = registration() {
         let why = io::Error::other(why.clone());
         return Err(Error::system("patching code while other threads run needs membarrier(SYNC_CORE)", why));
     }

@@ -518,7 +518,7 @@ fn status_flags_and_direction_survive_entry_and_return_probes() {
 }
 
 #[test]
-fn a_thread_stopped_inside_the_patch_is_moved_to_the_trampoline() {
+fn a_thread_blocked_inside_the_patch_keeps_the_int3_and_is_not_interrupted() {
     let target = this_binary("hook_test_blocker");
     let mut pipe = [0; 2];
     assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
@@ -529,9 +529,9 @@ fn a_thread_stopped_inside_the_patch_is_moved_to_the_trampoline() {
         let read = unsafe { hook_test_read(pipe[0], &mut byte, 1) };
         (read, byte)
     });
-    // Wait until it blocks in read(2) with its next instruction at byte 3 of the patch. The
-    // checkpoint's signal restarts the read (SA_RESTART) from byte 1, where the jump's
-    // displacement will be: only if the thread was moved to the trampoline does it survive.
+    // Wait until it blocks in read(2) with its next instruction at byte 3 of the patch: a jump
+    // would put its displacement there. The checkpoint reads the thread's saved state from
+    // /proc and leaves it asleep: the int3 stays for good.
     let syscall_file = format!("/proc/self/task/{}/syscall", tid.recv().unwrap());
     let resumes_at = format!("{:#x}", target.address + 3);
     while !std::fs::read_to_string(&syscall_file).unwrap().trim_end().ends_with(&resumes_at) {
@@ -540,9 +540,11 @@ fn a_thread_stopped_inside_the_patch_is_moved_to_the_trampoline() {
     let (record, data) = leak(Record::default());
     let hook = Hook::entry(&target, count_first_arg, data).unwrap();
     assert_eq!(hook.patch, Some(uebpf_hook::PatchMethod::Int3));
+    assert!(hook.kind().reason().contains("stopped inside the displaced instructions"), "{:?}", hook.kind());
+    assert_eq!(code(&target, 1), [0xcc]);
     assert_eq!(unsafe { libc::write(pipe[1], b"x".as_ptr().cast(), 1) }, 1);
     assert_eq!(reader.join().unwrap(), (1, b'x'));
-    assert_eq!(record.hits.load(SeqCst), 0, "the moved thread had entered before the probe");
+    assert_eq!(record.hits.load(SeqCst), 0, "the blocked thread had entered before the probe");
     assert_eq!(unsafe { libc::write(pipe[1], b"y".as_ptr().cast(), 1) }, 1);
     let mut byte = 0u8;
     assert_eq!(unsafe { hook_test_read(pipe[0], &mut byte, 1) }, 1);
@@ -551,6 +553,76 @@ fn a_thread_stopped_inside_the_patch_is_moved_to_the_trampoline() {
         libc::close(pipe[0]);
         libc::close(pipe[1])
     };
+}
+
+#[no_mangle]
+#[inline(never)]
+extern "C" fn hook_test_while_others_sleep(x: u64) -> u64 {
+    black_box(x.wrapping_mul(41) + 13)
+}
+
+/// What a sleeping call returned: its result and errno.
+type Returned = (i64, i32);
+
+fn returned(result: i64) -> Returned {
+    (result, if result < 0 { std::io::Error::last_os_error().raw_os_error().unwrap_or(0) } else { 0 })
+}
+
+#[test]
+fn threads_sleeping_in_poll_nanosleep_and_read_are_not_interrupted_by_a_live_attach_or_detach() {
+    // Untraced, each returns its normal result: poll and read see the byte written at the end,
+    // nanosleep sleeps its full time. A signal to any of them during the patch would make poll
+    // and nanosleep return EINTR (they are never restarted after a handler, SA_RESTART or not).
+    let mut pipes = [[0; 2]; 2];
+    for pipe in &mut pipes {
+        assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
+    }
+    let [(poll_fd, poll_writer), (read_fd, read_writer)] = pipes.map(|[r, w]| (r, w));
+    let (tid_sender, tids) = std::sync::mpsc::channel();
+    let spawn = |sleeper: Box<dyn FnOnce() -> Returned + Send>| {
+        let tid_sender = tid_sender.clone();
+        std::thread::spawn(move || {
+            tid_sender.send(unsafe { libc::gettid() }).unwrap();
+            sleeper()
+        })
+    };
+    let sleepers = [
+        spawn(Box::new(move || {
+            let mut fd = libc::pollfd { fd: poll_fd, events: libc::POLLIN, revents: 0 };
+            returned(unsafe { libc::poll(&mut fd, 1, 20_000) }.into())
+        })),
+        spawn(Box::new(|| {
+            let asked = libc::timespec { tv_sec: 1, tv_nsec: 0 };
+            let mut left = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            returned(unsafe { libc::nanosleep(&asked, &mut left) }.into())
+        })),
+        spawn(Box::new(move || {
+            let mut byte = 0u8;
+            returned(unsafe { libc::read(read_fd, (&mut byte as *mut u8).cast(), 1) } as i64)
+        })),
+    ];
+    // poll = 7, nanosleep = 35 (or clock_nanosleep = 230), read = 0 on x86-64.
+    for tid in tids.iter().take(sleepers.len()) {
+        let syscall_file = format!("/proc/self/task/{tid}/syscall");
+        while !matches!(std::fs::read_to_string(&syscall_file).unwrap().split(' ').next(), Some("7" | "35" | "230" | "0")) {
+            std::thread::yield_now();
+        }
+    }
+    let target = this_binary("hook_test_while_others_sleep");
+    let (record, data) = leak(Record::default());
+    let hook = Hook::entry(&target, count_first_arg, data).unwrap();
+    assert_eq!((hook.patch, hook.kind()), (Some(uebpf_hook::PatchMethod::Int3), PatchKind::Jump), "a live jump patch");
+    assert_eq!(hook_test_while_others_sleep(1), 54);
+    hook.detach().unwrap();
+    for writer in [poll_writer, read_writer] {
+        assert_eq!(unsafe { libc::write(writer, b"x".as_ptr().cast(), 1) }, 1);
+    }
+    let results: Vec<Returned> = sleepers.into_iter().map(|sleeper| sleeper.join().unwrap()).collect();
+    assert_eq!(results, [(1, 0), (0, 0), (1, 0)], "poll, nanosleep, read");
+    assert_eq!(record.hits.load(SeqCst), 1);
+    for fd in [poll_fd, poll_writer, read_fd, read_writer] {
+        unsafe { libc::close(fd) };
+    }
 }
 
 #[test]
