@@ -101,6 +101,8 @@ extern "C" fn start() {
     current::pid();
     // Before any probe runs: probe reads then need no system call (see signals.rs).
     signals::install_fault_handler();
+    // While the process has one thread: the region's descriptor then moves high at no cost.
+    uebpf::maps::prepare_descriptor_table();
     without_probes(|| match Region::open(&name) {
         Ok(region) => match Session::new(region) {
             Ok(mut session) => {

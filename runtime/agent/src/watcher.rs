@@ -136,6 +136,7 @@ fn is_gone(region: &Region) -> bool {
 /// descriptor it did not open (daemons do) could take away and reuse for one of its own.
 fn wait_for_region(name: &str, epoch: u32) -> Option<Region> {
     let path = region_path(name);
+    let creations = Creations::get(path.parent().unwrap_or(std::path::Path::new("/")));
     let mut unopenable_since: Option<Instant> = None;
     let mut complained = false;
     while current(epoch) {
@@ -160,9 +161,59 @@ fn wait_for_region(name: &str, epoch: u32) -> Option<Region> {
             }
             Err(_) => {
                 unopenable_since = None;
-                std::thread::sleep(REGION_POLL);
+                match &creations {
+                    Some(creations) => creations.wait(REGION_POLL),
+                    None => std::thread::sleep(REGION_POLL),
+                }
             }
         }
     }
     None
+}
+
+/// Files created in (or moved into) the regions' folder, seen through inotify: a loader's region
+/// is found as it appears, so its first attachments are applied at once, not up to REGION_POLL
+/// later (the load suite's first event waited 5 ms on average for that alone). The looks every
+/// REGION_POLL stay, for a retired thread to notice and for a folder inotify cannot watch.
+struct Creations {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl Creations {
+    /// The process's one watch, made at the first wait and kept: closing an inotify descriptor
+    /// waits for an SRCU grace period (fs/notify/group.c, fsnotify_destroy_group), 8 ms here,
+    /// which would delay the first attachment of the region just found.
+    fn get(folder: &std::path::Path) -> Option<&'static Creations> {
+        static WATCH: std::sync::OnceLock<Option<Creations>> = std::sync::OnceLock::new();
+        WATCH.get_or_init(|| Creations::watch(folder)).as_ref()
+    }
+
+    /// None if inotify cannot watch `folder` (the caller then only looks every REGION_POLL).
+    /// Its descriptor goes where the region's does, out of the process's way.
+    fn watch(folder: &std::path::Path) -> Option<Creations> {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let folder = std::ffi::CString::new(folder.as_os_str().as_encoded_bytes()).ok()?;
+        // SAFETY: a new descriptor, owned at once.
+        let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
+        if fd < 0 {
+            return None;
+        }
+        let fd = uebpf::maps::out_of_the_way(unsafe { OwnedFd::from_raw_fd(fd) });
+        // SAFETY: our inotify descriptor and a NUL-terminated path.
+        let watched = unsafe { libc::inotify_add_watch(fd.as_raw_fd(), folder.as_ptr(), libc::IN_CREATE | libc::IN_MOVED_TO) };
+        (watched >= 0).then_some(Creations { fd })
+    }
+
+    /// Returns when a file is created in the folder, or after `timeout`; forgets what it saw.
+    fn wait(&self, timeout: Duration) {
+        use std::os::fd::AsRawFd;
+        let fd = self.fd.as_raw_fd();
+        let mut ready = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        let mut events = [0u8; 4096];
+        // SAFETY: one pollfd; a buffer of its own length for the events read (and dropped).
+        unsafe {
+            libc::poll(&mut ready, 1, timeout.as_millis() as libc::c_int);
+            while libc::read(fd, events.as_mut_ptr().cast(), events.len()) > 0 {}
+        }
+    }
 }

@@ -30,7 +30,8 @@
 //!     are not restarted (nanosleep, poll, epoll_wait...) would return EINTR, on the kernel
 //!     never (a uprobe stops nobody).
 //!   - A thread that is running is looked at again until it blocks, for up to
-//!     `RUNNING_PATIENCE`. One that never blocks (a loop making no system call) gets a queued
+//!     `RUNNING_PATIENCE` (2 ms: every site of an attach waits for it). One that never blocks
+//!     (a loop making no system call) gets a queued
 //!     real-time signal (SIGRTMAX, so it never merges with a pending int3 SIGTRAP) and answers
 //!     from its handler; one stopped *inside* the displaced instructions (preempted after a
 //!     1-byte `push rbp`) is moved to the same instruction in the trampoline. If it does not
@@ -228,6 +229,10 @@ fn checkpoint(site: &'static Site) -> Result<Option<String>> {
     let mut running: Vec<libc::pid_t> = threads()?.into_iter().filter(|&tid| tid != me).collect();
     record_mappings()?;
     let (mut stuck, mut on_stack) = (0, 0);
+    // A thread that the last checkpoint had to signal, a moment ago, is busy computing: it is not
+    // waited for again (an attach of 100 sites would wait 100 times).
+    let mut runners = RUNNERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let recent = runners.0.is_some_and(|at| at.elapsed() < RUNNERS_MEMORY);
     let deadline = Instant::now() + RUNNING_PATIENCE;
     loop {
         running.retain(|&tid| match saved_state(tid) {
@@ -239,21 +244,30 @@ fn checkpoint(site: &'static Site) -> Result<Option<String>> {
                 false
             }
         });
-        if running.is_empty() || Instant::now() >= deadline {
+        // Those that kept running last time are not waited for again.
+        if running.is_empty() || Instant::now() >= deadline || recent && running.iter().all(|tid| runners.1.contains(tid)) {
             break;
         }
         std::thread::sleep(RUNNING_LOOK);
     }
     if running.is_empty() {
+        *runners = (None, Vec::new());
         return Ok(verdict(stuck, on_stack));
     }
+    *runners = (Some(Instant::now()), running.clone());
+    drop(runners);
     signal_checkpoint(site, &running, stuck, on_stack)
 }
 
+/// When the last checkpoint signalled threads that kept running, and which.
+static RUNNERS: std::sync::Mutex<(Option<Instant>, Vec<libc::pid_t>)> = std::sync::Mutex::new((None, Vec::new()));
+/// How long those threads are taken to be still busy.
+const RUNNERS_MEMORY: Duration = Duration::from_millis(100);
+
 /// How long a running thread is given to block before it gets the checkpoint signal, and how
 /// often it is looked at meanwhile.
-const RUNNING_PATIENCE: Duration = Duration::from_millis(50);
-const RUNNING_LOOK: Duration = Duration::from_micros(100);
+const RUNNING_PATIENCE: Duration = Duration::from_millis(2);
+const RUNNING_LOOK: Duration = Duration::from_micros(50);
 
 /// What `/proc/self/task/TID/syscall` says of a thread.
 enum SavedState {

@@ -263,9 +263,13 @@ pub struct Wakeup {
     pub seq: AtomicU32,
     /// Consumers currently registered as waiting; producers call FUTEX_WAKE only if > 0.
     pub waiters: AtomicU32,
-    /// 1 once a consumer has registered as waiting, until a producer's watermark wakeup takes it:
-    /// at most one such wakeup per sleep.
+    /// What wakes a registered consumer's sleep (wakeup.rs, `Armed`): set before each sleep, taken
+    /// back to 0 by the producer that wakes it, so at most one such wakeup per sleep.
     pub armed: AtomicU32,
+    /// When the last sleep armed for the first record began (CLOCK_MONOTONIC, in ms, wrapping):
+    /// such sleeps are at most one per `FIRST_RECORD_PERIOD`, so a steady producer seldom pays a
+    /// wakeup (wakeup.rs).
+    pub first_record_ms: AtomicU32,
 }
 
 /// Ring buffer bookkeeping that consumers must not be able to write, so it is not on the

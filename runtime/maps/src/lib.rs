@@ -44,8 +44,8 @@ pub use error::{Error, ErrorKind};
 pub use map::{Map, ProgramMemory};
 pub use perfbuf::PerfBuf;
 pub use region::{
-    check_name, check_trusted, parse_region_size, region_path, MapInfo, ProgramInfo, ProgramKind, ProgramSpec, Region, RegionSpec,
-    DEFAULT_REGION, REFUSED, REGION_ENV,
+    check_name, check_trusted, out_of_the_way, parse_region_size, prepare_descriptor_table, region_path, MapInfo, ProgramInfo, ProgramKind,
+    ProgramSpec, Region, RegionSpec, DEFAULT_REGION, REFUSED, REGION_ENV,
 };
 pub use ringbuf::RingBuf;
 pub use wakeup::{Consumable, Waiting};

@@ -175,9 +175,8 @@ impl PerfBuf {
             self.field(PERF_DATA_HEAD).store(head, Ordering::Release);
             head
         };
-        if head.wrapping_sub(self.field(PERF_DATA_TAIL).load(Ordering::Acquire)) >= self.size / WATERMARK_DIVISOR {
-            control.wakeup.wake(false);
-        }
+        let unread = head.wrapping_sub(self.field(PERF_DATA_TAIL).load(Ordering::Acquire));
+        control.wakeup.record_written(unread >= self.size / WATERMARK_DIVISOR);
         Ok(())
     }
 

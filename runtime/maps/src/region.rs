@@ -228,27 +228,52 @@ pub fn region_path(name: &str) -> PathBuf {
 /// Where a region's descriptor goes: 64 below this or below the soft RLIMIT_NOFILE, whichever is lower.
 const HIGH_DESCRIPTORS: libc::c_int = 1024;
 
-/// `fd` moved to a number the process itself is unlikely to reach: a region opened in a traced
-/// process (the agent's) would otherwise take the lowest free number, and every descriptor the
+/// `fd` moved to a number the process itself is unlikely to reach: a region (or another
+/// descriptor uebpf keeps) opened in a traced process (the agent's) would otherwise take the lowest free number, and every descriptor the
 /// process opens after it would be one higher than untraced (opensnoop's FD column, a program
-/// that expects its first open to be 3). 64 below the soft RLIMIT_NOFILE, capped at 1024 so that
-/// the kernel need not grow the descriptor table for it; where no such number is free, the
-/// descriptor stays where it was.
-fn out_of_the_way(fd: OwnedFd) -> OwnedFd {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit into a local.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return fd;
-    }
-    let soft = limit.rlim_cur.min(libc::rlim_t::from(HIGH_DESCRIPTORS as u32)) as libc::c_int;
-    let lowest = (soft - 64).max(fd.as_raw_fd() + 1);
+/// that expects its first open to be 3). 64 below the soft RLIMIT_NOFILE, capped at 1024; where
+/// no such number is free, the descriptor stays where it was.
+pub fn out_of_the_way(fd: OwnedFd) -> OwnedFd {
+    let Some(lowest) = high_descriptor() else { return fd };
     // SAFETY: F_DUPFD_CLOEXEC on our descriptor; the original is closed when `fd` drops.
-    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, lowest) };
+    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, lowest.max(fd.as_raw_fd() + 1)) };
     if moved < 0 {
         return fd;
     }
     // SAFETY: a fresh descriptor we own.
     unsafe { OwnedFd::from_raw_fd(moved) }
+}
+
+/// The lowest number `out_of_the_way` moves a region's descriptor to, None if the limit is unknown.
+fn high_descriptor() -> Option<libc::c_int> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit into a local.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return None;
+    }
+    Some(limit.rlim_cur.min(libc::rlim_t::from(HIGH_DESCRIPTORS as u32)) as libc::c_int - 64)
+}
+
+/// Grows this process's descriptor table to hold `out_of_the_way`'s numbers, while it has one
+/// thread (an agent's constructor). The kernel starts a table at 64 descriptors and grows it on
+/// the first number beyond; in a process of several threads, growing waits for an RCU grace
+/// period (fs/file.c, expand_fdtable: synchronize_rcu), 5 to 12 ms here, which a region opened
+/// later by the agent's thread would add to the first attachment's first event. A table never
+/// shrinks, so growing it now (a duplicate made and closed) makes that later move cheap.
+pub fn prepare_descriptor_table() {
+    let Some(lowest) = high_descriptor() else { return };
+    // SAFETY: a descriptor of our own, duplicated and both closed at once.
+    unsafe {
+        let fd = libc::open(c"/".as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+        if fd < 0 {
+            return;
+        }
+        let high = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, lowest.max(fd + 1));
+        if high >= 0 {
+            libc::close(high);
+        }
+        libc::close(fd);
+    }
 }
 
 fn map_shared(fd: &OwnedFd, len: usize) -> Result<*mut u8, Error> {

@@ -15,7 +15,9 @@
 //! apart pay one per call. So, as LTTng's consumer: a consumer that has drained the ring sleeps
 //! for at most CONSUMER_TIMER (its wait's timeout, server/src/epoll.rs and ring.rs), and a
 //! producer wakes it early only when the unread bytes reach a WATERMARK_DIVISOR-th of the ring
-//! (once per sleep: `Wakeup::armed`), so that a burst never fills the ring while it sleeps.
+//! (once per sleep: `Wakeup::armed`), so that a burst never fills the ring while it sleeps, or
+//! at the first record after the consumer fell asleep on an empty ring, at most one such sleep
+//! per millisecond (wakeup.rs): the first event of a quiet spell is read at once.
 //! BPF_RB_FORCE_WAKEUP still wakes every time, BPF_RB_NO_WAKEUP never (the timer still delivers).
 //! One more wakeup has no kernel counterpart: a consumer can find the record at its position still
 //! being written (a uebpf producer can be preempted between reserve and submit, for a scheduler
@@ -49,7 +51,7 @@ use std::time::Duration;
 use crate::error::Error;
 use crate::layout::*;
 use crate::region::Shared;
-use crate::wakeup::{Consumable, Waiting};
+use crate::wakeup::{Armed, Consumable, Waiting};
 use crate::Errno;
 
 /// The longest a consumer that has caught up sleeps before it looks again (the bound on how late
@@ -398,9 +400,7 @@ impl RingBuf {
         if flags & BPF_RB_FORCE_WAKEUP != 0 {
             self.control().wakeup.wake(true);
         } else if flags & BPF_RB_NO_WAKEUP == 0 {
-            if self.unread() >= self.size / WATERMARK_DIVISOR {
-                self.control().wakeup.wake(false);
-            }
+            self.control().wakeup.record_written(self.unread() >= self.size / WATERMARK_DIVISOR);
             if let Some(offset) = offset {
                 self.wake_head_waiter(offset);
             }
@@ -549,13 +549,13 @@ impl Consumable for RingBuf {
         let busy_head = consumer < self.producer_pos().load(Ordering::Acquire)
             && self.header_at(consumer).len.load(Ordering::Acquire) & RINGBUF_BUSY_BIT != 0;
         if busy_head {
-            control.wakeup.armed.store(0, Ordering::SeqCst);
+            control.wakeup.armed.store(Armed::No as u32, Ordering::SeqCst);
             control.head_waiter.store(consumer + 1, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
         } else {
             control.head_waiter.store(0, Ordering::SeqCst);
-            control.wakeup.armed.store(1, Ordering::SeqCst);
+            control.wakeup.arm(self.unread() == 0);
         }
-        fence(Ordering::SeqCst);
     }
 
     /// Nobody sleeps behind a record any more: its submit need not wake anyone.

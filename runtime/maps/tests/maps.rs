@@ -5,9 +5,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use uebpf_maps::def::*;
+use uebpf_maps::layout::Wakeup;
 use uebpf_maps::layout::{RINGBUF_BUSY_BIT, RINGBUF_DISCARD_BIT};
 use uebpf_maps::ringbuf::*;
 use uebpf_maps::test_support::until_in_shared_futex_wait;
+use uebpf_maps::wakeup::{Armed, FIRST_RECORD_PERIOD_MS};
 use uebpf_maps::{region_path, Consumable, ErrorKind, MapDef, Region, RegionSpec};
 
 fn def(map_type: u32, key_size: u32, value_size: u32, max_entries: u32) -> MapDef {
@@ -457,12 +459,15 @@ fn ring_buffer_wakes_a_waiting_consumer_when_forced_or_at_the_watermark_once() {
     output(BPF_RB_FORCE_WAKEUP);
     assert_eq!(ring.wakeup_seq(), seq, "nobody waits: no wakeup");
     ring.consume(|_| {});
+    output(0);
+    // A sleep on a ring that is not empty waits for the watermark (the first record wakes only a
+    // consumer that fell asleep on an empty ring: the next test).
     let waiting = ring.waiting();
-    output(0); // the consumer had caught up: the kernel would wake it, uebpf does not
+    output(0); // the kernel would wake a consumer that had caught up at every record; uebpf does not
     assert_eq!(ring.wakeup_seq(), seq, "an ordinary record below the watermark");
     // 16 bytes a record (8-byte header): the N-th unread record reaches the watermark.
     let watermark_records = (4096 / WATERMARK_DIVISOR / 16) as usize;
-    for _ in 1..watermark_records - 1 {
+    for _ in 2..watermark_records - 1 {
         output(0);
     }
     assert_eq!(ring.wakeup_seq(), seq, "one record short of the watermark");
@@ -488,6 +493,47 @@ fn ring_buffer_wakes_a_waiting_consumer_when_forced_or_at_the_watermark_once() {
     drop(waiting);
     output(BPF_RB_FORCE_WAKEUP);
     assert_eq!(ring.wakeup_seq(), seq + 4, "no longer waiting");
+}
+
+/// A consumer asleep on an empty buffer is woken by the first record, once per sleep, and such
+/// sleeps are at most one per FIRST_RECORD_PERIOD_MS (others wait for the watermark): the first
+/// event of a quiet spell arrives at once, a steady producer seldom pays a wakeup.
+#[test]
+fn the_first_record_after_an_idle_sleep_wakes_the_consumer_at_most_once_a_millisecond() {
+    use std::sync::atomic::Ordering::SeqCst;
+    use uebpf_maps::perfbuf::*;
+    let region = anonymous();
+    let ring_map = region.map(region.create_map("rb", &def(BPF_MAP_TYPE_RINGBUF, 0, 0, 4096), None).unwrap()).unwrap();
+    let ring = ring_map.ringbuf().unwrap();
+    let cpus = uebpf_maps::current::possible_cpus();
+    let array_map = region.map(region.create_map("events", &def(BPF_MAP_TYPE_PERF_EVENT_ARRAY, 4, 4, cpus), None).unwrap()).unwrap();
+    let array = array_map.perf_event_array().unwrap();
+    let buffer_id = region.create_perf_buffer("buffer", 4096, ANY_CPU, 7).unwrap();
+    for cpu in 0..cpus {
+        array.slots().set(cpu, buffer_id).unwrap();
+    }
+    let buffer_map = region.map(buffer_id).unwrap();
+    let ring_output = || unsafe { ring.output(b"12345678".as_ptr(), 8, 0) }.unwrap();
+    let perf_output = || unsafe { array.output(BPF_F_CURRENT_CPU, b"12345678".as_ptr(), 8) }.unwrap();
+    let kinds: [(&str, &Wakeup, &dyn Fn()); 2] =
+        [("ring buffer", ring.wakeup(), &ring_output), ("perf buffer", buffer_map.perfbuf().unwrap().wakeup(), &perf_output)];
+    for (kind, wakeup, output) in kinds {
+        let seq = wakeup.seq();
+        wakeup.waiters.fetch_add(1, SeqCst); // a registered consumer, as `Waiting` makes one
+        assert_eq!(wakeup.arm_at(true, 1000), Armed::FirstRecord, "{kind}");
+        output();
+        assert_eq!(wakeup.seq(), seq + 1, "the first record wakes it ({kind})");
+        output();
+        assert_eq!(wakeup.seq(), seq + 1, "once per sleep ({kind})");
+        assert_eq!(wakeup.arm_at(true, 1000 + FIRST_RECORD_PERIOD_MS - 1), Armed::Watermark, "{kind}");
+        output();
+        assert_eq!(wakeup.seq(), seq + 1, "within the period: the watermark's ({kind})");
+        assert_eq!(wakeup.arm_at(false, 5000), Armed::Watermark, "records unread: the watermark's ({kind})");
+        assert_eq!(wakeup.arm_at(true, 1000 + FIRST_RECORD_PERIOD_MS), Armed::FirstRecord, "{kind}");
+        output();
+        assert_eq!(wakeup.seq(), seq + 2, "{kind}");
+        wakeup.waiters.fetch_sub(1, SeqCst);
+    }
 }
 
 /// A consumer that finds the record at its position still being written (its producer preempted
