@@ -66,7 +66,7 @@ $(LIB) $(BIN) $(BPF) $(SKEL):
 # --- workloads -----------------------------------------------------------------------------
 .PHONY: workloads
 workloads: $(LIB)/libmylib.so $(BIN)/sample_app $(BIN)/microbench $(BIN)/syscall_load $(BIN)/compat_app $(BIN)/distro_app \
-  $(BIN)/inject_victim $(BIN)/static_victim $(BIN)/sleep_victim $(BIN)/signal_victim \
+  $(BIN)/inject_victim $(BIN)/static_victim $(BIN)/sleep_victim $(BIN)/signal_victim $(BIN)/timer_victim \
   $(BIN)/fuse_passthrough $(BIN)/fsbench $(BPF)/fuse_cache.bpf.o
 
 # The fuse suite's filesystem (libfuse3) and its workloads' driver.
@@ -108,6 +108,9 @@ $(BIN)/sleep_victim: workloads/inject_victim/sleep_victim.c workloads/mylib/myli
 
 $(BIN)/signal_victim: workloads/inject_victim/signal_victim.c workloads/mylib/mylib.h $(LIB)/libmylib.so | $(BIN)
 	$(CC) $(CFLAGS) -Iworkloads/mylib -o $@ $< -L$(LIB) -lmylib -Wl,-rpath,'$$ORIGIN/../lib'
+
+$(BIN)/timer_victim: workloads/inject_victim/timer_victim.c | $(BIN)
+	$(CC) $(CFLAGS) -o $@ $<
 
 $(BIN)/syscall_load: workloads/syscall_load/syscall_load.c | $(BIN)
 	$(CC) $(CFLAGS) -o $@ $<

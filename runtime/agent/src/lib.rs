@@ -99,8 +99,10 @@ extern "C" fn start() {
     // The ids cache registers its fork handler before ours, so a child's probes see the
     // child's pid by the time our child handler starts the child's thread.
     current::pid();
-    // Before any probe runs: probe reads then need no system call (see signals.rs).
+    // Before any probe runs: probe reads then need no system call, and a signal that arrives
+    // while a program runs waits for its end (see signals.rs).
     signals::install_fault_handler();
+    uebpf::handlers::install();
     // While the process has one thread: the region's descriptor then moves high at no cost.
     uebpf::maps::prepare_descriptor_table();
     without_probes(|| match Region::open(&name) {

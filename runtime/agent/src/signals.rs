@@ -1,4 +1,5 @@
-//! The target's own SIGSEGV and SIGBUS dispositions, behind uebpf's fault handler.
+//! The target's own SIGSEGV and SIGBUS dispositions, behind uebpf's fault handler; and its
+//! other handlers, behind ours that hold a signal back while a program runs (uebpf::handlers).
 //!
 //! Probe reads and writes in the target copy memory without a system call (uebpf::nofault): a
 //! copy routine whose faults our SIGSEGV/SIGBUS handler turns into -EFAULT. The target owns
@@ -72,7 +73,10 @@ pub(crate) fn divert_for_injected_agent() {
         .and_then(|libc| uebpf_hook::resolve(&libc, &Location::parse("__sigaction")).map_err(|e| e.to_string()))
         .and_then(|target| Hook::entry(&target, at_sigaction, std::ptr::null_mut()).map_err(|e| e.to_string()));
     match hooked {
-        Ok(hook) if install_fault_handler() => *diversion = Some(hook),
+        Ok(hook) if install_fault_handler() => {
+            uebpf::handlers::install();
+            *diversion = Some(hook);
+        }
         Ok(hook) => {
             // Said already; the diversion without the handler would only cost its hook.
             let _ = hook.detach();
@@ -86,6 +90,7 @@ pub(crate) fn divert_for_injected_agent() {
 pub(crate) fn end_diversion() {
     let mut diversion = DIVERSION.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(hook) = diversion.take() {
+        uebpf::handlers::uninstall();
         nofault::uninstall();
         if let Err(e) = hook.detach() {
             warn(&format!("cannot unhook the C library's sigaction: {e}"));
@@ -94,7 +99,8 @@ pub(crate) fn end_diversion() {
 }
 
 /// At `__sigaction(signal, act, old)`'s entry: SIGSEGV and SIGBUS are done by `nofault::divert`,
-/// and the C library's call is left with nothing to change or report (it returns 0).
+/// the other handlers by `handlers::divert` (through it), and the C library's call is left with
+/// nothing to change or report (it returns 0).
 unsafe extern "C" fn at_sigaction(regs: *mut PtRegs, _: *mut c_void) {
     let regs = &mut *regs;
     if nofault::divert(regs.di as c_int, regs.si as *const libc::sigaction, regs.dx as *mut libc::sigaction) {

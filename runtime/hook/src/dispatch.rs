@@ -80,6 +80,9 @@ struct ThreadState {
     /// A handler of this thread is running: hits are skipped (and counted), not nested.
     busy: Cell<bool>,
     shadow: Cell<*mut ShadowStack>,
+    /// Signals that arrived while `busy` and were put back, blocked (`defer_while_busy`): they
+    /// are unblocked, and so delivered, as soon as `busy` is cleared (`not_busy`).
+    deferred: Cell<u64>,
 }
 
 // The thread's state in static TLS, reached with the initial-exec model (one load from the
@@ -94,13 +97,13 @@ std::arch::global_asm!(
     ".globl uebpf_hook_thread_state",
     ".hidden uebpf_hook_thread_state",
     "uebpf_hook_thread_state:",
-    ".zero 16",
+    ".zero 24",
     ".text",
 );
 
 #[inline(always)]
 fn thread_state() -> &'static ThreadState {
-    const _: () = assert!(std::mem::size_of::<ThreadState>() <= 16);
+    const _: () = assert!(std::mem::size_of::<ThreadState>() <= 24);
     let state: *const ThreadState;
     unsafe {
         std::arch::asm!(
@@ -135,7 +138,9 @@ pub fn without_probes<T>(work: impl FnOnce() -> T) -> T {
     struct Restore(bool);
     impl Drop for Restore {
         fn drop(&mut self) {
-            thread_state().busy.set(self.0);
+            if !self.0 {
+                not_busy(thread_state());
+            }
         }
     }
     let _restore = Restore(thread_state().busy.replace(true));
@@ -163,16 +168,79 @@ pub(crate) unsafe extern "C" fn on_entry(regs: *mut PtRegs, site: *const Site) -
                 for probe in &probes.ret {
                     (probe.handler)(regs, probe.data);
                 }
-                thread.busy.set(false);
+                not_busy(thread);
                 return OVERRIDE;
             }
             // No other change of course is made: the function runs as it would have.
             ((*regs).ip, (*regs).sp) = (ip, sp);
         }
         let returning = !probes.ret.is_empty() && push_return(thread, &*regs, site);
-        thread.busy.set(false);
+        not_busy(thread);
         returning as usize
     }
+}
+
+/// Ends a handler's run on this thread: hits count again, and the signals that arrived meanwhile
+/// are delivered now (`defer_while_busy`).
+#[inline(always)]
+fn not_busy(thread: &ThreadState) {
+    thread.busy.set(false);
+    if thread.deferred.get() != 0 {
+        redeliver(thread);
+    }
+}
+
+/// Unblocks the signals deferred while busy: pending again since they were put back, the kernel
+/// delivers them as this system call returns, before anything else runs on this thread.
+#[cold]
+fn redeliver(thread: &ThreadState) {
+    let deferred = thread.deferred.replace(0);
+    // SAFETY: the kernel's sigset for rt_sigprocmask is 8 bytes on x86-64.
+    unsafe { raw_syscall(libc::SYS_rt_sigprocmask, [libc::SIG_UNBLOCK as usize, &deferred as *const u64 as usize, 0, 8]) };
+}
+
+/// A system call by the `syscall` instruction: the C library's `syscall` and wrappers may be
+/// hooked (a system call tracepoint), and the engine's own calls must not count as the process's.
+///
+/// # Safety
+/// As the system call `nr` with these arguments.
+pub(crate) unsafe fn raw_syscall(nr: libc::c_long, args: [usize; 4]) -> isize {
+    let result: isize;
+    std::arch::asm!(
+        "syscall",
+        inlateout("rax") nr as isize => result,
+        in("rdi") args[0], in("rsi") args[1], in("rdx") args[2], in("r10") args[3],
+        lateout("rcx") _, lateout("r11") _,
+        options(nostack),
+    );
+    result
+}
+
+/// Called first by the process's own signal handlers (uebpf's `handlers` put them behind one of
+/// theirs): if a probe's program is running on this thread, the signal must not run its handler
+/// now, since a probed function the handler calls could not run its program (programs do not
+/// nest on a thread: a map's lock, a ring's reservation may be held), and its hit would be lost.
+/// The kernel never meets this: a uprobe's program runs in the kernel, and the signal's handler
+/// only when the thread returns to user space. So the signal is put back, with the same siginfo
+/// (rt_tgsigqueueinfo to this thread: a real-time signal stays queued, a standard one merges as
+/// the kernel merges it), and blocked in the mask the interrupted code resumes with; the end of
+/// the program's run unblocks it (`not_busy`), and it is delivered then. True if deferred: the
+/// caller returns at once.
+///
+/// # Safety
+/// From a signal handler, with the kernel's `info` and `context` for `signal`.
+pub unsafe fn defer_while_busy(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut std::ffi::c_void) -> bool {
+    let thread = thread_state();
+    if !thread.busy.get() || !(1..=64).contains(&signal) {
+        return false;
+    }
+    let bit = 1u64 << (signal - 1);
+    let mask = &mut (*context.cast::<libc::ucontext_t>()).uc_sigmask;
+    libc::sigaddset(mask, signal);
+    thread.deferred.set(thread.deferred.get() | bit);
+    let (pid, tid) = (raw_syscall(libc::SYS_getpid, [0; 4]), raw_syscall(libc::SYS_gettid, [0; 4]));
+    raw_syscall(libc::SYS_rt_tgsigqueueinfo, [pid as usize, tid as usize, signal as usize, info as usize]);
+    true
 }
 
 /// What `on_entry` returns when a handler made the hooked function return at once: the entry
@@ -203,7 +271,9 @@ pub(crate) unsafe extern "C" fn on_return(regs: *mut PtRegs) -> usize {
                 (probe.handler)(regs, probe.data);
             }
         }
-        thread.busy.set(was_busy);
+        if !was_busy {
+            not_busy(thread);
+        }
         entry.return_address
     }
 }

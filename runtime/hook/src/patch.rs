@@ -455,16 +455,12 @@ unsafe extern "C" fn on_checkpoint(signal: libc::c_int, info: *mut libc::siginfo
     crate::dispatch::without_probes(|| answer_checkpoint(queued, context));
 }
 
-/// getpid by the `syscall` instruction: the C library's `getpid` and `syscall` may be hooked (a
-/// system call tracepoint), and the checkpoint handler runs on the process's threads, where a
-/// hooked call would count as the process's before the handler can turn probes off.
+/// getpid by the `syscall` instruction (`dispatch::raw_syscall`): the checkpoint handler runs on
+/// the process's threads, where a hooked call would count as the process's before the handler
+/// can turn probes off.
 fn raw_getpid() -> libc::pid_t {
-    let pid: i64;
-    // SAFETY: getpid takes no arguments and cannot fail; rcx and r11 are clobbered.
-    unsafe {
-        std::arch::asm!("syscall", inlateout("rax") libc::SYS_getpid => pid, lateout("rcx") _, lateout("r11") _, options(nostack));
-    }
-    pid as libc::pid_t
+    // SAFETY: getpid takes no arguments and cannot fail.
+    unsafe { crate::dispatch::raw_syscall(libc::SYS_getpid, [0; 4]) as libc::pid_t }
 }
 
 /// The checkpoint handler's answer, with probes off on this thread.

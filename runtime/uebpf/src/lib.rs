@@ -21,6 +21,7 @@ mod applied;
 pub mod cgroup;
 mod error;
 pub mod ffi;
+pub mod handlers;
 mod handles;
 mod helper_names;
 mod helpers;

@@ -105,7 +105,7 @@ const SIGNALS: [c_int; 2] = [libc::SIGSEGV, libc::SIGBUS];
 
 /// The disposition we chain to for one signal: a sequence lock, so our handler reads a
 /// consistent copy without a lock while `sigaction` changes it.
-struct Chained {
+pub(crate) struct Chained {
     seq: AtomicU32,
     action: UnsafeCell<libc::sigaction>,
 }
@@ -122,7 +122,7 @@ fn chained_for(signal: c_int) -> Option<&'static Chained> {
 }
 
 impl Chained {
-    fn read(&self) -> libc::sigaction {
+    pub(crate) fn read(&self) -> libc::sigaction {
         loop {
             let seq = self.seq.load(Ordering::Acquire);
             if seq & 1 == 0 {
@@ -138,7 +138,7 @@ impl Chained {
     }
 
     /// Caller holds WRITER (`with_writer`).
-    fn write(&self, action: &libc::sigaction) {
+    pub(crate) fn write(&self, action: &libc::sigaction) {
         self.seq.fetch_add(1, Ordering::Relaxed);
         fence(Ordering::Release);
         // SAFETY: exclusive under WRITER; readers retry while `seq` is odd.
@@ -149,7 +149,7 @@ impl Chained {
 
 /// Runs `update` with every signal blocked (a handler on this thread must never find the
 /// sequence odd, nor wait for the lock this thread holds) and the writer lock held.
-fn with_writer<T>(update: impl FnOnce() -> T) -> T {
+pub(crate) fn with_writer<T>(update: impl FnOnce() -> T) -> T {
     // SAFETY: signal masks of the calling thread, restored below.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
@@ -166,7 +166,7 @@ fn with_writer<T>(update: impl FnOnce() -> T) -> T {
     }
 }
 
-type SigactionFn = unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
+pub(crate) type SigactionFn = unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
 type SignalFn = unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
 
 /// The C library's function `name`, after ours in the lookup order (ours may be interposing it).
@@ -180,7 +180,7 @@ fn next_symbol(slot: &AtomicPtr<c_void>, name: &std::ffi::CStr) -> *mut c_void {
     found
 }
 
-fn real_sigaction() -> SigactionFn {
+pub(crate) fn real_sigaction() -> SigactionFn {
     static SLOT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
     let found = next_symbol(&SLOT, c"sigaction");
     // SAFETY: the C library's sigaction, which every process using uebpf links.
@@ -248,7 +248,7 @@ pub fn uninstall() {
 /// Called with the process's `sigaction` arguments; bad pointers are fine.
 pub unsafe fn divert(signal: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> bool {
     let Some(chained) = chained_for(signal).filter(|_| installed()) else {
-        return false;
+        return crate::handlers::divert(signal, act, old);
     };
     const SIZE: usize = std::mem::size_of::<libc::sigaction>();
     let mut new: libc::sigaction = std::mem::zeroed();
@@ -280,7 +280,7 @@ pub unsafe fn divert(signal: c_int, act: *const libc::sigaction, old: *mut libc:
 pub unsafe fn sigaction(signal: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
     let chained = chained_for(signal).filter(|_| installed());
     let Some(chained) = chained else {
-        return real_sigaction()(signal, act, old);
+        return crate::handlers::sigaction(signal, act, old);
     };
     with_writer(|| {
         if !old.is_null() {
@@ -299,7 +299,8 @@ pub unsafe fn sigaction(signal: c_int, act: *const libc::sigaction, old: *mut li
 /// # Safety
 /// As `signal(3)`.
 pub unsafe fn signal(signal: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    if chained_for(signal).is_none() || !installed() {
+    let ours = chained_for(signal).is_some() && installed() || crate::handlers::interposes(signal);
+    if !ours {
         static SLOT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
         let real = next_symbol(&SLOT, c"signal");
         let real: SignalFn = std::mem::transmute(if real.is_null() { libc::signal as *mut c_void } else { real });
@@ -311,7 +312,9 @@ pub unsafe fn signal(signal: c_int, handler: libc::sighandler_t) -> libc::sighan
     libc::sigemptyset(&mut act.sa_mask);
     libc::sigaddset(&mut act.sa_mask, signal);
     let mut old: libc::sigaction = std::mem::zeroed();
-    sigaction(signal, &act, &mut old);
+    if sigaction(signal, &act, &mut old) != 0 {
+        return libc::SIG_ERR;
+    }
     old.sa_sigaction
 }
 
