@@ -9,7 +9,7 @@
 //! runs with probes off (`without_probes`): its mallocs and libc calls are the agent's, not the
 //! target's, and no probe sees them.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use uebpf::maps::{current, region_path, ErrorKind, Region};
@@ -83,7 +83,8 @@ extern "C" fn run(name: *mut libc::c_void) -> *mut libc::c_void {
     without_probes(|| {
         // SAFETY: `spawn` passed the boxed name and epoch and gave up its ownership.
         let (name, epoch) = *unsafe { Box::from_raw(name.cast::<(String, u32)>()) };
-        uebpf_hook::prepare_live_patching();
+        // Under STATE's lock, as every change of the agent's: a fork waits for it.
+        STATE.with(|_| uebpf_hook::prepare_live_patching());
         if std::panic::catch_unwind(|| watch(&name, epoch)).is_err() {
             warn("the agent's thread stopped after an internal error; later attaches will not be seen");
         }
@@ -136,7 +137,7 @@ fn is_gone(region: &Region) -> bool {
 /// descriptor it did not open (daemons do) could take away and reuse for one of its own.
 fn wait_for_region(name: &str, epoch: u32) -> Option<Region> {
     let path = region_path(name);
-    let creations = Creations::get(path.parent().unwrap_or(std::path::Path::new("/")));
+    let creations = STATE.with(|_| Creations::get(path.parent().unwrap_or(std::path::Path::new("/"))));
     let mut unopenable_since: Option<Instant> = None;
     let mut complained = false;
     while current(epoch) {
@@ -176,38 +177,58 @@ fn wait_for_region(name: &str, epoch: u32) -> Option<Region> {
 /// later (the load suite's first event waited 5 ms on average for that alone). The looks every
 /// REGION_POLL stay, for a retired thread to notice and for a folder inotify cannot watch.
 struct Creations {
-    fd: std::os::fd::OwnedFd,
+    fd: libc::c_int,
 }
 
+/// The process's watch: (pid << 32) | descriptor, 0 before the first. A forked child has its
+/// parent's descriptor, one inotify instance whose events either process may read first: it
+/// makes its own. Changed under STATE's lock only (`wait_for_region`), so that a fork (which
+/// takes that lock) never copies it half made.
+static WATCH: AtomicU64 = AtomicU64::new(0);
+
 impl Creations {
-    /// The process's one watch, made at the first wait and kept: closing an inotify descriptor
-    /// waits for an SRCU grace period (fs/notify/group.c, fsnotify_destroy_group), 8 ms here,
-    /// which would delay the first attachment of the region just found.
-    fn get(folder: &std::path::Path) -> Option<&'static Creations> {
-        static WATCH: std::sync::OnceLock<Option<Creations>> = std::sync::OnceLock::new();
-        WATCH.get_or_init(|| Creations::watch(folder)).as_ref()
+    /// The process's watch of `folder`, kept once made: closing an inotify descriptor waits for
+    /// an SRCU grace period (fs/notify/group.c, fsnotify_destroy_group), 8 ms here, which would
+    /// delay the first attachment of the region just found. None if inotify cannot watch it.
+    fn get(folder: &std::path::Path) -> Option<Creations> {
+        let pid = current::pid() as u64;
+        let watch = WATCH.load(Ordering::Acquire);
+        if watch != 0 && watch >> 32 == pid {
+            return Some(Creations { fd: watch as u32 as libc::c_int });
+        }
+        if watch != 0 {
+            // The parent's: dropping our reference to its instance costs nothing, it keeps one.
+            // SAFETY: a descriptor this process inherited and nothing else of ours uses.
+            unsafe { libc::close(watch as u32 as libc::c_int) };
+            WATCH.store(0, Ordering::Release);
+        }
+        let creations = Creations::watch(folder)?;
+        WATCH.store(pid << 32 | creations.fd as u32 as u64, Ordering::Release);
+        Some(creations)
     }
 
-    /// None if inotify cannot watch `folder` (the caller then only looks every REGION_POLL).
     /// Its descriptor goes where the region's does, out of the process's way.
     fn watch(folder: &std::path::Path) -> Option<Creations> {
-        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
         let folder = std::ffi::CString::new(folder.as_os_str().as_encoded_bytes()).ok()?;
         // SAFETY: a new descriptor, owned at once.
         let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
         if fd < 0 {
             return None;
         }
-        let fd = uebpf::maps::out_of_the_way(unsafe { OwnedFd::from_raw_fd(fd) });
+        let fd = uebpf::maps::out_of_the_way(unsafe { OwnedFd::from_raw_fd(fd) }).into_raw_fd();
         // SAFETY: our inotify descriptor and a NUL-terminated path.
-        let watched = unsafe { libc::inotify_add_watch(fd.as_raw_fd(), folder.as_ptr(), libc::IN_CREATE | libc::IN_MOVED_TO) };
-        (watched >= 0).then_some(Creations { fd })
+        if unsafe { libc::inotify_add_watch(fd, folder.as_ptr(), libc::IN_CREATE | libc::IN_MOVED_TO) } < 0 {
+            // SAFETY: ours, never used again.
+            unsafe { libc::close(fd) };
+            return None;
+        }
+        Some(Creations { fd })
     }
 
     /// Returns when a file is created in the folder, or after `timeout`; forgets what it saw.
     fn wait(&self, timeout: Duration) {
-        use std::os::fd::AsRawFd;
-        let fd = self.fd.as_raw_fd();
+        let fd = self.fd;
         let mut ready = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
         let mut events = [0u8; 4096];
         // SAFETY: one pollfd; a buffer of its own length for the events read (and dropped).

@@ -574,21 +574,27 @@ fn membarrier(cmd: libc::c_int) -> io::Result<libc::c_long> {
     Ok(result)
 }
 
-/// This process's registration for membarrier SYNC_CORE, made once.
-fn registration() -> &'static std::result::Result<(), String> {
-    static REGISTERED: OnceLock<std::result::Result<(), String>> = OnceLock::new();
-    REGISTERED.get_or_init(|| {
-        let supported = membarrier(MEMBARRIER_CMD_QUERY).map_err(|e| e.to_string())?;
-        if supported & MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE as libc::c_long == 0 {
-            return Err("this kernel has no membarrier SYNC_CORE".into());
-        }
-        membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE).map(drop).map_err(|e| e.to_string())
-    })
+/// This process's registration for membarrier SYNC_CORE. Remembered once it succeeded, and
+/// without a lock or a OnceLock: registering waits for the kernel (an RCU grace period, ms), and a
+/// process that forks meanwhile must not leave its child a lock held by a thread it does not
+/// have. Registering twice is harmless, so two threads may both do it.
+fn registration() -> std::result::Result<(), String> {
+    static REGISTERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if REGISTERED.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    let supported = membarrier(MEMBARRIER_CMD_QUERY).map_err(|e| e.to_string())?;
+    if supported & MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE as libc::c_long == 0 {
+        return Err("this kernel has no membarrier SYNC_CORE".into());
+    }
+    membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE).map_err(|e| e.to_string())?;
+    REGISTERED.store(true, Ordering::Release);
+    Ok(())
 }
 
 /// Registers the process for membarrier SYNC_CORE ahead of its first live patch (an agent's
 /// thread does as it starts), so that no attach waits for the registration, which synchronises
-/// every CPU running the process. A failure is kept and reported by the patch that needs it.
+/// every CPU running the process. A failure is reported by the patch that needs it.
 pub fn prepare_live_patching() {
     let _ = registration();
 }
@@ -596,7 +602,7 @@ pub fn prepare_live_patching() {
 /// Every thread of this process serialises its instruction stream before it runs user code again.
 fn sync_cores() -> Result<()> {
     if let Err(why) = registration() {
-        let why = io::Error::other(why.clone());
+        let why = io::Error::other(why);
         return Err(Error::system("patching code while other threads run needs membarrier(SYNC_CORE)", why));
     }
     membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE).map(drop).map_err(|e| Error::system("membarrier(SYNC_CORE)", e))
