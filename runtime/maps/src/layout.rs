@@ -266,10 +266,10 @@ pub struct Wakeup {
     /// What wakes a registered consumer's sleep (wakeup.rs, `Armed`): set before each sleep, taken
     /// back to 0 by the producer that wakes it, so at most one such wakeup per sleep.
     pub armed: AtomicU32,
-    /// When the last sleep armed for the first record began (CLOCK_MONOTONIC, in ms, wrapping):
-    /// such sleeps are at most one per `FIRST_RECORD_PERIOD`, so a steady producer seldom pays a
-    /// wakeup (wakeup.rs).
-    pub first_record_ms: AtomicU32,
+    /// The consumer's read position when it last armed a sleep: the same again at the next one
+    /// means that sleep ended with nothing read, an idle period, after which the first record
+    /// wakes it (wakeup.rs).
+    pub armed_at: AtomicU64,
 }
 
 /// Ring buffer bookkeeping that consumers must not be able to write, so it is not on the

@@ -219,6 +219,10 @@ impl Consumable for PerfBuf {
     fn has_record(&self) -> bool {
         self.field(PERF_DATA_HEAD).load(Ordering::Acquire) != self.field(PERF_DATA_TAIL).load(Ordering::Acquire)
     }
+
+    fn read_position(&self) -> u64 {
+        self.field(PERF_DATA_TAIL).load(Ordering::Acquire)
+    }
 }
 
 /// A perf buffer this process has opened: its map id and view.

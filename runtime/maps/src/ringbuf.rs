@@ -16,8 +16,8 @@
 //! for at most CONSUMER_TIMER (its wait's timeout, server/src/epoll.rs and ring.rs), and a
 //! producer wakes it early only when the unread bytes reach a WATERMARK_DIVISOR-th of the ring
 //! (once per sleep: `Wakeup::armed`), so that a burst never fills the ring while it sleeps, or
-//! at the first record after the consumer fell asleep on an empty ring, at most one such sleep
-//! per millisecond (wakeup.rs): the first event of a quiet spell is read at once.
+//! at the first record after a sleep in which the consumer read nothing (wakeup.rs): the first
+//! event of a quiet spell is read at once, and a steady producer still pays no wakeup.
 //! BPF_RB_FORCE_WAKEUP still wakes every time, BPF_RB_NO_WAKEUP never (the timer still delivers).
 //! One more wakeup has no kernel counterpart: a consumer can find the record at its position still
 //! being written (a uebpf producer can be preempted between reserve and submit, for a scheduler
@@ -540,6 +540,10 @@ impl Consumable for RingBuf {
         RingBuf::has_record(self)
     }
 
+    fn read_position(&self) -> u64 {
+        self.consumer_pos().load(Ordering::Acquire)
+    }
+
     /// What should wake the registered consumer's next sleep: the watermark if it has read
     /// everything, or the submit of the record at its position if that is still being written
     /// (the watermark would wake it for nothing then: it cannot read past that record).
@@ -554,7 +558,7 @@ impl Consumable for RingBuf {
             fence(Ordering::SeqCst);
         } else {
             control.head_waiter.store(0, Ordering::SeqCst);
-            control.wakeup.arm(self.unread() == 0);
+            control.wakeup.arm(self.unread() == 0, consumer);
         }
     }
 

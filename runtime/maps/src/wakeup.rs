@@ -3,12 +3,14 @@
 //! producer makes a system call only while a consumer is registered: once per sleep (`armed`) at
 //! the watermark, or at the first record of an idle period, or every time when forced.
 //!
-//! The first record: a consumer that goes to sleep on an empty buffer is woken by the next record,
-//! so a tracer's first event after a quiet spell arrives at once, not at the consumer's timer
-//! (CONSUMER_TIMER, 50 ms). At most one such sleep per FIRST_RECORD_PERIOD (`first_record_ms`):
-//! a producer that writes steadily wakes its consumer at most once a millisecond, and in fact once
-//! per consumer timer (the consumer wakes, drains, and its next sleep within the period waits for
-//! the watermark or the timer), about 12 us of FUTEX_WAKE every 50 ms.
+//! The first record: a consumer that goes to sleep on an empty buffer after a whole sleep in which
+//! it read nothing (an idle period: its timer, CONSUMER_TIMER, 50 ms, went off on an empty
+//! buffer; or its first sleep) is woken by the next record, so a tracer's first event after a
+//! quiet spell arrives at once, not at the consumer's timer. A consumer that read records at its
+//! last wakeup sleeps for the watermark or its timer: a producer writing steadily, even one record
+//! a millisecond, pays no wakeup (the duration study's 1 ms calls paid ~3 us a call when every
+//! empty-buffer sleep waited for the first record), and one that falls silent pays one at the
+//! first record after the silence. At most two wakeups per consumer timer come of it.
 
 use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
@@ -23,10 +25,12 @@ pub trait Consumable: Sync {
     /// True if the consumer can read a record now.
     fn has_record(&self) -> bool;
     /// Says what should wake the registered consumer's next sleep (before each sleep): the first
-    /// record if the buffer is empty (`Wakeup::arm`), the watermark otherwise.
+    /// record after an idle period, or the watermark (`Wakeup::arm`).
     fn arm(&self) {
-        self.wakeup().arm(!self.has_record());
+        self.wakeup().arm(!self.has_record(), self.read_position());
     }
+    /// Where the consumer reads next (it only grows as records are read).
+    fn read_position(&self) -> u64;
     /// The last registered consumer has left.
     fn last_waiter_left(&self) {}
 
@@ -68,39 +72,17 @@ pub enum Armed {
     No = 0,
     /// Wake it once the unread bytes reach the watermark (the buffer's WATERMARK_DIVISOR).
     Watermark = 1,
-    /// Wake it at the next record: it went to sleep on an empty buffer.
+    /// Wake it at the next record: it went to sleep on an empty buffer after an idle period.
     FirstRecord = 2,
 }
 
-/// The shortest time between two sleeps armed for the first record (module comment).
-pub const FIRST_RECORD_PERIOD_MS: u32 = 1;
-
-/// CLOCK_MONOTONIC in ms, wrapping at 2^32 (compared by wrapping difference).
-fn monotonic_ms() -> u32 {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a timespec to fill; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    (now.tv_sec as u64 * 1000 + now.tv_nsec as u64 / 1_000_000) as u32
-}
-
 impl Wakeup {
-    /// Arms the next sleep of a registered consumer: for the first record if the buffer is
-    /// `empty` and no sleep was armed so within FIRST_RECORD_PERIOD_MS, else for the watermark.
-    pub fn arm(&self, empty: bool) {
-        self.arm_at(empty, monotonic_ms());
-    }
-
-    /// `arm` at time `now` (CLOCK_MONOTONIC ms, wrapping); returns how it armed.
-    pub fn arm_at(&self, empty: bool, now: u32) -> Armed {
-        let mut armed = Armed::Watermark;
-        if empty {
-            let last = self.first_record_ms.load(Ordering::Relaxed);
-            if now.wrapping_sub(last) >= FIRST_RECORD_PERIOD_MS
-                && self.first_record_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-            {
-                armed = Armed::FirstRecord;
-            }
-        }
+    /// Arms the next sleep of a registered consumer that reads at `position`: for the first record
+    /// if the buffer is `empty` and the consumer read nothing since it last armed (an idle period:
+    /// module comment), else for the watermark. Returns how it armed.
+    pub fn arm(&self, empty: bool, position: u64) -> Armed {
+        let idle = self.armed_at.swap(position, Ordering::Relaxed) == position;
+        let armed = if empty && idle { Armed::FirstRecord } else { Armed::Watermark };
         self.armed.store(armed as u32, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         armed

@@ -9,7 +9,7 @@ use uebpf_maps::layout::Wakeup;
 use uebpf_maps::layout::{RINGBUF_BUSY_BIT, RINGBUF_DISCARD_BIT};
 use uebpf_maps::ringbuf::*;
 use uebpf_maps::test_support::until_in_shared_futex_wait;
-use uebpf_maps::wakeup::{Armed, FIRST_RECORD_PERIOD_MS};
+use uebpf_maps::wakeup::Armed;
 use uebpf_maps::{region_path, Consumable, ErrorKind, MapDef, Region, RegionSpec};
 
 fn def(map_type: u32, key_size: u32, value_size: u32, max_entries: u32) -> MapDef {
@@ -495,11 +495,12 @@ fn ring_buffer_wakes_a_waiting_consumer_when_forced_or_at_the_watermark_once() {
     assert_eq!(ring.wakeup_seq(), seq + 4, "no longer waiting");
 }
 
-/// A consumer asleep on an empty buffer is woken by the first record, once per sleep, and such
-/// sleeps are at most one per FIRST_RECORD_PERIOD_MS (others wait for the watermark): the first
-/// event of a quiet spell arrives at once, a steady producer seldom pays a wakeup.
+/// A consumer asleep on an empty buffer after a sleep in which it read nothing (an idle period)
+/// is woken by the first record, once per sleep; one that read records at its last wakeup waits
+/// for the watermark: the first event of a quiet spell arrives at once, a steady producer pays no
+/// wakeup.
 #[test]
-fn the_first_record_after_an_idle_sleep_wakes_the_consumer_at_most_once_a_millisecond() {
+fn the_first_record_after_an_idle_sleep_wakes_the_consumer_once() {
     use std::sync::atomic::Ordering::SeqCst;
     use uebpf_maps::perfbuf::*;
     let region = anonymous();
@@ -519,17 +520,19 @@ fn the_first_record_after_an_idle_sleep_wakes_the_consumer_at_most_once_a_millis
         [("ring buffer", ring.wakeup(), &ring_output), ("perf buffer", buffer_map.perfbuf().unwrap().wakeup(), &perf_output)];
     for (kind, wakeup, output) in kinds {
         let seq = wakeup.seq();
+        let at = wakeup.armed_at.load(SeqCst);
         wakeup.waiters.fetch_add(1, SeqCst); // a registered consumer, as `Waiting` makes one
-        assert_eq!(wakeup.arm_at(true, 1000), Armed::FirstRecord, "{kind}");
+        assert_eq!(wakeup.arm(true, at), Armed::FirstRecord, "nothing read since the last sleep ({kind})");
         output();
         assert_eq!(wakeup.seq(), seq + 1, "the first record wakes it ({kind})");
         output();
         assert_eq!(wakeup.seq(), seq + 1, "once per sleep ({kind})");
-        assert_eq!(wakeup.arm_at(true, 1000 + FIRST_RECORD_PERIOD_MS - 1), Armed::Watermark, "{kind}");
+        assert_eq!(wakeup.arm(true, at + 32), Armed::Watermark, "it read two records: a busy producer ({kind})");
         output();
-        assert_eq!(wakeup.seq(), seq + 1, "within the period: the watermark's ({kind})");
-        assert_eq!(wakeup.arm_at(false, 5000), Armed::Watermark, "records unread: the watermark's ({kind})");
-        assert_eq!(wakeup.arm_at(true, 1000 + FIRST_RECORD_PERIOD_MS), Armed::FirstRecord, "{kind}");
+        assert_eq!(wakeup.seq(), seq + 1, "the watermark's sleep ({kind})");
+        assert_eq!(wakeup.arm(false, at + 32), Armed::Watermark, "records unread: the watermark's ({kind})");
+        assert_eq!(wakeup.arm(true, at + 48), Armed::Watermark, "{kind}");
+        assert_eq!(wakeup.arm(true, at + 48), Armed::FirstRecord, "a sleep that read nothing: idle again ({kind})");
         output();
         assert_eq!(wakeup.seq(), seq + 2, "{kind}");
         wakeup.waiters.fetch_sub(1, SeqCst);
