@@ -119,7 +119,8 @@ def agent_micro(function: str, iterations: int, kinds: list[str]) -> float:
     """microbench paused, the micro loader under the server attached to it, wait-applied, go."""
     name = region("micro")
     programs = {"entry": "empty_uprobe", "return": "empty_uretprobe"}
-    victim_argv = [MICRO_VICTIM, "--call", function, "--iter", iterations, "--warmup", iterations // 10, *BATCHED, "--wait-go"]
+    victim_argv = [MICRO_VICTIM, "--call", function, "--iter", iterations, "--warmup", iterations // 10, *BATCHED]
+    victim_argv.append("--wait-go")
     with ready(victim_argv, agent_env(name)) as victim:
         loader_argv = [MICRO_LOADER, "--binary", MICRO_VICTIM.resolve(), "--pid", victim.pid]
         for kind in kinds:
@@ -149,7 +150,8 @@ def agent_micro(function: str, iterations: int, kinds: list[str]) -> float:
 
 
 def micro_untraced(function: str, iterations: int) -> float:
-    argv = [str(a) for a in (MICRO_VICTIM, "--call", function, "--iter", iterations, "--warmup", iterations // 10, *BATCHED)]
+    argv = [MICRO_VICTIM, "--call", function, "--iter", iterations, "--warmup", iterations // 10, *BATCHED]
+    argv = [str(a) for a in argv]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
     if result.returncode != 0:
         fail(f"microbench: {result.stderr.strip()}")
