@@ -408,13 +408,20 @@ def exits_within(pid: int, timeout_s: float) -> bool:
 
 @contextlib.contextmanager
 def started(child_factory):
-    """`with started(lambda: Child(...)) as child:` guarantees the child is gone afterwards."""
-    child = child_factory()
-    try:
-        yield child
-    finally:
+    """`with started(lambda: Child(...)) as child:` guarantees the child is gone afterwards, also
+    when a Ctrl-C lands while it is being started: a child whose process had started but whose
+    object was not returned yet would otherwise be left running (a FUSE daemon then mounted after
+    the clean-up had looked for its mount). The Ctrl-C is held until the child is in our hands."""
+    with contextlib.ExitStack() as cleanup:
         with interrupts_deferred():
-            child.close()
+            child = child_factory()
+            cleanup.callback(_close, child)
+        yield child
+
+
+def _close(child: Child) -> None:
+    with interrupts_deferred():
+        child.close()
 
 
 def descendants(pid: int) -> list[int]:
