@@ -153,6 +153,37 @@ def test_opensnoop_under_uebpf_load_sees_a_target_uebpf_start_started(tmp_path):
             pytest.fail(f"region {region} left behind")
 
 
+def test_a_tool_stops_when_uebpf_load_is_killed_outright(tmp_path):
+    """`uebpf load` killed with SIGKILL cannot forward anything: its tool gets SIGTERM from the
+    kernel (PR_SET_PDEATHSIG) and ends, removing its region, rather than run on holding the
+    region and its terminal (a harness reading the tool's output to its end waited for good)."""
+    region = f"test-frontend-orphan-{os.getpid()}"
+    path = SHM / f"uebpf-{region}"
+    argv = [str(a) for a in (UEBPF, "load", "--region", region, "--", OPENSNOOP, "-p", os.getpid())]
+    env = {**os.environ, "UEBPF_NO_INJECT": "1"}
+    with started(lambda: Child(argv, stderr_path=tmp_path / "load.err", env=env, terminal=True)) as load:
+        load.wait_for_line("PID", timeout_s=60, prefix=True)
+        (tool,) = map(int, Path(f"/proc/{load.pid}/task/{load.pid}/children").read_text().split())
+        try:
+            load.send(signal.SIGKILL)
+            assert load.wait(timeout_s=30).exit_code == -signal.SIGKILL
+            assert wait_until(lambda: _gone(tool), 30), "the tool outlived uebpf load"
+            assert wait_until(lambda: not path.exists(), 30), f"{path} was left"
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(tool, signal.SIGKILL)  # the tool this test started, if it outlived its parent
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+def _gone(pid: int) -> bool:
+    """Exited: no such process, or a zombie its new parent has not reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, IndexError):
+        return True
+
+
 def test_a_tool_killed_with_sigkill_leaves_no_region(tmp_path):
     """The server cannot remove its region when the tool is killed outright; `uebpf load`,
     its parent, does."""

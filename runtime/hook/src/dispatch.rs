@@ -70,20 +70,29 @@ pub(crate) mod layout {
     pub(crate) const SP: i32 = offset_of!(ShadowEntry, sp) as i32;
     pub(crate) const SITE: i32 = offset_of!(ShadowEntry, site) as i32;
     pub(crate) const CAPACITY: i32 = SHADOW_CAPACITY as i32;
-    const _: () = assert!(size_of::<bool>() == 1 && ENTRY_SIZE == 24);
+    const _: () = assert!(ENTRY_SIZE == 24);
 }
 
 const SHADOW_BYTES: usize = std::mem::size_of::<ShadowStack>();
 
 #[repr(C)]
 struct ThreadState {
-    /// A handler of this thread is running: hits are skipped (and counted), not nested.
-    busy: Cell<bool>,
+    /// FREE, or a handler of this thread is running (PROBING: a probe's, from `on_entry` or
+    /// `on_return`; WORKING: `without_probes`): hits are skipped (and counted), not nested. One
+    /// byte, set by one store, so that a signal sees either state whole: only PROBING holds a
+    /// signal back (`defer_while_busy`). The agent's and the server's own work runs without
+    /// probes for long stretches (a loader's emulated epoll_wait sleeps there), and a signal held
+    /// back there would be held for good.
+    busy: Cell<u8>,
     shadow: Cell<*mut ShadowStack>,
-    /// Signals that arrived while `busy` and were put back, blocked (`defer_while_busy`): they
-    /// are unblocked, and so delivered, as soon as `busy` is cleared (`not_busy`).
+    /// Signals that arrived while PROBING and were put back, blocked (`defer_while_busy`): they
+    /// are unblocked, and so delivered, as soon as the handlers are done (`not_busy`).
     deferred: Cell<u64>,
 }
+
+const FREE: u8 = 0;
+const PROBING: u8 = 1;
+const WORKING: u8 = 2;
 
 // The thread's state in static TLS, reached with the initial-exec model (one load from the
 // GOT, one fs-relative address): Rust's thread_local! in a shared library uses the
@@ -135,15 +144,20 @@ fn thread_pointer() -> usize {
 /// while a handler runs: for an agent's own work in the traced process (its thread, its start-up),
 /// which a probe on malloc or a libc function would otherwise see as the target's.
 pub fn without_probes<T>(work: impl FnOnce() -> T) -> T {
-    struct Restore(bool);
+    struct Restore(u8);
     impl Drop for Restore {
         fn drop(&mut self) {
-            if !self.0 {
+            if self.0 == FREE {
                 not_busy(thread_state());
             }
         }
     }
-    let _restore = Restore(thread_state().busy.replace(true));
+    let thread = thread_state();
+    let previous = thread.busy.get();
+    if previous == FREE {
+        thread.busy.set(WORKING);
+    }
+    let _restore = Restore(previous);
     work()
 }
 
@@ -153,10 +167,11 @@ pub(crate) unsafe extern "C" fn on_entry(regs: *mut PtRegs, site: *const Site) -
     let site = &*site;
     let thread = thread_state();
     {
-        if thread.busy.replace(true) {
+        if thread.busy.get() != FREE {
             site.skipped.fetch_add(1, Relaxed);
             return 0;
         }
+        thread.busy.set(PROBING);
         let probes = site.probes();
         let (ip, sp) = ((*regs).ip, (*regs).sp);
         for probe in &probes.entry {
@@ -184,7 +199,7 @@ pub(crate) unsafe extern "C" fn on_entry(regs: *mut PtRegs, site: *const Site) -
 /// are delivered now (`defer_while_busy`).
 #[inline(always)]
 fn not_busy(thread: &ThreadState) {
-    thread.busy.set(false);
+    thread.busy.set(FREE);
     if thread.deferred.get() != 0 {
         redeliver(thread);
     }
@@ -231,7 +246,7 @@ pub(crate) unsafe fn raw_syscall(nr: libc::c_long, args: [usize; 4]) -> isize {
 /// From a signal handler, with the kernel's `info` and `context` for `signal`.
 pub unsafe fn defer_while_busy(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut std::ffi::c_void) -> bool {
     let thread = thread_state();
-    if !thread.busy.get() || !(1..=64).contains(&signal) {
+    if thread.busy.get() != PROBING || !(1..=64).contains(&signal) {
         return false;
     }
     let bit = 1u64 << (signal - 1);
@@ -260,7 +275,10 @@ unsafe fn overrides(regs: &PtRegs, sp: u64) -> bool {
 pub(crate) unsafe extern "C" fn on_return(regs: *mut PtRegs) -> usize {
     let thread = thread_state();
     {
-        let was_busy = thread.busy.replace(true);
+        let was_busy = thread.busy.get() != FREE;
+        if !was_busy {
+            thread.busy.set(PROBING);
+        }
         let entry = pop_return(thread, (*regs).sp as usize - 8);
         let site = &*entry.site;
         (*regs).ip = entry.return_address as u64;

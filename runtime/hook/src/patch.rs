@@ -152,6 +152,9 @@ pub(crate) fn restore(site: &'static Site) -> Result<PatchMethod> {
         sync_cores()?;
         return Ok(PatchMethod::Int3);
     }
+    // A jump written while the process had one thread (the agent's constructor) registered no
+    // trap: a thread reaching the int3 below would die of SIGTRAP without it.
+    register_trap_site(site)?;
     sync_cores()?;
     unsafe {
         target.write_volatile(INT3);

@@ -173,15 +173,26 @@ fn block(set: Option<&libc::sigset_t>) -> libc::sigset_t {
 
 /// The program gets the signal mask this command was started with (std's exec empties it, and
 /// `load` blocks the signals it forwards) and, with `ignore_sigchld`, the SIG_IGN for SIGCHLD
-/// `load` undid for itself: as if it had been run directly.
-fn as_started(command: &mut Command, mask: libc::sigset_t, ignore_sigchld: bool) {
+/// `load` undid for itself: as if it had been run directly. With `stop_with_parent` (`load`'s
+/// tool), it gets SIGTERM if this command dies without forwarding a signal (killed outright): a
+/// tool left running would keep its region and its terminal, and whoever waited for its output
+/// to end would wait for good.
+fn as_started(command: &mut Command, mask: libc::sigset_t, ignore_sigchld: bool, stop_with_parent: bool) {
     // SAFETY: runs in the child between fork and exec, touching nothing of the parent's:
-    // pthread_sigmask, and signal(2) as std itself calls it there for SIGPIPE.
+    // pthread_sigmask, prctl, getppid and kill, and signal(2) as std itself calls it there for SIGPIPE.
+    let parent = unsafe { libc::getpid() };
     unsafe {
         command.pre_exec(move || {
             libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
             if ignore_sigchld {
                 libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+            }
+            if stop_with_parent {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                // The parent may have died before the prctl: then no signal would ever come.
+                if libc::getppid() != parent {
+                    libc::kill(libc::getpid(), libc::SIGTERM);
+                }
             }
             Ok(())
         })
@@ -238,7 +249,7 @@ pub(crate) fn start(args: &[OsString]) -> ExitCode {
     let region = launch.region.as_deref().expect("checked by parse");
     let mut program = Command::new(&launch.argv[0]);
     program.args(&launch.argv[1..]).env(REGION_ENV, region).env("LD_PRELOAD", preload(&[&agent]));
-    as_started(&mut program, block(None), false);
+    as_started(&mut program, block(None), false, false);
     // Only returns if the exec failed.
     let error = program.exec();
     cannot_run(&launch.argv[0], &error)
@@ -277,7 +288,7 @@ pub(crate) fn load(args: &[OsString]) -> ExitCode {
     let original = block(Some(&waited));
     // SAFETY: the default disposition, no handler.
     let sigchld = unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
-    as_started(&mut tool, original, sigchld == libc::SIG_IGN);
+    as_started(&mut tool, original, sigchld == libc::SIG_IGN, true);
     // A signal that came before the tool exists has no one to go to: it ends the command now.
     if let Some(signal) = pending(&FORWARDED) {
         error_line("uebpf: interrupted");
