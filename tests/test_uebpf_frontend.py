@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SHM, UEBPF, wait_until
+from tracecost.leftovers import stat_fields
 from tracecost.procs import Child, started
 
 OPENSNOOP = Path("/usr/sbin/opensnoop")
@@ -167,21 +168,14 @@ def test_a_tool_stops_when_uebpf_load_is_killed_outright(tmp_path):
         try:
             load.send(signal.SIGKILL)
             assert load.wait(timeout_s=30).exit_code == -signal.SIGKILL
-            assert wait_until(lambda: _gone(tool), 30), "the tool outlived uebpf load"
+            # Exited: gone, or a zombie its new parent has not reaped yet.
+            assert wait_until(lambda: stat_fields(tool)[:1] in ([], ["Z"]), 30), "the tool outlived uebpf load"
             assert wait_until(lambda: not path.exists(), 30), f"{path} was left"
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(tool, signal.SIGKILL)  # the tool this test started, if it outlived its parent
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
-
-
-def _gone(pid: int) -> bool:
-    """Exited: no such process, or a zombie its new parent has not reaped yet."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (FileNotFoundError, IndexError):
-        return True
 
 
 def test_a_tool_killed_with_sigkill_leaves_no_region(tmp_path):

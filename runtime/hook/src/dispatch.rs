@@ -214,12 +214,13 @@ fn redeliver(thread: &ThreadState) {
     unsafe { raw_syscall(libc::SYS_rt_sigprocmask, [libc::SIG_UNBLOCK as usize, &deferred as *const u64 as usize, 0, 8]) };
 }
 
-/// A system call by the `syscall` instruction: the C library's `syscall` and wrappers may be
-/// hooked (a system call tracepoint), and the engine's own calls must not count as the process's.
+/// A system call by the `syscall` instruction, with the kernel's result convention (-errno): the
+/// C library's `syscall` and wrappers may be hooked (a system call tracepoint), and the engine's
+/// own calls, or a helper's inside a probe, must not count as the process's.
 ///
 /// # Safety
-/// As the system call `nr` with these arguments.
-pub(crate) unsafe fn raw_syscall(nr: libc::c_long, args: [usize; 4]) -> isize {
+/// As the system call `nr` with these arguments (unused ones are ignored).
+pub unsafe fn raw_syscall(nr: libc::c_long, args: [usize; 4]) -> isize {
     let result: isize;
     std::arch::asm!(
         "syscall",

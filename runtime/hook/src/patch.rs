@@ -31,9 +31,8 @@
 //!     never (a uprobe stops nobody).
 //!   - A thread that is running is looked at again until it blocks, for up to
 //!     `RUNNING_PATIENCE` (2 ms: every site of an attach waits for it). One that never blocks
-//!     (a loop making no system call) gets a queued
-//!     real-time signal (SIGRTMAX, so it never merges with a pending int3 SIGTRAP) and answers
-//!     from its handler; one stopped *inside* the displaced instructions (preempted after a
+//!     (a loop making no system call) gets a queued real-time signal (SIGRTMAX, so it never
+//!     merges with a pending int3 SIGTRAP) and answers from its handler; one stopped *inside* the displaced instructions (preempted after a
 //!     1-byte `push rbp`) is moved to the same instruction in the trampoline. If it does not
 //!     answer within 2 s, byte 0 is put back and the attach fails: the function is unchanged.
 //!     Such a thread makes no system call, so the signal finds it running; only one that

@@ -229,9 +229,9 @@ pub fn region_path(name: &str) -> PathBuf {
 const HIGH_DESCRIPTORS: libc::c_int = 1024;
 
 /// `fd` moved to a number the process itself is unlikely to reach: a region (or another
-/// descriptor uebpf keeps) opened in a traced process (the agent's) would otherwise take the lowest free number, and every descriptor the
-/// process opens after it would be one higher than untraced (opensnoop's FD column, a program
-/// that expects its first open to be 3). 64 below the soft RLIMIT_NOFILE, capped at 1024; where
+/// descriptor uebpf keeps) opened in a traced process (the agent's) would otherwise take the
+/// lowest free number, and every descriptor the process opens after it would be one higher than
+/// untraced (opensnoop's FD column, a program that expects its first open to be 3). 64 below the soft RLIMIT_NOFILE, capped at 1024; where
 /// no such number is free, the descriptor stays where it was.
 pub fn out_of_the_way(fd: OwnedFd) -> OwnedFd {
     let Some(lowest) = high_descriptor() else { return fd };
@@ -261,18 +261,10 @@ fn high_descriptor() -> Option<libc::c_int> {
 /// later by the agent's thread would add to the first attachment's first event. A table never
 /// shrinks, so growing it now (a duplicate made and closed) makes that later move cheap.
 pub fn prepare_descriptor_table() {
-    let Some(lowest) = high_descriptor() else { return };
-    // SAFETY: a descriptor of our own, duplicated and both closed at once.
-    unsafe {
-        let fd = libc::open(c"/".as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
-        if fd < 0 {
-            return;
-        }
-        let high = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, lowest.max(fd + 1));
-        if high >= 0 {
-            libc::close(high);
-        }
-        libc::close(fd);
+    // SAFETY: a descriptor of our own, owned at once; moved high, then closed.
+    let fd = unsafe { libc::open(c"/".as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if fd >= 0 {
+        drop(out_of_the_way(unsafe { OwnedFd::from_raw_fd(fd) }));
     }
 }
 

@@ -88,10 +88,7 @@ fn current_cgroup_path(buf: &mut [u8; PATH_MAX]) -> Option<usize> {
     let fd = unsafe {
         raw_syscall(
             libc::SYS_openat,
-            libc::AT_FDCWD as u64,
-            c"/proc/thread-self/cgroup".as_ptr() as u64,
-            (libc::O_RDONLY | libc::O_CLOEXEC) as u64,
-            0,
+            [libc::AT_FDCWD as usize, c"/proc/thread-self/cgroup".as_ptr() as usize, (libc::O_RDONLY | libc::O_CLOEXEC) as usize, 0],
         )
     };
     if fd < 0 {
@@ -100,14 +97,14 @@ fn current_cgroup_path(buf: &mut [u8; PATH_MAX]) -> Option<usize> {
     let mut len = 0;
     while len < file.len() {
         // SAFETY: reading into the unfilled rest of the buffer.
-        let n = unsafe { raw_syscall(libc::SYS_read, fd as u64, file.as_mut_ptr().add(len) as u64, (file.len() - len) as u64, 0) };
+        let n = unsafe { raw_syscall(libc::SYS_read, [fd as usize, file.as_mut_ptr().add(len) as usize, file.len() - len, 0]) };
         if n <= 0 {
             break;
         }
         len += n as usize;
     }
     // SAFETY: the descriptor opened above.
-    unsafe { raw_syscall(libc::SYS_close, fd as u64, 0, 0, 0) };
+    unsafe { raw_syscall(libc::SYS_close, [fd as usize, 0, 0, 0]) };
     let path = file[..len].split(|&b| b == b'\n').find_map(|line| line.strip_prefix(b"0::"))?;
     let total = mount.len() + path.len();
     if total + 1 > buf.len() {

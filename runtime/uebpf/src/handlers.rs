@@ -27,7 +27,7 @@
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::nofault::{copy, real_sigaction, with_writer, Chained};
+use crate::nofault::{call_handler, copy, real_sigaction, with_writer, Chained};
 
 /// Signal numbers are 1..=64 on x86-64 Linux.
 const SIGNALS: usize = 64;
@@ -67,18 +67,16 @@ fn ours_for(action: &libc::sigaction) -> libc::sigaction {
 /// Puts the handlers the process has already set behind ours, and every later one (the agent,
 /// once: at start-up, or when an injected agent diverts the C library's `sigaction`).
 pub fn install() {
-    let sigaction = real_sigaction();
     with_writer(|| {
         for signal in (1..=SIGNALS as c_int).filter(|&signal| eligible(signal)) {
-            // SAFETY: complete sigaction structures; a signal the kernel refuses is skipped.
+            // SAFETY: the kernel's own action for the signal, set again behind ours if it is a
+            // handler; a signal the kernel refuses is skipped.
             unsafe {
-                let mut current: libc::sigaction = std::mem::zeroed();
-                if WRAPPED[signal as usize].load(Ordering::Acquire) || sigaction(signal, std::ptr::null(), &mut current) != 0 {
-                    continue;
-                }
-                if is_handler(&current) && sigaction(signal, &ours_for(&current), std::ptr::null_mut()) == 0 {
-                    ACTIONS[signal as usize].write(&current);
-                    WRAPPED[signal as usize].store(true, Ordering::Release);
+                match change(signal, None) {
+                    Ok(current) if is_handler(&current) && !WRAPPED[signal as usize].load(Ordering::Acquire) => {
+                        let _ = change(signal, Some(current));
+                    }
+                    _ => {}
                 }
             }
         }
@@ -178,8 +176,6 @@ pub unsafe fn divert(signal: c_int, act: *const libc::sigaction, old: *mut libc:
     old.is_null() || copy(old.cast(), (&previous as *const libc::sigaction).cast(), SIZE)
 }
 
-type SigInfoHandler = unsafe extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void);
-
 /// Ours, in front of the process's handler: held back while a program runs on this thread,
 /// otherwise the process's handler, as the kernel would have called it (it applied its mask and
 /// flags already: ours was installed with them).
@@ -205,8 +201,7 @@ unsafe extern "C" fn deferring(signal: c_int, info: *mut libc::siginfo_t, contex
             real_sigaction()(signal, &action, std::ptr::null_mut());
             libc::raise(signal);
         }
-        handler if action.sa_flags & libc::SA_SIGINFO != 0 => std::mem::transmute::<usize, SigInfoHandler>(handler)(signal, info, context),
-        handler => std::mem::transmute::<usize, extern "C" fn(c_int)>(handler)(signal),
+        _ => call_handler(&action, signal, info, context),
     }
 }
 

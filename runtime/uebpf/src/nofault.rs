@@ -352,7 +352,7 @@ unsafe fn pass_on(signal: c_int, info: *mut libc::siginfo_t, context: *mut c_voi
             }
         }
         libc::SIG_IGN => {}
-        handler => {
+        _ => {
             if previous.sa_flags & libc::SA_RESETHAND as c_int != 0 {
                 with_writer(|| chained.write(&std::mem::zeroed()));
             }
@@ -363,11 +363,20 @@ unsafe fn pass_on(signal: c_int, info: *mut libc::siginfo_t, context: *mut c_voi
                 libc::sigaddset(&mut mask, signal);
             }
             libc::pthread_sigmask(libc::SIG_BLOCK, &mask, std::ptr::null_mut());
-            if previous.sa_flags & libc::SA_SIGINFO != 0 {
-                std::mem::transmute::<usize, SigInfoHandler>(handler)(signal, info, context);
-            } else {
-                std::mem::transmute::<usize, extern "C" fn(c_int)>(handler)(signal);
-            }
+            call_handler(&previous, signal, info, context);
         }
+    }
+}
+
+/// Calls `action`'s handler (neither SIG_DFL nor SIG_IGN) as the kernel would: with siginfo and
+/// context if it asked for them (SA_SIGINFO), with the signal number alone otherwise.
+///
+/// # Safety
+/// From a signal handler for `signal`, with the kernel's `info` and `context`.
+pub(crate) unsafe fn call_handler(action: &libc::sigaction, signal: c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
+    if action.sa_flags & libc::SA_SIGINFO != 0 {
+        std::mem::transmute::<usize, SigInfoHandler>(action.sa_sigaction)(signal, info, context);
+    } else {
+        std::mem::transmute::<usize, extern "C" fn(c_int)>(action.sa_sigaction)(signal);
     }
 }

@@ -161,9 +161,9 @@ impl Arena {
             (self.slot(PARENT_SLOT), self.slot(LEADER_SLOT), self.slot(NSPROXY_SLOT), self.slot(MNT_NS_SLOT));
         // SAFETY: getppid, and prctl(PR_GET_NAME) into a 16-byte buffer.
         let (ppid, comm) = unsafe {
-            let ppid = raw_syscall(libc::SYS_getppid, 0, 0, 0, 0) as u32;
+            let ppid = raw_syscall(libc::SYS_getppid, [0; 4]) as u32;
             let mut comm = [0u8; COMM_LEN];
-            raw_syscall(libc::SYS_prctl, libc::PR_GET_NAME as u64, comm.as_mut_ptr() as u64, 0, 0);
+            raw_syscall(libc::SYS_prctl, [libc::PR_GET_NAME as usize, comm.as_mut_ptr() as usize, 0, 0]);
             (ppid, comm)
         };
         let mnt_inum = inode_of(c"/proc/thread-self/ns/mnt".to_bytes_with_nul()).unwrap_or(0) as u32;

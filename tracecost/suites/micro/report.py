@@ -6,6 +6,7 @@ from __future__ import annotations
 from tracecost.report import fmt, style
 from tracecost.report.figures import CI_NOTE, Series, grouped_bars
 from tracecost.report.model import Chart, Section, TableBlock
+from tracecost.suites.micro.bench import BATCH_CALLS
 
 UNTRACED, KERNEL = "untraced", "kernel"
 NOT_MEASURED = "not measured yet"
@@ -22,11 +23,10 @@ SHORT_BASIS = {
 }
 
 
-# workloads/microbench --batch (bench.py BATCH_CALLS).
 TIMING_NOTE = (
-    "Calls are timed in batches of 100 made back to back (one clock pair per batch; a run's median is that of "
-    "its batch means), except the hash deletes, timed call by call with the refill untimed between two calls "
-    "(untraced, such a call is the call plus one clock read)."
+    f"Calls are timed in batches of {BATCH_CALLS} made back to back (one clock pair per batch; a run's median "
+    "is that of its batch means), except the hash deletes, timed call by call with the refill untimed between "
+    "two calls (untraced, such a call is the call plus one clock read)."
 )
 # Probe-site operations (ops.py `site`): the victim's first instruction and what a kernel uprobe does there.
 SITE_INSTRUCTIONS = {
