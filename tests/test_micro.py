@@ -75,13 +75,15 @@ def test_every_operation_runs_on_every_runtime_with_schema_valid_results(micro_r
 def test_every_program_ran_once_per_call_of_the_victim(micro_run):
     suite = results.load(micro_run[1])["suites"]["micro"]
     for run in suite["runs"]:
-        assert run["calls"] == WARMUP + ITER
         op = OPS[run["op"]]
+        # A probe or tracepoint run in batches goes on for min_run_ms past its calls; the others make exactly them.
+        extended = op.batched and op.kind != "helper"
+        assert run["calls"] >= WARMUP + ITER if extended else run["calls"] == WARMUP + ITER, run
         if run["method"] == "untraced":
             assert run["hits"] == {} and run["loader"] is None
             continue
         attached = [*op.programs, *([op.refill] if op.refill else [])]
-        assert run["hits"] == {program: WARMUP + ITER for program in attached}, run
+        assert run["hits"] == {program: run["calls"] for program in attached}, run
 
 
 def test_every_helper_call_is_counted_and_succeeded_or_is_marked_unsupported(micro_run):
@@ -156,11 +158,11 @@ def test_uebpf_writes_user_memory_and_runs_the_syscall_tracepoints(micro_run):
     on_uebpf = {r["op"]: r for r in suite["runs"] if r["op"] in syscall_ops and r["method"] == "uebpf"}
     assert set(on_uebpf) == syscall_ops
     for op, run in on_uebpf.items():
-        assert run["hits"] == {OPS[op].programs[0]: WARMUP + ITER}, run
+        assert run["calls"] >= WARMUP + ITER and run["hits"] == {OPS[op].programs[0]: run["calls"]}, run
     # Only the victim runs the agent: syscall_all sees its benchmark's syscall() calls and the
     # system calls its other C library calls make (its output, its start-up files), as the kernel
     # sees them; the agent's own (futex wakes) are made with probes off and not seen.
-    assert on_uebpf["syscall_all"]["syscalls_seen"] > WARMUP + ITER
+    assert on_uebpf["syscall_all"]["syscalls_seen"] > on_uebpf["syscall_all"]["calls"]
 
 
 def test_uebpf_has_a_speedup_for_every_operation_both_runtimes_ran(micro_run):
@@ -341,8 +343,9 @@ def test_probe_sites_count_every_call_on_every_runtime(sites_run):
     ran = {(r["op"], r["method"]) for r in suite["runs"]}
     assert ran == {(op, runtime) for op in SITE_OPS for runtime in RUNTIMES}
     for run in suite["runs"]:
-        assert run["calls"] == calls
-        assert run["hits"] == ({} if run["method"] == "untraced" else {OPS[run["op"]].programs[0]: calls}), run
+        assert run["calls"] >= calls  # and more: a probe run goes on for min_run_ms
+        expected = {} if run["method"] == "untraced" else {OPS[run["op"]].programs[0]: run["calls"]}
+        assert run["hits"] == expected, run
 
 
 def test_every_probe_site_is_available_on_uebpf(sites_run):
@@ -451,7 +454,10 @@ def test_a_probe_that_never_fires_fails_its_runs_with_the_reason(tmp_path):
     assert result.returncode == 1, result.stderr
     suite = results.load(out)["suites"]["micro"]
     assert len(suite["failures"]) == 2  # warm-up and measured kernel runs
-    assert all("empty_uprobe ran 0 times, but the victim made 100 calls" in f["error"] for f in suite["failures"])
+    # 50 warm-up and 50 timed calls at least: a probe run goes on for min_run_ms.
+    pattern = r"empty_uprobe ran 0 times, but the victim made ([\d,]+) calls"
+    made = [re.search(pattern, failure["error"]) for failure in suite["failures"]]
+    assert all(found and int(found[1].replace(",", "")) >= 100 for found in made), suite["failures"]
     assert all(r["status"] == "ok" for r in suite["runs"] if r["method"] == "untraced")
     assert "ran 0 times" in result.stderr
 
@@ -477,8 +483,8 @@ def test_ctrl_c_mid_run_detaches_everything(tmp_path):
 
 
 def synthetic_runs(runtime_ns: dict[str, dict[str, list[float]]], mean_excess: float = 0.0) -> list[dict]:
-    """Measured runs as the runner keeps them: {runtime: {op: [median ns per call, one per run]}}; each run's
-    mean is its median plus `mean_excess` (what preemptions add)."""
+    """Measured runs as the runner keeps them: {runtime: {op: [fast ns per call, one per run]}}; each run's
+    median and mean are its fast figure plus `mean_excess` (what the host's slow stretches, preemptions add)."""
     runs = []
     for runtime, by_op in runtime_ns.items():
         for op, values in by_op.items():
@@ -487,8 +493,10 @@ def synthetic_runs(runtime_ns: dict[str, dict[str, list[float]]], mean_excess: f
                     {
                         "op": op,
                         "method": runtime,
-                        "median_ns_per_call": value,
+                        "fast_ns_per_call": value,
+                        "median_ns_per_call": value + mean_excess,
                         "ns_per_call": value + mean_excess,
+                        "calls": 100,
                         "unsupported": None,
                         "helper_results": {},
                     }
@@ -496,13 +504,15 @@ def synthetic_runs(runtime_ns: dict[str, dict[str, list[float]]], mean_excess: f
     return runs
 
 
-def test_costs_compare_medians_so_a_preempted_run_does_not_move_them():
+def test_costs_compare_fast_figures_so_neither_a_preemption_nor_a_slow_stretch_moves_them():
     config = MicroConfig(ops=["uprobe"], runtimes=["untraced", "kernel"], iter=10)
     runs = synthetic_runs({"untraced": {"uprobe": [30, 31, 29]}, "kernel": {"uprobe": [3030, 3031, 3029]}})
-    runs[0]["ns_per_call"] = 1030  # one untraced run lost 10 ms in 10k calls: its mean, not its median
+    runs[0]["ns_per_call"] = 1030  # one untraced run lost 10 ms in 10k calls: its mean, not its fast figure
+    runs[4]["median_ns_per_call"] = 5000  # the host slowed most of one kernel run: its median, not its fast figure
     cell = {(a["op"], a["runtime"]): a for a in MicroSuite().aggregate(runs, config)}
     assert cell[("uprobe", "kernel")]["per_op_ns"]["value"] == pytest.approx(3000)
     assert cell[("uprobe", "untraced")]["ns_per_call"]["mean"] == pytest.approx(1090 / 3)
+    assert cell[("uprobe", "kernel")]["median_ns_per_call"]["max"] == 5000
 
 
 def victim_line(iter_: int, buckets: list) -> str:
@@ -530,18 +540,19 @@ def victim_line(iter_: int, buckets: list) -> str:
 def test_the_victims_median_comes_from_its_histogram_of_every_timed_call():
     result = parse_victim_output(victim_line(5, [[20, 1, 2], [21, 1, 2], [10_000_000, 1, 1]]))
     assert result.median_ns == 21 and result.ns_per_call == pytest.approx((40 + 42 + 10_000_000) / 5)
+    assert result.fast_ns == 20  # the 10th percentile
     with pytest.raises(TracecostError, match="timed 4 calls, not its 5 iterations"):
         parse_victim_output(victim_line(5, [[20, 1, 4]]))
 
 
-def test_a_batched_victims_median_is_that_of_its_batch_means():
+def test_a_batched_victims_median_and_fast_figure_are_those_of_its_batch_means():
     line = json.loads(victim_line(5, [[20, 1, 5]]))
     del line["call_ns"]
-    # 250 calls in batches of 100: the last batch has 50, and its mean counts as one sample.
-    line.update(iter=250, batch_calls=100, batch_ns=[2000, 9000, 1500], total_ns=12500, ns_per_call=50.0)
+    line.update(iter=250, batch_calls=100, batches=3, batch_mean_ns={"p10": 20.0, "p50": 30.0})
+    line.update(total_ns=12500, ns_per_call=50.0)
     result = parse_victim_output(json.dumps(line))
-    assert (result.timing, result.median_ns, result.ns_per_call) == ("batch", 30.0, 50.0)
-    line["batch_ns"] = [2000, 9000]
+    assert (result.timing, result.median_ns, result.fast_ns, result.ns_per_call) == ("batch", 30.0, 20.0, 50.0)
+    line["batches"] = 2
     with pytest.raises(TracecostError, match="timed 2 batches, not the 3 of its 250 calls"):
         parse_victim_output(json.dumps(line))
 
@@ -550,11 +561,24 @@ def test_the_victim_times_batches_of_back_to_back_calls_and_every_call_counts():
     argv = [MICROBENCH, "--call", "__bench_uprobe", "--iter", "1050", "--warmup", "10", "--batch", "100"]
     out = subprocess.run([str(a) for a in argv], capture_output=True, text=True, check=True).stdout
     fields = json.loads(out)
-    assert (fields["batch_calls"], len(fields["batch_ns"]), "call_ns" in fields) == (100, 11, False)
-    assert fields["total_ns"] == sum(fields["batch_ns"]) and fields["checksum"] == 1060
+    assert (fields["batch_calls"], fields["batches"], "call_ns" in fields) == (100, 11, False)
     # Each body returns its id (1) plus a byte of the zeroed buffer: the checksum counts every call made.
+    assert fields["checksum"] == 1060
     result = parse_victim_output(out)
-    assert result.timing == "batch" and 0 < result.median_ns < fields["total_ns"] / 100
+    # 11 batch means: the 10th percentile is the 2nd smallest, the median the 6th; each below the sum of all.
+    assert result.timing == "batch" and 0 < result.fast_ns <= result.median_ns < fields["total_ns"] / 100
+
+
+def test_a_victim_given_a_minimum_time_goes_on_in_whole_batches_and_counts_every_call():
+    argv = [MICROBENCH, "--call", "__bench_uprobe", "--iter", "1050", "--warmup", "10", "--batch", "100"]
+    out = subprocess.run([str(a) for a in [*argv, "--min-ms", "5"]], capture_output=True, text=True, check=True)
+    fields = json.loads(out.stdout)
+    # Past the 1,050 asked for, whole batches only: every batch has 100 calls, and 5 ms of them were timed.
+    assert fields["iter"] > 1050 and fields["iter"] == 100 * fields["batches"]
+    assert fields["total_ns"] >= 5_000_000 and fields["checksum"] == fields["iter"] + 10
+    assert parse_victim_output(out.stdout).iter == fields["iter"]
+    bad = subprocess.run([str(MICROBENCH), "--min-ms", "5"], capture_output=True, text=True)
+    assert (bad.returncode, bad.stderr.strip()) == (2, "microbench: --min-ms needs --batch N (N > 1)")
 
 
 def test_a_zero_cost_has_no_speedup_and_the_table_says_so():

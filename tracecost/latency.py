@@ -30,6 +30,12 @@ def summarize_histogram(histogram: dict) -> dict:
     return {**summary, "max": histogram["max_ns"], "mean": histogram["sum_ns"] / count}
 
 
+def histogram_percentile(histogram: dict, percent: float) -> int:
+    """One percentile in ns (as summarize_histogram's), capped at the exact maximum."""
+    summarize_histogram(histogram)  # checks it
+    return min(_percentile(sorted(histogram["buckets"]), histogram["count"], percent), histogram["max_ns"])
+
+
 def _percentile(buckets: list, count: int, percent: float) -> int:
     rank = max(1, math.ceil(percent / 100 * count))  # nearest-rank definition
     seen = 0

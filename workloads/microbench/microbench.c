@@ -1,6 +1,6 @@
 /* microbench: the victim of the probe micro-benchmarks (tracecost micro).
  *
- *   microbench [--call NAME]... [--iter N] [--warmup N] [--batch N] [--wait-go] [--list]
+ *   microbench [--call NAME]... [--iter N] [--warmup N] [--batch N [--min-ms M]] [--wait-go] [--list]
  *
  * Each __bench_* function below (and in probe_sites.S, the assembly probe
  * sites) is a probe site: a tracer attaches to it by name, and the same
@@ -25,10 +25,18 @@
  * --batch N (N > 1) times the calls in batches instead: one clock pair around N
  * calls made back to back (no refill), so the clock's ~20-30 ns per read is
  * spread over N calls and a cost of a few nanoseconds is not lost in the
- * clock's own noise. "call_ns" is then absent and "batch_ns" lists each
- * batch's total ns; every batch has N calls but the last, which has the rest
- * of --iter. A sample is a batch's mean, as criterion and the kernel's bench
- * take one.
+ * clock's own noise. "call_ns" is then absent; "batches" is the number of
+ * batches (every one has N calls but the last, which has the rest of --iter),
+ * and "batch_mean_ns" the 10th percentile ("p10", nearest rank) and median
+ * ("p50") of the batch means: a sample is a batch's mean, as criterion and the
+ * kernel's bench take one. (Summarised here, not listed: a run of --min-ms
+ * has a million batches, more than the harness's pipe holds.)
+ *
+ * --min-ms M (with --batch) goes on past --iter, whole batches at a time,
+ * until the timed batches add up to at least M ms; "iter" is then the number
+ * of calls timed. This VM's vCPUs run a few-ns operation at up to twice its
+ * cost for milliseconds at a time (the host's load, outside the guest), so a
+ * run must last long enough to see the fast state as well (docs/methodology.md).
  *
  * --wait-go: print READY once set up, then wait for SIGUSR1 before the first
  * call (the harness attaches its tracer to this PID in between).
@@ -188,37 +196,90 @@ static uint64_t time_each_call(const struct bench *bench, char *buf, uint64_t it
 	return checksum;
 }
 
-/* The timed calls in batches of `batch` (see the top of this file); batch_ns[k] = batch k's ns. */
-static uint64_t time_batches(const struct bench *bench, char *buf, uint64_t iter, uint64_t warmup, uint64_t batch,
-			     uint64_t *batch_ns)
+/* Each timed batch's ns, grown as --min-ms asks for more batches than --iter makes. */
+struct batches {
+	uint64_t *ns;
+	uint64_t count, capacity;
+};
+
+static void record_batch(struct batches *batches, uint64_t ns)
 {
-	uint64_t checksum = 0, i = 0;
+	if (batches->count == batches->capacity) {
+		uint64_t capacity = batches->capacity ? 2 * batches->capacity : 1024;
+		uint64_t *grown = realloc(batches->ns, capacity * sizeof(*grown));
+
+		if (!grown)
+			die(1, "out of memory for %" PRIu64 " batches", capacity);
+		batches->ns = grown;
+		batches->capacity = capacity;
+	}
+	batches->ns[batches->count++] = ns;
+}
+
+/* The timed calls in batches of `batch` (see the top of this file), at least `iter` of them and
+ * at least `min_ns` of timed batches; *timed = the calls timed. */
+static uint64_t time_batches(const struct bench *bench, char *buf, uint64_t iter, uint64_t warmup, uint64_t batch,
+			     uint64_t min_ns, struct batches *batches, uint64_t *timed)
+{
+	uint64_t checksum = 0, i = 0, total_ns = 0;
 
 	for (; i < warmup; i++)
 		checksum += bench->fn(buf, i);
-	for (uint64_t k = 0; i < warmup + iter; k++) {
-		uint64_t end = i + batch < warmup + iter ? i + batch : warmup + iter;
-		uint64_t start = now_ns();
+	while (i < warmup + iter || total_ns < min_ns) {
+		uint64_t end = i + batch < warmup + iter || total_ns < min_ns ? i + batch : warmup + iter;
+		uint64_t start = now_ns(), ns;
 
 		for (; i < end; i++)
 			checksum += bench->fn(buf, i);
-		batch_ns[k] = now_ns() - start;
+		ns = now_ns() - start;
+		record_batch(batches, ns);
+		total_ns += ns;
 	}
+	*timed = i - warmup;
 	return checksum;
 }
 
-static void run(const struct bench *bench, uint64_t iter, uint64_t warmup, uint64_t batch, uint64_t *batch_ns)
+static int compare_doubles(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* The batch means' 10th percentile (nearest rank) and median (of an even count: the mean of the
+ * middle two), printed as "batch_mean_ns". */
+static void print_batch_means(const struct batches *batches, uint64_t iter, uint64_t batch)
+{
+	uint64_t n = batches->count, rank10 = (n + 9) / 10;
+	double *means = malloc(n * sizeof(*means));
+
+	if (!means)
+		die(1, "out of memory for %" PRIu64 " batch means", n);
+
+	for (uint64_t k = 0; k < n; k++) {
+		uint64_t calls = k + 1 < n || iter % batch == 0 ? batch : iter % batch;
+
+		means[k] = (double)batches->ns[k] / (double)calls;
+	}
+	qsort(means, n, sizeof(*means), compare_doubles);
+	printf(",\"batch_calls\":%" PRIu64 ",\"batches\":%" PRIu64 ",\"batch_mean_ns\":{\"p10\":%.4f,\"p50\":%.4f}",
+	       batch, n, means[(rank10 ? rank10 : 1) - 1], n % 2 ? means[n / 2] : (means[n / 2 - 1] + means[n / 2]) / 2);
+	free(means);
+}
+
+static void run(const struct bench *bench, uint64_t iter, uint64_t warmup, uint64_t batch, uint64_t min_ns)
 {
 	static struct latency_histogram call_ns; /* 15 KiB: not on the stack */
-	uint64_t batches = (iter + batch - 1) / batch, total_ns = 0, checksum;
+	struct batches batches = { 0 };
+	uint64_t total_ns = 0, checksum;
 	char buf[BUFFER_BYTES];
 
 	memset(buf, 0, sizeof(buf));
 	memset(&call_ns, 0, sizeof(call_ns));
 	if (batch > 1) {
-		checksum = time_batches(bench, buf, iter, warmup, batch, batch_ns);
-		for (uint64_t k = 0; k < batches; k++)
-			total_ns += batch_ns[k];
+		checksum = time_batches(bench, buf, iter, warmup, batch, min_ns, &batches, &iter);
+		for (uint64_t k = 0; k < batches.count; k++)
+			total_ns += batches.ns[k];
 	} else {
 		checksum = time_each_call(bench, buf, iter, warmup, &call_ns);
 		total_ns = call_ns.sum_ns;
@@ -227,10 +288,8 @@ static void run(const struct bench *bench, uint64_t iter, uint64_t warmup, uint6
 	       ",\"ns_per_call\":%.3f,\"checksum\":%" PRIu64,
 	       bench->name, iter, warmup, total_ns, (double)total_ns / (double)iter, checksum);
 	if (batch > 1) {
-		printf(",\"batch_calls\":%" PRIu64 ",\"batch_ns\":[", batch);
-		for (uint64_t k = 0; k < batches; k++)
-			printf("%s%" PRIu64, k ? "," : "", batch_ns[k]);
-		printf("]");
+		print_batch_means(&batches, iter, batch);
+		free(batches.ns);
 	} else {
 		printf(",\"call_ns\":");
 		histogram_print_json(&call_ns, stdout);
@@ -244,7 +303,8 @@ static void run(const struct bench *bench, uint64_t iter, uint64_t warmup, uint6
 
 static void usage(const char *prog)
 {
-	fprintf(stderr, "usage: %s [--call NAME]... [--iter N] [--warmup N] [--batch N] [--wait-go] [--list]\n", prog);
+	fprintf(stderr, "usage: %s [--call NAME]... [--iter N] [--warmup N] [--batch N [--min-ms M]] [--wait-go] [--list]\n",
+		prog);
 	exit(2);
 }
 
@@ -255,13 +315,14 @@ int main(int argc, char **argv)
 		{ "iter", required_argument, NULL, 'i' },
 		{ "warmup", required_argument, NULL, 'w' },
 		{ "batch", required_argument, NULL, 'b' },
+		{ "min-ms", required_argument, NULL, 'm' },
 		{ "wait-go", no_argument, NULL, 'g' },
 		{ "list", no_argument, NULL, 'l' },
 		{ 0 },
 	};
 	const struct bench *chosen[NBENCHES * 4];
 	size_t nchosen = 0;
-	uint64_t iter = 100000, warmup = 1000, batch = 1, *batch_ns = NULL;
+	uint64_t iter = 100000, warmup = 1000, batch = 1, min_ms = 0;
 	int opt, wait_go = 0;
 
 	while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -274,6 +335,7 @@ int main(int argc, char **argv)
 		case 'i': iter = parse_count("--iter", optarg, 1); break;
 		case 'w': warmup = parse_count("--warmup", optarg, 0); break;
 		case 'b': batch = parse_count("--batch", optarg, 1); break;
+		case 'm': min_ms = parse_count("--min-ms", optarg, 0); break;
 		case 'g': wait_go = 1; break;
 		case 'l':
 			for (size_t i = 0; i < NBENCHES; i++)
@@ -288,8 +350,10 @@ int main(int argc, char **argv)
 		for (size_t i = 0; i < NBENCHES; i++)
 			chosen[nchosen++] = &BENCHES[i];
 
-	if (batch > 1 && !(batch_ns = calloc((iter + batch - 1) / batch, sizeof(*batch_ns))))
-		die(1, "out of memory for %" PRIu64 " batches", (iter + batch - 1) / batch);
+	if (min_ms && batch < 2)
+		die(2, "--min-ms needs --batch N (N > 1)");
+	if (min_ms > 3600 * 1000)
+		die(2, "--min-ms %" PRIu64 " is more than an hour", min_ms);
 	if (wait_go) {
 		sigset_t go;
 		int sig;
@@ -304,7 +368,6 @@ int main(int argc, char **argv)
 			die(1, "cannot wait for SIGUSR1");
 	}
 	for (size_t i = 0; i < nchosen; i++)
-		run(chosen[i], iter, warmup, batch, batch_ns);
-	free(batch_ns);
+		run(chosen[i], iter, warmup, batch, min_ms * 1000000);
 	return 0;
 }

@@ -9,6 +9,7 @@ section; schema.json is this suite's part of the results schema.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from tracecost.options import CommaList, Known
 from tracecost.report import fmt
 from tracecost.suites.base import Group, Metric, Option, Suite
 from tracecost.suites.micro import report
-from tracecost.suites.micro.bench import BATCH_CALLS, run_op
+from tracecost.suites.micro.bench import BATCH_CALLS, FAST_PERCENTILE, run_op
 from tracecost.suites.micro.ops import EMPTY_PROBE_OP, HELPER, MAX_OPS_PER_HIT, OPS, op_by_name, with_baselines
 from tracecost.suites.micro.runtimes import RUNTIMES, Runtime
 
@@ -36,14 +37,19 @@ WARMUP_CALLS = 1000  # untimed calls before the timed ones (at most --iterations
 # verifying the programs) dominates at this size, so fewer calls cost little precision per operation.
 RUN_ITER = 10_000
 RUN_REPETITIONS = 5
+# A probe or tracepoint run goes on until its timed batches took this long (bench.FAST_PERCENTILE
+# says why); helper operations divide the noise by ops per hit and need no more than their calls.
+DEFAULT_MIN_RUN_MS = 200
+RUN_MIN_RUN_MS = 100
 
-# Costs compare medians: each run's median call time, so that a preemption inside a run (10 ms
-# moves a 100k-call mean by 100 ns) does not become a probe's cost; the means are kept beside them.
+# Costs compare each run's fast figure (bench.FAST_PERCENTILE of its batch means), so that neither a
+# preemption inside a run (10 ms moves a 100k-call mean by 100 ns) nor the host's slow stretches
+# become a probe's cost; medians and means are kept beside them.
 PER_OP_BASIS = {
     # Includes the program's loop and the tally of each return code (a compare and an increment).
-    HELPER: "(median ns/call - empty uprobe median ns/call) / ops per hit",
-    "probe": "median ns/call - untraced median ns/call",
-    "syscall": "median ns/call - untraced median ns/call",
+    HELPER: "(fast ns/call - empty uprobe fast ns/call) / ops per hit",
+    "probe": "fast ns/call - untraced fast ns/call",
+    "syscall": "fast ns/call - untraced fast ns/call",
 }
 
 
@@ -56,6 +62,7 @@ class MicroConfig:
     runs: int = 5
     seed: int = 0
     size: str = "as asked for"
+    min_run_ms: int = DEFAULT_MIN_RUN_MS
 
     @property
     def warmup(self) -> int:
@@ -73,8 +80,9 @@ class MicroSuite(Suite):
     default_runs = 5
     baseline = UNTRACED
     cell_key = ("op", "method")  # the method: the runtime
-    # The median, which the costs use too (PER_OP_BASIS): a preemption inside a run moves the mean.
-    comparable = (Metric("median ns/call", ("median_ns_per_call",), 1, "lower"),)
+    # The fast figure, which the costs use too (PER_OP_BASIS): a preemption inside a run moves the mean,
+    # the host's slow stretches the median.
+    comparable = (Metric("fast ns/call", ("fast_ns_per_call",), 1, "lower"),)
     settings = ("iter", "ops_per_hit")
     options = (
         Option(
@@ -158,10 +166,12 @@ class MicroSuite(Suite):
         return method.unavailable(op_by_name(group.key["op"]))
 
     def measure(self, group: Group, method: Runtime, workdir: Path, config: MicroConfig) -> dict:
-        return run_op(op_by_name(group.key["op"]), method, workdir, config.iter, config.warmup, config.ops_per_hit)
+        op = op_by_name(group.key["op"])
+        min_run_ms = 0 if op.kind == HELPER else config.min_run_ms
+        return run_op(op, method, workdir, config.iter, config.warmup, config.ops_per_hit, min_run_ms)
 
     def aggregate(self, runs: list[dict], config: MicroConfig) -> list[dict]:
-        def ns(op: str, runtime: str, metric: str = "median_ns_per_call") -> list[float]:
+        def ns(op: str, runtime: str, metric: str = "fast_ns_per_call") -> list[float]:
             return [r[metric] for r in runs if r["op"] == op and r["method"] == runtime]
 
         aggregates = []
@@ -175,8 +185,10 @@ class MicroSuite(Suite):
                     "label": op.label,
                     "n": len(mine),
                     "ns_per_call": stats.summarize(ns(op.name, runtime, "ns_per_call")),
-                    "median_ns_per_call": stats.summarize(ns(op.name, runtime)),
-                    "calls_per_run": config.warmup + config.iter,
+                    "median_ns_per_call": stats.summarize(ns(op.name, runtime, "median_ns_per_call")),
+                    "fast_ns_per_call": stats.summarize(ns(op.name, runtime)),
+                    # At least warm-up + iter; a probe run goes on for min_run_ms.
+                    "calls_per_run": round(statistics.mean(r["calls"] for r in mine or [{"calls": 0}])),
                     "unsupported": next((r["unsupported"] for r in mine if r["unsupported"]), None),
                     "helper_results": _summed_results(mine),
                     "added_ns_per_call": None,
@@ -201,7 +213,7 @@ class MicroSuite(Suite):
 
     def summary(self, aggregates: list[dict]) -> Table:
         table = Table(title="micro: time per call and cost per operation (ns, ±95% CI)")
-        for column in ("operation", "runtime", "n", "median ns/call", "per operation", "helper results"):
+        for column in ("operation", "runtime", "n", "fast ns/call", "per operation", "helper results"):
             table.add_column(
                 column, justify="left" if column in ("operation", "runtime", "helper results") else "right"
             )
@@ -210,7 +222,7 @@ class MicroSuite(Suite):
                 agg["op"],
                 agg["runtime"],
                 str(agg["n"]),
-                fmt.with_ci(agg["median_ns_per_call"], key="mean"),
+                fmt.with_ci(agg["fast_ns_per_call"], key="mean"),
                 per_op_text(agg),
                 results_text(agg),
             )
@@ -221,8 +233,10 @@ class MicroSuite(Suite):
             iter=RUN_ITER,
             runs=RUN_REPETITIONS,
             seed=seed,
+            min_run_ms=RUN_MIN_RUN_MS,
             size=f"tracecost run's size (~2 minutes on 2 cores): {RUN_ITER:,} timed calls per run "
-            f"instead of the micro command's {DEFAULT_ITER:,}, {RUN_REPETITIONS} runs",
+            f"instead of the micro command's {DEFAULT_ITER:,}, a probe run at least {RUN_MIN_RUN_MS} ms "
+            f"instead of {DEFAULT_MIN_RUN_MS}, {RUN_REPETITIONS} runs",
         )
 
     def config_record(self, config: MicroConfig) -> dict:
@@ -244,6 +258,7 @@ class MicroSuite(Suite):
             ],
             "runtimes": config.runtimes,
             "iter": config.iter,
+            "min_run_ms": config.min_run_ms,
             "warmup": config.warmup,
             "ops_per_hit": config.ops_per_hit,
             "runs": config.runs,
@@ -251,11 +266,13 @@ class MicroSuite(Suite):
             "size": config.size,
             "kernel_lockdown": system.kernel_lockdown(),
             "timing": f"operations without a refill: calls timed in batches of {BATCH_CALLS} made back to back "
-            "(one CLOCK_MONOTONIC pair per batch); a run's median is the median of its batch means. "
-            "Operations with a refill (hash deletes): each call timed on its own, the refill untimed between "
-            "two calls; untraced ns/call is the call plus one clock read; a run's median is that of its "
-            "timed calls, from a log-linear histogram (at most 3.1% above the true median). Either way a "
-            "run's mean is the exact total over its timed calls",
+            "(one CLOCK_MONOTONIC pair per batch), a probe or tracepoint run going on until its batches took "
+            f"min_run_ms; a run's fast figure is the {FAST_PERCENTILE}th percentile of its batch means, its "
+            "median their median. Operations with a refill (hash deletes): each call timed on its own, the "
+            "refill untimed between two calls; untraced ns/call is the call plus one clock read; the run's "
+            "percentiles are those of its timed calls, from a log-linear histogram (at most 3.1% above the "
+            "true value). Either way a run's mean is the exact total over its timed calls. Costs compare fast "
+            "figures: the host slows this machine's vCPUs for milliseconds at a time, which moves a median",
             "maps": "array, hash (preallocated), per-CPU array, per-CPU hash: u32 key, u64 value, "
             f"{config.ops_per_hit} keys touched per hit (keys 0..ops_per_hit-1)",
             "hash_delete": "refill between hits: after every timed call the victim calls __bench_refill "

@@ -6,7 +6,7 @@ from __future__ import annotations
 from tracecost.report import fmt, style
 from tracecost.report.figures import CI_NOTE, Series, grouped_bars
 from tracecost.report.model import Chart, Section, TableBlock
-from tracecost.suites.micro.bench import BATCH_CALLS
+from tracecost.suites.micro.bench import BATCH_CALLS, FAST_PERCENTILE
 
 UNTRACED, KERNEL = "untraced", "kernel"
 NOT_MEASURED = "not measured yet"
@@ -17,16 +17,19 @@ SYSCALL_SCOPES = {
     "syscall_all": "when it counts every process's system calls",
 }
 SHORT_BASIS = {
-    "probe": "traced − untraced median",
-    "syscall": "traced − untraced median",
-    "helper": "(call − empty uprobe median) ÷ ops per hit",
+    "probe": "traced − untraced (fast figures)",
+    "syscall": "traced − untraced (fast figures)",
+    "helper": "(call − empty uprobe) ÷ ops per hit (fast figures)",
 }
 
 
 TIMING_NOTE = (
-    f"Calls are timed in batches of {BATCH_CALLS} made back to back (one clock pair per batch; a run's median "
-    "is that of its batch means), except the hash deletes, timed call by call with the refill untimed between "
-    "two calls (untraced, such a call is the call plus one clock read)."
+    f"Calls are timed in batches of {BATCH_CALLS} made back to back (one clock pair per batch), except the "
+    "hash deletes, timed call by call with the refill untimed between two calls (untraced, such a call is the "
+    f"call plus one clock read). A run's fast figure is the {FAST_PERCENTILE}th percentile of its batch means "
+    "(of its calls, for the deletes): the host slows this machine's vCPUs for milliseconds at a time, by up "
+    "to half a probe's cost, which moves a run's median but not its fast figure; a probe or tracepoint run "
+    "lasts long enough to see both (min_run_ms in the config)."
 )
 # Probe-site operations (ops.py `site`): the victim's first instruction and what a kernel uprobe does there.
 SITE_INSTRUCTIONS = {
@@ -267,7 +270,7 @@ def _summary_row(op: str, table: dict, kind: dict, labels: dict, compared: list[
     for runtime in compared:
         other = _cell(table, op, runtime)
         speedup = other.get("speedup_vs_kernel") or {}
-        # No ratio when the runtime's cost is exactly zero (whole-nanosecond medians).
+        # No ratio when the runtime's cost is exactly zero (whole-nanosecond figures).
         shown = f"{fmt.with_ci(speedup, digits=2)}×" if speedup.get("value") is not None else "–"
         row += [per_op_cell(other, unavailable), shown if other else NOT_MEASURED]
     return row
@@ -296,8 +299,9 @@ def render(suite: dict, environment: dict) -> Section:
                     _series(table, probe_ops, traced, "per_op_ns", "value"),
                     "ns added per call (log)",
                 ),
-                f"The runtime's median ns per call minus the untraced median ns per call of the same victim function "
-                f"(medians of each run's calls: a preemption moves a mean, not a median). {CI_NOTE} (Welch t)",
+                f"The runtime's fast ns per call minus the untraced fast ns per call of the same victim function "
+                f"(each run's {FAST_PERCENTILE}th percentile: neither a preemption nor the host's slow stretches "
+                f"move it). {CI_NOTE} (Welch t)",
             )
         )
     if helper_ops:
@@ -310,7 +314,7 @@ def render(suite: dict, environment: dict) -> Section:
                     _series(table, helper_ops, traced, "per_op_ns", "value"),
                     "ns per helper call (log)",
                 ),
-                "(median ns per call - the same runtime's empty-uprobe median) / "
+                "(fast ns per call - the same runtime's empty-uprobe fast ns per call) / "
                 f"{config['ops_per_hit']} helper calls per "
                 f"hit; it includes the program's loop and the tally of each return code. Operations a runtime refuses "
                 f"(array deletes: EINVAL) are not drawn. {CI_NOTE} (Welch t) Values at or below 0 cannot be drawn on a "
@@ -323,10 +327,11 @@ def render(suite: dict, environment: dict) -> Section:
             _bars(
                 "Victim time per call (ns)",
                 ops,
-                _series(table, ops, runtimes, "median_ns_per_call", "mean"),
-                "median ns per call (log)",
+                _series(table, ops, runtimes, "fast_ns_per_call", "mean"),
+                "fast ns per call (log)",
             ),
-            f"As the victim measured it: mean over runs of each run's median of {config['iter']:,} timed calls. "
+            f"As the victim measured it: mean over runs of each run's fast figure, over at least "
+            f"{config['iter']:,} timed calls. "
             f"{TIMING_NOTE} {CI_NOTE}",
         )
     )
@@ -346,7 +351,7 @@ def render(suite: dict, environment: dict) -> Section:
         "Operation",
         "Runtime",
         "n",
-        "Median call (ns)",
+        "Fast call (ns)",
         "Min",
         "Max",
         "SD",
@@ -363,7 +368,7 @@ def render(suite: dict, environment: dict) -> Section:
             agg = _cell(table, op, runtime)
             if not agg:
                 continue
-            ns = agg["median_ns_per_call"]
+            ns = agg["fast_ns_per_call"]
             detail_rows.append(
                 [
                     labels[op],
@@ -388,8 +393,8 @@ def render(suite: dict, environment: dict) -> Section:
     note = (
         f"{config['runs']} measured runs per cell after a discarded warm-up run, runtimes in a seeded random order "
         f"(seed {config['seed']}); each run: {config['warmup']:,} warm-up calls, then {config['iter']:,} timed "
-        f"calls. {TIMING_NOTE} Median call: the mean over runs of each run's median call (min, max, SD over runs); "
-        "mean "
+        f"calls (a probe or tracepoint run: at least {config.get('min_run_ms', 0)} ms of them). {TIMING_NOTE} "
+        "Fast call: the mean over runs of each run's fast figure (min, max, SD over runs); mean "
         f"call: of each run's mean. SD: sample standard deviation over runs; ±: 95% CI of the mean "
         "(t-distribution); per-operation CIs by Welch's t, speedups by the delta method. "
         "Every traced run's programs ran exactly once per call "
