@@ -273,3 +273,13 @@ pub(crate) struct Dispatch {
     pub on_entry: usize,
     pub on_return: usize,
 }
+
+/// Assembles and decodes a few instructions, as a site's stub and its analysis do: iced-x86
+/// builds its tables on first use (see `prepare_live_patching`). Nothing is kept.
+pub(crate) fn warm_up() {
+    let Ok(mut a) = CodeAssembler::new(64) else { return };
+    let assembled = a.push(rbp).and_then(|_| a.mov(rax, qword_ptr(rsp + 8))).and_then(|_| a.ret()).and_then(|_| a.assemble(0x1000));
+    if let Ok(code) = assembled {
+        let _ = iced_x86::Decoder::with_ip(64, &code, 0x1000, iced_x86::DecoderOptions::NONE).into_iter().count();
+    }
+}
