@@ -1,6 +1,6 @@
 """tracecost: what does tracing cost on this machine?"""
 
-__version__ = "0.1.0"
+from tracecost.version import VERSION as __version__  # noqa: F401 (the package's version, as usual)
 
 
 def main() -> None:

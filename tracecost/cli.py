@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from tracecost import __version__, tracers
+from tracecost import tracers
 from tracecost.errors import TracecostError
 from tracecost.execute import OUT_FILES, default_out_dir, execute
 from tracecost.export import FORMATS as EXPORT_FORMATS
@@ -25,6 +25,7 @@ from tracecost.options import SEED, CommaList, FiniteFloatRange, Known, NonEmpty
 from tracecost.procs import install_termination_handler
 from tracecost.suites import SUITES
 from tracecost.suites.base import Suite, UsageProblem
+from tracecost.version import VERSION
 from tracecost.workspace import workspace
 
 # Piped output gets a wide fixed width: summary tables stay one row per line in logs.
@@ -118,7 +119,7 @@ def measure(entries: list, out_dir: Path | None, command: str) -> None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="tracecost")
+@click.version_option(VERSION, prog_name="tracecost")
 def cli() -> None:
     """tracecost measures what tracing costs on this machine."""
 

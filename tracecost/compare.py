@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from rich.table import Table
 from rich.text import Text
 
-from tracecost import results, stats
+from tracecost import stats
 from tracecost.errors import TracecostError
 from tracecost.report import fmt
 from tracecost.suites import SUITES
-from tracecost.suites.base import Metric, Suite, field_at
+from tracecost.suites.base import Metric, Suite, counted, field_at
 
 # What two results files' environments must share for their timings to be comparable at face value
 # (docs/methodology.md, "The environment is recorded"); a difference is said, not refused: it may be
@@ -96,7 +96,7 @@ def _cells(suite: Suite, suite_results: dict) -> dict[tuple, list[dict]]:
     cells: dict[tuple, list[dict]] = {}
     for run in suite_results["runs"]:
         cells.setdefault(key_of(suite, run), [])
-    for run in results.counted(suite_results["runs"]):
+    for run in counted(suite_results["runs"]):
         cells[key_of(suite, run)].append(run)
     return cells
 

@@ -10,8 +10,9 @@ import platform
 import subprocess
 from pathlib import Path
 
-from tracecost import __version__, paths
+from tracecost import paths
 from tracecost.procs import run_command
+from tracecost.version import VERSION
 
 VERSION_COMMANDS = {
     "clang": ["clang", "--version"],
@@ -96,7 +97,7 @@ def capture() -> dict:
             name: _first_line(["pkg-config", "--modversion", module]) for name, module in PKG_CONFIG_LIBRARIES.items()
         },
         "python": platform.python_version(),
-        "tracecost": __version__,
+        "tracecost": VERSION,
         "build": _build_info(),
         "git": _git(),
     }

@@ -24,7 +24,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tracecost import mounts
+from tracecost import mounts, procs
 from tracecost.errors import TracecostError
 from tracecost.files import write_atomically
 
@@ -163,6 +163,9 @@ def forget_process(pid: int) -> None:
     ) != ledger.processes:
         ledger.processes = kept
         ledger.save()
+
+
+procs.CHILD_WATCHERS.append(procs.ChildWatcher(started=record_process, reaped=forget_process))
 
 
 def remove_regions() -> int:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tracecost import system
 from tracecost.errors import TracecostError
+from tracecost.procs import run_command
 
 UNMOUNT_TIMEOUT_S = 30
 MOUNTINFO = Path("/proc/self/mountinfo")
@@ -33,10 +35,6 @@ def is_mounted(mountpoint: Path, mountinfo: Path = MOUNTINFO) -> bool:
 def unmount_left(mountpoint: Path) -> bool:
     """Lazily unmounts `mountpoint` if it is still mounted (its daemon was killed, or did not
     unmount); True if it had to. A mount that stays is an error: nothing may be left behind."""
-    # Imported here: procs records its children in the leftovers ledger, which uses this module.
-    from tracecost import system
-    from tracecost.procs import run_command
-
     if not is_mounted(mountpoint):
         return False
     fusermount = system.require_tool("fusermount3", "fuse3")

@@ -20,11 +20,25 @@ import subprocess
 import termios
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracecost import interrupts, leftovers
+from tracecost import interrupts
 from tracecost.errors import TracecostError
+
+
+@dataclass(frozen=True)
+class ChildWatcher:
+    """Told of every child's start (its pid) and of its reaping (the pid may then be reused)."""
+
+    started: Callable[[int], None]
+    reaped: Callable[[int], None]
+
+
+# Who keeps track of the children (the leftovers ledger registers itself): this module imports
+# no other part of tracecost that starts processes, so everything may import it.
+CHILD_WATCHERS: list[ChildWatcher] = []
 
 PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -165,7 +179,8 @@ class Child:
             if stdout_path or terminal:
                 os.close(stdout) if terminal else stdout.close()
         self.pid = self.popen.pid
-        leftovers.record_process(self.pid)
+        for watcher in CHILD_WATCHERS:
+            watcher.started(self.pid)
         self.usage: Usage | None = None
         self._stdout_rest = b""
 
@@ -329,7 +344,8 @@ class Child:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
         _, status, rusage = os.wait4(self.pid, 0)
-        leftovers.forget_process(self.pid)
+        for watcher in CHILD_WATCHERS:
+            watcher.reaped(self.pid)
         wall = time.monotonic() - self.started
         self.popen.returncode = _exit_code(status)  # keep Popen from reaping a second time
         self._stderr.close()

@@ -27,12 +27,6 @@ def document(suites: dict[str, dict], environment: dict) -> dict:
     return {"schema_version": SCHEMA_VERSION, "environment": environment, "suites": suites}
 
 
-def counted(runs: list[dict]) -> list[dict]:
-    """The runs every statistic is computed from: those that succeeded, warm-ups left out
-    (docs/methodology.md, "Statistics")."""
-    return [run for run in runs if run["status"] == "ok" and not run["warmup"]]
-
-
 def without_nan(value):
     """JSON has no NaN or infinity: they become null."""
     if isinstance(value, float) and not math.isfinite(value):

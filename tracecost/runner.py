@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tracecost import interrupts, leftovers, results
+from tracecost import interrupts, leftovers
 from tracecost.errors import TracecostError
-from tracecost.suites.base import Suite
+from tracecost.suites.base import Suite, counted
 from tracecost.tracers.base import Say
 from tracecost.workspace import fresh_dir
 
@@ -61,7 +61,7 @@ def run_suite(
         return {
             "config": suite.config_record(config),
             "runs": runs,
-            "aggregates": suite.aggregate(results.counted(runs), config),
+            "aggregates": suite.aggregate(counted(runs), config),
             "failures": failures,
             "unavailable": unavailable,
             "elapsed_s": round(time.monotonic() - started_at, 1),

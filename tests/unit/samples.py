@@ -8,7 +8,7 @@ import itertools
 import random
 
 from tracecost import results
-from tracecost.suites import compat, duration, fuse, load, micro, nginx, transport
+from tracecost.suites import base, compat, duration, fuse, load, micro, nginx, transport
 from tracecost.suites.micro.ops import OPS
 from tracecost.suites.transport import LATENCY_STATS
 
@@ -57,7 +57,7 @@ def _suite(suite, config, runs: list[dict]) -> dict:
     return {
         "config": suite.config_record(config),
         "runs": runs,
-        "aggregates": suite.aggregate(results.counted(runs), config),
+        "aggregates": suite.aggregate(base.counted(runs), config),
         "failures": [],
         "unavailable": [],
         "elapsed_s": 1.0,

@@ -15,7 +15,7 @@ import pytest
 
 from tracecost import compare, export, results
 from tracecost.report import fmt
-from tracecost.suites import SUITES, duration
+from tracecost.suites import SUITES, base, duration
 
 from .conftest import assert_one_line_error
 from .samples import document
@@ -41,7 +41,7 @@ def measured(name: str, values: Values, seed: int = 0) -> dict:
     doc = document(name)
     part, rng = doc["suites"][name], random.Random(seed)
     templates: dict[tuple, dict] = {}
-    for run in results.counted(part["runs"]):
+    for run in base.counted(part["runs"]):
         templates.setdefault(key_of(name, run), run)
     runs = []
     for template in templates.values():
@@ -69,7 +69,7 @@ def verdicts(comparison: compare.Comparison, name: str) -> set[str]:
 @pytest.mark.parametrize("name", SUITES)
 def test_every_suite_declares_cells_and_metrics_its_records_hold(name):
     suite, part = SUITES[name], document(name)["suites"][name]
-    counted = results.counted(part["runs"])
+    counted = base.counted(part["runs"])
     assert suite.cell_key and suite.comparable and "method" in suite.cell_key
     assert all(field in run for run in counted for field in suite.cell_key)
     for metric in suite.comparable:

@@ -12,7 +12,7 @@ import pytest
 
 from tracecost import results, uebpf
 from tracecost.errors import TracecostError
-from tracecost.suites import compat
+from tracecost.suites import base, compat
 from tracecost.suites.compat import corpus, report
 from tracecost.suites.compat.corpus import EQUALS, MATCHES, NOT_COMPARED
 
@@ -289,7 +289,7 @@ def test_failed_runs_show_with_their_reason_and_do_not_count_as_the_kernels_outp
     ]
     part["runs"] += part["failures"]
     config = compat.CompatConfig(programs=part["config"]["programs"])
-    part["aggregates"] = SUITE.aggregate(results.counted(part["runs"]), config)
+    part["aggregates"] = SUITE.aggregate(base.counted(part["runs"]), config)
     results.check(doc)
     section = SUITE.render(part, doc["environment"])
     row = next(row for row in section.tables[0].rows if row[0] == "functrace")

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import jinja2
 
-from tracecost import __version__, paths
+from tracecost import paths
 from tracecost.errors import TracecostError
 from tracecost.files import write_atomically
 from tracecost.report.model import Section
 from tracecost.suites import SUITES
+from tracecost.version import VERSION
 
 REPORT_NAME = "report.html"
 
@@ -89,7 +90,7 @@ def render(docs: list[dict]) -> str:
     return _template().render(
         sections=sections,
         header=header,
-        version=__version__,
+        version=VERSION,
         plotly_js=_plotly_js(),
         environments=[environment_rows(doc["environment"]) for doc in docs],
     )

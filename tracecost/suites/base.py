@@ -56,6 +56,12 @@ class Option:
     callback: Callable | None = None
 
 
+def counted(runs: list[dict]) -> list[dict]:
+    """The runs every statistic is computed from: those that succeeded, warm-ups left out
+    (docs/methodology.md, "Statistics")."""
+    return [run for run in runs if run["status"] == "ok" and not run["warmup"]]
+
+
 def field_at(record: dict, path: tuple[str, ...]) -> Any:
     """record[path[0]][path[1]]..., or None where a step is missing or not an object."""
     value: Any = record

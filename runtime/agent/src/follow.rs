@@ -8,21 +8,13 @@
 //! fault-safe probe reads' SIGSEGV/SIGBUS handler (signals.rs), and `uebpf detach` undoes both.
 
 use std::ffi::{c_char, c_int, CStr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 use uebpf::maps::{check_name, current};
 use uebpf_hook::without_probes;
 
 use crate::session::Session;
-use crate::{followed_name, register_process_handlers, watcher, FOLLOWING, STATE};
-
-/// Set by the first `uebpf_agent_follow`: the agent came into a running process.
-static INJECTED: AtomicBool = AtomicBool::new(false);
-
-/// Whether the agent was injected (its thread then diverts the C library's `sigaction`).
-pub(crate) fn injected() -> bool {
-    INJECTED.load(Ordering::Acquire)
-}
+use crate::{followed_name, register_process_handlers, signals, watcher, FOLLOWING, STATE};
 
 /// Makes the agent follow region `region` (a NUL-terminated name) from its thread: the first
 /// pass happens there, and the agent table says when it is done (`uebpf wait-applied`).
@@ -48,7 +40,7 @@ pub unsafe extern "C" fn uebpf_agent_follow(region: *const c_char) -> c_int {
             return 0;
         }
         end_following();
-        INJECTED.store(true, Ordering::Release);
+        signals::INJECTED.store(true, Ordering::Release);
         STATE.with(|state| state.followed = Some(name.clone()));
         FOLLOWING.store(true, Ordering::Release);
         register_process_handlers();

@@ -22,6 +22,9 @@
 //!   made inert again (`uebpf detach`: `uebpf_agent_detach`), see follow.rs.
 //!
 //! runtime/README.md ("The agent") has the protocol, the timings and the limits.
+//!
+//! Modules, in layers (each uses only modules of the layers before it; tests/unit/test_imports.py
+//! checks there is no circle): forklock, probe / syscalls / signals / session / watcher / follow.
 
 mod follow;
 mod forklock;

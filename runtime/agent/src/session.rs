@@ -292,9 +292,7 @@ impl Session {
         // An injected agent's probe reads take the fast path once the C library's sigaction is
         // diverted (signals.rs): done before the first program is hooked, not at injection, so
         // that a process with nothing to hook is not patched (its sleeping calls interrupted).
-        if crate::follow::injected() {
-            crate::signals::divert_for_injected_agent();
-        }
+        crate::signals::divert_if_injected();
         let state = self.region.attachment_state_word(attachment.id).ok_or("vanished from the attach table")?;
         // SAFETY: the program's instance holds the region, and the probe is never freed.
         unsafe { Probe::new(state, attachment.spec.pid, attachment.spec.cookie, func_ip, stack, program) }

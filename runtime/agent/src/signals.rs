@@ -12,38 +12,39 @@
 //! An agent injected into a running process (`uebpf inject`) comes too late to interpose: the
 //! process's calls are bound to the C library already. There an inline hook on the C library's
 //! `__sigaction` (exported as `sigaction` too; `signal`, `bsd_signal`, `sysv_signal` and
-//! `sigset` call it inside the library) hands SIGSEGV and SIGBUS to `nofault::divert`, and only
+//! `sigset` call it inside the library) hands SIGSEGV and SIGBUS to `dispositions::divert`, and only
 //! then is the handler installed, before the first program is hooked: probe reads take the fast
 //! path there too. Not seen: the C
 //! library's internal `__libc_sigaction` callers (none for these signals) and raw system calls.
 
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use uebpf::nofault;
+use uebpf::{dispositions, nofault};
 use uebpf_hook::{Hook, Location, PtRegs};
 
 use crate::warn;
 
 #[no_mangle]
 pub unsafe extern "C" fn sigaction(signal: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
-    nofault::sigaction(signal, act, old)
+    dispositions::sigaction(signal, act, old)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __sigaction(signal: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
-    nofault::sigaction(signal, act, old)
+    dispositions::sigaction(signal, act, old)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn signal(signal: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    nofault::signal(signal, handler)
+    dispositions::signal(signal, handler)
 }
 
 /// glibc's `bsd_signal` is `signal`.
 #[no_mangle]
 pub unsafe extern "C" fn bsd_signal(signal: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    nofault::signal(signal, handler)
+    dispositions::signal(signal, handler)
 }
 
 /// Installs the fault-safe probe reads' SIGSEGV/SIGBUS handler (`nofault::install`); false, said
@@ -59,12 +60,18 @@ pub(crate) fn install_fault_handler() -> bool {
 /// The hook on the C library's `__sigaction` of an injected agent, while it follows a region.
 static DIVERSION: Mutex<Option<Hook>> = Mutex::new(None);
 
-/// An injected agent: divert the C library's `sigaction` for SIGSEGV and SIGBUS, then install
-/// the fault-safe reads' handler (in that order: a disposition the process sets in between goes
-/// to the kernel before we chain to it). On failure, probe reads keep process_vm_readv.
-/// Called by the agent's thread (live patching), with probes off, before it hooks its first
-/// program.
-pub(crate) fn divert_for_injected_agent() {
+/// Set by the first `uebpf_agent_follow` (follow.rs): the agent came into a running process.
+pub(crate) static INJECTED: AtomicBool = AtomicBool::new(false);
+
+/// An injected agent (`INJECTED`): divert the C library's `sigaction` for SIGSEGV and SIGBUS,
+/// then install the fault-safe reads' handler (in that order: a disposition the process sets in
+/// between goes to the kernel before we chain to it). On failure, probe reads keep
+/// process_vm_readv. A preloaded agent interposes `sigaction` instead: nothing to do. Called by
+/// the agent's thread (live patching), with probes off, before it hooks its first program.
+pub(crate) fn divert_if_injected() {
+    if !INJECTED.load(Ordering::Acquire) {
+        return;
+    }
     let mut diversion = DIVERSION.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if diversion.is_some() {
         return;
@@ -98,12 +105,12 @@ pub(crate) fn end_diversion() {
     }
 }
 
-/// At `__sigaction(signal, act, old)`'s entry: SIGSEGV and SIGBUS are done by `nofault::divert`,
+/// At `__sigaction(signal, act, old)`'s entry: SIGSEGV and SIGBUS are done by `dispositions::divert` (nofault),
 /// the other handlers by `handlers::divert` (through it), and the C library's call is left with
 /// nothing to change or report (it returns 0).
 unsafe extern "C" fn at_sigaction(regs: *mut PtRegs, _: *mut c_void) {
     let regs = &mut *regs;
-    if nofault::divert(regs.di as c_int, regs.si as *const libc::sigaction, regs.dx as *mut libc::sigaction) {
+    if dispositions::divert(regs.di as c_int, regs.si as *const libc::sigaction, regs.dx as *mut libc::sigaction) {
         regs.si = 0;
         regs.dx = 0;
     }

@@ -11,6 +11,8 @@ use crate::error::{Error, Result};
 use crate::procmaps;
 
 pub(crate) const PAGE: usize = 4096;
+/// A site's page: its entry stub at the start, its trampoline from here on.
+pub(crate) const TRAMPOLINE_OFFSET: usize = 2048;
 /// Keep a margin below 2 GB so every rel32 inside the page reaches the target too.
 const REACH: usize = (1 << 31) - (1 << 20);
 /// The kernel refuses mappings below vm.mmap_min_addr (64 KiB by default) and above the

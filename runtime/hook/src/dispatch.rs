@@ -28,7 +28,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::OnceLock;
 
-use crate::hook::TRAMPOLINE_OFFSET;
+use crate::codemem::TRAMPOLINE_OFFSET;
 use crate::regs::PtRegs;
 use crate::site::Site;
 

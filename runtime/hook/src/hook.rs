@@ -6,12 +6,12 @@ use std::sync::Mutex;
 
 pub use crate::prologue::PatchKind;
 
-use crate::codemem;
+use crate::codemem::{self, TRAMPOLINE_OFFSET};
 use crate::dispatch;
 use crate::error::{Error, Result};
 use crate::patch::{self, PatchMethod};
-use crate::prologue::{self, MAX_INSTRUCTION_LEN, PATCH_LEN, RETURN_SLOT};
-use crate::resolve::Target;
+use crate::prologue::{self, PATCH_LEN, RETURN_SLOT};
+use crate::resolve::{Target, MAX_INSTRUCTION_LEN};
 use crate::site::{Handler, Probe, ProbeList, Site, SiteStats};
 use crate::stubs;
 
@@ -19,8 +19,6 @@ use crate::stubs;
 /// detach; the hot path never takes it.
 static SITES: Mutex<Vec<&'static Site>> = Mutex::new(Vec::new());
 static NEXT_PROBE_ID: AtomicU64 = AtomicU64::new(1);
-/// Entry stub at the start of a site's page, trampoline after it.
-pub(crate) const TRAMPOLINE_OFFSET: usize = 2048;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {

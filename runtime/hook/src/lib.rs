@@ -13,6 +13,10 @@
 //! hook.detach()?;
 //! # Ok::<(), uebpf_hook::Error>(())
 //! ```
+//!
+//! Modules, in layers (each uses only modules of the layers before it; tests/unit/test_imports.py
+//! checks there is no circle): error, procmaps, regs / codemem, resolve / prologue, wrappers / site
+//! / dispatch / stubs / patch / hook.
 
 mod codemem;
 mod dispatch;

@@ -35,8 +35,6 @@ use crate::error::{Error, Result};
 use crate::resolve::Target;
 
 pub(crate) const PATCH_LEN: usize = 5;
-/// The longest x86 instruction: what an int3 site's first instruction can span.
-pub(crate) const MAX_INSTRUCTION_LEN: usize = 15;
 /// Where, from the trampoline's start, the original return address of a moved call is kept
 /// (the `push` reads it): past any trampoline code, in the same sealed page.
 pub(crate) const RETURN_SLOT: usize = 1024;

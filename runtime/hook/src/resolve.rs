@@ -16,6 +16,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+/// The longest x86 instruction: what an int3 site's first instruction can span, and what is read
+/// of a symbol whose size is unknown.
+pub(crate) const MAX_INSTRUCTION_LEN: usize = 15;
+
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolFlags, SymbolKind};
 
 use crate::error::{Error, Result};
@@ -129,7 +133,7 @@ pub(crate) fn in_file(binary: &Path, location: &Location) -> Result<(Target, Vec
     // An IFUNC's implementation is chosen at run time: no bytes of the file are judged.
     let len = match symbol.unknown_size {
         Some(IFUNC) => 0,
-        Some(_) => crate::prologue::MAX_INSTRUCTION_LEN,
+        Some(_) => MAX_INSTRUCTION_LEN,
         None => symbol.size as usize,
     };
     let body = offset_of_vaddr(&elf, symbol.vaddr)

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::current;
 use crate::def::{BPF_EXIST, BPF_F_LOCK, BPF_NOEXIST};
 use crate::error::Error;
-use crate::region::Shared;
+use crate::shared::Shared;
 use crate::Errno;
 
 pub(crate) struct ArrayView {

@@ -10,33 +10,11 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crate::def::{MapDef, BPF_ANY};
 use crate::Errno;
 
-/// The kernel's default number of hash functions (map_extra 0).
-const DEFAULT_HASHES: u64 = 5;
-
 /// Seed and hash count, before the bits.
 #[repr(C)]
 pub struct BloomControl {
     pub seed: AtomicU32,
     pub hashes: AtomicU32,
-}
-
-/// (bits - 1) of the bit array `def` asks for: the kernel's bloom_map_alloc sizing.
-fn bit_mask(def: &MapDef) -> u64 {
-    let hashes = match def.map_extra & 0xf {
-        0 => DEFAULT_HASHES,
-        n => n,
-    };
-    let bits = u64::from(def.max_entries) * hashes / 5 * 7;
-    if bits > 1 << 31 {
-        u64::from(u32::MAX)
-    } else {
-        bits.max(64).next_power_of_two() - 1
-    }
-}
-
-/// Bytes of the bit array, whole 64-bit words.
-pub(crate) fn bitset_bytes(def: &MapDef) -> u64 {
-    (bit_mask(def) + 1).div_ceil(64) * 8
 }
 
 pub(crate) struct BloomView {
@@ -48,17 +26,13 @@ pub(crate) struct BloomView {
 
 impl BloomView {
     pub(crate) fn new(control: *const BloomControl, words: *const AtomicU64, def: &MapDef) -> BloomView {
-        BloomView { control, words, mask: bit_mask(def), value_size: def.value_size as usize }
+        BloomView { control, words, mask: def.bloom_bit_mask(), value_size: def.value_size as usize }
     }
 
     /// A new filter: its hash count and seed (random unless BPF_F_ZERO_SEED).
     pub(crate) fn initialise(&self, def: &MapDef) {
         let control = self.control();
-        let hashes = match def.map_extra & 0xf {
-            0 => DEFAULT_HASHES,
-            n => n,
-        };
-        control.hashes.store(hashes as u32, Ordering::Relaxed);
+        control.hashes.store(def.bloom_hashes() as u32, Ordering::Relaxed);
         if def.map_flags & crate::def::BPF_F_ZERO_SEED == 0 {
             let mut seed = 0u32;
             // SAFETY: getrandom into a local; a failure leaves seed 0 (a valid seed).

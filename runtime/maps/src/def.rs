@@ -174,6 +174,30 @@ impl StorageLayout {
 }
 
 impl MapDef {
+    /// A bloom filter's number of hash functions: map_extra's low 4 bits, the kernel's default 5
+    /// for 0.
+    pub(crate) fn bloom_hashes(&self) -> u64 {
+        match self.map_extra & 0xf {
+            0 => 5,
+            n => n,
+        }
+    }
+
+    /// (bits - 1) of a bloom filter's bit array: the kernel's bloom_map_alloc sizing.
+    pub(crate) fn bloom_bit_mask(&self) -> u64 {
+        let bits = u64::from(self.max_entries) * self.bloom_hashes() / 5 * 7;
+        if bits > 1 << 31 {
+            u64::from(u32::MAX)
+        } else {
+            bits.max(64).next_power_of_two() - 1
+        }
+    }
+
+    /// Bytes of a bloom filter's bit array, whole 64-bit words.
+    pub(crate) fn bloom_bitset_bytes(&self) -> u64 {
+        (self.bloom_bit_mask() + 1).div_ceil(64) * 8
+    }
+
     /// Checks the definition as the kernel's map_alloc_check functions do, and that uebpf
     /// supports the type and flags.
     pub fn validate(&self) -> Result<MapKind, Error> {
@@ -322,7 +346,7 @@ impl MapDef {
             MapKind::BloomFilter => {
                 layout.control = 0;
                 layout.values = 64;
-                layout.size = align_up(64 + crate::bloom::bitset_bytes(self), page);
+                layout.size = align_up(64 + self.bloom_bitset_bytes(), page);
             }
             MapKind::StackTrace => {
                 // Buckets: a power of two at least max_entries, as the kernel's.

@@ -14,6 +14,10 @@
 //! hashes preallocated), ringbuf (kernel record layout), perf_event_array (with the perf buffers
 //! it names), prog_array (program ids, for tail calls), stack_trace, queue, stack, bloom_filter. "CPU" for per-CPU maps is `sched_getcpu()` folded into the
 //! number of possible CPUs (/sys/devices/system/cpu/possible), as many slots as the kernel has.
+//!
+//! Modules, in layers (each uses only modules of the layers before it; tests/unit/test_imports.py
+//! checks there is no circle): current, error, futex, test_support / lock, shared / layout, stack /
+//! def, wakeup / array, bloom, hash, queue, region, ringbuf / agents, attach, perfbuf / map.
 
 mod agents;
 mod array;
@@ -31,6 +35,7 @@ pub mod perfbuf;
 mod queue;
 mod region;
 pub mod ringbuf;
+mod shared;
 pub mod stack;
 #[doc(hidden)]
 pub mod test_support;

@@ -12,13 +12,14 @@ use std::sync::Arc;
 use crate::array::{ArrayView, CgroupSlots, IdSlots};
 use crate::bloom::BloomView;
 use crate::def::{MapDef, MapKind};
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::hash::HashView;
-use crate::layout::{Bucket, HashControl, PAGE_SIZE};
+use crate::layout::{Bucket, HashControl};
 use crate::perfbuf::{PerfBuf, PerfEventArray, ENOTSUPP};
 use crate::queue::QueueView;
-use crate::region::{MapInfo, Region, Shared};
+use crate::region::{MapInfo, Region};
 use crate::ringbuf::RingBuf;
+use crate::shared::Shared;
 use crate::stack::StackView;
 use crate::wakeup::Consumable;
 use crate::Errno;
@@ -83,7 +84,7 @@ pub(crate) fn initialise(shared: &Shared, info: &MapInfo, kind: MapKind, initial
 
 fn bloom_view(shared: &Shared, info: &MapInfo) -> Result<BloomView, Error> {
     let control = shared.at(info.area + info.storage.control, 64)? as *const crate::bloom::BloomControl;
-    let words = shared.at(info.values_offset(), crate::bloom::bitset_bytes(&info.def))? as *const std::sync::atomic::AtomicU64;
+    let words = shared.at(info.values_offset(), info.def.bloom_bitset_bytes())? as *const std::sync::atomic::AtomicU64;
     Ok(BloomView::new(control, words, &info.def))
 }
 
@@ -105,20 +106,9 @@ fn hash_view(shared: &Shared, info: &MapInfo) -> Result<HashView, Error> {
     })
 }
 
-/// Checks that a map entry read from the region is what its definition implies (another process
-/// could have written anything there), so the views below never point outside the region.
-fn check_entry(region: &Region, info: &MapInfo) -> Result<MapKind, Error> {
-    let consistent = info.area.is_multiple_of(PAGE_SIZE as u64) && info.storage == info.def.layout(region.possible_cpus())?;
-    region.shared.at(info.area, info.storage.size)?;
-    if !consistent {
-        return Err(Error::new(ErrorKind::Corrupt, format!("map `{}` (id {}): its region entry is corrupt", info.name, info.id)));
-    }
-    info.def.validate()
-}
-
 impl Map {
     pub(crate) fn new(region: &Region, info: MapInfo) -> Result<Map, Error> {
-        let kind = check_entry(region, &info)?;
+        let kind = region.check_entry(&info)?;
         let (shared, d, s) = (&region.shared, info.def, info.storage);
         let storage = match kind {
             MapKind::Array | MapKind::PercpuArray => Storage::Array(ArrayView {
@@ -155,13 +145,7 @@ impl Map {
             MapKind::PerfEventArray => Storage::PerfArray(PerfEventArray::new(shared, info.values_offset(), d.max_entries)?),
             MapKind::ProgArray => Storage::ProgArray(IdSlots::new(shared, info.values_offset(), d.max_entries)?),
             MapKind::CgroupArray => Storage::CgroupArray(CgroupSlots::new(shared, info.values_offset(), d.max_entries)?),
-            MapKind::PerfBuffer => Storage::PerfBuffer(PerfBuf::map(
-                shared,
-                info.area + s.control,
-                info.perf_page_offset(),
-                info.values_offset(),
-                u64::from(d.max_entries),
-            )?),
+            MapKind::PerfBuffer => Storage::PerfBuffer(PerfBuf::of(shared, &info)?),
         };
         Ok(Map { info, kind, storage, _shared: Arc::clone(&region.shared) })
     }
@@ -484,5 +468,34 @@ impl Map {
             }
         }
         keys
+    }
+}
+
+/// A region's maps: created here (each kind's storage is set up by `initialise`) and opened here
+/// as views (`Map`); the region's table itself knows no kind of map.
+impl Region {
+    /// Creates a map and returns its id. `initial` fills the value of element 0 of an array map
+    /// (global data: `.data`, `.rodata`).
+    pub fn create_map(&self, name: &str, def: &MapDef, initial: Option<&[u8]>) -> Result<u32, Error> {
+        if def.map_type == crate::def::UEBPF_PERF_BUFFER {
+            let why = format!("map type {:#x} is uebpf's own (perf buffers are made by mapping a perf event)", def.map_type);
+            return Err(Error::invalid(why).context(format_args!("map `{name}`")));
+        }
+        self.add_map(name, def, initial, initialise)
+    }
+
+    /// Creates the perf buffer of a BPF output perf event opened for `cpu` (perfbuf::ANY_CPU:
+    /// any) with `size` bytes of data, and returns its map id.
+    pub fn create_perf_buffer(&self, name: &str, size: u64, cpu: u32, event_id: u64) -> Result<u32, Error> {
+        let max_entries = u32::try_from(size).map_err(|_| Error::invalid(format!("perf buffer of {size} bytes: too large")))?;
+        let def = MapDef { map_type: crate::def::UEBPF_PERF_BUFFER, max_entries, ..Default::default() };
+        let id = self.add_map(name, &def, None, initialise)?;
+        self.map(id)?.perfbuf().expect("a perf buffer").initialise(cpu, event_id);
+        Ok(id)
+    }
+
+    /// This process's view of map `id`, for operations.
+    pub fn map(&self, id: u32) -> Result<Map, Error> {
+        Map::new(self, self.map_info(id)?)
     }
 }

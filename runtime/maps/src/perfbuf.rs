@@ -27,9 +27,9 @@ use std::sync::{Arc, Mutex};
 use crate::array::IdSlots;
 use crate::error::Error;
 use crate::layout::*;
-use crate::map::Map;
-use crate::region::{Region, Shared};
+use crate::region::{MapInfo, Region};
 use crate::ringbuf::WATERMARK_DIVISOR;
+use crate::shared::Shared;
 use crate::wakeup::Consumable;
 use crate::Errno;
 
@@ -68,11 +68,13 @@ unsafe impl Send for PerfBuf {}
 unsafe impl Sync for PerfBuf {}
 
 impl PerfBuf {
-    pub(crate) fn map(shared: &Shared, control: u64, page: u64, data: u64, size: u64) -> Result<PerfBuf, Error> {
+    /// The view of perf buffer map `info` (its entry checked: `Region::check_entry`).
+    pub(crate) fn of(shared: &Shared, info: &MapInfo) -> Result<PerfBuf, Error> {
+        let size = u64::from(info.def.max_entries);
         Ok(PerfBuf {
-            control: shared.at(control, PAGE_SIZE as u64)? as *const PerfControl,
-            page: shared.at(page, PAGE_SIZE as u64)?,
-            data: shared.at(data, size)?,
+            control: shared.at(info.area + info.storage.control, PAGE_SIZE as u64)? as *const PerfControl,
+            page: shared.at(info.perf_page_offset(), PAGE_SIZE as u64)?,
+            data: shared.at(info.values_offset(), size)?,
             size,
         })
     }
@@ -90,12 +92,12 @@ impl PerfBuf {
     }
 
     fn control(&self) -> &PerfControl {
-        // SAFETY: inside the region, checked in `map`.
+        // SAFETY: inside the region, checked in `of`.
         unsafe { &*self.control }
     }
 
     fn field(&self, offset: u64) -> &AtomicU64 {
-        // SAFETY: an 8-byte-aligned field of the mmap page, checked in `map`.
+        // SAFETY: an 8-byte-aligned field of the mmap page, checked in `of`.
         unsafe { &*(self.page.add(offset as usize) as *const AtomicU64) }
     }
 
@@ -226,7 +228,7 @@ impl Consumable for PerfBuf {
 }
 
 /// A perf buffer this process has opened: its map id and view.
-type OpenBuffer = (u32, Arc<Map>);
+type OpenBuffer = (u32, PerfBuf);
 
 /// A perf event array: slot i holds the map id of the perf buffer of the event stored at index
 /// i, 0 for none.
@@ -252,6 +254,16 @@ impl PerfEventArray {
         &self.slots
     }
 
+    /// The view of perf buffer map `id`; None if the region has no such map, or one of another
+    /// kind (a slot naming anything but a perf buffer is a corrupt region: nothing to write to).
+    fn open_buffer(&self, id: u32) -> Option<PerfBuf> {
+        let info = self.region.map_info(id).ok()?;
+        match self.region.check_entry(&info) {
+            Ok(crate::def::MapKind::PerfBuffer) => PerfBuf::of(&self.region.shared, &info).ok(),
+            _ => None,
+        }
+    }
+
     /// `bpf_perf_event_output(ctx, array, flags, data, size)`, with the kernel's errors: EINVAL
     /// for flags beyond the index, E2BIG for an index past the end, ENOENT for an empty slot,
     /// EOPNOTSUPP if the event is another CPU's, ENOSPC if its buffer is full.
@@ -274,10 +286,10 @@ impl PerfEventArray {
         let mut open = self.open[index as usize].lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if open.as_ref().is_none_or(|(known, _)| *known != id) {
             // A slot naming anything but a perf buffer is a corrupt region: nothing to write to.
-            let map = self.region.map(id).ok().filter(|map| map.kind() == crate::def::MapKind::PerfBuffer).ok_or(libc::ENOENT)?;
-            *open = Some((id, Arc::new(map)));
+            let buffer = self.open_buffer(id).ok_or(libc::ENOENT)?;
+            *open = Some((id, buffer));
         }
-        let buffer = open.as_ref().and_then(|(_, map)| map.perfbuf()).expect("opened as a perf buffer");
+        let buffer = &open.as_ref().expect("opened above").1;
         if buffer.cpu() != ANY_CPU && buffer.cpu() != cpu {
             return Err(libc::EOPNOTSUPP);
         }

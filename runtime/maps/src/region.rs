@@ -16,7 +16,7 @@ use crate::current;
 use crate::def::{MapDef, MapKind, StorageLayout};
 use crate::error::{Error, ErrorKind};
 use crate::layout::*;
-use crate::map::Map;
+use crate::shared::Shared;
 
 fn os_error(what: impl fmt::Display) -> Error {
     Error::io(what, std::io::Error::last_os_error())
@@ -145,44 +145,8 @@ pub struct ProgramInfo {
     pub insn_count: u32,
 }
 
-pub(crate) struct Shared {
-    fd: OwnedFd,
-    pub(crate) base: *mut u8,
-    pub(crate) len: usize,
-    path: Option<PathBuf>,
-    remove_on_drop: bool,
-}
-
-// SAFETY: the mapping is shared memory accessed through atomics and locks designed for
-// concurrent use by several processes, hence also by several threads.
-unsafe impl Send for Shared {}
-unsafe impl Sync for Shared {}
-
-impl Shared {
-    pub(crate) fn raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
-    }
-
-    /// Pointer to byte `offset`, checked to leave `len` bytes inside the region.
-    pub(crate) fn at(&self, offset: u64, len: u64) -> Result<*mut u8, Error> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len as u64 => Ok(self.base.wrapping_add(offset as usize)),
-            _ => Err(Error::new(ErrorKind::Corrupt, format!("offset {offset:#x} + {len} lies outside the {}-byte region", self.len))),
-        }
-    }
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // SAFETY: base/len is our mapping; nothing derived from it outlives the Arc.
-        unsafe { libc::munmap(self.base.cast(), self.len) };
-        if self.remove_on_drop {
-            if let Some(path) = &self.path {
-                let _ = std::fs::remove_file(path);
-            }
-        }
-    }
-}
+/// What sets up a new map's storage (`map::initialise`): its kind's structures, its initial data.
+pub(crate) type Initialise = fn(&Shared, &MapInfo, MapKind, Option<&[u8]>);
 
 /// A mapped region. Cloning shares the mapping.
 #[derive(Clone)]
@@ -473,27 +437,9 @@ impl Region {
         (self.shared.base.wrapping_add(h.prog_table as usize) as *mut ProgEntry).wrapping_add(index as usize)
     }
 
-    /// Creates a map and returns its id. `initial` fills the value of element 0 of an array map
-    /// (global data: `.data`, `.rodata`).
-    pub fn create_map(&self, name: &str, def: &MapDef, initial: Option<&[u8]>) -> Result<u32, Error> {
-        if def.map_type == crate::def::UEBPF_PERF_BUFFER {
-            let why = format!("map type {:#x} is uebpf's own (perf buffers are made by mapping a perf event)", def.map_type);
-            return Err(Error::invalid(why).context(format_args!("map `{name}`")));
-        }
-        self.add_map(name, def, initial)
-    }
-
-    /// Creates the perf buffer of a BPF output perf event opened for `cpu` (perfbuf::ANY_CPU:
-    /// any) with `size` bytes of data, and returns its map id.
-    pub fn create_perf_buffer(&self, name: &str, size: u64, cpu: u32, event_id: u64) -> Result<u32, Error> {
-        let max_entries = u32::try_from(size).map_err(|_| Error::invalid(format!("perf buffer of {size} bytes: too large")))?;
-        let def = MapDef { map_type: crate::def::UEBPF_PERF_BUFFER, max_entries, ..Default::default() };
-        let id = self.add_map(name, &def, None)?;
-        self.map(id)?.perfbuf().expect("a perf buffer").initialise(cpu, event_id);
-        Ok(id)
-    }
-
-    fn add_map(&self, name: &str, def: &MapDef, initial: Option<&[u8]>) -> Result<u32, Error> {
+    /// Adds map `name` to the table, its storage laid out and set up by `initialise` (map.rs, which
+    /// knows each kind's structures) before the map is published; returns its id.
+    pub(crate) fn add_map(&self, name: &str, def: &MapDef, initial: Option<&[u8]>, initialise: Initialise) -> Result<u32, Error> {
         let fail = |e: Error| e.context(format_args!("map `{name}`"));
         let kind = def.validate().map_err(fail)?;
         let layout = def.layout(self.possible_cpus()).map_err(fail)?;
@@ -533,11 +479,22 @@ impl Region {
         };
         write_name(&mut entry.name, name);
         let info = MapInfo { id: index + 1, name: name.to_string(), def: *def, area, storage: layout };
-        crate::map::initialise(&self.shared, &info, kind, initial);
+        initialise(&self.shared, &info, kind, initial);
         // SAFETY: the slot is beyond map_count, so no reader looks at it until we publish.
         unsafe { self.map_entry_ptr(index).write(entry) };
         h.map_count.store(index + 1, Ordering::Release);
         Ok(index + 1)
+    }
+
+    /// Checks that a map entry read from the region is what its definition implies (another process
+    /// could have written anything there), so that no map view (map.rs) points outside the region.
+    pub(crate) fn check_entry(&self, info: &MapInfo) -> Result<MapKind, Error> {
+        let consistent = info.area.is_multiple_of(PAGE_SIZE as u64) && info.storage == info.def.layout(self.possible_cpus())?;
+        self.shared.at(info.area, info.storage.size)?;
+        if !consistent {
+            return Err(Error::new(ErrorKind::Corrupt, format!("map `{}` (id {}): its region entry is corrupt", info.name, info.id)));
+        }
+        info.def.validate()
     }
 
     /// Every published map.
@@ -559,11 +516,6 @@ impl Region {
     /// The first map called `name`.
     pub fn map_info_by_name(&self, name: &str) -> Result<MapInfo, Error> {
         self.maps().into_iter().find(|m| m.name == name).ok_or_else(|| Error::not_found(format!("no map named `{name}` in the region")))
-    }
-
-    /// This process's view of map `id`, for operations.
-    pub fn map(&self, id: u32) -> Result<Map, Error> {
-        Map::new(self, self.map_info(id)?)
     }
 
     /// Stores a program; returns its id.

@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::layout::*;
-use crate::region::Shared;
+use crate::shared::Shared;
 use crate::wakeup::{Armed, Consumable, Waiting};
 use crate::Errno;
 

@@ -61,7 +61,7 @@ fn map_memory(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_in
     let Some(object) = lookup(fd) else { return real::mmap(addr, len, prot, flags, fd, offset) };
     let request = ring::MmapRequest { addr, len, prot, flags, offset };
     let result = guarded(|| match &*object {
-        Object::Map(map) => ring::mmap(map, crate::lifetime::region()?, &request),
+        Object::Map(map) => ring::mmap(&map.map, &map.frozen, crate::lifetime::region()?, &request),
         Object::PerfEvent(event) => perf::mmap(event, fd, &request),
         _ => Err(libc::ENODEV),
     });

@@ -8,6 +8,10 @@
 //! an entry of the region's attach table, which the agent in each target reads to run the
 //! programs. No privilege is needed. Calls that are not for uebpf go to the kernel untouched.
 //! runtime/README.md ("The bpf(2) server") lists what is served, what is refused and why.
+//!
+//! Modules, in layers (each uses only modules of the layers before it; tests/unit/test_imports.py
+//! checks there is no circle): real / lifetime, ring / autoinject, objects / epoll, perf / bpf /
+//! interpose.
 
 // Unit tests build without the interposers, which are what reach most of the code.
 #![cfg_attr(test, allow(dead_code))]

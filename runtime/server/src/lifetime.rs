@@ -80,7 +80,7 @@ fn remove_if_orphaned(name: &str) -> Result<bool, String> {
     let existing = Region::open(name).map_err(|e| e.to_string())?;
     let owner = existing.creator_pid() as libc::pid_t;
     // SAFETY: signal 0 only checks that the process exists.
-    let gone = unsafe { libc::kill(owner, 0) } == -1 && crate::objects::errno() == libc::ESRCH;
+    let gone = unsafe { libc::kill(owner, 0) } == -1 && crate::real::errno() == libc::ESRCH;
     if !gone {
         return Err(format!("region {} belongs to the running process {owner}", region_path(name).display()));
     }

@@ -10,11 +10,11 @@
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use uebpf_maps::perfbuf::{NOT_OUTPUT, NO_BUFFER};
 use uebpf_maps::Map;
 
-use crate::perf::PerfEvent;
 use crate::ring::Bridge;
 
 pub struct MapObject {
@@ -46,6 +46,68 @@ pub struct LinkObject {
     pub attachment: u32,
 }
 
+/// What a perf event descriptor was opened for (perf.rs makes them).
+pub enum Probe {
+    Uprobe {
+        retprobe: bool,
+        path: String,
+        dev: u64,
+        ino: u64,
+        offset: u64,
+        ref_ctr_offset: u64,
+        pid: i32,
+    },
+    /// `id`: the id libbpf was given for `name` (uebpf's own).
+    Tracepoint {
+        name: String,
+        id: u32,
+    },
+    /// A BPF output event for `cpu` (perfbuf::ANY_CPU: any).
+    BpfOutput {
+        cpu: u32,
+    },
+}
+
+pub struct PerfEvent {
+    pub probe: Probe,
+    pub state: Mutex<PerfState>,
+    /// A BPF output event's buffer, made at its first mmap (its size is fixed from then on).
+    pub buffer: OnceLock<PerfBuffer>,
+}
+
+pub struct PerfBuffer {
+    /// The buffer's map id in the region (what a perf event array's slot holds).
+    pub id: u32,
+    pub map: Arc<Map>,
+    /// Readiness of the event's descriptor for epoll.
+    pub bridge: Bridge,
+}
+
+impl PerfEvent {
+    pub(crate) fn new(probe: Probe) -> PerfEvent {
+        PerfEvent { probe, state: Mutex::new(PerfState::default()), buffer: OnceLock::new() }
+    }
+
+    /// What a perf event array slot holding this event names (uebpf_maps::perfbuf): its
+    /// buffer, NO_BUFFER before it is mapped, NOT_OUTPUT for an event that is not a BPF output.
+    pub fn slot_value(&self) -> u32 {
+        match (&self.probe, self.buffer.get()) {
+            (Probe::BpfOutput { .. }, Some(buffer)) => buffer.id,
+            (Probe::BpfOutput { .. }, None) => NO_BUFFER,
+            _ => NOT_OUTPUT,
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct PerfState {
+    pub enabled: bool,
+    /// The attach table entry, once a program is attached.
+    pub attachment: Option<u32>,
+    /// Attached through a link (the link, not this event, detaches it when closed).
+    pub by_link: bool,
+}
+
 pub enum Object {
     Map(MapObject),
     Prog(ProgObject),
@@ -69,13 +131,13 @@ pub fn new_fd() -> Result<c_int, c_int> {
     unsafe {
         let fd = libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK);
         if fd < 0 {
-            return Err(errno());
+            return Err(crate::real::errno());
         }
         if fd >= 3 {
             return Ok(fd);
         }
         let moved = crate::real::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3);
-        let saved = errno();
+        let saved = crate::real::errno();
         crate::real::close(fd);
         if moved < 0 {
             Err(saved)
@@ -83,10 +145,6 @@ pub fn new_fd() -> Result<c_int, c_int> {
             Ok(moved)
         }
     }
-}
-
-pub fn errno() -> c_int {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
 }
 
 /// Registers `object` under `fd` (from `new_fd`) and returns the fd.

@@ -24,13 +24,13 @@ use std::time::{Duration, Instant};
 use uebpf::user;
 
 use uebpf_maps::layout::PAGE_SIZE;
-use uebpf_maps::perfbuf::{ANY_CPU, NOT_OUTPUT, NO_BUFFER};
+use uebpf_maps::perfbuf::ANY_CPU;
 use uebpf_maps::{
-    generation_reached, kernel_tracepoint_id, kernel_tracepoint_name, AttachKind, AttachSpec, AttachState, ErrorKind, Map, TRACEFS_EVENTS,
+    generation_reached, kernel_tracepoint_id, kernel_tracepoint_name, AttachKind, AttachSpec, AttachState, ErrorKind, TRACEFS_EVENTS,
 };
 
 use crate::lifetime::region;
-use crate::objects::{lookup, new_fd, register, Object, ProgObject};
+use crate::objects::{lookup, new_fd, register, Object, PerfBuffer, PerfEvent, Probe, ProgObject};
 use crate::ring::{Bridge, MmapRequest};
 
 pub const PERF_TYPE_SOFTWARE: u32 = 1;
@@ -43,67 +43,6 @@ const PERF_UPROBE_REF_CTR_OFFSET_SHIFT: u32 = 32;
 const BPF_PROG_TYPE_KPROBE: u32 = 2;
 const BPF_PROG_TYPE_TRACEPOINT: u32 = 5;
 pub const TRACEPOINT_ID_BASE: u32 = 0x7ebf_0000;
-
-pub enum Probe {
-    Uprobe {
-        retprobe: bool,
-        path: String,
-        dev: u64,
-        ino: u64,
-        offset: u64,
-        ref_ctr_offset: u64,
-        pid: i32,
-    },
-    /// `id`: the id libbpf was given for `name` (uebpf's own).
-    Tracepoint {
-        name: String,
-        id: u32,
-    },
-    /// A BPF output event for `cpu` (perfbuf::ANY_CPU: any).
-    BpfOutput {
-        cpu: u32,
-    },
-}
-
-pub struct PerfEvent {
-    pub probe: Probe,
-    pub state: Mutex<PerfState>,
-    /// A BPF output event's buffer, made at its first mmap (its size is fixed from then on).
-    pub buffer: OnceLock<PerfBuffer>,
-}
-
-pub struct PerfBuffer {
-    /// The buffer's map id in the region (what a perf event array's slot holds).
-    pub id: u32,
-    pub map: Arc<Map>,
-    /// Readiness of the event's descriptor for epoll.
-    pub bridge: Bridge,
-}
-
-impl PerfEvent {
-    fn new(probe: Probe) -> PerfEvent {
-        PerfEvent { probe, state: Mutex::new(PerfState::default()), buffer: OnceLock::new() }
-    }
-
-    /// What a perf event array slot holding this event names (uebpf_maps::perfbuf): its
-    /// buffer, NO_BUFFER before it is mapped, NOT_OUTPUT for an event that is not a BPF output.
-    pub fn slot_value(&self) -> u32 {
-        match (&self.probe, self.buffer.get()) {
-            (Probe::BpfOutput { .. }, Some(buffer)) => buffer.id,
-            (Probe::BpfOutput { .. }, None) => NO_BUFFER,
-            _ => NOT_OUTPUT,
-        }
-    }
-}
-
-#[derive(Default)]
-pub struct PerfState {
-    pub enabled: bool,
-    /// The attach table entry, once a program is attached.
-    pub attachment: Option<u32>,
-    /// Attached through a link (the link, not this event, detaches it when closed).
-    pub by_link: bool,
-}
 
 fn read_number(path: &str, prefix: &str) -> Option<u32> {
     std::fs::read_to_string(path).ok()?.trim().strip_prefix(prefix)?.parse().ok()
@@ -301,7 +240,7 @@ fn uprobe(config: u64, path: u64, offset: u64, retprobe_bit: u32, pid: c_int) ->
         return Err(libc::EINVAL); // as the kernel: the offset must lie inside the file
     }
     // SAFETY: signal 0 only checks that the process exists.
-    if pid > 0 && unsafe { libc::kill(pid, 0) } == -1 && crate::objects::errno() == libc::ESRCH {
+    if pid > 0 && unsafe { libc::kill(pid, 0) } == -1 && crate::real::errno() == libc::ESRCH {
         return Err(libc::ESRCH);
     }
     Ok(Probe::Uprobe {

@@ -98,3 +98,8 @@ real!(epoll_create1, c"epoll_create1", fn(flags: c_int) -> c_int);
 real!(epoll_ctl, c"epoll_ctl", fn(epfd: c_int, op: c_int, fd: c_int, event: *mut libc::epoll_event) -> c_int);
 real!(epoll_wait, c"epoll_wait", fn(epfd: c_int, events: *mut libc::epoll_event, max: c_int, timeout: c_int) -> c_int);
 real!(fopen, c"fopen", fn(path: *const c_char, mode: *const c_char) -> *mut libc::FILE);
+
+/// The calling thread's errno (EIO if there is none).
+pub fn errno() -> c_int {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}

@@ -49,7 +49,6 @@ use uebpf_maps::ringbuf::CONSUMER_TIMER;
 use uebpf_maps::Waiting;
 use uebpf_maps::{Map, MapKind, Region};
 
-use crate::objects::MapObject;
 use crate::real;
 
 const REFRESH: Duration = Duration::from_millis(100);
@@ -76,7 +75,7 @@ impl Bridge {
         // the loader's.
         let fd = crate::real::fcntl(map_fd, libc::F_DUPFD_CLOEXEC, 3);
         if fd < 0 {
-            return Err(crate::objects::errno());
+            return Err(crate::real::errno());
         }
         let shared = Arc::new(Shared::default());
         let (thread_shared, thread_map) = (Arc::clone(&shared), Arc::clone(&map));
@@ -181,7 +180,7 @@ impl MmapRequest {
     pub fn map_file(&self, region: &Region, at: *mut c_void, len: u64, file_offset: u64, extra: c_int) -> Result<*mut c_void, c_int> {
         let mapped = real::mmap(at, len as usize, self.prot, libc::MAP_SHARED | extra, region.fd(), file_offset as libc::off_t);
         if mapped == libc::MAP_FAILED {
-            Err(crate::objects::errno())
+            Err(crate::real::errno())
         } else {
             Ok(mapped)
         }
@@ -194,22 +193,23 @@ impl MmapRequest {
 }
 
 /// `mmap` of a map descriptor.
-pub fn mmap(object: &MapObject, region: &Region, request: &MmapRequest) -> Result<*mut c_void, c_int> {
+/// `frozen`: BPF_MAP_FREEZE was asked for (the map descriptor's `MapObject::frozen`).
+pub fn mmap(map: &Map, frozen: &AtomicBool, region: &Region, request: &MmapRequest) -> Result<*mut c_void, c_int> {
     let MmapRequest { addr, len, prot, flags, offset } = *request;
     let page = PAGE_SIZE as u64;
-    let info = object.map.info();
+    let info = map.info();
     if flags & libc::MAP_SHARED == 0 || offset < 0 || len == 0 {
         return Err(libc::EINVAL);
     }
     let (offset, len64) = (offset as u64, len as u64);
     let map_file = |at: *mut c_void, len: u64, file_offset: u64, extra: c_int| request.map_file(region, at, len, file_offset, extra);
     let fixed = request.fixed();
-    match object.map.kind() {
+    match map.kind() {
         MapKind::Array | MapKind::PercpuArray => {
             if info.def.map_flags & uebpf_maps::def::BPF_F_MMAPABLE == 0 {
                 return Err(libc::ENODEV);
             }
-            if prot & libc::PROT_WRITE != 0 && object.frozen.load(Ordering::Acquire) {
+            if prot & libc::PROT_WRITE != 0 && frozen.load(Ordering::Acquire) {
                 return Err(libc::EPERM);
             }
             let values = info.storage.values_len(info.def.max_entries).div_ceil(page) * page;
@@ -233,7 +233,7 @@ pub fn mmap(object: &MapObject, region: &Region, request: &MmapRequest) -> Resul
                 // Reserve the whole range, then map the producer page + data, and the data again.
                 let base = real::mmap(addr, len, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | fixed, -1, 0);
                 if base == libc::MAP_FAILED {
-                    return Err(crate::objects::errno());
+                    return Err(crate::real::errno());
                 }
                 let second = base.cast::<u8>().wrapping_add(first as usize).cast();
                 let result = map_file(base, first, info.ringbuf_producer_offset(), libc::MAP_FIXED)

@@ -145,7 +145,7 @@ unsafe fn change(signal: c_int, new: Option<libc::sigaction>) -> Result<libc::si
     Ok(previous)
 }
 
-/// The C library's `sigaction` entered (an injected agent's hook on it, as `nofault::divert`):
+/// The C library's `sigaction` entered (an injected agent's hook on it, `dispositions::divert`):
 /// done here for an interposed signal, the process's pointers read and written fault-safely;
 /// true if done (the C library's call then changes and reports nothing). False for other
 /// signals, before `install`, or when a pointer faults: the C library's call runs unchanged.

@@ -9,10 +9,10 @@ use uebpf_vm::{
     Analysis, ContextSpec, Environment, JitError, JitFunction, JitProgram, MapLookup, MapMeta, MapResolver, MemoryRegion, Program,
 };
 
+use crate::checks::check_program;
 use crate::error::{Error, ErrorKind};
 use crate::handles::{register, Registration};
 use crate::helpers::{lookup_in_map, register_all};
-use crate::load::check_program;
 
 /// How a program runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -231,8 +231,8 @@ impl Instance {
         let name = info.name.as_str();
         let bytecode = self.inner.region.program_bytecode(info.id)?;
         check_program(name, &bytecode)?;
-        crate::load::check_extension(name, &bytecode, &info.section)?;
-        let called = crate::load::called_helpers(&bytecode);
+        crate::checks::check_extension(name, &bytecode, &info.section)?;
+        let called = crate::checks::called_helpers(&bytecode);
         let calls = |id| called.contains(&id);
         let (program, analysis) = load_checked_with_analysis(name, info.prog_type, &bytecode, &self.inner.env)?;
         if calls(crate::helpers::CURRENT_TASK_UNDER_CGROUP) || calls(crate::helpers::GET_CURRENT_CGROUP_ID) {
@@ -433,5 +433,5 @@ fn load_checked_with_analysis(
 ) -> Result<(Program, Analysis), Error> {
     let ctx = ContextSpec::of_program_type(prog_type)
         .ok_or_else(|| Error::invalid(format!("program `{name}`: program type {prog_type} is not one uebpf runs")))?;
-    Program::load_checked(bytecode, env, ctx).map_err(|e| crate::load::refusal(name, &e))
+    Program::load_checked(bytecode, env, ctx).map_err(|e| crate::checks::refusal(name, &e))
 }

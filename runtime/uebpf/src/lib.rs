@@ -16,9 +16,16 @@
 //! ring.consume(|record| println!("{} bytes", record.len()));
 //! # Ok::<(), uebpf::Error>(())
 //! ```
+//!
+//! Modules, in layers (each uses only modules of the layers before it; tests/unit/test_imports.py
+//! checks there is no circle): applied, error, helper_names, inject, nofault, rawsys, signals /
+//! cgroup, handlers, handles, panics, probe, task / dispositions, ffi, printk, user / helpers /
+//! checks / instance, object / load.
 
 mod applied;
 pub mod cgroup;
+mod checks;
+pub mod dispositions;
 mod error;
 pub mod ffi;
 pub mod handlers;
@@ -39,14 +46,13 @@ mod task;
 pub mod user;
 
 pub use applied::wait_applied;
+pub use checks::{check_extension, check_program, is_extension, EXTENSION_SECTION, SYSCALL_EXTENSION_SECTION};
 pub use error::{Error, ErrorKind};
 pub use helpers::{
     allow_answer, allow_override, set_attach_cookie, set_func_ip, set_stack_origin, write_stderr, StackOrigin, MAX_OUTPUT_BUFFERS,
 };
 pub use instance::{load_checked, Engine, Instance, LoadedProgram};
-pub use load::{
-    check_btf, check_extension, check_program, is_extension, Target, EXTENSION_SECTION, SYSCALL_EXTENSION_SECTION, VMLINUX_BTF,
-};
+pub use load::{check_btf, Target, VMLINUX_BTF};
 pub use object::{parse_section, MapDesc, Object, ProgramDesc};
 /// The context of uprobe and uretprobe programs: the kernel's x86-64 `struct pt_regs`, field for
 /// field (the hook engine builds it; the same type serves programs run on a made-up call).

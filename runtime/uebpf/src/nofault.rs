@@ -5,14 +5,15 @@
 //! handler replaced, exactly as the kernel would have delivered it (`pass_on`).
 //!
 //! The traced process owns its signals. Once `install`ed, our handler stays in front: the
-//! process's later `sigaction`/`signal` calls for SIGSEGV and SIGBUS must go through `sigaction`
-//! and `signal` here (the agent exports them, libjsig-style), which change the disposition we
+//! process's later `sigaction`/`signal` calls for SIGSEGV and SIGBUS must go through
+//! `dispositions::{sigaction, signal}` (the agent exports them, libjsig-style), which come here
+//! (`sigaction_if_ours`) and change the disposition we
 //! chain to and report it as the process's, instead of replacing our handler. *Why* interpose
 //! rather than re-install or check per copy: a process that replaces our handler would otherwise
 //! turn the next bad probe read into its own crash, and checking the disposition on every copy
 //! costs the system call this module exists to avoid. Only the process that interposes those
 //! calls (the agent) may `install`, or one that diverts the C library's `sigaction` to
-//! `divert` with an inline hook (an agent injected into a running process, whose calls were
+//! `dispositions::divert` with an inline hook (an agent injected into a running process, whose calls were
 //! bound to the C library before it came); everyone else keeps process_vm_readv (probe.rs).
 //!
 //! Not covered, by construction (see runtime/README.md): a thread with SIGSEGV or SIGBUS blocked
@@ -167,10 +168,10 @@ pub(crate) fn with_writer<T>(update: impl FnOnce() -> T) -> T {
 }
 
 pub(crate) type SigactionFn = unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
-type SignalFn = unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
+pub(crate) type SignalFn = unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
 
 /// The C library's function `name`, after ours in the lookup order (ours may be interposing it).
-fn next_symbol(slot: &AtomicPtr<c_void>, name: &std::ffi::CStr) -> *mut c_void {
+pub(crate) fn next_symbol(slot: &AtomicPtr<c_void>, name: &std::ffi::CStr) -> *mut c_void {
     let mut found = slot.load(Ordering::Acquire);
     if found.is_null() {
         // SAFETY: a NUL-terminated name.
@@ -189,7 +190,7 @@ pub(crate) fn real_sigaction() -> SigactionFn {
 
 /// Installs the handler for SIGSEGV and SIGBUS (again after `uninstall`; nothing if installed).
 /// Only for a process whose `sigaction`/`signal` for these signals reach ours (module comment),
-/// or whose C library `sigaction` is diverted to `divert` by an inline hook (an agent injected
+/// or whose C library `sigaction` is diverted to `dispositions::divert` by an inline hook (an agent injected
 /// into a running process).
 pub fn install() -> io::Result<()> {
     let sigaction = real_sigaction(); // resolved now: our handler may need it
@@ -238,29 +239,28 @@ pub fn uninstall() {
 
 /// The C library's `sigaction` entered for SIGSEGV or SIGBUS, seen by an inline hook at its
 /// entry (an agent injected into a running process cannot interpose the symbol: the process's
-/// calls were bound long before). Done here as `sigaction` below does it, the process's
-/// pointers read and written fault-safely; true if done: the hook then has the C library's
-/// call change and report nothing (`act` and `old` NULL), so its return value, 0, is this
-/// call's. False for other signals, before `install`, or when a pointer faults: the C
-/// library's call runs unchanged and answers as it would have (EFAULT for a bad pointer).
+/// calls were bound long before; `dispositions::divert` routes here). Done here as
+/// `sigaction_if_ours` below does it, the process's pointers read and written fault-safely;
+/// Some(true) if done: the hook then has the C library's call change and report nothing (`act`
+/// and `old` NULL), so its return value, 0, is this call's. Some(false) when a pointer faults:
+/// the C library's call runs unchanged and answers as it would have (EFAULT for a bad pointer).
+/// None for other signals, or before `install`.
 ///
 /// # Safety
 /// Called with the process's `sigaction` arguments; bad pointers are fine.
-pub unsafe fn divert(signal: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> bool {
-    let Some(chained) = chained_for(signal).filter(|_| installed()) else {
-        return crate::handlers::divert(signal, act, old);
-    };
+pub(crate) unsafe fn divert_if_ours(signal: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> Option<bool> {
+    let chained = chained_for(signal).filter(|_| installed())?;
     const SIZE: usize = std::mem::size_of::<libc::sigaction>();
     let mut new: libc::sigaction = std::mem::zeroed();
     // Outside `with_writer`: it blocks every signal, and a fault there would kill the thread.
     if !act.is_null() && !copy((&mut new as *mut libc::sigaction).cast(), act.cast(), SIZE) {
-        return false;
+        return Some(false);
     }
     let current = chained.read();
     if !old.is_null() && !copy(old.cast(), (&current as *const libc::sigaction).cast(), SIZE) {
-        return false;
+        return Some(false);
     }
-    with_writer(|| {
+    Some(with_writer(|| {
         // Still installed: an `uninstall` meanwhile gave the kernel the chained disposition,
         // and the C library's call must then make this change itself.
         let diverted = installed();
@@ -268,20 +268,17 @@ pub unsafe fn divert(signal: c_int, act: *const libc::sigaction, old: *mut libc:
             chained.write(&new);
         }
         diverted
-    })
+    }))
 }
 
-/// `sigaction(2)` as the process sees it once `install`ed: for SIGSEGV and SIGBUS, reads and
-/// changes the disposition our handler chains to; for other signals, or before `install`, the
-/// C library's.
+/// `sigaction(2)` for SIGSEGV and SIGBUS once `install`ed: reads and changes the disposition our
+/// handler chains to (`dispositions::sigaction` routes here). None for other signals, or before
+/// `install`.
 ///
 /// # Safety
 /// As `sigaction(2)`: `act`, `old` null or valid.
-pub unsafe fn sigaction(signal: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
-    let chained = chained_for(signal).filter(|_| installed());
-    let Some(chained) = chained else {
-        return crate::handlers::sigaction(signal, act, old);
-    };
+pub(crate) unsafe fn sigaction_if_ours(signal: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> Option<c_int> {
+    let chained = chained_for(signal).filter(|_| installed())?;
     with_writer(|| {
         if !old.is_null() {
             *old = chained.read();
@@ -290,32 +287,12 @@ pub unsafe fn sigaction(signal: c_int, act: *const libc::sigaction, old: *mut li
             chained.write(act);
         }
     });
-    0
+    Some(0)
 }
 
-/// `signal(3)` (glibc's BSD semantics: SA_RESTART, the signal blocked in its handler) through
-/// `sigaction` above; other signals, or before `install`: the C library's.
-///
-/// # Safety
-/// As `signal(3)`.
-pub unsafe fn signal(signal: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    let ours = chained_for(signal).is_some() && installed() || crate::handlers::interposes(signal);
-    if !ours {
-        static SLOT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-        let real = next_symbol(&SLOT, c"signal");
-        let real: SignalFn = std::mem::transmute(if real.is_null() { libc::signal as *mut c_void } else { real });
-        return real(signal, handler);
-    }
-    let mut act: libc::sigaction = std::mem::zeroed();
-    act.sa_sigaction = handler;
-    act.sa_flags = libc::SA_RESTART;
-    libc::sigemptyset(&mut act.sa_mask);
-    libc::sigaddset(&mut act.sa_mask, signal);
-    let mut old: libc::sigaction = std::mem::zeroed();
-    if sigaction(signal, &act, &mut old) != 0 {
-        return libc::SIG_ERR;
-    }
-    old.sa_sigaction
+/// Whether `sigaction_if_ours` takes `signal`.
+pub(crate) fn owns(signal: c_int) -> bool {
+    chained_for(signal).is_some() && installed()
 }
 
 type SigInfoHandler = unsafe extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void);

@@ -107,8 +107,8 @@ impl Object {
                 // An extension keeps its kind (a uprobe) under the extension section.
                 let section = match kind {
                     _ if !self.extensions.contains(name) => section,
-                    ProgramKind::Tracepoint => crate::load::SYSCALL_EXTENSION_SECTION.to_string(),
-                    _ => crate::load::EXTENSION_SECTION.to_string(),
+                    ProgramKind::Tracepoint => crate::checks::SYSCALL_EXTENSION_SECTION.to_string(),
+                    _ => crate::checks::EXTENSION_SECTION.to_string(),
                 };
                 ProgramDesc { name: name.clone(), section, kind, attach_target }
             })

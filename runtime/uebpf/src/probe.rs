@@ -277,7 +277,7 @@ mod tests {
         unsafe {
             let mut act: libc::sigaction = std::mem::zeroed();
             act.sa_sigaction = handler;
-            assert_eq!(nofault::sigaction(signal, &act, std::ptr::null_mut()), 0);
+            assert_eq!(crate::dispositions::sigaction(signal, &act, std::ptr::null_mut()), 0);
         }
     }
 
@@ -327,15 +327,15 @@ mod tests {
                 // SAFETY: installing handlers as a target would, through the interposition.
                 unsafe {
                     if install_own == 0 {
-                        nofault::signal(libc::SIGSEGV, exit_with_signal as *const () as libc::sighandler_t);
+                        crate::dispositions::signal(libc::SIGSEGV, exit_with_signal as *const () as libc::sighandler_t);
                     } else {
                         let mut act: libc::sigaction = std::mem::zeroed();
                         act.sa_sigaction = exit_with_code as *const () as libc::sighandler_t;
                         act.sa_flags = libc::SA_SIGINFO;
-                        nofault::sigaction(libc::SIGSEGV, &act, std::ptr::null_mut());
+                        crate::dispositions::sigaction(libc::SIGSEGV, &act, std::ptr::null_mut());
                     }
                     let mut seen: libc::sigaction = std::mem::zeroed();
-                    nofault::sigaction(libc::SIGSEGV, std::ptr::null(), &mut seen);
+                    crate::dispositions::sigaction(libc::SIGSEGV, std::ptr::null(), &mut seen);
                     let mut buf = [0xaau8; 8];
                     if read(buf.as_mut_ptr(), 8, 8 as *const u8) != -14 || buf != [0; 8] {
                         return 2; // the probe read was not caught

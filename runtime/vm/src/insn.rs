@@ -226,3 +226,8 @@ pub fn decode_all(bytecode: &[u8]) -> Option<Vec<Insn>> {
 pub fn encode_all(insns: &[Insn]) -> Vec<u8> {
     insns.iter().flat_map(|i| i.encode()).collect()
 }
+
+/// The 64-bit immediate of the `lddw` at `index` (its two slots' immediates, low then high).
+pub(crate) fn lddw_value(insns: &[Insn], index: usize) -> u64 {
+    u64::from(insns[index].imm as u32) | (u64::from(insns[index + 1].imm as u32) << 32)
+}

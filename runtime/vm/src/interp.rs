@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::environment::MemoryRegion;
 use crate::error::{RunError, RunErrorKind};
+use crate::insn::lddw_value;
 use crate::insn::*;
-use crate::program::{lddw_value, Program};
+use crate::program::Program;
 
 /// What a program may touch during one run.
 struct AccessRules<'a> {

@@ -5,6 +5,10 @@
 //! ([`Program::interpret`], every memory access checked) or is compiled by the x86-64 JIT
 //! ([`JitProgram`], relies on the load-time checks only). `ffi` exposes the same to C
 //! (`include/uebpf_vm.h`).
+//!
+//! Modules, in layers (each uses only modules of the layers before it; tests/unit/test_imports.py
+//! checks there is no circle): environment, ffi, insn / asm, disasm, lookup_sites / error / safety,
+//! verify / program / interp, jit.
 
 pub mod asm;
 pub mod disasm;

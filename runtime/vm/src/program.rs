@@ -122,7 +122,3 @@ extern "C" fn not_provided(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
     const ENOSYS: i64 = 38;
     (-ENOSYS) as u64
 }
-
-pub(crate) fn lddw_value(insns: &[Insn], index: usize) -> u64 {
-    u64::from(insns[index].imm as u32) | (u64::from(insns[index + 1].imm as u32) << 32)
-}

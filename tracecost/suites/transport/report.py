@@ -4,11 +4,11 @@ table, every figure computed from the recorded runs."""
 
 from __future__ import annotations
 
-from tracecost import results, stats
+from tracecost import stats
 from tracecost.report import fmt, style
 from tracecost.report.figures import CI_NOTE, from_stats, grouped_bars, lines
 from tracecost.report.model import Chart, Section, TableBlock
-from tracecost.suites.base import Metric
+from tracecost.suites.base import Metric, counted
 
 MECHANISMS = ("ringbuf", "perfbuf")
 CHARTED = (*MECHANISMS, "uebpf", "uebpf-perfbuf")  # uebpf's ring buffer and perf buffer
@@ -261,7 +261,7 @@ def _cell_row(agg: dict) -> list[str]:
 
 def render(suite: dict, environment: dict) -> Section:
     config, aggregates = suite["config"], suite["aggregates"]
-    table, runs, counts = _by_key(aggregates), results.counted(suite["runs"]), config["producers"]
+    table, runs, counts = _by_key(aggregates), counted(suite["runs"]), config["producers"]
     columns = [
         "Producers",
         "Method",

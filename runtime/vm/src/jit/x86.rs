@@ -16,8 +16,9 @@ use iced_x86::code_asm::*;
 use iced_x86::BlockEncoderOptions;
 
 use crate::environment::MapLookup;
+use crate::insn::lddw_value;
 use crate::insn::*;
-use crate::program::{lddw_value, Program};
+use crate::program::Program;
 
 /// The x86-64 names of one register at each width.
 #[derive(Clone, Copy)]

@@ -614,7 +614,7 @@ impl Verifier<'_> {
             CLASS_LD => {
                 // lddw (the structural checks allow no other LD form).
                 let reg = match insn.src {
-                    PSEUDO_NONE => Reg::scalar(Scalar::constant(crate::program::lddw_value(self.insns, index))),
+                    PSEUDO_NONE => Reg::scalar(Scalar::constant(crate::insn::lddw_value(self.insns, index))),
                     PSEUDO_FUNC => {
                         if self.insns[index + 1].imm != 0 {
                             return Err("unrecognized bpf_ld_imm64 insn: a function's second half must be 0".into());
