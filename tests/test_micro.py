@@ -593,6 +593,22 @@ def test_a_zero_cost_has_no_speedup_and_the_table_says_so():
     assert render(suite, {}).tables[0].rows[0][-1] == "–"
 
 
+def test_results_from_before_the_fast_figures_still_render_and_say_they_are_medians():
+    config = MicroConfig(ops=["uprobe"], runtimes=["untraced", "kernel"], iter=10)
+    runs = synthetic_runs({"untraced": {"uprobe": [30, 31]}, "kernel": {"uprobe": [3030, 3031]}}, mean_excess=5)
+    aggregates = MicroSuite().aggregate(runs, config)
+    for record in [*runs, *aggregates]:
+        del record["fast_ns_per_call"]
+    suite = {"config": MicroSuite().config_record(config), "aggregates": aggregates, "runs": runs, "failures": []}
+    section = render(suite, {})
+    detail = next(table for table in section.tables if "Median call (ns)" in table.columns)
+    assert "predate the fast figures" in detail.note
+    with_fast = render(
+        {**suite, "aggregates": MicroSuite().aggregate(synthetic_runs({"kernel": {"uprobe": [1]}}), config)}, {}
+    )
+    assert any("Fast call (ns)" in table.columns for table in with_fast.tables)
+
+
 def test_speedup_is_computed_when_a_second_runtime_has_data():
     config = MicroConfig(
         ops=["uprobe", "hash_lookup"], runtimes=["untraced", "kernel", "uebpf"], iter=10, ops_per_hit=100

@@ -17,9 +17,9 @@ SYSCALL_SCOPES = {
     "syscall_all": "when it counts every process's system calls",
 }
 SHORT_BASIS = {
-    "probe": "traced − untraced (fast figures)",
-    "syscall": "traced − untraced (fast figures)",
-    "helper": "(call − empty uprobe) ÷ ops per hit (fast figures)",
+    "probe": "traced − untraced",
+    "syscall": "traced − untraced",
+    "helper": "(call − empty uprobe) ÷ ops per hit",
 }
 
 
@@ -287,6 +287,9 @@ def render(suite: dict, environment: dict) -> Section:
     traced = [r for r in runtimes if r != UNTRACED]
     probe_ops = [op["name"] for op in config["ops"] if op["kind"] != "helper"]
     helper_ops = [op["name"] for op in config["ops"] if op["kind"] == "helper"]
+    # Results written before the fast figures (bench.FAST_PERCENTILE) have each run's median only,
+    # which their costs were computed from: drawn and named as such.
+    figure = "fast" if all("fast_ns_per_call" in agg for agg in aggregates) else "median"
 
     charts = []
     if probe_ops:
@@ -327,10 +330,10 @@ def render(suite: dict, environment: dict) -> Section:
             _bars(
                 "Victim time per call (ns)",
                 ops,
-                _series(table, ops, runtimes, "fast_ns_per_call", "mean"),
-                "fast ns per call (log)",
+                _series(table, ops, runtimes, f"{figure}_ns_per_call", "mean"),
+                f"{figure} ns per call (log)",
             ),
-            f"As the victim measured it: mean over runs of each run's fast figure, over at least "
+            f"As the victim measured it: mean over runs of each run's {figure} figure, over at least "
             f"{config['iter']:,} timed calls. "
             f"{TIMING_NOTE} {CI_NOTE}",
         )
@@ -351,7 +354,7 @@ def render(suite: dict, environment: dict) -> Section:
         "Operation",
         "Runtime",
         "n",
-        "Fast call (ns)",
+        f"{figure.capitalize()} call (ns)",
         "Min",
         "Max",
         "SD",
@@ -368,7 +371,7 @@ def render(suite: dict, environment: dict) -> Section:
             agg = _cell(table, op, runtime)
             if not agg:
                 continue
-            ns = agg["fast_ns_per_call"]
+            ns = agg[f"{figure}_ns_per_call"]
             detail_rows.append(
                 [
                     labels[op],
@@ -394,7 +397,7 @@ def render(suite: dict, environment: dict) -> Section:
         f"{config['runs']} measured runs per cell after a discarded warm-up run, runtimes in a seeded random order "
         f"(seed {config['seed']}); each run: {config['warmup']:,} warm-up calls, then {config['iter']:,} timed "
         f"calls (a probe or tracepoint run: at least {config.get('min_run_ms', 0)} ms of them). {TIMING_NOTE} "
-        "Fast call: the mean over runs of each run's fast figure (min, max, SD over runs); mean "
+        f"{figure.capitalize()} call: the mean over runs of each run's {figure} figure (min, max, SD over runs); mean "
         f"call: of each run's mean. SD: sample standard deviation over runs; ±: 95% CI of the mean "
         "(t-distribution); per-operation CIs by Welch's t, speedups by the delta method. "
         "Every traced run's programs ran exactly once per call "
@@ -402,6 +405,8 @@ def render(suite: dict, environment: dict) -> Section:
         f"Hash deletes: {config.get('hash_delete', 'not recorded')}. "
         f"Size: {config['size']}."
     )
+    if figure == "median":
+        note += " These results predate the fast figures: costs compare each run's median (docs/methodology.md)."
     sites = sites_table({op["name"]: op for op in config["ops"]}, table, compared, unavailable)
     return Section(
         suite="micro",
