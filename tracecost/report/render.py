@@ -26,11 +26,13 @@ def _template() -> jinja2.Template:
 
 
 def sections_of(doc: dict) -> list[Section]:
+    """The document's suites' sections, in the suite table's order (the order a reader asks in)."""
+    unknown = [name for name in doc["suites"] if name not in SUITES]
+    if unknown:
+        raise TracecostError(f"no report section for suite {unknown[0]!r}")
     sections = []
-    for name, suite in doc["suites"].items():
-        entry = SUITES.get(name)
-        if entry is None:
-            raise TracecostError(f"no report section for suite {name!r}")
+    for name in sorted(doc["suites"], key=list(SUITES).index):
+        suite, entry = doc["suites"][name], SUITES[name]
         try:
             sections.append(entry.render(suite, doc["environment"]))
         except Exception as error:

@@ -1,6 +1,10 @@
 """The suite table. Each entry is one folder under tracecost/suites/ (see suites/base.py for what it
 holds); `tracecost <name>` is generated from the entry, and `tracecost run` runs every entry at its
-default size. Adding a suite: a new folder, and one line here."""
+default size. Adding a suite: a new folder, and one line here.
+
+The table's order is the report's: the order in which a reader asks (what tracing a function costs,
+then a probe, the transport, real services, loading, the engines, compatibility), whatever order a
+results file holds its suites in."""
 
 from tracecost.suites.compat import CompatSuite
 from tracecost.suites.duration import DurationSuite
@@ -14,13 +18,13 @@ from tracecost.suites.vm import VmSuite
 SUITES = {
     suite.name: suite
     for suite in (
-        CompatSuite(),
         DurationSuite(),
+        MicroSuite(),
+        TransportSuite(),
+        NginxSuite(),
         FuseSuite(),
         LoadSuite(),
-        MicroSuite(),
-        NginxSuite(),
-        TransportSuite(),
         VmSuite(),
+        CompatSuite(),
     )
 }
