@@ -16,8 +16,9 @@ from tracecost.errors import TracecostError
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 
 
-def summarize_histogram(histogram: dict) -> dict:
-    """{"p50","p90","p99","max","mean"} in ns from {"count","sum_ns","max_ns","buckets"}."""
+def summarize_histogram(histogram: dict, percentiles: dict[str, float] = PERCENTILES) -> dict:
+    """The `percentiles` (by default {"p50","p90","p99"}), "max" and "mean" in ns from
+    {"count","sum_ns","max_ns","buckets"}."""
     buckets = sorted(histogram["buckets"])
     count = histogram["count"]
     if count == 0:
@@ -25,15 +26,9 @@ def summarize_histogram(histogram: dict) -> dict:
     if sum(bucket[2] for bucket in buckets) != count:
         raise TracecostError("the latency histogram's buckets do not add up to its count")
     summary = {
-        name: min(_percentile(buckets, count, percent), histogram["max_ns"]) for name, percent in PERCENTILES.items()
+        name: min(_percentile(buckets, count, percent), histogram["max_ns"]) for name, percent in percentiles.items()
     }
     return {**summary, "max": histogram["max_ns"], "mean": histogram["sum_ns"] / count}
-
-
-def histogram_percentile(histogram: dict, percent: float) -> int:
-    """One percentile in ns (as summarize_histogram's), capped at the exact maximum."""
-    summarize_histogram(histogram)  # checks it
-    return min(_percentile(sorted(histogram["buckets"]), histogram["count"], percent), histogram["max_ns"])
 
 
 def _percentile(buckets: list, count: int, percent: float) -> int:

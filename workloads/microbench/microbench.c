@@ -200,6 +200,7 @@ static uint64_t time_each_call(const struct bench *bench, char *buf, uint64_t it
 struct batches {
 	uint64_t *ns;
 	uint64_t count, capacity;
+	uint64_t total_ns; /* of every batch recorded */
 };
 
 static void record_batch(struct batches *batches, uint64_t ns)
@@ -214,6 +215,7 @@ static void record_batch(struct batches *batches, uint64_t ns)
 		batches->capacity = capacity;
 	}
 	batches->ns[batches->count++] = ns;
+	batches->total_ns += ns;
 }
 
 /* The timed calls in batches of `batch` (see the top of this file), at least `iter` of them and
@@ -221,19 +223,17 @@ static void record_batch(struct batches *batches, uint64_t ns)
 static uint64_t time_batches(const struct bench *bench, char *buf, uint64_t iter, uint64_t warmup, uint64_t batch,
 			     uint64_t min_ns, struct batches *batches, uint64_t *timed)
 {
-	uint64_t checksum = 0, i = 0, total_ns = 0;
+	uint64_t checksum = 0, i = 0;
 
 	for (; i < warmup; i++)
 		checksum += bench->fn(buf, i);
-	while (i < warmup + iter || total_ns < min_ns) {
-		uint64_t end = i + batch < warmup + iter || total_ns < min_ns ? i + batch : warmup + iter;
-		uint64_t start = now_ns(), ns;
+	while (i < warmup + iter || batches->total_ns < min_ns) {
+		uint64_t end = i + batch < warmup + iter || batches->total_ns < min_ns ? i + batch : warmup + iter;
+		uint64_t start = now_ns();
 
 		for (; i < end; i++)
 			checksum += bench->fn(buf, i);
-		ns = now_ns() - start;
-		record_batch(batches, ns);
-		total_ns += ns;
+		record_batch(batches, now_ns() - start);
 	}
 	*timed = i - warmup;
 	return checksum;
@@ -247,7 +247,7 @@ static int compare_doubles(const void *a, const void *b)
 }
 
 /* The batch means' 10th percentile (nearest rank) and median (of an even count: the mean of the
- * middle two), printed as "batch_mean_ns". */
+ * middle two), printed as "batch_mean_ns". There is at least one batch (--iter is at least 1). */
 static void print_batch_means(const struct batches *batches, uint64_t iter, uint64_t batch)
 {
 	uint64_t n = batches->count, rank10 = (n + 9) / 10;
@@ -263,7 +263,7 @@ static void print_batch_means(const struct batches *batches, uint64_t iter, uint
 	}
 	qsort(means, n, sizeof(*means), compare_doubles);
 	printf(",\"batch_calls\":%" PRIu64 ",\"batches\":%" PRIu64 ",\"batch_mean_ns\":{\"p10\":%.4f,\"p50\":%.4f}",
-	       batch, n, means[(rank10 ? rank10 : 1) - 1], n % 2 ? means[n / 2] : (means[n / 2 - 1] + means[n / 2]) / 2);
+	       batch, n, means[rank10 - 1], n % 2 ? means[n / 2] : (means[n / 2 - 1] + means[n / 2]) / 2);
 	free(means);
 }
 
@@ -278,8 +278,7 @@ static void run(const struct bench *bench, uint64_t iter, uint64_t warmup, uint6
 	memset(&call_ns, 0, sizeof(call_ns));
 	if (batch > 1) {
 		checksum = time_batches(bench, buf, iter, warmup, batch, min_ns, &batches, &iter);
-		for (uint64_t k = 0; k < batches.count; k++)
-			total_ns += batches.ns[k];
+		total_ns = batches.total_ns;
 	} else {
 		checksum = time_each_call(bench, buf, iter, warmup, &call_ns);
 		total_ns = call_ns.sum_ns;

@@ -12,8 +12,8 @@
 //! An agent injected into a running process (`uebpf inject`) comes too late to interpose: the
 //! process's calls are bound to the C library already. There an inline hook on the C library's
 //! `__sigaction` (exported as `sigaction` too; `signal`, `bsd_signal`, `sysv_signal` and
-//! `sigset` call it inside the library) hands SIGSEGV and SIGBUS to `dispositions::divert`, and only
-//! then is the handler installed, before the first program is hooked: probe reads take the fast
+//! `sigset` call it inside the library) hands SIGSEGV and SIGBUS to `dispositions::divert`, and
+//! only then is the handler installed, before the first program is hooked: probe reads take the fast
 //! path there too. Not seen: the C
 //! library's internal `__libc_sigaction` callers (none for these signals) and raw system calls.
 
@@ -105,9 +105,9 @@ pub(crate) fn end_diversion() {
     }
 }
 
-/// At `__sigaction(signal, act, old)`'s entry: SIGSEGV and SIGBUS are done by `dispositions::divert` (nofault),
-/// the other handlers by `handlers::divert` (through it), and the C library's call is left with
-/// nothing to change or report (it returns 0).
+/// At `__sigaction(signal, act, old)`'s entry: `dispositions::divert` does SIGSEGV and SIGBUS
+/// (nofault) and the other handlers (handlers), and the C library's call is left with nothing to
+/// change or report (it returns 0).
 unsafe extern "C" fn at_sigaction(regs: *mut PtRegs, _: *mut c_void) {
     let regs = &mut *regs;
     if dispositions::divert(regs.di as c_int, regs.si as *const libc::sigaction, regs.dx as *mut libc::sigaction) {

@@ -285,7 +285,6 @@ impl PerfEventArray {
         }
         let mut open = self.open[index as usize].lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if open.as_ref().is_none_or(|(known, _)| *known != id) {
-            // A slot naming anything but a perf buffer is a corrupt region: nothing to write to.
             let buffer = self.open_buffer(id).ok_or(libc::ENOENT)?;
             *open = Some((id, buffer));
         }

@@ -4,17 +4,17 @@
 //! them resumes at a fixup that returns -1. Every other delivery goes to the disposition the
 //! handler replaced, exactly as the kernel would have delivered it (`pass_on`).
 //!
-//! The traced process owns its signals. Once `install`ed, our handler stays in front: the
-//! process's later `sigaction`/`signal` calls for SIGSEGV and SIGBUS must go through
+//! The traced process owns its signals. Once `install`ed, our handler stays in front: the process's
+//! later `sigaction`/`signal` calls for SIGSEGV and SIGBUS must go through
 //! `dispositions::{sigaction, signal}` (the agent exports them, libjsig-style), which come here
-//! (`sigaction_if_ours`) and change the disposition we
-//! chain to and report it as the process's, instead of replacing our handler. *Why* interpose
-//! rather than re-install or check per copy: a process that replaces our handler would otherwise
-//! turn the next bad probe read into its own crash, and checking the disposition on every copy
-//! costs the system call this module exists to avoid. Only the process that interposes those
-//! calls (the agent) may `install`, or one that diverts the C library's `sigaction` to
-//! `dispositions::divert` with an inline hook (an agent injected into a running process, whose calls were
-//! bound to the C library before it came); everyone else keeps process_vm_readv (probe.rs).
+//! (`sigaction_if_ours`) and change the disposition we chain to and report it as the process's,
+//! instead of replacing our handler. *Why* interpose rather than re-install or check per copy: a
+//! process that replaces our handler would otherwise turn the next bad probe read into its own
+//! crash, and checking the disposition on every copy costs the system call this module exists to
+//! avoid. Only the process that interposes those calls (the agent) may `install`, or one that
+//! diverts the C library's `sigaction` to `dispositions::divert` with an inline hook (an agent
+//! injected into a running process, whose calls were bound to the C library before it came);
+//! everyone else keeps process_vm_readv (probe.rs).
 //!
 //! Not covered, by construction (see runtime/README.md): a thread with SIGSEGV or SIGBUS blocked
 //! when a probe reads a bad address is killed (the kernel forces synchronous signals, as for any
@@ -190,8 +190,8 @@ pub(crate) fn real_sigaction() -> SigactionFn {
 
 /// Installs the handler for SIGSEGV and SIGBUS (again after `uninstall`; nothing if installed).
 /// Only for a process whose `sigaction`/`signal` for these signals reach ours (module comment),
-/// or whose C library `sigaction` is diverted to `dispositions::divert` by an inline hook (an agent injected
-/// into a running process).
+/// or whose C library `sigaction` is diverted to `dispositions::divert` by an inline hook (an
+/// agent injected into a running process).
 pub fn install() -> io::Result<()> {
     let sigaction = real_sigaction(); // resolved now: our handler may need it
     let result = with_writer(|| {
@@ -249,7 +249,7 @@ pub fn uninstall() {
 /// # Safety
 /// Called with the process's `sigaction` arguments; bad pointers are fine.
 pub(crate) unsafe fn divert_if_ours(signal: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> Option<bool> {
-    let chained = chained_for(signal).filter(|_| installed())?;
+    let chained = ours(signal)?;
     const SIZE: usize = std::mem::size_of::<libc::sigaction>();
     let mut new: libc::sigaction = std::mem::zeroed();
     // Outside `with_writer`: it blocks every signal, and a fault there would kill the thread.
@@ -278,7 +278,7 @@ pub(crate) unsafe fn divert_if_ours(signal: c_int, act: *const libc::sigaction, 
 /// # Safety
 /// As `sigaction(2)`: `act`, `old` null or valid.
 pub(crate) unsafe fn sigaction_if_ours(signal: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> Option<c_int> {
-    let chained = chained_for(signal).filter(|_| installed())?;
+    let chained = ours(signal)?;
     with_writer(|| {
         if !old.is_null() {
             *old = chained.read();
@@ -292,7 +292,13 @@ pub(crate) unsafe fn sigaction_if_ours(signal: c_int, act: *const libc::sigactio
 
 /// Whether `sigaction_if_ours` takes `signal`.
 pub(crate) fn owns(signal: c_int) -> bool {
-    chained_for(signal).is_some() && installed()
+    ours(signal).is_some()
+}
+
+/// The disposition our handler chains to for `signal`, while it is installed: the signals the
+/// process's `sigaction` changes go to (`divert_if_ours`, `sigaction_if_ours`).
+fn ours(signal: c_int) -> Option<&'static Chained> {
+    chained_for(signal).filter(|_| installed())
 }
 
 type SigInfoHandler = unsafe extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void);

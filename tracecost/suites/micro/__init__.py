@@ -188,7 +188,7 @@ class MicroSuite(Suite):
                     "median_ns_per_call": stats.summarize(ns(op.name, runtime, "median_ns_per_call")),
                     "fast_ns_per_call": stats.summarize(ns(op.name, runtime)),
                     # At least warm-up + iter; a probe run goes on for min_run_ms.
-                    "calls_per_run": round(statistics.mean(r["calls"] for r in mine or [{"calls": 0}])),
+                    "calls_per_run": round(statistics.mean(r["calls"] for r in mine)) if mine else 0,
                     "unsupported": next((r["unsupported"] for r in mine if r["unsupported"]), None),
                     "helper_results": _summed_results(mine),
                     "added_ns_per_call": None,

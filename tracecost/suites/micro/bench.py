@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracecost.errors import TracecostError
-from tracecost.latency import histogram_percentile, summarize_histogram
+from tracecost.latency import summarize_histogram
 from tracecost.procs import Child, json_fields, started
 from tracecost.suites.micro.ops import HELPER, Op
 from tracecost.suites.micro.runtimes import Counts, Runtime, victim_binary
@@ -71,8 +71,8 @@ def parse_victim_output(text: str) -> VictimResult:
             call_ns = fields["call_ns"]
             if call_ns["count"] != iterations:
                 raise TracecostError(f"microbench timed {call_ns['count']} calls, not its {iterations} iterations")
-            timing, median_ns = "call", summarize_histogram(call_ns)["p50"]
-            fast_ns = histogram_percentile(call_ns, FAST_PERCENTILE)
+            summary = summarize_histogram(call_ns, {"median": 50, "fast": FAST_PERCENTILE})
+            timing, median_ns, fast_ns = "call", summary["median"], summary["fast"]
         return VictimResult(
             function=str(fields["function"]),
             iter=iterations,
