@@ -1,4 +1,4 @@
-/* Record layout shared by functrace.bpf.c, its loader and tracecost/tracers/ebpf.py.
+/* Record layout shared by functrace.bpf.c, its loader and tracecost/suites/duration/tracers/ebpf.py.
  * The loader writes these records verbatim after a file header, so changing
  * this struct means changing FUNCTRACE_FORMAT_VERSION and the Python parser. */
 #ifndef FUNCTRACE_H

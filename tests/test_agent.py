@@ -40,9 +40,15 @@ from conftest import (
     wait_until,
 )
 from tracecost.procs import Child, started
-from tracecost.tracers.ebpf import Ebpf, parse_summary, read_functrace
-from tracecost.validate import check_events
-from tracecost.workload import TRACED_SYMBOL, call_args, expected_checksum, expected_return, parse_app_output
+from tracecost.suites.duration.tracers.ebpf import Ebpf, parse_summary, read_functrace
+from tracecost.suites.duration.validate import check_events
+from tracecost.suites.duration.workload import (
+    TRACED_SYMBOL,
+    call_args,
+    expected_checksum,
+    expected_return,
+    parse_app_output,
+)
 
 LIBRARY = BUILD / "lib" / "libmylib.so"
 SAMPLE_APP = BUILD / "bin" / "sample_app"
@@ -136,7 +142,7 @@ TARGET = textwrap.dedent(r"""
     f.restype = ctypes.c_int64
     mode, n = sys.argv[2], int(sys.argv[3])
     sys.path.insert(0, sys.argv[4])
-    from tracecost.workload import call_args
+    from tracecost.suites.duration.workload import call_args
 
     def calls(first, count, out):
         for i in range(first, first + count):

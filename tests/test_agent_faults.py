@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BUILD, agent_env, functrace_argv, regions_removed, uebpf, uebpf_loader
-from tracecost.tracers.ebpf import parse_summary, read_functrace
+from tracecost.suites.duration.tracers.ebpf import parse_summary, read_functrace
 
 LIBRARY = BUILD / "lib" / "libmylib.so"
 

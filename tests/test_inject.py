@@ -36,9 +36,9 @@ from conftest import (
     wait_until,
 )
 from tracecost.procs import Child, started
-from tracecost.tracers.ebpf import Ebpf, parse_summary, read_functrace
-from tracecost.validate import check_events
-from tracecost.workload import call_args, expected_checksum, parse_app_output
+from tracecost.suites.duration.tracers.ebpf import Ebpf, parse_summary, read_functrace
+from tracecost.suites.duration.validate import check_events
+from tracecost.suites.duration.workload import call_args, expected_checksum, parse_app_output
 
 SAMPLE_APP = BUILD / "bin" / "sample_app"
 VICTIM = BUILD / "bin" / "inject_victim"

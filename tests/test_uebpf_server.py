@@ -35,7 +35,7 @@ from conftest import (
 )
 from conftest import uebpf_loader as loader
 from tracecost.procs import Child, started
-from tracecost.tracers.ebpf import parse_summary, read_functrace
+from tracecost.suites.duration.tracers.ebpf import parse_summary, read_functrace
 
 LIBRARY = BUILD / "lib" / "libmylib.so"
 SYMBOL = "my_traced_function"

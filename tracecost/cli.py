@@ -15,7 +15,6 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from tracecost import tracers
 from tracecost.errors import TracecostError
 from tracecost.execute import OUT_FILES, default_out_dir, execute
 from tracecost.export import FORMATS as EXPORT_FORMATS
@@ -25,6 +24,7 @@ from tracecost.options import SEED, CommaList, FiniteFloatRange, Known, NonEmpty
 from tracecost.procs import install_termination_handler
 from tracecost.suites import SUITES
 from tracecost.suites.base import Suite, UsageProblem
+from tracecost.suites.duration import tracers
 from tracecost.version import VERSION
 from tracecost.workspace import workspace
 
@@ -142,7 +142,7 @@ def cli() -> None:
 @lock_option
 def validate(calls: int, methods: list[str] | None, as_json: bool) -> None:
     """Check that each tracer captures every call with every value right."""
-    from tracecost.validate import validate as run_validation
+    from tracecost.suites.duration.validate import validate as run_validation
 
     names = methods or list(tracers.TRACERS)
     with exclusive_machine(machine_lock_wanted()), workspace(say) as work:

@@ -16,8 +16,8 @@ from tracecost import environment, results
 from tracecost.machine_lock import exclusive_machine
 from tracecost.report.render import REPORT_NAME, write_report
 from tracecost.runner import Interrupted, planned_runs, run_suite
+from tracecost.say import Say
 from tracecost.suites.base import Suite
-from tracecost.tracers.base import Say
 from tracecost.workspace import workspace
 
 # What execute writes into its results folder.

@@ -11,8 +11,8 @@ from typing import Any
 
 from tracecost import interrupts, leftovers
 from tracecost.errors import TracecostError
+from tracecost.say import Say
 from tracecost.suites.base import Suite, counted
-from tracecost.tracers.base import Say
 from tracecost.workspace import fresh_dir
 
 
@@ -80,17 +80,18 @@ def run_suite(
                         runs.append(_one_run(suite, config, group, method, workspace, repetition, position))
                         interrupts.raise_if_interrupted()  # a Ctrl-C Python dropped during the run
                         advance(f"{group.label} / {method.name}")
-            checked.extend(_cross_check(suite, config, workspace))
+            checked.extend(_cross_check(suite, config, methods, workspace))
     except KeyboardInterrupt as interrupt:
         raise Interrupted(result()) from interrupt
     return result()
 
 
-def _cross_check(suite, config, workspace) -> list[dict]:
+def _cross_check(suite, config, methods, workspace) -> list[dict]:
     """The suite's one-off check after its runs (Suite.cross_check), as a record: [] if it has none."""
     record = {"method": "cross-check", "repetition": 0, "warmup": False}
     try:
-        found = suite.cross_check(config, fresh_dir(workspace, "cross-check"))
+        opened = {method.name: method for method in methods}
+        found = suite.cross_check(config, opened, fresh_dir(workspace, "cross-check"))
         if found is None:
             return []
         record.update(found, status="ok")

@@ -20,7 +20,7 @@ from tracecost.suites import SUITES, base, duration
 from .conftest import assert_one_line_error
 from .samples import document
 
-DURATION_CELLS = 2 * len(duration.METHODS)  # samples.duration_suite: 2 scenarios, every method
+DURATION_CELLS = 2 * len(duration.METHODS)  # duration/sample.py: 2 scenarios, every method
 
 Values = Callable[[random.Random], list[float]]
 

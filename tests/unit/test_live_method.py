@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tracecost import tracers
 from tracecost.report import style
-from tracecost.suites.duration import METHODS, DurationSuite
+from tracecost.suites.duration import METHODS, DurationSuite, tracers
 from tracecost.suites.micro import DEFAULT_RUNTIMES, MicroSuite
 from tracecost.suites.micro.ops import OPS
 from tracecost.suites.micro.runtimes import RUNTIMES

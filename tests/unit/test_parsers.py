@@ -3,8 +3,8 @@
 import pytest
 
 from tracecost.errors import TracecostError
-from tracecost.tracers.ebpf import HEADER, RECORD, parse_summary, read_functrace
-from tracecost.tracers.lttng import parse_babeltrace
+from tracecost.suites.duration.tracers.ebpf import HEADER, RECORD, parse_summary, read_functrace
+from tracecost.suites.duration.tracers.lttng import parse_babeltrace
 
 
 def functrace_file(path, records, magic=b"TCFTRACE", version=1, record_size=RECORD.size):

@@ -149,7 +149,7 @@ class CrossChecked(StandIn):
         super().__init__()
         self.outcome = outcome
 
-    def cross_check(self, config, workdir):
+    def cross_check(self, config, methods, workdir):
         assert workdir.is_dir() and not any(workdir.iterdir())
         assert len(self.calls) == (config.runs + 1) * 6, "the check runs after every run"
         if isinstance(self.outcome, Exception):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tracecost.tracers import ebpf
+from tracecost.suites.duration.tracers import ebpf
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,6 +6,7 @@ The table's order is the report's: the order in which a reader asks (what tracin
 then a probe, the transport, real services, loading, the engines, compatibility), whatever order a
 results file holds its suites in."""
 
+from tracecost.report import style
 from tracecost.suites.compat import CompatSuite
 from tracecost.suites.duration import DurationSuite
 from tracecost.suites.fuse import FuseSuite
@@ -28,3 +29,5 @@ SUITES = {
         CompatSuite(),
     )
 }
+for _suite in SUITES.values():
+    style.declare(_suite.name, _suite.method_styles)

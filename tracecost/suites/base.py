@@ -18,19 +18,22 @@ The command `tracecost <suite>` is generated from the entry: the shared options 
 
 from __future__ import annotations
 
-import contextlib
+import importlib
+import itertools
 import json
+import random
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from rich.table import Table
 
 from tracecost.errors import TracecostError
-from tracecost.tracers.base import Say
+from tracecost.methods import Method
+from tracecost.report.style import MethodStyle
 
 
 class UsageProblem(TracecostError):
@@ -54,6 +57,18 @@ class Option:
     is_flag: bool = False
     metavar: str | None = None
     callback: Callable | None = None
+    # The edge values ("0", "1.5", "1e3"...) that are good here: the bad-input tests give every
+    # option each edge value and expect any not named here refused (tests/unit/test_bad_input.py).
+    accepts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class UsageError:
+    """A command line of the suite's own that is a usage error (exit 2): the one-line error names
+    every one of `words` (a suite's rule across options, e.g. "the baseline is needed")."""
+
+    args: tuple[str, ...]
+    words: tuple[str, ...]
 
 
 def counted(runs: list[dict]) -> list[dict]:
@@ -98,12 +113,6 @@ class Group:
     label: str
 
 
-class Runnable(Protocol):
-    name: str
-
-    def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None: ...
-
-
 class Suite(ABC):
     name: str
     title: str
@@ -118,6 +127,10 @@ class Suite(ABC):
     # The method the others are measured against, which --methods must include (None: no such method).
     baseline: str | None = "baseline"
     options: tuple[Option, ...] = ()
+    usage_errors: tuple[UsageError, ...] = ()
+    # The label and colour of each method of this suite's own (report/style.py styles the shared
+    # runtimes: baseline, untraced, kernel, uebpf, uebpf-live), the same in every chart.
+    method_styles: dict[str, MethodStyle] = {}
     # What `tracecost compare` matches and compares, and `tracecost export` puts first: the run
     # record fields that name a cell (the group key's identifying fields and "method"), and each
     # cell's primary metrics, with the direction that is better.
@@ -162,23 +175,23 @@ class Suite(ABC):
     def groups(self, config: Any) -> list[Group]: ...
 
     @abstractmethod
-    def methods(self, config: Any) -> list[Runnable]: ...
+    def methods(self, config: Any) -> list[Method]: ...
 
-    def method_key(self, method: Runnable) -> dict[str, Any]:
+    def method_key(self, method: Method) -> dict[str, Any]:
         """Keys copied into every run record of a method, failed runs included (e.g. the transport's mechanism)."""
         return {}
 
     @abstractmethod
-    def measure(self, group: Group, method: Runnable, workdir: Path, config: Any) -> dict[str, Any]:
+    def measure(self, group: Group, method: Method, workdir: Path, config: Any) -> dict[str, Any]:
         """Measure one run; raise TracecostError (with the reason) if it cannot count as a result."""
 
-    def unavailable(self, group: Group, method: Runnable, config: Any) -> str | None:
+    def unavailable(self, group: Group, method: Method, config: Any) -> str | None:
         """Why this cell cannot be measured on this machine (it is then recorded with the reason and
         never run; not a failure), or None."""
         return None
 
-    def cross_check(self, config: Any, workdir: Path) -> dict | None:
-        """A one-off check after every run, with the methods still open (e.g. two tracers on one
+    def cross_check(self, config: Any, methods: dict[str, Method], workdir: Path) -> dict | None:
+        """A one-off check after every run, with the methods (by name) still open (e.g. two tracers on one
         target at once, compared): its record goes to the results as `cross_check`; None where the
         suite has none, or not for this config. Raise TracecostError (with the reason) if it fails:
         it is then listed with the failed runs."""
@@ -195,6 +208,44 @@ class Suite(ABC):
     def run_config(self, seed: int) -> Any:
         """The size `tracecost run` uses: all suites together finish in under 10 minutes on 2 cores."""
 
+    def sample(self, rng: random.Random) -> dict:
+        """This suite's part of a results file, built without measuring: synthetic measurements
+        through the suite's own record, aggregate and config code (sample.py in its folder:
+        `sample(rng)`). The unit tests and the report's checks use it, so that a sample has the
+        shape the suite writes, and follows it when the suite changes."""
+        return importlib.import_module(f"{type(self).__module__}.sample").sample(rng)
+
     @abstractmethod
     def config_record(self, config: Any) -> dict[str, Any]:
         """The configuration as stored in results.json (must include runs and seed)."""
+
+
+def sample_results(suite: Suite, config: Any, runs: list[dict]) -> dict:
+    """A suite's part of a results file from runs made up for a sample (Suite.sample), through
+    the suite's own config record and aggregate, as the runner writes it."""
+    return {
+        "config": suite.config_record(config),
+        "runs": runs,
+        "aggregates": suite.aggregate(counted(runs), config),
+        "failures": [],
+        "unavailable": [],
+        "elapsed_s": 1.0,
+    }
+
+
+def sample_runs(suite: Suite, config: Any, record: Callable[[Group, str], dict]) -> list[dict]:
+    """A successful run of every group and method of `config` at every repetition, a warm-up
+    first: the runner's fields, then `record(group, method)`'s (Suite.sample)."""
+    return [
+        {
+            **group.key,
+            "method": method,
+            "repetition": repetition,
+            "warmup": repetition == 0,
+            "position": 0,
+            "status": "ok",
+            **record(group, method),
+        }
+        for group, method in itertools.product(suite.groups(config), [m.name for m in suite.methods(config)])
+        for repetition in range(config.runs + 1)
+    ]

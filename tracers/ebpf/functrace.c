@@ -4,7 +4,7 @@
  *   functrace --binary PATH --symbol NAME --output FILE [--pid PID]
  *             [--ringbuf-bytes N] [--wakeup adaptive|force|none] [--poll-ms MS]
  *
- * Protocol with the harness (tracecost/tracers/ebpf.py): the line "READY" on
+ * Protocol with the harness (tracecost/suites/duration/tracers/ebpf.py): the line "READY" on
  * stdout once both probes are attached; on SIGINT/SIGTERM it drains the ring
  * buffer, detaches and prints one JSON summary line
  *   {"received":R,"entry":E,"exit":X,"submitted":S,"dropped":D,"bytes":B,"peak_rss_kb":K}

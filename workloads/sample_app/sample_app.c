@@ -1,7 +1,7 @@
 /* sample_app [--wait-go] N: calls my_traced_function N times and prints one JSON line
  *   {"calls":N,"total_ns":T,"ns_per_call":X,"checksum":C,"peak_rss_kb":K}
  * Arguments are derived from the call index i (0-based) so that a validator
- * can recompute every value a tracer captured (tracecost/workload.py):
+ * can recompute every value a tracer captured (tracecost/suites/duration/workload.py):
  *   a = (i mod 2001) - 1000
  *   b = i * 0x9E3779B97F4A7C15 (mod 2^64)
  *   c = (i mod 1000) * 0.5 - 100.25

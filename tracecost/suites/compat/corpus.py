@@ -27,7 +27,7 @@ from typing import Callable
 from tracecost import elf, paths, system, uebpf
 from tracecost.errors import TracecostError
 from tracecost.procs import Child, last_json_line, started
-from tracecost.tracers.ebpf import read_functrace
+from tracecost.suites.duration.tracers.ebpf import read_functrace
 
 KERNEL, UEBPF = "kernel", "uebpf"
 SIDES = (KERNEL, UEBPF)

@@ -1,9 +1,10 @@
 """The duration study: how tracing overhead depends on how long the traced function runs, per
 call and for the whole application (docs/methodology.md for how each figure is measured).
 
-The folder: this Suite, traced_app.py (one run of sample_app under one method; the methods
-themselves are tracecost/tracers, which `tracecost validate` shares), report.py (the report
-section) and schema.json (this suite's part of the results schema)."""
+The folder: this Suite, workload.py (sample_app, the traced library and the values its calls
+pass), traced_app.py (one run of sample_app under one method), tracers/ (the methods: LTTng,
+kernel eBPF, uebpf), validate.py (`tracecost validate`: does each tracer capture every call
+right), report.py (the report section) and schema.json (this suite's part of the results schema)."""
 
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ from rich.table import Table
 from tracecost import stats
 from tracecost.errors import TracecostError
 from tracecost.options import CommaList
-from tracecost.report import fmt
-from tracecost.suites.base import Group, Metric, Option, Suite, UsageProblem
+from tracecost.report import fmt, style
+from tracecost.report.style import MethodStyle
+from tracecost.suites.base import Group, Metric, Option, Suite, UsageError, UsageProblem
 from tracecost.suites.duration import report
 from tracecost.suites.duration.traced_app import run_sample_app
-from tracecost.tracers import make_method
-from tracecost.tracers.base import Method
-from tracecost.tracers.ebpf import WAKEUP_MEANING, WAKEUPS
+from tracecost.suites.duration.tracers import make_method
+from tracecost.suites.duration.tracers.base import Method
+from tracecost.suites.duration.tracers.ebpf import WAKEUP_MEANING, WAKEUPS
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ class DurationConfig:
     runs: int = 10
     seed: int = 0
     call_divisor: int = 1  # 1: each scenario's full calls; QUICK_DIVISOR for --quick
-    wakeup: str = WAKEUPS[0]  # of the eBPF tracers' ring buffers (tracecost/tracers/ebpf.py)
+    wakeup: str = WAKEUPS[0]  # of the eBPF tracers' ring buffers (tracecost/suites/duration/tracers/ebpf.py)
 
     def calls(self, scenario: Scenario) -> int:
         return max(QUICK_MIN_CALLS, scenario.calls // self.call_divisor)
@@ -85,6 +87,13 @@ def _process_costs(costs) -> dict:
 
 class DurationSuite(Suite):
     name = "duration"
+    # Beside the shared runtimes' (report/style.py): LTTng, and the kernel's uprobes as the
+    # eBPF tracer, its ring with the consumer on a timer in a darker blue.
+    method_styles = {
+        "lttng": MethodStyle("LTTng", style.ORANGE),
+        "ebpf": MethodStyle("eBPF", style.BLUE),
+        "ebpf-timer": MethodStyle("eBPF, consumer on a timer", style.DARK_BLUE),
+    }
     title = "Overhead vs traced-function duration"
     help = "Overhead vs the traced function's duration (0 us to 1 ms)."
     listing_noun = "scenarios"
@@ -99,6 +108,7 @@ class DurationSuite(Suite):
             "Scenario indexes (default: all).",
             type=CommaList(click.INT),
             metavar="N [N ...]",
+            accepts=("0",),
         ),
         Option(("--quick",), "quick", f"1/{QUICK_DIVISOR} of the calls, for smoke runs.", is_flag=True),
         Option(
@@ -108,6 +118,11 @@ class DurationSuite(Suite):
             type=click.Choice(WAKEUPS),
             default=WAKEUPS[0],
         ),
+    )
+    usage_errors = (
+        UsageError(("-s", "0", "", "5"), ("--scenarios", "empty item")),
+        UsageError(("-s", "0", "9"), ("unknown scenario 9",)),
+        UsageError(("--methods", "lttng,ebpf"), ("baseline is needed",)),
     )
 
     def method_names(self) -> tuple[str, ...]:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from tracecost.errors import TracecostError
 from tracecost.procs import Child, Usage, run_to_completion, started
-from tracecost.tracers.base import Method, TracedRun
-from tracecost.workload import AppResult, parse_app_output, sample_app
+from tracecost.suites.duration.tracers.base import Method, TracedRun
+from tracecost.suites.duration.workload import AppResult, parse_app_output, sample_app
 
 APP_TIMEOUT_S = 3600
 READY_TIMEOUT_S = 60
@@ -35,7 +35,7 @@ def run_sample_app(method: Method, workdir: Path, calls: int, work_us: int = 0) 
     if method.attaches_to_running:
         usage, stdout, child, traced = _attached_live(method, workdir, calls, env)
     else:
-        with method.attached(workdir) as traced:
+        with method.attached(method.run(workdir, None)) as traced:
             argv = [str(sample_app()), str(calls)]
             usage, stdout, child = run_to_completion(
                 argv, stderr_path=stderr_path, env={**env, **traced.app_env}, timeout_s=APP_TIMEOUT_S
@@ -61,7 +61,7 @@ def _attached_live(method: Method, workdir: Path, calls: int, env: dict) -> tupl
     with started(lambda: Child(argv, stderr_path=workdir / "sample_app.stderr", env=env)) as child:
         child.wait_for_line("READY", READY_TIMEOUT_S)
         ready = time.monotonic()
-        with method.attached(workdir, child.pid) as traced:
+        with method.attached(method.run(workdir, child.pid)) as traced:
             waited = time.monotonic() - ready
             child.send(signal.SIGUSR1)
             usage = child.wait(timeout_s=APP_TIMEOUT_S)

@@ -24,7 +24,8 @@ from rich.table import Table
 from tracecost import methods, paths, stats, system
 from tracecost.errors import TracecostError
 from tracecost.options import CommaList, Known
-from tracecost.report import fmt
+from tracecost.report import fmt, style
+from tracecost.report.style import MethodStyle
 from tracecost.suites.base import Group, Metric, Option, Suite
 from tracecost.suites.fuse import report
 from tracecost.suites.fuse.filesystem import (
@@ -112,6 +113,11 @@ METHODS = {method.name: method for method in (Native, Fuse, Cached)}
 
 class FuseSuite(Suite):
     name = "fuse"
+    # The directory in the baseline's grey, FUSE in vermillion, the cache in uebpf's green.
+    method_styles = {
+        method.name: MethodStyle(method.label, color)
+        for method, color in ((Native, style.GREY), (Fuse, style.VERMILLION), (Cached, style.GREEN))
+    }
     title = "FUSE and a uebpf metadata cache"
     help = "stat, open and find on a directory, through FUSE, and through FUSE with a uebpf metadata cache."
     listing_noun = "workloads and methods"

@@ -413,6 +413,12 @@ def record(
         raise TracecostError(f"{len(wrong)} of {checked} {what}; first: {wrong[0]}")
     if counts is not None:
         judge_cache(workload, counts, calls)
+    return checked_record(bench, checked, counts)
+
+
+def checked_record(bench: Bench, checked: int, counts: dict | None) -> dict:
+    """The run record of fsbench's timing once every check passed (record(): `checked` answers
+    compared, none wrong; the cache's counts, if it ran)."""
     return {
         "ops": bench.ops,
         "ns": bench.ns,

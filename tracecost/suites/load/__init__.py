@@ -87,6 +87,7 @@ class LoadSuite(Suite):
             "deadline_s",
             "Seconds after the attach within which every probe's first event must arrive (else the run fails).",
             type=FiniteFloatRange(0.1, 600),
+            accepts=("1.5", "1e3"),
             default=DEFAULT_DEADLINE_S,
         ),
         Option(

@@ -20,7 +20,7 @@ from tracecost import stats, system
 from tracecost.errors import TracecostError
 from tracecost.options import CommaList, Known
 from tracecost.report import fmt
-from tracecost.suites.base import Group, Metric, Option, Suite
+from tracecost.suites.base import Group, Metric, Option, Suite, UsageError
 from tracecost.suites.micro import report
 from tracecost.suites.micro.bench import BATCH_CALLS, FAST_PERCENTILE, run_op
 from tracecost.suites.micro.ops import EMPTY_PROBE_OP, HELPER, MAX_OPS_PER_HIT, OPS, op_by_name, with_baselines
@@ -107,6 +107,7 @@ class MicroSuite(Suite):
             default=DEFAULT_OPS_PER_HIT,
         ),
     )
+    usage_errors = (UsageError(("--methods", "kernel,uebpf"), ("untraced is needed",)),)
 
     def method_names(self) -> tuple[str, ...]:
         return tuple(RUNTIMES)

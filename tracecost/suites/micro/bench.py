@@ -18,9 +18,10 @@ from pathlib import Path
 
 from tracecost.errors import TracecostError
 from tracecost.latency import summarize_histogram
+from tracecost.methods import Run
 from tracecost.procs import Child, json_fields, started
 from tracecost.suites.micro.ops import HELPER, Op
-from tracecost.suites.micro.runtimes import Counts, Runtime, victim_binary
+from tracecost.suites.micro.runtimes import Counts, Probed, Runtime, victim_binary
 
 READY_TIMEOUT_S = 30
 VICTIM_TIMEOUT_S = 3600
@@ -110,7 +111,7 @@ def run_op(
         # The kernel attaches to the running victim (by its pid); uebpf's uprobes before it starts
         # (the agent installs its hooks at start-up). Either way the victim waits for SIGUSR1.
         attachment = (
-            stack.enter_context(runtime.attached(op, None, workdir, ops_per_hit, environments))
+            stack.enter_context(runtime.attached(Run(workdir, environments, Probed(op, None, ops_per_hit))))
             if runtime.attaches_before_start(op)
             else None
         )
@@ -118,7 +119,8 @@ def run_op(
         victim = stack.enter_context(started(lambda: Child(argv, stderr_path=workdir / "microbench.stderr", env=env)))
         victim.wait_for_line("READY", READY_TIMEOUT_S)
         if attachment is None:
-            attachment = stack.enter_context(runtime.attached(op, victim.pid, workdir, ops_per_hit, environments))
+            probed = Probed(op, victim.pid, ops_per_hit)
+            attachment = stack.enter_context(runtime.attached(Run(workdir, environments, probed)))
         victim.send(signal.SIGUSR1)
         usage = victim.wait(timeout_s=VICTIM_TIMEOUT_S)
         stdout = victim.read_stdout()

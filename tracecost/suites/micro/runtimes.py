@@ -23,8 +23,8 @@ from pathlib import Path
 from tracecost import methods, paths, system, uebpf
 from tracecost.errors import TracecostError
 from tracecost.procs import Child, last_json_line, started
+from tracecost.say import Say
 from tracecost.suites.micro.ops import REFILL_FUNCTION, Op
-from tracecost.tracers.base import Say
 
 LOCKED_DOWN = ("integrity", "confidentiality")
 READY_TIMEOUT_S = 60
@@ -46,14 +46,24 @@ class Counts:
     loader_peak_rss_kb: int
 
 
+@dataclass(frozen=True)
+class Probed:
+    """What a runtime attaches to: the operation's programs, on the victim (its pid, or None before
+    it starts), each hit running the operation `ops_per_hit` times."""
+
+    op: Op
+    victim_pid: int | None
+    ops_per_hit: int
+
+
 @dataclass
 class Attachment:
     counts: Counts | None = None  # filled once the runtime has detached
     injection: dict | None = None  # uebpf-live: how the agent was loaded (uebpf.inject)
 
 
-class Runtime(methods.Method):
-    """A runtime is the micro suite's method: `attached(op, victim_pid, workdir, ops_per_hit, environments)`."""
+class Runtime(methods.Method[Probed, Attachment]):
+    """A runtime is the micro suite's method: it attaches an operation's programs to the victim."""
 
     def attaches_before_start(self, op: Op) -> bool:
         """True: attached() is entered before the victim starts, with victim_pid None."""
@@ -64,13 +74,13 @@ class Runtime(methods.Method):
         return None
 
 
-class Untraced(methods.Baseline, Runtime):
+class Untraced(methods.Baseline[Probed, Attachment], Runtime):
     """No program: but first prove that none is attached where the victim would run it."""
 
     name = "untraced"
 
-    def untouched_for(self, op: Op, *args) -> dict:
-        return {"binary": victim_binary(), "syscall_entries": op.attach_to_tracepoint}
+    def untouched_for(self, target: Probed) -> dict:
+        return {"binary": victim_binary(), "syscall_entries": target.op.attach_to_tracepoint}
 
     def nothing(self) -> Attachment:
         return Attachment()
@@ -113,16 +123,15 @@ class Kernel(Runtime):
         return None
 
     @contextlib.contextmanager
-    def attached(
-        self, op: Op, victim_pid: int | None, workdir: Path, ops_per_hit: int, environments: uebpf.RunEnvironments
-    ) -> Iterator[Attachment]:
-        argv = self.loader_argv(op, victim_pid, ops_per_hit)
-        loader_env, after_exit = environments.loader, environments.after_exit
+    def attached(self, run: methods.Run[Probed]) -> Iterator[Attachment]:
+        target = run.target
+        argv = self.loader_argv(target.op, target.victim_pid, target.ops_per_hit)
+        loader_env, after_exit = run.environments.loader, run.environments.after_exit
         with started(
-            lambda: Child(argv, stderr_path=workdir / "micro.stderr", env={**os.environ, **loader_env})
+            lambda: Child(argv, stderr_path=run.workdir / "micro.stderr", env={**os.environ, **loader_env})
         ) as loader:
             loader.wait_for_line("READY", READY_TIMEOUT_S)
-            attachment = Attachment(injection=self.applied(loader_env, victim_pid))
+            attachment = Attachment(injection=self.applied(loader_env, target.victim_pid))
             yield attachment
             usage = loader.finished("the micro loader", timeout_s=STOP_TIMEOUT_S)
             attachment.counts = parse_counts(loader.read_stdout(), usage.cpu_s)

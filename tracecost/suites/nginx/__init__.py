@@ -17,11 +17,12 @@ from rich.table import Table
 
 from tracecost import stats
 from tracecost.options import CommaList
-from tracecost.report import fmt
+from tracecost.report import fmt, style
+from tracecost.report.style import MethodStyle
 from tracecost.suites.base import Group, Metric, Option, Suite
 from tracecost.suites.nginx import crosscheck, report
 from tracecost.suites.nginx.service import Load, Site
-from tracecost.suites.nginx.tools import METHODS, Setup, run_once
+from tracecost.suites.nginx.tools import METHODS, Setup, make_method, run_once
 
 DEFAULT_SIZES = [1024]
 MAX_SIZE = 64 << 20
@@ -41,7 +42,8 @@ def parse_size(text: str) -> int:
         number, suffix = text, ""
     if suffix not in SIZE_SUFFIXES or not number.isdigit():
         raise click.BadParameter(f"{text!r} is not a size (bytes, or with k or m: 1k, 64k)")
-    size = int(number) * SIZE_SUFFIXES[suffix]
+    # More digits than the largest size has is too large, before int() (which refuses 4,300 digits).
+    size = int(number) * SIZE_SUFFIXES[suffix] if len(number.lstrip("0")) <= len(str(MAX_SIZE)) else MAX_SIZE + 1
     if not 1 <= size <= MAX_SIZE:
         raise click.BadParameter(f"{text!r} is not between 1 byte and {MAX_SIZE >> 20} MiB")
     return size
@@ -82,6 +84,17 @@ class NginxConfig:
 
 class NginxSuite(Suite):
     name = "nginx"
+    # Each tool in its runtime's colour, syscount's a shade darker than sslsniff's, and syscount
+    # over every process in purple, apart from the targeted one.
+    method_styles = {
+        "sslsniff-kernel": MethodStyle("sslsniff, kernel", style.BLUE),
+        "sslsniff-uebpf": MethodStyle("sslsniff, uebpf", style.GREEN),
+        "sslsniff-uebpf-live": MethodStyle("sslsniff, uebpf attached live", style.LIGHT_GREEN),
+        "syscount-kernel": MethodStyle("syscount, kernel", style.DARK_BLUE),
+        "syscount-kernel-all": MethodStyle("syscount, kernel, every process", style.PURPLE),
+        "syscount-uebpf": MethodStyle("syscount, uebpf", style.DARK_GREEN),
+        "syscount-uebpf-live": MethodStyle("syscount, uebpf attached live", "#3d9b7f"),
+    }
     title = "A real service: nginx under wrk, traced by sslsniff and syscount"
     help = "nginx (HTTPS) under wrk, untraced and traced by sslsniff and syscount, kernel vs uebpf."
     default_runs = 5
@@ -153,8 +166,8 @@ class NginxSuite(Suite):
         table = Table(title="nginx methods")
         table.add_column("method")
         table.add_column("what")
-        for method in METHODS.values():
-            table.add_row(method.name, method.label)
+        for name in METHODS:
+            table.add_row(name, make_method(name).label)
         return table
 
     def render(self, suite: dict, environment: dict):
@@ -164,7 +177,7 @@ class NginxSuite(Suite):
         return [Group({"size": size}, f"{fmt.size(size)} file") for size in config.sizes]
 
     def methods(self, config: NginxConfig) -> list:
-        return [METHODS[name] for name in config.methods]
+        return [make_method(name) for name in config.methods]
 
     def setup(self, config: NginxConfig, workdir: Path) -> Setup:
         """The command's certificate and files, made once, in the command's folder (the parent of
@@ -182,12 +195,12 @@ class NginxSuite(Suite):
     def measure(self, group: Group, method, workdir: Path, config: NginxConfig) -> dict:
         return run_once(method, group.key["size"], self.setup(config, workdir), workdir)
 
-    def cross_check(self, config: NginxConfig, workdir: Path) -> dict | None:
+    def cross_check(self, config: NginxConfig, methods: dict, workdir: Path) -> dict | None:
         """kernel and uebpf syscount on one nginx at once (when both are among the methods)."""
         if not {"syscount-kernel", "syscount-uebpf"} <= set(config.methods):
             return None
         return crosscheck.syscount_side_by_side(
-            METHODS["syscount-kernel"], METHODS["syscount-uebpf"], config.sizes[0], self.setup(config, workdir), workdir
+            methods["syscount-kernel"], methods["syscount-uebpf"], config.sizes[0], self.setup(config, workdir), workdir
         )
 
     def aggregate(self, runs: list[dict], config: NginxConfig) -> list[dict]:
@@ -230,7 +243,7 @@ class NginxSuite(Suite):
         return {
             "sizes": config.sizes,
             "methods": config.methods,
-            "method_labels": {name: METHODS[name].label for name in config.methods},
+            "method_labels": {name: make_method(name).label for name in config.methods},
             "runs": config.runs,
             "seed": config.seed,
             "workers": config.workers,

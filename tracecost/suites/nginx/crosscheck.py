@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tracecost import uebpf
 from tracecost.errors import TracecostError
+from tracecost.methods import Run
 from tracecost.suites.nginx.service import run_wrk, running_nginx
 from tracecost.suites.nginx.tools import Setup, Syscount
 
@@ -32,8 +33,8 @@ def syscount_side_by_side(kernel: Syscount, ours: Syscount, size: int, setup: Se
         folder.mkdir()
     with running_nginx(workdir, setup.site, setup.workers, setup.nginx_cpus, environments.target) as nginx:
         with contextlib.ExitStack() as stack:
-            theirs = stack.enter_context(kernel.attached(nginx, uebpf.KERNEL, folders["kernel"]))
-            mine = stack.enter_context(ours.attached(nginx, environments, folders["uebpf"]))
+            theirs = stack.enter_context(kernel.attached(Run(folders["kernel"], uebpf.KERNEL, nginx)))
+            mine = stack.enter_context(ours.attached(Run(folders["uebpf"], environments, nginx)))
             before = nginx.requests()
             wrk = run_wrk(setup.load, nginx, size, workdir)
             served = nginx.requests() - before - 1

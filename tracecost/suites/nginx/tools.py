@@ -18,13 +18,14 @@ import contextlib
 import functools
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracecost import methods, paths, system, uebpf
 from tracecost.errors import TracecostError
 from tracecost.procs import Child, last_json_line, started
+from tracecost.say import Say
 from tracecost.suites.nginx.service import Load, Nginx, Site, cpu_ns, run_wrk, running_nginx
 
 UNISTD_64 = Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h")
@@ -81,18 +82,19 @@ def mapped_libssl(pid: int) -> Path:
     raise TracecostError(f"nginx's worker {pid} maps no libssl: is nginx built with OpenSSL?")
 
 
-class Baseline(methods.Baseline):
+class Baseline(methods.Baseline[Nginx, "Tracer"]):
     """nginx untraced; first it proves nothing is attached to its libssl or the system call entries."""
 
     label = "nginx untraced"
 
-    def open(self, stack: contextlib.ExitStack, workspace: Path, say) -> None:
+    def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
         system.require_tool("nginx", "nginx")
 
-    @contextlib.contextmanager
-    def attached(self, nginx: Nginx, environments: uebpf.RunEnvironments, workdir: Path) -> Iterator[Tracer]:
-        system.require_untraced(binary=mapped_libssl(nginx.workers[0]), syscall_entries=True)
-        yield Tracer(None)
+    def untouched_for(self, target: Nginx) -> dict:
+        return {"binary": mapped_libssl(target.workers[0]), "syscall_entries": True}
+
+    def nothing(self) -> Tracer:
+        return Tracer(None)
 
 
 @dataclass
@@ -107,7 +109,7 @@ class Tracer:
         return 0 if self.child is None else cpu_ns(self.child.pid)
 
 
-class Tool(methods.Method):
+class Tool(methods.Method[Nginx, Tracer]):
     """One tool on one runtime: `tool` (sslsniff, syscount) and `runtime` (see RUNTIMES)."""
 
     tool: str
@@ -117,7 +119,7 @@ class Tool(methods.Method):
         self.name, self.runtime = name, runtime
         self.label = f"{self.tool} ({RUNTIMES[runtime]})"
 
-    def open(self, stack: contextlib.ExitStack, workspace: Path, say) -> None:
+    def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
         system.require_tool("nginx", "nginx")
         self.loader = paths.artifact(f"bin/{self.tool}")
         paths.artifact(f"bpf/{self.tool}.bpf.o")
@@ -142,9 +144,10 @@ class Tool(methods.Method):
         return [str(self.loader), *(arg for pid in pids for arg in ("--pid", str(pid)))]
 
     @contextlib.contextmanager
-    def attached(self, nginx: Nginx, environments: uebpf.RunEnvironments, workdir: Path) -> Iterator[Tracer]:
+    def attached(self, run: methods.Run[Nginx]) -> Iterator[Tracer]:
         """The loader attached, and on uebpf applied by every targeted process's agent (injected
         first when live); on leaving, stopped with SIGINT and its summary read."""
+        nginx, environments, workdir = run.target, run.environments, run.workdir
         argv = self.argv(nginx)
         with started(
             lambda: Child(argv, stderr_path=workdir / f"{self.tool}.stderr", env={**os.environ, **environments.loader})
@@ -201,19 +204,22 @@ class Syscount(Tool):
         return last_json_line(text, "syscount", counts)
 
 
-METHODS = {
-    method.name: method
-    for method in (
-        Baseline(),
-        Sslsniff("sslsniff-kernel", "kernel"),
-        Sslsniff("sslsniff-uebpf", "uebpf"),
-        Sslsniff("sslsniff-uebpf-live", "uebpf-live"),
-        Syscount("syscount-kernel", "kernel"),
-        Syscount("syscount-kernel-all", "kernel", targeted=False),
-        Syscount("syscount-uebpf", "uebpf"),
-        Syscount("syscount-uebpf-live", "uebpf-live"),
-    )
+# Every method by name, as the makers of a fresh one: a method keeps what its open() found, so
+# each command makes its own (tracecost/methods.py).
+METHODS: dict[str, Callable[[], Baseline | Tool]] = {
+    "baseline": Baseline,
+    "sslsniff-kernel": lambda: Sslsniff("sslsniff-kernel", "kernel"),
+    "sslsniff-uebpf": lambda: Sslsniff("sslsniff-uebpf", "uebpf"),
+    "sslsniff-uebpf-live": lambda: Sslsniff("sslsniff-uebpf-live", "uebpf-live"),
+    "syscount-kernel": lambda: Syscount("syscount-kernel", "kernel"),
+    "syscount-kernel-all": lambda: Syscount("syscount-kernel-all", "kernel", targeted=False),
+    "syscount-uebpf": lambda: Syscount("syscount-uebpf", "uebpf"),
+    "syscount-uebpf-live": lambda: Syscount("syscount-uebpf-live", "uebpf-live"),
 }
+
+
+def make_method(name: str) -> Baseline | Tool:
+    return METHODS[name]()
 
 
 @dataclass(frozen=True)
@@ -230,7 +236,7 @@ def run_once(method: Baseline | Tool, size: int, setup: Setup, workdir: Path) ->
     """One run; the record's fields are described in schema.json beside this file (nginx_run)."""
     environments = method.environments()
     with running_nginx(workdir, setup.site, setup.workers, setup.nginx_cpus, environments.target) as nginx:
-        with method.attached(nginx, environments, workdir) as tracer:
+        with method.attached(methods.Run(workdir, environments, nginx)) as tracer:
             before = nginx.requests()
             nginx_cpu, tracer_cpu = nginx.cpu_ns(), tracer.cpu_ns()
             wrk = run_wrk(setup.load, nginx, size, workdir)

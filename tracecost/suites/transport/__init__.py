@@ -19,7 +19,8 @@ from tracecost import stats
 from tracecost.errors import TracecostError
 from tracecost.latency import PERCENTILES
 from tracecost.options import CommaList, FiniteFloatRange
-from tracecost.report import fmt
+from tracecost.report import fmt, style
+from tracecost.report.style import MethodStyle
 from tracecost.suites.base import Group, Metric, Option, Suite, UsageProblem
 from tracecost.suites.transport import report
 from tracecost.suites.transport.mechanisms import (
@@ -101,6 +102,13 @@ def buffer_size_problem(value: int) -> str | None:
 
 class TransportSuite(Suite):
     name = "transport"
+    # The kernel's ring buffer in its blue, its perf buffer in purple; uebpf's perf buffer in a
+    # darker green than its ring buffer (the shared "uebpf").
+    method_styles = {
+        "ringbuf": MethodStyle("Ring buffer", style.BLUE),
+        "perfbuf": MethodStyle("Perf buffer", style.PURPLE),
+        "uebpf-perfbuf": MethodStyle("Perf buffer (uebpf)", style.DARK_GREEN),
+    }
     title = "Transport: BPF ring buffer vs perf buffer"
     help = "BPF ring buffer vs perf buffer under a getpgid load from N producers."
     default_runs = 5
@@ -121,6 +129,7 @@ class TransportSuite(Suite):
             "duration_s",
             "Seconds each run's producers call getpgid.",
             type=FiniteFloatRange(0.1, 3600),
+            accepts=("1.5", "1e3"),
             default=3.0,
         ),
         Option(

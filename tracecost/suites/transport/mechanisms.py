@@ -30,7 +30,7 @@ from tracecost import methods, paths, system, uebpf
 from tracecost.errors import TracecostError
 from tracecost.latency import summarize_histogram
 from tracecost.procs import Child, Usage, last_json_line, started
-from tracecost.tracers.base import Say
+from tracecost.say import Say
 
 MECHANISMS = ("ringbuf", "perfbuf")
 UEBPF_MECHANISMS = {"uebpf": "ringbuf", "uebpf-perfbuf": "perfbuf"}  # method -> the buffer it uses
@@ -74,7 +74,15 @@ class ConsumerReport:
     usage: Usage
 
 
-class Baseline(methods.Baseline):
+@dataclass(frozen=True)
+class Producers:
+    """What a mechanism's consumer attaches to: the producer processes, and the ring's settings."""
+
+    tgids: list[int]
+    settings: Settings
+
+
+class Baseline(methods.Baseline["Producers", None]):
     """The producers untraced; first it proves that no program sits on the tracepoint."""
 
     def __init__(self):
@@ -84,7 +92,7 @@ class Baseline(methods.Baseline):
         paths.artifact("bin/syscall_load")
 
 
-class Mechanism(methods.Method):
+class Mechanism(methods.Method[Producers, Child]):
     """The transport consumer with one mechanism (ringbuf or perfbuf) on the kernel."""
 
     def __init__(self, name: str, buffer: str):
@@ -100,9 +108,8 @@ class Mechanism(methods.Method):
         """Returns once the attach is live in every producer (the kernel's is, at READY)."""
 
     @contextlib.contextmanager
-    def attached(
-        self, tgids: list[int], workdir: Path, settings: Settings, environments: uebpf.RunEnvironments
-    ) -> Iterator[Child]:
+    def attached(self, run: methods.Run[Producers]) -> Iterator[Child]:
+        tgids, settings = run.target.tgids, run.target.settings
         argv = [
             str(self.consumer),
             "--mechanism",
@@ -118,11 +125,11 @@ class Mechanism(methods.Method):
             "--poll-ms",
             str(CONSUMER_POLL_MS),
         ]
-        loader_env = environments.loader
+        loader_env = run.environments.loader
         with started(
             lambda: Child(
                 argv,
-                stderr_path=workdir / "consumer.stderr",
+                stderr_path=run.workdir / "consumer.stderr",
                 name=f"transport {self.name}",
                 env={**os.environ, **loader_env},
             )
@@ -184,7 +191,8 @@ def run_once(
         ]
         for child in loads:
             child.wait_for_line("READY", READY_TIMEOUT_S)
-        consumer = stack.enter_context(method.attached([child.pid for child in loads], workdir, settings, environments))
+        producers = Producers([child.pid for child in loads], settings)
+        consumer = stack.enter_context(method.attached(methods.Run(workdir, environments, producers)))
         for child in loads:
             child.send(signal.SIGUSR1)
         time.sleep(duration_s)
@@ -194,7 +202,7 @@ def run_once(
         consumed = _consumer_report(consumer) if consumer is not None else None
     environments.after_exit()
     buffer = method.buffer if isinstance(method, Mechanism) else None
-    return _record(method.name, buffer, reports, consumed, settings)
+    return record(method.name, buffer, reports, consumed, settings)
 
 
 def _producer_report(child: Child) -> ProducerReport:
@@ -214,7 +222,7 @@ def _consumer_report(consumer: Child) -> ConsumerReport:
     return ConsumerReport(last_json_line(consumer.read_stdout(), consumer.name), usage)
 
 
-def _record(
+def record(
     name: str, buffer: str | None, reports: list[ProducerReport], consumed: ConsumerReport | None, settings: Settings
 ) -> dict:
     calls = sum(r.calls for r in reports)

@@ -20,7 +20,8 @@ from tracecost import paths, stats, system
 from tracecost.errors import TracecostError
 from tracecost.options import CommaList
 from tracecost.procs import run_command
-from tracecost.report import fmt
+from tracecost.report import fmt, style
+from tracecost.report.style import MethodStyle
 from tracecost.suites.base import Group, Metric, Option, Suite, UsageProblem
 from tracecost.suites.vm import report
 
@@ -73,6 +74,17 @@ class Engine:
 
 class VmSuite(Suite):
     name = "vm"
+    # Execution engines: uebpf's in greens, the kernel's in its blue, rbpf's in pinks.
+    method_styles = {
+        "native-c": MethodStyle("native C", "#000000"),
+        "kernel-jit": MethodStyle("kernel JIT", style.BLUE),
+        "uebpf-jit": MethodStyle("uebpf JIT", style.GREEN),
+        "uebpf-c-jit-fn": MethodStyle("uebpf JIT (C, function pointer)", "#1b7837"),
+        "uebpf-c-api-jit": MethodStyle("uebpf JIT (C API)", "#5aae61"),
+        "uebpf-interpreter": MethodStyle("uebpf interpreter", "#a6dba0"),
+        "rbpf-jit": MethodStyle("rbpf JIT", style.PINK),
+        "rbpf-interpreter": MethodStyle("rbpf interpreter", "#e7b8d3"),
+    }
     title = "eBPF execution engines"
     help = "eBPF execution engines (the methods): uebpf interpreter and JIT, rbpf, the kernel JIT, native C."
     listing_noun = "programs and engines"

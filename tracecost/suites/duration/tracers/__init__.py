@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from tracecost.errors import TracecostError
-from tracecost.tracers.base import Baseline, Method
-from tracecost.tracers.ebpf import WAKEUPS, Ebpf, EbpfTimer, Functrace, Uebpf, UebpfLive
-from tracecost.tracers.lttng import Lttng
-from tracecost.workload import traced_library
+from tracecost.suites.duration.tracers.base import Baseline, Method
+from tracecost.suites.duration.tracers.ebpf import WAKEUPS, Ebpf, EbpfTimer, Functrace, Uebpf, UebpfLive
+from tracecost.suites.duration.tracers.lttng import Lttng
+from tracecost.suites.duration.workload import traced_library
 
 TRACERS = {"lttng": Lttng, "ebpf": Ebpf, "ebpf-timer": EbpfTimer, "uebpf": Uebpf, "uebpf-live": UebpfLive}
 

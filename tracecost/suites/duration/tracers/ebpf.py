@@ -10,9 +10,11 @@ from pathlib import Path
 
 from tracecost import paths, system, uebpf
 from tracecost.errors import TracecostError
+from tracecost.methods import Run
 from tracecost.procs import Child, last_json_line, started
-from tracecost.tracers.base import Capture, Event, Method, ProcessCost, Say, TracedRun
-from tracecost.workload import TRACED_SYMBOL, traced_library
+from tracecost.say import Say
+from tracecost.suites.duration.tracers.base import AppPid, Capture, Event, Method, ProcessCost, TracedRun
+from tracecost.suites.duration.workload import TRACED_SYMBOL, traced_library
 
 # Mirrors probes/functrace.h (FUNCTRACE_FORMAT_VERSION 1).
 HEADER = struct.Struct("<8sII")
@@ -90,13 +92,14 @@ class Functrace(Method):
     def environments(self) -> uebpf.RunEnvironments:
         return uebpf.KERNEL
 
-    def applied(self, environments: uebpf.RunEnvironments, pid: int | None) -> dict | None:
+    def applied(self, environments: uebpf.RunEnvironments, pid: AppPid) -> dict | None:
         """Returns once the attach is live for the app (the kernel's is, at READY; so is uebpf's
         for an app started with the agent); the injection's record, for a runtime injected."""
         return None
 
     @contextlib.contextmanager
-    def attached(self, workdir: Path, pid: int | None = None) -> Iterator[TracedRun]:
+    def attached(self, run: Run[AppPid]) -> Iterator[TracedRun]:
+        workdir, pid, environments = run.workdir, run.target, run.environments
         output = workdir / "functrace.bin"
         argv = [
             str(self.loader),
@@ -114,14 +117,13 @@ class Functrace(Method):
             str(self.poll_ms),
             *(["--pid", str(pid)] if pid is not None else []),
         ]
-        environments = self.environments()
         with started(
             lambda: Child(argv, stderr_path=workdir / "functrace.stderr", env={**os.environ, **environments.loader})
         ) as tracer:
             tracer.wait_for_line("READY", READY_TIMEOUT_S)
-            run = TracedRun(app_env=environments.target, read_events=lambda: read_functrace(output))
-            run.injection = self.applied(environments, pid)
-            yield run
+            traced = TracedRun(app_env=environments.target, read_events=lambda: read_functrace(output))
+            traced.injection = self.applied(environments, pid)
+            yield traced
             usage = tracer.finished("functrace", timeout_s=DRAIN_TIMEOUT_S)
             summary = parse_summary(tracer.read_stdout())
         environments.after_exit()
@@ -131,7 +133,7 @@ class Functrace(Method):
             )
         if not output.is_file():
             raise TracecostError(f"functrace wrote no trace file {output}")
-        run.capture = Capture(
+        traced.capture = Capture(
             captured=summary["received"],
             dropped=summary["dropped"],
             trace_bytes=output.stat().st_size,
@@ -194,7 +196,7 @@ class UebpfLive(Uebpf):
     def environments(self) -> uebpf.RunEnvironments:
         return self.libraries.run_environments(live=True)
 
-    def applied(self, environments: uebpf.RunEnvironments, pid: int | None) -> dict | None:
+    def applied(self, environments: uebpf.RunEnvironments, pid: AppPid) -> dict | None:
         if pid is None:
             raise TracecostError(f"{self.name} attaches to a running app: it needs the app's pid")
         return uebpf.inject(self.uebpf_command, environments.loader, pid)

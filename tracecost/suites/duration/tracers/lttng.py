@@ -20,8 +20,11 @@ from subprocess import CompletedProcess
 
 from tracecost import leftovers, paths, system
 from tracecost.errors import TracecostError
+from tracecost.methods import Run
 from tracecost.procs import Child, descendants, interrupts_deferred, run_command
-from tracecost.tracers.base import Capture, Event, Method, ProcessCost, Say, TracedRun
+from tracecost.say import Say
+from tracecost.suites.duration.tracers.base import AppPid, Capture, Event, Method, ProcessCost, TracedRun
+from tracecost.uebpf import RunEnvironments
 
 # 2 MiB x 4 sub-buffers per CPU: on 2 CPUs the same 16 MiB total as functrace's ring buffer.
 DEFAULT_SUBBUF_BYTES = 2 << 20
@@ -247,10 +250,14 @@ class Lttng(Method):
         self.wrapper = paths.artifact("lib/libmylib_lttng.so")
         self.daemon = stack.enter_context(session_daemon(workspace, say))
 
+    def environments(self) -> RunEnvironments:
+        """The app runs with the tracepoint wrapper preloaded (lttng-ust's LD_PRELOAD way)."""
+        return RunEnvironments(target={"LD_PRELOAD": str(self.wrapper)})
+
     @contextlib.contextmanager
-    def attached(self, workdir: Path) -> Iterator[TracedRun]:
+    def attached(self, run: Run[AppPid]) -> Iterator[TracedRun]:
         session = f"tracecost-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        trace_dir = workdir / "lttng-trace"
+        trace_dir = run.workdir / "lttng-trace"
         self.daemon.require_alive()
         lttng("create", session, f"--output={trace_dir}")
         try:
@@ -267,8 +274,8 @@ class Lttng(Method):
             lttng("enable-event", "--userspace", f"--session={session}", f"--channel={CHANNEL}", EVENTS)
             before = self.daemon.snapshot()
             lttng("start", session)
-            run = TracedRun(app_env={"LD_PRELOAD": str(self.wrapper)}, read_events=lambda: read_trace(trace_dir))
-            yield run
+            traced = TracedRun(app_env=run.environments.target, read_events=lambda: read_trace(trace_dir))
+            yield traced
             lttng("stop", session)  # waits until the consumer has written every sub-buffer
             self.daemon.require_alive()
             costs = self.daemon.costs_since(before)
@@ -276,7 +283,7 @@ class Lttng(Method):
         finally:
             with interrupts_deferred():
                 lttng("destroy", session, check=False)
-        run.capture = Capture(
+        traced.capture = Capture(
             captured=count_events(trace_dir),
             dropped=discarded,
             trace_bytes=_tree_bytes(trace_dir),

@@ -12,9 +12,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tracecost.errors import TracecostError
+from tracecost.say import Say
 from tracecost.suites.duration.traced_app import run_sample_app
-from tracecost.tracers.base import Event, Method, Say
-from tracecost.workload import call_args, expected_return
+from tracecost.suites.duration.tracers.base import Event, Method
+from tracecost.suites.duration.workload import call_args, expected_return
 from tracecost.workspace import fresh_dir
 
 MAX_EXAMPLES = 5

@@ -1,9 +1,10 @@
 """Tracers of a traced library (the duration suite's and validate's methods), and what a traced run yields.
 
-A tracer is a method (tracecost/methods.py): opened once per command (checks, daemons), then
-attached for one run at a time: `with method.attached(workdir) as run:` starts the tracer and
-returns once it is attached; the workload runs with `run.app_env`; leaving the block stops the
-tracer by its PID and fills `run.capture` with what the tracer itself counted.
+A tracer is a method (tracecost/methods.py) whose target is the traced app's pid, or None for
+an app started after the tracer: `with method.attached(method.run(workdir, pid)) as traced:`
+starts the tracer and returns once it is attached; the workload runs with `traced.app_env`;
+leaving the block stops the tracer by its PID and fills `traced.capture` with what the tracer
+itself counted.
 """
 
 from __future__ import annotations
@@ -12,12 +13,10 @@ import contextlib
 from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from tracecost import methods
-from tracecost.methods import Say
 
-__all__ = ["Say", "Event", "ProcessCost", "Capture", "TracedRun", "Method", "Baseline"]
+__all__ = ["Event", "ProcessCost", "Capture", "TracedRun", "Method", "Baseline"]
 
 
 @dataclass
@@ -68,18 +67,21 @@ class TracedRun:
     injection: dict | None = None
 
 
-class Method(methods.Method):
+AppPid = int | None  # the running app a tracer attaches to; None: the app starts once it is attached
+
+
+class Method(methods.Method[AppPid, TracedRun]):
     # Arguments this mechanism cannot observe, with the reason (reported, never hidden).
     unobservable: dict[str, str] = {}
     # True: the app is started first, paused at its READY (sample_app --wait-go), and
-    # attached(workdir, pid) attaches to it; the app makes its calls once the block is entered.
+    # attached() gets its pid as the run's target; the app makes its calls once the block is entered.
     attaches_to_running: bool = False
 
     @abstractmethod
-    def attached(self, workdir: Path, pid: int | None = None) -> contextlib.AbstractContextManager[TracedRun]: ...
+    def attached(self, run: methods.Run[AppPid]) -> contextlib.AbstractContextManager[TracedRun]: ...
 
 
-class Baseline(methods.Baseline, Method):
+class Baseline(methods.Baseline[AppPid, TracedRun], Method):
     """No tracer: but first prove that nothing is attached to the traced library."""
 
     def nothing(self) -> TracedRun:

@@ -1,0 +1,32 @@
+"""A sample of this suite's results, made without measuring (Suite.sample): a probe, two map
+operations (one refused on the runtimes, as an unsupported helper is) and a tracepoint."""
+
+from __future__ import annotations
+
+import random
+
+from tracecost.suites.base import sample_results, sample_runs
+from tracecost.suites.micro import MicroConfig, MicroSuite
+from tracecost.suites.micro.ops import OPS
+
+
+def sample(rng: random.Random) -> dict:
+    config = MicroConfig(ops=["uprobe", "array_delete", "hash_lookup", "syscall_pid"], runs=2, iter=100)
+    suite = MicroSuite()
+
+    def record(group, runtime: str) -> dict:
+        op = OPS[group.key["op"]]
+        refused = "EINVAL" if op.may_be_unsupported and runtime != "untraced" else None
+        return {
+            "ns_per_call": rng.uniform(50, 500),
+            "median_ns_per_call": rng.uniform(50, 500),
+            "fast_ns_per_call": rng.uniform(50, 500),
+            "iter": config.iter,
+            "warmup_calls": config.warmup,
+            "calls": config.iter + config.warmup,
+            "hits": {} if runtime == "untraced" else {op.programs[0]: config.iter + config.warmup},
+            "helper_results": {} if runtime == "untraced" else {op.programs[0]: {refused or "0": 10}},
+            "unsupported": refused,
+        }
+
+    return sample_results(suite, config, sample_runs(suite, config, record))
