@@ -145,10 +145,10 @@ struct joined {
 
 /* One scratch per thread, not per CPU: under uebpf a program runs in the thread that made the call
  * and can be preempted, and the next thread on that CPU would share its per-CPU slot
- * (runtime/README.md); a key built by two threads at once is an answer for the wrong path (seen
- * with 8 threads stat'ing through the mount: 2 wrong sizes in 1.6 million). The least recently
- * used scratch goes when a new thread needs one: a thread whose scratch was taken while it was in
- * use sees another owner (`still_mine`) and answers nothing. */
+ * (runtime/maps/README.md, "Map types"); a key built by two threads at once is an answer for the
+ * wrong path (seen with 8 threads stat'ing through the mount: 2 wrong sizes in 1.6 million). The
+ * least recently used scratch goes when a new thread needs one: a thread whose scratch was taken
+ * while it was in use sees another owner (`still_mine`) and answers nothing. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 4096);

@@ -494,8 +494,8 @@ def test_a_thread_borrowed_in_nanosleep_sleeps_its_full_time(tmp_path, hooked):
     expiry): with no attachment for the process to hook (functrace attached to another pid),
     nanosleep returns 0 having slept at least what it asked, by the victim's own CLOCK_MONOTONIC.
     With the two hooks, the same: the agent's live patching judges a sleeping thread from /proc and
-    never signals it (runtime/README.md, "Hook engine"; before, nanosleep returned EINTR), and the
-    call the victim then makes is traced."""
+    never signals it (runtime/hook/README.md, "Patching running code"; before, nanosleep returned
+    EINTR), and the call the victim then makes is traced."""
     region, output = region_name(f"sleep{int(hooked)}"), tmp_path / "trace.bin"
     sleeper = subprocess.Popen([str(SLEEP_VICTIM), "3"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

@@ -419,7 +419,7 @@ def test_the_usdt_victim_has_its_probe_note_without_a_semaphore():
     assert OPS["usdt"].usdt == "tracecost:bench_usdt"
     note = r"Provider: tracecost\s+Name: bench_usdt\s+Location: (0x[0-9a-f]+), .*Semaphore: (0x[0-9a-f]+)"
     probe = re.search(note, notes)
-    assert probe and int(probe[2], 16) == 0, notes  # uebpf refuses USDT semaphores (runtime/README.md)
+    assert probe and int(probe[2], 16) == 0, notes  # uebpf refuses USDT semaphores (runtime/agent/README.md)
     symbols = subprocess.run(["nm", str(MICROBENCH)], capture_output=True, text=True, check=True).stdout
     start = next(int(f[0], 16) for f in map(str.split, symbols.splitlines()) if f[-1] == "__bench_usdt")
     assert start <= int(probe[1], 16) < start + 32  # the probe is in the timed function

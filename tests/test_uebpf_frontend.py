@@ -1,4 +1,4 @@
-"""`uebpf load` and `uebpf start` (runtime/README.md, "The `uebpf` command"): an unmodified
+"""`uebpf load` and `uebpf start` (runtime/uebpf/README.md, "The `uebpf` command"): an unmodified
 libbpf tool, Debian's opensnoop (libbpf-tools), run as a user runs it, in a terminal, under
 `uebpf load`; a target started with `uebpf start` in the region it names; Ctrl-C ends the tool
 as on the kernel, and nothing is left behind, not even after a SIGKILL.

@@ -1,6 +1,6 @@
 """An unmodified libbpf loader against uebpf instead of the kernel: uebpf's server library is
 preloaded into the loader, its agent into the target, and the two meet in a shared-memory region
-private to one run (runtime/README.md: "The bpf(2) server", "The agent").
+private to one run (runtime/server/README.md, runtime/agent/README.md).
 
 No privilege is needed: nothing here touches the kernel's BPF."""
 
@@ -153,8 +153,8 @@ CHECK_HOOK_TIMEOUT_S = 30
 
 def hook_refusal(uebpf_command: Path, binary: Path, location: str) -> str | None:
     """Why uebpf's hook engine would refuse to hook `location` (a symbol) of `binary`, in its own
-    words, or None. `uebpf check-hook` judges the file as an attach would (runtime/README.md,
-    "Hook engine": too short for its 5-byte jump, a branch into the patch...), without running it.
+    words, or None. `uebpf check-hook` judges the file as an attach would (runtime/hook/README.md,
+    "What it patches": too short for its 5-byte jump, a branch into the patch...), without running it.
     None too when the command cannot tell (no such symbol...): the attach itself then fails with
     its reason, so nothing is hidden. Asked once per file version and location."""
     stat = binary.stat()

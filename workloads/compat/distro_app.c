@@ -13,7 +13,7 @@
  * order and exits with _exit (no stdio flush, no atexit work: nothing after the actions).
  *
  * Every system call below is made through the C library's exported wrapper of that name, the
- * calls uebpf's system call tracepoints see (runtime/README.md, "System call tracepoints").
+ * calls uebpf's system call tracepoints see (runtime/agent/README.md, "System call tracepoints").
  *   opens    open("/etc/passwd") and close, openat of a missing file      (openat x2, close)
  *   stats    fstatat of /etc/passwd and of a missing file                  (newfstatat x2)
  *   kills    kill(self, 0) and kill of a pid that cannot exist, signal 0   (kill x2)

@@ -21,7 +21,8 @@
 //! * Injected into a running process (`uebpf inject`: dlopen, then `uebpf_agent_follow`), or
 //!   made inert again (`uebpf detach`: `uebpf_agent_detach`), see follow.rs.
 //!
-//! runtime/README.md ("The agent") has the protocol, the timings and the limits.
+//! runtime/agent/README.md has the timings and the limits; runtime/maps/README.md ("Attach table",
+//! "Agent table") has the protocol.
 //!
 //! Modules, in layers (each uses only modules of the layers before it; tests/unit/test_imports.py
 //! checks there is no circle): forklock, probe / syscalls / signals / session / watcher / follow.

@@ -1,6 +1,6 @@
 //! uebpf-hook: userspace uprobes and uretprobes by inline hooking, in the current process
-//! (x86-64 Linux). See the README's "Hook engine" section for what is patched, the trust model
-//! and the limits.
+//! (x86-64 Linux). See runtime/hook/README.md for what is patched and the limits, and
+//! runtime/README.md ("Trust model") for the trust model.
 //!
 //! ```no_run
 //! use uebpf_hook::{resolve, Hook, Location, PtRegs};

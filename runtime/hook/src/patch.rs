@@ -174,7 +174,7 @@ pub(crate) fn restore(site: &'static Site) -> Result<PatchMethod> {
 /// /proc/self/task/TID/status (SigBlk). glibc blocks every signal for a moment in some calls
 /// (pthread_create, fork): a thread is refused only if it still blocks them after
 /// `BLOCKED_PATIENCE`. A thread that blocks them after this check is not protected (the
-/// README's "Limits").
+/// runtime/hook/README.md, "Limits").
 fn refuse_blocked_signals(site: &Site, tids: &[libc::pid_t], signals: &[libc::c_int]) -> Result<()> {
     let deadline = Instant::now() + BLOCKED_PATIENCE;
     let mut suspects: Vec<libc::pid_t> = tids.to_vec();

@@ -47,7 +47,7 @@ pub enum PatchKind {
     /// A 5-byte `jmp` to the entry stub: the fast path.
     Jump,
     /// A permanent `int3` at byte 0, which the engine's SIGTRAP handler sends to the entry stub
-    /// (a signal delivery per hit: see the README's per-hit figures).
+    /// (a signal delivery per hit: see runtime/hook/README.md, "Per-hit cost").
     Int3 { reason: String },
 }
 

@@ -60,8 +60,8 @@ use crate::Errno;
 pub const CONSUMER_TIMER: Duration = Duration::from_millis(50);
 /// A producer wakes a sleeping consumer early once the unread bytes reach this fraction of the
 /// ring: the rest absorbs what arrives while the consumer wakes up, which with more producers
-/// than CPUs includes waiting for a CPU (a quarter, the first choice, left too little: runtime/
-/// README.md has the measurements).
+/// than CPUs includes waiting for a CPU (a quarter, the first choice, left too little:
+/// runtime/maps/README.md, "Ring buffers", has the measurements).
 pub const WATERMARK_DIVISOR: u64 = 16;
 
 pub const BPF_RB_NO_WAKEUP: u64 = 1;

@@ -72,7 +72,7 @@ const LICENSE_MAX: usize = 127;
 /// prog_flags uebpf accepts: the kernel's but BPF_F_TOKEN_FD (tokens are not supported), and its own.
 const PROG_FLAGS: u32 = 0xff | UEBPF_F_EXTENSION;
 /// uebpf's own program flag (libbpf: `bpf_program__set_flags`): the program is an extension,
-/// which may change what the probed call returns (bpf_override_return; runtime README,
+/// which may change what the probed call returns (bpf_override_return; runtime/uebpf/README.md,
 /// "Extensions"). The kernel refuses the unknown bit (EINVAL), as it refuses overrides at uprobes.
 pub const UEBPF_F_EXTENSION: u32 = 1 << 30;
 

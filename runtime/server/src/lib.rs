@@ -7,7 +7,7 @@
 //! checks and are stored there, and attaching a uprobe, uretprobe or syscall tracepoint writes
 //! an entry of the region's attach table, which the agent in each target reads to run the
 //! programs. No privilege is needed. Calls that are not for uebpf go to the kernel untouched.
-//! runtime/README.md ("The bpf(2) server") lists what is served, what is refused and why.
+//! runtime/server/README.md lists what is served, what is refused and why.
 //!
 //! Modules, in layers (each uses only modules of the layers before it; tests/unit/test_imports.py
 //! checks there is no circle): real / lifetime, ring / autoinject, objects / epoll, perf / bpf /

@@ -98,8 +98,9 @@ fn served_tracepoint(path: &str) -> Option<String> {
 /// A tracepoint id the server did not give: the kernel's, read from tracefs by a root loader
 /// for a category uebpf does not serve (`sched/sched_process_exec`). Its perf event would be
 /// the kernel's, and attaching a uebpf program to it could only fail with the kernel's EBADF
-/// (no such BPF program there): refused here with what the README promises, one line naming the
-/// tracepoint (found by its id in tracefs, which a loader that read the id can read too).
+/// (no such BPF program there): refused here with what runtime/server/README.md ("Attaching")
+/// promises, one line naming the tracepoint (found by its id in tracefs, which a loader that
+/// read the id can read too).
 fn unsupported_tracepoint(id: u64) -> c_int {
     let name = kernel_tracepoint_name(id).unwrap_or_else(|| format!("id {id}"));
     eprintln!(

@@ -23,7 +23,7 @@
  * Trust model: programs run inside the calling process. The interpreter checks every memory
  * access of the program against its context, stack and the maps' memory; the JIT checks nothing
  * at run time; neither checks the pointers a program passes to helpers. Load only programs you
- * trust for the JIT (see runtime/README.md).
+ * trust for the JIT (see runtime/README.md, "Trust model").
  */
 #ifndef UEBPF_H
 #define UEBPF_H

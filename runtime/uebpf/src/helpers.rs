@@ -329,7 +329,7 @@ thread_local! {
 
 /// Lets the programs this thread runs next make the call whose entry registers are `regs` return
 /// at once (bpf_override_return); null: no call may be. The agent's probe of an extension at a
-/// function's first instruction sets it around the run, and only it (runtime README,
+/// function's first instruction sets it around the run, and only it (runtime/uebpf/README.md,
 /// "Extensions").
 ///
 /// # Safety

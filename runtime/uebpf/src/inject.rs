@@ -252,7 +252,8 @@ struct Target {
 }
 
 impl Target {
-    /// Refuses what cannot be injected safely (see the module comment and the README).
+    /// Refuses what cannot be injected safely (see the module comment and runtime/agent/README.md,
+    /// "Attaching to a running process").
     fn inspect(pid: u32, force: bool) -> Result<Target, Failure> {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|_| fail(libc::ESRCH, format!("no process {pid}")))?;
         let field = |name: &str| status_field(&status, name);

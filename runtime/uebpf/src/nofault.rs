@@ -16,10 +16,10 @@
 //! injected into a running process, whose calls were bound to the C library before it came);
 //! everyone else keeps process_vm_readv (probe.rs).
 //!
-//! Not covered, by construction (see runtime/README.md): a thread with SIGSEGV or SIGBUS blocked
-//! when a probe reads a bad address is killed (the kernel forces synchronous signals, as for any
-//! fault there), and a process that changes these dispositions with a raw rt_sigaction system
-//! call bypasses the interposition.
+//! Not covered, by construction (see runtime/agent/README.md, "Limits"): a thread with SIGSEGV or
+//! SIGBUS blocked when a probe reads a bad address is killed (the kernel forces synchronous
+//! signals, as for any fault there), and a process that changes these dispositions with a raw
+//! rt_sigaction system call bypasses the interposition.
 
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};

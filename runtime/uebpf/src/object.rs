@@ -143,7 +143,7 @@ impl Object {
 
     /// Makes program `name` an extension before loading: a uprobe program that may change what
     /// the probed call returns, or a system call entry tracepoint program that may answer the call
-    /// (bpf_override_return; runtime README, "Extensions"). ELF section names cannot say so:
+    /// (bpf_override_return; runtime/uebpf/README.md, "Extensions"). ELF section names cannot say so:
     /// libbpf and aya-obj know no such section.
     pub fn set_extension(&mut self, name: &str) -> Result<(), Error> {
         match self.programs().into_iter().find(|p| p.name == name) {

@@ -6,7 +6,7 @@
 /// must reach the process's own threads, whose waits it interrupts. Open: a thread that blocks
 /// SIGTRAP is killed by an int3 probe it runs into, and a live patch stops every thread with
 /// SIGRTMAX first; the hook engine refuses to patch a process with a thread that blocks either
-/// (runtime README, "Limits").
+/// (runtime/hook/README.md, "Patching running code").
 pub fn helper_thread_mask() -> libc::sigset_t {
     // SAFETY: a sigset_t filled and edited in place.
     unsafe {

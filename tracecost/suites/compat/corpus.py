@@ -380,7 +380,7 @@ CORPUS += [
     # raw_syscalls/sys_enter + sys_exit, per-thread start times and per-number totals in hash
     # maps, taken out in batches at the end. Compared for the calls compat_app makes through its C
     # library's wrappers: the kernel also counts those libc makes inline (exit_group, its stdio
-    # writes), which uebpf's agent does not see (runtime README, "System call tracepoints").
+    # writes), which uebpf's agent does not see (runtime/agent/README.md, "System call tracepoints").
     tool(
         "syscount",
         lambda run: {

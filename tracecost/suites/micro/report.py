@@ -71,7 +71,7 @@ SITES_NOTE = (
     "its entry site's cost plus the return through the kernel's return trampoline. uebpf's hook engine writes a "
     "5-byte jump over the function's first instructions, whatever they are, and runs them relocated: the first "
     "instruction does not change its cost; a function shorter than the jump (ret alone) gets its int3 patch "
-    "instead, a signal per hit (runtime/README.md)."
+    "instead, a signal per hit (runtime/hook/README.md)."
 )
 
 

@@ -208,7 +208,7 @@ def parse_counts(text: str, loader_cpu_s: float) -> Counts:
 class UebpfLive(Uebpf):
     """uebpf attached to the running victim, started without the agent: the loader attaches to
     its pid, `uebpf inject` loads the agent into it and returns once every attachment is live
-    (runtime/README.md, "Attaching to a running process")."""
+    (runtime/agent/README.md, "Attaching to a running process")."""
 
     name = "uebpf-live"
 

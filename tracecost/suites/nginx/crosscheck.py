@@ -1,7 +1,7 @@
 """syscount on the kernel and on uebpf attached to one nginx at once: what each saw, per system call.
 
 The kernel's raw_syscalls/sys_enter fires at every system call nginx's processes make. uebpf's runs
-where the program asks the C library for one (runtime/README.md, "System call entry
+where the program asks the C library for one (runtime/agent/README.md, "System call
 tracepoints"): a call made inside libc or another library with its own `syscall` instruction is
 not seen, and the agent's own thread is seen by the kernel only. The side-by-side counts show
 which calls those are, measured on the same requests."""

@@ -10,7 +10,7 @@
 //! point rbp at their top, and zero the part of them the function can read (verify::stack_reach).
 //! The stack stays 16-byte aligned for helper calls.
 //!
-//! No memory access is checked here: the JIT relies on the load-time checks (see README).
+//! No memory access is checked here: the JIT relies on the load-time checks (see runtime/vm/README.md).
 
 use iced_x86::code_asm::*;
 use iced_x86::BlockEncoderOptions;

@@ -183,7 +183,7 @@ class Uebpf(Functrace):
 class UebpfLive(Uebpf):
     """uebpf attached to a running app: the app starts without the agent and waits at its READY;
     functrace attaches to its pid, `uebpf inject` loads the agent into it (ptrace and the app's
-    own dlopen: runtime/README.md, "Attaching to a running process") and returns once the probes
+    own dlopen: runtime/agent/README.md, "Attaching to a running process") and returns once the probes
     are live; then the app makes its calls."""
 
     name, label = "uebpf-live", "uebpf, attached live"

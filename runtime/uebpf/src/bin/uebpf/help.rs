@@ -195,7 +195,8 @@ pub(crate) fn requested(args: &[OsString]) -> Option<ExitCode> {
 fn print(text: &str) -> ExitCode {
     match crate::write_line(text) {
         Ok(()) => ExitCode::SUCCESS,
-        // As every command: a reader that went away ends it quietly (README, "Signals and output").
+        // As every command: a reader that went away ends it quietly (runtime/uebpf/README.md,
+        // "Signals and output").
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::from(128 + libc::SIGPIPE as u8),
         Err(_) => ExitCode::FAILURE,
     }

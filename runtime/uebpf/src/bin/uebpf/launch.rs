@@ -3,7 +3,7 @@
 //! have it. `load` runs an unmodified libbpf loader (opensnoop, bpftrace...) with the bpf(2)
 //! server preloaded, in a region nobody else can guess the name of; `start` becomes a target
 //! program with the agent preloaded, following that region. Both only set the environment the
-//! README's "The bpf(2) server" and "The agent" describe; nothing of the tool changes.
+//! runtime/server/README.md and runtime/agent/README.md describe; nothing of the tool changes.
 //!
 //! `load` stays the tool's parent for two reasons: Ctrl-C and `kill` must reach the tool, which
 //! prints its summary on SIGINT as it would on the kernel (so SIGINT, SIGTERM and SIGHUP are
@@ -125,9 +125,9 @@ fn preload(libraries: &[&Path]) -> OsString {
     value
 }
 
-/// A name no other user can take first (/dev/shm is world-writable: see the README's "Region:
-/// name, size, lifetime"): 64 random bits, as tracecost names its regions; the pid tells a human
-/// whose it is.
+/// A name no other user can take first (/dev/shm is world-writable: see runtime/server/README.md,
+/// "Region: name, size, lifetime"): 64 random bits, as tracecost names its regions; the pid tells
+/// a human whose it is.
 fn private_region() -> Result<String, String> {
     let mut random = [0u8; 8];
     // SAFETY: getrandom writes at most `random.len()` bytes into the buffer it is given.
