@@ -2,18 +2,20 @@
 //! come here; commands naming a descriptor come here when it is ours; everything else (global
 //! id walks, pinned objects, other processes' objects) goes to the kernel untouched.
 //!
-//! `union bpf_attr` is read at the kernel's offsets (linux/bpf.h) and checked as
-//! kernel/bpf/syscall.c checks it, so a hostile or broken loader gets the kernel's errno, never a
-//! crash: the attr and every buffer it points at (instructions, license, log, keys, values, BTF,
-//! object info) are copied with fault-safe reads and writes (`uebpf::user`: EFAULT for NULL,
-//! unmapped, PROT_NONE or, for writes, read-only memory); an attr larger than the kernel's union
-//! must be zero beyond it (E2BIG), a shorter one is zero-extended; bytes after the last field a
-//! command uses must be zero (EINVAL, the kernel's CHECK_ATTR); sizes are bounded before anything
-//! is allocated (E2BIG). Where uebpf lacks a feature a field asks for (tokens, signatures,
-//! offload, BTF-typed values...), a nonzero field is refused (EINVAL) rather than ignored.
-//! `server/tests/hostile_attr.rs` runs the same hostile calls against the kernel and the server.
+//! `union bpf_attr` is read through typed views of its members (`attr`: laid out as linux/bpf.h's,
+//! checked at compile time) and checked as kernel/bpf/syscall.c checks it, so a hostile or broken
+//! loader gets the kernel's errno, never a crash: the attr and every buffer it points at
+//! (instructions, license, log, keys, values, BTF, object info) are copied with fault-safe reads
+//! and writes (`uebpf::user`: EFAULT for NULL, unmapped, PROT_NONE or, for writes, read-only
+//! memory); an attr larger than the kernel's union must be zero beyond it (E2BIG), a shorter one is
+//! zero-extended; bytes after the last field a command uses must be zero (EINVAL, the kernel's
+//! CHECK_ATTR); sizes are bounded before anything is allocated (E2BIG). Where uebpf lacks a feature
+//! a field asks for (tokens, signatures, offload, BTF-typed values...), a nonzero field is refused
+//! (EINVAL) rather than ignored. `server/tests/hostile_attr.rs` runs the same hostile calls against
+//! the kernel and the server.
 
 use std::ffi::{c_int, c_long};
+use std::mem::offset_of;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -21,6 +23,10 @@ use uebpf::user;
 use uebpf_maps::{ErrorKind, MapDef, MapKind, ProgramKind, ProgramSpec, SlotWord, Slots};
 use uebpf_vm::insn::{decode_all, OP_LDDW};
 
+use crate::attr::{
+    end_of, Batch, BtfInfo, BtfLoad, Info, LinkCreate, LinkDetach, LinkUpdate, MapCreate, MapElem, Obj, ProgAttach, ProgBindMap, ProgLoad,
+    Query, RawTracepoint, TestRun, View, ATTR_SIZE,
+};
 use crate::lifetime::region;
 use crate::objects::{lookup, new_fd, next_id, register, BtfObject, LinkObject, MapObject, Object, ProgObject};
 use crate::perf;
@@ -58,8 +64,6 @@ const BPF_LINK_TYPE_PERF_EVENT: u32 = 7;
 const BPF_F_RDONLY: u32 = 1 << 3;
 const BPF_F_LOCK: u64 = 1 << 2;
 
-/// sizeof(union bpf_attr) of the kernel the server answers as (Linux 6.18; 6.1's is 144).
-const ATTR_SIZE: usize = 168;
 /// bpf_check_uarg_tail_zero refuses larger structs outright.
 const PAGE_SIZE: usize = 4096;
 /// BPF_COMPLEXITY_LIMIT_INSNS: the most instructions a privileged loader may pass.
@@ -81,30 +85,24 @@ pub const UEBPF_F_EXTENSION: u32 = 1 << 30;
 /// server's commands on its own objects; the kernel checks the rest itself).
 fn last_field_end(cmd: c_long) -> usize {
     match cmd {
-        BPF_MAP_CREATE => 92,                              // excl_prog_hash_size
-        BPF_MAP_LOOKUP_ELEM => 32,                         // flags
-        BPF_MAP_UPDATE_ELEM => 32,                         // flags
-        BPF_MAP_DELETE_ELEM => 16,                         // key
-        BPF_MAP_GET_NEXT_KEY => 24,                        // next_key
-        BPF_MAP_LOOKUP_AND_DELETE_ELEM => 32,              // flags
-        BPF_MAP_LOOKUP_BATCH..=BPF_MAP_DELETE_BATCH => 56, // batch.flags
-        BPF_MAP_FREEZE => 4,                               // map_fd
-        BPF_PROG_LOAD => ATTR_SIZE,                        // keyring_id
-        BPF_BTF_LOAD => 40,                                // btf_token_fd
-        BPF_OBJ_GET_INFO_BY_FD => 16,                      // info.info
-        BPF_LINK_CREATE => 60,                             // link_create.uprobe_multi.pid
-        BPF_PROG_BIND_MAP => 12,                           // prog_bind_map.flags
+        BPF_MAP_CREATE => end_of!(MapCreate, excl_prog_hash_size),
+        BPF_MAP_LOOKUP_ELEM | BPF_MAP_UPDATE_ELEM | BPF_MAP_LOOKUP_AND_DELETE_ELEM => end_of!(MapElem, flags),
+        BPF_MAP_DELETE_ELEM => end_of!(MapElem, key),
+        BPF_MAP_GET_NEXT_KEY => end_of!(MapElem, value), // next_key
+        BPF_MAP_LOOKUP_BATCH..=BPF_MAP_DELETE_BATCH => end_of!(Batch, flags),
+        BPF_MAP_FREEZE => end_of!(MapElem, map_fd),
+        BPF_PROG_LOAD => end_of!(ProgLoad, keyring_id),
+        BPF_BTF_LOAD => end_of!(BtfLoad, btf_token_fd),
+        BPF_OBJ_GET_INFO_BY_FD => end_of!(Info, info),
+        BPF_LINK_CREATE => LinkCreate::UPROBE_MULTI_END,
+        BPF_PROG_BIND_MAP => end_of!(ProgBindMap, flags),
         _ => ATTR_SIZE,
     }
 }
 
-fn check_attr(cmd: c_long, attr: &[u8]) -> Result<(), c_int> {
-    zero(attr, last_field_end(cmd), ATTR_SIZE)
-}
-
-/// EINVAL unless bytes `from..to` of `attr` are zero.
-fn zero(attr: &[u8], from: usize, to: usize) -> Result<(), c_int> {
-    if attr[from..to].iter().any(|&b| b != 0) {
+/// CHECK_ATTR: EINVAL unless the bytes of `attr` after the command's last field are zero.
+fn check_attr(cmd: c_long, attr: &[u8; ATTR_SIZE]) -> Result<(), c_int> {
+    if attr[last_field_end(cmd)..].iter().any(|&b| b != 0) {
         Err(libc::EINVAL)
     } else {
         Ok(())
@@ -144,18 +142,9 @@ fn read_attr(attr: u64, size: u32) -> Result<[u8; ATTR_SIZE], c_int> {
     Ok(buf)
 }
 
-fn u32_at(buf: &[u8], offset: usize) -> u32 {
-    u32::from_ne_bytes(buf[offset..offset + 4].try_into().expect("4 bytes"))
-}
-
-fn u64_at(buf: &[u8], offset: usize) -> u64 {
-    u64::from_ne_bytes(buf[offset..offset + 8].try_into().expect("8 bytes"))
-}
-
 /// An object name (`map_name`, `prog_name`) as bpf_obj_name_cpy accepts it: letters, digits,
 /// `_` and `.`, NUL-terminated within its 16 bytes; else EINVAL.
-fn name_at(buf: &[u8], offset: usize) -> Result<String, c_int> {
-    let field = &buf[offset..offset + 16];
+fn object_name(field: &[u8; 16]) -> Result<String, c_int> {
     let end = field.iter().position(|&b| b == 0).ok_or(libc::EINVAL)?;
     let name = &field[..end];
     if !name.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.') {
@@ -208,21 +197,21 @@ impl Log {
     }
 }
 
-/// The fd the command names (at the attr's start for most commands), if it names one.
-fn subject_fd(cmd: c_long, attr: &[u8]) -> Option<c_int> {
+/// The fd the command names, if it names one.
+fn subject_fd(cmd: c_long, attr: &[u8; ATTR_SIZE]) -> Option<c_int> {
     Some(match cmd {
-        BPF_MAP_LOOKUP_ELEM..=BPF_MAP_GET_NEXT_KEY | BPF_MAP_LOOKUP_AND_DELETE_ELEM | BPF_MAP_FREEZE => u32_at(attr, 0),
-        BPF_MAP_LOOKUP_BATCH..=BPF_MAP_DELETE_BATCH => u32_at(attr, 36),
-        BPF_OBJ_PIN => u32_at(attr, 8),
-        BPF_PROG_ATTACH | BPF_PROG_DETACH => u32_at(attr, 4),
-        BPF_RAW_TRACEPOINT_OPEN => u32_at(attr, 8),
-        BPF_PROG_TEST_RUN
-        | BPF_OBJ_GET_INFO_BY_FD
-        | BPF_PROG_QUERY
-        | BPF_LINK_CREATE
-        | BPF_LINK_UPDATE
-        | BPF_LINK_DETACH
-        | BPF_PROG_BIND_MAP => u32_at(attr, 0),
+        BPF_MAP_LOOKUP_ELEM..=BPF_MAP_GET_NEXT_KEY | BPF_MAP_LOOKUP_AND_DELETE_ELEM | BPF_MAP_FREEZE => MapElem::from_bytes(attr).map_fd,
+        BPF_MAP_LOOKUP_BATCH..=BPF_MAP_DELETE_BATCH => Batch::from_bytes(attr).map_fd,
+        BPF_OBJ_PIN => Obj::from_bytes(attr).bpf_fd,
+        BPF_PROG_ATTACH | BPF_PROG_DETACH => ProgAttach::from_bytes(attr).attach_bpf_fd,
+        BPF_RAW_TRACEPOINT_OPEN => RawTracepoint::from_bytes(attr).prog_fd,
+        BPF_PROG_TEST_RUN => TestRun::from_bytes(attr).prog_fd,
+        BPF_OBJ_GET_INFO_BY_FD => Info::from_bytes(attr).bpf_fd,
+        BPF_PROG_QUERY => Query::from_bytes(attr).target_fd,
+        BPF_LINK_CREATE => LinkCreate::from_bytes(attr).prog_fd,
+        BPF_LINK_UPDATE => LinkUpdate::from_bytes(attr).link_fd,
+        BPF_LINK_DETACH => LinkDetach::from_bytes(attr).link_fd,
+        BPF_PROG_BIND_MAP => ProgBindMap::from_bytes(attr).prog_fd,
         _ => return None,
     } as c_int)
 }
@@ -238,9 +227,9 @@ pub fn bpf(cmd: c_int, attr: *mut u8, size: u32) -> Option<Result<c_long, c_int>
         Err(errno) => return creates.then_some(Err(errno)),
     };
     let result = match cmd {
-        BPF_MAP_CREATE => check_attr(cmd, &buf).and_then(|()| map_create(&buf)),
-        BPF_PROG_LOAD => check_attr(cmd, &buf).and_then(|()| prog_load(&buf, attr as u64, size)),
-        BPF_BTF_LOAD => check_attr(cmd, &buf).and_then(|()| btf_load(&buf, attr as u64, size)),
+        BPF_MAP_CREATE => check_attr(cmd, &buf).and_then(|()| map_create(&MapCreate::from_bytes(&buf))),
+        BPF_PROG_LOAD => check_attr(cmd, &buf).and_then(|()| prog_load(&ProgLoad::from_bytes(&buf), attr as u64, size)),
+        BPF_BTF_LOAD => check_attr(cmd, &buf).and_then(|()| btf_load(&BtfLoad::from_bytes(&buf), attr as u64, size)),
         _ => {
             let fd = subject_fd(cmd, &buf)?;
             let object = lookup(fd)?;
@@ -250,26 +239,33 @@ pub fn bpf(cmd: c_int, attr: *mut u8, size: u32) -> Option<Result<c_long, c_int>
     Some(result.map(c_long::from))
 }
 
-fn on_object(cmd: c_long, buf: &[u8], attr: u64, object: &Object) -> Result<c_int, c_int> {
+fn on_object(cmd: c_long, buf: &[u8; ATTR_SIZE], attr: u64, object: &Object) -> Result<c_int, c_int> {
     match (cmd, object) {
-        (BPF_MAP_LOOKUP_ELEM..=BPF_MAP_GET_NEXT_KEY | BPF_MAP_LOOKUP_AND_DELETE_ELEM, Object::Map(map)) => map_op(cmd, buf, map),
-        (BPF_MAP_LOOKUP_BATCH..=BPF_MAP_DELETE_BATCH, Object::Map(map)) => map_batch(cmd, buf, attr, map),
+        (BPF_MAP_LOOKUP_ELEM..=BPF_MAP_GET_NEXT_KEY | BPF_MAP_LOOKUP_AND_DELETE_ELEM, Object::Map(map)) => {
+            map_op(cmd, &MapElem::from_bytes(buf), map)
+        }
+        (BPF_MAP_LOOKUP_BATCH..=BPF_MAP_DELETE_BATCH, Object::Map(map)) => map_batch(cmd, &Batch::from_bytes(buf), attr, map),
         (BPF_MAP_FREEZE, Object::Map(map)) => {
             map.frozen.store(true, Ordering::Release);
             Ok(0)
         }
-        (BPF_OBJ_GET_INFO_BY_FD, _) => object_info(buf, attr, object),
-        (BPF_LINK_CREATE, Object::Prog(prog)) => link_create(buf, prog),
+        (BPF_OBJ_GET_INFO_BY_FD, _) => object_info(&Info::from_bytes(buf), attr, object),
+        (BPF_LINK_CREATE, Object::Prog(prog)) => link_create(&LinkCreate::from_bytes(buf), prog),
         // uebpf does not run a loader's programs in the loader. Loaders probe for test runs
         // (bpftrace at every start) and do without: the answer of the kernel for a program type
         // without test_run (bpf_prog_test_run: ENOTSUPP), and nothing printed.
         (BPF_PROG_TEST_RUN, Object::Prog(_)) => Err(uebpf_maps::perfbuf::ENOTSUPP),
-        (BPF_PROG_BIND_MAP, Object::Prog(_)) if u32_at(buf, 8) != 0 => Err(libc::EINVAL), // no flags defined
-        (BPF_PROG_BIND_MAP, Object::Prog(_)) => match lookup(u32_at(buf, 4) as c_int).as_deref() {
-            // Maps live as long as the region: binding changes nothing.
-            Some(Object::Map(_)) => Ok(0),
-            _ => Err(libc::EBADF),
-        },
+        (BPF_PROG_BIND_MAP, Object::Prog(_)) => {
+            let bind = ProgBindMap::from_bytes(buf);
+            if bind.flags != 0 {
+                return Err(libc::EINVAL); // no flags defined
+            }
+            match lookup(bind.map_fd as c_int).as_deref() {
+                // Maps live as long as the region: binding changes nothing.
+                Some(Object::Map(_)) => Ok(0),
+                _ => Err(libc::EBADF),
+            }
+        }
         _ => {
             eprintln!("uebpf: bpf command {cmd} on a uebpf object is not supported (uebpf serves map operations, program load, BTF load, object info, links to uprobes and syscall tracepoints)");
             Err(libc::EINVAL)
@@ -277,30 +273,30 @@ fn on_object(cmd: c_long, buf: &[u8], attr: u64, object: &Object) -> Result<c_in
     }
 }
 
-fn map_create(a: &[u8]) -> Result<c_int, c_int> {
+fn map_create(a: &MapCreate) -> Result<c_int, c_int> {
     let def = MapDef {
-        map_type: u32_at(a, 0),
-        key_size: u32_at(a, 4),
-        value_size: u32_at(a, 8),
-        max_entries: u32_at(a, 12),
-        map_flags: u32_at(a, 16),
+        map_type: a.map_type,
+        key_size: a.key_size,
+        value_size: a.value_size,
+        max_entries: a.max_entries,
+        map_flags: a.map_flags,
         // Bloom filters' hash count; the map's own checks refuse it for other types.
-        map_extra: u64_at(a, 64),
+        map_extra: a.map_extra,
     };
-    let name = name_at(a, 28)?;
-    if u32_at(a, 20) != 0 || u32_at(a, 44) != 0 {
+    let name = object_name(&a.map_name)?;
+    if a.inner_map_fd != 0 || a.map_ifindex != 0 {
         eprintln!("uebpf: map `{name}`: map-in-map and device offload are not supported by uebpf");
         return Err(libc::EINVAL);
     }
     // BTF-object value types, tokens, exclusive maps.
-    if zero(a, 72, 92).is_err() {
+    if a.value_type_btf_obj_fd != 0 || a.map_token_fd != 0 || a.excl_prog_hash != 0 || a.excl_prog_hash_size != 0 {
         eprintln!("uebpf: map `{name}`: value_type_btf_obj_fd, map_token_fd and excl_prog_hash are not supported by uebpf");
         return Err(libc::EINVAL);
     }
     // Type ids name a BTF object, as for the kernel (which answers EBADF or EINVAL otherwise);
     // uebpf keeps BTF only for object info.
-    if u32_at(a, 52) != 0 || u32_at(a, 56) != 0 || u32_at(a, 60) != 0 {
-        match lookup(u32_at(a, 48) as c_int).as_deref() {
+    if a.btf_key_type_id != 0 || a.btf_value_type_id != 0 || a.btf_vmlinux_value_type_id != 0 {
+        match lookup(a.btf_fd as c_int).as_deref() {
             Some(Object::Btf(_)) => {}
             Some(_) => return Err(libc::EINVAL),
             None => return Err(libc::EBADF),
@@ -342,11 +338,12 @@ fn map_create(a: &[u8]) -> Result<c_int, c_int> {
 
 /// The map element commands, in kernel/bpf/syscall.c's order: flags, write permission, the
 /// key copied in (EFAULT, NULL included), the operation, the result copied out (EFAULT).
-fn map_op(cmd: c_long, a: &[u8], object: &MapObject) -> Result<c_int, c_int> {
+fn map_op(cmd: c_long, a: &MapElem, object: &MapObject) -> Result<c_int, c_int> {
     let map = &object.map;
     let key_size = map.def().key_size as usize;
     let value_size = map.syscall_value_size();
-    let (key_ptr, value_ptr, flags) = (u64_at(a, 8), u64_at(a, 16), u64_at(a, 24));
+    // `value` is `next_key` for GET_NEXT_KEY.
+    let (key_ptr, value_ptr, flags) = (a.key, a.value, a.flags);
     let writable = || {
         if object.frozen.load(Ordering::Acquire) || map.def().map_flags & BPF_F_RDONLY != 0 {
             Err(libc::EPERM)
@@ -417,12 +414,12 @@ fn map_op(cmd: c_long, a: &[u8], object: &MapObject) -> Result<c_int, c_int> {
 /// `_DELETE_BATCH` of any map with elements (generic_map_update_batch and _delete_batch: one
 /// element at a time, BPF_ANY, stopping at the first error). The count of elements done is written back
 /// to `batch.count` either way.
-fn map_batch(cmd: c_long, a: &[u8], attr: u64, object: &MapObject) -> Result<c_int, c_int> {
+fn map_batch(cmd: c_long, a: &Batch, attr: u64, object: &MapObject) -> Result<c_int, c_int> {
     let map = &object.map;
-    let (in_batch, out_batch, keys_ptr, values_ptr) = (u64_at(a, 0), u64_at(a, 8), u64_at(a, 16), u64_at(a, 24));
-    let (max_count, elem_flags, flags) = (u32_at(a, 32) as usize, u64_at(a, 40), u64_at(a, 48));
+    let (in_batch, out_batch, keys_ptr, values_ptr) = (a.in_batch, a.out_batch, a.keys, a.values);
+    let (max_count, elem_flags, flags) = (a.count as usize, a.elem_flags, a.flags);
     let (key_size, value_size) = (map.def().key_size as usize, map.syscall_value_size());
-    let count_at = attr + 32;
+    let count_at = attr + offset_of!(Batch, count) as u64;
     if flags != 0 {
         return Err(libc::EINVAL);
     }
@@ -577,25 +574,26 @@ fn relocate(insns: &mut [u8]) -> Result<(), String> {
 /// name (EINVAL), the log's attributes (EINVAL), uebpf's checks (EACCES, the reason in the
 /// log), the log written out (EFAULT, or ENOSPC if it did not fit: either wins over the
 /// verdict), log_true_size written back into attr if the caller's attr holds it (EFAULT).
-fn prog_load(a: &[u8], attr: u64, attr_size: u32) -> Result<c_int, c_int> {
-    let (prog_type, insn_cnt, insns, license) = (u32_at(a, 0), u32_at(a, 4), u64_at(a, 8), u64_at(a, 16));
-    let log = Log { level: u32_at(a, 24), size: u32_at(a, 28), buf: u64_at(a, 32) };
+fn prog_load(a: &ProgLoad, attr: u64, attr_size: u32) -> Result<c_int, c_int> {
+    let (prog_type, insn_cnt, insns, license) = (a.prog_type, a.insn_cnt, a.insns, a.license);
+    let log = Log { level: a.log_level, size: a.log_size, buf: a.log_buf };
     let early_log = |why: &str| {
         // Refusals before the verifier would run: the log is written only if it is sane.
         if log.check().is_ok() {
             let _ = log.finish(Some(why));
         }
     };
-    if u32_at(a, 44) & !PROG_FLAGS != 0 {
+    if a.prog_flags & !PROG_FLAGS != 0 {
         return Err(libc::EINVAL);
     }
-    if u32_at(a, 108) != 0 || u32_at(a, 112) != 0 {
+    if a.attach_btf_id != 0 || a.attach_prog_fd != 0 {
         early_log("BTF-attached programs (fentry, tp_btf...) are not supported by uebpf");
         return Err(libc::EINVAL);
     }
-    // Offload (prog_ifindex), kernel-side CO-RE (core_relo_cnt, core_relos), tokens,
-    // fd_array_cnt, signatures: features uebpf does not have.
-    if u32_at(a, 64) != 0 || zero(a, 116, 120).is_err() || zero(a, 128, 140).is_err() || zero(a, 144, ATTR_SIZE).is_err() {
+    // Offload, kernel-side CO-RE, tokens, fd_array_cnt, signatures: features uebpf does not have.
+    let core_relos = a.core_relo_cnt != 0 || a.core_relos != 0 || a.core_relo_rec_size != 0;
+    let token_or_signature = a.prog_token_fd != 0 || a.fd_array_cnt != 0 || a.signature != 0 || a.signature_size != 0 || a.keyring_id != 0;
+    if a.prog_ifindex != 0 || core_relos || token_or_signature {
         early_log("offload, kernel CO-RE relocations, tokens, fd_array_cnt and signatures are not supported by uebpf");
         return Err(libc::EINVAL);
     }
@@ -610,10 +608,10 @@ fn prog_load(a: &[u8], attr: u64, attr_size: u32) -> Result<c_int, c_int> {
         early_log(&format!("program type {prog_type} is not supported by uebpf (it loads {})", known.join(", ")));
         return Err(libc::EINVAL);
     };
-    let name = name_at(a, 48)?;
+    let name = object_name(&a.prog_name)?;
     log.check()?;
     let label = if name.is_empty() { "(unnamed)".to_string() } else { name.clone() };
-    let extension = u32_at(a, 44) & UEBPF_F_EXTENSION != 0;
+    let extension = a.prog_flags & UEBPF_F_EXTENSION != 0;
     let section = match prog_type {
         _ if !extension => type_name,
         2 => uebpf::EXTENSION_SECTION,
@@ -636,8 +634,8 @@ fn prog_load(a: &[u8], attr: u64, attr_size: u32) -> Result<c_int, c_int> {
     let (true_size, logged) = log.finish(checked.as_ref().err().map(|(_, why)| why.as_str()));
     logged?;
     // bpf_check writes log_true_size back when the caller's attr reaches it.
-    if attr_size as usize >= 144 {
-        user::write(attr + 140, &true_size.to_ne_bytes())?;
+    if attr_size as usize >= end_of!(ProgLoad, log_true_size) {
+        user::write(attr + offset_of!(ProgLoad, log_true_size) as u64, &true_size.to_ne_bytes())?;
     }
     checked.map_err(|(errno, _)| errno)?;
     let kind = match prog_type {
@@ -662,11 +660,11 @@ fn prog_load(a: &[u8], attr: u64, attr_size: u32) -> Result<c_int, c_int> {
 /// BPF_BTF_LOAD, in btf_parse's order: unsupported flags and tokens (EINVAL), the size
 /// (E2BIG above BTF_MAX_SIZE), the log's attributes (EINVAL), the data copied in (EFAULT), the
 /// parse (EINVAL, the reason in the log), the log written out, btf_log_true_size written back.
-fn btf_load(a: &[u8], attr: u64, attr_size: u32) -> Result<c_int, c_int> {
-    let (data, size) = (u64_at(a, 0), u32_at(a, 16));
-    let log = Log { level: u32_at(a, 24), size: u32_at(a, 20), buf: u64_at(a, 8) };
-    if zero(a, 32, 40).is_err() {
-        return Err(libc::EINVAL); // btf_flags, btf_token_fd: tokens are not supported
+fn btf_load(a: &BtfLoad, attr: u64, attr_size: u32) -> Result<c_int, c_int> {
+    let (data, size) = (a.btf, a.btf_size);
+    let log = Log { level: a.btf_log_level, size: a.btf_log_size, buf: a.btf_log_buf };
+    if a.btf_flags != 0 || a.btf_token_fd != 0 {
+        return Err(libc::EINVAL); // tokens are not supported
     }
     if size > BTF_MAX_SIZE {
         return Err(libc::E2BIG);
@@ -676,18 +674,18 @@ fn btf_load(a: &[u8], attr: u64, attr_size: u32) -> Result<c_int, c_int> {
     let parsed = uebpf::check_btf(&data);
     let (true_size, logged) = log.finish(parsed.as_ref().err().map(|e| e.to_string()).as_deref());
     logged?;
-    if attr_size as usize >= 32 {
-        user::write(attr + 28, &true_size.to_ne_bytes())?;
+    if attr_size as usize >= end_of!(BtfLoad, btf_log_true_size) {
+        user::write(attr + offset_of!(BtfLoad, btf_log_true_size) as u64, &true_size.to_ne_bytes())?;
     }
     parsed.map_err(|_| libc::EINVAL)?;
     let fd = new_fd()?;
     Ok(register(fd, Object::Btf(BtfObject { id: next_id(), data })))
 }
 
-fn link_create(a: &[u8], prog: &ProgObject) -> Result<c_int, c_int> {
-    let (target_fd, attach_type, cookie) = (u32_at(a, 4) as c_int, u32_at(a, 8), u64_at(a, 16));
+fn link_create(a: &LinkCreate, prog: &ProgObject) -> Result<c_int, c_int> {
+    let (target_fd, attach_type, cookie) = (a.target_fd as c_int, a.attach_type, a.bpf_cookie());
     // bpf_perf_link_attach: no link flags are defined.
-    if u32_at(a, 12) != 0 {
+    if a.flags != 0 {
         return Err(libc::EINVAL);
     }
     if matches!(attach_type, BPF_TRACE_KPROBE_MULTI | BPF_TRACE_UPROBE_MULTI) {
@@ -710,13 +708,13 @@ fn link_create(a: &[u8], prog: &ProgObject) -> Result<c_int, c_int> {
 /// with its checks: a caller's struct larger than ours must be zero beyond it (E2BIG, at most a
 /// page), the caller's struct is read (prog and BTF info carry pointers) and written back, and
 /// so is info_len in attr; each copy EFAULT if it fails.
-fn object_info(a: &[u8], attr: u64, object: &Object) -> Result<c_int, c_int> {
-    let (info_len, info_ptr) = (u32_at(a, 4) as usize, u64_at(a, 8));
+fn object_info(a: &Info, attr: u64, object: &Object) -> Result<c_int, c_int> {
+    let (info_len, info_ptr) = (a.info_len as usize, a.info);
     let size = match object {
         Object::Map(_) => 88,   // struct bpf_map_info
         Object::Prog(_) => 232, // struct bpf_prog_info
         Object::Link(_) => 48,  // struct bpf_link_info
-        Object::Btf(_) => 32,   // struct bpf_btf_info
+        Object::Btf(_) => size_of::<BtfInfo>(),
         Object::PerfEvent(_) => return Err(libc::EINVAL),
     };
     check_tail_zero(info_ptr, size, info_len)?;
@@ -754,18 +752,19 @@ fn object_info(a: &[u8], attr: u64, object: &Object) -> Result<c_int, c_int> {
         }
         Object::Btf(b) => {
             // btf (the caller's buffer: as much of the BTF as btf_size holds), btf_size, id.
-            let (user_btf, user_size) = if len >= 12 { (u64_at(&theirs, 0), u32_at(&theirs, 8)) } else { (0, 0) };
+            let theirs = BtfInfo::from_bytes(&theirs);
+            let (user_btf, user_size) = if len >= end_of!(BtfInfo, btf_size) { (theirs.btf, theirs.btf_size) } else { (0, 0) };
             let copied = b.data.len().min(user_size as usize);
             if user_btf != 0 {
                 user::write(user_btf, &b.data[..copied])?;
             }
-            put64(&mut info, 0, user_btf);
-            put32(&mut info, 8, b.data.len() as u32);
-            put32(&mut info, 12, b.id);
+            put64(&mut info, offset_of!(BtfInfo, btf), user_btf);
+            put32(&mut info, offset_of!(BtfInfo, btf_size), b.data.len() as u32);
+            put32(&mut info, offset_of!(BtfInfo, id), b.id);
         }
         Object::PerfEvent(_) => unreachable!("refused above"),
     }
     user::write(info_ptr, &info[..len])?;
-    user::write(attr + 4, &(len as u32).to_ne_bytes())?;
+    user::write(attr + offset_of!(Info, info_len) as u64, &(len as u32).to_ne_bytes())?;
     Ok(0)
 }

@@ -10,12 +10,13 @@
 //! runtime/server/README.md lists what is served, what is refused and why.
 //!
 //! Modules, in layers (each uses only modules of the layers before it; tests/unit/test_imports.py
-//! checks there is no circle): real / lifetime, ring / autoinject, objects / epoll, perf / bpf /
-//! interpose.
+//! checks there is no circle): attr / real / lifetime, ring / autoinject, objects / epoll, perf /
+//! bpf / interpose.
 
 // Unit tests build without the interposers, which are what reach most of the code.
 #![cfg_attr(test, allow(dead_code))]
 
+mod attr;
 mod autoinject;
 mod bpf;
 mod epoll;
