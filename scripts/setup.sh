@@ -5,19 +5,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# What every part needs; each suite lists its own in tracecost/suites/NAME/packages.txt.
 PACKAGES=(
   clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config    # BPF objects, skeletons, loaders
-  systemtap-sdt-dev                                                 # sys/sdt.h: microbench's USDT probe
-  lttng-tools liblttng-ust-dev babeltrace2                          # LTTng-UST tracer and trace reader
   chromium chromium-driver                                          # the report's real-browser test
   curl openssl                                                      # the report's plotly.js bundle
-  nginx wrk                                                         # the nginx suite's service and load
-  fuse3 libfuse3-dev findutils                                      # the fuse suite: passthrough filesystem, GNU find
-  libbpf-tools bpftrace                                             # the distribution's tools, run on the kernel and uebpf
 )
+for list in tracecost/suites/*/packages.txt; do
+  # Words outside comments, one package each.
+  PACKAGES+=($(sed 's/#.*//' "$list"))
+done
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
+  [[ " ${missing[*]} " == *" $pkg "* ]] && continue  # listed by two suites
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
 done
 if ((${#missing[@]})); then

@@ -277,7 +277,7 @@ def test_the_cache_never_answers_with_what_a_truncation_or_a_read_changed(tmp_pa
     assert counts["answered"] >= 5, counts
 
 
-# What an exact-path cache got wrong (the first probes/fuse_cache.bpf.c): a change also moves its
+# What an exact-path cache got wrong (the first tracecost/suites/fuse/fuse_cache.bpf.c): a change also moves its
 # parent directory's mtime and ctime and, for a directory renamed, every path under it.
 def test_a_directory_is_not_stale_after_a_change_inside_it(tmp_path):
     tree = filesystem.make_tree(tmp_path, 0)

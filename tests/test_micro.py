@@ -31,7 +31,7 @@ pytestmark = pytest.mark.kernel
 MICROBENCH = BUILD / "bin" / "microbench"
 ITER, OPS_PER_HIT = 600, 1000
 WARMUP = 600  # min(1000, ITER)
-# Every program name of probes/micro.bpf.c, as the kernel keeps it (15 characters).
+# Every program name of tracecost/suites/micro/micro.bpf.c, as the kernel keeps it (15 characters).
 PROGRAMS = {name[:15] for op in OPS.values() for name in (*op.programs, op.refill) if name}
 RUNTIMES = ("untraced", "kernel", "uebpf")
 TRACED = ("kernel", "uebpf")
@@ -243,7 +243,7 @@ def test_victim_probe_sites_are_separate_functions():
     assert len(set(addresses.values())) == len(addresses)
 
 
-# --- probe sites: victims that differ by their first instruction (workloads/microbench/probe_sites.S) ---
+# --- probe sites: victims that differ by their first instruction (tracecost/suites/micro/probe_sites.S) ---
 
 SITE_OPS = ("uprobe_nop", "uprobe_push", "uprobe_ret", "uprobe_nop5", "uprobe_xol", "uretprobe_push")
 SITE_ITER = 2000  # warm-up: min(1000, SITE_ITER)

@@ -1,6 +1,6 @@
 """Latency percentiles from the transport consumer's log-linear histogram.
 
-The consumer (workloads/common/latency_histogram.h) prints its non-empty buckets as
+The consumer (include/latency_histogram.h) prints its non-empty buckets as
 [lower, width, count]: a bucket holds the latencies in [lower, lower + width),
 at most 1/32 of lower wide. A percentile is the last value of the bucket that
 holds its rank, so it is never below the true value and at most 3.1% above

@@ -50,7 +50,7 @@ class Usage:
 
     No peak memory here: ru_maxrss includes the image replaced at exec, so every
     child of this (large) Python process would report Python's RSS. Programs
-    tracecost builds report their own VmHWM instead (workloads/common/peak_rss.h)."""
+    tracecost builds report their own VmHWM instead (include/peak_rss.h)."""
 
     exit_code: int
     wall_s: float

@@ -14,10 +14,11 @@ import pytest
 from tracecost.suites.duration.tracers import ebpf
 
 REPO = Path(__file__).resolve().parents[2]
+DURATION, FUSE = REPO / "tracecost" / "suites" / "duration", REPO / "tracecost" / "suites" / "fuse"
 
 
-def c_layout(tmp_path: Path, header: str, struct: str, fields: list[str]) -> dict[str, int]:
-    """sizeof(struct) and offsetof(struct, field) as the C compiler lays them out."""
+def c_layout(tmp_path: Path, folder: Path, header: str, struct: str, fields: list[str]) -> dict[str, int]:
+    """sizeof(struct) and offsetof(struct, field) as the C compiler lays them out (`header` in `folder`)."""
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         pytest.skip("no C compiler")
@@ -28,7 +29,7 @@ def c_layout(tmp_path: Path, header: str, struct: str, fields: list[str]) -> dic
     )
     (tmp_path / "layout.c").write_text(source)
     subprocess.run(
-        [compiler, "-I", str(REPO / "probes"), "-o", str(tmp_path / "layout"), str(tmp_path / "layout.c")], check=True
+        [compiler, "-I", str(folder), "-o", str(tmp_path / "layout"), str(tmp_path / "layout.c")], check=True
     )
     output = subprocess.run([str(tmp_path / "layout")], capture_output=True, text=True, check=True).stdout
     return {name: int(value) for name, value in (line.split() for line in output.splitlines())}
@@ -41,7 +42,7 @@ def c_enum(text: str, enum: str) -> dict[str, int]:
 
 def test_functrace_records_are_read_as_the_probe_writes_them(tmp_path):
     fields = ["ts_ns", "pid", "tid", "kind", "a", "b", "ret", "s"]
-    layout = c_layout(tmp_path, "functrace.h", "functrace_event", fields)
+    layout = c_layout(tmp_path, DURATION, "functrace.h", "functrace_event", fields)
     assert layout["sizeof"] == ebpf.RECORD.size
     formats = re.findall(r"\d*[a-zA-Z]", ebpf.RECORD.format.lstrip("<"))
     offsets, at = [], 0
@@ -49,12 +50,12 @@ def test_functrace_records_are_read_as_the_probe_writes_them(tmp_path):
         offsets.append(at)
         at += struct.calcsize("<" + item)
     assert offsets == [layout[name] for name in fields], (offsets, layout)
-    header = (REPO / "probes" / "functrace.h").read_text()
+    header = (DURATION / "functrace.h").read_text()
     assert f"#define FUNCTRACE_FORMAT_VERSION {ebpf.FORMAT_VERSION}" in header
     assert f"#define FUNCTRACE_STR_LEN {int(formats[-1][:-1])}" in header
     kinds = c_enum(header, "functrace_kind")
     assert {value: name.removeprefix("FUNCTRACE_").lower() for name, value in kinds.items()} == ebpf.KINDS
-    loader = (REPO / "tracers" / "ebpf" / "functrace.c").read_text()
+    loader = (DURATION / "functrace.c").read_text()
     assert f'.magic = "{ebpf.MAGIC.decode()}"' in loader
 
 
@@ -70,14 +71,14 @@ def test_program_kinds_agree_between_the_c_api_and_the_region():
 def test_the_fuse_suite_reads_the_cache_as_probes_fuse_cache_h_defines_it():
     from tracecost.suites.fuse import filesystem
 
-    header = (REPO / "probes" / "fuse_cache.h").read_text()
+    header = (FUSE / "fuse_cache.h").read_text()
     assert f"#define FUSE_CACHE_ENTRIES {filesystem.CACHE_ENTRIES}" in header
     assert f"#define FUSE_CACHE_MOUNT {filesystem.CACHE_MOUNT_MAX + 1}" in header
     # enum fuse_cache_count lists the counters in the `counts` array's order, without values.
     body = re.search(r"enum fuse_cache_count \{(.*?)\};", header, re.S).group(1)
     names = re.findall(r"^\s*FUSE_CACHE_(\w+),", body, re.M)
     assert [name.lower() for name in names] == [*filesystem.CACHE_COUNTS, "counts"]
-    source = (REPO / "probes" / "fuse_cache.bpf.c").read_text()
+    source = (FUSE / "fuse_cache.bpf.c").read_text()
     for program, _ in filesystem.DAEMON_PROBES:
         assert re.search(rf"BPF_K(RET)?PROBE\({program}[,)]", source), program
     assert all(f"int {extension}(" in source for extension in filesystem.EXTENSIONS)

@@ -1,7 +1,7 @@
 """The distribution's own tracing tools, unchanged, on the kernel and on uebpf: Debian's
 libbpf-tools and bpftrace binaries (libbpf linked into them statically; scripts/setup.sh installs
 both packages), each run against one run of build/bin/distro_app that makes the calls the tool
-traces (workloads/compat/distro_app.c), or of an interactive bash on a terminal (bashreadline).
+traces (distro_app.c), or of an interactive bash on a terminal (bashreadline).
 
 A tool's output is read from a pseudo-terminal, as a person sees it (a tool that dies of Ctrl-C
 loses what a pipe held), and normalised before it is compared: the workload's pid becomes PID,

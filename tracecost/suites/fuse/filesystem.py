@@ -2,9 +2,9 @@
 uebpf metadata cache attached to the daemon and the workload, one fsbench run, and the check of
 every stat answer it sampled (or every line GNU find printed) against the source directory.
 
-The filesystem is build/bin/fuse_passthrough (workloads/fuse_passthrough): the kernel's attribute,
+The filesystem is build/bin/fuse_passthrough (tracecost/suites/fuse): the kernel's attribute,
 entry and negative caches are off, so every stat of the mount is a round trip to the daemon. The
-cache is build/bpf/fuse_cache.bpf.o (probes/fuse_cache.bpf.c): uprobes on the daemon's pt_getattr
+cache is build/bpf/fuse_cache.bpf.o (fuse_cache.bpf.c): uprobes on the daemon's pt_getattr
 fill a shared hash with what it answered, uprobes on pt_unlink/pt_rename/pt_chmod (and pt_open with
 O_TRUNC) advance the cache's epoch (every older entry is stale), uprobes on pt_read/pt_readdir drop
 their path's entry (its atime), and an extension at newfstatat's entry in the workload answers a
@@ -46,7 +46,7 @@ FIND_LISTING = "find.out"
 FILES_PER_DIR = 100
 TARGET_TEXT = b"tracecost fuse suite\n"
 
-# probes/fuse_cache.h: the mountpoint the workload's program compares paths with is at most
+# fuse_cache.h: the mountpoint the workload's program compares paths with is at most
 # FUSE_CACHE_MOUNT - 1 characters, and the cache holds FUSE_CACHE_ENTRIES paths.
 CACHE_MOUNT_MAX = 127
 CACHE_ENTRIES = 16384
@@ -169,7 +169,7 @@ def attach_argv(region: str, mount: Mount) -> list[str]:
     if len(mountpoint.encode()) > CACHE_MOUNT_MAX:
         raise TracecostError(
             f"the mountpoint {mountpoint} is {len(mountpoint.encode())} bytes long: the cache compares paths "
-            f"with at most {CACHE_MOUNT_MAX} (probes/fuse_cache.h); use a shorter TMPDIR"
+            f"with at most {CACHE_MOUNT_MAX} (fuse_cache.h); use a shorter TMPDIR"
         )
     daemon = str(paths.artifact("bin/fuse_passthrough"))
     argv = [str(paths.artifact("bin/uebpf")), "attach", str(paths.artifact("bpf/fuse_cache.bpf.o"))]

@@ -4,7 +4,7 @@ process, and from that attach to the first event it receives, on each runtime.
 
 The folder: this Suite, loading.py (the runtimes and one run), report.py (the report section),
 schema.json (this suite's results schema). The phases are timed inside the loader
-(tracers/ebpf/loadlat.c); every run starts a fresh victim and a fresh loader."""
+(loadlat.c); every run starts a fresh victim and a fresh loader."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """One run of the load benchmark: a fresh victim (build/bin/loadlat_victim, calling its functions
-in a loop) and one loader (build/bin/loadlat, tracers/ebpf/loadlat.c: its header says what each
+in a loop) and one loader (build/bin/loadlat, loadlat.c: its header says what each
 phase includes) that loads an object, attaches N uprobes to the victim and waits for their first
 events, on the kernel or on uebpf.
 
@@ -20,7 +20,7 @@ from tracecost import methods, paths, system, uebpf
 from tracecost.errors import TracecostError
 from tracecost.procs import Child, last_json_line, started
 
-MAX_PROBES = 100  # LOADLAT_MAX_PROBES (probes/loadlat.h): the victim's functions
+MAX_PROBES = 100  # LOADLAT_MAX_PROBES (loadlat.h): the victim's functions
 SYMBOL_PREFIX = "loadlat_fn_"
 READY_TIMEOUT_S = 30
 STOP_TIMEOUT_S = 30
@@ -52,12 +52,8 @@ OBJECTS = {
             "every program of the micro suite (uprobes, uretprobes, tracepoints; bounded loops of up to "
             "1000 helper calls) and its maps",
         ),
-        TimedObject(
-            "gen4k", "loadlat_gen4k.bpf.o", "generated straight-line program (scripts/gen_loadlat_prog.sh 819)"
-        ),
-        TimedObject(
-            "gen32k", "loadlat_gen32k.bpf.o", "generated straight-line program (scripts/gen_loadlat_prog.sh 6553)"
-        ),
+        TimedObject("gen4k", "loadlat_gen4k.bpf.o", "generated straight-line program (gen_loadlat_prog.sh 819)"),
+        TimedObject("gen32k", "loadlat_gen32k.bpf.o", "generated straight-line program (gen_loadlat_prog.sh 6553)"),
     )
 }
 PHASES = ("open_load_ns", "attach_ns", "first_event_ns", "all_events_ns")

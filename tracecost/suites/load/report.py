@@ -14,7 +14,7 @@ PHASE_COLUMNS = {
 }
 
 INTRO = (
-    "One unmodified libbpf loader (tracers/ebpf/loadlat.c) times three phases on CLOCK_MONOTONIC, on "
+    "One unmodified libbpf loader (loadlat.c) times three phases on CLOCK_MONOTONIC, on "
     "the kernel and under uebpf's bpf(2) server, against a fresh victim that calls its functions in a "
     "tight loop (under uebpf's agent on uebpf). Open + load: bpf_object__open_file and "
     "bpf_object__load of the whole object: ELF parsing, relocations, map creation, and the verifier "

@@ -25,8 +25,8 @@ from tracecost.suites.micro.runtimes import Counts, Probed, Runtime, victim_bina
 
 READY_TIMEOUT_S = 30
 VICTIM_TIMEOUT_S = 3600
-BUFFER_BYTES = 32  # workloads/microbench BUFFER_BYTES = probes/micro.h MICRO_BUFFER_BYTES
-# Calls per timed batch (workloads/microbench --batch): one clock pair per batch, so the clock's ~25 ns
+BUFFER_BYTES = 32  # microbench.c BUFFER_BYTES = micro.h MICRO_BUFFER_BYTES
+# Calls per timed batch (microbench.c --batch): one clock pair per batch, so the clock's ~25 ns
 # per read weighs 0.25 ns per call; a run of 10,000 timed calls gives 100 batch means.
 BATCH_CALLS = 100
 # A run's figure: the 10th percentile of its batch means (of its calls, timed one by one). This VM's
@@ -37,7 +37,7 @@ BATCH_CALLS = 100
 # and repeats; the median and the mean, which include the slow stretches, are kept beside it.
 FAST_PERCENTILE = 10
 UNTOUCHED_BUFFER = "00" * BUFFER_BYTES
-WRITTEN_BUFFER = "a5" * BUFFER_BYTES  # probes/micro.h MICRO_WRITE_BYTE
+WRITTEN_BUFFER = "a5" * BUFFER_BYTES  # micro.h MICRO_WRITE_BYTE
 
 
 @dataclass(frozen=True)

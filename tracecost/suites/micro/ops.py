@@ -1,14 +1,14 @@
 """The operations of the micro-benchmarks: which victim function, which programs, how to count.
 
-Function names are workloads/microbench's; program names are
-probes/micro.bpf.c's. Three kinds of operation:
+Function names are microbench.c's; program names are
+micro.bpf.c's. Three kinds of operation:
   probe    the cost of the probe itself: traced minus untraced time per call
   helper   a helper called ops_per_hit times per hit: (time per call minus the
            empty uprobe's) / ops_per_hit
   syscall  a system call under a sys_enter tracepoint: traced minus untraced
 
 Probe-site operations (`site` set) put the same empty program on victims that differ only by
-their first instruction (workloads/microbench/probe_sites.S), because a kernel uprobe's cost
+their first instruction (probe_sites.S), because a kernel uprobe's cost
 depends on it (SITE_LABELS lists the classes).
 """
 
@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from tracecost.errors import TracecostError
 
 PROBE, HELPER, SYSCALL = "probe", "helper", "syscall"
-MAX_OPS_PER_HIT = 1000  # probes/micro.h MICRO_MAX_OPS_PER_HIT
+MAX_OPS_PER_HIT = 1000  # micro.h MICRO_MAX_OPS_PER_HIT
 REFILL_FUNCTION = "__bench_refill"
 # Helper operations are measured against this operation's time per call.
 EMPTY_PROBE_OP = "uprobe"
 
 
-# The classes of first instruction at a probe site (workloads/microbench/probe_sites.S), in the order
+# The classes of first instruction at a probe site (probe_sites.S), in the order
 # the report shows them; report.py says what a kernel uprobe does with each.
 SITE_LABELS = {
     "nop": "a nop",
@@ -55,7 +55,7 @@ class Op:
 
     @property
     def batched(self) -> bool:
-        """Timed in batches of calls made back to back (workloads/microbench --batch): every operation
+        """Timed in batches of calls made back to back (microbench.c --batch): every operation
         but those whose map is refilled untimed between two timed calls."""
         return self.refill is None
 

@@ -56,7 +56,7 @@ USDT_NOTE = (
 )
 SITES_GROUP = "Probe sites: the same empty program, victims that differ by their first instruction only"
 SITES_NOTE = (
-    "Each row puts the same empty program on a victim written in assembly (workloads/microbench/probe_sites.S) "
+    "Each row puts the same empty program on a victim written in assembly (probe_sites.S) "
     "whose first instruction is the one named; the rest of each body is the same. A kernel uprobe writes int3 over "
     "the probed instruction's first byte, and what a hit costs then depends on that instruction. The kernel "
     "emulates a few instructions in the trap handler (nop, push, jumps and calls): the trap is the whole cost. Any "

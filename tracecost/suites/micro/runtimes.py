@@ -87,7 +87,7 @@ class Untraced(methods.Baseline[Probed, Attachment], Runtime):
 
 
 class Kernel(Runtime):
-    """Kernel eBPF through the micro loader (tracers/ebpf/micro.c)."""
+    """Kernel eBPF through the micro loader (micro.c)."""
 
     name = "kernel"
 
@@ -187,7 +187,7 @@ def result_name(code: str) -> str:
 
 
 def parse_counts(text: str, loader_cpu_s: float) -> Counts:
-    """The loader's last stdout line (see tracers/ebpf/micro.c)."""
+    """The loader's last stdout line (see micro.c)."""
 
     def counts(summary: dict) -> Counts:
         results = {

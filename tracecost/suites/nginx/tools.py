@@ -1,10 +1,10 @@
 """The tracers of the nginx suite and one run.
 
 Two libbpf tools, each a `name.bpf.c` + `name.c` pair, the same loader and object on both runtimes:
-- sslsniff (probes/sslsniff.bpf.c, tracers/ebpf/sslsniff.c): uprobes and uretprobes on OpenSSL's
+- sslsniff (sslsniff.bpf.c, sslsniff.c): uprobes and uretprobes on OpenSSL's
   SSL_read/SSL_write (and the _ex variants) in the libssl nginx's workers map; each call that
   moved data sends its plaintext (the first 256 bytes) through a ring buffer.
-- syscount (probes/syscount.bpf.c, tracers/ebpf/syscount.c): raw_syscalls/sys_enter counting per
+- syscount (syscount.bpf.c, syscount.c): raw_syscalls/sys_enter counting per
   system call number, for nginx's processes (targeted) or every process.
 
 Each runs on the kernel, on uebpf with nginx started under the agent, and on uebpf attached live

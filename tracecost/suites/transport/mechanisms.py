@@ -1,6 +1,6 @@
 """One run of the transport benchmark: N syscall_load producers for a fixed time,
 untraced (baseline) or traced by the transport consumer through a BPF ring
-buffer or a perf buffer (tracers/ebpf/transport.c; its header says how each
+buffer or a perf buffer (transport.c; its header says how each
 wakeup mode maps to each mechanism), on the kernel or on uebpf (the same
 consumer under uebpf's server, the producers under its agent: the program runs
 at their call of libc's syscall(); for the perf buffer the consumer runs the
@@ -35,7 +35,7 @@ from tracecost.say import Say
 MECHANISMS = ("ringbuf", "perfbuf")
 UEBPF_MECHANISMS = {"uebpf": "ringbuf", "uebpf-perfbuf": "perfbuf"}  # method -> the buffer it uses
 TRACEPOINT = "sys_enter_getpgid"
-EVENT_HEADER_BYTES = 40  # struct transport_event (probes/transport.h)
+EVENT_HEADER_BYTES = 40  # struct transport_event (transport.h)
 MAX_PAYLOAD_BYTES = 4096  # TRANSPORT_MAX_PAYLOAD
 MAX_BUFFER_BYTES = 256 << 20  # MAX_BUFFER_BYTES in transport.c
 MAX_PRODUCERS = 64

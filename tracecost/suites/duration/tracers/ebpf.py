@@ -1,4 +1,4 @@
-"""Kernel eBPF and uebpf through one loader: functrace (tracers/ebpf/functrace.c) and its trace file."""
+"""Kernel eBPF and uebpf through one loader: functrace (functrace.c) and its trace file."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tracecost.say import Say
 from tracecost.suites.duration.tracers.base import AppPid, Capture, Event, Method, ProcessCost, TracedRun
 from tracecost.suites.duration.workload import TRACED_SYMBOL, traced_library
 
-# Mirrors probes/functrace.h (FUNCTRACE_FORMAT_VERSION 1).
+# Mirrors functrace.h (FUNCTRACE_FORMAT_VERSION 1).
 HEADER = struct.Struct("<8sII")
 RECORD = struct.Struct("<QIIIiQq64s")
 MAGIC, FORMAT_VERSION = b"TCFTRACE", 1
@@ -38,7 +38,7 @@ WAKEUP_MEANING = {
     "force": "every record wakes the consumer (BPF_RB_FORCE_WAKEUP)",
     "none": "no record wakes the consumer (BPF_RB_NO_WAKEUP); it polls on a timeout",
 }
-# functrace's own names (tracers/ebpf/functrace.c).
+# functrace's own names (functrace.c).
 FUNCTRACE_WAKEUP = {"default": "adaptive", "force": "force", "none": "none"}
 READY_TIMEOUT_S = 30
 DRAIN_TIMEOUT_S = 120
@@ -75,7 +75,7 @@ def parse_summary(text: str) -> dict[str, int]:
 
 
 class Functrace(Method):
-    """The functrace loader (tracers/ebpf/functrace.c) and what it captured; the runtime it runs
+    """The functrace loader (functrace.c) and what it captured; the runtime it runs
     against (the kernel, or uebpf) is the subclass's."""
 
     def __init__(

@@ -1,6 +1,6 @@
 """LTTng-UST: the session daemon, one recording session per run, and babeltrace2 to read it.
 
-The traced app gets the LD_PRELOAD wrapper (tracers/lttng/mylib_wrapper.c), which
+The traced app gets the LD_PRELOAD wrapper (mylib_wrapper.c), which
 emits mylib:func_entry / mylib:func_exit around the real function.
 """
 

@@ -1,0 +1,207 @@
+/* functrace: attach functrace.bpf.c to one function of one binary and
+ * write every event it captures to a file.
+ *
+ *   functrace --binary PATH --symbol NAME --output FILE [--pid PID]
+ *             [--ringbuf-bytes N] [--wakeup adaptive|force|none] [--poll-ms MS]
+ *
+ * Protocol with the harness (tracecost/suites/duration/tracers/ebpf.py): the line "READY" on
+ * stdout once both probes are attached; on SIGINT/SIGTERM it drains the ring
+ * buffer, detaches and prints one JSON summary line
+ *   {"received":R,"entry":E,"exit":X,"submitted":S,"dropped":D,"bytes":B,"peak_rss_kb":K}
+ * where submitted and dropped (ring-buffer reserve failures) are counted by
+ * the BPF program itself. Errors are one line on stderr and exit status 1 (2 for bad usage).
+ *
+ * Output file: the header {char magic[8] = "TCFTRACE"; u32 version; u32
+ * record_size} followed by struct functrace_event records in arrival order. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "functrace.h"
+#include "functrace.skel.h"
+#include "loader.h"
+#include "peak_rss.h"
+
+/* Default 16 MiB: the same total as the LTTng channel tracecost configures
+ * (2 CPUs x 4 sub-buffers x 2 MiB), so that both tracers face the same
+ * buffer budget under the same discard-when-full policy. */
+#define DEFAULT_RINGBUF_BYTES (16u << 20)
+#define FILE_BUFFER_BYTES (1u << 20)
+
+struct file_header {
+	char magic[8];
+	uint32_t version;
+	uint32_t record_size;
+};
+
+struct consumer {
+	FILE *out;
+	uint64_t received, entries, exits, bytes;
+	int write_error;
+};
+
+static int on_event(void *ctx, void *data, size_t size)
+{
+	struct consumer *c = ctx;
+	const struct functrace_event *e = data;
+
+	if (size < sizeof(*e))
+		return 0;
+	if (fwrite(e, sizeof(*e), 1, c->out) != 1)
+		c->write_error = errno ? errno : EIO;
+	c->received++;
+	c->bytes += sizeof(*e);
+	if (e->kind == FUNCTRACE_ENTRY)
+		c->entries++;
+	else if (e->kind == FUNCTRACE_EXIT)
+		c->exits++;
+	return 0;
+}
+
+static __u64 parse_wakeup(const char *text)
+{
+	if (!strcmp(text, "adaptive"))
+		return 0; /* the kernel wakes the consumer only once it has caught up */
+	if (!strcmp(text, "force"))
+		return BPF_RB_FORCE_WAKEUP;
+	if (!strcmp(text, "none"))
+		return BPF_RB_NO_WAKEUP; /* the consumer finds records by polling */
+	die_usage("invalid --wakeup '%s' (adaptive, force or none)", text);
+	return 0;
+}
+
+static struct bpf_link *attach(struct bpf_program *prog, pid_t pid, const char *binary,
+			       const char *symbol, int retprobe)
+{
+	LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = symbol, .retprobe = retprobe);
+	struct bpf_link *link = bpf_program__attach_uprobe_opts(prog, pid, binary, 0, &opts);
+
+	if (!link)
+		die("cannot attach %s to %s:%s: %s", retprobe ? "uretprobe" : "uprobe", binary,
+		    symbol, strerror(errno));
+	return link;
+}
+
+static void usage(const char *prog)
+{
+	fprintf(stderr,
+		"usage: %s --binary PATH --symbol NAME --output FILE [--pid PID]\n"
+		"          [--ringbuf-bytes N] [--wakeup adaptive|force|none] [--poll-ms MS] [--verbose]\n",
+		prog);
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option options[] = {
+		{ "binary", required_argument, NULL, 'b' },
+		{ "symbol", required_argument, NULL, 's' },
+		{ "output", required_argument, NULL, 'o' },
+		{ "pid", required_argument, NULL, 'p' },
+		{ "ringbuf-bytes", required_argument, NULL, 'r' },
+		{ "wakeup", required_argument, NULL, 'w' },
+		{ "poll-ms", required_argument, NULL, 't' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ 0 },
+	};
+	const char *binary = NULL, *symbol = NULL, *output = NULL;
+	unsigned long ringbuf_bytes = DEFAULT_RINGBUF_BYTES, poll_ms = 100;
+	__u64 wakeup = 0;
+	pid_t pid = -1;
+	struct consumer consumer = { 0 };
+	struct file_header header = { .magic = "TCFTRACE", .version = FUNCTRACE_FORMAT_VERSION,
+				      .record_size = sizeof(struct functrace_event) };
+	struct functrace_bpf *skel;
+	struct ring_buffer *rb;
+	struct bpf_link *entry_link, *exit_link;
+	uint64_t stats[FUNCTRACE_STAT_MAX];
+	int opt, err;
+
+	while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+		switch (opt) {
+		case 'b': binary = optarg; break;
+		case 's': symbol = optarg; break;
+		case 'o': output = optarg; break;
+		case 'p': pid = (pid_t)parse_ulong("--pid", optarg, 0, INT32_MAX); break;
+		case 'r': ringbuf_bytes = parse_ulong("--ringbuf-bytes", optarg, 0, 1ul << 30); break;
+		case 'w': wakeup = parse_wakeup(optarg); break;
+		case 't': poll_ms = parse_ulong("--poll-ms", optarg, 0, 60000); break;
+		case 'v': verbose = 1; break;
+		default: usage(argv[0]);
+		}
+	}
+	if (!binary || !symbol || !output || optind != argc)
+		usage(argv[0]);
+	if (ringbuf_bytes < (unsigned long)getpagesize() || (ringbuf_bytes & (ringbuf_bytes - 1)))
+		die_usage("--ringbuf-bytes must be a power of two of at least one page, got %lu", ringbuf_bytes);
+	if (access(binary, R_OK))
+		die("cannot read binary %s: %s", binary, strerror(errno));
+
+	libbpf_set_print(libbpf_print);
+	stop_on_signals();
+
+	skel = functrace_bpf__open();
+	if (!skel)
+		die("cannot open the BPF object: %s", strerror(errno));
+	skel->rodata->submit_flags = wakeup;
+	if (bpf_map__set_max_entries(skel->maps.events, (__u32)ringbuf_bytes))
+		die("cannot size the ring buffer: %s", strerror(errno));
+	err = functrace_bpf__load(skel);
+	if (err)
+		die("cannot load the BPF programs (%s)%s", strerror(-err),
+		    err == -EPERM ? ": kernel eBPF needs root or CAP_BPF+CAP_PERFMON" : "");
+
+	consumer.out = fopen(output, "wb");
+	if (!consumer.out)
+		die("cannot create %s: %s", output, strerror(errno));
+	setvbuf(consumer.out, NULL, _IOFBF, FILE_BUFFER_BYTES);
+	if (fwrite(&header, sizeof(header), 1, consumer.out) != 1)
+		die("cannot write %s: %s", output, strerror(errno));
+
+	rb = ring_buffer__new(bpf_map__fd(skel->maps.events), on_event, &consumer, NULL);
+	if (!rb)
+		die("cannot open the ring buffer: %s", strerror(errno));
+
+	entry_link = attach(skel->progs.functrace_entry, pid, binary, symbol, 0);
+	exit_link = attach(skel->progs.functrace_exit, pid, binary, symbol, 1);
+	printf("READY\n");
+	fflush(stdout);
+
+	while (!exiting) {
+		err = ring_buffer__poll(rb, (int)poll_ms);
+		/* Under --wakeup none no record wakes the poll, which then times
+		 * out without reading: read what arrived meanwhile. */
+		if (err == 0)
+			err = ring_buffer__consume(rb);
+		if (err < 0 && err != -EINTR)
+			die("ring buffer poll failed: %s", strerror(-err));
+	}
+	/* Detach first so that no record arrives after the final drain. */
+	bpf_link__destroy(entry_link);
+	bpf_link__destroy(exit_link);
+	err = ring_buffer__consume(rb);
+	if (err < 0)
+		die("ring buffer drain failed: %s", strerror(-err));
+	read_percpu_totals(bpf_map__fd(skel->maps.stats), FUNCTRACE_STAT_MAX, stats);
+	if (fclose(consumer.out) || consumer.write_error)
+		die("cannot write %s: %s", output, strerror(consumer.write_error ? consumer.write_error : errno));
+
+	printf("{\"received\":%llu,\"entry\":%llu,\"exit\":%llu,\"submitted\":%llu,\"dropped\":%llu,\"bytes\":%llu,"
+	       "\"peak_rss_kb\":%lu}\n",
+	       (unsigned long long)consumer.received, (unsigned long long)consumer.entries,
+	       (unsigned long long)consumer.exits, (unsigned long long)stats[FUNCTRACE_STAT_SUBMITTED],
+	       (unsigned long long)stats[FUNCTRACE_STAT_RESERVE_FAILED],
+	       (unsigned long long)(consumer.bytes + sizeof(header)), peak_rss_kb());
+	ring_buffer__free(rb);
+	functrace_bpf__destroy(skel);
+	return 0;
+}
