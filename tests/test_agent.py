@@ -42,7 +42,7 @@ from conftest import (
 from tracecost.procs import Child, started
 from tracecost.suites.duration.tracers.ebpf import Ebpf, parse_summary, read_functrace
 from tracecost.suites.duration.validate import check_events
-from tracecost.suites.duration.workload import (
+from tracecost.workload import (
     TRACED_SYMBOL,
     call_args,
     expected_checksum,
@@ -142,7 +142,7 @@ TARGET = textwrap.dedent(r"""
     f.restype = ctypes.c_int64
     mode, n = sys.argv[2], int(sys.argv[3])
     sys.path.insert(0, sys.argv[4])
-    from tracecost.suites.duration.workload import call_args
+    from tracecost.workload import call_args
 
     def calls(first, count, out):
         for i in range(first, first + count):

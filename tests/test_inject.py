@@ -38,7 +38,7 @@ from conftest import (
 from tracecost.procs import Child, started
 from tracecost.suites.duration.tracers.ebpf import Ebpf, parse_summary, read_functrace
 from tracecost.suites.duration.validate import check_events
-from tracecost.suites.duration.workload import call_args, expected_checksum, parse_app_output
+from tracecost.workload import call_args, expected_checksum, parse_app_output
 
 SAMPLE_APP = BUILD / "bin" / "sample_app"
 VICTIM = BUILD / "bin" / "inject_victim"

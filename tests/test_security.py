@@ -37,7 +37,7 @@ from conftest import (
 )
 from tracecost.leftovers import stat_fields
 from tracecost.procs import Child, descendants, started
-from tracecost.suites.duration.workload import expected_checksum, parse_app_output
+from tracecost.workload import expected_checksum, parse_app_output
 
 LIBRARY = BUILD / "lib" / "libmylib.so"
 SAMPLE_APP = BUILD / "bin" / "sample_app"

@@ -8,7 +8,7 @@ from conftest import run_tracecost
 from tracecost.suites.duration.tracers.base import Event
 from tracecost.suites.duration.tracers.ebpf import Ebpf
 from tracecost.suites.duration.validate import check_events, validate_method
-from tracecost.suites.duration.workload import call_args, expected_return
+from tracecost.workload import call_args, expected_return
 
 pytestmark = [pytest.mark.kernel, pytest.mark.lttng]
 

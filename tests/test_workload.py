@@ -8,7 +8,7 @@ import pytest
 
 from conftest import BUILD
 from tracecost.errors import TracecostError
-from tracecost.suites.duration.workload import call_args, expected_checksum, expected_return, parse_app_output
+from tracecost.workload import call_args, expected_checksum, expected_return, parse_app_output
 
 SAMPLE_APP = BUILD / "bin" / "sample_app"
 WRAPPER = BUILD / "lib" / "libmylib_lttng.so"

@@ -2,7 +2,7 @@
  * process that runs without the agent until `uebpf inject` loads it.
  *
  * THREADS threads call my_traced_function until the test asks them to stop. Call i gets
- * sample_app's arguments for index i (tracecost/suites/duration/workload.py: a, b, c and s = "call-<i>"), and i
+ * sample_app's arguments for index i (tracecost/workload.py: a, b, c and s = "call-<i>"), and i
  * is taken from a counter in COUNTER_FILE (shared memory the test maps) *before* the call, and
  * bit i of the file's `done` bitmap is set once call i has returned: a call whose index the test
  * saw the counter pass after `uebpf inject` returned, and whose bit it saw set before it ran

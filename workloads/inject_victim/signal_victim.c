@@ -1,7 +1,7 @@
 /* signal_victim: the target of tests/test_inject.py's test of an injected agent's fault-safe
  * probe reads, which divert the C library's sigaction for SIGSEGV and SIGBUS (runtime/agent/README.md,
  * "Attaching to a running process"). Prints READY and makes sample_app's call 0
- * (tracecost/suites/duration/workload.py); then, once a line arrives on stdin (the agent is in), makes call 1
+ * (tracecost/workload.py); then, once a line arrives on stdin (the agent is in), makes call 1
  * and does what a program does with its fault signals: installs a SIGSEGV handler with
  * sigaction and reads it back, installs a SIGBUS one with signal() (which must return the
  * default, the disposition the process had), faults for real on an unmapped page and catches

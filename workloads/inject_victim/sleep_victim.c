@@ -4,7 +4,7 @@
  * result and errno, the remaining time it gave back, and the CLOCK_MONOTONIC times before and
  * after the call; then, once a line arrives on stdin (the test has seen the injection through:
  * the process must not exit while the agent's first pass is under way), it makes sample_app's
- * call 0 (tracecost/suites/duration/workload.py), which the agent injected meanwhile must trace. The kernel owes the sleep its full time whatever ptrace stops it meanwhile
+ * call 0 (tracecost/workload.py), which the agent injected meanwhile must trace. The kernel owes the sleep its full time whatever ptrace stops it meanwhile
  * (kernel/time/hrtimer.c, hrtimer_nanosleep_restart: the restart block keeps the expiry), so the
  * test checks elapsed >= asked against this process's own clock, not the machine's speed. */
 #include <errno.h>

@@ -1,10 +1,11 @@
 """The duration study: how tracing overhead depends on how long the traced function runs, per
 call and for the whole application (docs/methodology.md for how each figure is measured).
 
-The folder: this Suite, workload.py (sample_app, the traced library and the values its calls
-pass), traced_app.py (one run of sample_app under one method), tracers/ (the methods: LTTng,
-kernel eBPF, uebpf), validate.py (`tracecost validate`: does each tracer capture every call
-right), report.py (the report section) and schema.json (this suite's part of the results schema)."""
+The folder: this Suite; sample_app.c, the traced program (tracecost/workload.py has the values
+its calls pass, which the runtime's tests share too); traced_app.py, one run of sample_app under
+one method; tracers/, the methods (LTTng, kernel eBPF, uebpf) with their C parts beside this file
+(functrace, the LTTng wrapper); validate.py, `tracecost validate` (does each tracer capture every
+call right); report.py, the report section; schema.json, this suite's part of the results schema."""
 
 from __future__ import annotations
 

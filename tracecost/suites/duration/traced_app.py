@@ -12,7 +12,7 @@ from pathlib import Path
 from tracecost.errors import TracecostError
 from tracecost.procs import Child, Usage, run_to_completion, started
 from tracecost.suites.duration.tracers.base import Method, TracedRun
-from tracecost.suites.duration.workload import AppResult, parse_app_output, sample_app
+from tracecost.workload import AppResult, parse_app_output, sample_app
 
 APP_TIMEOUT_S = 3600
 READY_TIMEOUT_S = 60

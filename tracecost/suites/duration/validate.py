@@ -15,7 +15,7 @@ from tracecost.errors import TracecostError
 from tracecost.say import Say
 from tracecost.suites.duration.traced_app import run_sample_app
 from tracecost.suites.duration.tracers.base import Event, Method
-from tracecost.suites.duration.workload import call_args, expected_return
+from tracecost.workload import call_args, expected_return
 from tracecost.workspace import fresh_dir
 
 MAX_EXAMPLES = 5

@@ -6,7 +6,7 @@ from tracecost.errors import TracecostError
 from tracecost.suites.duration.tracers.base import Baseline, Method
 from tracecost.suites.duration.tracers.ebpf import WAKEUPS, Ebpf, EbpfTimer, Functrace, Uebpf, UebpfLive
 from tracecost.suites.duration.tracers.lttng import Lttng
-from tracecost.suites.duration.workload import traced_library
+from tracecost.workload import traced_library
 
 TRACERS = {"lttng": Lttng, "ebpf": Ebpf, "ebpf-timer": EbpfTimer, "uebpf": Uebpf, "uebpf-live": UebpfLive}
 

@@ -14,7 +14,7 @@ from tracecost.methods import Run
 from tracecost.procs import Child, last_json_line, started
 from tracecost.say import Say
 from tracecost.suites.duration.tracers.base import AppPid, Capture, Event, Method, ProcessCost, TracedRun
-from tracecost.suites.duration.workload import TRACED_SYMBOL, traced_library
+from tracecost.workload import TRACED_SYMBOL, traced_library
 
 # Mirrors functrace.h (FUNCTRACE_FORMAT_VERSION 1).
 HEADER = struct.Struct("<8sII")

@@ -1,6 +1,6 @@
 """sample_app and libmylib from the harness's side: what each call passes and returns.
 
-The formulas mirror sample_app.c and workloads/mylib/mylib.c;
+The formulas mirror tracecost/suites/duration/sample_app.c and workloads/mylib/mylib.c;
 a validator recomputes every argument and return value from the call index alone.
 """
 
