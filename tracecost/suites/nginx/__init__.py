@@ -19,7 +19,7 @@ from tracecost import stats
 from tracecost.options import CommaList
 from tracecost.report import fmt, style
 from tracecost.report.style import MethodStyle
-from tracecost.suites.base import Group, Metric, Option, Suite
+from tracecost.suites.base import Group, Metric, Option, Suite, field_at
 from tracecost.suites.nginx import crosscheck, report
 from tracecost.suites.nginx.service import Load, Site
 from tracecost.suites.nginx.tools import METHODS, Setup, make_method, run_once
@@ -267,14 +267,7 @@ class NginxSuite(Suite):
 
 def aggregate_cell(size: int, method: str, runs: list[dict], baseline: list[dict]) -> dict:
     def column(rows: list[dict], *path: str) -> list[float]:
-        values = []
-        for row in rows:
-            value = row
-            for key in path:
-                value = value[key]
-            if value is not None:
-                values.append(value)
-        return values
+        return [value for row in rows if (value := field_at(row, path)) is not None]
 
     traced = method != "baseline"
     return {
