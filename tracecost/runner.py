@@ -27,12 +27,7 @@ class Interrupted(KeyboardInterrupt):
 def planned_runs(suite: Suite, config: Any) -> int:
     groups, methods = suite.groups(config), suite.methods(config)
     cells = sum(1 for group in groups for method in methods if not suite.unavailable(group, method, config))
-    return repetitions(suite, config) * cells
-
-
-def repetitions(suite: Suite, config: Any) -> int:
-    """The measured repetitions, and the warm-up before them where the suite has one."""
-    return config.runs + (1 if suite.warmup else 0)
+    return suite.repetitions(config) * cells
 
 
 def run_suite(
@@ -72,7 +67,7 @@ def run_suite(
         with contextlib.ExitStack() as stack:
             for method in methods:
                 method.open(stack, workspace, say)  # preflight: fails fast, before any run
-            for repetition in range(repetitions(suite, config)):
+            for repetition in range(suite.repetitions(config)):
                 for group in groups:
                     order = [method for method in methods if not suite.unavailable(group, method, config)]
                     rng.shuffle(order)

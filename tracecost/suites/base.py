@@ -140,6 +140,10 @@ class Suite(ABC):
     # compare warns when A and B differ in one.
     settings: tuple[str, ...] = ()
 
+    def repetitions(self, config: Any) -> int:
+        """The measured repetitions, and the warm-up before them where the suite has one."""
+        return config.runs + (1 if self.warmup else 0)
+
     @abstractmethod
     def method_names(self) -> tuple[str, ...]:
         """Every method --methods may name, in the default order."""
@@ -234,18 +238,19 @@ def sample_results(suite: Suite, config: Any, runs: list[dict]) -> dict:
 
 
 def sample_runs(suite: Suite, config: Any, record: Callable[[Group, str], dict]) -> list[dict]:
-    """A successful run of every group and method of `config` at every repetition, a warm-up
-    first: the runner's fields, then `record(group, method)`'s (Suite.sample)."""
+    """A successful run of every group and method of `config` at every repetition (the warm-up
+    first, where the suite has one): the runner's fields, then `record(group, method)`'s
+    (Suite.sample)."""
     return [
         {
             **group.key,
             "method": method,
             "repetition": repetition,
-            "warmup": repetition == 0,
+            "warmup": suite.warmup and repetition == 0,
             "position": 0,
             "status": "ok",
             **record(group, method),
         }
         for group, method in itertools.product(suite.groups(config), [m.name for m in suite.methods(config)])
-        for repetition in range(config.runs + 1)
+        for repetition in range(suite.repetitions(config))
     ]

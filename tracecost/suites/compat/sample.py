@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from tracecost.suites.base import sample_results
+from tracecost.suites.base import sample_results, sample_runs
 from tracecost.suites.compat import CompatConfig, CompatSuite
 
 
@@ -22,18 +22,10 @@ def sample(rng: random.Random) -> dict:
         "opensnoop": {"output": '[["PID","compat_app","-2","/"]]'},
         "selfprobe": {"refused": "program `p` calls helper 12, which uebpf does not provide"},
     }
-    runs = [
-        {
-            "program": name,
-            "method": method,
-            "repetition": 0,
-            "warmup": False,
-            "position": position,
-            "status": "ok",
-            "wall_s": rng.uniform(0.4, 0.7),
-            **({"output": kernel[name]} if method == "kernel" else on_uebpf[name]),
-        }
-        for name in config.programs
-        for position, method in enumerate(config.methods)
-    ]
-    return sample_results(CompatSuite(), config, runs)
+    suite = CompatSuite()
+
+    def record(group, method: str) -> dict:
+        name = group.key["program"]
+        return {"wall_s": rng.uniform(0.4, 0.7), **({"output": kernel[name]} if method == "kernel" else on_uebpf[name])}
+
+    return sample_results(suite, config, sample_runs(suite, config, record))

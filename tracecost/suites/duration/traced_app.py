@@ -35,10 +35,11 @@ def run_sample_app(method: Method, workdir: Path, calls: int, work_us: int = 0) 
     if method.attaches_to_running:
         usage, stdout, child, traced = _attached_live(method, workdir, calls, env)
     else:
-        with method.attached(method.run(workdir, None)) as traced:
+        run = method.run(workdir, None)
+        with method.attached(run) as traced:
             argv = [str(sample_app()), str(calls)]
             usage, stdout, child = run_to_completion(
-                argv, stderr_path=stderr_path, env={**env, **traced.app_env}, timeout_s=APP_TIMEOUT_S
+                argv, stderr_path=stderr_path, env={**env, **run.environments.target}, timeout_s=APP_TIMEOUT_S
             )
     if usage.timed_out:
         raise TracecostError(f"sample_app under {method.name} did not finish within {APP_TIMEOUT_S} s")

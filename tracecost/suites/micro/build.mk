@@ -1,5 +1,5 @@
 # The micro suite's victim beyond its micro tool (built by the Makefile's pattern rules): its probe
-# sites must stay separate, real calls (see its comments); tracecost/suites/micro/probe_sites.S holds the ones whose
+# sites must stay separate, real calls (see its comments); probe_sites.S holds the ones whose
 # first instruction must be exact.
 MICROBENCH_SRC := tracecost/suites/micro/microbench.c tracecost/suites/micro/probe_sites.S
 SUITE_PRODUCTS += $(BIN)/microbench

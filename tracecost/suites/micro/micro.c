@@ -15,7 +15,7 @@
  * --prefill: put keys 0..K-1 into a hash map before attaching, so that its
  * lookups find, its updates replace and its deletes delete existing keys.
  *
- * Protocol with the harness (tracecost/micro/runtimes.py): "READY" on stdout
+ * Protocol with the harness (runtimes.py): "READY" on stdout
  * once every program is attached; on SIGINT/SIGTERM it detaches and prints
  * one JSON line
  *   {"hits":{SLOT:N,...},"results":{SLOT:{RC:N,...},...},"syscalls_seen":N,"peak_rss_kb":K}

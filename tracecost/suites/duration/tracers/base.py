@@ -1,10 +1,10 @@
 """Tracers of a traced library (the duration suite's and validate's methods), and what a traced run yields.
 
 A tracer is a method (tracecost/methods.py) whose target is the traced app's pid, or None for
-an app started after the tracer: `with method.attached(method.run(workdir, pid)) as traced:`
-starts the tracer and returns once it is attached; the workload runs with `traced.app_env`;
-leaving the block stops the tracer by its PID and fills `traced.capture` with what the tracer
-itself counted.
+an app started after the tracer: `with method.attached(run) as traced:`, `run` being
+`method.run(workdir, pid)`, starts the tracer and returns once it is attached; the workload runs
+with `run.environments.target` (LTTng's wrapper, uebpf's agent); leaving the block stops the
+tracer by its PID and fills `traced.capture` with what the tracer itself counted.
 """
 
 from __future__ import annotations
@@ -59,7 +59,6 @@ class Capture:
 
 @dataclass
 class TracedRun:
-    app_env: dict[str, str]
     read_events: Callable[[], list[Event]] = lambda: []
     capture: Capture | None = None
     # How the runtime was loaded into the running app, for a method that attaches to one
@@ -85,4 +84,4 @@ class Baseline(methods.Baseline[AppPid, TracedRun], Method):
     """No tracer: but first prove that nothing is attached to the traced library."""
 
     def nothing(self) -> TracedRun:
-        return TracedRun(app_env={})
+        return TracedRun()

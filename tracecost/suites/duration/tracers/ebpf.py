@@ -121,7 +121,7 @@ class Functrace(Method):
             lambda: Child(argv, stderr_path=workdir / "functrace.stderr", env={**os.environ, **environments.loader})
         ) as tracer:
             tracer.wait_for_line("READY", READY_TIMEOUT_S)
-            traced = TracedRun(app_env=environments.target, read_events=lambda: read_functrace(output))
+            traced = TracedRun(read_events=lambda: read_functrace(output))
             traced.injection = self.applied(environments, pid)
             yield traced
             usage = tracer.finished("functrace", timeout_s=DRAIN_TIMEOUT_S)

@@ -274,7 +274,7 @@ class Lttng(Method):
             lttng("enable-event", "--userspace", f"--session={session}", f"--channel={CHANNEL}", EVENTS)
             before = self.daemon.snapshot()
             lttng("start", session)
-            traced = TracedRun(app_env=run.environments.target, read_events=lambda: read_trace(trace_dir))
+            traced = TracedRun(read_events=lambda: read_trace(trace_dir))
             yield traced
             lttng("stop", session)  # waits until the consumer has written every sub-buffer
             self.daemon.require_alive()
