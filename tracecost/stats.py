@@ -17,6 +17,13 @@ from scipy import stats as scipy_stats
 
 CONFIDENCE = 0.95
 
+# How the comparisons' 95% CIs are computed, as the report's notes say it.
+COMPARISON_CIS = "ratios by the delta method with Welch-Satterthwaite df, differences by Welch's t"
+RATIO_CI = "the delta method with Welch-Satterthwaite df"
+QUANTILE_CI = (
+    "distribution-free, from order statistics with binomial coverage of at least 95% (none where the runs are too few)"
+)
+
 
 def _t_quantile(df: float) -> float:
     return float(scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, df))

@@ -568,17 +568,14 @@ EDGY = {
             for a in d["suites"]["duration"]["aggregates"]
         ],
     ),
-    "duration: no wakeup meaning": ("duration", lambda d: d["suites"]["duration"]["config"].pop("ebpf_wakeup_meaning")),
+    "duration: no wakeup": ("duration", lambda d: d["suites"]["duration"]["config"].pop("ebpf_wakeup")),
     "micro: unavailable cells without op": (
         "micro",
         lambda d: d["suites"]["micro"].update(unavailable=[{"method": "kernel", "reason": "locked down"}]),
     ),
-    "micro: no hash_delete or calls_per_run": (
+    "micro: no calls_per_run": (
         "micro",
-        lambda d: [
-            d["suites"]["micro"]["config"].pop("hash_delete"),
-            *(a.pop("calls_per_run") for a in d["suites"]["micro"]["aggregates"]),
-        ],
+        lambda d: [a.pop("calls_per_run") for a in d["suites"]["micro"]["aggregates"]],
     ),
     "vm: negative ratios": (
         "vm",

@@ -265,7 +265,8 @@ def test_the_sample_is_schema_valid_and_runs_without_output_or_reason_are_not():
 def test_the_report_has_a_row_per_program_and_the_computed_summary():
     doc = document("compat")
     section = SUITE.render(doc["suites"]["compat"], doc["environment"])
-    (table,) = section.tables
+    table, how = section.tables
+    assert how.title == "How it was measured"
     assert table.columns[:4] == ["Program", "What it uses", "Kernel", "uebpf"]
     assert [row[0] for row in table.rows] == ["functrace", "opensnoop", "selfprobe"]
     assert [row[2:4] for row in table.rows] == [

@@ -278,7 +278,8 @@ def test_the_report_has_a_chart_a_row_per_cell_and_computed_findings():
         "FUSE + uebpf cache",
     ]
     assert list(chart.figure["data"][0]["x"]) == ["stat", "open", "find"]
-    (table,) = section.tables
+    table, how = section.tables
+    assert how.title == "How it was measured"
     assert [row[:2] for row in table.rows][:3] == [
         ["stat", "native directory"],
         ["stat", "FUSE passthrough"],

@@ -152,7 +152,8 @@ def test_aggregates_hold_median_and_p99_with_their_order_statistic_cis():
 def test_the_report_has_one_table_row_per_cell_and_says_what_each_phase_includes():
     doc = document("load")
     section = load.LoadSuite().render(doc["suites"]["load"], doc["environment"])
-    (table,) = section.tables
+    table, how = section.tables
+    assert how.title == "How it was measured"
     assert len(table.rows) == len(doc["suites"]["load"]["aggregates"]) == 6
     assert all(len(row) == len(table.columns) for row in table.rows)
     for words in ("Open + load", "Attach N", "First event", "All N events", "Detach N", "verifier", "agent"):

@@ -26,12 +26,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from rich.table import Table
 
 from tracecost import methods, stats
 from tracecost.report import style
 from tracecost.report.style import MethodStyle
-from tracecost.suites.base import Group, Metric, Suite, counted
+from tracecost.suites.base import Column, Group, Metric, Suite, summary_table, terminal_table
 from tracecost.suites.throwaway import report
 
 METHODS = ("baseline", "twice")
@@ -64,11 +63,7 @@ class ThrowawaySuite(Suite):
         return ThrowawayConfig(methods=methods, runs=runs, seed=seed)
 
     def listing(self):
-        table = Table(title="throwaway methods")
-        table.add_column("method")
-        for name in METHODS:
-            table.add_row(name)
-        return table
+        return terminal_table("throwaway methods", ["method"], [[name] for name in METHODS])
 
     def render(self, suite, environment):
         return report.render(suite, environment)
@@ -85,19 +80,11 @@ class ThrowawaySuite(Suite):
             pass
         return {"ns": time.perf_counter_ns() - started}
 
-    def aggregate(self, runs, config):
-        return [
-            {"method": name, "n": len(cell), "ns": stats.summarize([run["ns"] for run in cell])}
-            for name in config.methods
-            for cell in [[run for run in counted(runs) if run["method"] == name]]
-        ]
+    def aggregate_cell(self, cell, config):
+        return {"method": cell.method, "n": len(cell.runs), "ns": stats.summarize(cell.values("ns"))}
 
     def summary(self, aggregates):
-        table = Table(title="throwaway")
-        table.add_column("method")
-        for aggregate in aggregates:
-            table.add_row(aggregate["method"])
-        return table
+        return summary_table("throwaway", [Column.field("method", "method", name=True)], aggregates)
 
     def run_config(self, seed):
         return ThrowawayConfig(runs=1, seed=seed)

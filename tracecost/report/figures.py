@@ -1,4 +1,5 @@
-"""Chart builders every section shares: lines and grouped bars, with 95% CI error bars."""
+"""Chart builders every section shares: lines and grouped bars, with 95% CI error bars; a section's
+aggregates by cell, the series drawn from them, and charts declared as data (Plot)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from tracecost.report import style
+from tracecost.report.model import Chart, TableBlock
 
 CI_NOTE = "Error bars: 95% confidence interval."
 
@@ -102,3 +104,88 @@ def grouped_bars(
     for index, s in enumerate(series):
         figure.add_trace(go.Bar(x=x, y=s.y, name=s.label, marker={"color": s.color(index)}, error_y=_error_bars(s)))
     return _to_dict(figure)
+
+
+def by_cell(aggregates: list[dict], *fields: str) -> dict[tuple, dict]:
+    """The aggregates under their cell's key: the values of `fields` (the x, then the method)."""
+    return {tuple(agg[name] for name in fields): agg for agg in aggregates}
+
+
+def in_order(cells: dict[tuple, dict], xs: list, methods: list[str]) -> list[dict]:
+    """The cells measured, along `xs` and by method within each x (a table's rows)."""
+    return [cells[(x, method)] for x in xs for method in methods if (x, method) in cells]
+
+
+def _at(point: dict | None, path: tuple[str, ...]) -> dict:
+    """The summary or estimate at `path` in an aggregate; {} where the cell or the figure is missing
+    (a cell not measured, a figure null for the baseline, a file from before the figure)."""
+    for name in path:
+        point = point.get(name) if isinstance(point, dict) else None
+    return point if isinstance(point, dict) else {}
+
+
+def series(
+    cells: dict[tuple, dict], xs: list, methods: list[str], *path: str, key: str = "mean", scale: float = 1.0, **options
+) -> list[Series]:
+    """Per method, the figure at `path` of the cells (x, method) along `xs`, with its 95% CI."""
+    return [
+        from_stats(method, [_at(cells.get((x, method)), path) for x in xs], key, scale, **options) for method in methods
+    ]
+
+
+def percentiles(
+    cells: dict[tuple, dict], xs: list, methods: list[str], path: str, shades: dict[str, float], scale: float = 1.0
+) -> list[Series]:
+    """Per method, one series per percentile at `path` ({"p50": {...}, "p99": {...}}), each named after
+    its percentile in a shade of the method's colour (`shades`: percentile -> lightness)."""
+    return [
+        drawn
+        for method in methods
+        for name, shade in shades.items()
+        for drawn in series(cells, xs, [method], path, name, scale=scale, variant=name, shade=shade)
+    ]
+
+
+@dataclass(frozen=True)
+class Plot:
+    """A chart as data: which aggregate figure, for which methods, drawn how."""
+
+    title: str  # the chart's name in the report
+    heading: str  # the figure's own title, with its unit
+    path: tuple[str, ...]  # the figure in an aggregate: a summary (key "mean") or an estimate (key "value")
+    y_title: str
+    caption: str
+    key: str = "mean"
+    scale: float = 1.0
+    bars: bool = False
+    log_y: bool = False
+    # Only the traced methods: a figure measured against the baseline, or one the baseline has not.
+    traced: bool = False
+    legend: bool = False  # a legend even for one series: name the method when it is the only one
+
+    def chart(self, cells: dict[tuple, dict], xs: list, x_labels: list[str], methods: list[str], x_title: str) -> Chart:
+        draw = grouped_bars if self.bars else lines
+        drawn = series(cells, xs, methods, *self.path, key=self.key, scale=self.scale)
+        figure = draw(self.heading, x_labels, drawn, x_title=x_title, y_title=self.y_title, log_y=self.log_y)
+        if self.legend:
+            figure["layout"]["showlegend"] = True
+        return Chart(self.title, figure, self.caption)
+
+
+def charts(
+    plots: list[Plot],
+    cells: dict[tuple, dict],
+    xs: list,
+    x_labels: list[str],
+    methods: list[str],
+    baseline: str,
+    x_title: str,
+) -> list[Chart]:
+    """Each plot along `xs`, of every method or (Plot.traced) every method but the baseline."""
+    traced = [method for method in methods if method != baseline]
+    return [plot.chart(cells, xs, x_labels, traced if plot.traced else methods, x_title) for plot in plots]
+
+
+def how_table(how: dict[str, str]) -> TableBlock:
+    """How a suite measured, part by part: the report says it (results.json holds the data alone)."""
+    return TableBlock("How it was measured", ["Part", "How"], [[part, text] for part, text in how.items()])

@@ -24,7 +24,7 @@ import json
 import random
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from rich.table import Table
 
 from tracecost.errors import TracecostError
 from tracecost.methods import Method
+from tracecost.report import fmt
 from tracecost.report.style import MethodStyle
 
 
@@ -108,9 +109,123 @@ class Metric:
 
 
 @dataclass(frozen=True)
+class Column:
+    """A column of a table with one row per cell (a terminal summary, a report table), as data: its
+    header and how one cell's aggregate reads in it."""
+
+    header: str
+    text: Callable[[dict], str]
+    # "–" in the baseline's rows: a figure measured against the baseline, or one only a tracer has.
+    traced: bool = False
+    # A name, not a figure: left-aligned in the terminal.
+    name: bool = False
+
+    @classmethod
+    def field(cls, header: str, key: str, **options) -> Column:
+        """A field shown as it is (a name, a count)."""
+        return cls(header, lambda agg: str(agg[key]), **options)
+
+    @classmethod
+    def estimate(
+        cls, header: str, *path: str, key: str = "mean", digits: int = 1, scale: float = 1.0, **options
+    ) -> Column:
+        """A summary (key "mean") or an estimate (key "value") at `path`, with its 95% CI."""
+        return cls(
+            header,
+            lambda agg: fmt.with_ci(field_at(agg, path) or {}, key=key, digits=digits, scale=scale),
+            **options,
+        )
+
+    @classmethod
+    def stat(
+        cls, header: str, *path: str, stat: str = "mean", digits: int = 1, scale: float = 1.0, **options
+    ) -> Column:
+        """One figure of a summary alone (its mean, median, min, max or sd), without its CI."""
+
+        def text(agg: dict) -> str:
+            value = (field_at(agg, path) or {}).get(stat)
+            return fmt.number(None if value is None else value * scale, digits)
+
+        return cls(header, text, **options)
+
+
+def spread(path: str, headers: dict[str, str]) -> list[Column]:
+    """A summary's figures in columns of their own, by `headers` ({figure: header}, "ci" for the 95%
+    CI's half-width): a detail table's mean, CI, median, min, max or sd."""
+    return [
+        Column(header, lambda agg: fmt.ci_half(agg[path])) if figure == "ci" else Column.stat(header, path, stat=figure)
+        for figure, header in headers.items()
+    ]
+
+
+def cell_rows(
+    columns: Sequence[Column], aggregates: list[dict], baseline: str | None = "baseline", method: str = "method"
+) -> list[list[str]]:
+    """A row per aggregate, a text per column; `method` names the aggregates' method field (micro's
+    "runtime")."""
+    return [
+        ["–" if column.traced and agg.get(method) == baseline else column.text(agg) for column in columns]
+        for agg in aggregates
+    ]
+
+
+def terminal_table(
+    title: str,
+    headers: Sequence[str],
+    rows: list[list[str]],
+    *,
+    figures: Sequence[str] = (),
+    caption: str | None = None,
+) -> Table:
+    """A rich table for the terminal (a suite's --list or summary): the `figures` columns right-aligned."""
+    table = Table(title=title, caption=caption, caption_justify="left")
+    for header in headers:
+        table.add_column(header, justify="right" if header in figures else "left")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def summary_table(
+    title: str, columns: Sequence[Column], aggregates: list[dict], baseline: str | None = "baseline"
+) -> Table:
+    """A suite's terminal summary: a row per cell."""
+    figures = [column.header for column in columns if not column.name]
+    return terminal_table(title, [c.header for c in columns], cell_rows(columns, aggregates, baseline), figures=figures)
+
+
+@dataclass(frozen=True)
 class Group:
     key: dict[str, Any]  # copied into every run record of the group
     label: str
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One group and method's counted runs, with the group's runs of every method beside them: a
+    cell's statistics compare it with another cell of its group (the baseline, the kernel, a
+    reference engine)."""
+
+    group: Group
+    method: str
+    group_runs: list[dict]
+    # Every counted run of the suite, for a figure measured against another group (micro's helper
+    # costs subtract the empty uprobe's).
+    every_run: list[dict]
+
+    @property
+    def runs(self) -> list[dict]:
+        return self.of(self.method)
+
+    def of(self, method: str) -> list[dict]:
+        """The group's runs of `method`."""
+        return [run for run in self.group_runs if run["method"] == method]
+
+    def values(self, *path: str, method: str | None = None) -> list:
+        """A run record field (a path into it) over the cell's runs, or `method`'s in its group;
+        runs where the field is missing or null left out."""
+        runs = self.runs if method is None else self.of(method)
+        return [value for run in runs if (value := field_at(run, path)) is not None]
 
 
 class Suite(ABC):
@@ -201,9 +316,20 @@ class Suite(ABC):
         it is then listed with the failed runs."""
         return None
 
-    @abstractmethod
     def aggregate(self, runs: list[dict], config: Any) -> list[dict]:
-        """Statistics per (group, method) from the successful, non-warm-up runs."""
+        """Statistics per (group, method) from the successful, non-warm-up runs: one aggregate_cell
+        per cell, groups in their order and methods in theirs within each."""
+        fields = [name for name in self.cell_key if name != "method"]
+        names = [method.name for method in self.methods(config)]
+        aggregates = []
+        for group in self.groups(config):
+            group_runs = [run for run in runs if all(run.get(name) == group.key[name] for name in fields)]
+            aggregates += [self.aggregate_cell(Cell(group, name, group_runs, runs), config) for name in names]
+        return aggregates
+
+    @abstractmethod
+    def aggregate_cell(self, cell: Cell, config: Any) -> dict:
+        """One cell's statistics (its group's key fields and "method", "n", the figures)."""
 
     @abstractmethod
     def summary(self, aggregates: list[dict]) -> Table: ...

@@ -24,7 +24,8 @@ from tracecost import methods, paths, stats, system, uebpf
 from tracecost.errors import TracecostError
 from tracecost.options import CommaList, Known
 from tracecost.report import fmt
-from tracecost.suites.base import Group, Metric, Option, Suite
+from tracecost.report.figures import by_cell
+from tracecost.suites.base import Cell, Group, Metric, Option, Suite, terminal_table
 from tracecost.suites.compat import report
 from tracecost.suites.compat.corpus import (
     EQUALS,
@@ -102,12 +103,8 @@ class CompatSuite(Suite):
         )
 
     def listing(self) -> Table:
-        table = Table(title="compat programs")
-        for column in ("program", "what it uses"):
-            table.add_column(column)
-        for program in PROGRAMS.values():
-            table.add_row(program.name, program.uses)
-        return table
+        rows = [[program.name, program.uses] for program in PROGRAMS.values()]
+        return terminal_table("compat programs", ["program", "what it uses"], rows)
 
     def render(self, suite: dict, environment: dict):
         return report.render(suite, environment)
@@ -140,41 +137,36 @@ class CompatSuite(Suite):
             raise TracecostError(f"the kernel's output is not the workload's account: {difference(expected, output)}")
         return {"wall_s": wall_s, "output": output}
 
-    def aggregate(self, runs: list[dict], config: CompatConfig) -> list[dict]:
-        kernel = {(r["program"], r["repetition"]): r["output"] for r in runs if r["method"] == KERNEL}
-        aggregates = []
-        for name in config.programs:
-            for side in config.methods:
-                mine = [r for r in runs if (r["program"], r["method"]) == (name, side)]
-                outcomes = [outcome(r, kernel.get((name, r["repetition"]))) for r in mine]
-                aggregates.append(
-                    {
-                        "program": name,
-                        "uses": PROGRAMS[name].uses,
-                        "method": side,
-                        "n": len(mine),
-                        "outcome": combined(outcomes),
-                        "wall_s": stats.summarize([r["wall_s"] for r in mine]),
-                    }
-                )
-        return aggregates
+    def aggregate_cell(self, cell: Cell, config: CompatConfig) -> dict:
+        name = cell.group.key["program"]
+        kernel = {r["repetition"]: r["output"] for r in cell.of(KERNEL)}
+        return {
+            "program": name,
+            "uses": PROGRAMS[name].uses,
+            "method": cell.method,
+            "n": len(cell.runs),
+            "outcome": combined([outcome(r, kernel.get(r["repetition"])) for r in cell.runs]),
+            "wall_s": stats.summarize(cell.values("wall_s")),
+        }
 
     def summary(self, aggregates: list[dict]) -> Table:
-        cells = {(a["program"], a["method"]): a for a in aggregates}
-        programs = list(dict.fromkeys(a["program"] for a in aggregates))
-        table = Table(title=f"compat: {report.verdict(aggregates)}", caption_justify="left")
-        for column in ("program", "kernel", "uebpf", "wall s kernel", "wall s uebpf"):
-            table.add_column(column, justify="right" if column.startswith("wall") else "left")
-        for program in programs:
+        cells = by_cell(aggregates, "program", "method")
+        rows = []
+        for program in dict.fromkeys(a["program"] for a in aggregates):
             sides = [cells.get((program, side)) for side in SIDES]
-            table.add_row(
-                program,
-                *(report.outcome_text(cell) for cell in sides),
-                *("-" if cell is None else fmt.number(cell["wall_s"]["mean"], 2) for cell in sides),
+            rows.append(
+                [
+                    program,
+                    *(report.outcome_text(cell) for cell in sides),
+                    *("–" if cell is None else fmt.number(cell["wall_s"]["mean"], 2) for cell in sides),
+                ]
             )
+        walls = ["wall s kernel", "wall s uebpf"]
+        caption = None
         if any(cell["outcome"] is None for cell in aggregates):
-            table.caption = f"{report.NO_RUN}: every run of the cell failed (the reasons are listed below)"
-        return table
+            caption = f"{report.NO_RUN}: every run of the cell failed (the reasons are listed below)"
+        title = f"compat: {report.verdict(aggregates)}"
+        return terminal_table(title, ["program", "kernel", "uebpf", *walls], rows, figures=walls, caption=caption)
 
     def run_config(self, seed: int) -> CompatConfig:
         # Once per program and runtime: ~20 s of `tracecost run`'s 10 minutes on 2 cores.
@@ -187,11 +179,6 @@ class CompatSuite(Suite):
             "uses": {name: PROGRAMS[name].uses for name in config.programs},
             "runs": config.runs,
             "seed": config.seed,
-            "workload": "build/bin/compat_app: says READY, waits for a start line, makes a fixed sequence of calls "
-            "(mallocs, function calls, a USDT probe, openat/open, fstatat/stat, kill, a line-returning function) "
-            "and prints its own account of them",
-            "normalised": "the workload's pid, file descriptor numbers, the order of events from different CPUs' "
-            "buffers, the workload's load address",
         }
 
 

@@ -4,12 +4,20 @@ it printed on each runtime, and how many tools give the kernel's output on uebpf
 from __future__ import annotations
 
 from tracecost.report import fmt
+from tracecost.report.figures import by_cell, how_table
 from tracecost.report.model import Section, TableBlock
 from tracecost.suites.compat.corpus import EQUALS, KERNEL, SIDES, UEBPF
 
 NO_RUN = "no run"
 NOT_RUN = "not run"
 
+HOW = {
+    "Workload": "build/bin/compat_app: says READY, waits for a start line, makes a fixed sequence of calls "
+    "(mallocs, function calls, a USDT probe, openat/open, fstatat/stat, kill, a line-returning function) and "
+    "prints its own account of them",
+    "Normalised before comparing": "the workload's pid, file descriptor numbers, the order of events from "
+    "different CPUs' buffers, the workload's load address",
+}
 INTRO = (
     "Each program of the compatibility corpus is a BPF object and its unmodified libbpf loader (tracecost's "
     "own, and tools in the style of the well-known ones: opensnoop, statsnoop, sigsnoop, bashreadline, "
@@ -48,7 +56,7 @@ def outcome_text(cell: dict | None, errors: list[str] = ()) -> str:
 
 def render(suite: dict, environment: dict) -> Section:
     config = suite["config"]
-    cells = {(a["program"], a["method"]): a for a in suite["aggregates"]}
+    cells = by_cell(suite["aggregates"], "program", "method")
     errors: dict[tuple, list[str]] = {}
     for run in suite["failures"]:
         errors.setdefault((run.get("program"), run.get("method")), []).append(
@@ -88,6 +96,7 @@ def render(suite: dict, environment: dict) -> Section:
                 f"(seed {config['seed']}). Kernel: the loader's output matched the workload's account (any "
                 "other output fails the run). uebpf: compared with the kernel's output of the same repetition; "
                 "a difference is shown where it first occurs.",
-            )
+            ),
+            how_table(HOW),
         ],
     )

@@ -18,14 +18,14 @@ from rich.table import Table
 from tracecost import stats
 from tracecost.errors import TracecostError
 from tracecost.options import CommaList
-from tracecost.report import fmt, style
+from tracecost.report import style
 from tracecost.report.style import MethodStyle
-from tracecost.suites.base import Group, Metric, Option, Suite, UsageError, UsageProblem
+from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite, UsageError, UsageProblem, summary_table
 from tracecost.suites.duration import report
 from tracecost.suites.duration.traced_app import run_sample_app
 from tracecost.suites.duration.tracers import make_method
 from tracecost.suites.duration.tracers.base import Method
-from tracecost.suites.duration.tracers.ebpf import WAKEUP_MEANING, WAKEUPS
+from tracecost.suites.duration.tracers.ebpf import WAKEUPS
 
 
 @dataclass(frozen=True)
@@ -208,44 +208,11 @@ class DurationSuite(Suite):
             "injection": run.traced.injection,
         }
 
-    def aggregate(self, runs: list[dict], config: DurationConfig) -> list[dict]:
-        aggregates = []
-        for group in self.groups(config):
-            scenario = group.key["scenario"]
-            baseline = [r for r in runs if r["scenario"] == scenario and r["method"] == "baseline"]
-            for method in config.methods:
-                mine = [r for r in runs if r["scenario"] == scenario and r["method"] == method]
-                aggregates.append(_aggregate(group.key, method, mine, baseline))
-        return aggregates
+    def aggregate_cell(self, cell: Cell, config: DurationConfig) -> dict:
+        return _aggregate(cell)
 
     def summary(self, aggregates: list[dict]) -> Table:
-        table = Table(title="duration: per-call and whole-application overhead (95% CI)")
-        for column in (
-            "scenario",
-            "method",
-            "n",
-            "ns/call",
-            "abs. overhead ns/call",
-            "per-call %",
-            "app %",
-            "dropped",
-            "sleeps/call",
-        ):
-            table.add_column(column, justify="left" if column in ("scenario", "method") else "right")
-        for agg in aggregates:
-            ns = agg["ns_per_call"]
-            table.add_row(
-                agg["scenario_name"],
-                agg["method"],
-                str(agg["n"]),
-                _with_ci(ns, "mean"),
-                _with_ci(agg["overhead_ns_per_call"]),
-                _with_ci(agg["overhead_per_call_pct"]),
-                _with_ci(agg["overhead_app_pct"]),
-                str(agg["events"]["dropped"]),
-                _sleeps(agg["tracer_sleeps_per_call"]),
-            )
-        return table
+        return summary_table("duration: per-call and whole-application overhead (95% CI)", SUMMARY, aggregates)
 
     def run_config(self, seed: int) -> DurationConfig:
         return DurationConfig(runs=RUN_REPETITIONS, seed=seed, call_divisor=RUN_DIVISOR)
@@ -268,46 +235,46 @@ class DurationSuite(Suite):
             "quick": config.call_divisor == QUICK_DIVISOR,
             "call_divisor": config.call_divisor,
             "ebpf_wakeup": config.wakeup,
-            "ebpf_wakeup_meaning": WAKEUP_MEANING[config.wakeup],
-            "overhead_ci_method": "delta method with Welch-Satterthwaite df (ratios); Welch t (differences)",
         }
 
 
-def _aggregate(key: dict, method: str, runs: list[dict], baseline: list[dict]) -> dict:
-    def column(rows, name):
-        return [r[name] for r in rows]
+def _aggregate(cell: Cell) -> dict:
+    runs, calls = cell.runs, cell.group.key["calls"]
 
     def tracer_total(run, quantity):
         return sum(cost[quantity] for cost in run["tracer"].values())
 
+    def overhead(estimate, name):
+        return estimate(cell.values(name), cell.values(name, method="baseline"))
+
     return {
-        **key,
-        "method": method,
+        **cell.group.key,
+        "method": cell.method,
         "n": len(runs),
-        "ns_per_call": stats.summarize(column(runs, "ns_per_call")),
-        "wall_s": stats.summarize(column(runs, "wall_s")),
-        "user_s": stats.summarize(column(runs, "user_s")),
-        "sys_s": stats.summarize(column(runs, "sys_s")),
-        "app_peak_rss_kb": stats.summarize(column(runs, "app_peak_rss_kb")),
+        **{name: stats.summarize(cell.values(name)) for name in SUMMARIZED},
         "tracer_cpu_s": stats.summarize([tracer_total(r, "cpu_s") for r in runs]),
         "tracer_peak_rss_kb": stats.summarize([tracer_total(r, "peak_rss_kb") for r in runs]),
         # None for the baseline (no tracer-side process), not 0: nothing was there to sleep.
         "tracer_sleeps_per_call": None
-        if method == "baseline"
-        else stats.summarize([tracer_total(r, "sleeps") / key["calls"] for r in runs]),
-        "trace_bytes": stats.summarize(column(runs, "trace_bytes")),
+        if cell.method == "baseline"
+        else stats.summarize([tracer_total(r, "sleeps") / calls for r in runs]),
+        "trace_bytes": stats.summarize(cell.values("trace_bytes")),
         # A method attached live: how long the agent's injection borrowed a thread of the app and
         # took in all (uebpf.inject); None for the others.
         "injection": _injection_summary(runs),
         "events": {
-            "expected": sum(column(runs, "events_expected")),
-            "captured": sum(column(runs, "events_captured")),
-            "dropped": sum(column(runs, "events_dropped")),
+            "expected": sum(cell.values("events_expected")),
+            "captured": sum(cell.values("events_captured")),
+            "dropped": sum(cell.values("events_dropped")),
         },
-        "overhead_per_call_pct": stats.overhead_percent(column(runs, "ns_per_call"), column(baseline, "ns_per_call")),
-        "overhead_app_pct": stats.overhead_percent(column(runs, "wall_s"), column(baseline, "wall_s")),
-        "overhead_ns_per_call": stats.difference(column(runs, "ns_per_call"), column(baseline, "ns_per_call")),
+        "overhead_per_call_pct": overhead(stats.overhead_percent, "ns_per_call"),
+        "overhead_app_pct": overhead(stats.overhead_percent, "wall_s"),
+        "overhead_ns_per_call": overhead(stats.difference, "ns_per_call"),
     }
+
+
+# The run record's figures summarized as they are, in the aggregate's order.
+SUMMARIZED = ("ns_per_call", "wall_s", "user_s", "sys_s", "app_peak_rss_kb")
 
 
 def _injection_summary(runs: list[dict]) -> dict | None:
@@ -321,9 +288,14 @@ def _injection_summary(runs: list[dict]) -> dict | None:
     }
 
 
-def _sleeps(summary: dict | None) -> str:
-    return "-" if summary is None or summary["mean"] is None else f"{summary['mean']:.2f}"
-
-
-def _with_ci(estimate: dict, key: str = "value") -> str:
-    return fmt.with_ci(estimate, key=key, missing="-")
+SUMMARY = (
+    Column.field("scenario", "scenario_name", name=True),
+    Column.field("method", "method", name=True),
+    Column.field("n", "n"),
+    Column.estimate("ns/call", "ns_per_call"),
+    Column.estimate("abs. overhead ns/call", "overhead_ns_per_call", key="value", traced=True),
+    Column.estimate("per-call %", "overhead_per_call_pct", key="value", traced=True),
+    Column.estimate("app %", "overhead_app_pct", key="value", traced=True),
+    Column("dropped", lambda agg: f"{agg['events']['dropped']:,}"),
+    Column.stat("sleeps/call", "tracer_sleeps_per_call", digits=2, traced=True),
+)

@@ -3,25 +3,15 @@ overhead with CIs, tracer-side CPU, memory and sleeps, and drops."""
 
 from __future__ import annotations
 
-from tracecost.report import fmt, style
-from tracecost.report.figures import CI_NOTE, Series, from_stats, grouped_bars, lines
-from tracecost.report.model import Chart, Section, TableBlock
+from tracecost import stats
+from tracecost.report import figures, fmt, style
+from tracecost.report.figures import CI_NOTE, Plot, by_cell, in_order
+from tracecost.report.model import Section, TableBlock
+from tracecost.suites.base import Column, cell_rows
+from tracecost.suites.duration.tracers.ebpf import WAKEUP_MEANING
 
 ACCEPTABLE_OVERHEAD_PCT = 5.0
 X_TITLE = "traced function's simulated work"
-
-
-def _by_key(aggregates: list[dict]) -> dict[tuple[int, str], dict]:
-    return {(agg["scenario"], agg["method"]): agg for agg in aggregates}
-
-
-def _series(table, scenarios, methods, metric, key="mean", scale=1.0) -> list[Series]:
-    """Per method, the aggregate `metric` across scenarios with its 95% CI: a summary (key "mean") or
-    an estimate (key "value")."""
-    return [
-        from_stats(method, [table.get((s, method), {}).get(metric) or {} for s in scenarios], key=key, scale=scale)
-        for method in methods
-    ]
 
 
 def findings(config: dict, table: dict, tracers: list[str], failures: list[dict]) -> list[str]:
@@ -129,182 +119,134 @@ def _wakeup_finding(scenarios: list[dict], table: dict) -> str | None:
     )
 
 
+PLOTS = [
+    Plot(
+        "Per-call overhead by function duration",
+        "Per-call overhead (%)",
+        ("overhead_per_call_pct",),
+        "overhead per call (%, log)",
+        f"(traced ns/call ÷ baseline ns/call − 1) × 100. {CI_NOTE} Values at or below 0 (within noise) "
+        "cannot be drawn on a log axis; the table has them.",
+        key="value",
+        log_y=True,
+        traced=True,
+    ),
+    Plot(
+        "Whole-application overhead",
+        "Whole-application overhead (%)",
+        ("overhead_app_pct",),
+        "wall-time overhead (%)",
+        f"(traced wall time ÷ baseline wall time − 1) × 100, process start to exit. {CI_NOTE}",
+        key="value",
+        traced=True,
+    ),
+    Plot(
+        "Total execution time",
+        "Total execution time (s)",
+        ("wall_s",),
+        "wall time (s, log)",
+        CI_NOTE,
+        bars=True,
+        log_y=True,
+    ),
+    Plot(
+        "Per-call time",
+        "Time per call (ns)",
+        ("ns_per_call",),
+        "ns per call (log)",
+        f"Measured by sample_app around its call loop. {CI_NOTE}",
+        bars=True,
+        log_y=True,
+    ),
+    Plot(
+        "Absolute overhead per call",
+        "Absolute overhead per call (ns)",
+        ("overhead_ns_per_call",),
+        "ns added per call (log)",
+        f"Traced minus baseline ns per call; a constant overhead is a flat line. {CI_NOTE} (Welch t)",
+        key="value",
+        log_y=True,
+        traced=True,
+    ),
+    Plot(
+        "Application memory",
+        "Application peak RSS (MiB)",
+        ("app_peak_rss_kb",),
+        "MiB",
+        f"VmHWM of sample_app (LTTng's in-process buffers count here). {CI_NOTE}",
+        scale=1 / 1024,
+        bars=True,
+    ),
+    Plot(
+        "Tracer memory",
+        "Tracer peak RSS (MiB)",
+        ("tracer_peak_rss_kb",),
+        "MiB",
+        "Mean over runs of the tracer-side processes' peak RSS: eBPF's consumer; LTTng's session "
+        f"and consumer daemons. {CI_NOTE}",
+        scale=1 / 1024,
+        bars=True,
+        traced=True,
+    ),
+    Plot(
+        "Tracer CPU",
+        "Tracer CPU time per run (s)",
+        ("tracer_cpu_s",),
+        "CPU seconds",
+        f"Mean over runs of user + system CPU of the tracer-side processes. {CI_NOTE}",
+        bars=True,
+        traced=True,
+    ),
+]
+SLEEPS_PLOT = Plot(
+    "Tracer sleeps per call",
+    "Tracer sleeps per traced call",
+    ("tracer_sleeps_per_call",),
+    "sleeps per call",
+    "Times the tracer-side processes blocked and were woken again (voluntary context switches, counted "
+    "by the kernel over the run), per call of the traced function. A ring-buffer consumer that has caught "
+    "up sleeps, and the next record that finds it asleep wakes it: that wakeup is work done on the traced "
+    f"program's record path (see the wakeup policy below). {CI_NOTE}",
+    traced=True,
+)
+
+
 def render(suite: dict, environment: dict) -> Section:
     config, aggregates = suite["config"], suite["aggregates"]
-    table = _by_key(aggregates)
+    table = by_cell(aggregates, "scenario", "method")
     scenarios = [s["index"] for s in config["scenarios"]]
     x = [f"{s['work_us']} us" for s in config["scenarios"]]
     methods = config["methods"]
     tracers = [m for m in methods if m != "baseline"]
-    charts = [
-        Chart(
-            "Per-call overhead by function duration",
-            lines(
-                "Per-call overhead (%)",
-                x,
-                _series(table, scenarios, tracers, "overhead_per_call_pct", key="value"),
-                x_title=X_TITLE,
-                y_title="overhead per call (%, log)",
-                log_y=True,
-            ),
-            f"(traced ns/call ÷ baseline ns/call − 1) × 100. {CI_NOTE} Values at or below 0 (within noise) "
-            "cannot be drawn on a log axis; the table has them.",
-        ),
-        Chart(
-            "Whole-application overhead",
-            lines(
-                "Whole-application overhead (%)",
-                x,
-                _series(table, scenarios, tracers, "overhead_app_pct", key="value"),
-                x_title=X_TITLE,
-                y_title="wall-time overhead (%)",
-            ),
-            f"(traced wall time ÷ baseline wall time − 1) × 100, process start to exit. {CI_NOTE}",
-        ),
-        Chart(
-            "Total execution time",
-            grouped_bars(
-                "Total execution time (s)",
-                x,
-                _series(table, scenarios, methods, "wall_s"),
-                x_title=X_TITLE,
-                y_title="wall time (s, log)",
-                log_y=True,
-            ),
-            CI_NOTE,
-        ),
-        Chart(
-            "Per-call time",
-            grouped_bars(
-                "Time per call (ns)",
-                x,
-                _series(table, scenarios, methods, "ns_per_call"),
-                x_title=X_TITLE,
-                y_title="ns per call (log)",
-                log_y=True,
-            ),
-            f"Measured by sample_app around its call loop. {CI_NOTE}",
-        ),
-        Chart(
-            "Absolute overhead per call",
-            lines(
-                "Absolute overhead per call (ns)",
-                x,
-                _series(table, scenarios, tracers, "overhead_ns_per_call", key="value"),
-                x_title=X_TITLE,
-                y_title="ns added per call (log)",
-                log_y=True,
-            ),
-            f"Traced minus baseline ns per call; a constant overhead is a flat line. {CI_NOTE} (Welch t)",
-        ),
-        Chart(
-            "Application memory",
-            grouped_bars(
-                "Application peak RSS (MiB)",
-                x,
-                _series(table, scenarios, methods, "app_peak_rss_kb", scale=1 / 1024),
-                x_title=X_TITLE,
-                y_title="MiB",
-            ),
-            f"VmHWM of sample_app (LTTng's in-process buffers count here). {CI_NOTE}",
-        ),
-        Chart(
-            "Tracer memory",
-            grouped_bars(
-                "Tracer peak RSS (MiB)",
-                x,
-                _series(table, scenarios, tracers, "tracer_peak_rss_kb", scale=1 / 1024),
-                x_title=X_TITLE,
-                y_title="MiB",
-            ),
-            "Mean over runs of the tracer-side processes' peak RSS: eBPF's consumer; LTTng's session "
-            f"and consumer daemons. {CI_NOTE}",
-        ),
-        Chart(
-            "Tracer CPU",
-            grouped_bars(
-                "Tracer CPU time per run (s)",
-                x,
-                _series(table, scenarios, tracers, "tracer_cpu_s"),
-                x_title=X_TITLE,
-                y_title="CPU seconds",
-            ),
-            f"Mean over runs of user + system CPU of the tracer-side processes. {CI_NOTE}",
-        ),
-    ]
-    if any(agg.get("tracer_sleeps_per_call") for agg in aggregates):  # files from before the count have none
-        charts.append(
-            Chart(
-                "Tracer sleeps per call",
-                lines(
-                    "Tracer sleeps per traced call",
-                    x,
-                    _series(table, scenarios, tracers, "tracer_sleeps_per_call"),
-                    x_title=X_TITLE,
-                    y_title="sleeps per call",
-                ),
-                "Times the tracer-side processes blocked and were woken again (voluntary context switches, counted "
-                "by the kernel over the run), per call of the traced function. A ring-buffer consumer that has caught "
-                "up sleeps, and the next record that finds it asleep wakes it: that wakeup is work done on the traced "
-                f"program's record path (see the wakeup policy below). {CI_NOTE}",
-            )
-        )
+    # Files from before the sleeps were counted have none to draw.
+    plots = PLOTS + ([SLEEPS_PLOT] if any(agg.get("tracer_sleeps_per_call") for agg in aggregates) else [])
+    charts = figures.charts(plots, table, scenarios, x, methods, "baseline", X_TITLE)
 
+    names = {s["index"]: s["name"] for s in config["scenarios"]}
     columns = [
-        "Scenario",
-        "Method",
-        "n",
-        "Wall time (s)",
-        "App overhead %",
-        "Avg time/call (ns)",
-        "±95% CI (ns)",
-        "Per-call overhead %",
-        "Abs. overhead (ns/call)",
-        "Captured / expected",
-        "Dropped",
-        "App peak RSS (MiB)",
-        "Tracer CPU (s)",
-        "Tracer peak RSS (MiB)",
-        "Tracer sleeps/call",
+        Column("Scenario", lambda agg: names[agg["scenario"]]),
+        Column("Method", lambda agg: style.label(agg["method"])),
+        Column.field("n", "n"),
+        Column.stat("Wall time (s)", "wall_s", digits=3),
+        Column.estimate("App overhead %", "overhead_app_pct", key="value", traced=True),
+        Column.stat("Avg time/call (ns)", "ns_per_call"),
+        Column("±95% CI (ns)", lambda agg: fmt.ci_half(agg["ns_per_call"])),
+        Column.estimate("Per-call overhead %", "overhead_per_call_pct", key="value", traced=True),
+        Column.estimate("Abs. overhead (ns/call)", "overhead_ns_per_call", key="value", traced=True),
+        Column("Captured / expected", lambda agg: f"{agg['events']['captured']:,} / {agg['events']['expected']:,}"),
+        Column("Dropped", lambda agg: f"{agg['events']['dropped']:,}"),
+        # Optional summaries (not in every file): a missing one shows as "–".
+        Column.stat("App peak RSS (MiB)", "app_peak_rss_kb", scale=1 / 1024),
+        Column.stat("Tracer CPU (s)", "tracer_cpu_s", digits=3, traced=True),
+        Column.stat("Tracer peak RSS (MiB)", "tracer_peak_rss_kb", scale=1 / 1024, traced=True),
+        Column.stat("Tracer sleeps/call", "tracer_sleeps_per_call", digits=2, traced=True),
     ]
-    rows = []
-    for scenario in config["scenarios"]:
-        for method in methods:
-            agg = table.get((scenario["index"], method))
-            if not agg:
-                continue
-            baseline = method == "baseline"
-            # Optional summaries (not in every file): a missing one shows as "–".
-            app_rss, tracer_cpu, tracer_rss = (
-                agg.get(name) or {} for name in ("app_peak_rss_kb", "tracer_cpu_s", "tracer_peak_rss_kb")
-            )
-            rows.append(
-                [
-                    scenario["name"],
-                    style.label(method),
-                    str(agg["n"]),
-                    fmt.number(agg["wall_s"]["mean"], 3),
-                    "–" if baseline else fmt.with_ci(agg["overhead_app_pct"]),
-                    fmt.number(agg["ns_per_call"]["mean"]),
-                    fmt.ci_half(
-                        {"ci95_low": agg["ns_per_call"]["ci95_low"], "ci95_high": agg["ns_per_call"]["ci95_high"]}
-                    ),
-                    "–" if baseline else fmt.with_ci(agg["overhead_per_call_pct"]),
-                    "–" if baseline else fmt.with_ci(agg["overhead_ns_per_call"]),
-                    f"{agg['events']['captured']:,} / {agg['events']['expected']:,}",
-                    f"{agg['events']['dropped']:,}",
-                    fmt.number(fmt.mib(app_rss.get("mean"))),
-                    "–" if baseline else fmt.number(tracer_cpu.get("mean"), 3),
-                    "–" if baseline else fmt.number(fmt.mib(tracer_rss.get("mean"))),
-                    "–" if baseline else fmt.number((agg.get("tracer_sleeps_per_call") or {}).get("mean"), 2),
-                ]
-            )
+    rows = cell_rows(columns, in_order(table, scenarios, methods))
     note = (
         f"{config['runs']} measured runs per cell after a discarded warm-up, methods in a seeded random order "
-        f"(seed {config['seed']}). ± is the 95% CI: t-distribution for means; "
-        f"{config.get('overhead_ci_method', 'see results.json')}."
+        f"(seed {config['seed']}). ± is the 95% CI: t-distribution for means; {stats.COMPARISON_CIS}."
         + (
-            f" eBPF ring-buffer wakeups: {config['ebpf_wakeup']} ({config.get('ebpf_wakeup_meaning', '')})."
+            f" eBPF ring-buffer wakeups: {config['ebpf_wakeup']} ({WAKEUP_MEANING.get(config['ebpf_wakeup'], '')})."
             if "ebpf_wakeup" in config
             else ""
         )
@@ -317,5 +259,5 @@ def render(suite: dict, environment: dict) -> Section:
         "whole-application figures from its wall time, start to exit.",
         findings=findings(config, table, tracers, suite["failures"]),
         charts=charts,
-        tables=[TableBlock("Every scenario and method", columns, rows, note)],
+        tables=[TableBlock("Every scenario and method", [c.header for c in columns], rows, note)],
     )

@@ -24,9 +24,9 @@ from rich.table import Table
 from tracecost import methods, paths, stats, system
 from tracecost.errors import TracecostError
 from tracecost.options import CommaList, Known
-from tracecost.report import fmt, style
+from tracecost.report import style
 from tracecost.report.style import MethodStyle
-from tracecost.suites.base import Group, Metric, Option, Suite
+from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite, summary_table, terminal_table
 from tracecost.suites.fuse import report
 from tracecost.suites.fuse.filesystem import (
     CACHE_COUNTS,
@@ -36,7 +36,6 @@ from tracecost.suites.fuse.filesystem import (
     FIND_FORMAT,
     FUSE,
     NATIVE,
-    TARGET,
     WALKED,
     find_program,
     require_cache,
@@ -179,12 +178,8 @@ class FuseSuite(Suite):
         )
 
     def listing(self) -> Table:
-        table = Table(title="fuse workloads and methods")
-        table.add_column("name")
-        table.add_column("what")
-        for name, what in {**WORKLOADS, **METHOD_LABELS}.items():
-            table.add_row(name, what)
-        return table
+        rows = [[name, what] for name, what in {**WORKLOADS, **METHOD_LABELS}.items()]
+        return terminal_table("fuse workloads and methods", ["name", "what"], rows)
 
     def render(self, suite: dict, environment: dict):
         return report.render(suite, environment)
@@ -202,54 +197,30 @@ class FuseSuite(Suite):
         workload = group.key["workload"]
         return run_once(workload, method.name, config.count(workload), config.files, workdir)
 
-    def aggregate(self, runs: list[dict], config: FuseConfig) -> list[dict]:
-        aggregates = []
-        for workload in config.workloads:
-            cell = [r for r in runs if r["workload"] == workload]
-            ns = {method: [r["ns_per_op"] for r in cell if r["method"] == method] for method in config.methods}
-            for method in config.methods:
-                mine = [r for r in cell if r["method"] == method]
-                aggregates.append(
-                    {
-                        "workload": workload,
-                        "method": method,
-                        "n": len(mine),
-                        "ops_per_s": stats.summarize([r["ops_per_s"] for r in mine]),
-                        "ns_per_op": stats.summarize(ns[method]),
-                        # How many times faster than FUSE (its time per call over this one's), and this
-                        # one's time per call in native's: the distance left to the directory itself.
-                        "speedup_vs_fuse": stats.ratio_of_means(ns.get(FUSE, []), ns[method])
-                        if method != FUSE
-                        else None,
-                        "relative_to_native": stats.ratio_of_means(ns[method], ns.get(NATIVE, []))
-                        if method != NATIVE
-                        else None,
-                        "cache": {name: sum(r["cache"][name] for r in mine) for name in CACHE_COUNTS}
-                        if method == CACHED
-                        else None,
-                        "samples_checked": sum(r["samples_checked"] for r in mine),
-                        "incorrect": sum(r["incorrect"] for r in mine),
-                    }
-                )
-        return aggregates
+    def aggregate_cell(self, cell: Cell, config: FuseConfig) -> dict:
+        runs, method = cell.runs, cell.method
+        ns = cell.values("ns_per_op")
+        return {
+            **cell.group.key,
+            "method": method,
+            "n": len(runs),
+            "ops_per_s": stats.summarize(cell.values("ops_per_s")),
+            "ns_per_op": stats.summarize(ns),
+            # How many times faster than FUSE (its time per call over this one's), and this one's
+            # time per call in native's: the distance left to the directory itself.
+            "speedup_vs_fuse": stats.ratio_of_means(cell.values("ns_per_op", method=FUSE), ns)
+            if method != FUSE
+            else None,
+            "relative_to_native": stats.ratio_of_means(ns, cell.values("ns_per_op", method=NATIVE))
+            if method != NATIVE
+            else None,
+            "cache": {name: sum(r["cache"][name] for r in runs) for name in CACHE_COUNTS} if method == CACHED else None,
+            "samples_checked": sum(cell.values("samples_checked")),
+            "incorrect": sum(cell.values("incorrect")),
+        }
 
     def summary(self, aggregates: list[dict]) -> Table:
-        table = Table(title="fuse: calls per second per workload and method (mean ±95% CI)")
-        columns = ("workload", "method", "n", "ops/s", "ns/op", "× vs FUSE", "× native's time", "cache answered")
-        for column in columns:
-            table.add_column(column, justify="left" if column in ("workload", "method") else "right")
-        for agg in aggregates:
-            table.add_row(
-                agg["workload"],
-                agg["method"],
-                str(agg["n"]),
-                fmt.with_ci(agg["ops_per_s"], key="mean", digits=0, missing="-"),
-                fmt.with_ci(agg["ns_per_op"], key="mean", digits=0, missing="-"),
-                fmt.with_ci(agg["speedup_vs_fuse"], digits=2, missing="-") if agg["speedup_vs_fuse"] else "-",
-                fmt.with_ci(agg["relative_to_native"], digits=2, missing="-") if agg["relative_to_native"] else "-",
-                report.answered_text(agg),
-            )
-        return table
+        return summary_table("fuse: calls per second per workload and method (mean ±95% CI)", SUMMARY, aggregates)
 
     def run_config(self, seed: int) -> FuseConfig:
         return FuseConfig(stats=RUN_STATS, opens=RUN_OPENS, files=RUN_FILES, runs=RUN_REPETITIONS, seed=seed)
@@ -266,29 +237,17 @@ class FuseSuite(Suite):
             "files_per_dir": FILES_PER_DIR,
             "workload_descriptions": {name: WORKLOADS[name] for name in config.workloads},
             "method_descriptions": {name: METHOD_LABELS[name] for name in config.methods},
-            "workload": "build/bin/fsbench: says READY, waits for the harness's go (the agent applied, under the "
-            "cache), times its calls on CLOCK_MONOTONIC and prints its ops, time, failed calls and up to 64 "
-            "stat answers; find: fsbench spawns it (under the cache it inherits the agent, which applies the "
-            "probes before find's main) and times it from spawn to exit, its ops being the lines it printed",
             "find": f"{find_program()} {WALKED} -printf {FIND_FORMAT!r}",
-            "tree": f"made per run: SOURCE/{TARGET} (stat, open) and SOURCE/{WALKED}/dNN/fNN ({FILES_PER_DIR} files "
-            "per directory, find)",
-            "filesystem": "build/bin/fuse_passthrough: libfuse3's high-level API, one thread, attr_timeout, "
-            "entry_timeout and negative_timeout 0 (the kernel caches nothing: every call reaches the daemon), "
-            "use_ino; mounted per run, unmounted after it",
-            "cache": "build/bpf/fuse_cache.bpf.o under uebpf attach, in a region per run: uprobes on the daemon's "
-            "pt_getattr fill a hash with its answers (directories, and regular files with one name), "
-            "pt_unlink/pt_rename/pt_chmod and pt_open with O_TRUNC advance its epoch (every older entry stale), "
-            "pt_read/pt_readdir drop their path's answer (its atime); an extension at newfstatat's entry in the "
-            "workload answers stats of paths under the mountpoint from it (a struct stat, or ENOENT): absolute "
-            "paths, and names relative to a directory descriptor whose openat it saw (descriptors tracked per "
-            "process at openat's exit, close and fcntl F_DUPFD; dup*, close_range, execve and exit forget them "
-            "all); one at openat's entry answers ENOENT to an open of a path the daemon said is not there; opens "
-            "that succeed are not answered",
-            "warm": "before the timed calls the harness stats every path the workload uses once, untimed, through "
-            "the same directory (it runs no agent: through the mount its stats reach the daemon and fill the cache)",
-            "correctness": "every sampled stat answer compared field by field with os.lstat of the same file in the "
-            "source (mode, ino, nlink, uid, gid, size, mtime); st_dev with the mount's (the source's for native); "
-            "find: every line it printed with the line find prints for the same entry of the source",
-            "ratio_ci_method": "delta method with Welch-Satterthwaite df",
         }
+
+
+SUMMARY = (
+    Column.field("workload", "workload", name=True),
+    Column.field("method", "method", name=True),
+    Column.field("n", "n"),
+    Column.estimate("ops/s", "ops_per_s", digits=0),
+    Column.estimate("ns/op", "ns_per_op", digits=0),
+    Column("× vs FUSE", lambda agg: report.ratio_text(agg["speedup_vs_fuse"])),
+    Column("× native's time", lambda agg: report.ratio_text(agg["relative_to_native"])),
+    Column("cache answered", report.answered_text),
+)

@@ -5,15 +5,39 @@ stays from the directory itself; the cache's counters and the correctness check.
 from __future__ import annotations
 
 from tracecost.report import fmt, style
-from tracecost.report.figures import CI_NOTE, from_stats, grouped_bars
+from tracecost.report.figures import CI_NOTE, by_cell, grouped_bars, how_table, series
 from tracecost.report.model import Chart, Section, TableBlock
-from tracecost.suites.fuse.filesystem import CACHED, FUSE, NATIVE, STAT_WORKLOADS
+from tracecost.suites.fuse.filesystem import CACHED, FILES_PER_DIR, FUSE, NATIVE, STAT_WORKLOADS, TARGET, WALKED
 
 # The issue's targets on the stat workload (for the benchmark, not for tests).
 TARGET_WORKLOAD = "stat"
 TARGET_NATIVE_RATIO = 2.0
 TARGET_SPEEDUP = 5.0
 
+HOW = {
+    "Workload": "build/bin/fsbench: says READY, waits for the harness's go (the agent applied, under the cache), "
+    "times its calls on CLOCK_MONOTONIC and prints its ops, time, failed calls and up to 64 stat answers; find: "
+    "fsbench spawns it (under the cache it inherits the agent, which applies the probes before find's main) and "
+    "times it from spawn to exit, its ops being the lines it printed",
+    "Tree": f"made per run: SOURCE/{TARGET} (stat, open) and SOURCE/{WALKED}/dNN/fNN ({FILES_PER_DIR} files per "
+    "directory, find)",
+    "Filesystem": "build/bin/fuse_passthrough: libfuse3's high-level API, one thread, attr_timeout, entry_timeout "
+    "and negative_timeout 0 (the kernel caches nothing: every call reaches the daemon), use_ino; mounted per run, "
+    "unmounted after it",
+    "Cache": "build/bpf/fuse_cache.bpf.o under uebpf attach, in a region per run: uprobes on the daemon's "
+    "pt_getattr fill a hash with its answers (directories, and regular files with one name), "
+    "pt_unlink/pt_rename/pt_chmod and pt_open with O_TRUNC advance its epoch (every older entry stale), "
+    "pt_read/pt_readdir drop their path's answer (its atime); an extension at newfstatat's entry in the workload "
+    "answers stats of paths under the mountpoint from it (a struct stat, or ENOENT): absolute paths, and names "
+    "relative to a directory descriptor whose openat it saw (descriptors tracked per process at openat's exit, "
+    "close and fcntl F_DUPFD; dup*, close_range, execve and exit forget them all); one at openat's entry answers "
+    "ENOENT to an open of a path the daemon said is not there; opens that succeed are not answered",
+    "Warm-up": "before the timed calls the harness stats every path the workload uses once, untimed, through the "
+    "same directory (it runs no agent: through the mount its stats reach the daemon and fill the cache)",
+    "Correctness": "every sampled stat answer compared field by field with os.lstat of the same file in the "
+    "source (mode, ino, nlink, uid, gid, size, mtime); st_dev with the mount's (the source's for native); find: "
+    "every line it printed with the line find prints for the same entry of the source",
+}
 INTRO = (
     "build/bin/fsbench times, in one process, N fstatat calls of one file (stat) or N openat + close pairs "
     "(open); and it times GNU find over a tree (find), a process it spawns, from spawn to exit, printing each "
@@ -111,21 +135,22 @@ def findings(config: dict, table: dict, failures: list[dict]) -> list[str]:
 
 def render(suite: dict, environment: dict) -> Section:
     config = suite["config"]
-    table = {(a["workload"], a["method"]): a for a in suite["aggregates"]}
+    table = by_cell(suite["aggregates"], "workload", "method")
     workloads, methods = config["workloads"], config["methods"]
     errors: dict[tuple, list[str]] = {}
     for run in suite["failures"]:
         errors.setdefault((run.get("workload"), run.get("method")), []).append(
             str(run.get("error", "no reason recorded"))
         )
-    series = [
-        from_stats(method, [(table.get((workload, method)) or {}).get("ops_per_s", {}) for workload in workloads])
-        for method in methods
-    ]
     chart = Chart(
         "Calls per second by workload and configuration",
         grouped_bars(
-            "Calls per second (log scale)", workloads, series, x_title="Workload", y_title="calls/s", log_y=True
+            "Calls per second (log scale)",
+            workloads,
+            series(table, workloads, methods, "ops_per_s"),
+            x_title="Workload",
+            y_title="calls/s",
+            log_y=True,
         ),
         f"Mean over the measured runs; find's calls are the entries it listed. {CI_NOTE}",
     )
@@ -176,6 +201,7 @@ def render(suite: dict, environment: dict) -> Section:
                 f"cell after a discarded warm-up, in a seeded random order (seed {config['seed']}). Mean ±95% CI; "
                 "ratios of mean times per call with their 95% CI in brackets (delta method). Cache: its answers "
                 "over the counted runs, and the stats of the mount it had no entry for.",
-            )
+            ),
+            how_table(HOW),
         ],
     )

@@ -17,13 +17,12 @@ from rich.table import Table
 from tracecost import stats
 from tracecost.options import CommaList, FiniteFloatRange, Known
 from tracecost.report import fmt
-from tracecost.suites.base import Group, Metric, Option, Suite
+from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite, summary_table, terminal_table
 from tracecost.suites.load import report
 from tracecost.suites.load.loading import (
     MAX_PROBES,
     OBJECTS,
     RUNTIMES,
-    SYMBOL_PREFIX,
     TIMED,
     KernelRuntime,
     run_once,
@@ -117,14 +116,12 @@ class LoadSuite(Suite):
         )
 
     def listing(self) -> Table:
-        table = Table(title="load objects and runtimes")
-        for column in ("kind", "name", "what"):
-            table.add_column(column)
-        for timed in OBJECTS.values():
-            table.add_row("object", timed.name, f"build/bpf/{timed.file}: {timed.description}")
-        table.add_row("runtime", "kernel", "the loader's bpf(2) calls reach the kernel (root)")
-        table.add_row("runtime", "uebpf", "the same loader under uebpf's server, the victim under its agent")
-        return table
+        rows = [["object", timed.name, f"build/bpf/{timed.file}: {timed.description}"] for timed in OBJECTS.values()]
+        rows += [
+            ["runtime", "kernel", "the loader's bpf(2) calls reach the kernel (root)"],
+            ["runtime", "uebpf", "the same loader under uebpf's server, the victim under its agent"],
+        ]
+        return terminal_table("load objects and runtimes", ["kind", "name", "what"], rows)
 
     def render(self, suite: dict, environment: dict):
         return report.render(suite, environment)
@@ -147,34 +144,11 @@ class LoadSuite(Suite):
     def measure(self, group: Group, method: KernelRuntime, workdir: Path, config: LoadConfig) -> dict:
         return run_once(method, OBJECTS[group.key["object"]], group.key["probes"], config.deadline_s, workdir)
 
-    def aggregate(self, runs: list[dict], config: LoadConfig) -> list[dict]:
-        cells = [(group.key["object"], group.key["probes"]) for group in self.groups(config)]
-        return [
-            aggregate_cell(
-                name, n, method, [r for r in runs if (r["object"], r["probes"], r["method"]) == (name, n, method)]
-            )
-            for name, n in cells
-            for method in config.methods
-        ]
+    def aggregate_cell(self, cell: Cell, config: LoadConfig) -> dict:
+        return _aggregate(cell)
 
     def summary(self, aggregates: list[dict]) -> Table:
-        table = Table(title="load: median ms (p99) per phase, over the counted runs")
-        columns = ("object", "insns", "N", "runtime", "n", *PHASE_LABELS.values(), "RSS MiB", "region KiB")
-        for column in columns:
-            table.add_column(column, justify="left" if column in ("object", "runtime") else "right")
-        for agg in aggregates:
-            region = agg["region_allocated_bytes"]["median"]
-            table.add_row(
-                agg["object"],
-                fmt.count(agg["object_insns"]),
-                str(agg["probes"]),
-                agg["method"],
-                str(agg["n"]),
-                *(median_p99(agg["phases"][phase]) for phase in TIMED),
-                fmt.number(fmt.mib(agg["peak_rss_kb"]["median"])),
-                "-" if region is None else fmt.number(region / 1024, 0),
-            )
-        return table
+        return summary_table("load: median ms (p99) per phase, over the counted runs", SUMMARY, aggregates)
 
     def run_config(self, seed: int) -> LoadConfig:
         return LoadConfig(runs=RUN_REPETITIONS, probes=list(RUN_PROBES), seed=seed)
@@ -191,49 +165,60 @@ class LoadSuite(Suite):
             "deadline_s": config.deadline_s,
             "matrix": config.matrix,
             "skipped_programs": skipped_programs(),
-            "victim": f"build/bin/loadlat_victim: {MAX_PROBES} functions {SYMBOL_PREFIX}0..{MAX_PROBES - 1} "
-            "called in turn in a tight loop; a fresh victim per run",
-            "event": "a ring buffer record, sent by each probe on its function's first hit and read with "
-            "ring_buffer__poll",
-            "clock": "CLOCK_MONOTONIC inside the loader",
-            "quantile_ci_method": "distribution-free: order statistics with binomial coverage >= 95% "
-            "(null where the runs are too few)",
         }
 
 
-def aggregate_cell(name: str, probes: int, method: str, runs: list[dict]) -> dict:
+def _aggregate(cell: Cell) -> dict:
     def single(key: str) -> int | None:
-        values = {r[key] for r in runs}
+        values = {r[key] for r in cell.runs}
         return values.pop() if len(values) == 1 else None  # the same object every run: one count
 
-    def values(key: str) -> list:
-        return [r[key] for r in runs if r[key] is not None]
-
     return {
-        "object": name,
-        "probes": probes,
-        "method": method,
-        "n": len(runs),
+        **cell.group.key,
+        "method": cell.method,
+        "n": len(cell.runs),
         "object_insns": single("object_insns"),
         "object_programs": single("object_programs"),
         "object_maps": single("object_maps"),
         "phases": {
             phase: {
-                "median": stats.quantile(values(phase), 0.5),
-                "p99": stats.quantile(values(phase), 0.99),
-                "summary": stats.summarize(values(phase)),
+                "median": stats.quantile(cell.values(phase), 0.5),
+                "p99": stats.quantile(cell.values(phase), 0.99),
+                "summary": stats.summarize(cell.values(phase)),
             }
             for phase in TIMED
         },
-        "fired_during_attach": stats.summarize(values("fired_during_attach")),
-        "peak_rss_kb": stats.summarize(values("peak_rss_kb")),
-        "region_allocated_bytes": stats.summarize(values("region_allocated_bytes")),
-        "region_size_bytes": stats.summarize(values("region_size_bytes")),
+        **{name: stats.summarize(cell.values(name)) for name in SUMMARIZED},
     }
+
+
+# The run record's figures summarized as they are, in the aggregate's order.
+SUMMARIZED = ("fired_during_attach", "peak_rss_kb", "region_allocated_bytes", "region_size_bytes")
 
 
 def median_p99(phase: dict) -> str:
     median, p99 = phase["median"]["value"], phase["p99"]["value"]
     if median is None:
-        return "-"
+        return "–"
     return f"{median / 1e6:,.2f} ({p99 / 1e6:,.2f})"
+
+
+def region_kib(agg: dict) -> str:
+    """The region's bytes in use (uebpf's alone: None on the kernel), median over the runs."""
+    region = agg["region_allocated_bytes"]["median"]
+    return "–" if region is None else fmt.number(region / 1024, 0)
+
+
+SUMMARY = (
+    Column.field("object", "object", name=True),
+    Column("insns", lambda agg: fmt.count(agg["object_insns"])),
+    Column.field("N", "probes"),
+    Column.field("runtime", "method", name=True),
+    Column.field("n", "n"),
+    *(
+        Column(label, lambda agg, phase=phase: median_p99(agg["phases"][phase]))
+        for phase, label in PHASE_LABELS.items()
+    ),
+    Column("RSS MiB", lambda agg: fmt.number(fmt.mib(agg["peak_rss_kb"]["median"]))),
+    Column("region KiB", region_kib),
+)

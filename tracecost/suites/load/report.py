@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from tracecost import stats
 from tracecost.report import fmt, style
+from tracecost.report.figures import by_cell, how_table
 from tracecost.report.model import Section, TableBlock
+from tracecost.suites.load.loading import MAX_PROBES, SYMBOL_PREFIX
 
 PHASE_COLUMNS = {
     "open_load_ns": "open + load",
@@ -13,6 +16,13 @@ PHASE_COLUMNS = {
     "detach_ns": "detach N",
 }
 
+HOW = {
+    "Victim": f"build/bin/loadlat_victim: {MAX_PROBES} functions {SYMBOL_PREFIX}0..{MAX_PROBES - 1} called in turn "
+    "in a tight loop; a fresh victim per run",
+    "Event": "a ring buffer record, sent by each probe on its function's first hit and read with ring_buffer__poll",
+    "Clock": "CLOCK_MONOTONIC inside the loader",
+    "Quantile CIs": stats.QUANTILE_CI,
+}
 INTRO = (
     "One unmodified libbpf loader (loadlat.c) times three phases on CLOCK_MONOTONIC, on "
     "the kernel and under uebpf's bpf(2) server, against a fresh victim that calls its functions in a "
@@ -87,7 +97,7 @@ def findings(config: dict, table: dict) -> list[str]:
 
 def render(suite: dict, environment: dict) -> Section:
     config = suite["config"]
-    table = {(a["object"], a["probes"], a["method"]): a for a in suite["aggregates"]}
+    table = by_cell(suite["aggregates"], "object", "probes", "method")
     columns = ["Object", "N", "Runtime", "n"]
     for label in PHASE_COLUMNS.values():
         columns += [f"{label}: median ms", "p99 ms"]
@@ -121,6 +131,7 @@ def render(suite: dict, environment: dict) -> Section:
                 "loader's VmHWM. Fired during attach: of the N probes, those whose first hit came before the last "
                 "attach returned (median). Region: the bytes of uebpf's region file in use (it is sparse) while the "
                 "loader ran; median.",
-            )
+            ),
+            how_table(HOW),
         ],
     )

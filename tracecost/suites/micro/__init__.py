@@ -20,9 +20,9 @@ from tracecost import stats, system
 from tracecost.errors import TracecostError
 from tracecost.options import CommaList, Known
 from tracecost.report import fmt
-from tracecost.suites.base import Group, Metric, Option, Suite, UsageError
+from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite, UsageError, summary_table, terminal_table
 from tracecost.suites.micro import report
-from tracecost.suites.micro.bench import BATCH_CALLS, FAST_PERCENTILE, run_op
+from tracecost.suites.micro.bench import run_op
 from tracecost.suites.micro.ops import EMPTY_PROBE_OP, HELPER, MAX_OPS_PER_HIT, OPS, op_by_name, with_baselines
 from tracecost.suites.micro.runtimes import RUNTIMES, Runtime
 
@@ -128,18 +128,8 @@ class MicroSuite(Suite):
         )
 
     def listing(self) -> Table:
-        table = Table(title="micro operations")
-        for column in ("operation", "what", "kind", "victim function", "programs"):
-            table.add_column(column)
-        for op in OPS.values():
-            programs = ", ".join(
-                [
-                    *(f"{program} (USDT {op.usdt})" if op.usdt else program for program in op.programs),
-                    *([f"{op.refill} (untimed refill)"] if op.refill else []),
-                ]
-            )
-            table.add_row(op.name, op.label, op.kind, op.function, programs)
-        return table
+        rows = [[op.name, op.label, op.kind, op.function, _programs(op)] for op in OPS.values()]
+        return terminal_table("micro operations", ["operation", "what", "kind", "victim function", "programs"], rows)
 
     def render(self, suite: dict, environment: dict):
         return report.render(suite, environment)
@@ -171,63 +161,39 @@ class MicroSuite(Suite):
         min_run_ms = 0 if op.kind == HELPER else config.min_run_ms
         return run_op(op, method, workdir, config.iter, config.warmup, config.ops_per_hit, min_run_ms)
 
-    def aggregate(self, runs: list[dict], config: MicroConfig) -> list[dict]:
-        def ns(op: str, runtime: str, metric: str = "fast_ns_per_call") -> list[float]:
-            return [r[metric] for r in runs if r["op"] == op and r["method"] == runtime]
-
-        aggregates = []
-        for group in self.groups(config):
-            op = op_by_name(group.key["op"])
-            for runtime in config.runtimes:
-                mine = [r for r in runs if r["op"] == op.name and r["method"] == runtime]
-                agg = {
-                    **group.key,
-                    "runtime": runtime,
-                    "label": op.label,
-                    "n": len(mine),
-                    "ns_per_call": stats.summarize(ns(op.name, runtime, "ns_per_call")),
-                    "median_ns_per_call": stats.summarize(ns(op.name, runtime, "median_ns_per_call")),
-                    "fast_ns_per_call": stats.summarize(ns(op.name, runtime)),
-                    # At least warm-up + iter; a probe run goes on for min_run_ms.
-                    "calls_per_run": round(statistics.mean(r["calls"] for r in mine)) if mine else 0,
-                    "unsupported": next((r["unsupported"] for r in mine if r["unsupported"]), None),
-                    "helper_results": _summed_results(mine),
-                    "added_ns_per_call": None,
-                    "per_op_ns": None,
-                    "refused_call_ns": None,
-                    "per_op_basis": None,
-                    "speedup_vs_kernel": None,
-                }
-                if runtime != UNTRACED:
-                    agg["added_ns_per_call"] = stats.difference(ns(op.name, runtime), ns(op.name, UNTRACED))
-                    agg["per_op_basis"] = PER_OP_BASIS[op.kind]
-                    cost = (
-                        stats.difference(ns(op.name, runtime), ns(EMPTY_PROBE_OP, runtime), config.ops_per_hit)
-                        if op.kind == HELPER
-                        else agg["added_ns_per_call"]
-                    )
-                    # A call the runtime refuses is no operation: its cost is kept apart, never as per_op_ns.
-                    agg["refused_call_ns" if agg["unsupported"] else "per_op_ns"] = cost
-                aggregates.append(agg)
-            _add_speedups(aggregates[-len(config.runtimes) :], op.kind, ns(op.name, UNTRACED))
-        return aggregates
+    def aggregate_cell(self, cell: Cell, config: MicroConfig) -> dict:
+        op, runtime, runs = op_by_name(cell.group.key["op"]), cell.method, cell.runs
+        unsupported = next((r["unsupported"] for r in runs if r["unsupported"]), None)
+        agg = {
+            **cell.group.key,
+            "runtime": runtime,
+            "label": op.label,
+            "n": len(runs),
+            "ns_per_call": stats.summarize(cell.values("ns_per_call")),
+            "median_ns_per_call": stats.summarize(cell.values("median_ns_per_call")),
+            "fast_ns_per_call": stats.summarize(cell.values("fast_ns_per_call")),
+            # At least warm-up + iter; a probe run goes on for min_run_ms.
+            "calls_per_run": round(statistics.mean(r["calls"] for r in runs)) if runs else 0,
+            "unsupported": unsupported,
+            "helper_results": _summed_results(runs),
+            "added_ns_per_call": None,
+            "per_op_ns": None,
+            "refused_call_ns": None,
+            "per_op_basis": None,
+            "speedup_vs_kernel": None,
+        }
+        if runtime != UNTRACED:
+            agg["added_ns_per_call"] = stats.difference(_fast(cell, runtime), _fast(cell, UNTRACED))
+            agg["per_op_basis"] = PER_OP_BASIS[op.kind]
+            # A call the runtime refuses is no operation: its cost is kept apart, never as per_op_ns.
+            agg["refused_call_ns" if unsupported else "per_op_ns"] = _per_op(cell, runtime, op, config)
+        if runtime not in (UNTRACED, KERNEL) and agg["per_op_ns"] is not None:
+            agg["speedup_vs_kernel"] = _speedup(cell, op, config, agg["per_op_ns"])
+        return agg
 
     def summary(self, aggregates: list[dict]) -> Table:
-        table = Table(title="micro: time per call and cost per operation (ns, ±95% CI)")
-        for column in ("operation", "runtime", "n", "fast ns/call", "per operation", "helper results"):
-            table.add_column(
-                column, justify="left" if column in ("operation", "runtime", "helper results") else "right"
-            )
-        for agg in aggregates:
-            table.add_row(
-                agg["op"],
-                agg["runtime"],
-                str(agg["n"]),
-                fmt.with_ci(agg["fast_ns_per_call"], key="mean"),
-                per_op_text(agg),
-                results_text(agg),
-            )
-        return table
+        title = "micro: time per call and cost per operation (ns, ±95% CI)"
+        return summary_table(title, SUMMARY, aggregates, baseline=None)
 
     def run_config(self, seed: int) -> MicroConfig:
         return MicroConfig(
@@ -266,21 +232,6 @@ class MicroSuite(Suite):
             "seed": config.seed,
             "size": config.size,
             "kernel_lockdown": system.kernel_lockdown(),
-            "timing": f"operations without a refill: calls timed in batches of {BATCH_CALLS} made back to back "
-            "(one CLOCK_MONOTONIC pair per batch), a probe or tracepoint run going on until its batches took "
-            f"min_run_ms; a run's fast figure is the {FAST_PERCENTILE}th percentile of its batch means, its "
-            "median their median. Operations with a refill (hash deletes): each call timed on its own, the "
-            "refill untimed between two calls; untraced ns/call is the call plus one clock read; the run's "
-            "percentiles are those of its timed calls, from a log-linear histogram (at most 3.1% above the "
-            "true value). Either way a run's mean is the exact total over its timed calls. Costs compare fast "
-            "figures: the host slows this machine's vCPUs for milliseconds at a time, which moves a median",
-            "maps": "array, hash (preallocated), per-CPU array, per-CPU hash: u32 key, u64 value, "
-            f"{config.ops_per_hit} keys touched per hit (keys 0..ops_per_hit-1)",
-            "hash_delete": "refill between hits: after every timed call the victim calls __bench_refill "
-            "untimed, where the same runtime re-inserts the deleted keys; hash maps are "
-            "prefilled, so every lookup finds, every update replaces, every delete deletes",
-            "per_op_basis": PER_OP_BASIS,
-            "speedup": "kernel per-op cost / runtime per-op cost, 95% CI by the delta method",
         }
 
 
@@ -295,16 +246,37 @@ def _summed_results(runs: list[dict]) -> dict[str, dict[str, int]]:
     return total
 
 
-def _add_speedups(cells: list[dict], kind: str, untraced_ns: list[float]) -> None:
-    """speedup_vs_kernel for every runtime besides untraced and kernel (uebpf): kernel per-op / its per-op.
-    Probe and syscall costs share the untraced baseline, hence the covariance term."""
-    kernel = next((c for c in cells if c["runtime"] == KERNEL), None)
-    if kernel is None or kernel["per_op_ns"] is None:
-        return
-    shared = stats.variance_of_mean(untraced_ns) if kind != HELPER else 0.0
-    for cell in cells:
-        if cell["runtime"] not in (UNTRACED, KERNEL) and cell["per_op_ns"] is not None:
-            cell["speedup_vs_kernel"] = stats.ratio(kernel["per_op_ns"], cell["per_op_ns"], covariance=shared)
+def _fast(cell: Cell, runtime: str) -> list[float]:
+    return cell.values("fast_ns_per_call", method=runtime)
+
+
+def _per_op(cell: Cell, runtime: str, op, config: MicroConfig) -> dict:
+    """A runtime's cost per operation in the cell's group (PER_OP_BASIS)."""
+    if op.kind == HELPER:
+        # with_baselines measures the empty uprobe whenever a helper operation is measured.
+        empty = [r["fast_ns_per_call"] for r in cell.every_run if (r["op"], r["method"]) == (EMPTY_PROBE_OP, runtime)]
+        return stats.difference(_fast(cell, runtime), empty, config.ops_per_hit)
+    return stats.difference(_fast(cell, runtime), _fast(cell, UNTRACED))
+
+
+def _speedup(cell: Cell, op, config: MicroConfig, per_op_ns: dict) -> dict | None:
+    """The kernel's cost per operation over this runtime's (uebpf's). Probe and syscall costs share the
+    untraced baseline, hence the covariance term."""
+    kernel = _per_op(cell, KERNEL, op, config) if cell.of(KERNEL) else None
+    if kernel is None or next((r["unsupported"] for r in cell.of(KERNEL) if r["unsupported"]), None):
+        return None
+    shared = stats.variance_of_mean(_fast(cell, UNTRACED)) if op.kind != HELPER else 0.0
+    return stats.ratio(kernel, per_op_ns, covariance=shared)
+
+
+def _programs(op) -> str:
+    """An operation's programs, as --list names them."""
+    return ", ".join(
+        [
+            *(f"{program} (USDT {op.usdt})" if op.usdt else program for program in op.programs),
+            *([f"{op.refill} (untimed refill)"] if op.refill else []),
+        ]
+    )
 
 
 def per_op_text(agg: dict) -> str:
@@ -313,8 +285,11 @@ def per_op_text(agg: dict) -> str:
     return fmt.with_ci(agg["per_op_ns"]) if agg["per_op_ns"] else "–"
 
 
-def results_text(agg: dict) -> str:
-    return "; ".join(
-        f"{program}: " + ", ".join(f"{code} {calls:,}" for code, calls in by_code.items())
-        for program, by_code in agg["helper_results"].items()
-    )
+SUMMARY = (
+    Column.field("operation", "op", name=True),
+    Column.field("runtime", "runtime", name=True),
+    Column.field("n", "n"),
+    Column.estimate("fast ns/call", "fast_ns_per_call"),
+    Column("per operation", per_op_text),
+    Column("helper results", lambda agg: report.return_codes(agg["helper_results"]), name=True),
+)

@@ -4,8 +4,9 @@ detail tables."""
 from __future__ import annotations
 
 from tracecost.report import fmt, style
-from tracecost.report.figures import CI_NOTE, Series, grouped_bars
-from tracecost.report.model import Chart, Section, TableBlock
+from tracecost.report.figures import CI_NOTE, Plot, by_cell, in_order
+from tracecost.report.model import Section, TableBlock
+from tracecost.suites.base import Column, cell_rows, spread
 from tracecost.suites.micro.bench import BATCH_CALLS, FAST_PERCENTILE
 
 UNTRACED, KERNEL = "untraced", "kernel"
@@ -23,6 +24,14 @@ SHORT_BASIS = {
 }
 
 
+MAPS = (
+    "array, hash (preallocated), per-CPU array, per-CPU hash: u32 key, u64 value, {ops_per_hit} keys touched "
+    "per hit (keys 0..ops_per_hit-1)"
+)
+HASH_DELETE = (
+    "after every timed call the victim calls __bench_refill untimed, where the same runtime re-inserts the "
+    "deleted keys; hash maps are prefilled, so every lookup finds, every update replaces, every delete deletes"
+)
 TIMING_NOTE = (
     f"Calls are timed in batches of {BATCH_CALLS} made back to back (one clock pair per batch), except the "
     "hash deletes, timed call by call with the refill untimed between two calls (untraced, such a call is the "
@@ -75,6 +84,21 @@ SITES_NOTE = (
 )
 
 
+# Costs drawn per operation on a log axis, every runtime named even when only one is drawn.
+PER_OP_DRAWN = {"key": "value", "bars": True, "log_y": True, "legend": True}
+
+
+def return_codes(results: dict[str, dict[str, int]]) -> str:
+    """Helper return codes per program: "prog: 0 1,000, -22 3; ...", "–" for none."""
+    return (
+        "; ".join(
+            f"{program}: " + ", ".join(f"{code} {calls:,}" for code, calls in codes.items())
+            for program, codes in results.items()
+        )
+        or "–"
+    )
+
+
 def runtime_noun(runtime: str) -> str:
     return RUNTIME_NOUNS.get(runtime, style.label(runtime))
 
@@ -97,27 +121,6 @@ def per_op_cell(agg: dict, unavailable: set) -> str:
 def _drawable(agg: dict, metric: str) -> dict:
     """The estimate to draw; none for an operation that was not measured."""
     return (agg or {}).get(metric) or {}
-
-
-def _bars(title: str, ops: list[str], series: list[Series], y_title: str) -> dict:
-    figure = grouped_bars(title, ops, series, x_title="operation", y_title=y_title, log_y=True)
-    figure["layout"]["showlegend"] = True  # name the runtime even when only one is drawn
-    return figure
-
-
-def _series(table: dict, ops: list[str], runtimes: list[str], metric: str, key: str) -> list[Series]:
-    out = []
-    for runtime in runtimes:
-        values = [_drawable(_cell(table, op, runtime), metric) for op in ops]
-        out.append(
-            Series(
-                runtime,
-                [v.get(key) for v in values],
-                [v.get("ci95_low") for v in values],
-                [v.get("ci95_high") for v in values],
-            )
-        )
-    return out
 
 
 def findings(config: dict, table: dict, traced: list[str], suite: dict) -> list[str]:
@@ -278,7 +281,7 @@ def _summary_row(op: str, table: dict, kind: dict, labels: dict, compared: list[
 
 def render(suite: dict, environment: dict) -> Section:
     config, aggregates = suite["config"], suite["aggregates"]
-    table = {(agg["op"], agg["runtime"]): agg for agg in aggregates}
+    table = by_cell(aggregates, "op", "runtime")
     unavailable = {(cell.get("op"), cell["method"]) for cell in suite.get("unavailable", [])}
     ops = [op["name"] for op in config["ops"]]
     labels = {op["name"]: op["label"] for op in config["ops"]}
@@ -291,53 +294,53 @@ def render(suite: dict, environment: dict) -> Section:
     # which their costs were computed from: drawn and named as such.
     figure = "fast" if all("fast_ns_per_call" in agg for agg in aggregates) else "median"
 
-    charts = []
+    plots = []
     if probe_ops:
-        charts.append(
-            Chart(
-                "Probe and tracepoint cost per call",
-                _bars(
+        plots.append(
+            (
+                probe_ops,
+                traced,
+                Plot(
+                    "Probe and tracepoint cost per call",
                     "Cost per call: probe or tracepoint (ns)",
-                    probe_ops,
-                    _series(table, probe_ops, traced, "per_op_ns", "value"),
+                    ("per_op_ns",),
                     "ns added per call (log)",
+                    "The runtime's fast ns per call minus the untraced fast ns per call of the same victim function "
+                    f"(each run's {FAST_PERCENTILE}th percentile: neither a preemption nor the host's slow stretches "
+                    f"move it). {CI_NOTE} (Welch t)",
+                    **PER_OP_DRAWN,
                 ),
-                f"The runtime's fast ns per call minus the untraced fast ns per call of the same victim function "
-                f"(each run's {FAST_PERCENTILE}th percentile: neither a preemption nor the host's slow stretches "
-                f"move it). {CI_NOTE} (Welch t)",
             )
         )
     if helper_ops:
-        charts.append(
-            Chart(
-                "Helper and map operation cost",
-                _bars(
+        plots.append(
+            (
+                helper_ops,
+                traced,
+                Plot(
+                    "Helper and map operation cost",
                     "Cost per helper call (ns)",
-                    helper_ops,
-                    _series(table, helper_ops, traced, "per_op_ns", "value"),
+                    ("per_op_ns",),
                     "ns per helper call (log)",
+                    "(fast ns per call - the same runtime's empty-uprobe fast ns per call) / "
+                    f"{config['ops_per_hit']} helper calls per hit; it includes the program's loop and the tally of "
+                    "each return code. Operations a runtime refuses (array deletes: EINVAL) are not drawn. "
+                    f"{CI_NOTE} (Welch t) Values at or below 0 cannot be drawn on a log axis; the tables have them.",
+                    **PER_OP_DRAWN,
                 ),
-                "(fast ns per call - the same runtime's empty-uprobe fast ns per call) / "
-                f"{config['ops_per_hit']} helper calls per "
-                f"hit; it includes the program's loop and the tally of each return code. Operations a runtime refuses "
-                f"(array deletes: EINVAL) are not drawn. {CI_NOTE} (Welch t) Values at or below 0 cannot be drawn on a "
-                "log axis; the tables have them.",
             )
         )
-    charts.append(
-        Chart(
-            "Time per call",
-            _bars(
-                "Victim time per call (ns)",
-                ops,
-                _series(table, ops, runtimes, f"{figure}_ns_per_call", "mean"),
-                f"{figure} ns per call (log)",
-            ),
-            f"As the victim measured it: mean over runs of each run's {figure} figure, over at least "
-            f"{config['iter']:,} timed calls. "
-            f"{TIMING_NOTE} {CI_NOTE}",
-        )
+    time_per_call = Plot(
+        "Time per call",
+        "Victim time per call (ns)",
+        (f"{figure}_ns_per_call",),
+        f"{figure} ns per call (log)",
+        f"As the victim measured it: mean over runs of each run's {figure} figure, over at least "
+        f"{config['iter']:,} timed calls. {TIMING_NOTE} {CI_NOTE}",
+        **{**PER_OP_DRAWN, "key": "mean"},
     )
+    plots.append((ops, runtimes, time_per_call))
+    charts = [plot.chart(table, xs, xs, methods, "operation") for xs, methods, plot in plots]
 
     compared = [r for r in runtimes if r not in (UNTRACED, KERNEL)] or list(COMPARED_BY_DEFAULT)
     summary_columns = ["Operation", "Measured as", "Ops per hit", "Kernel (ns/op)"]
@@ -351,48 +354,20 @@ def render(suite: dict, environment: dict) -> Section:
         summary_rows += [_summary_row(op, table, kind, labels, compared, unavailable) for op in members]
 
     detail_columns = [
-        "Operation",
-        "Runtime",
-        "n",
-        f"{figure.capitalize()} call (ns)",
-        "Min",
-        "Max",
-        "SD",
-        "±95% CI",
-        "Mean call (ns)",
-        "Added vs untraced (ns/call)",
-        "Per operation (ns)",
-        "Hits per run",
-        "Helper return codes",
+        Column("Operation", lambda agg: labels[agg["op"]]),
+        Column("Runtime", lambda agg: style.label(agg["runtime"])),
+        Column.field("n", "n"),
+        *spread(
+            f"{figure}_ns_per_call",
+            {"mean": f"{figure.capitalize()} call (ns)", "min": "Min", "max": "Max", "sd": "SD", "ci": "±95% CI"},
+        ),
+        Column.estimate("Mean call (ns)", "ns_per_call"),
+        Column.estimate("Added vs untraced (ns/call)", "added_ns_per_call", key="value", traced=True),
+        Column("Per operation (ns)", lambda agg: per_op_cell(agg, unavailable), traced=True),
+        Column("Hits per run", lambda agg: f"{fmt.count(agg.get('calls_per_run'))} per program", traced=True),
+        Column("Helper return codes", lambda agg: return_codes(agg["helper_results"])),
     ]
-    detail_rows = []
-    for op in ops:
-        for runtime in runtimes:
-            agg = _cell(table, op, runtime)
-            if not agg:
-                continue
-            ns = agg[f"{figure}_ns_per_call"]
-            detail_rows.append(
-                [
-                    labels[op],
-                    style.label(runtime),
-                    str(agg["n"]),
-                    fmt.number(ns["mean"]),
-                    fmt.number(ns["min"]),
-                    fmt.number(ns["max"]),
-                    fmt.number(ns["sd"]),
-                    fmt.ci_half(ns),
-                    fmt.with_ci(agg["ns_per_call"], key="mean"),
-                    fmt.with_ci(agg["added_ns_per_call"]) if agg["added_ns_per_call"] else "–",
-                    "–" if runtime == UNTRACED else per_op_cell(agg, unavailable),
-                    "–" if runtime == UNTRACED else f"{fmt.count(agg.get('calls_per_run'))} per program",
-                    "; ".join(
-                        f"{program}: " + ", ".join(f"{code} {calls:,}" for code, calls in codes.items())
-                        for program, codes in agg["helper_results"].items()
-                    )
-                    or "–",
-                ]
-            )
+    detail_rows = cell_rows(detail_columns, in_order(table, ops, runtimes), baseline=UNTRACED, method="runtime")
     note = (
         f"{config['runs']} measured runs per cell after a discarded warm-up run, runtimes in a seeded random order "
         f"(seed {config['seed']}); each run: {config['warmup']:,} warm-up calls, then {config['iter']:,} timed "
@@ -402,7 +377,7 @@ def render(suite: dict, environment: dict) -> Section:
         "(t-distribution); per-operation CIs by Welch's t, speedups by the delta method. "
         "Every traced run's programs ran exactly once per call "
         "(warm-up included), counted BPF-side, or the run failed. "
-        f"Hash deletes: {config.get('hash_delete', 'not recorded')}. "
+        f"Maps: {MAPS.format(ops_per_hit=config['ops_per_hit'])}. Hash deletes: {HASH_DELETE}. "
         f"Size: {config['size']}."
     )
     if figure == "median":
@@ -428,6 +403,6 @@ def render(suite: dict, environment: dict) -> Section:
                 + (USDT_NOTE if "usdt" in ops else ""),
             ),
             *([sites] if sites else []),
-            TableBlock("Every operation and runtime", detail_columns, detail_rows, note),
+            TableBlock("Every operation and runtime", [c.header for c in detail_columns], detail_rows, note),
         ],
     )

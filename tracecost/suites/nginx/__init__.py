@@ -19,7 +19,7 @@ from tracecost import stats
 from tracecost.options import CommaList
 from tracecost.report import fmt, style
 from tracecost.report.style import MethodStyle
-from tracecost.suites.base import Group, Metric, Option, Suite, field_at
+from tracecost.suites.base import Cell, Group, Metric, Option, Suite, summary_table, terminal_table
 from tracecost.suites.nginx import crosscheck, report
 from tracecost.suites.nginx.service import Load, Site
 from tracecost.suites.nginx.tools import METHODS, Setup, make_method, run_once
@@ -163,12 +163,9 @@ class NginxSuite(Suite):
         )
 
     def listing(self) -> Table:
-        table = Table(title="nginx methods")
-        table.add_column("method")
-        table.add_column("what")
-        for name in METHODS:
-            table.add_row(name, make_method(name).label)
-        return table
+        return terminal_table(
+            "nginx methods", ["method", "what"], [[name, make_method(name).label] for name in METHODS]
+        )
 
     def render(self, suite: dict, environment: dict):
         return report.render(suite, environment)
@@ -203,37 +200,12 @@ class NginxSuite(Suite):
             methods["syscount-kernel"], methods["syscount-uebpf"], config.sizes[0], self.setup(config, workdir), workdir
         )
 
-    def aggregate(self, runs: list[dict], config: NginxConfig) -> list[dict]:
-        aggregates = []
-        for size in config.sizes:
-            cell = [r for r in runs if r["size"] == size]
-            baseline = [r for r in cell if r["method"] == "baseline"]
-            for method in config.methods:
-                aggregates.append(aggregate_cell(size, method, [r for r in cell if r["method"] == method], baseline))
-        return aggregates
+    def aggregate_cell(self, cell: Cell, config: NginxConfig) -> dict:
+        return _aggregate(cell)
 
     def summary(self, aggregates: list[dict]) -> Table:
-        table = Table(title="nginx: HTTPS requests under wrk, per method (mean ±95% CI)")
-        columns = ("size", "method", "n", "requests/s", "loss %", "p50 us", "p99 us", "CPU us/req", "+CPU us/req")
-        columns += ("events/s", "dropped")
-        for column in columns:
-            table.add_column(column, justify="left" if column == "method" else "right")
-        for agg in aggregates:
-            traced = agg["method"] != "baseline"
-            table.add_row(
-                fmt.size(agg["size"]),
-                agg["method"],
-                str(agg["n"]),
-                fmt.with_ci(agg["requests_per_s"], key="mean", digits=0, missing="-"),
-                fmt.with_ci(agg["throughput_loss_pct"], digits=1, missing="-") if traced else "-",
-                fmt.with_ci(agg["latency_us"]["p50"], key="mean", digits=0, missing="-"),
-                fmt.with_ci(agg["latency_us"]["p99"], key="mean", digits=0, missing="-"),
-                fmt.with_ci(agg["cpu_ns_per_request"], key="mean", digits=2, scale=1e-3, missing="-"),
-                fmt.with_ci(agg["added_cpu_ns_per_request"], digits=2, scale=1e-3, missing="-") if traced else "-",
-                fmt.number(agg["events_per_s"]["mean"], 0) if traced else "-",
-                fmt.count(agg["dropped"]) if traced else "-",
-            )
-        return table
+        title = "nginx: HTTPS requests under wrk, per method (mean ±95% CI)"
+        return summary_table(title, report.SUMMARY, aggregates)
 
     def run_config(self, seed: int) -> NginxConfig:
         return NginxConfig(runs=RUN_REPETITIONS, duration_s=RUN_DURATION_S, seed=seed)
@@ -252,52 +224,35 @@ class NginxSuite(Suite):
             "pinned": config.pin and nginx_cpus is not None,
             "wrk_cpus": wrk_cpus,
             "nginx_cpus": nginx_cpus,
-            "service": "nginx from the distribution, started by the harness with a private prefix and config: "
-            "HTTPS (TLS 1.2/1.3, a self-signed RSA 2048 certificate made per command by openssl) on a free "
-            "127.0.0.1 port, HTTP/1.1 keep-alive, access log off, stub_status on a second free port",
-            "load": "wrk -t1 -cN -dS with a Lua done() hook printing its counts; any socket error, timeout or "
-            "non-2xx/3xx response fails the run",
-            "served": "stub_status's request count after the load minus before, minus the status request itself",
-            "cpu": "CPU time of nginx's processes (master and workers) and of the tracer's loader over the "
-            "load, from their CPU-time clocks (clock_getcpuclockid), per request served; kernel probes run in "
-            "nginx's context and count as nginx's",
-            "overhead_ci_method": "delta method with Welch-Satterthwaite df (ratios); Welch t (differences)",
         }
 
 
-def aggregate_cell(size: int, method: str, runs: list[dict], baseline: list[dict]) -> dict:
-    def column(rows: list[dict], *path: str) -> list[float]:
-        return [value for row in rows if (value := field_at(row, path)) is not None]
+def _aggregate(cell: Cell) -> dict:
+    traced = cell.method != "baseline"
 
-    traced = method != "baseline"
+    def against_baseline(estimate, *path: str) -> dict | None:
+        return estimate(cell.values(*path), cell.values(*path, method="baseline")) if traced else None
+
     return {
-        "size": size,
-        "method": method,
-        "n": len(runs),
-        "requests_per_s": stats.summarize(column(runs, "requests_per_s")),
+        **cell.group.key,
+        "method": cell.method,
+        "n": len(cell.runs),
+        "requests_per_s": stats.summarize(cell.values("requests_per_s")),
         # 1 - traced/baseline, as a percentage: (baseline/traced - 1) would overstate it.
-        "throughput_loss_pct": throughput_loss(column(runs, "requests_per_s"), column(baseline, "requests_per_s"))
+        "throughput_loss_pct": against_baseline(throughput_loss, "requests_per_s"),
+        "latency_us": {p: stats.summarize(cell.values("latency_us", p)) for p in ("p50", "p90", "p99", "max")},
+        "latency_increase_us": {p: against_baseline(stats.difference, "latency_us", p) for p in ("p50", "p99")}
         if traced
         else None,
-        "latency_us": {p: stats.summarize(column(runs, "latency_us", p)) for p in ("p50", "p90", "p99", "max")},
-        "latency_increase_us": {
-            p: stats.difference(column(runs, "latency_us", p), column(baseline, "latency_us", p))
-            for p in ("p50", "p99")
-        }
-        if traced
-        else None,
-        "cpu_ns_per_request": stats.summarize(column(runs, "cpu_ns_per_request")),
-        "nginx_cpu_ns_per_request": stats.summarize(column(runs, "nginx_cpu_ns_per_request")),
-        "tracer_cpu_ns_per_request": stats.summarize(column(runs, "tracer_cpu_ns_per_request")),
-        "added_cpu_ns_per_request": stats.difference(
-            column(runs, "cpu_ns_per_request"), column(baseline, "cpu_ns_per_request")
-        )
-        if traced
-        else None,
-        "events_per_s": stats.summarize(column(runs, "events_per_s") if traced else []),
-        "dropped": sum(column(runs, "dropped")) if traced else 0,
-        "served": sum(column(runs, "served")),
+        **{name: stats.summarize(cell.values(name)) for name in CPU_FIGURES},
+        "added_cpu_ns_per_request": against_baseline(stats.difference, "cpu_ns_per_request"),
+        "events_per_s": stats.summarize(cell.values("events_per_s") if traced else []),
+        "dropped": sum(cell.values("dropped")) if traced else 0,
+        "served": sum(cell.values("served")),
     }
+
+
+CPU_FIGURES = ("cpu_ns_per_request", "nginx_cpu_ns_per_request", "tracer_cpu_ns_per_request")
 
 
 def throughput_loss(traced: list[float], baseline: list[float]) -> dict:

@@ -4,8 +4,9 @@ request, what each tracer captured, and syscount's kernel-vs-uebpf counts side b
 from __future__ import annotations
 
 from tracecost.report import fmt, style
-from tracecost.report.figures import CI_NOTE, from_stats, grouped_bars
+from tracecost.report.figures import CI_NOTE, by_cell, grouped_bars, how_table, percentiles, series
 from tracecost.report.model import Chart, Section, TableBlock
+from tracecost.suites.base import Column, cell_rows
 
 INTRO = (
     "A real service under load: nginx from the distribution, started by the harness with a private "
@@ -21,6 +22,16 @@ INTRO = (
     'served (its stub_status count) once as a read starting with "GET " and once as a write '
     'starting with "HTTP/1.1 200", or count it as dropped.'
 )
+HOW = {
+    "Load": "wrk -t1 -cN -dS with a Lua done() hook printing its counts; any socket error, timeout or non-2xx/3xx "
+    "response fails the run",
+    "Requests served": "stub_status's request count after the load minus before, minus the status request itself",
+    "CPU": "CPU time of nginx's processes (master and workers) and of the tracer's loader over the load, from "
+    "their CPU-time clocks (clock_getcpuclockid), per request served; kernel probes run in nginx's context and "
+    "count as nginx's",
+    "Certificate": "TLS 1.2/1.3 with a self-signed RSA 2048 certificate made per command by openssl; "
+    "stub_status on a second free 127.0.0.1 port",
+}
 SIDE_BY_SIDE_NOTE = (
     "Both counters attached to one nginx (started under uebpf's agent) during one load. The kernel's "
     "tracepoint fires at every system call; uebpf's runs where the program calls the C library's "
@@ -31,13 +42,9 @@ SIDE_BY_SIDE_NOTE = (
 )
 
 
-def _loss(agg: dict) -> str:
-    return fmt.with_ci(agg["throughput_loss_pct"]) if agg["throughput_loss_pct"] else "–"
-
-
 def findings(config: dict, aggregates: list[dict], cross_check: dict | None) -> list[str]:
     out = []
-    cells = {(a["size"], a["method"]): a for a in aggregates}
+    cells = by_cell(aggregates, "size", "method")
     for size in config["sizes"]:
         base = cells.get((size, "baseline"))
         if base and base["requests_per_s"]["mean"]:
@@ -69,17 +76,9 @@ def findings(config: dict, aggregates: list[dict], cross_check: dict | None) -> 
 
 def charts(config: dict, aggregates: list[dict]) -> list[Chart]:
     x = [fmt.size(size) for size in config["sizes"]]
-
-    def cell(size: int, method: str) -> dict | None:
-        return next((a for a in aggregates if a["size"] == size and a["method"] == method), None)
-
-    throughput, latency = [], []
-    for method in config["methods"]:
-        found = [cell(size, method) for size in config["sizes"]]
-        throughput.append(from_stats(method, [a["requests_per_s"] if a else {} for a in found]))
-        for shade, percentile in ((0.5, "p50"), (0.0, "p99")):
-            points = [a["latency_us"][percentile] if a else {} for a in found]
-            latency.append(from_stats(method, points, variant=percentile, shade=shade))
+    cells, sizes, methods = by_cell(aggregates, "size", "method"), config["sizes"], config["methods"]
+    throughput = series(cells, sizes, methods, "requests_per_s")
+    latency = percentiles(cells, sizes, methods, "latency_us", {"p50": 0.5, "p99": 0.0})
     return [
         Chart(
             "Requests per second",
@@ -96,29 +95,42 @@ def charts(config: dict, aggregates: list[dict]) -> list[Chart]:
     ]
 
 
+def _loss(agg: dict) -> str:
+    return fmt.with_ci(agg["throughput_loss_pct"]) if agg["throughput_loss_pct"] else "–"
+
+
+FILE = Column("File", lambda agg: fmt.size(agg["size"]))
+REQUESTS = Column.estimate("Requests/s", "requests_per_s", digits=0)
+LOSS = Column("Loss %", _loss, traced=True)
+LATENCY = [Column.estimate(f"{p} µs", "latency_us", p, digits=0) for p in ("p50", "p99")]
+CPU = Column.estimate("CPU µs/request", "cpu_ns_per_request", digits=2, scale=1e-3)
+ADDED_CPU = Column.estimate(
+    "+CPU µs/request", "added_cpu_ns_per_request", key="value", digits=2, scale=1e-3, traced=True
+)
+TRACER_EVENTS = [
+    Column.stat("Events/s", "events_per_s", digits=0, traced=True),
+    Column("Dropped", lambda agg: fmt.count(agg["dropped"]), traced=True),
+]
+COLUMNS = [
+    FILE,
+    Column("Method", lambda agg: style.label(agg["method"]), name=True),
+    Column.field("n", "n"),
+    REQUESTS,
+    LOSS,
+    *LATENCY,
+    Column.estimate("+p99 µs", "latency_increase_us", "p99", key="value", digits=0, traced=True),
+    CPU,
+    Column.estimate("of it tracer", "tracer_cpu_ns_per_request", digits=2, scale=1e-3, traced=True),
+    ADDED_CPU,
+    *TRACER_EVENTS,
+]
+# The terminal's summary: the table's figures but the finer splits, methods by the names --methods takes.
+SUMMARY = [FILE, Column.field("Method", "method", name=True), Column.field("n", "n"), REQUESTS, LOSS, *LATENCY]
+SUMMARY += [CPU, ADDED_CPU, *TRACER_EVENTS]
+
+
 def method_table(config: dict, aggregates: list[dict]) -> TableBlock:
-    columns = ["File", "Method", "n", "Requests/s", "Loss %", "p50 µs", "p99 µs", "+p99 µs"]
-    columns += ["CPU µs/request", "of it tracer", "+CPU µs/request", "Events/s", "Dropped"]
-    rows = []
-    for agg in aggregates:
-        traced = agg["method"] != "baseline"
-        rows.append(
-            [
-                fmt.size(agg["size"]),
-                style.label(agg["method"]),
-                str(agg["n"]),
-                fmt.with_ci(agg["requests_per_s"], key="mean", digits=0),
-                _loss(agg) if traced else "–",
-                fmt.with_ci(agg["latency_us"]["p50"], key="mean", digits=0),
-                fmt.with_ci(agg["latency_us"]["p99"], key="mean", digits=0),
-                fmt.with_ci(agg["latency_increase_us"]["p99"], digits=0) if traced else "–",
-                fmt.with_ci(agg["cpu_ns_per_request"], key="mean", digits=2, scale=1e-3),
-                fmt.with_ci(agg["tracer_cpu_ns_per_request"], key="mean", digits=2, scale=1e-3) if traced else "–",
-                fmt.with_ci(agg["added_cpu_ns_per_request"], digits=2, scale=1e-3) if traced else "–",
-                fmt.number(agg["events_per_s"]["mean"], 0) if traced else "–",
-                fmt.count(agg["dropped"]) if traced else "–",
-            ]
-        )
+    columns, rows = [c.header for c in COLUMNS], cell_rows(COLUMNS, aggregates)
     return TableBlock(
         "Every method",
         columns,
@@ -165,6 +177,7 @@ def render(suite: dict, environment: dict) -> Section:
     tables = [method_table(config, suite["aggregates"])]
     if cross_check and cross_check.get("status") == "ok":
         tables.append(side_by_side_table(cross_check))
+    tables.append(how_table(HOW))
     return Section(
         suite="nginx",
         title="A real service: nginx under wrk, traced by sslsniff and syscount",

@@ -19,9 +19,19 @@ from tracecost import stats
 from tracecost.errors import TracecostError
 from tracecost.latency import PERCENTILES
 from tracecost.options import CommaList, FiniteFloatRange
-from tracecost.report import fmt, style
+from tracecost.report import style
 from tracecost.report.style import MethodStyle
-from tracecost.suites.base import Group, Metric, Option, Suite, UsageProblem
+from tracecost.suites.base import (
+    Cell,
+    Column,
+    Group,
+    Metric,
+    Option,
+    Suite,
+    UsageProblem,
+    summary_table,
+    terminal_table,
+)
 from tracecost.suites.transport import report
 from tracecost.suites.transport.mechanisms import (
     CONSUMER_POLL_MS,
@@ -56,22 +66,6 @@ DEFAULT_PAYLOAD_BYTES = 64
 RUN_PRODUCERS = [1, 2, 4, 8]
 RUN_DURATION_S = 1.0
 RUN_REPETITIONS = 3
-
-WAKEUP_MAPPING = {
-    "default": {
-        "ringbuf": "flags 0: the kernel wakes the consumer only for the record it reads next (adaptive); uebpf "
-        "only when the ring is a quarter full (its consumer looks every 50 ms otherwise)",
-        "perfbuf": "wakeup_events = 1: every record wakes the consumer (libbpf's perf_buffer__new default)",
-    },
-    "sampled": {
-        "ringbuf": "every N-th record of a CPU: BPF_RB_FORCE_WAKEUP, the others BPF_RB_NO_WAKEUP",
-        "perfbuf": "wakeup_events = N: every N-th record of a CPU's buffer wakes the consumer",
-    },
-    "none": {
-        "ringbuf": "BPF_RB_NO_WAKEUP on every record",
-        "perfbuf": "watermark = 1, wakeup_watermark = the per-CPU buffer size (a wakeup only when it is full)",
-    },
-}
 
 
 @dataclass
@@ -187,12 +181,9 @@ class TransportSuite(Suite):
         )
 
     def listing(self) -> Table:
-        table = Table(title="transport methods")
-        table.add_column("method")
-        table.add_column("what")
-        for name in METHODS:
-            table.add_row(name, METHOD_MEANING[name])
-        return table
+        return terminal_table(
+            "transport methods", ["method", "what"], [[name, METHOD_MEANING[name]] for name in METHODS]
+        )
 
     def render(self, suite: dict, environment: dict):
         return report.render(suite, environment)
@@ -212,48 +203,12 @@ class TransportSuite(Suite):
     def measure(self, group: Group, method: Baseline | Mechanism, workdir: Path, config: TransportConfig) -> dict:
         return run_once(method, group.key["producers"], config.duration_s, config.settings(), workdir)
 
-    def aggregate(self, runs: list[dict], config: TransportConfig) -> list[dict]:
-        aggregates = []
-        for producers in config.producers:
-            cell = [r for r in runs if r["producers"] == producers]
-            baseline = [r for r in cell if r["method"] == "baseline"]
-            for method in config.methods:
-                aggregates.append(_aggregate(producers, method, [r for r in cell if r["method"] == method], baseline))
-        return aggregates
+    def aggregate_cell(self, cell: Cell, config: TransportConfig) -> dict:
+        return _aggregate(cell)
 
     def summary(self, aggregates: list[dict]) -> Table:
-        table = Table(title="transport: getpgid producers traced through a ring buffer or a perf buffer (mean ±95% CI)")
-        columns = (
-            "producers",
-            "method",
-            "n",
-            "syscalls/s",
-            "received/s",
-            "drop %",
-            "p50 us",
-            "p99 us",
-            "slowdown %",
-            "+CPU ns/call",
-            "consumer CPU %",
-        )
-        for column in columns:
-            table.add_column(column, justify="left" if column == "method" else "right")
-        for agg in aggregates:
-            traced = agg["method"] != "baseline"
-            table.add_row(
-                str(agg["producers"]),
-                agg["method"],
-                str(agg["n"]),
-                _with_ci(agg["calls_per_s"], digits=0),
-                _with_ci(agg["received_per_s"], digits=0) if traced else "-",
-                _with_ci(agg["drop_pct"], digits=2) if traced else "-",
-                _with_ci(agg["latency_ns"]["p50"], scale=1e-3) if traced else "-",
-                _with_ci(agg["latency_ns"]["p99"], scale=1e-3) if traced else "-",
-                _with_ci(agg["slowdown_pct"], key="value") if traced else "-",
-                _with_ci(agg["added_cpu_ns_per_call"], key="value", digits=0) if traced else "-",
-                _with_ci(agg["consumer_cpu_pct"]) if traced else "-",
-            )
-        return table
+        title = "transport: getpgid producers traced through a ring buffer or a perf buffer (mean ±95% CI)"
+        return summary_table(title, SUMMARY, aggregates)
 
     def run_config(self, seed: int) -> TransportConfig:
         return TransportConfig(
@@ -261,7 +216,6 @@ class TransportSuite(Suite):
         )
 
     def config_record(self, config: TransportConfig) -> dict:
-        mode = config.wakeup.split(":")[0]
         return {
             "producers": config.producers,
             "methods": config.methods,
@@ -270,54 +224,53 @@ class TransportSuite(Suite):
             "seed": config.seed,
             "buffer_bytes": config.buffer_bytes,
             "wakeup": config.wakeup,
-            "wakeup_mapping": WAKEUP_MAPPING[mode],
             "payload_bytes": config.payload_bytes,
             "event_header_bytes": EVENT_HEADER_BYTES,
             "syscall": "getpgid",
             "tracepoint": f"syscalls/{TRACEPOINT}",
             "consumer_poll_ms": CONSUMER_POLL_MS,
-            "consumer_cpu": "wait4 rusage (user + system) of the consumer minus the CPU it spent before READY "
-            "(loading, attaching), as a percentage of the producers' window",
-            "slowdown": "traced vs untraced wall time per getpgid call of the producers (sum of their loop "
-            "times over their calls); added CPU: the same with the producers' own CPU time",
-            "latency": "consumer CLOCK_MONOTONIC at receipt minus bpf_ktime_get_ns() at the call; percentiles "
-            "are the upper edge of a log-linear histogram bucket (at most 3.1% above the true value)",
-            "overhead_ci_method": "delta method with Welch-Satterthwaite df (ratios); Welch t (differences)",
         }
 
 
-def _aggregate(producers: int, method: str, runs: list[dict], baseline: list[dict]) -> dict:
-    def column(rows, name):
-        return [r[name] for r in rows]
-
-    traced = method != "baseline"
+def _aggregate(cell: Cell) -> dict:
+    traced = cell.method != "baseline"
     undefined = {"value": None, "ci95_low": None, "ci95_high": None}
-    mine = runs if traced else []  # transport-only figures are undefined for the baseline
+    mine = cell.runs if traced else []  # transport-only figures are undefined for the baseline
+
+    def summarized(*path: str) -> dict:
+        return stats.summarize(cell.values(*path) if traced else [])
+
+    def against_baseline(estimate, name: str) -> dict:
+        return estimate(cell.values(name), cell.values(name, method="baseline")) if traced else undefined
+
     return {
-        "producers": producers,
-        "method": method,
-        "mechanism": method,
-        "n": len(runs),
-        "calls_per_s": stats.summarize(column(runs, "calls_per_s")),
-        "ns_per_call": stats.summarize(column(runs, "ns_per_call")),
-        "cpu_ns_per_call": stats.summarize(column(runs, "cpu_ns_per_call")),
-        "produced_per_s": stats.summarize(column(mine, "produced_per_s")),
-        "received_per_s": stats.summarize(column(mine, "received_per_s")),
-        "drop_pct": stats.summarize(column(mine, "drop_pct")),
-        "latency_ns": {name: stats.summarize([r["latency_ns"][name] for r in mine]) for name in LATENCY_STATS},
-        "consumer_cpu_pct": stats.summarize(column(mine, "consumer_cpu_pct")),
-        "wakeups_per_s": stats.summarize([r["consumer"]["wakeups_per_s"] for r in mine]),
-        "events": {key: sum(column(runs, key)) for key in ("produced", "received", "dropped")},
+        **cell.group.key,
+        "method": cell.method,
+        "mechanism": cell.method,
+        "n": len(cell.runs),
+        **{name: stats.summarize(cell.values(name)) for name in ("calls_per_s", "ns_per_call", "cpu_ns_per_call")},
+        **{name: summarized(name) for name in ("produced_per_s", "received_per_s", "drop_pct")},
+        "latency_ns": {name: summarized("latency_ns", name) for name in LATENCY_STATS},
+        "consumer_cpu_pct": summarized("consumer_cpu_pct"),
+        "wakeups_per_s": summarized("consumer", "wakeups_per_s"),
+        "events": {key: sum(cell.values(key)) for key in ("produced", "received", "dropped")},
         "buffer_bytes": sorted({r["buffer_bytes"] for r in mine}),
         # The price the traced producers pay: wall time per call (slowdown) and CPU time per call.
-        "slowdown_pct": stats.overhead_percent(column(runs, "ns_per_call"), column(baseline, "ns_per_call"))
-        if traced
-        else undefined,
-        "added_cpu_ns_per_call": stats.difference(column(runs, "cpu_ns_per_call"), column(baseline, "cpu_ns_per_call"))
-        if traced
-        else undefined,
+        "slowdown_pct": against_baseline(stats.overhead_percent, "ns_per_call"),
+        "added_cpu_ns_per_call": against_baseline(stats.difference, "cpu_ns_per_call"),
     }
 
 
-def _with_ci(estimate: dict, key: str = "mean", digits: int = 1, scale: float = 1.0) -> str:
-    return fmt.with_ci(estimate, key=key, digits=digits, scale=scale, missing="-")
+SUMMARY = (
+    Column.field("producers", "producers"),
+    Column.field("method", "method", name=True),
+    Column.field("n", "n"),
+    Column.estimate("syscalls/s", "calls_per_s", digits=0),
+    Column.estimate("received/s", "received_per_s", digits=0, traced=True),
+    Column.estimate("drop %", "drop_pct", digits=2, traced=True),
+    Column.estimate("p50 us", "latency_ns", "p50", scale=1e-3, traced=True),
+    Column.estimate("p99 us", "latency_ns", "p99", scale=1e-3, traced=True),
+    Column.estimate("slowdown %", "slowdown_pct", key="value", traced=True),
+    Column.estimate("+CPU ns/call", "added_cpu_ns_per_call", key="value", digits=0, traced=True),
+    Column.estimate("consumer CPU %", "consumer_cpu_pct", traced=True),
+)

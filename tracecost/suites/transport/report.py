@@ -6,14 +6,48 @@ from __future__ import annotations
 
 from tracecost import stats
 from tracecost.report import fmt, style
-from tracecost.report.figures import CI_NOTE, from_stats, grouped_bars, lines
+from tracecost.report.figures import (
+    CI_NOTE,
+    Plot,
+    by_cell,
+    grouped_bars,
+    how_table,
+    in_order,
+    lines,
+    percentiles,
+    series,
+)
 from tracecost.report.model import Chart, Section, TableBlock
-from tracecost.suites.base import Metric, counted
+from tracecost.suites.base import Column, Metric, cell_rows, counted
 
 MECHANISMS = ("ringbuf", "perfbuf")
 CHARTED = (*MECHANISMS, "uebpf", "uebpf-perfbuf")  # uebpf's ring buffer and perf buffer
 X_TITLE = "producer processes"
 LATENCY_SHADES = {"p50": 0.55, "p90": 0.3, "p99": 0.0}
+
+WAKEUP_MAPPING = {
+    "default": {
+        "ringbuf": "flags 0: the kernel wakes the consumer only for the record it reads next (adaptive); uebpf "
+        "only when the ring is a quarter full (its consumer looks every 50 ms otherwise)",
+        "perfbuf": "wakeup_events = 1: every record wakes the consumer (libbpf's perf_buffer__new default)",
+    },
+    "sampled": {
+        "ringbuf": "every N-th record of a CPU: BPF_RB_FORCE_WAKEUP, the others BPF_RB_NO_WAKEUP",
+        "perfbuf": "wakeup_events = N: every N-th record of a CPU's buffer wakes the consumer",
+    },
+    "none": {
+        "ringbuf": "BPF_RB_NO_WAKEUP on every record",
+        "perfbuf": "watermark = 1, wakeup_watermark = the per-CPU buffer size (a wakeup only when it is full)",
+    },
+}
+HOW = {
+    "Consumer CPU": "wait4 rusage (user + system) of the consumer minus the CPU it spent before READY (loading, "
+    "attaching), as a percentage of the producers' window",
+    "Slowdown": "traced vs untraced wall time per getpgid call of the producers (sum of their loop times over "
+    "their calls); added CPU: the same with the producers' own CPU time",
+    "Latency": "consumer CLOCK_MONOTONIC at receipt minus bpf_ktime_get_ns() at the call; percentiles are the "
+    "upper edge of a log-linear histogram bucket (at most 3.1% above the true value)",
+}
 
 
 RECEIVED = Metric("Received events/s", ("received_per_s",), 0, "higher")
@@ -89,35 +123,35 @@ def comparison_table(runs: list[dict], producer_counts: list[int]) -> TableBlock
     )
 
 
-def _by_key(aggregates: list[dict]) -> dict[tuple[int, str], dict]:
-    return {(agg["producers"], agg["method"]): agg for agg in aggregates}
-
-
-def _points(table, producer_counts, method, *path) -> list[dict]:
-    points = []
-    for producers in producer_counts:
-        point = table.get((producers, method), {})
-        for key in path:
-            point = point.get(key, {})
-        points.append(point)
-    return points
-
-
 def _charted(table: dict) -> list[str]:
     """The traced methods with measured runs (older results have no uebpf)."""
     return [m for m in CHARTED if any(agg["n"] for (_, method), agg in table.items() if method == m)]
 
 
-def _charts(table: dict, producer_counts: list[int]) -> list[Chart]:
-    x = [str(n) for n in producer_counts]
+DROPS = Plot(
+    "Drop % vs producers",
+    "Dropped records (%)",
+    ("drop_pct",),
+    "dropped (%)",
+    "Counted, not estimated: ring buffer reserve failures counted by the BPF program; perf buffer "
+    f"PERF_RECORD_LOST reports (libbpf's lost callback), equal to the program's failed outputs. {CI_NOTE}",
+)
+SLOWDOWN = Plot(
+    "Producer slowdown",
+    "Producer slowdown vs untraced (%)",
+    ("slowdown_pct",),
+    "wall time per call (% over untraced)",
+    "What the traced application pays: (traced ÷ untraced wall time per getpgid call − 1) × 100, the "
+    f"same producers with no program attached as the reference. {CI_NOTE} (delta method)",
+    key="value",
+)
+
+
+def _charts(table: dict, counts: list[int]) -> list[Chart]:
+    x = [str(n) for n in counts]
     charted = _charted(table)
-    throughput = [from_stats("baseline", _points(table, producer_counts, "baseline", "calls_per_s"))]
-    throughput += [from_stats(m, _points(table, producer_counts, m, "received_per_s")) for m in charted]
-    latency = [
-        from_stats(m, _points(table, producer_counts, m, "latency_ns", name), scale=1e-3, variant=name, shade=shade)
-        for m in charted
-        for name, shade in LATENCY_SHADES.items()
-    ]
+    throughput = series(table, counts, ["baseline"], "calls_per_s") + series(table, counts, charted, "received_per_s")
+    latency = percentiles(table, counts, charted, "latency_ns", LATENCY_SHADES, scale=1e-3)
     return [
         Chart(
             "Throughput vs producers",
@@ -125,18 +159,7 @@ def _charts(table: dict, producer_counts: list[int]) -> list[Chart]:
             "Records the consumer received per second, all producers together; Baseline is the getpgid calls "
             f"per second the same producers make untraced (the load offered). {CI_NOTE}",
         ),
-        Chart(
-            "Drop % vs producers",
-            lines(
-                "Dropped records (%)",
-                x,
-                [from_stats(m, _points(table, producer_counts, m, "drop_pct")) for m in charted],
-                x_title=X_TITLE,
-                y_title="dropped (%)",
-            ),
-            "Counted, not estimated: ring buffer reserve failures counted by the BPF program; perf buffer "
-            f"PERF_RECORD_LOST reports (libbpf's lost callback), equal to the program's failed outputs. {CI_NOTE}",
-        ),
+        DROPS.chart(table, counts, x, charted, X_TITLE),
         Chart(
             "Latency percentiles",
             grouped_bars(
@@ -150,18 +173,7 @@ def _charts(table: dict, producer_counts: list[int]) -> list[Chart]:
             "Consumer CLOCK_MONOTONIC at receipt minus bpf_ktime_get_ns() in the program, per record; each bar "
             f"is the mean over runs of that run's percentile. {CI_NOTE}",
         ),
-        Chart(
-            "Producer slowdown",
-            lines(
-                "Producer slowdown vs untraced (%)",
-                x,
-                [from_stats(m, _points(table, producer_counts, m, "slowdown_pct"), key="value") for m in charted],
-                x_title=X_TITLE,
-                y_title="wall time per call (% over untraced)",
-            ),
-            "What the traced application pays: (traced ÷ untraced wall time per getpgid call − 1) × 100, the "
-            f"same producers with no program attached as the reference. {CI_NOTE} (delta method)",
-        ),
+        SLOWDOWN.chart(table, counts, x, charted, X_TITLE),
     ]
 
 
@@ -229,67 +241,39 @@ def findings(config: dict, table: dict, runs: list[dict], failures: list[dict]) 
     return out
 
 
-def _us(ns: float | None) -> float | None:
-    return None if ns is None else ns / 1e3
-
-
-def _cell_row(agg: dict) -> list[str]:
-    traced = agg["method"] != "baseline"
-
-    def only_traced(text: str) -> str:
-        return text if traced else "–"
-
-    latency = [
-        only_traced(fmt.number(_us(agg["latency_ns"][name]["mean"]))) for name in ("p50", "p90", "p99", "max", "mean")
-    ]
-    return [
-        str(agg["producers"]),
-        style.label(agg["method"]),
-        str(agg["n"]),
-        fmt.with_ci(agg["calls_per_s"], key="mean", digits=0),
-        only_traced(fmt.number(agg["received_per_s"]["mean"], 0)),
-        only_traced(f"{agg['events']['dropped']:,}"),
-        only_traced(fmt.with_ci(agg["drop_pct"], key="mean", digits=2)),
-        *latency,
-        only_traced(fmt.with_ci(agg["slowdown_pct"])),
-        only_traced(fmt.with_ci(agg["added_cpu_ns_per_call"], digits=0)),
-        only_traced(fmt.with_ci(agg["consumer_cpu_pct"], key="mean")),
-        only_traced(fmt.number(agg["wakeups_per_s"]["mean"], 0)),
-        only_traced(", ".join(f"{size:,}" for size in agg["buffer_bytes"])),
-    ]
+COLUMNS = [
+    Column.field("Producers", "producers"),
+    Column("Method", lambda agg: style.label(agg["method"]), name=True),
+    Column.field("n", "n"),
+    Column.estimate("Producer syscalls/s", "calls_per_s", digits=0),
+    Column.stat("Received/s", "received_per_s", digits=0, traced=True),
+    Column("Dropped", lambda agg: f"{agg['events']['dropped']:,}", traced=True),
+    Column.estimate("Drop %", "drop_pct", digits=2, traced=True),
+    *(
+        Column.stat(f"{label} (us)", "latency_ns", name, scale=1e-3, traced=True)
+        for name, label in (("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("max", "Max"), ("mean", "Mean"))
+    ),
+    Column.estimate("Slowdown %", "slowdown_pct", key="value", traced=True),
+    Column.estimate("+CPU ns/call", "added_cpu_ns_per_call", key="value", digits=0, traced=True),
+    Column.estimate("Consumer CPU %", "consumer_cpu_pct", traced=True),
+    Column.stat("Wakeups/s", "wakeups_per_s", digits=0, traced=True),
+    Column("Buffer bytes", lambda agg: ", ".join(f"{size:,}" for size in agg["buffer_bytes"]), traced=True),
+]
 
 
 def render(suite: dict, environment: dict) -> Section:
     config, aggregates = suite["config"], suite["aggregates"]
-    table, runs, counts = _by_key(aggregates), counted(suite["runs"]), config["producers"]
-    columns = [
-        "Producers",
-        "Method",
-        "n",
-        "Producer syscalls/s",
-        "Received/s",
-        "Dropped",
-        "Drop %",
-        "p50 (us)",
-        "p90 (us)",
-        "p99 (us)",
-        "Max (us)",
-        "Mean (us)",
-        "Slowdown %",
-        "+CPU ns/call",
-        "Consumer CPU %",
-        "Wakeups/s",
-        "Buffer bytes",
-    ]
+    table, runs, counts = by_cell(aggregates, "producers", "method"), counted(suite["runs"]), config["producers"]
     cells = TableBlock(
         "Every producer count and method",
-        columns,
-        [_cell_row(table[(n, m)]) for n in counts for m in config["methods"] if (n, m) in table],
+        [column.header for column in COLUMNS],
+        cell_rows(COLUMNS, in_order(table, counts, config["methods"])),
         f"{config['runs']} measured runs per cell after a discarded warm-up, methods in a seeded random "
         f"order (seed {config['seed']}). ± is the 95% CI: t-distribution for means; "
-        f"{config['overhead_ci_method']}. Latencies: mean over runs of each run's figure.",
+        f"{stats.COMPARISON_CIS}. Latencies: mean over runs of each run's figure.",
     )
-    mapping = config["wakeup_mapping"]
+    unknown = {"ringbuf": "not recorded", "perfbuf": "not recorded"}  # a mode of another version
+    mapping = WAKEUP_MAPPING.get(str(config["wakeup"]).split(":")[0], unknown)
     intro = (
         f"Each producer process calls getpgid in a tight loop for {config['duration_s']:g} s; a BPF program on "
         f"{config['tracepoint']} sends one {config['payload_bytes']}-byte record per call of the producers "
@@ -311,5 +295,9 @@ def render(suite: dict, environment: dict) -> Section:
         intro=intro,
         findings=findings(config, table, runs, suite["failures"]),
         charts=_charts(table, counts),
-        tables=[*([comparison_table(runs, counts)] if set(MECHANISMS) <= set(config["methods"]) else []), cells],
+        tables=[
+            *([comparison_table(runs, counts)] if set(MECHANISMS) <= set(config["methods"]) else []),
+            cells,
+            how_table(HOW),
+        ],
     )

@@ -22,7 +22,8 @@ from tracecost.options import CommaList
 from tracecost.procs import run_command
 from tracecost.report import fmt, style
 from tracecost.report.style import MethodStyle
-from tracecost.suites.base import Group, Metric, Option, Suite, UsageProblem
+from tracecost.suites import base
+from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite, UsageProblem
 from tracecost.suites.vm import report
 
 REFERENCE_ENGINE = "kernel-jit"
@@ -118,13 +119,8 @@ class VmSuite(Suite):
         return VmConfig(programs=programs, engines=methods, runs=runs, iterations=iterations, seed=seed)
 
     def listing(self) -> Table:
-        table = Table(title="vm programs and engines")
-        for column in ("kind", "name", "description"):
-            table.add_column(column)
-        for kind in ("programs", "engines"):
-            for name, description in catalogue()[kind].items():
-                table.add_row(kind[:-1], name, description)
-        return table
+        rows = [[kind[:-1], name, text] for kind in ("programs", "engines") for name, text in catalogue()[kind].items()]
+        return base.terminal_table("vm programs and engines", ["kind", "name", "description"], rows)
 
     def render(self, suite: dict, environment: dict):
         return report.render(suite, environment)
@@ -163,58 +159,36 @@ class VmSuite(Suite):
         (ns,) = sample["ns_per_run"]
         return {"supported": True, "ns_per_run": ns, "iterations": config.iterations}
 
-    def aggregate(self, runs: list[dict], config: VmConfig) -> list[dict]:
-        aggregates = []
-        for group in self.groups(config):
-            program = group.key["program"]
-            mine = [r for r in runs if r["program"] == program]
-            reference = [r["ns_per_run"] for r in mine if r["method"] == REFERENCE_ENGINE and r["supported"]]
-            for engine in self.methods(config):
-                cell = [r for r in mine if r["method"] == engine.name]
-                timed = [r["ns_per_run"] for r in cell if r["supported"]]
-                reasons = sorted({r["reason"] for r in cell if not r["supported"]})
-                aggregates.append(
-                    {
-                        "program": program,
-                        "engine": engine.name,
-                        "n": len(timed),
-                        "supported": not reasons,
-                        "reason": "; ".join(reasons) or None,
-                        "ns_per_run": stats.summarize(timed),
-                        "relative_to_kernel_jit": stats.ratio_of_means(timed, reference),
-                    }
-                )
-        return aggregates
+    def aggregate_cell(self, cell: Cell, config: VmConfig) -> dict:
+        def timed(method: str) -> list[float]:
+            return [r["ns_per_run"] for r in cell.of(method) if r["supported"]]
+
+        reasons = sorted({r["reason"] for r in cell.runs if not r["supported"]})
+        return {
+            "program": cell.group.key["program"],
+            "engine": cell.method,
+            "n": len(timed(cell.method)),
+            "supported": not reasons,
+            "reason": "; ".join(reasons) or None,
+            "ns_per_run": stats.summarize(timed(cell.method)),
+            "relative_to_kernel_jit": stats.ratio_of_means(timed(cell.method), timed(REFERENCE_ENGINE)),
+        }
 
     def summary(self, aggregates: list[dict]) -> Table:
-        table = Table(
-            title="vm: ns per program run (95% CI) and time relative to the kernel JIT", caption_justify="left"
-        )
-        for column in ("program", "engine", "n", "ns/run", "× kernel JIT"):
-            table.add_column(column, justify="left" if column in ("program", "engine") else "right")
+        # The reasons under the table, once per engine and reason, rather than in a cell that
+        # would widen the figures' column to a sentence.
         unsupported: dict[tuple[str, str], list[str]] = {}
         for agg in aggregates:
             if not agg["supported"]:
-                table.add_row(agg["program"], agg["engine"], "0", "n/a", "-")
                 unsupported.setdefault((agg["engine"], agg["reason"]), []).append(agg["program"])
-                continue
-            ns, rel = agg["ns_per_run"], agg["relative_to_kernel_jit"]
-            table.add_row(
-                agg["program"],
-                agg["engine"],
-                str(agg["n"]),
-                fmt.with_ci(ns, key="mean", missing="-"),
-                "-" if rel["value"] is None else f"{rel['value']:.2f}",
-            )
-        # The reasons under the table, once per engine and reason, rather than in a cell that
-        # would widen the figures' column to a sentence.
-        table.caption = (
-            "\n".join(
-                f"n/a: {engine} cannot run {', '.join(programs)}: {reason}"
-                for (engine, reason), programs in unsupported.items()
-            )
-            or None
+        caption = "\n".join(
+            f"n/a: {engine} cannot run {', '.join(programs)}: {reason}"
+            for (engine, reason), programs in unsupported.items()
         )
+        table = base.summary_table(
+            "vm: ns per program run (95% CI) and time relative to the kernel JIT", SUMMARY, aggregates, baseline=None
+        )
+        table.caption = caption or None
         return table
 
     def run_config(self, seed: int) -> VmConfig:
@@ -230,5 +204,18 @@ class VmSuite(Suite):
             "iterations": config.iterations,
             "seed": config.seed,
             "reference_engine": REFERENCE_ENGINE,
-            "ratio_ci_method": "delta method with Welch-Satterthwaite df",
         }
+
+
+def _supported(text):
+    """A figure's text, "n/a" where the engine cannot run the program (the summary's caption says why)."""
+    return lambda agg: text(agg) if agg["supported"] else "n/a"
+
+
+SUMMARY = (
+    Column.field("program", "program", name=True),
+    Column.field("engine", "engine", name=True),
+    Column.field("n", "n"),
+    Column("ns/run", _supported(lambda agg: fmt.with_ci(agg["ns_per_run"], key="mean"))),
+    Column("× kernel JIT", _supported(lambda agg: fmt.number(agg["relative_to_kernel_jit"]["value"], 2))),
+)

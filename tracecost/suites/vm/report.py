@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 
-from tracecost.report import fmt, style
-from tracecost.report.figures import CI_NOTE, Series, grouped_bars
-from tracecost.report.model import Chart, Section, TableBlock
+from tracecost.report import style
+from tracecost.report.figures import CI_NOTE, Plot, by_cell, in_order
+from tracecost.report.model import Section, TableBlock
+from tracecost.suites.base import Column, cell_rows, spread
 
 # Targets the uebpf issue set (for the benchmark, not for tests).
 EMPTY_CALL_TARGET_NS = 5.0
@@ -16,6 +17,15 @@ EMBEDDED_ENGINES = ("uebpf-jit", "uebpf-c-jit-fn", "uebpf-c-api-jit")
 
 def _cell(table, program, engine) -> dict:
     return table.get((program, engine), {})
+
+
+COLUMNS = [
+    Column.field("Program", "program"),
+    Column("Engine", lambda agg: style.label(agg["engine"])),
+    Column.field("n", "n"),
+    *spread("ns_per_run", {"mean": "Mean ns/run", "ci": "±95% CI", "median": "Median", "min": "Min", "max": "Max"}),
+    Column.estimate("× kernel JIT", "relative_to_kernel_jit", key="value", digits=2),
+]
 
 
 def findings(config: dict, table: dict) -> list[str]:
@@ -60,73 +70,37 @@ def findings(config: dict, table: dict) -> list[str]:
 
 def render(suite: dict, environment: dict) -> Section:
     config = suite["config"]
-    table = {(a["program"], a["engine"]): a for a in suite["aggregates"]}
+    table = by_cell(suite["aggregates"], "program", "engine")
     programs, engines = config["programs"], config["engines"]
 
-    def series(metric: str, key_mean: str, key_low: str, key_high: str) -> list[Series]:
-        out = []
-        for engine in engines:
-            cells = [_cell(table, p, engine).get(metric, {}) for p in programs]
-            out.append(
-                Series(
-                    engine,
-                    [c.get(key_mean) for c in cells],
-                    [c.get(key_low) for c in cells],
-                    [c.get(key_high) for c in cells],
-                )
-            )
-        return out
-
-    charts = [
-        Chart(
+    plots = [
+        Plot(
             "Time per program run",
-            grouped_bars(
-                "ns per program run",
-                programs,
-                series("ns_per_run", "mean", "ci95_low", "ci95_high"),
-                x_title="program",
-                y_title="ns per run (log)",
-                log_y=True,
-            ),
+            "ns per program run",
+            ("ns_per_run",),
+            "ns per run (log)",
             f"Mean of {config['runs']} measurements of {config['iterations']:,} runs each. {CI_NOTE}",
+            bars=True,
+            log_y=True,
         ),
-        Chart(
+        Plot(
             "Relative to the kernel JIT",
-            grouped_bars(
-                "time ÷ kernel JIT time",
-                programs,
-                series("relative_to_kernel_jit", "value", "ci95_low", "ci95_high"),
-                x_title="program",
-                y_title="× kernel JIT (log)",
-                log_y=True,
-            ),
+            "time ÷ kernel JIT time",
+            ("relative_to_kernel_jit",),
+            "× kernel JIT (log)",
             f"1 = as fast as the kernel JIT; below 1 is faster. {CI_NOTE} (delta method)",
+            key="value",
+            bars=True,
+            log_y=True,
         ),
     ]
-    columns = ["Program", "Engine", "n", "Mean ns/run", "±95% CI", "Median", "Min", "Max", "× kernel JIT"]
-    rows = []
-    for program in programs:
-        for engine in engines:
-            agg = _cell(table, program, engine)
-            if not agg:
-                continue
-            if not agg["supported"]:
-                rows.append([program, style.label(engine), "0", f"not supported: {agg['reason']}", "", "", "", "", ""])
-                continue
-            ns = agg["ns_per_run"]
-            rows.append(
-                [
-                    program,
-                    style.label(engine),
-                    str(agg["n"]),
-                    fmt.number(ns["mean"]),
-                    fmt.ci_half(ns),
-                    fmt.number(ns["median"]),
-                    fmt.number(ns["min"]),
-                    fmt.number(ns["max"]),
-                    fmt.with_ci(agg["relative_to_kernel_jit"], digits=2),
-                ]
-            )
+    charts = [plot.chart(table, programs, programs, engines, "program") for plot in plots]
+    rows = [
+        cell_rows(COLUMNS, [agg])[0]
+        if agg["supported"]
+        else [agg["program"], style.label(agg["engine"]), "0", f"not supported: {agg['reason']}", *[""] * 5]
+        for agg in in_order(table, programs, engines)
+    ]
     described = [["program", name, text] for name, text in config["program_descriptions"].items() if name in programs]
     described += [
         ["engine", style.label(name), text] for name, text in config["engine_descriptions"].items() if name in engines
@@ -141,7 +115,7 @@ def render(suite: dict, environment: dict) -> Section:
         tables=[
             TableBlock(
                 "Every program and engine",
-                columns,
+                [column.header for column in COLUMNS],
                 rows,
                 f"{config['runs']} measured runs per cell after a discarded warm-up, engines in a seeded "
                 f"random order (seed {config['seed']}); ± is the 95% CI (t-distribution).",

@@ -55,7 +55,6 @@ def sample(rng: random.Random) -> dict:
         "iterations": 100,
         "seed": 1,
         "reference_engine": "kernel-jit",
-        "ratio_ci_method": "delta method",
     }
     return {
         "config": config,
