@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import random
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -293,6 +294,44 @@ def test_markdown_export_is_a_table_per_suite(tracecost, tmp_path):
     for section, part in zip(sections, doc["suites"].values()):
         table = [line for line in section.splitlines() if line.startswith("|")]
         assert len(table) == 2 + len(part["aggregates"])
+
+
+def markdown_tables(text: str) -> dict[str, list[list[str]]]:
+    """Each suite's table in `to_markdown`'s text, by suite name: its header, then its rows (cells)."""
+    tables = {}
+    for section in text.split("## ")[1:]:
+        lines = [line for line in section.splitlines() if line.startswith("|")]
+        rows = [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines]
+        tables[section.split(":")[0]] = [rows[0], *rows[2:]]
+    return tables
+
+
+def test_markdown_export_is_rounded_means_with_cis_not_raw_columns():
+    doc = document()
+    text = export.to_markdown(doc)
+    tables = markdown_tables(text)
+    assert list(tables) == list(SUITES) and "ci95_low" not in text and ".mean" not in text
+    for name, (header, *rows) in tables.items():
+        suite = SUITES[name]
+        assert header == [*suite.cell_key, *(metric.label for metric in suite.comparable), "n"]
+        for row in rows:
+            for metric, cell in zip(suite.comparable, row[len(suite.cell_key) : -1]):
+                # "1,234.5 ±6.7" at the metric's digits, or "–" where the cell has no value of it.
+                decimals = rf"\.\d{{{metric.digits}}}" if metric.digits else ""
+                assert re.fullmatch(rf"–|-?[\d,]+{decimals}( ±[\d,]+{decimals})?", cell), (name, metric.label, cell)
+        if suite.default_runs > 1:  # compat runs each cell once: no CI
+            assert any("±" in cell for row in rows for cell in row), name
+
+
+def test_markdown_export_shows_the_aggregates_means_and_cis():
+    doc = document("duration")  # its aggregates made by the suite from its runs, warm-ups left out
+    _, *rows = markdown_tables(export.to_markdown(doc))["duration"]
+    aggregates = {(agg["scenario"], agg["method"]): agg for agg in doc["suites"]["duration"]["aggregates"]}
+    assert len(rows) == len(aggregates) == DURATION_CELLS
+    for scenario, method, ns_per_call, n in rows:
+        aggregate = aggregates[(int(scenario), method)]
+        assert ns_per_call == fmt.with_ci(aggregate["ns_per_call"], key="mean", digits=1) and "±" in ns_per_call
+        assert int(n) == aggregate["n"]
 
 
 def test_export_to_stdout(tracecost, tmp_path):

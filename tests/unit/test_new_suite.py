@@ -5,7 +5,7 @@ The test follows the README's list in a copy of the package: it writes a throwaw
 and changes nothing else. Then, in a fresh interpreter on that copy, the command line has a
 `throwaway` command with the shared options, `tracecost run` would run it, the results schema
 takes its part, the unit tests' samples include it, and a real run of it (untimed Python loops, no
-root, no build) writes a results.json that the report renders with its section."""
+root, no build) writes a results.json that the report renders with its section and overview row."""
 
 from __future__ import annotations
 
@@ -94,11 +94,15 @@ class ThrowawaySuite(Suite):
 '''
 
 REPORT = """
-from tracecost.report.model import Section
+from tracecost.report.model import Headline, Section
 
 
 def render(suite, environment):
     return Section(suite="throwaway", title="Throwaway", intro="A Python loop, once and twice over.")
+
+
+def headline(suite):
+    return Headline("How long a Python loop takes")
 """
 
 SAMPLE = """
@@ -181,7 +185,8 @@ def test_a_new_suite_needs_one_folder_and_one_line(tmp_path):
     assert ran.returncode == 0, ran.stderr
     written = json.loads((out / "results.json").read_text())["suites"]["throwaway"]
     assert {run["method"] for run in written["runs"]} == {"baseline", "twice"}
-    assert "Throwaway" in (out / "report.html").read_text()
+    report = (out / "report.html").read_text()
+    assert "Throwaway" in report and "How long a Python loop takes" in report  # its section and overview row
 
     checked = in_the_copy(tree, "-c", CHECKS)
     assert checked.returncode == 0 and checked.stdout.strip() == "ok", checked.stderr

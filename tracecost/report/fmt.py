@@ -1,7 +1,10 @@
 """Number formatting for report tables, findings and the terminal summaries: one "value ±CI" helper;
-and Markdown tables (compare and export)."""
+the overview's answers and the verdicts their CIs allow (each suite's report.py `headline`); and
+Markdown tables (compare and export)."""
 
 from __future__ import annotations
+
+from tracecost.report.model import NOT_MEASURED
 
 
 def number(value, digits: int = 1) -> str:
@@ -26,6 +29,54 @@ def with_ci(estimate: dict, key: str = "value", digits: int = 1, scale: float = 
     half = ci_half(estimate, digits, scale)
     text = number(value * scale, digits)
     return text if half == "–" else f"{text} {half}"
+
+
+def central(estimate) -> float | None:
+    """An estimate's value or a summary's mean; None where undefined or not an estimate at all."""
+    if not isinstance(estimate, dict):
+        return None
+    return estimate.get("value") if "value" in estimate else estimate.get("mean")
+
+
+def answers(named: dict[str, dict], digits: int = 1, scale: float = 1.0, unit: str = "") -> str:
+    """ "Kernel eBPF 1,234 ±20; uebpf 30 ±2 ns" (unit " ns"): each defined estimate or summary by its
+    name, with the half-width of its 95% CI; NOT_MEASURED where none is defined."""
+    parts = [
+        f"{name} {with_ci(estimate, key='value' if 'value' in estimate else 'mean', digits=digits, scale=scale)}"
+        for name, estimate in named.items()
+        if central(estimate) is not None
+    ]
+    return "; ".join(parts) + unit if parts else NOT_MEASURED
+
+
+def times(factor: float) -> str:
+    return f"{factor:,.0f}×" if factor >= 10 else f"{factor:.1f}×"
+
+
+def verdict(named: dict[str, dict], better: str, word: str) -> str:
+    """What the 95% CIs of named estimates or summaries allow one to say, `better` being "lower" or
+    "higher": "uebpf 40× cheaper than Kernel eBPF" (word "cheaper") where the best one's CI is clear
+    of every other's; "no significant difference" (of two; of more, "none significantly cheaper")
+    where it overlaps one; "only uebpf measured" with one defined, NOT_MEASURED with none. Separate
+    CIs that do not overlap: a stricter test than the CI of the difference, which a results file does
+    not always hold."""
+    measured = {name: estimate for name, estimate in named.items() if central(estimate) is not None}
+    if len(measured) < 2:
+        return f"only {next(iter(measured))} measured" if measured else NOT_MEASURED
+    if any(estimate.get("ci95_low") is None or estimate.get("ci95_high") is None for estimate in measured.values()):
+        return "no verdict: too few runs for a CI"
+    lower = better == "lower"
+    ranked = sorted(measured.items(), key=lambda item: central(item[1]), reverse=not lower)
+    (best, first), (runner_up, second) = ranked[:2]
+    if not all(
+        first["ci95_high"] < other["ci95_low"] if lower else first["ci95_low"] > other["ci95_high"]
+        for _, other in ranked[1:]
+    ):
+        return "no significant difference" if len(ranked) == 2 else f"none significantly {word}"
+    small, large = sorted((central(first), central(second)))
+    # A factor of a figure at or below 0 (a cost within the noise of none) would mean nothing.
+    factor = f"{times(large / small)} " if small > 0 else ""
+    return f"{best} {factor}{word} than {runner_up}"
 
 
 def count(value) -> str:

@@ -15,6 +15,9 @@ from tracecost.suites import SUITES
 from tracecost.version import VERSION
 
 REPORT_NAME = "report.html"
+# What a section shows before its folds: its main chart and this many findings, so that a reader
+# scrolling the page sees each suite's gist; the rest waits behind a "details" fold.
+FINDINGS_SHOWN = 5
 
 
 @cache
@@ -26,7 +29,8 @@ def _template() -> jinja2.Template:
 
 
 def sections_of(doc: dict) -> list[Section]:
-    """The document's suites' sections, in the suite table's order (the order a reader asks in)."""
+    """The document's suites' sections, in the suite table's order (the order a reader asks in), each
+    with its headline (the overview's row)."""
     unknown = [name for name in doc["suites"] if name not in SUITES]
     if unknown:
         raise TracecostError(f"no report section for suite {unknown[0]!r}")
@@ -34,7 +38,8 @@ def sections_of(doc: dict) -> list[Section]:
     for name in sorted(doc["suites"], key=list(SUITES).index):
         suite, entry = doc["suites"][name], SUITES[name]
         try:
-            sections.append(entry.render(suite, doc["environment"]))
+            section = entry.render(suite, doc["environment"])
+            section.headline = entry.headline(suite)
         except Exception as error:
             # The schema leaves parts of a results file open (configs, environment, extra fields), so a
             # file can pass it with a field of a type no suite writes. The renderers handle every empty
@@ -42,6 +47,7 @@ def sections_of(doc: dict) -> list[Section]:
             raise TracecostError(
                 f"cannot draw the report's {name} section from these results ({type(error).__name__}: {error})"
             ) from error
+        sections.append(section)
     return sections
 
 
@@ -82,7 +88,8 @@ def environment_rows(env: dict) -> list[tuple[str, str]]:
 
 
 def render(docs: list[dict]) -> str:
-    """One page: every suite of every document, then the environments they were measured in."""
+    """One page: the overview (each section's headline), every suite of every document, then the
+    environments they were measured in."""
     sections = [section for doc in docs for section in sections_of(doc)]
     first = docs[0]["environment"]
     header = (
@@ -91,6 +98,7 @@ def render(docs: list[dict]) -> str:
     )
     return _template().render(
         sections=sections,
+        findings_shown=FINDINGS_SHOWN,
         header=header,
         version=VERSION,
         plotly_js=_plotly_js(),

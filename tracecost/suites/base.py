@@ -11,7 +11,8 @@ method once per group, in an order shuffled with the seed.
 
 A suite's folder holds all of it: the Suite subclass (its __init__.py: options as data,
 the config, what one run measures, its statistics and terminal summary), its domain code,
-its report section (report.py: `render`) and its part of the results schema (schema.json).
+its report section and its row of the report's overview (report.py: `render`, `headline`) and
+its part of the results schema (schema.json).
 The command `tracecost <suite>` is generated from the entry: the shared options (-r/--runs,
 --methods, --out, --seed, --list, --no-lock) mean the same for every suite.
 """
@@ -34,6 +35,7 @@ from rich.table import Table
 from tracecost.errors import TracecostError
 from tracecost.methods import Method
 from tracecost.report import fmt
+from tracecost.report.model import Headline
 from tracecost.report.style import MethodStyle
 
 
@@ -283,6 +285,11 @@ class Suite(ABC):
     @abstractmethod
     def render(self, suite: dict, environment: dict) -> Any:
         """The report section (tracecost.report.model.Section) of this suite's part of a results file."""
+
+    def headline(self, suite: dict) -> Headline:
+        """The suite's row of the report's overview from its part of a results file: `headline(suite)`
+        in report.py in its folder, beside the section that row opens."""
+        return importlib.import_module(f"{type(self).__module__}.report").headline(suite)
 
     def schema(self) -> dict:
         """This suite's part of the results schema: schema.json in the suite's folder, holding

@@ -3,9 +3,11 @@ it printed on each runtime, and how many tools give the kernel's output on uebpf
 
 from __future__ import annotations
 
+from collections import Counter
+
 from tracecost.report import fmt
 from tracecost.report.figures import by_cell, how_table
-from tracecost.report.model import Section, TableBlock
+from tracecost.report.model import Headline, Section, TableBlock
 from tracecost.suites.compat.corpus import EQUALS, KERNEL, SIDES, UEBPF
 
 NO_RUN = "no run"
@@ -99,4 +101,26 @@ def render(suite: dict, environment: dict) -> Section:
             ),
             how_table(HOW),
         ],
+    )
+
+
+def headline(suite: dict) -> Headline:
+    """The overview's row: how many of the corpus' programs print on uebpf what they print on the
+    kernel, and what the others did."""
+    question = "Programs uebpf runs with the kernel's output"
+    cells = [cell for cell in suite["aggregates"] if cell["method"] == UEBPF]
+    if not cells:
+        return Headline(question)
+    # As verdict() counts them: a program with a failed run on uebpf does not count as the kernel's
+    # output; a cell's other outcomes by their kind ("refused: <reason>" is "refused").
+    failed = {run.get("program") for run in suite["failures"] if run.get("method") == UEBPF}
+    others = Counter(
+        "failed" if cell["program"] in failed else (cell.get("outcome") or NO_RUN).split(":")[0]
+        for cell in cells
+        if cell["program"] in failed or cell.get("outcome") != EQUALS
+    )
+    return Headline(
+        question,
+        verdict(suite["aggregates"], suite["failures"]),
+        ", ".join(f"{n} {kind}" for kind, n in others.items()) or "every one as on the kernel",
     )

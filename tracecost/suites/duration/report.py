@@ -6,7 +6,7 @@ from __future__ import annotations
 from tracecost import stats
 from tracecost.report import figures, fmt, style
 from tracecost.report.figures import CI_NOTE, Plot, by_cell, in_order
-from tracecost.report.model import Section, TableBlock
+from tracecost.report.model import Headline, Section, TableBlock
 from tracecost.suites.base import Column, cell_rows
 from tracecost.suites.duration.tracers.ebpf import WAKEUP_MEANING
 
@@ -260,4 +260,27 @@ def render(suite: dict, environment: dict) -> Section:
         findings=findings(config, table, tracers, suite["failures"]),
         charts=charts,
         tables=[TableBlock("Every scenario and method", [c.header for c in columns], rows, note)],
+    )
+
+
+QUESTION = "What each tracer adds to a call of the shortest function"
+
+
+def headline(suite: dict) -> Headline:
+    """The overview's row: the ns each tracer adds to a call of the shortest function measured, where
+    a tracer's own cost is all there is to see (longer functions only dilute it)."""
+    config = suite["config"]
+    scenarios = sorted(config["scenarios"], key=lambda s: s["work_us"])
+    if not scenarios:
+        return Headline(QUESTION)
+    shortest, table = scenarios[0], by_cell(suite["aggregates"], "scenario", "method")
+    added = {
+        style.label(method): table.get((shortest["index"], method), {}).get("overhead_ns_per_call") or {}
+        for method in config["methods"]
+        if method != "baseline"
+    }
+    return Headline(
+        f"{QUESTION} ({shortest['name']})",
+        fmt.answers(added, digits=0, unit=" ns"),
+        fmt.verdict(added, "lower", "cheaper"),
     )

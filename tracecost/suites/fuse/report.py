@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tracecost.report import fmt, style
 from tracecost.report.figures import CI_NOTE, by_cell, grouped_bars, how_table, series
-from tracecost.report.model import Chart, Section, TableBlock
+from tracecost.report.model import Chart, Headline, Section, TableBlock
 from tracecost.suites.fuse.filesystem import CACHED, FILES_PER_DIR, FUSE, NATIVE, STAT_WORKLOADS, TARGET, WALKED
 
 # The issue's targets on the stat workload (for the benchmark, not for tests).
@@ -205,3 +205,17 @@ def render(suite: dict, environment: dict) -> Section:
             how_table(HOW),
         ],
     )
+
+
+def headline(suite: dict) -> Headline:
+    """The overview's row: how much faster the cache makes FUSE on a workload it answers (stat first:
+    the workload of the suite's targets)."""
+    table = by_cell(suite["aggregates"], "workload", "method")
+    workload = next((w for w in (TARGET_WORKLOAD, *STAT_WORKLOADS) if (w, CACHED) in table), TARGET_WORKLOAD)
+    speedup = (table.get((workload, CACHED)) or {}).get("speedup_vs_fuse") or {}
+    question = f"How much faster the uebpf cache makes FUSE ({workload})"
+    if fmt.central(speedup) is None:
+        return Headline(question)
+    # The speedup is a ratio to FUSE's time, which is exactly 1 of itself: the verdict is the ratio's CI against 1.
+    against_fuse = {style.label(CACHED): speedup, style.label(FUSE): {"value": 1.0, "ci95_low": 1.0, "ci95_high": 1.0}}
+    return Headline(question, f"{fmt.with_ci(speedup)}× FUSE's speed", fmt.verdict(against_fuse, "higher", "faster"))

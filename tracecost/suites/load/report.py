@@ -5,7 +5,8 @@ from __future__ import annotations
 from tracecost import stats
 from tracecost.report import fmt, style
 from tracecost.report.figures import by_cell, how_table
-from tracecost.report.model import Section, TableBlock
+from tracecost.report.model import Headline, Section, TableBlock
+from tracecost.suites.base import field_at
 from tracecost.suites.load.loading import MAX_PROBES, SYMBOL_PREFIX
 
 PHASE_COLUMNS = {
@@ -134,4 +135,25 @@ def render(suite: dict, environment: dict) -> Section:
             ),
             how_table(HOW),
         ],
+    )
+
+
+def headline(suite: dict) -> Headline:
+    """The overview's row: how long after its attach a tool sees its first event, on the kernel and on
+    uebpf (whose agent must first notice the attach), for the first object and probe count measured."""
+    config = suite["config"]
+    question = "Time from the attach to the first event, kernel vs uebpf"
+    if not config["objects"] or not config["probes"]:
+        return Headline(question)
+    name, probes = config["objects"][0], config["probes"][0]
+    table = by_cell(suite["aggregates"], "object", "probes", "method")
+    first = {
+        style.label(runtime): field_at(table.get((name, probes, runtime)), ("phases", "first_event_ns", "summary"))
+        or {}
+        for runtime in ("kernel", "uebpf")
+    }
+    return Headline(
+        f"{question} ({name}, {probes} probe{'s' if probes != 1 else ''}; mean)",
+        fmt.answers(first, digits=3, scale=1e-6, unit=" ms"),
+        fmt.verdict(first, "lower", "faster"),
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tracecost.report import fmt, style
 from tracecost.report.figures import CI_NOTE, Plot, by_cell, in_order
-from tracecost.report.model import Section, TableBlock
+from tracecost.report.model import Headline, Section, TableBlock
 from tracecost.suites.base import Column, cell_rows, spread
 from tracecost.suites.micro.bench import BATCH_CALLS, FAST_PERCENTILE
 
@@ -405,4 +405,17 @@ def render(suite: dict, environment: dict) -> Section:
             *([sites] if sites else []),
             TableBlock("Every operation and runtime", [c.header for c in detail_columns], detail_rows, note),
         ],
+    )
+
+
+def headline(suite: dict) -> Headline:
+    """The overview's row: what one uprobe hit costs on the kernel and on uebpf."""
+    table = by_cell(suite["aggregates"], "op", "runtime")
+    costs = {
+        style.label(runtime): _drawable(_cell(table, "uprobe", runtime), "per_op_ns") for runtime in (KERNEL, "uebpf")
+    }
+    return Headline(
+        "What one uprobe hit costs, kernel vs uebpf",
+        fmt.answers(costs, digits=0, unit=" ns"),
+        fmt.verdict(costs, "lower", "cheaper"),
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tracecost.report import fmt, style
 from tracecost.report.figures import CI_NOTE, by_cell, grouped_bars, how_table, percentiles, series
-from tracecost.report.model import Chart, Section, TableBlock
+from tracecost.report.model import Chart, Headline, Section, TableBlock
 from tracecost.suites.base import Column, cell_rows
 
 INTRO = (
@@ -185,4 +185,29 @@ def render(suite: dict, environment: dict) -> Section:
         findings=findings(config, suite["aggregates"], cross_check),
         charts=charts(config, suite["aggregates"]),
         tables=tables,
+    )
+
+
+def headline(suite: dict) -> Headline:
+    """The overview's row: the share of nginx's requests/s each tool costs on the kernel and on uebpf,
+    serving the first file size measured."""
+    config = suite["config"]
+    question = "nginx throughput each tool costs, kernel vs uebpf"
+    if not config["sizes"]:
+        return Headline(question)
+    size, cells = config["sizes"][0], by_cell(suite["aggregates"], "size", "method")
+    losses = {
+        tool: {
+            style.label(runtime): (cells.get((size, f"{tool}-{runtime}")) or {}).get("throughput_loss_pct") or {}
+            for runtime in ("kernel", "uebpf")
+        }
+        for tool in ("sslsniff", "syscount")
+    }
+    measured = [tool for tool, loss in losses.items() if any(fmt.central(e) is not None for e in loss.values())]
+    if not measured:
+        return Headline(f"{question} ({fmt.size(size)} file)")
+    return Headline(
+        f"{question} ({fmt.size(size)} file)",
+        "; ".join(f"{tool}: {fmt.answers(losses[tool], unit='%')}" for tool in measured),
+        "; ".join(f"{tool}: {fmt.verdict(losses[tool], 'lower', 'cheaper')}" for tool in measured),
     )

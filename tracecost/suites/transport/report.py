@@ -17,7 +17,7 @@ from tracecost.report.figures import (
     percentiles,
     series,
 )
-from tracecost.report.model import Chart, Section, TableBlock
+from tracecost.report.model import Chart, Headline, Section, TableBlock
 from tracecost.suites.base import Column, Metric, cell_rows, counted
 
 MECHANISMS = ("ringbuf", "perfbuf")
@@ -300,4 +300,17 @@ def render(suite: dict, environment: dict) -> Section:
             cells,
             how_table(HOW),
         ],
+    )
+
+
+def headline(suite: dict) -> Headline:
+    """The overview's row: the events each buffer delivered per second under the heaviest load measured."""
+    if not suite["config"]["producers"]:
+        return Headline("Events/s received with the most producers, ring vs perf buffer")
+    most, table = max(suite["config"]["producers"]), by_cell(suite["aggregates"], "producers", "method")
+    received = {style.label(m): table.get((most, m), {}).get("received_per_s") or {} for m in MECHANISMS}
+    return Headline(
+        f"Events/s received with {most} producers, ring vs perf buffer",
+        fmt.answers(received, digits=0, unit=" events/s"),
+        fmt.verdict(received, "higher", "faster"),
     )

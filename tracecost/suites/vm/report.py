@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-from tracecost.report import style
+from tracecost.report import fmt, style
 from tracecost.report.figures import CI_NOTE, Plot, by_cell, in_order
-from tracecost.report.model import Section, TableBlock
+from tracecost.report.model import Headline, Section, TableBlock
 from tracecost.suites.base import Column, cell_rows, spread
 
 # Targets the uebpf issue set (for the benchmark, not for tests).
@@ -125,3 +125,22 @@ def render(suite: dict, environment: dict) -> Section:
             ),
         ],
     )
+
+
+def headline(suite: dict) -> Headline:
+    """The overview's row: uebpf's JIT against the reference (the kernel JIT) on the program the
+    reference takes longest on, where the engines' code counts the most and the call around it least."""
+    config = suite["config"]
+    table = by_cell(suite["aggregates"], "program", "engine")
+    engines = (config["reference_engine"], "uebpf-jit")
+
+    def ns(program: str, engine: str) -> dict:
+        return _cell(table, program, engine).get("ns_per_run") or {}
+
+    both = [p for p in config["programs"] if all(fmt.central(ns(p, e)) is not None for e in engines)]
+    question = "Time per program run, kernel JIT vs uebpf JIT"
+    if not both:
+        return Headline(question)
+    program = max(both, key=lambda p: fmt.central(ns(p, engines[0])))
+    runs = {style.label(engine): ns(program, engine) for engine in engines}
+    return Headline(f"{question} ({program})", fmt.answers(runs, unit=" ns"), fmt.verdict(runs, "lower", "faster"))
