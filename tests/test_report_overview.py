@@ -21,17 +21,25 @@ return {viewport: [window.innerWidth, window.innerHeight, window.scrollY], table
         rows: Array.from(table.querySelectorAll("tbody tr")).map(place)};
 """
 
-# Open every fold, then give plotly's resize (it waits ~100 ms) time to redraw: each chart's width
-# against its container's.
+# Open every fold, and once every fold holding charts says they are fitted (the page's toggle
+# handler sets data-fitted when plotly's resizes resolve): each chart's width against its container's.
 OPEN_FOLDS = """
 var done = arguments[arguments.length - 1];
-document.querySelectorAll("details.fold").forEach(function (fold) { fold.open = true; });
-setTimeout(function () {
-  done(Array.from(document.querySelectorAll(".chart")).map(function (chart) {
+var folds = Array.from(document.querySelectorAll("details.fold")).filter(function (fold) {
+  return fold.querySelector(".chart");
+});
+var widths = function () {
+  return Array.from(document.querySelectorAll(".chart")).map(function (chart) {
     return {id: chart.id, drawn: Number(chart.querySelector(".main-svg").getAttribute("width")),
             container: chart.clientWidth};
-  }));
-}, 1000);
+  });
+};
+var fitted = function () { return folds.every(function (fold) { return fold.dataset.fitted === "yes"; }); };
+new MutationObserver(function (changes, observer) {
+  if (fitted()) { observer.disconnect(); done(widths()); }
+}).observe(document.body, {attributes: true, subtree: true, attributeFilter: ["data-fitted"]});
+document.querySelectorAll("details.fold").forEach(function (fold) { fold.open = true; });
+if (folds.length === 0) { done(widths()); }
 """
 
 
