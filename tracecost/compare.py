@@ -89,7 +89,7 @@ def differences(what: str, a: dict, b: dict, fields: dict[str, tuple[str, ...]])
     return found
 
 
-def cells_of(suite: Suite, suite_results: dict) -> dict[tuple, list[dict]]:
+def _cells(suite: Suite, suite_results: dict) -> dict[tuple, list[dict]]:
     """The counted runs of every cell. A cell whose runs all failed is still a cell (with no runs):
     it was measured and is "not enough runs", not missing."""
     # The suite's schema types each key field (a string or an integer): a key is hashable and sortable.
@@ -106,7 +106,7 @@ def key_of(suite: Suite, run: dict) -> tuple:
 
 
 def _rows(suite: Suite, old: dict, new: dict, threshold: float) -> Iterator[Row]:
-    cells_a, cells_b = cells_of(suite, old), cells_of(suite, new)
+    cells_a, cells_b = _cells(suite, old), _cells(suite, new)
     for key in sorted(cells_a.keys() | cells_b.keys()):
         if key not in cells_b:
             yield Row(key, None, ONLY_IN_A)

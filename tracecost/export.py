@@ -7,10 +7,8 @@ first (Suite.cell_key), so that files of one tracecost version line up. A number
 writes it (a float in full, so that it reads back equal), a list as JSON, an undefined value as an
 empty cell.
 
-Markdown is for reading: a table per suite, the cell's key, then each of the suite's primary metrics
-(Suite.comparable, in its unit) as "mean ±95% CI" rounded to the metric's digits, and the counted
-runs. The means and CIs are those of `tracecost compare` (the cell's counted runs, summarised as the
-suite's aggregate summarises them)."""
+Markdown is for reading: a table per suite, the suite's own summary (what `tracecost <suite>` prints
+on the terminal: each cell's main figures as "mean ±95% CI", rounded, Suite.summary)."""
 
 from __future__ import annotations
 
@@ -20,14 +18,9 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from tracecost import stats
-from tracecost.compare import cells_of
-from tracecost.report import fmt
 from tracecost.suites import SUITES
-from tracecost.suites.base import Metric
 
 FORMATS = ("csv", "markdown")
-MARKDOWN_NOTE = "Each metric: mean ±95% CI of the cell's counted runs (warm-ups and failures left out); n: those runs."
 
 
 def _flatten(value: Any, prefix: str) -> Iterator[tuple[str, Any]]:
@@ -73,27 +66,17 @@ def to_csv(doc: dict) -> str:
 
 def to_markdown(doc: dict) -> str:
     """A table per suite (see the module's docstring); a suite this tracecost does not know has no
-    metrics to show, and says so."""
+    summary to show, and says so."""
     parts = []
     for name, part in doc["suites"].items():
         if name not in SUITES:
             parts.append(f"## {name!r}\n\nNot a suite this tracecost knows: `--format csv` exports its aggregates.\n")
             continue
         suite = SUITES[name]
-        header = [*suite.cell_key, *(metric.label for metric in suite.comparable), "n"]
-        cells = cells_of(suite, part)
-        rows = [
-            [*map(str, key), *(_mean_with_ci(metric, cells[key]) for metric in suite.comparable), str(len(cells[key]))]
-            for key in sorted(cells)
-        ]
-        body = f"{MARKDOWN_NOTE}\n\n{fmt.markdown_table(header, rows)}" if rows else "No cells.\n"
+        summary = suite.summary(part["aggregates"])
+        body = f"{summary.title}\n\n{summary.markdown()}" if summary.rows else "No cells.\n"
         parts.append(f"## {name}: {suite.title}\n\n{body}")
     return "\n".join(parts)
-
-
-def _mean_with_ci(metric: Metric, runs: list[dict]) -> str:
-    summary = stats.summarize([value for run in runs if (value := metric.value(run)) is not None])
-    return fmt.with_ci(summary, key="mean", digits=metric.digits)
 
 
 def export(doc: dict, form: str) -> str:

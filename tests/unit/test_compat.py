@@ -302,7 +302,7 @@ def test_failed_runs_show_with_their_reason_and_do_not_count_as_the_kernels_outp
 def test_the_terminal_summary_says_how_many_tools_give_the_kernels_output():
     summary = SUITE.summary(document("compat")["suites"]["compat"]["aggregates"])
     assert summary.title == "compat: 1 of 3 tools produce the kernel's output on uebpf"
-    assert summary.row_count == 3 and summary.caption is None
+    assert len(summary.rows) == 3 and summary.caption is None
 
 
 def test_kernel_alone_says_uebpf_was_not_run():

@@ -171,6 +171,29 @@ def cell_rows(
     ]
 
 
+@dataclass
+class TextTable:
+    """A table of text (a suite's summary, its --list): printed on the terminal (rich calls
+    __rich__) or written as Markdown (`tracecost export`), the same rows either way."""
+
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    figures: Sequence[str] = ()  # the columns of figures, right-aligned on the terminal
+    caption: str | None = None
+
+    def __rich__(self) -> Table:
+        table = Table(title=self.title, caption=self.caption, caption_justify="left")
+        for header in self.headers:
+            table.add_column(header, justify="right" if header in self.figures else "left")
+        for row in self.rows:
+            table.add_row(*row)
+        return table
+
+    def markdown(self) -> str:
+        return fmt.markdown_table(self.headers, self.rows) + (f"\n{self.caption}\n" if self.caption else "")
+
+
 def terminal_table(
     title: str,
     headers: Sequence[str],
@@ -178,20 +201,15 @@ def terminal_table(
     *,
     figures: Sequence[str] = (),
     caption: str | None = None,
-) -> Table:
-    """A rich table for the terminal (a suite's --list or summary): the `figures` columns right-aligned."""
-    table = Table(title=title, caption=caption, caption_justify="left")
-    for header in headers:
-        table.add_column(header, justify="right" if header in figures else "left")
-    for row in rows:
-        table.add_row(*row)
-    return table
+) -> TextTable:
+    """A suite's --list or summary: the `figures` columns right-aligned on the terminal."""
+    return TextTable(title, list(headers), rows, figures, caption)
 
 
 def summary_table(
     title: str, columns: Sequence[Column], aggregates: list[dict], baseline: str | None = "baseline"
-) -> Table:
-    """A suite's terminal summary: a row per cell."""
+) -> TextTable:
+    """A suite's summary: a row per cell."""
     figures = [column.header for column in columns if not column.name]
     return terminal_table(title, [c.header for c in columns], cell_rows(columns, aggregates, baseline), figures=figures)
 
@@ -279,7 +297,7 @@ class Suite(ABC):
         suite cannot use raises UsageProblem."""
 
     @abstractmethod
-    def listing(self) -> Table:
+    def listing(self) -> TextTable:
         """What --list prints."""
 
     @abstractmethod
@@ -339,7 +357,8 @@ class Suite(ABC):
         """One cell's statistics (its group's key fields and "method", "n", the figures)."""
 
     @abstractmethod
-    def summary(self, aggregates: list[dict]) -> Table: ...
+    def summary(self, aggregates: list[dict]) -> TextTable:
+        """The terminal's summary of the aggregates, and the Markdown export's table."""
 
     @abstractmethod
     def run_config(self, seed: int) -> Any:

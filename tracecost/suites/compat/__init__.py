@@ -18,14 +18,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rich.table import Table
-
 from tracecost import methods, paths, stats, system, uebpf
 from tracecost.errors import TracecostError
 from tracecost.options import CommaList, Known
 from tracecost.report import fmt
 from tracecost.report.figures import by_cell
-from tracecost.suites.base import Cell, Group, Metric, Option, Suite, terminal_table
+from tracecost.suites import base
+from tracecost.suites.base import Cell, Group, Metric, Option, Suite
 from tracecost.suites.compat import report
 from tracecost.suites.compat.corpus import (
     EQUALS,
@@ -102,9 +101,9 @@ class CompatSuite(Suite):
             programs=[name for name in PROGRAMS if name in chosen], methods=methods, runs=runs, seed=seed
         )
 
-    def listing(self) -> Table:
+    def listing(self) -> base.TextTable:
         rows = [[program.name, program.uses] for program in PROGRAMS.values()]
-        return terminal_table("compat programs", ["program", "what it uses"], rows)
+        return base.terminal_table("compat programs", ["program", "what it uses"], rows)
 
     def render(self, suite: dict, environment: dict):
         return report.render(suite, environment)
@@ -149,7 +148,7 @@ class CompatSuite(Suite):
             "wall_s": stats.summarize(cell.values("wall_s")),
         }
 
-    def summary(self, aggregates: list[dict]) -> Table:
+    def summary(self, aggregates: list[dict]) -> base.TextTable:
         cells = by_cell(aggregates, "program", "method")
         rows = []
         for program in dict.fromkeys(a["program"] for a in aggregates):
@@ -166,7 +165,7 @@ class CompatSuite(Suite):
         if any(cell["outcome"] is None for cell in aggregates):
             caption = f"{report.NO_RUN}: every run of the cell failed (the reasons are listed below)"
         title = f"compat: {report.verdict(aggregates)}"
-        return terminal_table(title, ["program", "kernel", "uebpf", *walls], rows, figures=walls, caption=caption)
+        return base.terminal_table(title, ["program", "kernel", "uebpf", *walls], rows, figures=walls, caption=caption)
 
     def run_config(self, seed: int) -> CompatConfig:
         # Once per program and runtime: ~20 s of `tracecost run`'s 10 minutes on 2 cores.

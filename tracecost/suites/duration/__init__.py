@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
-from rich.table import Table
 
 from tracecost import stats
 from tracecost.errors import TracecostError
 from tracecost.options import CommaList
 from tracecost.report import style
 from tracecost.report.style import MethodStyle
-from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite, UsageError, UsageProblem, summary_table
+from tracecost.suites import base
+from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite, UsageError, UsageProblem
 from tracecost.suites.duration import report
 from tracecost.suites.duration.traced_app import run_sample_app
 from tracecost.suites.duration.tracers import make_method
@@ -144,13 +144,11 @@ class DurationSuite(Suite):
             wakeup=wakeup,
         )
 
-    def listing(self) -> Table:
-        table = Table(title="duration scenarios")
-        for column in ("index", "scenario", "work (us)", "calls", "represents"):
-            table.add_column(column)
-        for s in SCENARIOS:
-            table.add_row(str(s.index), s.name, str(s.work_us), f"{s.calls:,}", s.represents)
-        return table
+    def listing(self) -> base.TextTable:
+        rows = [[str(s.index), s.name, str(s.work_us), f"{s.calls:,}", s.represents] for s in SCENARIOS]
+        return base.terminal_table(
+            "duration scenarios", ["index", "scenario", "work (us)", "calls", "represents"], rows
+        )
 
     def render(self, suite: dict, environment: dict):
         return report.render(suite, environment)
@@ -211,8 +209,8 @@ class DurationSuite(Suite):
     def aggregate_cell(self, cell: Cell, config: DurationConfig) -> dict:
         return _aggregate(cell)
 
-    def summary(self, aggregates: list[dict]) -> Table:
-        return summary_table("duration: per-call and whole-application overhead (95% CI)", SUMMARY, aggregates)
+    def summary(self, aggregates: list[dict]) -> base.TextTable:
+        return base.summary_table("duration: per-call and whole-application overhead (95% CI)", SUMMARY, aggregates)
 
     def run_config(self, seed: int) -> DurationConfig:
         return DurationConfig(runs=RUN_REPETITIONS, seed=seed, call_divisor=RUN_DIVISOR)

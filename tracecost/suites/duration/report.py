@@ -16,7 +16,9 @@ X_TITLE = "traced function's simulated work"
 
 def findings(config: dict, table: dict, tracers: list[str], failures: list[dict]) -> list[str]:
     scenarios = sorted(config["scenarios"], key=lambda s: s["work_us"])
-    out = []
+    # Each tracer's threshold first (the section shows five findings before its fold), then each
+    # tracer's absolute cost, its consumer's sleeps and its events.
+    thresholds, absolutes, sleeping, events = [], [], [], []
     for tracer in tracers:
         estimates = [(s, table.get((s["index"], tracer), {}).get("overhead_per_call_pct", {})) for s in scenarios]
         measured = [(s, e) for s, e in estimates if e.get("value") is not None]
@@ -40,14 +42,14 @@ def findings(config: dict, table: dict, tracers: list[str], failures: list[dict]
         name = style.label(tracer)
         if threshold is None:
             longest, estimate = measured[-1]
-            out.append(
+            thresholds.append(
                 f"{name}: no measured duration is shown to stay under {ACCEPTABLE_OVERHEAD_PCT:g}% per-call "
                 f"overhead with 95% confidence (longest, {longest['work_us']} us: "
                 f"{fmt.with_ci(estimate)}%)."
             )
         else:
             scenario, estimate = threshold
-            out.append(
+            thresholds.append(
                 f"{name} stays under {ACCEPTABLE_OVERHEAD_PCT:g}% per-call overhead (whole 95% CI) from "
                 f"{scenario['work_us']} us of work per call on ({scenario['name']}: {fmt.with_ci(estimate)}%)."
             )
@@ -55,7 +57,7 @@ def findings(config: dict, table: dict, tracers: list[str], failures: list[dict]
         values = [a["value"] for a in absolute if a.get("value") is not None]
         if values:
             empty = absolute[0]
-            out.append(
+            absolutes.append(
                 f"{name} adds {fmt.with_ci(empty, digits=0)} ns per call to the shortest function "
                 f"({scenarios[0]['name']}); across all durations the measured absolute overhead ranges "
                 f"from {min(values):,.0f} to {max(values):,.0f} ns per call."
@@ -64,14 +66,15 @@ def findings(config: dict, table: dict, tracers: list[str], failures: list[dict]
         sleeps = [(s, summary) for s, summary in sleeps if summary.get("mean") is not None]
         if sleeps:
             (first, fewest), (last, most) = sleeps[0], sleeps[-1]
-            out.append(
+            sleeping.append(
                 f"{name}'s tracer-side processes slept {fmt.with_ci(fewest, key='mean', digits=2)} times "
                 f"per call at {first['work_us']} us of work and {fmt.with_ci(most, key='mean', digits=2)} "
                 f"at {last['work_us']} us."
             )
         drops = sum(table.get((s["index"], tracer), {}).get("events", {}).get("dropped", 0) for s in scenarios)
         captured = sum(table.get((s["index"], tracer), {}).get("events", {}).get("captured", 0) for s in scenarios)
-        out.append(f"{name} captured {captured:,} events and dropped {drops:,} over all measured runs.")
+        events.append(f"{name} captured {captured:,} events and dropped {drops:,} over all measured runs.")
+    out = thresholds + absolutes + sleeping + events
     wakeups = _wakeup_finding(scenarios, table)
     if wakeups:
         out.append(wakeups)

@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
-from rich.table import Table
 
 from tracecost import methods, paths, stats, system
 from tracecost.errors import TracecostError
 from tracecost.options import CommaList, Known
 from tracecost.report import style
 from tracecost.report.style import MethodStyle
-from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite, summary_table, terminal_table
+from tracecost.suites import base
+from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite
 from tracecost.suites.fuse import report
 from tracecost.suites.fuse.filesystem import (
     CACHE_COUNTS,
@@ -177,9 +177,9 @@ class FuseSuite(Suite):
             seed=seed,
         )
 
-    def listing(self) -> Table:
+    def listing(self) -> base.TextTable:
         rows = [[name, what] for name, what in {**WORKLOADS, **METHOD_LABELS}.items()]
-        return terminal_table("fuse workloads and methods", ["name", "what"], rows)
+        return base.terminal_table("fuse workloads and methods", ["name", "what"], rows)
 
     def render(self, suite: dict, environment: dict):
         return report.render(suite, environment)
@@ -219,8 +219,8 @@ class FuseSuite(Suite):
             "incorrect": sum(cell.values("incorrect")),
         }
 
-    def summary(self, aggregates: list[dict]) -> Table:
-        return summary_table("fuse: calls per second per workload and method (mean ±95% CI)", SUMMARY, aggregates)
+    def summary(self, aggregates: list[dict]) -> base.TextTable:
+        return base.summary_table("fuse: calls per second per workload and method (mean ±95% CI)", SUMMARY, aggregates)
 
     def run_config(self, seed: int) -> FuseConfig:
         return FuseConfig(stats=RUN_STATS, opens=RUN_OPENS, files=RUN_FILES, runs=RUN_REPETITIONS, seed=seed)

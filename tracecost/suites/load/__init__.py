@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
-from rich.table import Table
 
 from tracecost import stats
 from tracecost.options import CommaList, FiniteFloatRange, Known
 from tracecost.report import fmt
-from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite, summary_table, terminal_table
+from tracecost.suites import base
+from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite
 from tracecost.suites.load import report
 from tracecost.suites.load.loading import (
     MAX_PROBES,
@@ -115,13 +115,13 @@ class LoadSuite(Suite):
             seed=seed,
         )
 
-    def listing(self) -> Table:
+    def listing(self) -> base.TextTable:
         rows = [["object", timed.name, f"build/bpf/{timed.file}: {timed.description}"] for timed in OBJECTS.values()]
         rows += [
             ["runtime", "kernel", "the loader's bpf(2) calls reach the kernel (root)"],
             ["runtime", "uebpf", "the same loader under uebpf's server, the victim under its agent"],
         ]
-        return terminal_table("load objects and runtimes", ["kind", "name", "what"], rows)
+        return base.terminal_table("load objects and runtimes", ["kind", "name", "what"], rows)
 
     def render(self, suite: dict, environment: dict):
         return report.render(suite, environment)
@@ -147,8 +147,8 @@ class LoadSuite(Suite):
     def aggregate_cell(self, cell: Cell, config: LoadConfig) -> dict:
         return _aggregate(cell)
 
-    def summary(self, aggregates: list[dict]) -> Table:
-        return summary_table("load: median ms (p99) per phase, over the counted runs", SUMMARY, aggregates)
+    def summary(self, aggregates: list[dict]) -> base.TextTable:
+        return base.summary_table("load: median ms (p99) per phase, over the counted runs", SUMMARY, aggregates)
 
     def run_config(self, seed: int) -> LoadConfig:
         return LoadConfig(runs=RUN_REPETITIONS, probes=list(RUN_PROBES), seed=seed)

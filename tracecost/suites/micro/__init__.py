@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
-from rich.table import Table
 
 from tracecost import stats, system
 from tracecost.errors import TracecostError
 from tracecost.options import CommaList, Known
 from tracecost.report import fmt
-from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite, UsageError, summary_table, terminal_table
+from tracecost.suites import base
+from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite, UsageError
 from tracecost.suites.micro import report
 from tracecost.suites.micro.bench import run_op
 from tracecost.suites.micro.ops import EMPTY_PROBE_OP, HELPER, MAX_OPS_PER_HIT, OPS, op_by_name, with_baselines
@@ -127,9 +127,11 @@ class MicroSuite(Suite):
             seed=seed,
         )
 
-    def listing(self) -> Table:
+    def listing(self) -> base.TextTable:
         rows = [[op.name, op.label, op.kind, op.function, _programs(op)] for op in OPS.values()]
-        return terminal_table("micro operations", ["operation", "what", "kind", "victim function", "programs"], rows)
+        return base.terminal_table(
+            "micro operations", ["operation", "what", "kind", "victim function", "programs"], rows
+        )
 
     def render(self, suite: dict, environment: dict):
         return report.render(suite, environment)
@@ -191,9 +193,9 @@ class MicroSuite(Suite):
             agg["speedup_vs_kernel"] = _speedup(cell, op, config, agg["per_op_ns"])
         return agg
 
-    def summary(self, aggregates: list[dict]) -> Table:
+    def summary(self, aggregates: list[dict]) -> base.TextTable:
         title = "micro: time per call and cost per operation (ns, ±95% CI)"
-        return summary_table(title, SUMMARY, aggregates, baseline=None)
+        return base.summary_table(title, SUMMARY, aggregates, baseline=None)
 
     def run_config(self, seed: int) -> MicroConfig:
         return MicroConfig(

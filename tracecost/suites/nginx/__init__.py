@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
-from rich.table import Table
 
 from tracecost import stats
 from tracecost.options import CommaList
 from tracecost.report import fmt, style
 from tracecost.report.style import MethodStyle
-from tracecost.suites.base import Cell, Group, Metric, Option, Suite, summary_table, terminal_table
+from tracecost.suites import base
+from tracecost.suites.base import Cell, Group, Metric, Option, Suite
 from tracecost.suites.nginx import crosscheck, report
 from tracecost.suites.nginx.service import Load, Site
 from tracecost.suites.nginx.tools import METHODS, Setup, make_method, run_once
@@ -162,8 +162,8 @@ class NginxSuite(Suite):
             seed=seed,
         )
 
-    def listing(self) -> Table:
-        return terminal_table(
+    def listing(self) -> base.TextTable:
+        return base.terminal_table(
             "nginx methods", ["method", "what"], [[name, make_method(name).label] for name in METHODS]
         )
 
@@ -203,9 +203,9 @@ class NginxSuite(Suite):
     def aggregate_cell(self, cell: Cell, config: NginxConfig) -> dict:
         return _aggregate(cell)
 
-    def summary(self, aggregates: list[dict]) -> Table:
+    def summary(self, aggregates: list[dict]) -> base.TextTable:
         title = "nginx: HTTPS requests under wrk, per method (mean ±95% CI)"
-        return summary_table(title, report.SUMMARY, aggregates)
+        return base.summary_table(title, report.SUMMARY, aggregates)
 
     def run_config(self, seed: int) -> NginxConfig:
         return NginxConfig(runs=RUN_REPETITIONS, duration_s=RUN_DURATION_S, seed=seed)

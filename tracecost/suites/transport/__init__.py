@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
-from rich.table import Table
 
 from tracecost import stats
 from tracecost.errors import TracecostError
@@ -21,17 +20,8 @@ from tracecost.latency import PERCENTILES
 from tracecost.options import CommaList, FiniteFloatRange
 from tracecost.report import style
 from tracecost.report.style import MethodStyle
-from tracecost.suites.base import (
-    Cell,
-    Column,
-    Group,
-    Metric,
-    Option,
-    Suite,
-    UsageProblem,
-    summary_table,
-    terminal_table,
-)
+from tracecost.suites import base
+from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite, UsageProblem
 from tracecost.suites.transport import report
 from tracecost.suites.transport.mechanisms import (
     CONSUMER_POLL_MS,
@@ -180,8 +170,8 @@ class TransportSuite(Suite):
             seed=seed,
         )
 
-    def listing(self) -> Table:
-        return terminal_table(
+    def listing(self) -> base.TextTable:
+        return base.terminal_table(
             "transport methods", ["method", "what"], [[name, METHOD_MEANING[name]] for name in METHODS]
         )
 
@@ -206,9 +196,9 @@ class TransportSuite(Suite):
     def aggregate_cell(self, cell: Cell, config: TransportConfig) -> dict:
         return _aggregate(cell)
 
-    def summary(self, aggregates: list[dict]) -> Table:
+    def summary(self, aggregates: list[dict]) -> base.TextTable:
         title = "transport: getpgid producers traced through a ring buffer or a perf buffer (mean ±95% CI)"
-        return summary_table(title, SUMMARY, aggregates)
+        return base.summary_table(title, SUMMARY, aggregates)
 
     def run_config(self, seed: int) -> TransportConfig:
         return TransportConfig(

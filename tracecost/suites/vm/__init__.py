@@ -14,7 +14,6 @@ from functools import cache
 from pathlib import Path
 
 import click
-from rich.table import Table
 
 from tracecost import paths, stats, system
 from tracecost.errors import TracecostError
@@ -118,7 +117,7 @@ class VmSuite(Suite):
             raise UsageProblem("--programs", str(error)) from None
         return VmConfig(programs=programs, engines=methods, runs=runs, iterations=iterations, seed=seed)
 
-    def listing(self) -> Table:
+    def listing(self) -> base.TextTable:
         rows = [[kind[:-1], name, text] for kind in ("programs", "engines") for name, text in catalogue()[kind].items()]
         return base.terminal_table("vm programs and engines", ["kind", "name", "description"], rows)
 
@@ -174,7 +173,7 @@ class VmSuite(Suite):
             "relative_to_kernel_jit": stats.ratio_of_means(timed(cell.method), timed(REFERENCE_ENGINE)),
         }
 
-    def summary(self, aggregates: list[dict]) -> Table:
+    def summary(self, aggregates: list[dict]) -> base.TextTable:
         # The reasons under the table, once per engine and reason, rather than in a cell that
         # would widen the figures' column to a sentence.
         unsupported: dict[tuple[str, str], list[str]] = {}
