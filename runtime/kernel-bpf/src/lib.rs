@@ -5,8 +5,9 @@
 //! length; [`XdpProgram::load`] prefixes the bytecode with a small adapter that turns the XDP
 //! context into exactly that (and proves to the verifier that `len` bytes are readable).
 //!
-//! Hand-written against the kernel's UAPI because the project calls bpf(2) directly here (libbpf's
-//! loader is what tracecost's C tracers use; the Rust side deliberately has no object loader yet).
+//! Hand-written against the kernel's UAPI because this crate loads bytecode, not objects: one
+//! BPF_PROG_LOAD and BPF_PROG_TEST_RUN per program, which no object loader is needed for
+//! (libbpf is what tracecost's C tools use for objects).
 
 use std::fmt;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

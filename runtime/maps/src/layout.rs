@@ -194,8 +194,9 @@ pub struct AgentEntry {
     /// Enabled attachments this process should run but could not (refused hook, program that
     /// does not load, binary not mapped here although the pid filter names this process).
     pub failed: AtomicU32,
-    /// Enabled attachments of a kind the agent does not implement (tracepoints other than
-    /// system call entries).
+    /// Enabled attachments of a kind the agent does not implement (tracepoints other than the
+    /// system call tracepoints: raw_syscalls/sys_enter and sys_exit, syscalls/sys_enter_NAME and
+    /// sys_exit_NAME).
     pub unsupported: AtomicU32,
     /// The first failure's (else the first unsupported attachment's) message, NUL-padded.
     pub message: [AtomicU8; AGENT_MESSAGE_LEN],

@@ -12,8 +12,10 @@
 //!
 //! Supported map types: array, percpu_array, hash, percpu_hash, lru_hash, lru_percpu_hash (all
 //! hashes preallocated), ringbuf (kernel record layout), perf_event_array (with the perf buffers
-//! it names), prog_array (program ids, for tail calls), stack_trace, queue, stack, bloom_filter. "CPU" for per-CPU maps is `sched_getcpu()` folded into the
-//! number of possible CPUs (/sys/devices/system/cpu/possible), as many slots as the kernel has.
+//! it names), prog_array (program ids, for tail calls), cgroup_array (cgroups, for
+//! bpf_current_task_under_cgroup), stack_trace, queue, stack, bloom_filter. "CPU" for per-CPU maps
+//! is `sched_getcpu()` folded into the number of possible CPUs (/sys/devices/system/cpu/possible),
+//! as many slots as the kernel has.
 //!
 //! Modules, in layers (each uses only modules of the layers before it; tests/unit/test_imports.py
 //! checks there is no circle): current, error, futex, test_support / lock, shared / layout, stack /

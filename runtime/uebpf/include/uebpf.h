@@ -20,10 +20,11 @@
  * uebpf_last_error() (per thread) says why. Map operations return 0 or -errno, with the
  * kernel's codes (-ENOENT, -EEXIST, -E2BIG, -EINVAL...).
  *
- * Trust model: programs run inside the calling process. The interpreter checks every memory
- * access of the program against its context, stack and the maps' memory; the JIT checks nothing
- * at run time; neither checks the pointers a program passes to helpers. Load only programs you
- * trust for the JIT (see runtime/README.md, "Trust model").
+ * Trust model: programs run inside the calling process. Every program loaded here comes from an
+ * object, with its program type, and passes a safety analysis before it runs, as the kernel's
+ * verifier does (memory only inside the context, the stack, map values and ring buffer records;
+ * helper arguments of the right types and sizes); the interpreter also checks every access at
+ * run time, the JIT nothing (see runtime/README.md, "Trust model").
  */
 #ifndef UEBPF_H
 #define UEBPF_H

@@ -1,9 +1,10 @@
 //! The kernel helpers uebpf provides, under the kernel's ids, with the kernel's results.
 //!
-//! Pointer arguments (keys, values, buffers) are used as the program passes them: the kernel's
-//! verifier proves them valid, uebpf does not (see the trust model in the runtime README). Map
-//! handles are checked (`handles`), and reads/writes of *traced* memory (probe_read/write) are
-//! fault-safe (`probe`).
+//! Pointer arguments (keys, values, buffers) are used as the program passes them: the safety
+//! analysis (vm/README.md, "Safety analysis") proved them valid before the program could run, as
+//! the kernel's verifier does; programs loaded through the generic embedding API are trusted
+//! instead (see the trust model in the runtime README). Map handles are checked (`handles`), and
+//! reads/writes of *traced* memory (probe_read/write) are fault-safe (`probe`).
 
 use std::cell::Cell;
 
