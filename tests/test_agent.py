@@ -1050,7 +1050,52 @@ def test_a_function_entered_from_a_20_khz_timer_handler_while_it_runs_is_counted
             calls = json.loads(victim.read_stdout().splitlines()[-1])
             loader.send(signal.SIGINT)
             assert loader.wait(timeout_s=60).exit_code == 0, loader.error_line()
-            hits = json.loads(loader.read_stdout().strip().splitlines()[-1])["hits"]
-    made = calls["main"] + calls["handler"]
+            counted = json.loads(loader.read_stdout().strip().splitlines()[-1])
+    hits, made = counted["hits"], calls["main"] + calls["handler"]
     assert calls["handler"] > 1000, f"the timer fired too seldom to test anything: {calls}"
     assert (hits["empty_uprobe"], hits["empty_uretprobe"]) == (made, made), calls
+    # Nothing missed, as the loader reads it (bpf_prog_info.recursion_misses).
+    assert counted["misses"] == {"empty_uprobe": 0, "empty_uretprobe": 0}
+
+
+CLOCK_PROBES = textwrap.dedent(r"""
+    /* Runs at each clock_gettime of the target's and reads the clock itself: on uebpf the helper
+       is the C library's clock_gettime, so each run hits its own probe once more. */
+    SEC("uprobe/" LIBC ":clock_gettime")
+    int clock_read(void *ctx)
+    {
+        add(0, 1);
+        add(1, bpf_ktime_get_ns() != 0);
+        return 0;
+    }
+
+    char LICENSE[] SEC("license") = "GPL";
+""")
+
+CLOCK_TARGET = textwrap.dedent("""
+    import ctypes, signal, sys
+    libc = ctypes.CDLL(None)
+    timespec = (ctypes.c_long * 2)()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    print("READY", flush=True)
+    signal.sigwait({signal.SIGUSR1})
+    for _ in range(int(sys.argv[1])):
+        libc.clock_gettime(1, timespec)  # CLOCK_MONOTONIC
+""")
+
+
+def test_a_hit_a_program_cannot_run_for_is_counted_as_its_recursion_miss(tmp_path):
+    """A program does not run nested on its thread, as on the kernel. Where a hit comes while it runs
+    (here its own helper's call of the probed clock_gettime; on the kernel, a kprobe on a function a
+    helper calls), the program misses it, and the miss is counted where a loader reads it, the
+    program's bpf_prog_info.recursion_misses, never dropped silently: one per run here, exactly."""
+    libc = next(
+        Path(p) for p in ("/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6") if Path(p).exists()
+    )
+    obj = compile_probes(tmp_path, CLOCK_PROBES, SUMS=2, LIBC=f'"{libc.resolve()}"')
+    calls = 500
+    dumped, waited, stderr = attached_run(tmp_path, obj, "misses", CLOCK_TARGET, calls)
+    assert waited.returncode == 0, waited.stderr
+    runs = sums_of(dumped)[0]
+    assert runs >= calls and sums_of(dumped)[1] == runs, (sums_of(dumped), stderr)
+    assert dumped["recursion_misses"] == {"clock_read": runs}

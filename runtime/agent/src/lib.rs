@@ -107,6 +107,8 @@ extern "C" fn start() {
     // while a program runs waits for its end (see signals.rs).
     signals::install_fault_handler();
     uebpf::handlers::install();
+    // A hit a program cannot run for is its recursion miss, from the first hook on.
+    uebpf_hook::set_miss_handler(probe::missed);
     // While the process has one thread: the region's descriptor then moves high at no cost.
     uebpf::maps::prepare_descriptor_table();
     without_probes(|| match Region::open(&name) {

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use uebpf::maps::{current, AttachState};
 use uebpf::LoadedProgram;
-use uebpf_hook::PtRegs;
+use uebpf_hook::{Handler, PtRegs};
 use uebpf_vm::JitFunction;
 
 /// One attachment's probe. Leaked once attached: a thread may still be running it after the
@@ -109,6 +109,21 @@ impl Probe {
                 let _ = self.program.run_raw(context, len);
             }
         }
+    }
+}
+
+/// The hook engine's miss handler (`uebpf_hook::set_miss_handler`): an attachment's probe (a
+/// hook whose handler is `run`) whose site was hit while a program ran on the thread, or whose
+/// return could not be recorded, counts the miss in its program's `recursion_misses` if it would
+/// have run. The agent's other hooks (system call tracepoints at libc's wrappers, its own
+/// sigaction hook) are not told apart per program: their misses are the hook's `skipped`.
+pub(crate) unsafe extern "C" fn missed(handler: Handler, data: *mut c_void) {
+    if handler as usize != run as *const () as usize {
+        return;
+    }
+    let probe = &*data.cast::<Probe>();
+    if probe.admits() {
+        probe.program.count_miss();
     }
 }
 

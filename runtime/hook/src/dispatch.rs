@@ -24,13 +24,15 @@
 //! the same frames.
 
 use std::cell::Cell;
+use std::ffi::c_void;
 use std::ptr::NonNull;
+use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::OnceLock;
 
 use crate::codemem::TRAMPOLINE_OFFSET;
 use crate::regs::PtRegs;
-use crate::site::Site;
+use crate::site::{Handler, Probe, Site};
 
 /// Nested return probes per thread (recursion depth), 96 KiB of address space, touched lazily.
 pub const SHADOW_CAPACITY: usize = 4096;
@@ -161,6 +163,38 @@ pub fn without_probes<T>(work: impl FnOnce() -> T) -> T {
     work()
 }
 
+/// What is told of a probe that did not run on a hit of its site: its handler and data as they
+/// were attached (the handler says what the data is: a process's probes may come from several
+/// attachers). The kernel counts such a program's misses in `bpf_prog_info.recursion_misses`
+/// (kernel/bpf/trampoline.c, `bpf_prog_inc_misses_counter`), and so can whoever attached it
+/// ([`set_miss_handler`]).
+pub type MissHandler = unsafe extern "C" fn(handler: Handler, data: *mut c_void);
+
+/// The process's [`MissHandler`], 0 for none.
+static MISS_HANDLER: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets the function told of every probe that misses a hit of the target's: a hit while one of
+/// this thread's probes was running (a function the program itself calls, a signal the engine
+/// could not hold back), and a return probe whose entry found the shadow stack full. Hits while
+/// the thread works `without_probes` are not the target's and are not told (only counted).
+pub fn set_miss_handler(handler: MissHandler) {
+    MISS_HANDLER.store(handler as usize, Relaxed);
+}
+
+/// Tells the miss handler of each of `probes`.
+#[cold]
+fn missed(probes: &[Probe]) {
+    let handler = MISS_HANDLER.load(Relaxed);
+    if handler != 0 {
+        // SAFETY: only set_miss_handler stores here, from a MissHandler.
+        let handler: MissHandler = unsafe { std::mem::transmute::<usize, MissHandler>(handler) };
+        for probe in probes {
+            // SAFETY: the handler was given the probe's data as it was attached.
+            unsafe { handler(probe.handler, probe.data) };
+        }
+    }
+}
+
 /// Called by an entry stub; returns 1 if the stub must call the function and come back to
 /// `on_return` (a return probe saved the return address), 0 to just continue.
 pub(crate) unsafe extern "C" fn on_entry(regs: *mut PtRegs, site: *const Site) -> usize {
@@ -169,6 +203,12 @@ pub(crate) unsafe extern "C" fn on_entry(regs: *mut PtRegs, site: *const Site) -
     {
         if thread.busy.get() != FREE {
             site.skipped.fetch_add(1, Relaxed);
+            if thread.busy.get() == PROBING {
+                // Neither its entry nor its return probes run for this call.
+                let probes = site.probes();
+                missed(&probes.entry);
+                missed(&probes.ret);
+            }
             return 0;
         }
         thread.busy.set(PROBING);
@@ -285,6 +325,9 @@ pub(crate) unsafe extern "C" fn on_return(regs: *mut PtRegs) -> usize {
         (*regs).ip = entry.return_address as u64;
         if was_busy {
             site.skipped.fetch_add(1, Relaxed);
+            if thread.busy.get() == PROBING {
+                missed(&site.probes().ret);
+            }
         } else {
             for probe in &site.probes().ret {
                 (probe.handler)(regs, probe.data);
@@ -303,6 +346,7 @@ unsafe fn push_return(thread: &ThreadState, regs: &PtRegs, site: &Site) -> bool 
     // SAFETY: `busy` is set (see `shadow_stack`); the borrow ends when this returns.
     let Some(shadow) = shadow_stack(thread).map(|shadow| &mut *shadow.as_ptr()) else {
         site.missed_returns.fetch_add(1, Relaxed);
+        missed(&site.probes().ret);
         return false;
     };
     let sp = regs.sp as usize;
@@ -310,6 +354,7 @@ unsafe fn push_return(thread: &ThreadState, regs: &PtRegs, site: &Site) -> bool 
     drop_dead_frames(shadow, sp, return_address);
     if shadow.depth >= SHADOW_CAPACITY {
         site.missed_returns.fetch_add(1, Relaxed);
+        missed(&site.probes().ret);
         return false;
     }
     shadow.entries[shadow.depth] = ShadowEntry { return_address, sp, site };

@@ -31,7 +31,7 @@ mod site;
 mod stubs;
 mod wrappers;
 
-pub use dispatch::{defer_while_busy, raw_syscall, without_probes, SHADOW_CAPACITY};
+pub use dispatch::{defer_while_busy, raw_syscall, set_miss_handler, without_probes, MissHandler, SHADOW_CAPACITY};
 pub use error::{Error, ErrorKind, Result};
 pub use hook::{check, Hook, PatchKind};
 pub use patch::{prepare_live_patching, PatchMethod};

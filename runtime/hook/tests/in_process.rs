@@ -142,6 +142,12 @@ extern "C" fn hook_test_without_probes(x: u64) -> u64 {
     black_box(x.wrapping_mul(37) + 11)
 }
 
+#[no_mangle]
+#[inline(never)]
+extern "C" fn hook_test_nested(x: u64) -> u64 {
+    black_box(x.wrapping_mul(41) + 13)
+}
+
 fn this_binary(symbol: &str) -> Target {
     resolve(Path::new("/proc/self/exe"), &Location::Symbol(symbol.into())).unwrap()
 }
@@ -838,4 +844,39 @@ fn an_entry_handler_makes_the_function_return_without_running_it() {
         }
         assert_eq!(call(4), plain(4), "{symbol}: detached");
     }
+}
+
+/// An entry probe whose handler calls its own function, and a return probe on it.
+unsafe extern "C" fn call_again(regs: *mut PtRegs, data: *mut c_void) {
+    (*(data as *const Record)).hit(&*regs, (*regs).di);
+    hook_test_nested(black_box(100));
+}
+
+/// Misses told per probe, by its record (the data the probe was attached with).
+static TOLD: std::sync::Mutex<Vec<(usize, usize)>> = std::sync::Mutex::new(Vec::new());
+
+unsafe extern "C" fn tell(handler: uebpf_hook::Handler, data: *mut c_void) {
+    TOLD.lock().unwrap().push((handler as usize, data as usize));
+}
+
+#[test]
+fn a_hit_while_a_probe_runs_is_told_to_the_miss_handler_for_each_probe_that_did_not_run() {
+    let target = this_binary("hook_test_nested");
+    let ((entry, entry_data), (ret, ret_data)) = (leak(Record::default()), leak(Record::default()));
+    uebpf_hook::set_miss_handler(tell);
+    let entry_hook = Hook::entry(&target, call_again, entry_data).unwrap();
+    let return_hook = Hook::ret(&target, count_first_arg, ret_data).unwrap();
+    hook_test_nested(1);
+    // The handler's own call ran no probe: neither the entry's nor the return's.
+    assert_eq!((entry.hits.load(SeqCst), ret.hits.load(SeqCst)), (1, 1));
+    assert_eq!(entry_hook.stats().skipped, 1);
+    let told: Vec<_> =
+        TOLD.lock().unwrap().iter().copied().filter(|&(_, data)| data == entry_data as usize || data == ret_data as usize).collect();
+    assert_eq!(told, [(call_again as *const () as usize, entry_data as usize), (count_first_arg as *const () as usize, ret_data as usize)]);
+    // A hit while the thread works without probes is not the target's: counted, not told.
+    uebpf_hook::without_probes(|| hook_test_nested(2));
+    assert_eq!(entry_hook.stats().skipped, 2);
+    assert_eq!(TOLD.lock().unwrap().iter().filter(|&&(_, data)| data == entry_data as usize).count(), 1);
+    return_hook.detach().unwrap();
+    entry_hook.detach().unwrap();
 }

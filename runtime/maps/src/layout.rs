@@ -136,7 +136,11 @@ pub struct ProgEntry {
     /// The ELF section the program came from (holds the attach target, if any).
     pub section: [u8; SECTION_LEN],
     pub license: [u8; NAME_LEN],
-    pub _reserved: [u64; 5],
+    /// Hits the program missed in any process (`bpf_prog_info.recursion_misses`): the only field
+    /// that changes once the entry is published, added to by the agents (a reserved word before
+    /// it was counted, so zero in regions of older agents).
+    pub recursion_misses: AtomicU64,
+    pub _reserved: [u64; 4],
 }
 
 /// One attachment of a program to a probe point, written by whoever attaches (the bpf(2)

@@ -9,7 +9,7 @@ use std::ffi::CString;
 use std::fmt;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::current;
@@ -546,7 +546,8 @@ impl Region {
             name: [0; NAME_LEN],
             section: [0; SECTION_LEN],
             license: [0; NAME_LEN],
-            _reserved: [0; 5],
+            recursion_misses: AtomicU64::new(0),
+            _reserved: [0; 4],
         };
         write_name(&mut entry.name, spec.name);
         write_name(&mut entry.section, spec.section);
@@ -574,6 +575,25 @@ impl Region {
                 }
             })
             .collect()
+    }
+
+    /// Counts a hit program `id` missed (`bpf_prog_info.recursion_misses`); an unknown id is ignored
+    /// (a miss is counted on a hit path, where there is nobody to tell).
+    pub fn count_recursion_miss(&self, id: u32) {
+        if let Some(entry) = self.published_program(id) {
+            entry.recursion_misses.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The hits program `id` missed in every process so far; 0 for an unknown id.
+    pub fn recursion_misses(&self, id: u32) -> u64 {
+        self.published_program(id).map_or(0, |entry| entry.recursion_misses.load(Ordering::Relaxed))
+    }
+
+    fn published_program(&self, id: u32) -> Option<&ProgEntry> {
+        let count = self.header().prog_count.load(Ordering::Acquire).min(self.header().prog_capacity);
+        // SAFETY: a published entry (ids 1..=count), complete; its one mutable field is atomic.
+        (1..=count).contains(&id).then(|| unsafe { &*self.prog_entry_ptr(id - 1) })
     }
 
     /// The bytecode of program `id` (copied out of the region).

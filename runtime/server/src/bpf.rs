@@ -744,6 +744,9 @@ fn object_info(a: &Info, attr: u64, object: &Object) -> Result<c_int, c_int> {
             put32(&mut info, 48, unsafe { libc::getuid() });
             put_name(&mut info, 64, &p.name);
             put32(&mut info, 84, u32::from(p.gpl));
+            // recursion_misses: the hits its probes missed in every traced process (the agents
+            // count them in the region).
+            put64(&mut info, 208, region().map_or(0, |region| region.recursion_misses(p.id)));
         }
         Object::Link(l) => {
             for (at, v) in [(0, BPF_LINK_TYPE_PERF_EVENT), (4, l.id), (8, l.prog_id)] {

@@ -223,7 +223,7 @@ impl Instance {
         } else {
             None
         };
-        Ok(LoadedProgram { info, code, budget: None, needs, tail_targets, _instance: self.clone() })
+        Ok(LoadedProgram { info, code, budget: None, needs, tail_targets, instance: self.clone() })
     }
 
     /// Program `info`'s code for `engine`, and what its runner must give it.
@@ -319,7 +319,7 @@ pub struct LoadedProgram {
     needs: Needs,
     tail_targets: Option<TailTargets>,
     /// Maps, handles and the region stay alive while the program can run.
-    _instance: Instance,
+    instance: Instance,
 }
 
 impl LoadedProgram {
@@ -363,6 +363,12 @@ impl LoadedProgram {
     /// tail calls), not its bare `jit_function`, whose tail calls would all fail.
     pub fn takes_tail_calls(&self) -> bool {
         self.needs.takes_tail_calls
+    }
+
+    /// Counts a hit this program missed (a probe whose site was hit while a program ran on the same
+    /// thread): `bpf_prog_info.recursion_misses`, in the region, which the bpf(2) server reports.
+    pub fn count_miss(&self) {
+        self.instance.inner.region.count_recursion_miss(self.info.id);
     }
 
     /// Interpreter only: stop a run after `budget` instructions (None: no limit).

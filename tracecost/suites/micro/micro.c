@@ -18,9 +18,12 @@
  * Protocol with the harness (runtimes.py): "READY" on stdout
  * once every program is attached; on SIGINT/SIGTERM it detaches and prints
  * one JSON line
- *   {"hits":{SLOT:N,...},"results":{SLOT:{RC:N,...},...},"syscalls_seen":N,"peak_rss_kb":K}
- * with the hits of every slot of micro.h, and for each slot that made
- * helper calls how many returned each return code RC ("0", "-22"...).
+ *   {"hits":{SLOT:N,...},"results":{SLOT:{RC:N,...},...},"syscalls_seen":N,"peak_rss_kb":K,
+ *    "misses":{PROGRAM:N,...}}
+ * with the hits of every slot of micro.h, for each slot that made
+ * helper calls how many returned each return code RC ("0", "-22"...), and
+ * each attached program's bpf_prog_info.recursion_misses: the hits it did
+ * not run for because it was already running (0 is the only good answer).
  * Errors are one line on stderr and exit status 1 (2 for bad usage).
  *
  * A plain libbpf skeleton program on purpose: the same binary is meant to
@@ -141,7 +144,8 @@ static void read_counts(int map_fd, struct micro_counts totals[MICRO_SLOT_MAX])
 }
 
 /* results: per slot that made helper calls, {return code: calls}, "other" for the last slot. */
-static void print_counts(const struct micro_counts counts[MICRO_SLOT_MAX])
+static void print_counts(const struct micro_counts counts[MICRO_SLOT_MAX], const struct attachment *attachments,
+			 int nattach)
 {
 	const char *slot_sep = "";
 
@@ -167,8 +171,17 @@ static void print_counts(const struct micro_counts counts[MICRO_SLOT_MAX])
 		if (*sep)
 			printf("}");
 	}
-	printf("},\"syscalls_seen\":%llu,\"peak_rss_kb\":%lu}\n", counts[MICRO_SLOT_sys_enter_all].seen,
+	printf("},\"syscalls_seen\":%llu,\"peak_rss_kb\":%lu,\"misses\":{", counts[MICRO_SLOT_sys_enter_all].seen,
 	       peak_rss_kb());
+	for (int i = 0; i < nattach; i++) {
+		struct bpf_prog_info info = {};
+		__u32 len = sizeof(info);
+
+		if (bpf_obj_get_info_by_fd(bpf_program__fd(attachments[i].prog), &info, &len))
+			die("cannot read program %s's info: %s", attachments[i].program, strerror(errno));
+		printf("%s\"%s\":%llu", i ? "," : "", attachments[i].program, info.recursion_misses);
+	}
+	printf("}}\n");
 }
 
 static void usage(const char *prog)
@@ -264,7 +277,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < nattach; i++)
 		bpf_link__destroy(attachments[i].link);
 	read_counts(bpf_map__fd(skel->maps.counters), counts);
-	print_counts(counts);
+	print_counts(counts, attachments, nattach);
 	micro_bpf__destroy(skel);
 	return 0;
 }

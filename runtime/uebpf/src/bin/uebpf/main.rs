@@ -267,7 +267,8 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Every map's entries (keys and values in hex) and every ring buffer's records (drained).
+/// Every map's entries (keys and values in hex), every ring buffer's records (drained), and the
+/// hits each program missed (`bpf_prog_info.recursion_misses`).
 fn dump(instance: &Instance) -> Value {
     let mut maps = JsonMap::new();
     let mut rings = JsonMap::new();
@@ -293,7 +294,9 @@ fn dump(instance: &Instance) -> Value {
                    "max_entries": def.max_entries, "percpu": map.kind().is_percpu(), "entries": entries}),
         );
     }
-    json!({"maps": maps, "rings": rings})
+    let region = instance.region();
+    let misses: JsonMap<String, Value> = region.programs().into_iter().map(|p| (p.name, json!(region.recursion_misses(p.id)))).collect();
+    json!({"maps": maps, "rings": rings, "recursion_misses": misses})
 }
 
 fn info(path: &str) -> Result<Value, String> {
