@@ -53,7 +53,7 @@ static int quiet_libbpf(enum libbpf_print_level level, const char *fmt, va_list 
 
 /* Parses the command line and blocks the stop signals (one that arrives early waits for
  * wait_for_stop); libbpf prints through quiet_libbpf from here on. */
-static struct uprobe_target parse_uprobe_target(int argc, char **argv)
+static inline struct uprobe_target parse_uprobe_target(int argc, char **argv)
 {
 	static const struct option options[] = {
 		{ "binary", required_argument, NULL, 'b' },

@@ -226,13 +226,15 @@ def suite_command(suite: Suite) -> click.Command:
             type=option.type,
             default=option.default,
             is_flag=option.is_flag,
+            multiple=option.multiple,
             metavar=option.metavar,
             help=option.help,
             show_default=option.default is not None and not option.is_flag,
         )
         for option in suite.options
     ]
-    command = click.Command(suite.name, callback=callback, params=shared + own, help=suite.help)
+    trailing = [click.Argument(["command"], nargs=-1, type=click.UNPROCESSED)] if suite.command_argument else []
+    command = click.Command(suite.name, callback=callback, params=shared + own + trailing, help=suite.help)
     for decorate in (lock_option, seed_option, out_option):
         command = decorate(command)
     return command
@@ -250,7 +252,7 @@ for _suite in SUITES.values():
     "--suites",
     "suite_names",
     type=CommaList(Known("suite", SUITES)),
-    default=",".join(SUITES),
+    default=",".join(name for name, suite in SUITES.items() if suite.in_run),
     show_default=True,
     help="Comma-separated suites to run.",
 )

@@ -29,7 +29,24 @@ def file_offset(binary: Path, symbol: str, dynamic: bool = True) -> int:
     raise TracecostError(f"{symbol} is in no executable segment of {binary}")
 
 
-def _output(argv: list[str]) -> str:
+def symbols(binary: Path, dynamic_only: bool = False) -> list[str]:
+    """The names of the functions and objects `binary` defines: its dynamic symbols, and (unless
+    `dynamic_only`) its symbol table's, which a stripped file has none of."""
+    listed = _output(["nm", "-D", "--defined-only", str(binary)], missing_ok=True)
+    if not dynamic_only:
+        listed += _output(["nm", "--defined-only", str(binary)], missing_ok=True)
+    names = (line.split()[-1].split("@")[0] for line in listed.splitlines() if len(line.split()) >= 3)
+    return sorted(set(names))
+
+
+def _output(argv: list[str], missing_ok: bool = False) -> str:
+    """What the tool prints; with `missing_ok`, nothing for a file without such symbols (nm says
+    "no symbols" and exits 1)."""
+    if missing_ok:
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout
+        except (OSError, subprocess.SubprocessError) as err:
+            raise TracecostError(f"{argv[0]} could not read {argv[-1]}: {err}") from err
     try:
         return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError) as err:

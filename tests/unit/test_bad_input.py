@@ -101,7 +101,7 @@ BAD_OPTION_CASES = [
 @pytest.mark.parametrize("command,option,value", BAD_OPTION_CASES)
 def test_a_bad_option_value_is_a_one_line_usage_error(tracecost, command, option, value):
     # --option=value: the value is taken as it is, even when it starts with a dash or is empty.
-    assert_one_line_error(tracecost(command, f"{option}={value}"), 2, option)
+    assert_one_line_error(tracecost(command, f"{option}={value}", *required(command)), 2, option)
 
 
 USAGE_ERRORS = [
@@ -151,6 +151,11 @@ def test_a_repeated_list_item_counts_once(tracecost, command, args, expected):
 MEASURING_COMMANDS = [*SUITE_TABLE, "run"]
 
 
+def required(command: str) -> tuple[str, ...]:
+    """What a command line of `command` needs besides the option tried (Suite.required_args)."""
+    return SUITE_TABLE[command].required_args if command in SUITE_TABLE else ()
+
+
 BAD_OUT = [
     "empty",
     "blank",
@@ -193,7 +198,7 @@ def test_a_bad_out_fails_before_measuring(tracecost, tmp_path, command, kind):
     if ROOT and "read-only" in kind:
         pytest.skip("root may write where the permissions say no")
     # ... and the stand-in for measuring was not reached, or the test would fail with Reached.
-    assert_one_line_error(tracecost(command, "--out", bad_out(tmp_path, kind)), 2, "--out")
+    assert_one_line_error(tracecost(command, "--out", bad_out(tmp_path, kind), *required(command)), 2, "--out")
 
 
 @pytest.mark.parametrize("command", MEASURING_COMMANDS)
@@ -209,7 +214,7 @@ def test_a_good_out_is_created_before_measuring_and_removed_if_nothing_was_writt
 
     monkeypatch.setattr(cli, "execute", execute)
     with pytest.raises(Reached):
-        tracecost(command, "--out", str(out))
+        tracecost(command, "--out", str(out), *required(command))
     assert not out.exists()  # it stopped before writing anything: no empty folder is left
 
 

@@ -3,10 +3,11 @@ holds); `tracecost <name>` is generated from the entry, and `tracecost run` runs
 default size. Adding a suite: a new folder, and one line here.
 
 The table's order is the report's: the order in which a reader asks (what tracing a function costs,
-then a probe, the transport, real services, loading, the engines, compatibility), whatever order a
-results file holds its suites in."""
+then a probe, the transport, real services, loading, the engines, compatibility, then the reader's
+own program), whatever order a results file holds its suites in."""
 
 from tracecost.report import style
+from tracecost.suites.app import AppSuite
 from tracecost.suites.compat import CompatSuite
 from tracecost.suites.duration import DurationSuite
 from tracecost.suites.fuse import FuseSuite
@@ -27,6 +28,7 @@ SUITES = {
         LoadSuite(),
         VmSuite(),
         CompatSuite(),
+        AppSuite(),
     )
 }
 for _suite in SUITES.values():

@@ -58,6 +58,7 @@ class Option:
     type: Any = None
     default: Any = None
     is_flag: bool = False
+    multiple: bool = False  # repeatable: its value is the tuple of every one given
     metavar: str | None = None
     callback: Callable | None = None
     # The edge values ("0", "1.5", "1e3"...) that are good here: the bad-input tests give every
@@ -262,6 +263,14 @@ class Suite(ABC):
     # The method the others are measured against, which --methods must include (None: no such method).
     baseline: str | None = "baseline"
     options: tuple[Option, ...] = ()
+    # The command line ends with a command the suite runs (`tracecost app ... -- COMMAND ARGS`):
+    # make_config gets it as `command`.
+    command_argument: bool = False
+    # Whether `tracecost run` measures it (a suite of the user's own command has nothing to run).
+    in_run: bool = True
+    # The least a command line of this suite needs, after its options (`--probe X -- COMMAND`):
+    # the bad-input tests add it to each option they try.
+    required_args: tuple[str, ...] = ()
     usage_errors: tuple[UsageError, ...] = ()
     # The label and colour of each method of this suite's own (report/style.py styles the shared
     # runtimes: baseline, untraced, kernel, uebpf, uebpf-live), the same in every chart.

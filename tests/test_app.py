@@ -1,0 +1,69 @@
+"""`tracecost app` on programs nobody here wrote: each method's hits per site are counted, and the
+kernel's and uebpf's agree, run after run."""
+
+from __future__ import annotations
+
+import os
+
+from conftest import regions_removed, run_tracecost
+from tracecost import results
+
+PYTHON_SCRIPT = "import sys\nfor i in range(20_000): bytearray(100 + i % 50)\nsys.stdout.write('done')\n"
+
+
+def app(tmp_path, *args: str, env: dict[str, str] | None = None) -> dict:
+    """`tracecost app -r 2 ARGS...` into tmp_path: its suite part of results.json."""
+    out = tmp_path / "out"
+    result = run_tracecost("app", "-r", "2", "--seed", "1", "--out", str(out), *args, env=env)
+    assert result.returncode == 0, result.stderr
+    return results.load(out)["suites"]["app"]
+
+
+def counted(part: dict) -> dict[str, list[dict]]:
+    """Each method's counted runs' hits."""
+    runs = [r for r in part["runs"] if r["status"] == "ok" and not r["warmup"]]
+    return {method: [r["hits"] for r in runs if r["method"] == method] for method in ("kernel", "uebpf")}
+
+
+def assert_same_counts(part: dict, specs: list[str]) -> None:
+    assert part["failures"] == [] and part["unavailable"] == []
+    hits = counted(part)
+    assert len(hits["kernel"]) == len(hits["uebpf"]) == 2
+    for run in hits["kernel"] + hits["uebpf"]:
+        assert list(run) == specs and all(n > 0 for n in run.values()), hits
+    assert hits["kernel"] == hits["uebpf"], hits
+    for method in ("kernel", "uebpf"):
+        (agg,) = [a for a in part["aggregates"] if a["method"] == method]
+        assert agg["ns_per_hit"]["value"] is not None
+
+
+def test_python_mallocs_counted_the_same_on_the_kernel_and_on_uebpf(tmp_path):
+    specs = ["libc:malloc", "libc:malloc%return"]
+    env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same allocations every run
+    part = app(tmp_path, *(a for s in specs for a in ("--probe", s)), "--", "python3", "-c", PYTHON_SCRIPT, env=env)
+    assert_same_counts(part, specs)
+    assert min(counted(part)["kernel"][0].values()) > 1000
+
+
+def test_sqlite_steps_counted_the_same_on_the_kernel_and_on_uebpf(tmp_path):
+    script = tmp_path / "inserts.sql"
+    script.write_text("CREATE TABLE t(x);\n" + "".join(f"INSERT INTO t VALUES({i});\n" for i in range(3000)))
+    part = app(tmp_path, "--probe", "libsqlite3:sqlite3_step", "--", "sqlite3", ":memory:", f".read {script}")
+    assert_same_counts(part, ["libsqlite3:sqlite3_step"])
+    assert counted(part)["uebpf"][0]["libsqlite3:sqlite3_step"] >= 3001
+
+
+def test_gzip_writes_counted_the_same_on_the_kernel_and_on_uebpf(tmp_path):
+    data = tmp_path / "data"
+    data.write_bytes(os.urandom(1 << 20))
+    part = app(tmp_path, "--probe", "syscall:write", "--", "gzip", "-c", str(data))
+    assert_same_counts(part, ["syscall:write"])
+
+
+def test_a_command_that_fails_untraced_fails_every_run_in_one_line(tmp_path):
+    out = tmp_path / "out"
+    with regions_removed("uebpf-tracecost-*"):
+        result = run_tracecost("app", "-r", "1", "--out", str(out), "--probe", "libc:malloc", "--", "false")
+    assert result.returncode != 0
+    part = results.load(out)["suites"]["app"]
+    assert {f["error"] for f in part["failures"]} == {"the command exited with status 1"}

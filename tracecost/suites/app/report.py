@@ -1,0 +1,157 @@
+"""Report section of `tracecost app`: the command's time under each method, what one hit of the
+probes costs it, and the hits per site, the kernel's and uebpf's side by side."""
+
+from __future__ import annotations
+
+import shlex
+
+from tracecost.report import fmt, style
+from tracecost.report.figures import CI_NOTE, Plot, by_cell, in_order
+from tracecost.report.model import Headline, Section, TableBlock
+from tracecost.suites.base import Column, cell_rows
+
+TRACED = ("kernel", "uebpf")
+QUESTION = "What one probe hit costs your command, kernel vs uebpf"
+
+PLOTS = (
+    Plot(
+        "The command's wall time",
+        "Wall time per run (s)",
+        ("wall_s",),
+        "seconds",
+        f"From the go at the gate (every probe attached) to the command's exit. {CI_NOTE}",
+        bars=True,
+        legend=True,
+    ),
+    Plot(
+        "Cost per hit",
+        "Added wall time per probe hit (ns)",
+        ("ns_per_hit",),
+        "ns per hit",
+        "(traced − untraced mean wall time) ÷ the hits of a run, every site together; the added time holds "
+        "each method's fixed costs too (uebpf's agent starting in the command), which dominate where the "
+        f"command makes few calls. {CI_NOTE} (Welch t)",
+        key="value",
+        bars=True,
+        legend=True,
+        traced=True,
+    ),
+)
+COLUMNS = [
+    Column("Method", lambda agg: style.label(agg["method"]), name=True),
+    Column.field("n", "n"),
+    Column.estimate("Wall s", "wall_s", digits=4),
+    Column.estimate("CPU s", "cpu_s", digits=4),
+    Column.estimate("+Wall s", "added_wall_s", key="value", digits=4, traced=True),
+    Column.estimate("+CPU s", "added_cpu_s", key="value", digits=4, traced=True),
+    Column.stat("Hits per run", "hits_per_run", digits=0, traced=True),
+    Column.estimate("ns per hit", "ns_per_hit", key="value", traced=True),
+]
+
+
+def _where(site: dict) -> str:
+    if site["kind"] == "syscall":
+        return f"syscalls/sys_enter_{site['syscall']}"
+    return f"{site['binary']} at file offset {site['offset']:#x}" + (
+        " (its return)" if site["kind"] == "uretprobe" else ""
+    )
+
+
+def _counts(agg: dict | None, spec: str) -> str:
+    if not agg or not agg.get("hits"):
+        return "–"
+    return " / ".join(f"{n:,}" for n in agg["hits"].get(spec, [])) or "–"
+
+
+def agreement(config: dict, cells: dict) -> list[str]:
+    """Per site, whether the kernel's and uebpf's counts are the same numbers."""
+    command, out = shlex.join(config["command"]), []
+    kernel, ours = (cells.get((command, m)) for m in TRACED)
+    if not kernel or not ours or not kernel.get("hits") or not ours.get("hits"):
+        return out
+    differing = [s["spec"] for s in config["sites"] if kernel["hits"].get(s["spec"]) != ours["hits"].get(s["spec"])]
+    if differing:
+        out.append(
+            f"The kernel and uebpf counted differently at {', '.join(differing)}: "
+            + "; ".join(f"{spec}: {_counts(kernel, spec)} vs {_counts(ours, spec)}" for spec in differing)
+            + " (per run; the site table has every count)."
+        )
+    else:
+        out.append(f"The kernel and uebpf counted the same hits at every site ({len(config['sites'])}), in every run.")
+    return out
+
+
+def findings(config: dict, aggregates: list[dict], failures: list[dict], unavailable: list[dict]) -> list[str]:
+    cells = by_cell(aggregates, "command", "method")
+    command, out = shlex.join(config["command"]), []
+    for method in TRACED:
+        agg = cells.get((command, method))
+        if not agg or not agg["n"] or not agg.get("ns_per_hit"):
+            continue
+        out.append(
+            f"{style.label(method)}: {fmt.with_ci(agg['ns_per_hit'])} ns per hit, "
+            f"{fmt.number(fmt.central(agg['hits_per_run']), 0)} hits a run: "
+            f"{fmt.with_ci(agg['added_wall_s'], digits=4)} s added to a run of "
+            f"{fmt.with_ci(cells.get((command, 'baseline'), {}).get('wall_s') or {}, key='mean', digits=4)} s."
+        )
+    out += agreement(config, cells)
+    out += [f"{style.label(cell['method'])} was not measured: {cell['reason']}." for cell in unavailable]
+    if failures:
+        out.append(f"{len(failures)} run(s) failed and are left out of every figure (see results.json).")
+    return out
+
+
+def render(suite: dict, environment: dict) -> Section:
+    config, aggregates = suite["config"], suite["aggregates"]
+    command = shlex.join(config["command"])
+    cells = by_cell(aggregates, "command", "method")
+    methods = config["methods"]
+    charts = [
+        plot.chart(
+            cells,
+            [command],
+            ["the command"],
+            methods if not plot.traced else [m for m in methods if m != "baseline"],
+            "",
+        )
+        for plot in PLOTS
+    ]
+    sites = TableBlock(
+        "Probe sites",
+        ["Spec", "Where", *(f"{style.label(m)}: hits per run" for m in TRACED if m in methods)],
+        [
+            [
+                site["spec"],
+                _where(site),
+                *(_counts(cells.get((command, m)), site["spec"]) for m in TRACED if m in methods),
+            ]
+            for site in config["sites"]
+        ],
+        "Hits: every run's count (one number where the command did the same each run), counted by the "
+        "program (an array slot per site, by its attach cookie).",
+    )
+    table = TableBlock(
+        "Every method",
+        [column.header for column in COLUMNS],
+        cell_rows(COLUMNS, in_order(cells, [command], methods)),
+        f"{config['runs']} measured runs per method after a discarded warm-up, in a seeded random order (seed "
+        f"{config['seed']}). ± is the 95% CI: t-distribution for means, Welch's t for differences.",
+    )
+    return Section(
+        suite="app",
+        title="Your program: what tracing it costs",
+        intro=f"The command `{command}` ran under each method, held at a gate until every probe was attached "
+        "to its process: an empty program counting each hit at every site (kernel eBPF: the kernel's uprobes "
+        "and tracepoints; uebpf: the same loader and object, the agent preloaded into the command).",
+        findings=findings(config, aggregates, suite["failures"], suite.get("unavailable", [])),
+        charts=charts,
+        tables=[table, sites],
+    )
+
+
+def headline(suite: dict) -> Headline:
+    """The overview's row: what one hit costs the command on the kernel and on uebpf."""
+    command = shlex.join(suite["config"]["command"])
+    cells = by_cell(suite["aggregates"], "command", "method")
+    costs = {style.label(m): (cells.get((command, m)) or {}).get("ns_per_hit") or {} for m in TRACED}
+    return Headline(QUESTION, fmt.answers(costs, unit=" ns"), fmt.verdict(costs, "lower", "cheaper"))

@@ -1,0 +1,108 @@
+"""The methods `tracecost app` measures a command under: untraced (the baseline), kernel eBPF and
+uebpf, each attaching appcount's empty counting program to every probe site.
+
+The command starts behind a gate (gate.c): its process exists, with its pid, before it runs, so
+that each method attaches to that process alone (the kernel's uprobes by pid; the system call
+tracepoints fire for every process and count this one's) before the first instruction of the
+command, and every hit of its run counts. uebpf's loader attaches before the command runs, and the
+agent, preloaded into the command at its exec, hooks every site as it starts."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracecost import methods, paths, system, uebpf
+from tracecost.procs import Child, last_json_line, started
+from tracecost.say import Say
+from tracecost.suites.app.specs import Site
+
+READY_TIMEOUT_S = 60
+STOP_TIMEOUT_S = 30
+
+
+@dataclass(frozen=True)
+class Gated:
+    """What a method attaches to: the gated command's process and the sites to probe in it."""
+
+    pid: int
+    sites: tuple[Site, ...]
+
+
+@dataclass
+class Counted:
+    hits: list[int] | None = None  # per site, in the sites' order, once the method has detached
+
+
+class AppMethod(methods.Method[Gated, Counted]):
+    """A method attaches to the gated command's sites."""
+
+    def unavailable(self, cell: tuple[Site, ...] | None = None) -> str | None:
+        return None
+
+
+class Untraced(methods.Baseline[Gated, Counted], AppMethod):
+    """Nothing attached: and first, nothing attached where the command will run, by anyone."""
+
+    @contextlib.contextmanager
+    def attached(self, run: methods.Run[Gated]) -> Iterator[Counted]:
+        binaries = dict.fromkeys(site.binary for site in run.target.sites if site.binary)
+        for binary in binaries:
+            system.require_untraced(binary=binary)
+        system.require_untraced(syscall_entries=any(site.kind == "syscall" for site in run.target.sites))
+        yield Counted()
+
+
+class Kernel(AppMethod):
+    """Kernel eBPF: appcount's uprobes on the command's process, its tracepoints counting it."""
+
+    name, label = "kernel", "Kernel eBPF"
+
+    def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
+        system.require_kernel_bpf()
+        system.ensure_tracefs(say)
+        self.loader = paths.artifact("bin/appcount")
+
+    @contextlib.contextmanager
+    def attached(self, run: methods.Run[Gated]) -> Iterator[Counted]:
+        argv = [str(self.loader), "--pid", str(run.target.pid)]
+        argv += [arg for site in run.target.sites for arg in site.loader_args()]
+        env = {**os.environ, **run.environments.loader}
+        with started(lambda: Child(argv, stderr_path=run.workdir / "appcount.stderr", env=env)) as loader:
+            loader.wait_for_line("READY", READY_TIMEOUT_S)
+            counted = Counted()
+            yield counted
+            loader.finished("the appcount loader", timeout_s=STOP_TIMEOUT_S)
+            counted.hits = last_json_line(loader.read_stdout(), "the appcount loader", lambda fields: fields["hits"])
+        run.environments.after_exit()
+
+
+class Uebpf(Kernel):
+    """The same loader and object on uebpf: its server in the loader, its agent in the command."""
+
+    name, label = "uebpf", "uebpf"
+
+    def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
+        self.loader = paths.artifact("bin/appcount")
+        self.libraries = uebpf.require_runtime()
+
+    def unavailable(self, cell: tuple[Site, ...] | None = None) -> str | None:
+        """A site uebpf's hook engine refuses (a function shorter than its jump...), in its words."""
+        uebpf_command = paths.artifact("bin/uebpf")
+        for site in cell or ():
+            if site.binary and (refusal := uebpf.hook_refusal(uebpf_command, site.binary, f"{site.offset:#x}")):
+                return f"uebpf's hook engine refuses {site.spec}: {refusal}"
+        return None
+
+    def environments(self) -> uebpf.RunEnvironments:
+        return self.libraries.run_environments()
+
+
+def make_method(name: str) -> AppMethod:
+    return {"baseline": Untraced, "kernel": Kernel, "uebpf": Uebpf}[name]()
+
+
+METHODS = ("baseline", "kernel", "uebpf")
