@@ -22,7 +22,9 @@
 //! of the C library's, so one is preferred (/proc/PID/task/TID/syscall); otherwise the thread is
 //! run to its next system call entry (PTRACE_SYSCALL) for up to SYSCALL_WAIT, and failing that
 //! (a loop that makes no system call) taken at an instruction outside the C library and the
-//! dynamic loader, retried until HIJACK_DEADLINE.
+//! dynamic loader, retried until HIJACK_DEADLINE. The allocator's system calls (brk, mmap...)
+//! are no such place: malloc makes them halfway through changing its heap
+//! (`in_safe_system_call`).
 //!
 //! System call restarts follow the kernel's rules (arch/x86/kernel/signal.c,
 //! arch_do_signal_or_restart): a thread interrupted inside a system call is stopped with
@@ -501,20 +503,26 @@ impl Tracee {
         loop {
             ptrace(libc::PTRACE_INTERRUPT, self.tid, 0, 0).map_err(|e| self.gone(e))?;
             if self.wait_interrupted()? {
-                return Ok(Resume::AtSyscall);
+                if self.in_safe_system_call()? {
+                    return Ok(Resume::AtSyscall);
+                }
+                self.resume_after_unsafe_stop()?;
+                continue;
             }
-            let regs = self.registers()?;
-            if regs.orig_rax as i64 >= 0 {
+            if self.in_safe_system_call()? {
                 return Ok(Resume::AsSaved);
             }
             if let Some(wait) = syscall_wait.take() {
                 ptrace(libc::PTRACE_SYSCALL, self.tid, 0, 0).map_err(|e| self.gone(e))?;
                 if self.wait_for(wait)? {
-                    return Ok(Resume::AtSyscall);
+                    if self.in_safe_system_call()? {
+                        return Ok(Resume::AtSyscall);
+                    }
+                    self.resume_after_unsafe_stop()?;
                 }
                 continue;
             }
-            if !target.in_loader_or_libc(regs.rip) {
+            if !target.in_loader_or_libc(self.registers()?.rip) {
                 return Ok(Resume::AsSaved);
             }
             if Instant::now() >= deadline {
@@ -531,6 +539,27 @@ impl Tracee {
             ptrace(libc::PTRACE_CONT, self.tid, 0, 0).map_err(|e| self.gone(e))?;
             std::thread::sleep(RETRY_RUN);
         }
+    }
+
+    /// Whether the thread is stopped in (or at the entry of) a system call that leaves the C
+    /// library's state whole. Not the allocator's own: glibc's malloc makes brk, mmap, munmap,
+    /// mremap, madvise and mprotect calls in the middle of changing its heap, and in a process
+    /// with one thread it takes no lock that would make dlopen's allocations wait, so they would
+    /// work on a heap half changed (a Python loop allocating while its agent was injected died of
+    /// "corrupted size vs. prev_size" one run in three).
+    fn in_safe_system_call(&self) -> Result<bool, Failure> {
+        const ALLOCATORS: [i64; 6] =
+            [libc::SYS_brk, libc::SYS_mmap, libc::SYS_munmap, libc::SYS_mremap, libc::SYS_madvise, libc::SYS_mprotect];
+        let number = self.registers()?.orig_rax as i64;
+        Ok(number >= 0 && !ALLOCATORS.contains(&number))
+    }
+
+    /// Lets a thread stopped where it cannot be taken run on (without system call stops), with
+    /// the pause of a look at a running thread.
+    fn resume_after_unsafe_stop(&mut self) -> Result<(), Failure> {
+        ptrace(libc::PTRACE_CONT, self.tid, 0, 0).map_err(|e| self.gone(e))?;
+        std::thread::sleep(RETRY_RUN);
+        Ok(())
     }
 
     /// Runs the thread (already resumed) for up to `wait`: true if it stopped at a system call
