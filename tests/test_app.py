@@ -4,11 +4,18 @@ kernel's and uebpf's agree, run after run."""
 from __future__ import annotations
 
 import os
+import sys
 
 from conftest import regions_removed, run_tracecost
 from tracecost import results
 
 PYTHON_SCRIPT = "import sys\nfor i in range(20_000): bytearray(100 + i % 50)\nsys.stdout.write('done')\n"
+# The interpreter itself, not a launcher that execs it (a pyenv shim would exec under uebpf-live's
+# injection).
+PYTHON = os.path.realpath(sys.executable)
+# The methods that attach before the command starts: a command of milliseconds ends before an
+# injection would be done.
+FROM_THE_START = ("--methods", "baseline,kernel,uebpf")
 
 
 def app(tmp_path, *args: str, env: dict[str, str] | None = None) -> dict:
@@ -40,7 +47,8 @@ def assert_same_counts(part: dict, specs: list[str]) -> None:
 def test_python_mallocs_counted_the_same_on_the_kernel_and_on_uebpf(tmp_path):
     specs = ["libc:malloc", "libc:malloc%return"]
     env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same allocations every run
-    part = app(tmp_path, *(a for s in specs for a in ("--probe", s)), "--", "python3", "-c", PYTHON_SCRIPT, env=env)
+    probes = [a for s in specs for a in ("--probe", s)]
+    part = app(tmp_path, *FROM_THE_START, *probes, "--", PYTHON, "-c", PYTHON_SCRIPT, env=env)
     assert_same_counts(part, specs)
     assert min(counted(part)["kernel"][0].values()) > 1000
 
@@ -48,7 +56,9 @@ def test_python_mallocs_counted_the_same_on_the_kernel_and_on_uebpf(tmp_path):
 def test_sqlite_steps_counted_the_same_on_the_kernel_and_on_uebpf(tmp_path):
     script = tmp_path / "inserts.sql"
     script.write_text("CREATE TABLE t(x);\n" + "".join(f"INSERT INTO t VALUES({i});\n" for i in range(3000)))
-    part = app(tmp_path, "--probe", "libsqlite3:sqlite3_step", "--", "sqlite3", ":memory:", f".read {script}")
+    part = app(
+        tmp_path, *FROM_THE_START, "--probe", "libsqlite3:sqlite3_step", "--", "sqlite3", ":memory:", f".read {script}"
+    )
     assert_same_counts(part, ["libsqlite3:sqlite3_step"])
     assert counted(part)["uebpf"][0]["libsqlite3:sqlite3_step"] >= 3001
 
@@ -56,8 +66,33 @@ def test_sqlite_steps_counted_the_same_on_the_kernel_and_on_uebpf(tmp_path):
 def test_gzip_writes_counted_the_same_on_the_kernel_and_on_uebpf(tmp_path):
     data = tmp_path / "data"
     data.write_bytes(os.urandom(1 << 20))
-    part = app(tmp_path, "--probe", "syscall:write", "--", "gzip", "-c", str(data))
+    part = app(tmp_path, *FROM_THE_START, "--probe", "syscall:write", "--", "gzip", "-c", str(data))
     assert_same_counts(part, ["syscall:write"])
+
+
+def test_attached_live_it_counts_what_the_command_did_once_injected(tmp_path):
+    """uebpf-live: the command starts without the agent, which is injected once it runs; what it did
+    before is not seen, so it counts at most the kernel's hits, and the runs record the injection."""
+    script = "for i in range(1_000_000): bytearray(100 + i % 50)"
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    part = app(
+        tmp_path,
+        "--methods",
+        "baseline,kernel,uebpf-live",
+        "--probe",
+        "libc:malloc",
+        "--",
+        PYTHON,
+        "-c",
+        script,
+        env=env,
+    )
+    assert part["failures"] == []
+    runs = [r for r in part["runs"] if not r["warmup"]]
+    kernel = [r["hits"]["libc:malloc"] for r in runs if r["method"] == "kernel"]
+    live = [r for r in runs if r["method"] == "uebpf-live"]
+    assert live and all(0 < r["hits"]["libc:malloc"] <= min(kernel) for r in live), (kernel, live)
+    assert all(r["injection"]["by"] == "uebpf inject" and r["injection"]["hooks"] >= 1 for r in live)
 
 
 def test_a_command_that_fails_untraced_fails_every_run_in_one_line(tmp_path):

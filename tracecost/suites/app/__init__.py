@@ -209,17 +209,28 @@ def run_once(method: AppMethod, config: AppConfig, workdir: Path) -> dict:
         with method.attached(run) as counted:
             started_at = time.perf_counter()
             gate.send(signal.SIGUSR1)
+            try:
+                injection = method.went(run)
+            except TracecostError:
+                # A command that failed says so first: that is why there was nothing to attach to.
+                require_success(gate, gate.wait(timeout_s=config.timeout_s), config)
+                raise
             usage = gate.wait(timeout_s=config.timeout_s)
             wall_s = time.perf_counter() - started_at
-        if usage.timed_out:
-            raise TracecostError(f"the command ran longer than --timeout {config.timeout_s:g} s and was killed")
-        if usage.exit_code != 0:
-            said = gate.error_line()
-            raise TracecostError(f"the command exited with status {usage.exit_code}" + (f": {said}" if said else ""))
+        require_success(gate, usage, config)
     hits = None if counted.hits is None else dict(zip((site.spec for site in config.sites), counted.hits))
     if hits is not None and not any(hits.values()):
         raise TracecostError(f"{method.name} counted no hit at any site: its probes did not fire (nothing to cost)")
-    return record(wall_s, usage.user_s, usage.sys_s, hits)
+    return record(wall_s, usage.user_s, usage.sys_s, hits, injection)
+
+
+def require_success(gate: Child, usage, config: AppConfig) -> None:
+    """The command ran within its time and exited 0, or the run fails saying how it ended."""
+    if usage.timed_out:
+        raise TracecostError(f"the command ran longer than --timeout {config.timeout_s:g} s and was killed")
+    if usage.exit_code != 0:
+        said = gate.error_line()
+        raise TracecostError(f"the command exited with status {usage.exit_code}" + (f": {said}" if said else ""))
 
 
 # What uebpf adds to the command's environment (uebpf.Libraries.run_environments).
@@ -239,8 +250,18 @@ def same_shape(added: dict[str, str]) -> dict[str, str]:
     return {**added, **stand_ins}
 
 
-def record(wall_s: float, user_s: float, sys_s: float, hits: dict[str, int] | None) -> dict:
-    return {"wall_s": wall_s, "user_s": user_s, "sys_s": sys_s, "cpu_s": user_s + sys_s, "hits": hits}
+def record(
+    wall_s: float, user_s: float, sys_s: float, hits: dict[str, int] | None, injection: dict | None = None
+) -> dict:
+    return {
+        "wall_s": wall_s,
+        "user_s": user_s,
+        "sys_s": sys_s,
+        "cpu_s": user_s + sys_s,
+        "hits": hits,
+        # uebpf-live: how the agent was injected into the running command (uebpf.inject); else None.
+        "injection": injection,
+    }
 
 
 SUMMARY = (

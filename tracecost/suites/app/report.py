@@ -10,7 +10,7 @@ from tracecost.report.figures import CI_NOTE, Plot, by_cell, in_order
 from tracecost.report.model import Headline, Section, TableBlock
 from tracecost.suites.base import Column, cell_rows
 
-TRACED = ("kernel", "uebpf")
+TRACED = ("kernel", "uebpf", "uebpf-live")
 QUESTION = "What one probe hit costs your command, kernel vs uebpf"
 
 PLOTS = (
@@ -66,18 +66,30 @@ def _counts(agg: dict | None, spec: str) -> str:
 def agreement(config: dict, cells: dict) -> list[str]:
     """Per site, whether the kernel's and uebpf's counts are the same numbers."""
     command, out = shlex.join(config["command"]), []
-    kernel, ours = (cells.get((command, m)) for m in TRACED)
-    if not kernel or not ours or not kernel.get("hits") or not ours.get("hits"):
+    kernel, ours, live = (cells.get((command, m)) for m in TRACED)
+    if not kernel or not kernel.get("hits"):
         return out
-    differing = [s["spec"] for s in config["sites"] if kernel["hits"].get(s["spec"]) != ours["hits"].get(s["spec"])]
-    if differing:
+    if ours and ours.get("hits"):
+        differing = [s["spec"] for s in config["sites"] if kernel["hits"].get(s["spec"]) != ours["hits"].get(s["spec"])]
+        if differing:
+            out.append(
+                f"The kernel and uebpf counted differently at {', '.join(differing)}: "
+                + "; ".join(f"{spec}: {_counts(kernel, spec)} vs {_counts(ours, spec)}" for spec in differing)
+                + " (per run; the site table has every count)."
+            )
+        else:
+            out.append(
+                f"The kernel and uebpf counted the same hits at every site ({len(config['sites'])}), in every run."
+            )
+    if live and live.get("hits"):
         out.append(
-            f"The kernel and uebpf counted differently at {', '.join(differing)}: "
-            + "; ".join(f"{spec}: {_counts(kernel, spec)} vs {_counts(ours, spec)}" for spec in differing)
-            + " (per run; the site table has every count)."
+            "uebpf attached live counted "
+            + "; ".join(
+                f"{s['spec']}: {_counts(live, s['spec'])} of the kernel's {_counts(kernel, s['spec'])}"
+                for s in config["sites"]
+            )
+            + ": what the command did before the agent was injected into it is not seen."
         )
-    else:
-        out.append(f"The kernel and uebpf counted the same hits at every site ({len(config['sites'])}), in every run.")
     return out
 
 

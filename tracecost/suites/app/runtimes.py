@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from tracecost import methods, paths, system, uebpf
+from tracecost.errors import TracecostError
 from tracecost.procs import Child, last_json_line, started
 from tracecost.say import Say
 from tracecost.suites.app.specs import Site
 
 READY_TIMEOUT_S = 60
 STOP_TIMEOUT_S = 30
+EXEC_TIMEOUT_S = 10
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,11 @@ class AppMethod(methods.Method[Gated, Counted]):
     """A method attaches to the gated command's sites."""
 
     def unavailable(self, cell: tuple[Site, ...] | None = None) -> str | None:
+        return None
+
+    def went(self, run: methods.Run[Gated]) -> dict | None:
+        """Called once the command was let go: a method that attaches to it running does so here
+        and returns how (uebpf-live's injection record); None for the others."""
         return None
 
 
@@ -101,8 +109,45 @@ class Uebpf(Kernel):
         return self.libraries.run_environments()
 
 
+class UebpfLive(Uebpf):
+    """uebpf attached to the command once it runs: started without the agent, which `uebpf inject`
+    loads into it as soon as it has replaced the gate (runtime/agent/README.md, "Attaching to a
+    running process"). What the command did before the agent's hooks were live is not seen: its
+    counts are the kernel's less those hits."""
+
+    name, label = "uebpf-live", "uebpf, attached live"
+
+    def open(self, stack: contextlib.ExitStack, workspace: Path, say: Say) -> None:
+        super().open(stack, workspace, say)
+        self.gate, self.uebpf_command = paths.artifact("bin/gate"), paths.artifact("bin/uebpf")
+
+    def environments(self) -> uebpf.RunEnvironments:
+        return self.libraries.run_environments(live=True)
+
+    def went(self, run: methods.Run[Gated]) -> dict | None:
+        wait_for_exec(run.target.pid, self.gate)
+        return uebpf.inject(self.uebpf_command, run.environments.loader, run.target.pid)
+
+
+def wait_for_exec(pid: int, gate: Path, timeout_s: float = EXEC_TIMEOUT_S) -> None:
+    """Returns once process `pid` runs the command, no longer the gate (its /proc/PID/exe changed):
+    the agent injected into the gate would be gone with the exec."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if Path(os.readlink(f"/proc/{pid}/exe")) != gate.resolve():
+                return
+        except OSError:
+            break  # gone: the command has finished already
+        os.sched_yield()
+    raise TracecostError(
+        "the command finished (or did not start) before uebpf could be injected into it: uebpf-live needs a "
+        "command that runs longer than an injection takes"
+    )
+
+
 def make_method(name: str) -> AppMethod:
-    return {"baseline": Untraced, "kernel": Kernel, "uebpf": Uebpf}[name]()
+    return {"baseline": Untraced, "kernel": Kernel, "uebpf": Uebpf, "uebpf-live": UebpfLive}[name]()
 
 
-METHODS = ("baseline", "kernel", "uebpf")
+METHODS = ("baseline", "kernel", "uebpf", "uebpf-live")
