@@ -211,9 +211,16 @@ def run_once(method: AppMethod, config: AppConfig, workdir: Path) -> dict:
             gate.send(signal.SIGUSR1)
             try:
                 injection = method.went(run)
-            except TracecostError:
-                # A command that failed says so first: that is why there was nothing to attach to.
+            except TracecostError as error:
+                # A command that failed says so first: that is why there was nothing to attach to;
+                # one that was done says that it was too quick, not what the attach then met.
+                ended = gate.has_exited()
                 require_success(gate, gate.wait(timeout_s=config.timeout_s), config)
+                if ended:
+                    raise TracecostError(
+                        f"the command finished before {method.name} could attach to it "
+                        f"({time.perf_counter() - started_at:.3f} s): it needs a command that runs longer"
+                    ) from error
                 raise
             usage = gate.wait(timeout_s=config.timeout_s)
             wall_s = time.perf_counter() - started_at
