@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from tracecost import services
 from tracecost.errors import TracecostError
 from tracecost.suites import nginx
 from tracecost.suites.nginx import crosscheck, service, tools
@@ -138,6 +139,6 @@ def test_the_side_by_side_table_puts_the_kernels_most_frequent_first():
 
 
 def test_a_process_cpu_time_is_read_from_its_clock():
-    assert service.cpu_ns(os.getpid()) > 0
+    assert services.cpu_ns(os.getpid()) > 0
     with pytest.raises(TracecostError, match="CPU time of process"):
-        service.cpu_ns(2**22 + 12345)  # beyond pid_max's default: no such process
+        services.cpu_ns(2**22 + 12345)  # beyond pid_max's default: no such process

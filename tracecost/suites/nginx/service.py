@@ -11,29 +11,24 @@ are the master's children, not ours: were tracecost killed outright, the master 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import grp
 import http.client
 import json
 import os
 import pwd
-import signal
-import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracecost import leftovers, system
+from tracecost import leftovers, services, system
 from tracecost.errors import TracecostError
 from tracecost.procs import Child, descendants, exits_within, run_command, started
 
 READY_TIMEOUT_S = 10
-STOP_TIMEOUT_S = 10
 STATUS_PATH = "/status"
 # wrk's own slack beyond -d: its connections' TLS handshakes and its summary.
 WRK_SLACK_S = 30
-_libc = ctypes.CDLL(None, use_errno=True)
 
 # wrk runs this script: its done() hook prints one JSON line of what wrk counted (requests,
 # bytes, every kind of error, latency percentiles in microseconds), after wrk's own text.
@@ -95,13 +90,6 @@ def pinned(argv: list[str], cpus: list[int] | None) -> list[str]:
     return [system.require_tool("taskset", "util-linux"), "-c", ",".join(map(str, cpus)), *argv]
 
 
-def free_port() -> int:
-    """A loopback port the kernel has just handed out (bound, then released for nginx)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def config_text(prefix: Path, site: Site, workers: int, https_port: int, status_port: int) -> str:
     # As root, nginx's workers would switch to `nobody`: they could not read the command's private
     # folder, nor open a uebpf region (each user's own). They keep the harness's user instead.
@@ -142,18 +130,6 @@ http {{
 """
 
 
-def cpu_ns(pid: int) -> int:
-    """The CPU time process `pid` has used (all its threads, user and system: the kernel's
-    sum_exec_runtime, to the nanosecond), through its CPU-time clock (clock_getcpuclockid(3))."""
-    clock = ctypes.c_int()
-    if _libc.clock_getcpuclockid(pid, ctypes.byref(clock)) != 0:
-        raise TracecostError(f"cannot read the CPU time of process {pid}")
-    try:
-        return time.clock_gettime_ns(clock.value)
-    except OSError as err:
-        raise TracecostError(f"cannot read the CPU time of process {pid}: {err.strerror}") from err
-
-
 class Nginx:
     """One running nginx (master + workers) of a run."""
 
@@ -183,7 +159,7 @@ class Nginx:
             raise TracecostError(f"nginx's stub_status answered {response.status} {body[:80]!r}") from err
 
     def cpu_ns(self) -> int:
-        return sum(cpu_ns(pid) for pid in self.pids)
+        return sum(services.cpu_ns(pid) for pid in self.pids)
 
     def require_running(self) -> None:
         if self.master.has_exited():
@@ -197,18 +173,12 @@ def wait_for_workers(master: Child, workers: int, status_port: int) -> list[int]
         if master.has_exited():
             raise TracecostError(f"nginx exited at start: {master.error_line() or 'no message'}")
         found = descendants(master.pid)
-        if len(found) == workers and answers(status_port):
+        if len(found) == workers and services.answers(status_port):
             return found
         if time.monotonic() > deadline:
             raise TracecostError(f"nginx had {len(found)} of {workers} workers after {READY_TIMEOUT_S} s")
         # The master's pidfd turns readable if it exits; otherwise look again 10 ms later.
         exits_within(master.pid, 0.01)
-
-
-def answers(port: int) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-        return True
-    return False
 
 
 @contextlib.contextmanager
@@ -220,7 +190,7 @@ def running_nginx(
     nginx = system.require_tool("nginx", "nginx")
     prefix = folder / "nginx"
     (prefix / "temp").mkdir(parents=True)
-    https_port, status_port = free_port(), free_port()
+    https_port, status_port = services.free_port(), services.free_port()
     conf = prefix / "nginx.conf"
     conf.write_text(config_text(prefix, site, workers, https_port, status_port))
     argv = pinned([nginx, "-p", str(prefix), "-c", str(conf), "-e", str(prefix / "error.log")], cpus)
@@ -236,22 +206,7 @@ def running_nginx(
                 leftovers.record_process(pid)
             yield Nginx(master, pids, https_port, status_port)
         finally:
-            stop(master, pids)
-
-
-def stop(master: Child, workers: list[int]) -> None:
-    """nginx's fast shutdown (SIGTERM to the master, which stops its workers), then every worker
-    checked gone; one that outlives its master is killed by its PID. The workers are looked up
-    again first: a master replaces a worker that died (and the run then fails on wrk's errors)."""
-    if master.running:
-        workers = list(dict.fromkeys([*workers, *descendants(master.pid)]))
-    master.stop(signal.SIGTERM, timeout_s=STOP_TIMEOUT_S)
-    for pid in workers:
-        if not exits_within(pid, STOP_TIMEOUT_S):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            exits_within(pid, STOP_TIMEOUT_S)
-        leftovers.forget_process(pid)
+            services.stop(master, pids)
 
 
 @dataclass(frozen=True)
