@@ -112,7 +112,7 @@ static inline struct bpf_link *attach_uprobe(struct bpf_program *prog, const str
 }
 
 /* Prints READY and returns once SIGINT or SIGTERM arrives. */
-static void ready_until_stopped(struct uprobe_target *t)
+static inline void ready_until_stopped(struct uprobe_target *t)
 {
 	int sig;
 

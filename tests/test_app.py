@@ -7,7 +7,7 @@ import os
 import sys
 
 from conftest import regions_removed, run_tracecost
-from tracecost import results
+from tracecost import results, services
 
 PYTHON_SCRIPT = "import sys\nfor i in range(20_000): bytearray(100 + i % 50)\nsys.stdout.write('done')\n"
 # The interpreter itself, not a launcher that execs it (a pyenv shim would exec under uebpf-live's
@@ -102,3 +102,45 @@ def test_a_command_that_fails_untraced_fails_every_run_in_one_line(tmp_path):
     assert result.returncode != 0
     part = results.load(out)["suites"]["app"]
     assert {f["error"] for f in part["failures"]} == {"the command exited with status 1"}
+
+
+# nginx serving in one process (master_process off): the probes attach to the service's first
+# process, and a service whose workers are forked children serves where they do not reach.
+NGINX_CONF = """\
+daemon off;
+master_process off;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log;
+events {{}}
+http {{
+  access_log off;
+  client_body_temp_path {prefix}/temp;
+  server {{
+    listen 127.0.0.1:{port};
+    root {prefix}/www;
+  }}
+}}
+"""
+
+
+def test_nginx_under_wrk_its_requests_counted_the_same_on_the_kernel_and_on_uebpf(tmp_path):
+    port, prefix = services.free_port(), tmp_path / "nginx"
+    (prefix / "www").mkdir(parents=True)
+    (prefix / "temp").mkdir()
+    (prefix / "www" / "index.html").write_text("hello\n")
+    conf = prefix / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(prefix=prefix, port=port))
+    load = f"wrk -t1 -c2 -d1s http://127.0.0.1:{port}/"
+    nginx = ["nginx", "-p", str(prefix), "-c", str(conf), "-e", str(prefix / "error.log")]
+    probe = "nginx:ngx_http_process_request"
+    part = app(tmp_path, "--probe", probe, "--load", load, "--ready", str(port), "--", *nginx)
+    assert part["failures"] == [] and part["unavailable"] == []
+    runs = [r for r in part["runs"] if r["status"] == "ok" and not r["warmup"]]
+    for run in runs:
+        assert run["requests_per_s"] > 0 and run["cpu_s"] > 0
+        if run["method"] != "baseline":
+            # Each request wrk completed was processed once; at most one per connection was still in flight.
+            assert run["load_requests"] <= run["hits"][probe] <= run["load_requests"] + 2, (
+                run
+            )  # + the 2 connections in flight
+    assert not list(prefix.glob("*.pid")) or not services.answers(port)  # stopped after every run

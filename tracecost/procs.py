@@ -266,6 +266,12 @@ class Child:
             self._stdout_rest += chunk
         return True
 
+    def printed_lines(self, containing: str = "") -> list[str]:
+        """The non-empty lines (holding `containing`) the child printed after its ready line that
+        wait_for_lines has read so far."""
+        lines = self._stdout_rest.decode(errors="replace").split("\n")[:-1]
+        return [line for line in lines if line.strip() and containing in line]
+
     def type_line(self, line: str) -> None:
         """Types `line` and Enter at the child's terminal (started with terminal and stdin)."""
         os.write(self._terminal, line.encode() + b"\n")

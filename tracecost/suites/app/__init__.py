@@ -9,6 +9,7 @@ Not part of `tracecost run`: it measures a command the user gives."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -16,17 +17,22 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tracecost import methods, paths, stats
+import click
+
+from tracecost import leftovers, methods, paths, services, stats
 from tracecost.errors import TracecostError
 from tracecost.options import FiniteFloatRange
-from tracecost.procs import Child, started
+from tracecost.procs import Child, descendants, exits_within, run_command, started
 from tracecost.suites import base
 from tracecost.suites.app import report, specs
 from tracecost.suites.app.runtimes import METHODS, AppMethod, Gated, make_method
 from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite, UsageError, UsageProblem
 
 READY_TIMEOUT_S = 30
+SERVICE_READY_TIMEOUT_S = 60
 DEFAULT_TIMEOUT_S = 600.0
+REQUESTS_PER_S = re.compile(r"Requests/sec:\s+([0-9.]+)")
+COMPLETED = re.compile(r"([0-9]+) requests in ")
 # `tracecost run` does not measure this suite; its run_config is what the README's example runs.
 EXAMPLE = ["python3", "-c", "for i in range(200_000): bytearray(64)"]
 
@@ -39,6 +45,9 @@ class AppConfig:
     runs: int = 5
     seed: int = 0
     timeout_s: float = DEFAULT_TIMEOUT_S
+    # A service: the load run against it each repetition, and the port it is ready on.
+    load: list[str] | None = None
+    ready_port: int | None = None
 
     @property
     def shown(self) -> str:
@@ -54,6 +63,26 @@ def parse_probes(specs_given: tuple[str, ...]) -> tuple[specs.Site, ...]:
         return tuple(specs.parse(spec) for spec in specs_given)
     except specs.SpecError as error:
         raise UsageProblem("--probe", str(error)) from None
+
+
+def parse_load(load: str | None, ready_port: int | None) -> list[str] | None:
+    """--load's command, split as a shell would; a usage error where --load and --ready go alone."""
+    if load is None:
+        if ready_port is not None:
+            raise UsageProblem("--ready", "--ready is for a service: give its load with --load")
+        return None
+    if ready_port is None:
+        raise UsageProblem("--load", "a service needs --ready PORT: the port it accepts connections on")
+    try:
+        argv = shlex.split(load)
+    except ValueError as error:
+        raise UsageProblem("--load", f"cannot split {load!r}: {error}") from None
+    if not argv:
+        raise UsageProblem("--load", "an empty load command")
+    program = shutil.which(argv[0])
+    if program is None:
+        raise UsageProblem("--load", f"{argv[0]}: no such command")
+    return [program, *argv[1:]]
 
 
 def resolve_command(command: tuple[str, ...]) -> list[str]:
@@ -86,6 +115,9 @@ class AppSuite(Suite):
         UsageError(("--probe", "libc:malloc", "--probe", "libc:malloc", "--", "true"), ("twice",)),
         UsageError(("--probe", "nosuchlib:f", "--", "true"), ("nosuchlib",)),
         UsageError(("--probe", "libc:malloc", "--", "nosuchcommand"), ("nosuchcommand", "no such command")),
+        UsageError(("--probe", "libc:malloc", "--load", "true", "--", "true"), ("--ready",)),
+        UsageError(("--probe", "libc:malloc", "--ready", "8080", "--", "true"), ("--load",)),
+        UsageError(("--probe", "libc:malloc", "--load", "nosuchload", "--ready", "1", "--", "true"), ("nosuchload",)),
     )
     options = (
         Option(
@@ -95,6 +127,21 @@ class AppSuite(Suite):
             "syscall:NAME.",
             metavar="SPEC",
             multiple=True,
+        ),
+        Option(
+            ("--load",),
+            "load",
+            "COMMAND is a service: this load command (one string, split as a shell would) runs against it "
+            "each repetition, once it accepts connections on --ready's port; its wall time, the service's "
+            "CPU time and hits over it are the figures (wrk's Requests/sec too).",
+            metavar="CMD",
+        ),
+        Option(
+            ("--ready",),
+            "ready_port",
+            "With --load: the 127.0.0.1 port the service is ready on once it accepts connections.",
+            type=click.IntRange(1, 65535),
+            metavar="PORT",
         ),
         Option(
             ("--timeout",),
@@ -109,8 +156,11 @@ class AppSuite(Suite):
     def method_names(self) -> tuple[str, ...]:
         return METHODS
 
-    def make_config(self, *, methods, runs, seed, probe=(), timeout_s=DEFAULT_TIMEOUT_S, command=()) -> AppConfig:
+    def make_config(
+        self, *, methods, runs, seed, probe=(), timeout_s=DEFAULT_TIMEOUT_S, load=None, ready_port=None, command=()
+    ) -> AppConfig:
         sites = parse_probes(tuple(probe))  # first: a bad spec is named even without a command
+        load_argv = parse_load(load, ready_port)
         return AppConfig(
             command=resolve_command(tuple(command)),
             sites=sites,
@@ -118,6 +168,8 @@ class AppSuite(Suite):
             runs=runs,
             seed=seed,
             timeout_s=timeout_s,
+            load=load_argv,
+            ready_port=ready_port,
         )
 
     def listing(self) -> base.TextTable:
@@ -149,26 +201,39 @@ class AppSuite(Suite):
         per_site = {
             site.spec: sorted({run["hits"][site.spec] for run in cell.runs if run["hits"]}) for site in config.sites
         }
-        mean_hits = sum(hits) / len(hits) if hits else 0
+        per_request = {method: cpu_ns_per_request(cell.of(method)) for method in (cell.method, "baseline")}
+        if config.load:
+            # A service's load runs for its own time, so its wall time says nothing of the probes:
+            # what a hit costs is the CPU added per request over the hits per request.
+            served = [run for run in cell.runs if run["hits"] and run.get("load_requests")]
+            per_hit = (
+                sum(sum(run["hits"].values()) / run["load_requests"] for run in served) / len(served) if served else 0
+            )
+            ns_per_hit = (
+                stats.difference(per_request[cell.method], per_request["baseline"], per_hit) if per_hit else None
+            )
+        else:
+            # What one hit adds to the command's wall time: the added time over the hits of a run.
+            mean_hits = sum(hits) / len(hits) if hits else 0
+            wall_ns = {
+                method: [v * 1e9 for v in cell.values("wall_s", method=method)] for method in (cell.method, "baseline")
+            }
+            ns_per_hit = stats.difference(wall_ns[cell.method], wall_ns["baseline"], mean_hits) if mean_hits else None
         return {
             **cell.group.key,
             "method": cell.method,
             "n": len(cell.runs),
             "wall_s": stats.summarize(cell.values("wall_s")),
             "cpu_s": stats.summarize(cell.values("cpu_s")),
+            # A service's load, where it printed its throughput and the requests it completed.
+            "requests_per_s": stats.summarize(cell.values("requests_per_s")) if cell.values("requests_per_s") else None,
+            "cpu_ns_per_request": stats.summarize(per_request[cell.method]) if per_request[cell.method] else None,
             # Every run's count per site: one value where the command does the same each run.
             "hits": per_site if traced else None,
             "hits_per_run": stats.summarize(hits) if traced else None,
             "added_wall_s": against_baseline(stats.difference, "wall_s"),
             "added_cpu_s": against_baseline(stats.difference, "cpu_s"),
-            # What one hit adds to the command's wall time: the added time over the hits of a run.
-            "ns_per_hit": stats.difference(
-                [v * 1e9 for v in cell.values("wall_s")],
-                [v * 1e9 for v in cell.values("wall_s", method="baseline")],
-                mean_hits,
-            )
-            if traced and mean_hits
-            else None,
+            "ns_per_hit": ns_per_hit if traced else None,
         }
 
     def summary(self, aggregates: list[dict]) -> base.TextTable:
@@ -194,12 +259,15 @@ class AppSuite(Suite):
             "runs": config.runs,
             "seed": config.seed,
             "timeout_s": config.timeout_s,
+            "load": config.load,
+            "ready_port": config.ready_port,
         }
 
 
 def run_once(method: AppMethod, config: AppConfig, workdir: Path) -> dict:
     """One run of the command under `method`: held at the gate until the method is attached to its
-    process, then let go and timed to its exit; its hits counted per site."""
+    process, then let go; timed to its exit, or (a service, --load) to the end of one load run
+    against it once it accepts connections. Its hits counted per site."""
     environments = method.environments()
     preload = [f"{name}={value}" for name, value in same_shape(environments.target).items()]
     argv = [str(paths.artifact("bin/gate")), str(workdir / "command.stdout"), *preload, *config.command]
@@ -209,26 +277,93 @@ def run_once(method: AppMethod, config: AppConfig, workdir: Path) -> dict:
         with method.attached(run) as counted:
             started_at = time.perf_counter()
             gate.send(signal.SIGUSR1)
-            try:
-                injection = method.went(run)
-            except TracecostError as error:
-                # A command that failed says so first: that is why there was nothing to attach to;
-                # one that was done says that it was too quick, not what the attach then met.
-                ended = gate.has_exited()
-                require_success(gate, gate.wait(timeout_s=config.timeout_s), config)
-                if ended:
-                    raise TracecostError(
-                        f"the command finished before {method.name} could attach to it "
-                        f"({time.perf_counter() - started_at:.3f} s): it needs a command that runs longer"
-                    ) from error
-                raise
-            usage = gate.wait(timeout_s=config.timeout_s)
-            wall_s = time.perf_counter() - started_at
-        require_success(gate, usage, config)
-    hits = None if counted.hits is None else dict(zip((site.spec for site in config.sites), counted.hits))
-    if hits is not None and not any(hits.values()):
+            injection = attached_live(gate, method, run, config, started_at)
+            if config.load:
+                measured = serve(gate, counted, config)
+            else:
+                usage = gate.wait(timeout_s=config.timeout_s)
+                wall_s = time.perf_counter() - started_at
+                require_success(gate, usage, config)
+                measured = record(wall_s, usage.user_s, usage.sys_s, None)
+    if not config.load:
+        measured["hits"] = None if counted.hits is None else dict(zip((s.spec for s in config.sites), counted.hits))
+    if measured["hits"] is not None and not any(measured["hits"].values()):
         raise TracecostError(f"{method.name} counted no hit at any site: its probes did not fire (nothing to cost)")
-    return record(wall_s, usage.user_s, usage.sys_s, hits, injection)
+    return {**measured, "injection": injection}
+
+
+def attached_live(
+    gate: Child, method: AppMethod, run: methods.Run, config: AppConfig, started_at: float
+) -> dict | None:
+    """The method's attach to the running command (uebpf-live's injection; None for the others).
+    A command that failed meanwhile says so first: that is why there was nothing to attach to; one
+    that was done says that it was too quick, not what the attach then met."""
+    try:
+        return method.went(run)
+    except TracecostError as error:
+        ended = gate.has_exited()
+        require_success(gate, gate.wait(timeout_s=config.timeout_s), config)
+        if ended:
+            raise TracecostError(
+                f"the command finished before {method.name} could attach to it "
+                f"({time.perf_counter() - started_at:.3f} s): it needs a command that runs longer"
+            ) from error
+        raise
+
+
+def serve(gate: Child, counted, config: AppConfig) -> dict:
+    """The service's part of a run: once it accepts connections, one run of the load, timed; the
+    service's CPU time (every process of it) and the hits over the load; then the service stopped."""
+    wait_ready(gate, config.ready_port, config.timeout_s)
+    processes = [gate.pid, *descendants(gate.pid)]
+    for pid in processes[1:]:
+        leftovers.record_process(pid)
+    try:
+        before = counted.so_far() if counted.so_far else None
+        cpu_before = sum(services.cpu_ns(pid) for pid in processes)
+        load_started = time.perf_counter()
+        load = run_command(config.load, timeout_s=config.timeout_s)
+        wall_s = time.perf_counter() - load_started
+        cpu_s = (sum(services.cpu_ns(pid) for pid in processes) - cpu_before) / 1e9
+        after = counted.so_far() if counted.so_far else None
+    finally:
+        services.stop(gate, processes[1:])
+    if load.returncode != 0:
+        said = (load.stderr.strip().splitlines() or [""])[-1]
+        raise TracecostError(f"the load exited with status {load.returncode}" + (f": {said}" if said else ""))
+    measured = record(wall_s, None, None, None, requests_per_s=requests_per_s(load.stdout))
+    # What the load says it completed (wrk's "N requests in"): the probes' count to compare with.
+    completed = COMPLETED.search(load.stdout)
+    measured["load_requests"] = int(completed.group(1)) if completed else None
+    measured["cpu_s"] = cpu_s
+    if before is not None and after is not None:
+        measured["hits"] = {site.spec: a - b for site, a, b in zip(config.sites, after, before)}
+    return measured
+
+
+def wait_ready(gate: Child, port: int, timeout_s: float) -> None:
+    """Returns once the service accepts connections on 127.0.0.1:`port`; an error if it exits or
+    does not within the run's time."""
+    deadline = time.monotonic() + min(timeout_s, SERVICE_READY_TIMEOUT_S)
+    while not services.answers(port):
+        if gate.has_exited():
+            said = gate.error_line()
+            raise TracecostError("the service exited before it accepted connections" + (f": {said}" if said else ""))
+        if time.monotonic() > deadline:
+            raise TracecostError(f"the service did not accept connections on 127.0.0.1:{port} in time")
+        # Its pidfd turns readable if it exits; otherwise look again 10 ms later.
+        exits_within(gate.pid, 0.01)
+
+
+def requests_per_s(output: str) -> float | None:
+    """The throughput a wrk-style load printed ("Requests/sec: 1234.5"); None if it printed none."""
+    found = REQUESTS_PER_S.search(output)
+    return float(found.group(1)) if found else None
+
+
+def cpu_ns_per_request(runs: list[dict]) -> list[float]:
+    """A service's CPU time per request its load completed, run by run (none for a command)."""
+    return [run["cpu_s"] * 1e9 / run["load_requests"] for run in runs if run.get("load_requests")]
 
 
 def require_success(gate: Child, usage, config: AppConfig) -> None:
@@ -258,16 +393,25 @@ def same_shape(added: dict[str, str]) -> dict[str, str]:
 
 
 def record(
-    wall_s: float, user_s: float, sys_s: float, hits: dict[str, int] | None, injection: dict | None = None
+    wall_s: float,
+    user_s: float | None,
+    sys_s: float | None,
+    hits: dict[str, int] | None,
+    injection: dict | None = None,
+    requests_per_s: float | None = None,
 ) -> dict:
+    """A run's figures: the command's wall time (a service's: its load's), its CPU time (a service's:
+    over the load, user and system together), hits per site (None untraced)."""
     return {
         "wall_s": wall_s,
         "user_s": user_s,
         "sys_s": sys_s,
-        "cpu_s": user_s + sys_s,
+        "cpu_s": None if user_s is None or sys_s is None else user_s + sys_s,
         "hits": hits,
         # uebpf-live: how the agent was injected into the running command (uebpf.inject); else None.
         "injection": injection,
+        # A service's load, where it printed one (wrk's Requests/sec).
+        "requests_per_s": requests_per_s,
     }
 
 
@@ -276,6 +420,8 @@ SUMMARY = (
     Column.field("n", "n"),
     Column.estimate("wall s", "wall_s", digits=4),
     Column.estimate("CPU s", "cpu_s", digits=4),
+    Column.estimate("req/s", "requests_per_s", digits=0),
+    Column.estimate("CPU ns/req", "cpu_ns_per_request", digits=0),
     Column.estimate("+wall s", "added_wall_s", key="value", digits=4, traced=True),
     Column.stat("hits/run", "hits_per_run", digits=0, traced=True),
     Column.estimate("ns/hit", "ns_per_hit", key="value", digits=1, traced=True),

@@ -4,7 +4,8 @@
  *
  * Sites are numbered in the order given (the attach cookie). Uprobes attach to process PID alone,
  * tracepoints to every process, their program counting PID's hits. "READY" once every site is
- * attached; on SIGINT or SIGTERM it detaches and prints {"hits":[N,...]}, one count per site.
+ * attached; on SIGUSR1 it prints {"hits":[N,...]}, one count per site so far, and goes on (a
+ * service's hits before and after its load); on SIGINT or SIGTERM it detaches and prints them.
  * Errors: one line on stderr, exit status 1 (2 for bad usage). A plain libbpf skeleton program:
  * the same binary runs against uebpf with its server library preloaded. */
 #include "appcount.h"
@@ -17,6 +18,15 @@ struct site {
 	unsigned long offset;
 	int retprobe;
 };
+
+static void print_hits(const struct appcount_bpf *skel, int nsites)
+{
+	printf("{\"hits\":[");
+	for (int i = 0; i < nsites; i++)
+		printf("%s%llu", i ? "," : "", (unsigned long long)skel->bss->hits[i]);
+	printf("]}\n");
+	fflush(stdout);
+}
 
 static void usage(const char *prog)
 {
@@ -112,13 +122,22 @@ int main(int argc, char **argv)
 		if (!links[i])
 			die(1, "cannot attach to %s: %s", s->spec, strerror(errno));
 	}
-	ready_until_stopped(&target);
+	sigaddset(&target.stop, SIGUSR1);
+	sigprocmask(SIG_BLOCK, &target.stop, NULL);
+	printf("READY\n");
+	fflush(stdout);
+	for (;;) {
+		int sig;
+
+		if (sigwait(&target.stop, &sig))
+			die(1, "cannot wait for a signal");
+		if (sig != SIGUSR1)
+			break;
+		print_hits(skel, nsites);
+	}
 	for (int i = 0; i < nsites; i++)
 		bpf_link__destroy(links[i]);
-	printf("{\"hits\":[");
-	for (int i = 0; i < nsites; i++)
-		printf("%s%llu", i ? "," : "", (unsigned long long)skel->bss->hits[i]);
-	printf("]}\n");
+	print_hits(skel, nsites);
 	appcount_bpf__destroy(skel);
 	return 0;
 }

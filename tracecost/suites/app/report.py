@@ -28,7 +28,8 @@ PLOTS = (
         "Added wall time per probe hit (ns)",
         ("ns_per_hit",),
         "ns per hit",
-        "(traced − untraced mean wall time) ÷ the hits of a run, every site together; the added time holds "
+        "(traced − untraced mean wall time) ÷ the hits of a run, every site together (a service under a "
+        "load: its CPU time added per request ÷ the hits per request); the added time holds "
         "each method's fixed costs too (uebpf's agent starting in the command), which dominate where the "
         f"command makes few calls. {CI_NOTE} (Welch t)",
         key="value",
@@ -42,6 +43,8 @@ COLUMNS = [
     Column.field("n", "n"),
     Column.estimate("Wall s", "wall_s", digits=4),
     Column.estimate("CPU s", "cpu_s", digits=4),
+    Column.estimate("Requests/s", "requests_per_s", digits=0),
+    Column.estimate("CPU ns/request", "cpu_ns_per_request", digits=0),
     Column.estimate("+Wall s", "added_wall_s", key="value", digits=4, traced=True),
     Column.estimate("+CPU s", "added_cpu_s", key="value", digits=4, traced=True),
     Column.stat("Hits per run", "hits_per_run", digits=0, traced=True),

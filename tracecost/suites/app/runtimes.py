@@ -10,9 +10,11 @@ agent, preloaded into the command at its exec, hooks every site as it starts."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +40,8 @@ class Gated:
 @dataclass
 class Counted:
     hits: list[int] | None = None  # per site, in the sites' order, once the method has detached
+    # The hits so far, while attached (a service's, before and after its load); None: no probes.
+    so_far: Callable[[], list[int]] | None = None
 
 
 class AppMethod(methods.Method[Gated, Counted]):
@@ -81,7 +85,16 @@ class Kernel(AppMethod):
         env = {**os.environ, **run.environments.loader}
         with started(lambda: Child(argv, stderr_path=run.workdir / "appcount.stderr", env=env)) as loader:
             loader.wait_for_line("READY", READY_TIMEOUT_S)
-            counted = Counted()
+
+            def so_far() -> list[int]:
+                """SIGUSR1 makes appcount print the hits so far (appcount.c)."""
+                asked = len(loader.printed_lines('"hits"')) + 1
+                loader.send(signal.SIGUSR1)
+                if not loader.wait_for_lines(asked, READY_TIMEOUT_S, '"hits"'):
+                    raise TracecostError(f"the appcount loader did not print its hits{loader.error_line()}")
+                return json.loads(loader.printed_lines('"hits"')[-1])["hits"]
+
+            counted = Counted(so_far=so_far)
             yield counted
             loader.finished("the appcount loader", timeout_s=STOP_TIMEOUT_S)
             counted.hits = last_json_line(loader.read_stdout(), "the appcount loader", lambda fields: fields["hits"])
