@@ -167,6 +167,19 @@ pub fn load(request: &Request, name: &str) -> Result<Loaded, Failure> {
     let generation = region.attach_generation();
     let borrowed = Instant::now();
     let mut tracee = Tracee::hijack(&target, request.timeout)?;
+    // The addresses were worked out from the image the process ran when it was inspected: one that
+    // has exec'd since (a script exec'ing its interpreter) would run our calls at addresses that
+    // mean something else in its new image, and die of it.
+    if !target.same_image()? {
+        tracee.release()?;
+        return Err(fail(
+            libc::EAGAIN,
+            format!(
+                "process {} replaced its program (exec) while the agent was being injected: inject it once it runs its last one",
+                target.pid
+            ),
+        ));
+    }
     let called = (|| {
         if !present {
             let path = c_string(&agent.path);
@@ -329,6 +342,14 @@ impl Target {
             .find(|m| m.dev == mapping.dev && m.inode == mapping.inode && (m.offset..m.offset + (m.end - m.start) as u64).contains(&offset))
             .map(|m| m.start as u64 + offset - m.offset)
             .ok_or_else(|| fail(libc::ENOEXEC, format!("process {}: {symbol} of {} is not mapped", self.pid, mapping.path)))
+    }
+
+    /// Whether the process still runs the image it was inspected in: its C library mapped at the
+    /// same place, from the same file (an exec maps a fresh one, elsewhere).
+    fn same_image(&self) -> Result<bool, Failure> {
+        let now = maps(self.pid)?;
+        let libc = |maps: &[Mapping]| library(maps, "libc.so.6").map(|m| (m.start, m.dev, m.inode));
+        Ok(libc(&now).is_some() && libc(&now) == libc(&self.maps))
     }
 
     /// Whether `address` is in the C library or the dynamic loader, whose locks a thread
@@ -546,12 +567,22 @@ impl Tracee {
     /// mremap, madvise and mprotect calls in the middle of changing its heap, and in a process
     /// with one thread it takes no lock that would make dlopen's allocations wait, so they would
     /// work on a heap half changed (a Python loop allocating while its agent was injected died of
-    /// "corrupted size vs. prev_size" one run in three).
+    /// "corrupted size vs. prev_size" one run in three). Nor an exec: the image the calls were
+    /// worked out for (its /proc/PID/maps, read before) is being replaced, and a call into it
+    /// faults in the new one.
     fn in_safe_system_call(&self) -> Result<bool, Failure> {
-        const ALLOCATORS: [i64; 6] =
-            [libc::SYS_brk, libc::SYS_mmap, libc::SYS_munmap, libc::SYS_mremap, libc::SYS_madvise, libc::SYS_mprotect];
+        const UNSAFE: [i64; 8] = [
+            libc::SYS_brk,
+            libc::SYS_mmap,
+            libc::SYS_munmap,
+            libc::SYS_mremap,
+            libc::SYS_madvise,
+            libc::SYS_mprotect,
+            libc::SYS_execve,
+            libc::SYS_execveat,
+        ];
         let number = self.registers()?.orig_rax as i64;
-        Ok(number >= 0 && !ALLOCATORS.contains(&number))
+        Ok(number >= 0 && !UNSAFE.contains(&number))
     }
 
     /// Lets a thread stopped where it cannot be taken run on (without system call stops), with
