@@ -94,6 +94,8 @@ def require_runtime() -> Libraries:
 
 
 WAIT_APPLIED_TIMEOUT_S = 30
+# What `uebpf inject` says of a process that exec'd while it was being injected (inject.rs).
+EXEC_DURING_INJECTION = "replaced its program (exec)"
 # How the harness injects the agent, recorded with each live run.
 INJECTED_BY = "uebpf inject"
 

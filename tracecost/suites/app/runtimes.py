@@ -27,6 +27,7 @@ from tracecost.suites.app.specs import Site
 READY_TIMEOUT_S = 60
 STOP_TIMEOUT_S = 30
 EXEC_TIMEOUT_S = 10
+INJECT_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,15 @@ class UebpfLive(Uebpf):
 
     def went(self, run: methods.Run[Gated]) -> dict | None:
         wait_for_exec(run.target.pid, self.gate)
-        return uebpf.inject(self.uebpf_command, run.environments.loader, run.target.pid)
+        # A command started through a script (env, a shell, a version manager's shim) execs again:
+        # the injector refuses a process that did so under it, and is asked again in its new image.
+        for attempt in range(INJECT_ATTEMPTS):
+            try:
+                return uebpf.inject(self.uebpf_command, run.environments.loader, run.target.pid)
+            except TracecostError as error:
+                if uebpf.EXEC_DURING_INJECTION not in str(error) or attempt == INJECT_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable: the last attempt raises")
 
 
 def wait_for_exec(pid: int, gate: Path, timeout_s: float = EXEC_TIMEOUT_S) -> None:
