@@ -12,14 +12,28 @@ from tracecost.errors import TracecostError
 def file_offset(binary: Path, symbol: str, dynamic: bool = True) -> int:
     """The symbol's file offset (what libbpf gives the kernel): value - segment vaddr + offset;
     from the dynamic symbols, or with dynamic=False the symbol table (an executable's own)."""
-    symbols = _output(["nm", *(["-D"] if dynamic else []), "--defined-only", str(binary)])
-    # A dynamic symbol may carry its version (unlink@@GLIBC_2.2.5).
-    names = (
-        (line.split()[0], line.split()[-1].split("@")[0]) for line in symbols.splitlines() if len(line.split()) >= 3
-    )
-    value = next((int(address, 16) for address, name in names if name == symbol), None)
+    value = symbol_values(binary, dynamic).get(symbol)
     if value is None:
         raise TracecostError(f"{binary} defines no symbol {symbol}")
+    return offset_of_value(binary, symbol, value)
+
+
+def symbol_values(binary: Path, dynamic: bool = True, missing_ok: bool = False) -> dict[str, int]:
+    """Name -> value of what `binary` defines, in its dynamic symbols or (dynamic=False) its symbol
+    table; the first of a name that stands twice. With `missing_ok`, {} for a file without such
+    symbols (a stripped one's table) rather than an error."""
+    listed = _output(["nm", *(["-D"] if dynamic else []), "--defined-only", str(binary)], missing_ok=missing_ok)
+    values: dict[str, int] = {}
+    for line in listed.splitlines():
+        fields = line.split()
+        if len(fields) >= 3:
+            # A dynamic symbol may carry its version (unlink@@GLIBC_2.2.5).
+            values.setdefault(fields[-1].split("@")[0], int(fields[0], 16))
+    return values
+
+
+def offset_of_value(binary: Path, symbol: str, value: int) -> int:
+    """The file offset of a symbol's value: in the executable segment that holds it."""
     for line in _output(["readelf", "-lW", str(binary)]).splitlines():
         fields = line.split()
         if fields[:1] == ["LOAD"] and "E" in fields[6:-1]:
@@ -27,16 +41,6 @@ def file_offset(binary: Path, symbol: str, dynamic: bool = True) -> int:
             if vaddr <= value < vaddr + size:
                 return value - vaddr + offset
     raise TracecostError(f"{symbol} is in no executable segment of {binary}")
-
-
-def symbols(binary: Path, dynamic_only: bool = False) -> list[str]:
-    """The names of the functions and objects `binary` defines: its dynamic symbols, and (unless
-    `dynamic_only`) its symbol table's, which a stripped file has none of."""
-    listed = _output(["nm", "-D", "--defined-only", str(binary)], missing_ok=True)
-    if not dynamic_only:
-        listed += _output(["nm", "--defined-only", str(binary)], missing_ok=True)
-    names = (line.split()[-1].split("@")[0] for line in listed.splitlines() if len(line.split()) >= 3)
-    return sorted(set(names))
 
 
 def _output(argv: list[str], missing_ok: bool = False) -> str:

@@ -255,8 +255,7 @@ class Child:
         its ready line (kept for read_stdout), or timeout_s passed or its output ended: whether
         they came."""
         deadline = time.monotonic() + timeout_s
-        mark = containing.encode()
-        while len([line for line in self._stdout_rest.split(b"\n")[:-1] if line.strip() and mark in line]) < count:
+        while len(self.printed_lines(containing)) < count:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not select.select([self._stdout_fd()], [], [], remaining)[0]:
                 return False

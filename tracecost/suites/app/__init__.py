@@ -415,14 +415,4 @@ def record(
     }
 
 
-SUMMARY = (
-    Column.field("method", "method", name=True),
-    Column.field("n", "n"),
-    Column.estimate("wall s", "wall_s", digits=4),
-    Column.estimate("CPU s", "cpu_s", digits=4),
-    Column.estimate("req/s", "requests_per_s", digits=0),
-    Column.estimate("CPU ns/req", "cpu_ns_per_request", digits=0),
-    Column.estimate("+wall s", "added_wall_s", key="value", digits=4, traced=True),
-    Column.stat("hits/run", "hits_per_run", digits=0, traced=True),
-    Column.estimate("ns/hit", "ns_per_hit", key="value", digits=1, traced=True),
-)
+SUMMARY = (Column.field("method", "method", name=True), *report.FIGURES)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 
-from tracecost.report import fmt, style
+from tracecost.report import figures, fmt, style
 from tracecost.report.figures import CI_NOTE, Plot, by_cell, in_order
 from tracecost.report.model import Headline, Section, TableBlock
 from tracecost.suites.base import Column, cell_rows
@@ -13,7 +13,7 @@ from tracecost.suites.base import Column, cell_rows
 TRACED = ("kernel", "uebpf", "uebpf-live")
 QUESTION = "What one probe hit costs your command, kernel vs uebpf"
 
-PLOTS = (
+PLOTS = [
     Plot(
         "The command's wall time",
         "Wall time per run (s)",
@@ -37,9 +37,9 @@ PLOTS = (
         legend=True,
         traced=True,
     ),
-)
-COLUMNS = [
-    Column("Method", lambda agg: style.label(agg["method"]), name=True),
+]
+# The figures of a cell, in the report's table and (after the method's name) the terminal's summary.
+FIGURES = [
     Column.field("n", "n"),
     Column.estimate("Wall s", "wall_s", digits=4),
     Column.estimate("CPU s", "cpu_s", digits=4),
@@ -50,6 +50,7 @@ COLUMNS = [
     Column.stat("Hits per run", "hits_per_run", digits=0, traced=True),
     Column.estimate("ns per hit", "ns_per_hit", key="value", traced=True),
 ]
+COLUMNS = [Column("Method", lambda agg: style.label(agg["method"]), name=True), *FIGURES]
 
 
 def _where(site: dict) -> str:
@@ -121,16 +122,7 @@ def render(suite: dict, environment: dict) -> Section:
     command = shlex.join(config["command"])
     cells = by_cell(aggregates, "command", "method")
     methods = config["methods"]
-    charts = [
-        plot.chart(
-            cells,
-            [command],
-            ["the command"],
-            methods if not plot.traced else [m for m in methods if m != "baseline"],
-            "",
-        )
-        for plot in PLOTS
-    ]
+    charts = figures.charts(PLOTS, cells, [command], ["the command"], methods, "baseline", "")
     sites = TableBlock(
         "Probe sites",
         ["Spec", "Where", *(f"{style.label(m)}: hits per run" for m in TRACED if m in methods)],

@@ -118,18 +118,16 @@ def libraries() -> tuple[tuple[str, str], ...]:
 
 
 def symbol_offset(spec: str, binary: Path, symbol: str) -> int:
-    """The file offset of `symbol` in `binary`, from its dynamic symbols or its symbol table."""
-    names = elf.symbols(binary)
-    if symbol not in names:
-        if not names:
-            raise SpecError(
-                f"{spec!r}: {binary} has no symbols (stripped): give the function's offset, {binary}:0xOFFSET"
-            )
-        close = difflib.get_close_matches(symbol, names, n=3)
-        raise SpecError(
-            f"{spec!r}: {binary} has no symbol {symbol}" + (f" (close: {', '.join(close)})" if close else "")
-        )
-    return elf.file_offset(binary, symbol, dynamic=symbol in elf.symbols(binary, dynamic_only=True))
+    """The file offset of `symbol` in `binary`, from its dynamic symbols, else its symbol table."""
+    tables = [elf.symbol_values(binary, dynamic, missing_ok=True) for dynamic in (True, False)]
+    for values in tables:
+        if symbol in values:
+            return elf.offset_of_value(binary, symbol, values[symbol])
+    names = sorted({name for values in tables for name in values})
+    if not names:
+        raise SpecError(f"{spec!r}: {binary} has no symbols (stripped): give the function's offset, {binary}:0xOFFSET")
+    close = difflib.get_close_matches(symbol, names, n=3)
+    raise SpecError(f"{spec!r}: {binary} has no symbol {symbol}" + (f" (close: {', '.join(close)})" if close else ""))
 
 
 @cache
