@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU16, Ordering};
 
 use uebpf::maps::{AgentReport, AttachInfo, AttachKind, AttachState, Region};
 use uebpf::{Engine, Instance, LoadedProgram};
@@ -40,6 +41,8 @@ pub(crate) struct Session {
     slot: Option<(u32, u32)>,
     /// Each attachment's hooks (a system call tracepoint has one per libc entry point).
     hooks: HashMap<u32, Vec<Hook>>,
+    /// The USDT semaphore each hooked attachment with one holds raised.
+    semaphores: HashMap<u32, Semaphore>,
     /// Attachments judged at a given change (`changed_at`) and not hooked: not judged again
     /// (nor warned about again) until they change.
     judged: HashMap<u32, (u32, Outcome)>,
@@ -54,7 +57,16 @@ impl Session {
     pub(crate) fn new(region: Region) -> Result<Session, String> {
         let instance = Instance::new(&region).map_err(|e| e.to_string())?;
         let seen = region.attach_generation().wrapping_sub(1);
-        Ok(Session { region, instance, slot: None, hooks: HashMap::new(), judged: HashMap::new(), seen, exec_returning: false })
+        Ok(Session {
+            region,
+            instance,
+            slot: None,
+            hooks: HashMap::new(),
+            semaphores: HashMap::new(),
+            judged: HashMap::new(),
+            seen,
+            exec_returning: false,
+        })
     }
 
     /// The first pass of a program that has just started: exit tracepoints of execve see its
@@ -141,7 +153,7 @@ impl Session {
                 self.hooks.insert(attachment.id, hooks);
                 return Some(Outcome::Hooked);
             }
-            detach(attachment.id, hooks);
+            self.unhook(attachment.id, hooks);
             return None;
         }
         if !wanted {
@@ -177,9 +189,6 @@ impl Session {
         }
         let what = format!("attachment {} ({program_name} at {}:{:#x})", attachment.id, spec.target, spec.offset);
         let failed = |why: String| Outcome::Failed(format!("{what}: {why}"));
-        if spec.ref_ctr_offset != 0 {
-            return Err(failed("USDT semaphores (a uprobe reference counter) are not supported by the uebpf agent".into()));
-        }
         if !uebpf_hook::is_mapped_executable(spec.dev, spec.ino).map_err(|e| failed(e.to_string()))? {
             if spec.pid == -1 {
                 return Ok(None);
@@ -214,6 +223,16 @@ impl Session {
         let hook = hook.map_err(|e| failed(e.to_string()))?;
         if let PatchKind::Int3 { reason } = hook.kind() {
             note(&format!("{what}: int3 patch (slow: a signal per hit): {reason}"));
+        }
+        // The hook first: a USDT site the program evaluates once its semaphore is up is hooked.
+        if spec.ref_ctr_offset != 0 {
+            match Semaphore::raise(spec.dev, spec.ino, spec.ref_ctr_offset) {
+                Ok(semaphore) => _ = self.semaphores.insert(attachment.id, semaphore),
+                Err(why) => {
+                    detach(attachment.id, vec![hook]);
+                    return Err(failed(why));
+                }
+            }
         }
         Ok(Some(vec![hook]))
     }
@@ -314,11 +333,19 @@ impl Session {
     /// detach`); returns how many hooks it removed.
     pub(crate) fn end(mut self) -> usize {
         let count = self.hooks.values().map(Vec::len).sum();
-        for (id, hooks) in self.hooks.drain() {
-            detach(id, hooks);
+        for (id, hooks) in std::mem::take(&mut self.hooks) {
+            self.unhook(id, hooks);
         }
         self.release_slot();
         count
+    }
+
+    /// Removes an attachment's hooks, then lowers the USDT semaphore it held raised.
+    fn unhook(&mut self, id: u32, hooks: Vec<Hook>) {
+        detach(id, hooks);
+        if let Some(semaphore) = self.semaphores.remove(&id) {
+            semaphore.lower();
+        }
     }
 
     /// Frees this process's slot in the agent table (at exit).
@@ -339,6 +366,41 @@ fn starts_a_frame(binary: &Path, offset: u64) -> bool {
     let mut first = [0u8; 4];
     let read = std::fs::File::open(binary).and_then(|file| file.read_exact_at(&mut first, offset));
     read.is_ok() && (first[0] == 0x55 || first == [0xf3, 0x0f, 0x1e, 0xfa])
+}
+
+/// A USDT semaphore raised by this process's probes: the 2-byte counter a program tests before
+/// it evaluates a probe's arguments (sys/sdt.h), so that an unused probe costs one test. Raised
+/// while the attachment is hooked here and lowered when it goes, as the kernel's update_ref_ctr
+/// does when it installs and removes a uprobe with a reference counter (kernel/events/uprobes.c):
+/// in the process's private, writable copy of the binary's data, never below 0.
+struct Semaphore {
+    counter: usize,
+    file: (u64, u64, u64),
+}
+
+impl Semaphore {
+    fn raise(dev: u64, ino: u64, offset: u64) -> Result<Semaphore, String> {
+        let counter = uebpf_hook::private_data_address(dev, ino, offset)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("its USDT semaphore (file offset {offset:#x}) is in no writable mapping of the binary here"))?;
+        if counter % std::mem::align_of::<AtomicU16>() != 0 {
+            return Err(format!("its USDT semaphore at {counter:#x} is not 2-byte aligned"));
+        }
+        // SAFETY: an aligned u16 in a writable mapping of this process; the program only reads it.
+        unsafe { &*(counter as *const AtomicU16) }.fetch_add(1, Ordering::SeqCst);
+        Ok(Semaphore { counter, file: (dev, ino, offset) })
+    }
+
+    /// Lowers it, where the binary's data is still mapped where it was (a library unloaded
+    /// since took its semaphore with it).
+    fn lower(self) {
+        let (dev, ino, offset) = self.file;
+        if matches!(uebpf_hook::private_data_address(dev, ino, offset), Ok(Some(counter)) if counter == self.counter) {
+            // SAFETY: as at `raise`, and still mapped.
+            let counter = unsafe { &*(self.counter as *const AtomicU16) };
+            _ = counter.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        }
+    }
 }
 
 /// Removes an attachment's hooks. One that cannot be removed stays, but runs nothing: its

@@ -37,7 +37,10 @@ pub use hook::{check, Hook, PatchKind};
 pub use patch::{prepare_live_patching, PatchMethod};
 pub use prologue::TRUST_INDIRECT_JUMPS;
 pub use regs::PtRegs;
-pub use resolve::{file_offset, is_mapped_executable, keeping_files, resolve, Function, Location, Target, IFUNC, NO_SYMBOL, SIZE_ZERO};
+pub use resolve::{
+    file_offset, is_mapped_executable, keeping_files, private_data_address, resolve, Function, Location, Target, IFUNC, NO_SYMBOL,
+    SIZE_ZERO,
+};
 pub use site::{Handler, SiteStats};
 pub use wrappers::{direct_system_call, system_call_wrappers, ArgSource, Wrapper};
 

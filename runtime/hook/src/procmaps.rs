@@ -11,6 +11,8 @@ pub struct Mapping {
     pub readable: bool,
     pub writable: bool,
     pub executable: bool,
+    /// Shared (`s`), not private copy-on-write (`p`): the file's pages themselves.
+    pub shared: bool,
     /// File offset of `start`.
     pub offset: u64,
     /// `st_dev` of the mapped file (0 for anonymous mappings).
@@ -115,6 +117,7 @@ fn parse(line: &str) -> Option<Mapping> {
         readable: perms.first() == Some(&b'r'),
         writable: perms.get(1) == Some(&b'w'),
         executable: perms.get(2) == Some(&b'x'),
+        shared: perms.get(3) == Some(&b's'),
         offset,
         dev: libc::makedev(u32::from_str_radix(major, 16).ok()?, u32::from_str_radix(minor, 16).ok()?),
         inode,
@@ -130,7 +133,7 @@ mod tests {
     fn parses_file_and_anonymous_lines() {
         let m = parse("55d0c0a00000-55d0c0a21000 r-xp 00002000 fd:01 1234  /usr/bin/cat").unwrap();
         assert_eq!((m.start, m.end, m.offset, m.inode), (0x55d0c0a00000, 0x55d0c0a21000, 0x2000, 1234));
-        assert!(m.readable && !m.writable && m.executable);
+        assert!(m.readable && !m.writable && m.executable && !m.shared);
         assert_eq!(m.dev, libc::makedev(0xfd, 1));
         assert_eq!(m.path, "/usr/bin/cat");
         let anon = parse("7ffd1000-7ffd2000 rw-p 00000000 00:00 0 ").unwrap();

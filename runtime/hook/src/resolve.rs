@@ -255,6 +255,21 @@ pub fn is_mapped_executable(dev: u64, ino: u64) -> Result<bool> {
     Ok(maps.iter().any(|m| m.executable && m.dev == dev && m.inode == ino))
 }
 
+/// The address at which this process's private, writable copy of file (`dev`, `ino`) holds
+/// the file's byte at `offset`, or None where no such mapping covers it: as the kernel's
+/// valid_ref_ctr_vma and offset_to_vaddr find a USDT semaphore (kernel/events/uprobes.c), a
+/// mapping written to in this process alone, never the file's shared pages.
+pub fn private_data_address(dev: u64, ino: u64, offset: u64) -> Result<Option<usize>> {
+    let maps = procmaps::read().map_err(|e| Error::system("reading /proc/self/maps", e))?;
+    Ok(maps
+        .iter()
+        .find_map(|m| {
+            let inside = offset.checked_sub(m.offset).map(|into| m.start as u64 + into).filter(|&a| a < m.end as u64);
+            (m.writable && !m.shared && m.dev == dev && m.inode == ino).then_some(inside?)
+        })
+        .map(|address| address as usize))
+}
+
 /// The defined function `name`; .symtab first, then .dynsym.
 fn find_function(elf: &object::File, name: &str) -> std::result::Result<Symbol, String> {
     let mut found: Vec<(u64, u64, u8)> = Vec::new();
@@ -362,6 +377,30 @@ pub(crate) fn load_bias(binary: &Path, elf: &object::File, vaddr: u64) -> Result
 mod tests {
     use super::*;
     use crate::testing::libc_path;
+
+    #[test]
+    fn private_data_is_found_in_the_writable_private_copy_only() {
+        // A file mapped twice: privately writable (a binary's data, where a USDT semaphore is)
+        // and shared (the file's own pages, never written to by a probe).
+        use std::os::fd::AsRawFd;
+        let path = std::env::temp_dir().join(format!("uebpf-hook-data-{}", std::process::id()));
+        std::fs::write(&path, vec![0u8; 3 * 4096]).unwrap();
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        let meta = file.metadata().unwrap();
+        let map = |flags, offset| unsafe {
+            libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, flags, file.as_raw_fd(), offset)
+        };
+        let shared = map(libc::MAP_SHARED, 0);
+        let private = map(libc::MAP_PRIVATE, 4096);
+        assert!(shared != libc::MAP_FAILED && private != libc::MAP_FAILED);
+        let found = |offset| private_data_address(meta.dev(), meta.ino(), offset).unwrap();
+        assert_eq!(found(4096 + 0x10e), Some(private as usize + 0x10e));
+        assert_eq!(found(0x10e), None, "only in the shared mapping");
+        assert_eq!(found(2 * 4096 + 2), None, "mapped nowhere");
+        unsafe { libc::munmap(shared, 4096) };
+        unsafe { libc::munmap(private, 4096) };
+        std::fs::remove_file(&path).unwrap();
+    }
 
     #[test]
     fn files_are_kept_only_inside_keeping_files_and_read_again_once_changed() {

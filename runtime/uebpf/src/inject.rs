@@ -161,6 +161,17 @@ pub fn load(request: &Request, name: &str) -> Result<Loaded, Failure> {
     check_name(name).map_err(|e| fail(libc::EINVAL, e.to_string()))?;
     let mut target = Target::inspect(request.pid, request.force)?;
     let region = Region::open(name).map_err(|e| fail(libc::ENOENT, e.to_string()))?;
+    // The agent follows only a region its own uid owns (maps/src/region.rs, check_trusted): in a
+    // process that runs as another user (a server's worker that dropped root) it would load, find
+    // the region refused, and hook nothing; refused here, saying so, with nothing loaded.
+    if let Some(owner) = region.path().and_then(|path| std::fs::metadata(path).ok()).map(|meta| meta.uid()) {
+        if owner != target.euid {
+            return Err(fail(
+                libc::EPERM,
+                format!("process {} runs as uid {}, and its agent would refuse region {name}, owned by uid {owner} (an agent follows only a region of its own uid)", target.pid, target.euid),
+            ));
+        }
+    }
     let agent = AgentFile::new(request.agent)?;
     let present = target.agent(&agent).is_some();
     let dlopen = if present { 0 } else { target.loadable(&agent).and_then(|()| target.symbol("libc.so.6", "dlopen"))? };
@@ -261,6 +272,8 @@ impl AgentFile {
 /// What the injector needs to know about the target, from /proc.
 struct Target {
     pid: u32,
+    /// Its effective uid: the owner a region must have for its agent to follow it.
+    euid: u32,
     maps: Vec<Mapping>,
     /// The target's root directory: paths in its maps are seen through it.
     root: PathBuf,
@@ -308,7 +321,13 @@ impl Target {
                 format!("process {pid} maps no libc.so.6 (a static binary, or another C library): there is no dynamic loader to load the agent with"),
             ));
         }
-        Ok(Target { pid, maps, root: PathBuf::from(format!("/proc/{pid}/root")) })
+        // Uid: real, effective, saved, filesystem.
+        let euid = field("Uid")
+            .split_whitespace()
+            .nth(1)
+            .and_then(|uid| uid.parse().ok())
+            .ok_or_else(|| fail(libc::ESRCH, format!("no uid for process {pid}")))?;
+        Ok(Target { pid, euid, maps, root: PathBuf::from(format!("/proc/{pid}/root")) })
     }
 
     /// The executable mapping of the agent, if the process has one (this file, or any file of
