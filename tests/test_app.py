@@ -70,6 +70,20 @@ def test_gzip_writes_counted_the_same_on_the_kernel_and_on_uebpf(tmp_path):
     assert_same_counts(part, ["syscall:write"])
 
 
+def test_python_usdt_probe_recorded_the_same_on_the_kernel_and_on_uebpf(tmp_path):
+    """A USDT probe with a semaphore (Debian's python3 evaluates gc__start only while a tracer holds
+    it raised), under the record program: every hit's record reaches the loader."""
+    spec = "usdt:/usr/bin/python3:python:gc__start"
+    script = "import gc\nfor i in range(3000): gc.collect(0)\n"
+    probe = ("--probe", spec, "--program", "record")
+    part = app(tmp_path, *FROM_THE_START, *probe, "--", "/usr/bin/python3", "-c", script)
+    assert_same_counts(part, [spec])
+    assert part["config"]["program"] == "record"
+    runs = [r for r in part["runs"] if r["method"] in ("kernel", "uebpf") and not r["warmup"]]
+    assert all(r["hits"][spec] >= 3000 for r in runs), runs
+    assert all(r["records"] == r["hits"] and r["dropped"] == {spec: 0} for r in runs), runs
+
+
 def test_attached_live_it_counts_what_the_command_did_once_injected(tmp_path):
     """uebpf-live: the command starts without the agent, which is injected once it runs; what it did
     before is not seen, so it counts at most the kernel's hits, and the runs record the injection."""
@@ -108,7 +122,10 @@ def test_a_command_that_fails_untraced_fails_every_run_in_one_line(tmp_path):
 # process, and a service whose workers are forked children serves where they do not reach.
 NGINX_CONF = """\
 daemon off;
-master_process off;
+worker_processes 2;
+# Workers as root too: uebpf-live injects the agent into workers forked before its injection, and
+# an agent follows only a region of its own uid (uebpf inject refuses a worker that dropped root).
+user root;
 pid {prefix}/nginx.pid;
 error_log {prefix}/error.log;
 events {{}}
@@ -124,6 +141,7 @@ http {{
 
 
 def test_nginx_under_wrk_its_requests_counted_the_same_on_the_kernel_and_on_uebpf(tmp_path):
+    """nginx as it runs: a master and two workers it forks, which serve; the probes follow them."""
     port, prefix = services.free_port(), tmp_path / "nginx"
     (prefix / "www").mkdir(parents=True)
     (prefix / "temp").mkdir()

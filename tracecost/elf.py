@@ -3,10 +3,14 @@ the file (nm, readelf), which every machine that builds tracecost has."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
 from tracecost.errors import TracecostError
+
+# One probe's description in readelf -n's listing of .note.stapsdt.
+USDT_NOTE = re.compile(r"Provider: (\S+)\s+Name: (\S+)\s+Location: (0x[0-9a-fA-F]+)")
 
 
 def file_offset(binary: Path, symbol: str, dynamic: bool = True) -> int:
@@ -41,6 +45,15 @@ def offset_of_value(binary: Path, symbol: str, value: int) -> int:
             if vaddr <= value < vaddr + size:
                 return value - vaddr + offset
     raise TracecostError(f"{symbol} is in no executable segment of {binary}")
+
+
+def usdt_probes(binary: Path) -> dict[tuple[str, str], list[int]]:
+    """(provider, name) -> the addresses of each of its sites, of every USDT probe `binary`'s
+    .note.stapsdt describes (a probe may stand at several places; libbpf attaches to all)."""
+    probes: dict[tuple[str, str], list[int]] = {}
+    for provider, name, location in USDT_NOTE.findall(_output(["readelf", "-n", str(binary)])):
+        probes.setdefault((provider, name), []).append(int(location, 16))
+    return probes
 
 
 def _output(argv: list[str], missing_ok: bool = False) -> str:

@@ -223,14 +223,18 @@ class Child:
                     raise TracecostError(f"{self.name} exited before it was ready{self._stderr_hint()}")
                 pending += chunk
 
-    def finish_input(self, line: str) -> None:
-        """Write `line` to the child's stdin (it was started with stdin=True) and close it: its
-        last input. A child that exited before reading it is an error with its reason."""
+    def send_line(self, line: str, last: bool = False) -> None:
+        """Write `line` to the child's stdin (it was started with stdin=True); with `last`, close
+        it after: its last input. A child that exited before reading it is an error with its reason."""
         try:
             self.popen.stdin.write(line.encode() + b"\n")
-            self.popen.stdin.close()
+            self.popen.stdin.close() if last else self.popen.stdin.flush()
         except OSError as err:
             raise TracecostError(f"{self.name} exited before it read its input{self._stderr_hint()}") from err
+
+    def finish_input(self, line: str) -> None:
+        """Write `line` to the child's stdin and close it: its last input (send_line)."""
+        self.send_line(line, last=True)
 
     def wait_for_output(self, text: str, timeout_s: float) -> None:
         """Block until the child has printed `text` (a prompt: no newline after it); what came

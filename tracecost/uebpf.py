@@ -123,6 +123,16 @@ def _agent_command(uebpf_command: Path, argv: list[str], pid: int, failed: str) 
     return result.stdout, took
 
 
+def agent_in(pid: int) -> bool:
+    """Whether process `pid` has uebpf's agent loaded (preloaded, inherited through fork, or
+    injected): its library is among the process's mappings."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError as error:
+        raise TracecostError(f"cannot read process {pid}'s mappings: {error.strerror}") from None
+    return any(line.endswith("/libuebpf_agent.so") for line in maps.splitlines())
+
+
 def wait_applied(uebpf_command: Path, loader_env: dict[str, str], pid: int) -> None:
     """Returns once the agent in process `pid` has applied every attachment of the loader's
     region (hooked live); a clear error naming what it refused otherwise."""

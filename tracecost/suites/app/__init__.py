@@ -31,6 +31,7 @@ from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite, Us
 READY_TIMEOUT_S = 30
 SERVICE_READY_TIMEOUT_S = 60
 DEFAULT_TIMEOUT_S = 600.0
+PROGRAMS = ("count", "record")
 REQUESTS_PER_S = re.compile(r"Requests/sec:\s+([0-9.]+)")
 COMPLETED = re.compile(r"([0-9]+) requests in ")
 # `tracecost run` does not measure this suite; its run_config is what the README's example runs.
@@ -45,6 +46,7 @@ class AppConfig:
     runs: int = 5
     seed: int = 0
     timeout_s: float = DEFAULT_TIMEOUT_S
+    program: str = "count"  # appcount's program at every site (appcount.bpf.c): count or record
     # A service: the load run against it each repetition, and the port it is ready on.
     load: list[str] | None = None
     ready_port: int | None = None
@@ -114,6 +116,8 @@ class AppSuite(Suite):
         UsageError(("--probe", "libc:mallocx", "--", "true"), ("no symbol mallocx", "close: malloc")),
         UsageError(("--probe", "libc:malloc", "--probe", "libc:malloc", "--", "true"), ("twice",)),
         UsageError(("--probe", "nosuchlib:f", "--", "true"), ("nosuchlib",)),
+        UsageError(("--probe", "usdt:libc:gc__start", "--", "true"), ("usdt:LIBRARY_OR_BINARY:PROVIDER:NAME",)),
+        UsageError(("--probe", "libc:malloc", "--program", "trace", "--", "true"), ("--program",)),
         UsageError(("--probe", "libc:malloc", "--", "nosuchcommand"), ("nosuchcommand", "no such command")),
         UsageError(("--probe", "libc:malloc", "--load", "true", "--", "true"), ("--ready",)),
         UsageError(("--probe", "libc:malloc", "--ready", "8080", "--", "true"), ("--load",)),
@@ -124,9 +128,18 @@ class AppSuite(Suite):
             ("--probe",),
             "probe",
             "A probe site, repeatable: LIB_OR_BINARY:SYMBOL, LIB_OR_BINARY:0xOFFSET (either with %return), "
-            "syscall:NAME.",
+            "usdt:LIB_OR_BINARY:PROVIDER:NAME, syscall:NAME.",
             metavar="SPEC",
             multiple=True,
+        ),
+        Option(
+            ("--program",),
+            "program",
+            "What each probe runs: count (adds 1 to its site's counter, the least a tracer does) or record "
+            "(counts, then sends a 32-byte timestamped record through a ring buffer to the loader, as a tracer "
+            "does).",
+            type=click.Choice(PROGRAMS),
+            default="count",
         ),
         Option(
             ("--load",),
@@ -157,7 +170,17 @@ class AppSuite(Suite):
         return METHODS
 
     def make_config(
-        self, *, methods, runs, seed, probe=(), timeout_s=DEFAULT_TIMEOUT_S, load=None, ready_port=None, command=()
+        self,
+        *,
+        methods,
+        runs,
+        seed,
+        probe=(),
+        program="count",
+        timeout_s=DEFAULT_TIMEOUT_S,
+        load=None,
+        ready_port=None,
+        command=(),
     ) -> AppConfig:
         sites = parse_probes(tuple(probe))  # first: a bad spec is named even without a command
         load_argv = parse_load(load, ready_port)
@@ -168,6 +191,7 @@ class AppSuite(Suite):
             runs=runs,
             seed=seed,
             timeout_s=timeout_s,
+            program=program,
             load=load_argv,
             ready_port=ready_port,
         )
@@ -198,6 +222,7 @@ class AppSuite(Suite):
             return estimate(cell.values(name), cell.values(name, method="baseline")) if traced else None
 
         hits = [sum(run["hits"].values()) for run in cell.runs if run["hits"] is not None]
+        dropped = [sum(run["dropped"].values()) for run in cell.runs if run.get("dropped") is not None]
         per_site = {
             site.spec: sorted({run["hits"][site.spec] for run in cell.runs if run["hits"]}) for site in config.sites
         }
@@ -234,6 +259,8 @@ class AppSuite(Suite):
             "added_wall_s": against_baseline(stats.difference, "wall_s"),
             "added_cpu_s": against_baseline(stats.difference, "cpu_s"),
             "ns_per_hit": ns_per_hit if traced else None,
+            # The record program's records that found the ring full, every site together, per run.
+            "dropped_per_run": stats.summarize(dropped) if dropped else None,
         }
 
     def summary(self, aggregates: list[dict]) -> base.TextTable:
@@ -252,6 +279,7 @@ class AppSuite(Suite):
                     "binary": str(site.binary) if site.binary else None,
                     "offset": site.offset,
                     "syscall": site.syscall,
+                    "usdt": ":".join(site.usdt) if site.usdt else None,
                 }
                 for site in config.sites
             ],
@@ -259,6 +287,7 @@ class AppSuite(Suite):
             "runs": config.runs,
             "seed": config.seed,
             "timeout_s": config.timeout_s,
+            "program": config.program,
             "load": config.load,
             "ready_port": config.ready_port,
         }
@@ -273,7 +302,7 @@ def run_once(method: AppMethod, config: AppConfig, workdir: Path) -> dict:
     argv = [str(paths.artifact("bin/gate")), str(workdir / "command.stdout"), *preload, *config.command]
     with started(lambda: Child(argv, stderr_path=workdir / "command.stderr", env=dict(os.environ))) as gate:
         gate.wait_for_line("READY", READY_TIMEOUT_S)
-        run = methods.Run(workdir, environments, Gated(gate.pid, config.sites))
+        run = methods.Run(workdir, environments, Gated(gate.pid, config.sites, config.program))
         with method.attached(run) as counted:
             started_at = time.perf_counter()
             gate.send(signal.SIGUSR1)
@@ -285,8 +314,14 @@ def run_once(method: AppMethod, config: AppConfig, workdir: Path) -> dict:
                 wall_s = time.perf_counter() - started_at
                 require_success(gate, usage, config)
                 measured = record(wall_s, usage.user_s, usage.sys_s, None)
+
+    def per_site(counts: list[int] | None) -> dict[str, int] | None:
+        return None if counts is None else dict(zip((site.spec for site in config.sites), counts))
+
     if not config.load:
-        measured["hits"] = None if counted.hits is None else dict(zip((s.spec for s in config.sites), counted.hits))
+        measured["hits"] = per_site(counted.hits)
+    # The record program's records over the whole run, a service's too (from its start).
+    measured["records"], measured["dropped"] = per_site(counted.received), per_site(counted.dropped)
     if measured["hits"] is not None and not any(measured["hits"].values()):
         raise TracecostError(f"{method.name} counted no hit at any site: its probes did not fire (nothing to cost)")
     return {**measured, "injection": injection}
@@ -312,13 +347,18 @@ def attached_live(
 
 
 def serve(gate: Child, counted, config: AppConfig) -> dict:
-    """The service's part of a run: once it accepts connections, one run of the load, timed; the
-    service's CPU time (every process of it) and the hits over the load; then the service stopped."""
+    """The service's part of a run: once it accepts connections, one run of the load as a warm-up,
+    then its processes followed (a worker gets the probes too), then one run of the load, timed:
+    the service's CPU time (every process of it) and the hits over it; then the service stopped."""
     wait_ready(gate, config.ready_port, config.timeout_s)
-    processes = [gate.pid, *descendants(gate.pid)]
-    for pid in processes[1:]:
-        leftovers.record_process(pid)
+    processes = [gate.pid]
     try:
+        # Untimed: a service that forks its workers once it listens (nginx's master) has them all
+        # by its end, whatever a method's start cost delayed, and its caches are warm.
+        require_load_success(run_command(config.load, timeout_s=config.timeout_s))
+        processes += joined(gate, processes)
+        if counted.follow:
+            counted.follow(processes[1:])
         before = counted.so_far() if counted.so_far else None
         cpu_before = sum(services.cpu_ns(pid) for pid in processes)
         load_started = time.perf_counter()
@@ -326,11 +366,19 @@ def serve(gate: Child, counted, config: AppConfig) -> dict:
         wall_s = time.perf_counter() - load_started
         cpu_s = (sum(services.cpu_ns(pid) for pid in processes) - cpu_before) / 1e9
         after = counted.so_far() if counted.so_far else None
+        # A process started during the load had no probes followed into it, nor its CPU time
+        # counted (a service that forks per connection): the figures would miss its part.
+        late = joined(gate, processes)
+        processes += late
     finally:
         services.stop(gate, processes[1:])
-    if load.returncode != 0:
-        said = (load.stderr.strip().splitlines() or [""])[-1]
-        raise TracecostError(f"the load exited with status {load.returncode}" + (f": {said}" if said else ""))
+    if late:
+        raise TracecostError(
+            f"the service started {len(late)} process(es) during the load ({', '.join(map(str, late[:5]))}): "
+            "their probes and CPU time are not measured (tracecost app follows the processes a service has "
+            "after a first run of the load, not ones it forks per connection)"
+        )
+    require_load_success(load)
     measured = record(wall_s, None, None, None, requests_per_s=requests_per_s(load.stdout))
     # What the load says it completed (wrk's "N requests in"): the probes' count to compare with.
     completed = COMPLETED.search(load.stdout)
@@ -339,6 +387,22 @@ def serve(gate: Child, counted, config: AppConfig) -> dict:
     if before is not None and after is not None:
         measured["hits"] = {site.spec: a - b for site, a, b in zip(config.sites, after, before)}
     return measured
+
+
+def joined(gate: Child, known: list[int]) -> list[int]:
+    """The service's processes not in `known`, each in the leftovers ledger (killed by its pid if
+    tracecost is)."""
+    new = [pid for pid in descendants(gate.pid) if pid not in known]
+    for pid in new:
+        leftovers.record_process(pid)
+    return new
+
+
+def require_load_success(load) -> None:
+    """The load ran to its end and exited 0, or the run fails with its last line."""
+    if load.returncode != 0:
+        said = (load.stderr.strip().splitlines() or [""])[-1]
+        raise TracecostError(f"the load exited with status {load.returncode}" + (f": {said}" if said else ""))
 
 
 def wait_ready(gate: Child, port: int, timeout_s: float) -> None:

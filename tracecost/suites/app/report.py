@@ -56,6 +56,8 @@ COLUMNS = [Column("Method", lambda agg: style.label(agg["method"]), name=True), 
 def _where(site: dict) -> str:
     if site["kind"] == "syscall":
         return f"syscalls/sys_enter_{site['syscall']}"
+    if site["kind"] == "usdt":
+        return f"USDT probe {site['usdt']} of {site['binary']} (first place at file offset {site['offset']:#x})"
     return f"{site['binary']} at file offset {site['offset']:#x}" + (
         " (its return)" if site["kind"] == "uretprobe" else ""
     )
@@ -111,10 +113,35 @@ def findings(config: dict, aggregates: list[dict], failures: list[dict], unavail
             f"{fmt.with_ci(cells.get((command, 'baseline'), {}).get('wall_s') or {}, key='mean', digits=4)} s."
         )
     out += agreement(config, cells)
+    out += records(command, cells) if config.get("program") == "record" else []
     out += [f"{style.label(cell['method'])} was not measured: {cell['reason']}." for cell in unavailable]
     if failures:
         out.append(f"{len(failures)} run(s) failed and are left out of every figure (see results.json).")
     return out
+
+
+def records(command: str, cells: dict) -> list[str]:
+    """--program record: whether each method's records all reached the loader (the loader checks
+    that records received and dropped add up to the hits)."""
+    out = []
+    for method in TRACED:
+        dropped = (cells.get((command, method)) or {}).get("dropped_per_run")
+        if dropped:
+            most = dropped["max"]
+            out.append(
+                f"{style.label(method)}: every hit's record reached the loader through the ring buffer."
+                if not most
+                else f"{style.label(method)}: up to {fmt.number(most, 0)} records a run found the ring buffer full "
+                "and were dropped (counted, not sent)."
+            )
+    return out
+
+
+PROGRAMS = {
+    "count": "an empty program counting each hit at every site",
+    "record": "a program counting each hit at every site and sending a 32-byte timestamped record of it through "
+    "a ring buffer to the loader, as a tracer does",
+}
 
 
 def render(suite: dict, environment: dict) -> Section:
@@ -148,8 +175,10 @@ def render(suite: dict, environment: dict) -> Section:
         suite="app",
         title="Your program: what tracing it costs",
         intro=f"The command `{command}` ran under each method, held at a gate until every probe was attached "
-        "to its process: an empty program counting each hit at every site (kernel eBPF: the kernel's uprobes "
-        "and tracepoints; uebpf: the same loader and object, the agent preloaded into the command).",
+        "to its process: "
+        f"{PROGRAMS[config.get('program', 'count')]} (kernel eBPF: the kernel's uprobes, USDT probes and "
+        "tracepoints; uebpf: the same loader and object, the agent preloaded into the command). A service's "
+        "workers get the probes too.",
         findings=findings(config, aggregates, suite["failures"], suite.get("unavailable", [])),
         charts=charts,
         tables=[table, sites],

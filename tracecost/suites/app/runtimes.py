@@ -36,13 +36,21 @@ class Gated:
 
     pid: int
     sites: tuple[Site, ...]
+    program: str = "count"  # appcount's program at each site: "count" or "record" (appcount.bpf.c)
 
 
 @dataclass
 class Counted:
     hits: list[int] | None = None  # per site, in the sites' order, once the method has detached
+    # The record program's records per site, once detached: taken off the ring by the loader, and
+    # found the ring full (the loader has checked that together they are the hits).
+    received: list[int] | None = None
+    dropped: list[int] | None = None
     # The hits so far, while attached (a service's, before and after its load); None: no probes.
     so_far: Callable[[], list[int]] | None = None
+    # Probes in more processes of the command (a service's workers), once they exist: their hits
+    # count too. None: no probes.
+    follow: Callable[[list[int]], None] | None = None
 
 
 class AppMethod(methods.Method[Gated, Counted]):
@@ -81,10 +89,10 @@ class Kernel(AppMethod):
 
     @contextlib.contextmanager
     def attached(self, run: methods.Run[Gated]) -> Iterator[Counted]:
-        argv = [str(self.loader), "--pid", str(run.target.pid)]
+        argv = [str(self.loader), "--pid", str(run.target.pid), "--program", run.target.program, *self.scope]
         argv += [arg for site in run.target.sites for arg in site.loader_args()]
         env = {**os.environ, **run.environments.loader}
-        with started(lambda: Child(argv, stderr_path=run.workdir / "appcount.stderr", env=env)) as loader:
+        with started(lambda: Child(argv, stderr_path=run.workdir / "appcount.stderr", env=env, stdin=True)) as loader:
             loader.wait_for_line("READY", READY_TIMEOUT_S)
 
             def so_far() -> list[int]:
@@ -95,11 +103,29 @@ class Kernel(AppMethod):
                     raise TracecostError(f"the appcount loader did not print its hits{loader.error_line()}")
                 return json.loads(loader.printed_lines('"hits"')[-1])["hits"]
 
-            counted = Counted(so_far=so_far)
+            def follow(pids: list[int]) -> None:
+                for pid in pids:
+                    self.follow_process(loader, run, pid)
+
+            counted = Counted(so_far=so_far, follow=follow)
             yield counted
             loader.finished("the appcount loader", timeout_s=STOP_TIMEOUT_S)
-            counted.hits = last_json_line(loader.read_stdout(), "the appcount loader", lambda fields: fields["hits"])
+            summary = last_json_line(loader.read_stdout(), "the appcount loader")
+            counted.hits, counted.received, counted.dropped = (summary.get(k) for k in ("hits", "received", "dropped"))
+            if counted.hits is None:
+                raise TracecostError("the appcount loader printed no hits")
         run.environments.after_exit()
+
+    # Where appcount attaches uprobes: to the command's process, and each process followed.
+    scope: tuple[str, ...] = ()
+
+    def follow_process(self, loader: Child, run: methods.Run[Gated], pid: int) -> None:
+        """Probes in process `pid` too (a worker the service forked): appcount attaches them
+        ("follow PID", appcount.c), firing once it says so."""
+        asked = len(loader.printed_lines("FOLLOWING")) + 1
+        loader.send_line(f"follow {pid}")
+        if not loader.wait_for_lines(asked, READY_TIMEOUT_S, "FOLLOWING"):
+            raise TracecostError(f"the appcount loader did not follow process {pid}{loader.error_line()}")
 
 
 class Uebpf(Kernel):
@@ -119,8 +145,17 @@ class Uebpf(Kernel):
                 return f"uebpf's hook engine refuses {site.spec}: {refusal}"
         return None
 
+    # On uebpf "every process" is every process of the run's region: the command and what it
+    # forks, whose agent they inherit (nothing to follow, and none of their hits missed).
+    scope = ("--every-process",)
+
     def environments(self) -> uebpf.RunEnvironments:
         return self.libraries.run_environments()
+
+    def follow_process(self, loader: Child, run: methods.Run[Gated], pid: int) -> None:
+        """A worker has its parent's agent and hooks already: once its agent has made its first
+        pass (a forked child's), its probes fire."""
+        uebpf.wait_applied(paths.artifact("bin/uebpf"), run.environments.loader, pid)
 
 
 class UebpfLive(Uebpf):
@@ -137,6 +172,14 @@ class UebpfLive(Uebpf):
 
     def environments(self) -> uebpf.RunEnvironments:
         return self.libraries.run_environments(live=True)
+
+    def follow_process(self, loader: Child, run: methods.Run[Gated], pid: int) -> None:
+        """A worker forked after the injection has the agent; one forked before has not, and is
+        injected now."""
+        if uebpf.agent_in(pid):
+            super().follow_process(loader, run, pid)
+        else:
+            uebpf.inject(self.uebpf_command, run.environments.loader, pid)
 
     def went(self, run: methods.Run[Gated]) -> dict | None:
         wait_for_exec(run.target.pid, self.gate)

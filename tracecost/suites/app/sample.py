@@ -16,8 +16,9 @@ SITES = (
     Site("libc:malloc", "uprobe", LIBC, 0x98930),
     Site("libc:malloc%return", "uretprobe", LIBC, 0x98930),
     Site("syscall:write", "syscall", syscall="write"),
+    Site("usdt:python3:python:gc__start", "usdt", Path("/usr/bin/python3.11"), 0x287F3, usdt=("python", "gc__start")),
 )
-HITS = {"libc:malloc": 200_512, "libc:malloc%return": 200_512, "syscall:write": 3}
+HITS = {"libc:malloc": 200_512, "libc:malloc%return": 200_512, "syscall:write": 3, "usdt:python3:python:gc__start": 12}
 
 
 def sample(rng: random.Random) -> dict:
