@@ -163,21 +163,32 @@ def inject(uebpf_command: Path, loader_env: dict[str, str], pid: int) -> dict:
 CHECK_HOOK_TIMEOUT_S = 30
 
 
-def hook_refusal(uebpf_command: Path, binary: Path, location: str) -> str | None:
-    """Why uebpf's hook engine would refuse to hook `location` (a symbol) of `binary`, in its own
-    words, or None. `uebpf check-hook` judges the file as an attach would (runtime/hook/README.md,
-    "What it patches": too short for its 5-byte jump, a branch into the patch...), without running it.
-    None too when the command cannot tell (no such symbol...): the attach itself then fails with
-    its reason, so nothing is hidden. Asked once per file version and location."""
+def hook_verdict(uebpf_command: Path, binary: Path, location: str, return_probe: bool = False) -> dict | None:
+    """uebpf's hook engine's verdict on `location` (a symbol or 0xOFFSET) of `binary`: `uebpf
+    check-hook`'s JSON ("hookable" and why not, "patch": "jump" or "int3", and why int3), judged on
+    the file as an attach would (runtime/hook/README.md, "What it patches": too short for its
+    5-byte jump, a branch into the patch...), without running it. None when the command cannot
+    tell (no such symbol...): an attach then fails with its reason, so nothing is hidden. Asked once
+    per file version, location and kind of probe (`return_probe`: as a return probe)."""
     stat = binary.stat()
-    return _hook_refusal(str(uebpf_command), str(binary), location, (stat.st_ino, stat.st_size, stat.st_mtime_ns))
+    version = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    verdict = _hook_verdict(str(uebpf_command), str(binary), location, return_probe, version)
+    return dict(verdict) if verdict is not None else None  # a copy: the cached one stays as asked
 
 
 @functools.lru_cache(maxsize=None)
-def _hook_refusal(uebpf_command: str, binary: str, location: str, _version: tuple) -> str | None:
+def _hook_verdict(uebpf_command: str, binary: str, location: str, return_probe: bool, _version: tuple) -> dict | None:
+    argv = [uebpf_command, "check-hook", binary, location, *(["--return"] if return_probe else [])]
     try:
-        result = run_command([uebpf_command, "check-hook", binary, location], timeout_s=CHECK_HOOK_TIMEOUT_S)
-        verdict = json.loads(result.stdout) if result.returncode == 0 else {}
+        result = run_command(argv, timeout_s=CHECK_HOOK_TIMEOUT_S)
+        verdict = json.loads(result.stdout) if result.returncode == 0 else None
     except (TimeoutExpired, ValueError):
         return None
-    return None if verdict.get("hookable", True) else str(verdict["reason"])
+    return verdict if isinstance(verdict, dict) else None
+
+
+def hook_refusal(uebpf_command: Path, binary: Path, location: str) -> str | None:
+    """Why uebpf's hook engine would refuse to hook `location` of `binary` as an entry probe, in its
+    own words (hook_verdict's "reason"), or None: hookable, or the command cannot tell."""
+    verdict = hook_verdict(uebpf_command, binary, location)
+    return None if verdict is None or verdict.get("hookable", True) else str(verdict["reason"])
