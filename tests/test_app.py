@@ -51,6 +51,13 @@ def test_python_mallocs_counted_the_same_on_the_kernel_and_on_uebpf(tmp_path):
     part = app(tmp_path, *FROM_THE_START, *probes, "--", PYTHON, "-c", PYTHON_SCRIPT, env=env)
     assert_same_counts(part, specs)
     assert min(counted(part)["kernel"][0].values()) > 1000
+    # Each site carries its classes, judged from libc: a probe both runtimes took (malloc starts
+    # with a push or, in a CET-built glibc, endbr64); the return adds the kernel's trampoline.
+    entry, ret = part["config"]["sites"]
+    for site in (entry, ret):
+        assert site["kernel_class"] in ("emulated", "xol") and site["uebpf_patch"] in ("jump", "int3"), site
+    assert (entry["kernel_return"], ret["kernel_return"]) == (None, "trampoline")
+    assert entry["kernel_class"] == ret["kernel_class"]
 
 
 def test_sqlite_steps_counted_the_same_on_the_kernel_and_on_uebpf(tmp_path):

@@ -56,6 +56,26 @@ def usdt_probes(binary: Path) -> dict[tuple[str, str], list[int]]:
     return probes
 
 
+EM_X86_64 = 62
+
+
+def x86_64_code(binary: Path, offset: int, size: int = 16) -> bytes | None:
+    """Up to `size` bytes at a file offset of a 64-bit x86 ELF file (what an instruction decoder
+    needs: x86 instructions are at most 15 bytes); None for another class or machine, or an offset
+    past the end."""
+    try:
+        with binary.open("rb") as file:
+            header = file.read(20)
+            file.seek(offset)
+            code = file.read(size)
+    except (OSError, ValueError):
+        return None
+    # e_ident: the magic, then EI_CLASS (2: 64-bit); e_machine at byte 18, little-endian here.
+    if header[:5] != b"\x7fELF\x02" or int.from_bytes(header[18:20], "little") != EM_X86_64 or not code:
+        return None
+    return code
+
+
 def _output(argv: list[str], missing_ok: bool = False) -> str:
     """What the tool prints; with `missing_ok`, nothing for a file without such symbols (nm says
     "no symbols" and exits 1)."""

@@ -24,7 +24,7 @@ from tracecost.errors import TracecostError
 from tracecost.options import FiniteFloatRange
 from tracecost.procs import Child, descendants, exits_within, run_command, started
 from tracecost.suites import base
-from tracecost.suites.app import report, specs
+from tracecost.suites.app import classes, report, specs
 from tracecost.suites.app.runtimes import METHODS, AppMethod, Gated, make_method
 from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite, UsageError, UsageProblem
 
@@ -50,6 +50,8 @@ class AppConfig:
     # A service: the load run against it each repetition, and the port it is ready on.
     load: list[str] | None = None
     ready_port: int | None = None
+    # Each site's classes (classes.py); None: judged from the files when the config is recorded.
+    site_classes: tuple[classes.SiteClasses, ...] | None = None
 
     @property
     def shown(self) -> str:
@@ -270,6 +272,7 @@ class AppSuite(Suite):
         return AppConfig(command=resolve_command(tuple(EXAMPLE)), sites=parse_probes(("libc:malloc",)), seed=seed)
 
     def config_record(self, config: AppConfig) -> dict:
+        judged = config.site_classes if config.site_classes is not None else classes.judge(config.sites)
         return {
             "command": config.command,
             "sites": [
@@ -280,8 +283,9 @@ class AppSuite(Suite):
                     "offset": site.offset,
                     "syscall": site.syscall,
                     "usdt": ":".join(site.usdt) if site.usdt else None,
+                    **site_classes.record(),
                 }
-                for site in config.sites
+                for site, site_classes in zip(config.sites, judged)
             ],
             "methods": config.methods,
             "runs": config.runs,

@@ -8,6 +8,7 @@ import shlex
 from tracecost.report import figures, fmt, style
 from tracecost.report.figures import CI_NOTE, Plot, by_cell, in_order
 from tracecost.report.model import Headline, Section, TableBlock
+from tracecost.suites.app.classes import KERNEL_COSTS, RETURN_COST, UEBPF_COSTS
 from tracecost.suites.base import Column, cell_rows
 
 TRACED = ("kernel", "uebpf", "uebpf-live")
@@ -61,6 +62,53 @@ def _where(site: dict) -> str:
     return f"{site['binary']} at file offset {site['offset']:#x}" + (
         " (its return)" if site["kind"] == "uretprobe" else ""
     )
+
+
+KERNEL_LABELS = {
+    "emulated": "emulated",
+    "xol": "single-stepped",
+    "nop5": "nop5 → call",
+    "refused": "refused",
+    "tracepoint": "tracepoint",
+}
+# A system call on uebpf: its agent hooks the C library's functions that make it
+# (runtime/agent/README.md, "System call tracepoints").
+UEBPF_SYSCALL = "hooks on libc's wrappers of the call"
+
+
+def _kernel_class(site: dict) -> str:
+    """How the kernel's uprobe handles the site (classes.py): the class, what decided it, and a
+    uretprobe's return. A results file from before classes were recorded has none: "–"."""
+    name = site.get("kernel_class")
+    if name is None:
+        return "–"
+    why = site.get("kernel_reason")
+    return (
+        KERNEL_LABELS[name]
+        + (f" ({why})" if why else "")
+        + ("; return: trampoline" if site.get("kernel_return") else "")
+    )
+
+
+def _uebpf_patch(site: dict) -> str:
+    if site["kind"] == "syscall":
+        return UEBPF_SYSCALL
+    patch, why = site.get("uebpf_patch"), site.get("uebpf_reason")
+    return "–" if patch is None else patch + (f" ({why})" if why else "")
+
+
+def classes_note(sites: list[dict], kernel: bool, ours: bool) -> str:
+    """One sentence per class the table shows: what a hit costs in it ("" where it shows none)."""
+    lines = []
+    if kernel:
+        shown = [name for name in KERNEL_LABELS if any(site.get("kernel_class") == name for site in sites)]
+        lines += [f"Kernel, {KERNEL_LABELS[name]}: {KERNEL_COSTS[name]}." for name in shown]
+        if any(site.get("kernel_return") for site in sites):
+            lines.append(f"Kernel, return: trampoline: {RETURN_COST}.")
+    if ours:
+        shown = [name for name in UEBPF_COSTS if any(site.get("uebpf_patch") == name for site in sites)]
+        lines += [f"uebpf, {name}: {UEBPF_COSTS[name]}." for name in shown]
+    return " ".join(lines)
 
 
 def _counts(agg: dict | None, spec: str) -> str:
@@ -150,19 +198,34 @@ def render(suite: dict, environment: dict) -> Section:
     cells = by_cell(aggregates, "command", "method")
     methods = config["methods"]
     charts = figures.charts(PLOTS, cells, [command], ["the command"], methods, "baseline", "")
+    kernel, ours = "kernel" in methods, any(m in methods for m in ("uebpf", "uebpf-live"))
+    costs = classes_note(config["sites"], kernel, ours)
     sites = TableBlock(
         "Probe sites",
-        ["Spec", "Where", *(f"{style.label(m)}: hits per run" for m in TRACED if m in methods)],
+        [
+            "Spec",
+            "Where",
+            *(["Kernel: the instruction"] if kernel else []),
+            *(["uebpf: the patch"] if ours else []),
+            *(f"{style.label(m)}: hits per run" for m in TRACED if m in methods),
+        ],
         [
             [
                 site["spec"],
                 _where(site),
+                *([_kernel_class(site)] if kernel else []),
+                *([_uebpf_patch(site)] if ours else []),
                 *(_counts(cells.get((command, m)), site["spec"]) for m in TRACED if m in methods),
             ]
             for site in config["sites"]
         ],
         "Hits: every run's count (one number where the command did the same each run), counted by the "
-        "program (an array slot per site, by its attach cookie).",
+        "program (an array slot per site, by its attach cookie)."
+        + (
+            f" What a hit costs depends on how each runtime handles the site, judged from its file: {costs}"
+            if costs
+            else ""
+        ),
     )
     table = TableBlock(
         "Every method",

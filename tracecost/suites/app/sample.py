@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 from tracecost.suites.app import AppConfig, AppSuite, record
+from tracecost.suites.app.classes import SiteClasses
 from tracecost.suites.app.specs import Site
 from tracecost.suites.base import sample_results, sample_runs
 
@@ -18,11 +19,20 @@ SITES = (
     Site("syscall:write", "syscall", syscall="write"),
     Site("usdt:python3:python:gc__start", "usdt", Path("/usr/bin/python3.11"), 0x287F3, usdt=("python", "gc__start")),
 )
+# What classes.judge gives for them where malloc starts with push %r12 (Debian 12's glibc).
+CLASSES = (
+    SiteClasses("emulated", "a push", None, "jump"),
+    SiteClasses("emulated", "a push", "trampoline", "jump"),
+    SiteClasses("tracepoint"),
+    SiteClasses("emulated", "a nop", None, "jump"),
+)
 HITS = {"libc:malloc": 200_512, "libc:malloc%return": 200_512, "syscall:write": 3, "usdt:python3:python:gc__start": 12}
 
 
 def sample(rng: random.Random) -> dict:
-    config = AppConfig(command=["/usr/bin/python3", "-c", "print(1)"], sites=SITES, runs=2, seed=1)
+    config = AppConfig(
+        command=["/usr/bin/python3", "-c", "print(1)"], sites=SITES, runs=2, seed=1, site_classes=CLASSES
+    )
     suite = AppSuite()
     per_hit = {"baseline": 0.0, "kernel": rng.uniform(900, 1300), "uebpf": rng.uniform(20, 60)}
     per_hit["uebpf-live"] = per_hit["uebpf"]
