@@ -19,12 +19,13 @@ SITES = (
     Site("syscall:write", "syscall", syscall="write"),
     Site("usdt:python3:python:gc__start", "usdt", Path("/usr/bin/python3.11"), 0x287F3, usdt=("python", "gc__start")),
 )
-# What classes.judge gives for them where malloc starts with push %r12 (Debian 12's glibc).
+# What classes.judge gives for them where malloc starts with push %r12 (Debian 12's glibc); a USDT
+# probe's nop in a binary without a symbol table is uebpf's int3.
 CLASSES = (
     SiteClasses("emulated", "a push", None, "jump"),
     SiteClasses("emulated", "a push", "trampoline", "jump"),
     SiteClasses("tracepoint"),
-    SiteClasses("emulated", "a nop", None, "jump"),
+    SiteClasses("emulated", "a nop", None, "int3", "no function symbol covers the offset"),
 )
 HITS = {"libc:malloc": 200_512, "libc:malloc%return": 200_512, "syscall:write": 3, "usdt:python3:python:gc__start": 12}
 
