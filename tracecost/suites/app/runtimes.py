@@ -141,8 +141,11 @@ class Uebpf(Kernel):
         """A site uebpf's hook engine refuses (a function shorter than its jump...), in its words."""
         uebpf_command = paths.artifact("bin/uebpf")
         for site in cell or ():
-            if site.binary and (refusal := uebpf.hook_refusal(uebpf_command, site.binary, f"{site.offset:#x}")):
-                return f"uebpf's hook engine refuses {site.spec}: {refusal}"
+            if not site.binary:
+                continue
+            verdict = uebpf.hook_verdict(uebpf_command, site.binary, f"{site.offset:#x}", site.kind == "uretprobe")
+            if verdict is not None and not verdict.get("hookable", True):
+                return f"uebpf's hook engine refuses {site.spec}: {verdict['reason']}"
         return None
 
     # On uebpf "every process" is every process of the run's region: the command and what it
