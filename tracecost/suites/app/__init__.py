@@ -341,6 +341,10 @@ def attached_live(
         return method.went(run)
     except TracecostError as error:
         ended = gate.has_exited()
+        if config.load and not ended:
+            # A service runs until it is stopped: waiting for its end would take --timeout and
+            # then blame it, not the attach.
+            raise
         require_success(gate, gate.wait(timeout_s=config.timeout_s), config)
         if ended:
             raise TracecostError(
