@@ -14,6 +14,7 @@ import ctypes
 import errno
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -429,6 +430,54 @@ def exits_within(pid: int, timeout_s: float) -> bool:
         return bool(readable)
     finally:
         os.close(pidfd)
+
+
+# inotify(7): a watch on a file that is being written, to wake when it grows.
+IN_MODIFY = 0x2
+IN_NONBLOCK = os.O_NONBLOCK
+IN_CLOEXEC = os.O_CLOEXEC
+
+
+def wait_for_file_line(path: Path, pattern: re.Pattern[str], pid: int, timeout_s: float) -> str | None:
+    """The first whole line of the file `path` that `pattern` finds (re.search), as process `pid`
+    writes it (a service's stdout, sent to a file: its readiness line); None if `pid` exits first
+    or timeout_s passes. Woken by inotify as the file grows and by a pidfd as the process exits,
+    never by a timer: the line is seen as it is written, and an exit at once."""
+    deadline = time.monotonic() + timeout_s
+    watch = _libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+    if watch < 0:
+        raise TracecostError(f"cannot watch {path}: {os.strerror(ctypes.get_errno())}")
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        pidfd = None
+    try:
+        # The watch comes before the first read: a line written in between wakes the select.
+        if _libc.inotify_add_watch(watch, os.fsencode(path), IN_MODIFY) < 0:
+            raise TracecostError(f"cannot watch {path}: {os.strerror(ctypes.get_errno())}")
+        with open(path, "rb") as output:
+            pending, exited = b"", pidfd is None
+            while True:
+                pending += output.read()
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    text = line.decode(errors="replace")
+                    if pattern.search(text):
+                        return text.strip()
+                remaining = deadline - time.monotonic()
+                if exited or remaining <= 0:
+                    return None
+                readable = select.select([watch] if pidfd is None else [watch, pidfd], [], [], remaining)[0]
+                if watch in readable:
+                    with contextlib.suppress(BlockingIOError):
+                        while os.read(watch, 4096):  # the events say "modified", nothing more
+                            pass
+                # Gone: what it wrote before is read once more, then the answer is None.
+                exited = pidfd in readable
+    finally:
+        os.close(watch)
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ import re
 import shlex
 import shutil
 import signal
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,9 +23,9 @@ import click
 from tracecost import leftovers, methods, paths, services, stats
 from tracecost.errors import TracecostError
 from tracecost.options import FiniteFloatRange
-from tracecost.procs import Child, descendants, exits_within, run_command, started
+from tracecost.procs import Child, descendants, exits_within, run_command, started, wait_for_file_line
 from tracecost.suites import base
-from tracecost.suites.app import classes, report, specs
+from tracecost.suites.app import classes, loads, report, specs
 from tracecost.suites.app.runtimes import METHODS, AppMethod, Gated, make_method
 from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite, UsageError, UsageProblem
 
@@ -32,8 +33,6 @@ READY_TIMEOUT_S = 30
 SERVICE_READY_TIMEOUT_S = 60
 DEFAULT_TIMEOUT_S = 600.0
 PROGRAMS = ("count", "record")
-REQUESTS_PER_S = re.compile(r"Requests/sec:\s+([0-9.]+)")
-COMPLETED = re.compile(r"([0-9]+) requests in ")
 # `tracecost run` does not measure this suite; its run_config is what the README's example runs.
 EXAMPLE = ["python3", "-c", "for i in range(200_000): bytearray(64)"]
 
@@ -47,9 +46,11 @@ class AppConfig:
     seed: int = 0
     timeout_s: float = DEFAULT_TIMEOUT_S
     program: str = "count"  # appcount's program at every site (appcount.bpf.c): count or record
-    # A service: the load run against it each repetition, and the port it is ready on.
+    # A service: the load run against it each repetition, and when it is ready: once it accepts
+    # connections on a port, or once a line of its stdout matches a regular expression.
     load: list[str] | None = None
     ready_port: int | None = None
+    ready_line: str | None = None
     # Each site's classes (classes.py); None: judged from the files when the config is recorded.
     site_classes: tuple[classes.SiteClasses, ...] | None = None
 
@@ -69,14 +70,55 @@ def parse_probes(specs_given: tuple[str, ...]) -> tuple[specs.Site, ...]:
         raise UsageProblem("--probe", str(error)) from None
 
 
-def parse_load(load: str | None, ready_port: int | None) -> list[str] | None:
+READY_LINE = "line:"
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """When a service is ready for its load (--ready): it accepts connections on 127.0.0.1:port, or
+    it printed a line of its stdout that `line` (a regular expression) finds."""
+
+    port: int | None = None
+    line: str | None = None
+
+
+class ReadySpec(click.ParamType):
+    """--ready's value: PORT, or line:REGEX (Python's re syntax, found anywhere in a line), the
+    prefix-then-value form of the probe specs (syscall:NAME)."""
+
+    name = "ready"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, Readiness):  # already converted
+            return value
+        if value.startswith(READY_LINE):
+            source = value.removeprefix(READY_LINE)
+            if not source:
+                self.fail("line: needs a regular expression, e.g. 'line:Ready to accept connections'", param, ctx)
+            try:
+                re.compile(source)
+            except re.error as error:
+                self.fail(f"{source!r} is not a regular expression: {error}", param, ctx)
+            return Readiness(line=source)
+        try:
+            port = int(value)
+        except ValueError:
+            port = None
+        if port is None or not 1 <= port <= 65535:
+            self.fail(f"{value!r} is neither a port (1-65535) nor line:REGEX", param, ctx)
+        return Readiness(port=port)
+
+
+def parse_load(load: str | None, ready: Readiness | None) -> list[str] | None:
     """--load's command, split as a shell would; a usage error where --load and --ready go alone."""
     if load is None:
-        if ready_port is not None:
+        if ready is not None:
             raise UsageProblem("--ready", "--ready is for a service: give its load with --load")
         return None
-    if ready_port is None:
-        raise UsageProblem("--load", "a service needs --ready PORT: the port it accepts connections on")
+    if ready is None:
+        raise UsageProblem(
+            "--load", "a service needs --ready PORT or --ready line:REGEX: when it is ready for the load"
+        )
     try:
         argv = shlex.split(load)
     except ValueError as error:
@@ -124,6 +166,9 @@ class AppSuite(Suite):
         UsageError(("--probe", "libc:malloc", "--load", "true", "--", "true"), ("--ready",)),
         UsageError(("--probe", "libc:malloc", "--ready", "8080", "--", "true"), ("--load",)),
         UsageError(("--probe", "libc:malloc", "--load", "nosuchload", "--ready", "1", "--", "true"), ("nosuchload",)),
+        UsageError(("--probe", "libc:malloc", "--ready", "line:(", "--", "true"), ("--ready", "regular")),
+        UsageError(("--probe", "libc:malloc", "--ready", "line:", "--", "true"), ("--ready", "line:")),
+        UsageError(("--probe", "libc:malloc", "--ready", "port:80", "--", "true"), ("--ready", "line:")),
     )
     options = (
         Option(
@@ -147,16 +192,20 @@ class AppSuite(Suite):
             ("--load",),
             "load",
             "COMMAND is a service: this load command (one string, split as a shell would) runs against it "
-            "each repetition, once it accepts connections on --ready's port; its wall time, the service's "
-            "CPU time and hits over it are the figures (wrk's Requests/sec too).",
+            "each repetition, once it is ready (--ready); its wall time, the service's CPU time and hits over "
+            "it are the figures, with the throughput and requests the load printed (wrk's; redis-benchmark's, "
+            "several tests summed as one load; -q and --csv print no request count).",
             metavar="CMD",
         ),
         Option(
             ("--ready",),
-            "ready_port",
-            "With --load: the 127.0.0.1 port the service is ready on once it accepts connections.",
-            type=click.IntRange(1, 65535),
-            metavar="PORT",
+            "ready",
+            "With --load: when the service is ready. PORT: once it accepts connections on 127.0.0.1:PORT. "
+            "line:REGEX: once a line of its stdout matches REGEX (Python's re, anywhere in the line; the "
+            "service must flush it, as a log does), e.g. 'line:Ready to accept connections'. Not ready "
+            f"within --timeout or {SERVICE_READY_TIMEOUT_S} s, or gone before: the run fails.",
+            type=ReadySpec(),
+            metavar="PORT|line:REGEX",
         ),
         Option(
             ("--timeout",),
@@ -181,11 +230,11 @@ class AppSuite(Suite):
         program="count",
         timeout_s=DEFAULT_TIMEOUT_S,
         load=None,
-        ready_port=None,
+        ready=None,
         command=(),
     ) -> AppConfig:
         sites = parse_probes(tuple(probe))  # first: a bad spec is named even without a command
-        load_argv = parse_load(load, ready_port)
+        load_argv = parse_load(load, ready)
         return AppConfig(
             command=resolve_command(tuple(command)),
             sites=sites,
@@ -195,7 +244,8 @@ class AppSuite(Suite):
             timeout_s=timeout_s,
             program=program,
             load=load_argv,
-            ready_port=ready_port,
+            ready_port=ready.port if ready else None,
+            ready_line=ready.line if ready else None,
         )
 
     def listing(self) -> base.TextTable:
@@ -294,6 +344,7 @@ class AppSuite(Suite):
             "program": config.program,
             "load": config.load,
             "ready_port": config.ready_port,
+            "ready_line": config.ready_line,
         }
 
 
@@ -312,7 +363,7 @@ def run_once(method: AppMethod, config: AppConfig, workdir: Path) -> dict:
             gate.send(signal.SIGUSR1)
             injection = attached_live(gate, method, run, config, started_at)
             if config.load:
-                measured = serve(gate, counted, config)
+                measured = serve(gate, counted, config, workdir / "command.stdout")
             else:
                 usage = gate.wait(timeout_s=config.timeout_s)
                 wall_s = time.perf_counter() - started_at
@@ -354,23 +405,24 @@ def attached_live(
         raise
 
 
-def serve(gate: Child, counted, config: AppConfig) -> dict:
-    """The service's part of a run: once it accepts connections, one run of the load as a warm-up,
-    then its processes followed (a worker gets the probes too), then one run of the load, timed:
-    the service's CPU time (every process of it) and the hits over it; then the service stopped."""
-    wait_ready(gate, config.ready_port, config.timeout_s)
+def serve(gate: Child, counted, config: AppConfig, stdout_path: Path) -> dict:
+    """The service's part of a run: once it is ready, one run of the load as a warm-up, then its
+    processes followed (a worker gets the probes too), then one run of the load, timed: the
+    service's CPU time (every process of it) and the hits over it; then the service stopped, also
+    when it never got ready (it may have started processes of its own meanwhile)."""
     processes = [gate.pid]
     try:
+        wait_ready(gate, Readiness(config.ready_port, config.ready_line), stdout_path, config.timeout_s)
         # Untimed: a service that forks its workers once it listens (nginx's master) has them all
         # by its end, whatever a method's start cost delayed, and its caches are warm.
-        require_load_success(run_command(config.load, timeout_s=config.timeout_s))
+        require_load_success(run_load(config))
         processes += joined(gate, processes)
         if counted.follow:
             counted.follow(processes[1:])
         before = counted.so_far() if counted.so_far else None
         cpu_before = sum(services.cpu_ns(pid) for pid in processes)
         load_started = time.perf_counter()
-        load = run_command(config.load, timeout_s=config.timeout_s)
+        load = run_load(config)
         wall_s = time.perf_counter() - load_started
         cpu_s = (sum(services.cpu_ns(pid) for pid in processes) - cpu_before) / 1e9
         after = counted.so_far() if counted.so_far else None
@@ -387,10 +439,11 @@ def serve(gate: Child, counted, config: AppConfig) -> dict:
             "after a first run of the load, not ones it forks per connection)"
         )
     require_load_success(load)
-    measured = record(wall_s, None, None, None, requests_per_s=requests_per_s(load.stdout))
-    # What the load says it completed (wrk's "N requests in"): the probes' count to compare with.
-    completed = COMPLETED.search(load.stdout)
-    measured["load_requests"] = int(completed.group(1)) if completed else None
+    printed = loads.figures(load.stdout)
+    measured = record(wall_s, None, None, None, requests_per_s=printed.requests_per_s)
+    # What the load says it completed (wrk's "N requests in", redis-benchmark's "N requests
+    # completed in"): the probes' count to compare with.
+    measured["load_requests"] = printed.requests
     measured["cpu_s"] = cpu_s
     if before is not None and after is not None:
         measured["hits"] = {site.spec: a - b for site, a, b in zip(config.sites, after, before)}
@@ -413,24 +466,38 @@ def require_load_success(load) -> None:
         raise TracecostError(f"the load exited with status {load.returncode}" + (f": {said}" if said else ""))
 
 
-def wait_ready(gate: Child, port: int, timeout_s: float) -> None:
-    """Returns once the service accepts connections on 127.0.0.1:`port`; an error if it exits or
-    does not within the run's time."""
-    deadline = time.monotonic() + min(timeout_s, SERVICE_READY_TIMEOUT_S)
-    while not services.answers(port):
+def run_load(config: AppConfig):
+    """One run of the load to its end, or a one-line error if it outlives --timeout."""
+    try:
+        return run_command(config.load, timeout_s=config.timeout_s)
+    except subprocess.TimeoutExpired:
+        raise TracecostError(f"the load ran longer than --timeout {config.timeout_s:g} s and was killed") from None
+
+
+def wait_ready(gate: Child, ready: Readiness, stdout_path: Path, timeout_s: float) -> None:
+    """Returns once the service is ready: it accepts connections on 127.0.0.1:`ready.port`, or it
+    printed a line (to `stdout_path`, where the gate sends its stdout) that `ready.line` finds. An
+    error if it exits before, or is not ready within the run's time (then serve's caller stops it)."""
+    limit_s = min(timeout_s, SERVICE_READY_TIMEOUT_S)
+    deadline = time.monotonic() + limit_s
+
+    def exited(before: str) -> TracecostError:
+        said = gate.error_line()
+        return TracecostError(f"the service exited before {before}" + (f": {said}" if said else ""))
+
+    if ready.line is not None:
+        if wait_for_file_line(stdout_path, re.compile(ready.line), gate.pid, limit_s) is None:
+            if gate.has_exited():
+                raise exited(f"it printed a line matching {ready.line!r}")
+            raise TracecostError(f"the service printed no line matching {ready.line!r} within {limit_s:g} s")
+        return
+    while not services.answers(ready.port):
         if gate.has_exited():
-            said = gate.error_line()
-            raise TracecostError("the service exited before it accepted connections" + (f": {said}" if said else ""))
+            raise exited("it accepted connections")
         if time.monotonic() > deadline:
-            raise TracecostError(f"the service did not accept connections on 127.0.0.1:{port} in time")
+            raise TracecostError(f"the service did not accept connections on 127.0.0.1:{ready.port} in time")
         # Its pidfd turns readable if it exits; otherwise look again 10 ms later.
         exits_within(gate.pid, 0.01)
-
-
-def requests_per_s(output: str) -> float | None:
-    """The throughput a wrk-style load printed ("Requests/sec: 1234.5"); None if it printed none."""
-    found = REQUESTS_PER_S.search(output)
-    return float(found.group(1)) if found else None
 
 
 def cpu_ns_per_request(runs: list[dict]) -> list[float]:
@@ -482,7 +549,7 @@ def record(
         "hits": hits,
         # uebpf-live: how the agent was injected into the running command (uebpf.inject); else None.
         "injection": injection,
-        # A service's load, where it printed one (wrk's Requests/sec).
+        # A service's load, where it printed one (loads.FORMATS: wrk's, redis-benchmark's).
         "requests_per_s": requests_per_s,
     }
 
