@@ -28,9 +28,10 @@ if ((${#missing[@]})); then
   fi
   echo "setup: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  # Installing nginx would start the system's nginx on port 80; tracecost starts its own, privately,
-  # and never touches the system's services. Where no policy says otherwise, a temporary
-  # policy-rc.d (invoke-rc.d's documented hook) refuses service starts during the install.
+  # Installing nginx or redis-server would start the system's (on ports 80 and 6379); tracecost
+  # starts its own, privately, and never touches the system's services. Where no policy says
+  # otherwise, a temporary policy-rc.d (invoke-rc.d's documented hook) refuses service starts
+  # during the install.
   policy=/usr/sbin/policy-rc.d ours=
   if [[ ! -e $policy ]]; then
     ours=1

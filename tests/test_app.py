@@ -4,7 +4,11 @@ kernel's and uebpf's agree, run after run."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+from pathlib import Path
+
+import pytest
 
 from conftest import regions_removed, run_tracecost
 from tracecost import results, services
@@ -169,3 +173,86 @@ def test_nginx_under_wrk_its_requests_counted_the_same_on_the_kernel_and_on_uebp
                 run
             )  # + the 2 connections in flight
     assert not list(prefix.glob("*.pid")) or not services.answers(port)  # stopped after every run
+
+
+UEBPF_REGIONS = "uebpf-tracecost-*"
+# Debian's redis-server is a link to redis-check-rdb: its processes are known by that file.
+REDIS = Path(os.path.realpath(shutil.which("redis-server") or "/usr/bin/redis-server"))
+REDIS_READY = "line:Ready to accept connections"
+# redis-benchmark asks the server for its "save" and "appendonly" settings before its tests (it
+# shows them in its header): commands of the load besides the requests it counts.
+REDIS_BENCHMARK_QUERIES = 2
+
+
+def redis_processes() -> set[int]:
+    """Every running process of the redis binary (the system's too: tests compare before and after)."""
+    found = set()
+    for exe in Path("/proc").glob("[0-9]*/exe"):
+        try:
+            if Path(os.readlink(exe)) == REDIS:
+                found.add(int(exe.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+def redis_argv(port: int, folder: Path, *extra: str) -> list[str]:
+    """A private redis: no config file, on its own 127.0.0.1 port, nothing saved, its log on stdout
+    (where --ready's line is read). jemalloc's background thread off: it blocks every signal, SIGTRAP
+    too, and uebpf's agent injected live will not patch a function such a thread could run into."""
+    return [
+        *("redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"),
+        *("--dir", str(folder), "--logfile", "", "--jemalloc-bg-thread", "no", *extra),
+    ]
+
+
+def test_redis_under_redis_benchmark_its_commands_counted_the_same_by_every_method(tmp_path):
+    """Ready by its log line on stdout; redis-benchmark's own count of its requests and throughput
+    read from its output; every traced run's hits are the commands redis processed, the same on
+    the kernel, on uebpf and attached live (Debian's binary is stripped of its symbol table but
+    exports processCommand)."""
+    port, requests, probe = services.free_port(), 20_000, "redis-server:processCommand"
+    load = f"redis-benchmark -p {port} -n {requests} -c 10 -t set"
+    before = redis_processes()
+    with regions_removed(UEBPF_REGIONS):
+        redis = redis_argv(port, tmp_path)
+        part = app(tmp_path, "--probe", probe, "--load", load, "--ready", REDIS_READY, "--", *redis)
+    assert part["failures"] == [] and part["unavailable"] == []
+    assert part["config"]["ready_line"] == REDIS_READY.removeprefix("line:") and part["config"]["ready_port"] is None
+    runs = [r for r in part["runs"] if r["status"] == "ok" and not r["warmup"]]
+    assert {r["method"] for r in runs} == {"baseline", "kernel", "uebpf", "uebpf-live"}
+    for run in runs:
+        assert run["load_requests"] == requests and run["requests_per_s"] > 0 and run["cpu_s"] > 0, run
+    traced = [r["hits"][probe] for r in runs if r["method"] != "baseline"]
+    # One processCommand per command: the load is the same each run, so is the count.
+    assert len(set(traced)) == 1, traced
+    assert requests <= traced[0] <= requests + REDIS_BENCHMARK_QUERIES, traced
+    assert redis_processes() <= before and not services.answers(port)  # stopped after every run
+
+
+@pytest.mark.parametrize("case", ["never prints its line", "exits before its line"])
+def test_a_service_that_never_gets_ready_fails_every_run_in_one_line_and_leaves_nothing(tmp_path, private_tmp, case):
+    port, out = services.free_port(), tmp_path / "out"
+    if case == "never prints its line":
+        ready, extra = "line:no service prints this", ()
+        expected = "the service printed no line matching 'no service prints this' within 2 s"
+    else:
+        ready, extra = REDIS_READY, ("--nosuchoption", "x")
+        expected = (
+            "the service exited before it printed a line matching 'Ready to accept connections': "
+            "Bad directive or wrong number of arguments"
+        )
+    before = redis_processes()
+    with regions_removed(UEBPF_REGIONS):
+        result = run_tracecost(
+            *("app", "-r", "1", "--timeout", "2", "--methods", "baseline,uebpf", "--out", str(out)),
+            *("--probe", "redis-server:processCommand", "--load", f"redis-benchmark -p {port} -n 10"),
+            *("--ready", ready, "--", *redis_argv(port, tmp_path, *extra)),
+            env={"TMPDIR": str(private_tmp)},
+        )
+    assert result.returncode != 0
+    part = results.load(out)["suites"]["app"]
+    assert {f["error"] for f in part["failures"]} == {expected}
+    assert len(part["failures"]) == 4  # the warm-up and one run, each method
+    assert redis_processes() <= before and not services.answers(port)
+    assert list(private_tmp.iterdir()) == []
