@@ -1,6 +1,8 @@
 /* appcount: the programs `tracecost app` attaches at every probe site. Each attachment carries
  * its site's index as its cookie (a USDT probe's: bpf_usdt_cookie, libbpf's own cookie being the
- * probe's argument spec). Two programs per kind of site, the loader choosing one:
+ * probe's argument spec; its programs are in section "uprobe", a kprobe-type program as libbpf's
+ * "usdt" is, which every object reader here knows). Two programs per kind of site, the loader
+ * choosing one:
  *   count_*   add 1 to the site's slot: the least a tracer can do at a site;
  *   record_*  count too, then send a 32-byte record with a timestamp through a ring buffer to
  *             the loader (a realistic tracer), counting in dropped[] what found the ring full.
@@ -74,7 +76,7 @@ int count_uprobe(struct pt_regs *ctx)
 	return count(bpf_get_attach_cookie(ctx));
 }
 
-SEC("usdt")
+SEC("uprobe") /* usdt: attached by bpf_program__attach_usdt */
 int count_usdt(struct pt_regs *ctx)
 {
 	return count(bpf_usdt_cookie(ctx));
@@ -92,7 +94,7 @@ int record_uprobe(struct pt_regs *ctx)
 	return record(bpf_get_attach_cookie(ctx));
 }
 
-SEC("usdt")
+SEC("uprobe") /* usdt: attached by bpf_program__attach_usdt */
 int record_usdt(struct pt_regs *ctx)
 {
 	return record(bpf_usdt_cookie(ctx));
