@@ -3,6 +3,7 @@ the file (nm, readelf), which every machine that builds tracecost has."""
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 from pathlib import Path
@@ -74,6 +75,26 @@ def x86_64_code(binary: Path, offset: int, size: int = 16) -> bytes | None:
     if header[:5] != b"\x7fELF\x02" or int.from_bytes(header[18:20], "little") != EM_X86_64 or not code:
         return None
     return code
+
+
+def library(name: str) -> str | None:
+    """The library ldconfig knows as NAME.so* (`libc` -> /lib/x86_64-linux-gnu/libc.so.6)."""
+    for soname, path in libraries():
+        if soname == name or soname.startswith(f"{name}.so"):
+            return path
+    return None
+
+
+@functools.cache
+def libraries() -> tuple[tuple[str, str], ...]:
+    """(soname, path) of every library ldconfig's cache lists for this machine's architecture."""
+    text = _output(["/sbin/ldconfig", "-p"])
+    entries = []
+    for line in text.splitlines():
+        soname, arrow, path = line.strip().partition(" => ")
+        if arrow and "x86-64" in soname:
+            entries.append((soname.split()[0], path))
+    return tuple(entries)
 
 
 def _output(argv: list[str], missing_ok: bool = False) -> str:

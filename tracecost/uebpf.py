@@ -123,6 +123,22 @@ def _agent_command(uebpf_command: Path, argv: list[str], pid: int, failed: str) 
     return result.stdout, took
 
 
+def array_counts(dump: str, map_name: str, names: tuple[str, ...]) -> dict[str, int]:
+    """The u64 slots of array map `map_name` in `uebpf attach`'s dump at exit, by name in slot
+    order: {"maps": {NAME: {"entries": [[key hex, value hex], ...]}}}, keys and values in the
+    machine's (little-endian) byte order. A dump without them is a clear error."""
+    try:
+        entries = {
+            int.from_bytes(bytes.fromhex(key), "little"): int.from_bytes(bytes.fromhex(value), "little")
+            for key, value in json.loads(dump)["maps"][map_name]["entries"]
+        }
+        return {name: entries[index] for index, name in enumerate(names)}
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise TracecostError(
+            f"uebpf attach printed no readable map {map_name!r} ({dump.strip()[-80:]!r}): {err}"
+        ) from err
+
+
 def agent_in(pid: int) -> bool:
     """Whether process `pid` has uebpf's agent loaded (preloaded, inherited through fork, or
     injected): its library is among the process's mappings."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tracecost import results
+from tracecost import results, uebpf
 from tracecost.errors import TracecostError
 from tracecost.suites import fuse
 from tracecost.suites.fuse import filesystem, report
@@ -86,16 +86,14 @@ def dump(*values: int) -> str:
 
 
 def test_the_cache_counters_are_read_from_the_attach_dump_in_little_endian():
-    assert filesystem.parse_counts(dump(6, 1, 19999, 2**40)) == {
-        "filled": 6,
-        "forgotten": 1,
-        "answered": 19999,
-        "missed": 2**40,
-    }
-    with pytest.raises(TracecostError, match="no readable cache counters"):
-        filesystem.parse_counts(dump(6, 1))
-    with pytest.raises(TracecostError, match="no readable cache counters"):
-        filesystem.parse_counts("uebpf: interrupted")
+    def counts(text: str) -> dict[str, int]:
+        return uebpf.array_counts(text, "counts", filesystem.CACHE_COUNTS)
+
+    assert counts(dump(6, 1, 19999, 2**40)) == {"filled": 6, "forgotten": 1, "answered": 19999, "missed": 2**40}
+    with pytest.raises(TracecostError, match="no readable map 'counts'"):
+        counts(dump(6, 1))
+    with pytest.raises(TracecostError, match="no readable map 'counts'"):
+        counts("uebpf: interrupted")
 
 
 def test_the_mount_table_is_read_with_its_escapes(tmp_path):

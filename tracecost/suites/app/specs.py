@@ -20,7 +20,6 @@ from pathlib import Path
 
 from tracecost import elf
 from tracecost.errors import TracecostError
-from tracecost.procs import run_command
 
 RETURN = "%return"
 SYSCALL = "syscall:"
@@ -121,33 +120,13 @@ def find_file(name: str) -> Path:
         if not path.is_file():
             raise SpecError(f"{name}: no such file")
         return path.resolve()
-    candidates = [library(name), shutil.which(name)]
+    candidates = [elf.library(name), shutil.which(name)]
     if not name.startswith("lib"):
         candidates.reverse()
     found = next((Path(c) for c in candidates if c), None)
     if found is None:
         raise SpecError(f"{name}: neither a library the loader knows (ldconfig -p) nor a command on PATH")
     return found.resolve()
-
-
-def library(name: str) -> str | None:
-    """The library ldconfig knows as NAME.so* (`libc` -> /lib/x86_64-linux-gnu/libc.so.6)."""
-    for soname, path in libraries():
-        if soname == name or soname.startswith(f"{name}.so"):
-            return path
-    return None
-
-
-@cache
-def libraries() -> tuple[tuple[str, str], ...]:
-    """(soname, path) of every library ldconfig's cache lists for this machine's architecture."""
-    text = run_command(["/sbin/ldconfig", "-p"], timeout_s=30).stdout
-    entries = []
-    for line in text.splitlines():
-        soname, arrow, path = line.strip().partition(" => ")
-        if arrow and "x86-64" in soname:
-            entries.append((soname.split()[0], path))
-    return tuple(entries)
 
 
 def symbol_offset(spec: str, binary: Path, symbol: str) -> int:

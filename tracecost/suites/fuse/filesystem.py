@@ -14,7 +14,6 @@ the cache saw opened there: GNU find's), so the system call and the FUSE request
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -206,26 +205,7 @@ def cache_counts(attach: Child, environments: uebpf.RunEnvironments) -> dict[str
     dump = attach.read_until_exit(timeout_s=STOP_TIMEOUT_S)
     attach.finished("uebpf attach", sig=None, timeout_s=STOP_TIMEOUT_S)
     environments.after_exit()
-    return parse_counts(dump)
-
-
-def parse_counts(text: str) -> dict[str, int]:
-    """The `counts` array from `uebpf attach`'s dump: {"maps": {"counts": {"entries": [[key hex,
-    value hex], ...]}}}, keys and values in the machine's (little-endian) byte order."""
-
-    def parse(dump: dict) -> dict[str, int]:
-        entries = {
-            int.from_bytes(bytes.fromhex(key), "little"): int.from_bytes(bytes.fromhex(value), "little")
-            for key, value in dump["maps"]["counts"]["entries"]
-        }
-        return {name: entries[index] for index, name in enumerate(CACHE_COUNTS)}
-
-    try:
-        return parse(json.loads(text))
-    except (ValueError, KeyError, TypeError, AttributeError) as err:
-        raise TracecostError(
-            f"uebpf attach printed no readable cache counters ({text.strip()[-80:]!r}): {err}"
-        ) from err
+    return uebpf.array_counts(dump, "counts", CACHE_COUNTS)
 
 
 # --- one fsbench run -------------------------------------------------------------------------------------

@@ -3,3 +3,6 @@ SUITE_PRODUCTS += $(BIN)/powercut
 
 $(BIN)/powercut: tracecost/suites/redis/powercut.c | $(BIN)
 	$(CC) $(CFLAGS) -pthread -o $@ $< $$(pkg-config --cflags --libs fuse3)
+
+# Its extension: a .bpf.o that `uebpf attach` loads into redis (no loader of its own).
+SUITE_PRODUCTS += $(BPF)/aof_bounded.bpf.o
