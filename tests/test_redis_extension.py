@@ -88,3 +88,22 @@ def test_a_failure_inside_leaves_no_attach_and_no_region(tmp_path):
             with extension.bounded(extension.Policy(4, 1000), environments, tmp_path) as attached:
                 raise RuntimeError("inside")
     assert not attached.attach.running and attached.counts is None
+
+
+def test_attached_live_into_a_redis_serving_already(tmp_path):
+    """uebpf-bounded-live: redis started without the agent, serving; the agent injected, then the
+    extension acts on every write after."""
+    port = services.free_port()
+    (tmp_path / "aof").mkdir()
+    with regions_removed("uebpf-tracecost-*"):
+        environments = uebpf.require_runtime().run_environments(live=True)
+        with extension.bounded(extension.Policy(16, 1_000_000), environments, tmp_path) as attached:
+            with started(lambda: redis(port, tmp_path / "aof", tmp_path)) as server:
+                assert server.wait_for_lines(1, READY_S, REDIS_READY)
+                assert cli(port, "SET", "before", "1") == "OK"
+                injection = attached.injected_into(server.pid)
+                load = ["redis-benchmark", "-p", str(port), "-n", "5000", "-c", "4", "-t", "set"]
+                assert subprocess.run(load, capture_output=True, timeout=120).returncode == 0
+                server.stop(signal.SIGTERM, timeout_s=READY_S)
+    assert injection["hooks"] >= 4, injection
+    assert attached.counts["writes_fed"] == 5000 and attached.counts["fsyncs_skipped"] > 0, attached.counts
