@@ -72,6 +72,7 @@ SUMMARY = {
     "open_ns": 300_000,
     "open_load_ns": 3_000_000,
     "attach_ns": 12_000_000,
+    "first_hit_ns": 20_000,
     "first_event_ns": 90_000,
     "all_events_ns": 5_000_000,
     "detach_ns": 900_000_000,

@@ -40,6 +40,7 @@ RUN_PROBES = [1, 10]
 PHASE_LABELS = {
     "open_load_ns": "open + load",
     "attach_ns": "attach N",
+    "first_hit_ns": "first hit",
     "first_event_ns": "first event",
     "all_events_ns": "all N events",
     "detach_ns": "detach N",
@@ -196,7 +197,9 @@ def _aggregate(cell: Cell) -> dict:
 SUMMARIZED = ("fired_during_attach", "peak_rss_kb", "region_allocated_bytes", "region_size_bytes")
 
 
-def median_p99(phase: dict) -> str:
+def median_p99(phase: dict | None) -> str:
+    if phase is None:  # a phase older results lack (first hit)
+        return "–"
     median, p99 = phase["median"]["value"], phase["p99"]["value"]
     if median is None:
         return "–"
@@ -216,7 +219,7 @@ SUMMARY = (
     Column.field("runtime", "method", name=True),
     Column.field("n", "n"),
     *(
-        Column(label, lambda agg, phase=phase: median_p99(agg["phases"][phase]))
+        Column(label, lambda agg, phase=phase: median_p99(agg["phases"].get(phase)))
         for phase, label in PHASE_LABELS.items()
     ),
     Column("RSS MiB", lambda agg: fmt.number(fmt.mib(agg["peak_rss_kb"]["median"]))),

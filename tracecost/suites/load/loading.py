@@ -56,7 +56,7 @@ OBJECTS = {
         TimedObject("gen32k", "loadlat_gen32k.bpf.o", "generated straight-line program (gen_loadlat_prog.sh 6553)"),
     )
 }
-PHASES = ("open_load_ns", "attach_ns", "first_event_ns", "all_events_ns")
+PHASES = ("open_load_ns", "attach_ns", "first_hit_ns", "first_event_ns", "all_events_ns")
 # Timed beside the phases: the loader's detach of its N uprobes (kernel: a grace period each).
 TIMED = (*PHASES, "detach_ns")
 COUNTS = ("object_insns", "object_programs", "object_maps", "attached", "delivered", "fired_during_attach")

@@ -11,6 +11,9 @@
  *   first      from the return of the last attach to the first ring buffer record read
  *              (ring_buffer__poll: the kernel's wakeup, or uebpf's futex), and `all`: to the
  *              record of every one of the N probes (each sends one, on its function's first hit).
+ *              Within it, `first_hit`: to the time the earliest record carries (the probe's
+ *              bpf_ktime_get_ns, CLOCK_MONOTONIC on both runtimes), when a probe first ran; 0
+ *              if that was before the attach loop ended. The rest is the record's delivery.
  *
  *   loadlat --object PATH --binary PATH --pid PID --probes N [--symbol-prefix P]
  *           [--deadline-ms MS] [--skip PROGRAM]... [--verbose]
@@ -22,7 +25,7 @@
  * probe's record arrived (the harness may then look at the loader's region while it exists);
  * on SIGINT or SIGTERM it detaches and prints one JSON line:
  *   {"object_insns":I,"object_programs":P,"object_maps":M,"open_ns":O,"open_load_ns":L,
- *    "attach_ns":A,"first_event_ns":F,"all_events_ns":E,"detach_ns":X,"attached":N,"delivered":D,
+ *    "attach_ns":A,"first_hit_ns":H,"first_event_ns":F,"all_events_ns":E,"detach_ns":X,"attached":N,"delivered":D,
  *    "fired_during_attach":B,"peak_rss_kb":K}
  * No record within --deadline-ms of the attach, or fewer than N, is an error: one line on stderr,
  * exit status 1 (2 for bad usage), never a number. */
@@ -49,6 +52,7 @@
 
 struct receipts {
 	uint64_t first_ns;  /* CLOCK_MONOTONIC when the first record was read; 0 before */
+	uint64_t first_hit_ns; /* the earliest record's own time: when a probe first ran; 0 before */
 	uint64_t last_ns;   /* ... when the last distinct probe's record was read */
 	uint64_t attach_end_ns;
 	unsigned delivered; /* distinct probes that sent their record */
@@ -84,6 +88,8 @@ static int on_record(void *ctx, void *data, size_t size)
 	}
 	if (!r->first_ns)
 		r->first_ns = at;
+	if (!r->first_hit_ns || e->ts_ns < r->first_hit_ns)
+		r->first_hit_ns = e->ts_ns;
 	r->ips[r->delivered++] = e->ip;
 	r->last_ns = at;
 	/* bpf_ktime_get_ns() is CLOCK_MONOTONIC on both runtimes: did the probe run before the
@@ -245,12 +251,15 @@ int main(int argc, char **argv)
 		bpf_link__destroy(links[i]);
 	t_detached = now_ns();
 	printf("{\"object_insns\":%llu,\"object_programs\":%llu,\"object_maps\":%llu,\"open_ns\":%llu,"
-	       "\"open_load_ns\":%llu,\"attach_ns\":%llu,\"first_event_ns\":%llu,\"all_events_ns\":%llu,"
+	       "\"open_load_ns\":%llu,\"attach_ns\":%llu,\"first_hit_ns\":%llu,\"first_event_ns\":%llu,\"all_events_ns\":%llu,"
 	       "\"detach_ns\":%llu,\"attached\":%lu,\"delivered\":%u,\"fired_during_attach\":%u,\"peak_rss_kb\":%lu}\n",
 	       (unsigned long long)insns, (unsigned long long)programs, (unsigned long long)maps,
 	       (unsigned long long)(t_opened - t_open),
 	       (unsigned long long)(t_opened - t_open + t_loaded - t_counted),
 	       (unsigned long long)(receipts.attach_end_ns - t_attach),
+	       (unsigned long long)(receipts.first_hit_ns > receipts.attach_end_ns
+					    ? receipts.first_hit_ns - receipts.attach_end_ns
+					    : 0),
 	       (unsigned long long)(receipts.first_ns - receipts.attach_end_ns),
 	       (unsigned long long)(receipts.last_ns - receipts.attach_end_ns),
 	       (unsigned long long)(t_detached - t_detach), probes, receipts.delivered,

@@ -12,6 +12,7 @@ from tracecost.suites.load.loading import MAX_PROBES, SYMBOL_PREFIX
 PHASE_COLUMNS = {
     "open_load_ns": "open + load",
     "attach_ns": "attach N",
+    "first_hit_ns": "first hit",
     "first_event_ns": "first event",
     "all_events_ns": "all N events",
     "detach_ns": "detach N",
@@ -34,7 +35,10 @@ INTRO = (
     "one per victim function (symbol lookup in the ELF, perf_event_open, the link), returning when the "
     "kernel has installed the uprobe or uebpf has written its attach table. First event: from the "
     "return of the last attach to the first ring buffer record the loader reads (ring_buffer__poll); "
-    "each probe sends one record, on its function's first hit. All N events: to the record of every "
+    "each probe sends one record, on its function's first hit. First hit, within it: to the time that "
+    "earliest record carries (the probe's bpf_ktime_get_ns, the same clock): how long until a probe ran at "
+    "all (on uebpf, the agent noticing the attach and hooking the function), the rest being the record's "
+    "delivery to the loader. All N events: to the record of every "
     "probe. Detach N (beside the phases): the N bpf_link__destroy calls, once measured. Nothing is "
     "waited for in between on either runtime: on uebpf this includes the agent "
     "noticing the attach (and, for a region created after the victim started, finding it: the agent looks "
@@ -84,10 +88,17 @@ def findings(config: dict, table: dict) -> list[str]:
                 continue
             k, u = (cell["phases"]["first_event_ns"]["median"]["value"] for cell in (kernel, ours))
             ka, ua = (cell["phases"]["all_events_ns"]["median"]["value"] for cell in (kernel, ours))
+            # Older results have no first hit: the finding then leaves it out.
+            kh, uh = (field_at(cell, ("phases", "first_hit_ns", "median", "value")) for cell in (kernel, ours))
             if None not in (k, u, ka, ua):
+                hits = (
+                    f" (the probe first ran after {kh / 1e6:,.3f} and {uh / 1e6:,.3f} ms: the rest is delivery)"
+                    if None not in (kh, uh)
+                    else ""
+                )
                 out.append(
                     f"{n} probe{'s' if n > 1 else ''} ({first_object}): first event {k / 1e6:,.3f} ms after the attach "
-                    f"on the kernel, {u / 1e6:,.3f} ms on uebpf; every probe's event after {ka / 1e6:,.3f} and "
+                    f"on the kernel, {u / 1e6:,.3f} ms on uebpf{hits}; every probe's event after {ka / 1e6:,.3f} and "
                     f"{ua / 1e6:,.3f} ms (medians)."
                 )
     for name, programs in config["skipped_programs"].items():
@@ -107,7 +118,9 @@ def render(suite: dict, environment: dict) -> Section:
     for agg in suite["aggregates"]:
         row = [_object_label(agg), str(agg["probes"]), style.label(agg["method"]), str(agg["n"])]
         for phase in PHASE_COLUMNS:
-            row += [_ms(agg["phases"][phase]["median"]), _ms(agg["phases"][phase]["p99"])]
+            # A phase older results lack (first hit) is shown as missing.
+            quantiles = agg["phases"].get(phase)
+            row += [_ms(quantiles["median"]), _ms(quantiles["p99"])] if quantiles else ["–", "–"]
         region = agg["region_allocated_bytes"]["median"]
         row += [
             fmt.number(agg["fired_during_attach"]["median"], 0),

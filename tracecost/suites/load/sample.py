@@ -24,6 +24,7 @@ def sample(rng: random.Random) -> dict:
             "open_ns": rng.randint(100_000, 200_000),
             "open_load_ns": rng.randint(300_000, 600_000),
             "attach_ns": rng.randint(1_000_000, 30_000_000),
+            "first_hit_ns": rng.randint(1_000, 10_000),
             "first_event_ns": rng.randint(10_000, 20_000_000),
             "all_events_ns": rng.randint(20_000_000, 40_000_000),
             "detach_ns": rng.randint(1_000_000, 9_000_000),
