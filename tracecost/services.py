@@ -1,19 +1,22 @@
 """What a harness needs of a service it starts (the nginx suite's nginx, `tracecost app --load`'s
-command): a free loopback port, whether it answers there, the CPU time its processes used, and a
-stop that leaves none of them behind."""
+command, the redis suite's redis-server): a free loopback port, whether it answers there, when it
+is ready, the CPU time its processes used, and a stop that leaves none of them behind."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import os
+import re
 import signal
 import socket
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 from tracecost import leftovers
 from tracecost.errors import TracecostError
-from tracecost.procs import Child, descendants, exits_within
+from tracecost.procs import Child, descendants, exits_within, wait_for_file_line
 
 STOP_TIMEOUT_S = 10
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -43,6 +46,40 @@ def answers(port: int) -> bool:
     with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
         return True
     return False
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """When a service is ready for its load: it accepts connections on 127.0.0.1:port, or it
+    printed a line of its stdout that `line` (a regular expression) finds."""
+
+    port: int | None = None
+    line: str | None = None
+
+
+def wait_ready(service: Child, ready: Readiness, stdout_path: Path, limit_s: float) -> None:
+    """Returns once the service is ready: it accepts connections on 127.0.0.1:`ready.port`, or it
+    printed a line (to `stdout_path`, where its stdout goes) that `ready.line` finds. An error if it
+    exits before, or is not ready within `limit_s` (then the caller stops it)."""
+    deadline = time.monotonic() + limit_s
+
+    def exited(before: str) -> TracecostError:
+        said = service.error_line()
+        return TracecostError(f"the service exited before {before}" + (f": {said}" if said else ""))
+
+    if ready.line is not None:
+        if wait_for_file_line(stdout_path, re.compile(ready.line), service.pid, limit_s) is None:
+            if service.has_exited():
+                raise exited(f"it printed a line matching {ready.line!r}")
+            raise TracecostError(f"the service printed no line matching {ready.line!r} within {limit_s:g} s")
+        return
+    while not answers(ready.port):
+        if service.has_exited():
+            raise exited("it accepted connections")
+        if time.monotonic() > deadline:
+            raise TracecostError(f"the service did not accept connections on 127.0.0.1:{ready.port} in time")
+        # Its pidfd turns readable if it exits; otherwise look again 10 ms later.
+        exits_within(service.pid, 0.01)
 
 
 def stop(master: Child, workers: list[int]) -> None:

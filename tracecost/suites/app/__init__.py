@@ -23,7 +23,8 @@ import click
 from tracecost import leftovers, methods, paths, services, stats
 from tracecost.errors import TracecostError
 from tracecost.options import FiniteFloatRange
-from tracecost.procs import Child, descendants, exits_within, run_command, started, wait_for_file_line
+from tracecost.procs import Child, descendants, run_command, started
+from tracecost.services import Readiness, wait_ready
 from tracecost.suites import base
 from tracecost.suites.app import classes, loads, report, specs
 from tracecost.suites.app.runtimes import METHODS, AppMethod, Gated, make_method
@@ -71,15 +72,6 @@ def parse_probes(specs_given: tuple[str, ...]) -> tuple[specs.Site, ...]:
 
 
 READY_LINE = "line:"
-
-
-@dataclass(frozen=True)
-class Readiness:
-    """When a service is ready for its load (--ready): it accepts connections on 127.0.0.1:port, or
-    it printed a line of its stdout that `line` (a regular expression) finds."""
-
-    port: int | None = None
-    line: str | None = None
 
 
 class ReadySpec(click.ParamType):
@@ -412,7 +404,8 @@ def serve(gate: Child, counted, config: AppConfig, stdout_path: Path) -> dict:
     when it never got ready (it may have started processes of its own meanwhile)."""
     processes = [gate.pid]
     try:
-        wait_ready(gate, Readiness(config.ready_port, config.ready_line), stdout_path, config.timeout_s)
+        limit_s = min(config.timeout_s, SERVICE_READY_TIMEOUT_S)
+        wait_ready(gate, Readiness(config.ready_port, config.ready_line), stdout_path, limit_s)
         # Untimed: a service that forks its workers once it listens (nginx's master) has them all
         # by its end, whatever a method's start cost delayed, and its caches are warm.
         require_load_success(run_load(config))
@@ -472,32 +465,6 @@ def run_load(config: AppConfig):
         return run_command(config.load, timeout_s=config.timeout_s)
     except subprocess.TimeoutExpired:
         raise TracecostError(f"the load ran longer than --timeout {config.timeout_s:g} s and was killed") from None
-
-
-def wait_ready(gate: Child, ready: Readiness, stdout_path: Path, timeout_s: float) -> None:
-    """Returns once the service is ready: it accepts connections on 127.0.0.1:`ready.port`, or it
-    printed a line (to `stdout_path`, where the gate sends its stdout) that `ready.line` finds. An
-    error if it exits before, or is not ready within the run's time (then serve's caller stops it)."""
-    limit_s = min(timeout_s, SERVICE_READY_TIMEOUT_S)
-    deadline = time.monotonic() + limit_s
-
-    def exited(before: str) -> TracecostError:
-        said = gate.error_line()
-        return TracecostError(f"the service exited before {before}" + (f": {said}" if said else ""))
-
-    if ready.line is not None:
-        if wait_for_file_line(stdout_path, re.compile(ready.line), gate.pid, limit_s) is None:
-            if gate.has_exited():
-                raise exited(f"it printed a line matching {ready.line!r}")
-            raise TracecostError(f"the service printed no line matching {ready.line!r} within {limit_s:g} s")
-        return
-    while not services.answers(ready.port):
-        if gate.has_exited():
-            raise exited("it accepted connections")
-        if time.monotonic() > deadline:
-            raise TracecostError(f"the service did not accept connections on 127.0.0.1:{ready.port} in time")
-        # Its pidfd turns readable if it exits; otherwise look again 10 ms later.
-        exits_within(gate.pid, 0.01)
 
 
 def cpu_ns_per_request(runs: list[dict]) -> list[float]:

@@ -82,20 +82,66 @@ def wrk(output: str) -> LoadFigures | None:
 
 REDIS_COMPLETED = re.compile(r"^\s*([0-9]+) requests completed in ", re.MULTILINE)
 REDIS_SUMMARY = re.compile(r"^\s*throughput summary: (\S+) requests per second", re.MULTILINE)
+REDIS_HEADER = re.compile(r"^====== (.+) ======$", re.MULTILINE)
+REDIS_LATENCY = "latency summary (msec):"
+
+
+@dataclass(frozen=True)
+class RedisTest:
+    """One test's block of redis-benchmark's default output: its requests, its throughput (None
+    where it could not time it) and its latency summary in ms ({"avg", "min", "p50", "p95", "p99",
+    "max"}: the columns it printed; None where the block has none)."""
+
+    name: str
+    requests: int
+    requests_per_s: float | None
+    latency_ms: dict[str, float] | None
+
+
+def redis_latency(block: str) -> dict[str, float] | None:
+    """The block's "latency summary (msec):" table: a line of column names, then one of values."""
+    rows = block.splitlines()
+    for at, row in enumerate(rows):
+        if row.strip() == REDIS_LATENCY and at + 2 < len(rows):
+            names, values = rows[at + 1].split(), rows[at + 2].split()
+            try:
+                figures = [float(value) for value in values]
+            except ValueError:
+                return None
+            return dict(zip(names, figures)) if len(names) == len(figures) else None
+    return None
+
+
+def redis_benchmark_tests(output: str) -> list[RedisTest]:
+    """Every test's block in redis-benchmark's default output (the redis suite reads each test's
+    latency; `redis_benchmark` their sum as one load). A block without its request count or its
+    throughput summary is an error: the output was cut or is not redis-benchmark 7's."""
+    text = lines(output)
+    headers = list(REDIS_HEADER.finditer(text))
+    counts, rates = REDIS_COMPLETED.findall(text), REDIS_SUMMARY.findall(text)
+    if len(rates) != len(counts) or len(headers) not in (0, len(counts)):
+        raise TracecostError(
+            f"the load's output has {len(counts)} redis-benchmark tests but {len(rates)} throughput summaries"
+        )
+    ends = [match.start() for match in headers[1:]] + [len(text)]
+    return [
+        RedisTest(
+            header.group(1) if header else "",
+            int(count),
+            number(rate),
+            redis_latency(text[header.end() : end]) if header else None,
+        )
+        for header, end, count, rate in zip(headers or [None] * len(counts), ends, counts, rates)
+    ]
 
 
 def redis_benchmark(output: str) -> LoadFigures | None:
     """redis-benchmark's default output: a block per test, its requests and its throughput."""
-    text = lines(output)
-    counts = [int(found) for found in REDIS_COMPLETED.findall(text)]
-    if not counts:
+    tests = redis_benchmark_tests(output)
+    if not tests:
         return None
-    rates = [number(found) for found in REDIS_SUMMARY.findall(text)]
-    if len(rates) != len(counts):
-        raise TracecostError(
-            f"the load's output has {len(counts)} redis-benchmark tests but {len(rates)} throughput summaries"
-        )
-    return LoadFigures(combined(counts, rates), sum(counts))
+    counts = [test.requests for test in tests]
+    return LoadFigures(combined(counts, [test.requests_per_s for test in tests]), sum(counts))
 
 
 REDIS_QUIET = re.compile(r"^(\S[^:\n]*): (\S+) requests per second", re.MULTILINE)
