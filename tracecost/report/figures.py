@@ -106,6 +106,45 @@ def grouped_bars(
     return _to_dict(figure)
 
 
+@dataclass(frozen=True)
+class Point:
+    """One method's point of a scatter: two figures, each with its error bar's ends (None: none)."""
+
+    name: str  # the method (its colour and label)
+    x: float
+    y: float
+    x_low: float | None = None
+    x_high: float | None = None
+    y_low: float | None = None
+    y_high: float | None = None
+
+
+def _bar(value: float, low: float | None, high: float | None) -> dict | None:
+    if low is None or high is None:
+        return None
+    return {"type": "data", "array": [high - value], "arrayminus": [value - low], "visible": True, "thickness": 1.2}
+
+
+def scatter(title: str, points: list[Point], *, x_title: str, y_title: str) -> dict:
+    """One marker per method where two figures meet (a cost against what it buys), error bars on both."""
+    layout = _layout(title, x_title, y_title, False)
+    layout["xaxis"]["type"] = "linear"
+    figure = go.Figure(layout=layout)
+    for index, point in enumerate(points):
+        figure.add_trace(
+            go.Scatter(
+                x=[point.x],
+                y=[point.y],
+                name=style.label(point.name),
+                mode="markers",
+                marker={"size": 12, "color": style.color(point.name, index)},
+                error_x=_bar(point.x, point.x_low, point.x_high),
+                error_y=_bar(point.y, point.y_low, point.y_high),
+            )
+        )
+    return _to_dict(figure)
+
+
 def by_cell(aggregates: list[dict], *fields: str) -> dict[tuple, dict]:
     """The aggregates under their cell's key: the values of `fields` (the x, then the method)."""
     return {tuple(agg[name] for name in fields): agg for agg in aggregates}

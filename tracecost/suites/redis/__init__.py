@@ -1,6 +1,298 @@
-"""The redis suite's folder (issue 34): Redis's AOF durability settings and uebpf extensions, with
-the acknowledged writes a power cut loses counted. So far it holds the power-cut filesystem
-(powercut.c, driven by powercut.py) that the suite's durability runs put under redis's AOF; the
-suite itself (its Suite, report, schema and sample, and its line in the suite table) comes next.
-It is not in tracecost/suites/__init__.py's table yet: a suite without a runner would break
-`tracecost run`."""
+"""`tracecost redis` (issue 34): what Redis's AOF durability settings cost in throughput and lose to
+a power cut. Methods are durability policies (policies.py: redis's own settings no-aof, always,
+everysec and no; uebpf policies come as classes of the same protocol). Groups are the loads:
+redis-benchmark's SET test, and SET then GET, at each pipeline depth (bench.py), and the power cuts
+(durability.py: our client's acknowledged writes, a cut at a seeded moment, the survivors counted).
+Every run starts its own redis-server (server.py) with its AOF on powercut (powercut.c, a FUSE
+filesystem that drops what was not fsync'ed when the power is cut), over a folder on a real disk.
+
+Not in `tracecost run` yet: it joins once its uebpf policies (issue 34's uebpf-bounded) land, the
+figure the suite exists for."""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+
+from tracecost import methods, stats
+from tracecost.errors import TracecostError
+from tracecost.options import CommaList
+from tracecost.report import style
+from tracecost.report.style import MethodStyle
+from tracecost.suites import base
+from tracecost.suites.base import Cell, Group, Metric, Option, Suite, UsageError
+from tracecost.suites.redis import bench, durability, powercut, report, server
+from tracecost.suites.redis.policies import POLICIES, Policy, Redis
+
+# The load names (redis-benchmark -t), and the power cuts' group.
+TESTS = ("set", "set,get")
+CUT = "cut"
+DEFAULT_CLIENTS = 50
+DEFAULT_REQUESTS = 20_000
+DEFAULT_PIPELINES = "1,16"
+DEFAULT_CUTS = 2
+DEFAULT_WRITES = 5_000
+DEFAULT_CONNECTIONS = 4
+MAX_REQUESTS = 10_000_000
+MAX_WRITES = 1_000_000
+# How many times `always` fsyncs: the reference every other policy's throughput is divided by.
+REFERENCE = "always"
+
+
+@dataclass
+class RedisConfig:
+    methods: list[str] = field(default_factory=lambda: list(POLICIES))
+    runs: int = 3
+    seed: int = 0
+    clients: int = DEFAULT_CLIENTS
+    requests: int = DEFAULT_REQUESTS
+    pipelines: list[int] = field(default_factory=lambda: [1, 16])
+    cuts: int = DEFAULT_CUTS
+    writes: int = DEFAULT_WRITES
+    connections: int = DEFAULT_CONNECTIONS
+    # The filesystem under the runs' folders (server.require_disk), found by the first run.
+    filesystem: str | None = None
+    # The cuts' schedule: each cut comes after a number of acknowledged writes drawn from it, in the
+    # runner's seeded order of runs.
+    schedule: random.Random = field(default_factory=random.Random)
+
+    def __post_init__(self) -> None:
+        self.schedule.seed(self.seed)
+
+    def cut_after(self) -> int:
+        """The acknowledged writes before the next cut: between half of --writes and all of them."""
+        return self.schedule.randint(max(1, self.writes // 2), self.writes)
+
+
+def group_label(workload: str, pipeline: int) -> str:
+    if workload == CUT:
+        return "power cuts"
+    return f"{workload.upper().replace(',', ' + ')}, pipeline {pipeline}"
+
+
+class RedisSuite(Suite):
+    name = "redis"
+    title = "Redis durability: AOF fsync policies, their throughput and what a power cut loses"
+    help = "Redis's AOF settings under redis-benchmark, and the acknowledged writes each loses to a power cut."
+    listing_noun = "loads and methods"
+    default_runs = 3
+    baseline = REFERENCE
+    # Not in `tracecost run` until its uebpf policies land (issue 34): the redis settings alone
+    # answer no question the suite is for.
+    in_run = False
+    method_styles = {
+        "no-aof": MethodStyle("no AOF", style.GREY),
+        "always": MethodStyle("appendfsync always", style.BLUE),
+        "everysec": MethodStyle("appendfsync everysec", style.ORANGE),
+        "no": MethodStyle("appendfsync no", style.VERMILLION),
+    }
+    cell_key = ("workload", "pipeline", "method")
+    comparable = (
+        Metric("ops/s", ("ops_per_s",), 0, "higher"),
+        Metric("p99 ms", ("p99_ms",), 3, "lower"),
+        Metric("CPU ns/request", ("cpu_ns_per_request",), 0, "lower"),
+    )
+    settings = ("clients", "requests", "writes", "connections", "filesystem")
+    usage_errors = (
+        UsageError(("--pipeline", "0"), ("--pipeline",)),
+        UsageError(("--pipeline", "1,x"), ("--pipeline",)),
+        UsageError(("--clients", "0"), ("--clients",)),
+        UsageError(("--cuts", "0"), ("--cuts",)),
+        UsageError(("--writes", "0"), ("--writes",)),
+        UsageError(("--methods", "everysec"), ("always",)),
+    )
+    options = (
+        Option(
+            ("--clients",),
+            "clients",
+            "redis-benchmark's parallel connections (-c).",
+            type=click.IntRange(1, 10_000),
+            default=DEFAULT_CLIENTS,
+        ),
+        Option(
+            ("--requests",),
+            "requests",
+            "redis-benchmark's requests per test (-n): SET + GET runs twice as many.",
+            type=click.IntRange(1, MAX_REQUESTS),
+            default=DEFAULT_REQUESTS,
+        ),
+        Option(
+            ("--pipeline",),
+            "pipelines",
+            "Comma-separated pipeline depths (redis-benchmark -P), each a group of its own.",
+            type=CommaList(click.IntRange(1, 1000)),
+            default=DEFAULT_PIPELINES,
+            metavar="P[,P...]",
+        ),
+        Option(
+            ("--cuts",),
+            "cuts",
+            "Power cuts per durability run (each on a fresh redis and disk).",
+            type=click.IntRange(1, 100),
+            default=DEFAULT_CUTS,
+        ),
+        Option(
+            ("--writes",),
+            "writes",
+            "The most acknowledged writes before a cut: each cut comes after a seeded number between half of "
+            "this and this.",
+            type=click.IntRange(1, MAX_WRITES),
+            default=DEFAULT_WRITES,
+        ),
+        Option(
+            ("--connections",),
+            "connections",
+            "The durability client's connections, one SET outstanding on each (pipelining off).",
+            type=click.IntRange(1, 64),
+            default=DEFAULT_CONNECTIONS,
+        ),
+    )
+
+    def method_names(self) -> tuple[str, ...]:
+        return tuple(POLICIES)
+
+    def make_config(
+        self,
+        *,
+        methods,
+        runs,
+        seed,
+        clients=DEFAULT_CLIENTS,
+        requests=DEFAULT_REQUESTS,
+        pipelines=None,
+        cuts=DEFAULT_CUTS,
+        writes=DEFAULT_WRITES,
+        connections=DEFAULT_CONNECTIONS,
+    ) -> RedisConfig:
+        return RedisConfig(
+            methods=methods,
+            runs=runs,
+            seed=seed,
+            clients=clients,
+            requests=requests,
+            pipelines=sorted(set(pipelines or [1, 16])),
+            cuts=cuts,
+            writes=writes,
+            connections=connections,
+        )
+
+    def listing(self) -> base.TextTable:
+        rows = [[f"{test} (redis-benchmark -t {test})", "load"] for test in TESTS]
+        rows.append([CUT, "power cuts: our client's sequenced SETs, cut at a seeded moment, survivors counted"])
+        rows += [
+            [name, f"method: {policy.label} ({' '.join(policy().redis_options())})"]
+            for name, policy in POLICIES.items()
+        ]
+        return base.terminal_table("redis loads and methods", ["name", "what"], rows)
+
+    def render(self, suite: dict, environment: dict):
+        return report.render(suite, environment)
+
+    def groups(self, config: RedisConfig) -> list[Group]:
+        keys = [(test, pipeline) for pipeline in config.pipelines for test in TESTS] + [(CUT, 1)]
+        return [Group({"workload": test, "pipeline": pipeline}, group_label(test, pipeline)) for test, pipeline in keys]
+
+    def methods(self, config: RedisConfig) -> list[Policy]:
+        return [POLICIES[name]() for name in config.methods]
+
+    def measure(self, group: Group, method: Policy, workdir: Path, config: RedisConfig) -> dict:
+        config.filesystem = server.require_disk(workdir)
+        environments = method.environments()
+
+        def attached(redis: Redis):
+            return method.attached(methods.Run(workdir, environments, redis))
+
+        if group.key["workload"] == CUT:
+            return self.cuts(method, environments.target, attached, workdir, config)
+        load = bench.Load(group.key["workload"], group.key["pipeline"], config.clients, config.requests)
+        source, mountpoint = workdir / "source", workdir / "mnt"
+        source.mkdir()
+        mountpoint.mkdir()
+        with (
+            powercut.mounted(source, mountpoint, workdir) as disk,
+            server.running(mountpoint, workdir, "redis", method, environments.target) as redis,
+            attached(redis) as extension,
+        ):
+            fsyncs = disk.counters().fsyncs
+            figures = bench.measure(load, redis, workdir)
+            fsyncs = disk.counters().fsyncs - fsyncs
+        return {**figures, "fsyncs": fsyncs, "extension": extension.counters()}
+
+    def cuts(self, method: Policy, env: dict, attached, workdir: Path, config: RedisConfig) -> dict:
+        """The durability run: --cuts power cuts, each checked against the policy's promise."""
+        cuts = []
+        for index in range(config.cuts):
+            folder = workdir / f"cut-{index}"
+            folder.mkdir()
+            cut = durability.cut_once(method, env, attached, config.cut_after(), config.connections, folder)
+            if method.most_lost is not None and cut["lost"] > method.most_lost:
+                rig = " the rig is wrong" if method.most_lost == 0 else ""
+                raise TracecostError(
+                    f"{method.name} lost {cut['lost']} of {cut['acknowledged']} acknowledged writes in a cut, "
+                    f"more than the {method.most_lost} it may lose:{rig or ' its bound does not hold'}"
+                )
+            cuts.append(cut)
+        rates = [cut["writes_per_s"] for cut in cuts if cut["writes_per_s"]]
+        return {"ops_per_s": sum(rates) / len(rates) if rates else None, "cuts": cuts}
+
+    def aggregate_cell(self, cell: Cell, config: RedisConfig) -> dict:
+        ops = cell.values("ops_per_s")
+        cut = cell.group.key["workload"] == CUT
+        every_cut = [c for run in cell.runs for c in run.get("cuts") or []]
+        acknowledged = sum(c["acknowledged"] for c in every_cut)
+        lost = sum(c["lost"] for c in every_cut)
+        return {
+            **cell.group.key,
+            "method": cell.method,
+            "n": len(cell.runs),
+            "ops_per_s": stats.summarize(ops),
+            "vs_always": stats.ratio_of_means(ops, cell.values("ops_per_s", method=REFERENCE))
+            if cell.method != REFERENCE
+            else None,
+            **{
+                name: None if cut else stats.summarize(cell.values(name))
+                for name in ("p50_ms", "p99_ms", "cpu_ns_per_request")
+            },
+            "fsyncs_per_request": None
+            if cut
+            else stats.summarize([run["fsyncs"] / run["requests"] for run in cell.runs if run.get("requests")]),
+            "cuts": len(every_cut) if cut else None,
+            "acknowledged": acknowledged if cut else None,
+            "lost_per_cut": stats.summarize([c["lost"] for c in every_cut]) if cut else None,
+            "lost_fraction": lost / acknowledged if cut and acknowledged else None,
+            "unacknowledged_present": sum(c["unacknowledged_present"] for c in every_cut) if cut else None,
+        }
+
+    def summary(self, aggregates: list[dict]) -> base.TextTable:
+        return base.summary_table(
+            "redis: throughput per load and method, acknowledged writes lost per cut (mean ±95% CI)",
+            report.SUMMARY,
+            aggregates,
+            baseline=REFERENCE,
+        )
+
+    def run_config(self, seed: int) -> RedisConfig:
+        # Not in `tracecost run` yet (in_run); the size it will run at: ~2 s per throughput run.
+        return RedisConfig(runs=2, requests=5_000, cuts=2, writes=2_000, seed=seed)
+
+    def config_record(self, config: RedisConfig) -> dict:
+        return {
+            "methods": config.methods,
+            "runs": config.runs,
+            "seed": config.seed,
+            "clients": config.clients,
+            "requests": config.requests,
+            "pipelines": config.pipelines,
+            "cuts": config.cuts,
+            "writes": config.writes,
+            "connections": config.connections,
+            # Every run's redis-server options besides --port and --dir, then each method's.
+            "redis_options": [word for name, value in server.OPTIONS for word in (f"--{name}", value)],
+            "method_options": {name: POLICIES[name]().redis_options() for name in config.methods},
+            "aof_folder": tempfile.gettempdir(),
+            "filesystem": config.filesystem,
+        }
