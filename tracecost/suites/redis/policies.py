@@ -24,6 +24,7 @@ class Redis:
 
     child: Child
     port: int
+    log: Path  # its stdout, where its log goes
 
 
 class Extension:

@@ -88,7 +88,7 @@ def running(data: Path, logs: Path, name: str, policy: Policy, env: dict[str, st
                 services.wait_ready(child, services.Readiness(line=READY_LINE), stdout, READY_TIMEOUT_S)
             except TracecostError as error:
                 raise TracecostError(f"redis-server did not start: {error} ({last_log_line(stdout)})") from None
-            yield Redis(child, port)
+            yield Redis(child, port, stdout)
         finally:
             services.stop(child, [])
 
