@@ -18,9 +18,9 @@ def test_the_attach_command_carries_the_policy_and_every_probe(monkeypatch):
     assert ("--set", "max_writes=64") in pairs and ("--set", "max_delay_ns=2500000") in pairs
     assert [value for option, value in pairs if option == "--extension"] == ["fsync_gate"]
     assert [value for option, value in pairs if option == "--attach"] == [
-        "fed:/usr/bin/redis:feedAppendOnlyFile",
-        "flush_begins:/usr/bin/redis:flushAppendOnlyFile",
-        "flush_ends:/usr/bin/redis:flushAppendOnlyFile",
+        "fed:/usr/bin/redis:alsoPropagate",
+        "flush_begins:/usr/bin/redis:beforeSleep",
+        "flush_ends:/usr/bin/redis:beforeSleep",
         "fsync_gate:/lib/libc.so.6:fdatasync",
     ]
 

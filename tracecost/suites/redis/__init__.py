@@ -25,18 +25,27 @@ from tracecost.report import style
 from tracecost.report.style import MethodStyle
 from tracecost.suites import base
 from tracecost.suites.base import Cell, Group, Metric, Option, Suite, UsageError
-from tracecost.suites.redis import bench, durability, powercut, report, server
-from tracecost.suites.redis.policies import POLICIES, Policy, Redis
+from tracecost.suites.redis import bench, durability, extension, powercut, report, server
+from tracecost.suites.redis.policies import METHODS, Policy, Redis, make_policy
 
 # The load names (redis-benchmark -t), and the power cuts' group.
 TESTS = ("set", "set,get")
 CUT = "cut"
-DEFAULT_CLIENTS = 50
+# A few writers: with many, `always` already shares each fsync among every client's writes of an
+# event-loop turn (here 50 clients: 0.035 fsyncs a request, and no policy is faster than another).
+DEFAULT_CLIENTS = 8
 DEFAULT_REQUESTS = 20_000
 DEFAULT_PIPELINES = "1,16"
 DEFAULT_CUTS = 2
-DEFAULT_WRITES = 5_000
+DEFAULT_WRITES = 200_000
+# Each cut comes a seeded time between half of this and this after the writes start: past
+# everysec's first fsync (a second in), so that its loss is what a cut a while into serving finds.
+DEFAULT_CUT_MS = 1_500
 DEFAULT_CONNECTIONS = 4
+# uebpf-bounded's bound: an fsync once 64 writes wait (a cut loses at most 63 acknowledged ones),
+# or once 10 ms have passed since the last.
+DEFAULT_MAX_WRITES = 64
+DEFAULT_MAX_DELAY_US = 10_000
 MAX_REQUESTS = 10_000_000
 MAX_WRITES = 1_000_000
 # How many times `always` fsyncs: the reference every other policy's throughput is divided by.
@@ -45,7 +54,7 @@ REFERENCE = "always"
 
 @dataclass
 class RedisConfig:
-    methods: list[str] = field(default_factory=lambda: list(POLICIES))
+    methods: list[str] = field(default_factory=lambda: list(METHODS))
     runs: int = 3
     seed: int = 0
     clients: int = DEFAULT_CLIENTS
@@ -53,7 +62,10 @@ class RedisConfig:
     pipelines: list[int] = field(default_factory=lambda: [1, 16])
     cuts: int = DEFAULT_CUTS
     writes: int = DEFAULT_WRITES
+    cut_ms: int = DEFAULT_CUT_MS
     connections: int = DEFAULT_CONNECTIONS
+    max_writes: int = DEFAULT_MAX_WRITES
+    max_delay_us: int = DEFAULT_MAX_DELAY_US
     # The filesystem under the runs' folders (server.require_disk), found by the first run.
     filesystem: str | None = None
     # The cuts' schedule: each cut comes after a number of acknowledged writes drawn from it, in the
@@ -63,9 +75,14 @@ class RedisConfig:
     def __post_init__(self) -> None:
         self.schedule.seed(self.seed)
 
-    def cut_after(self) -> int:
-        """The acknowledged writes before the next cut: between half of --writes and all of them."""
-        return self.schedule.randint(max(1, self.writes // 2), self.writes)
+    @property
+    def bound(self) -> extension.Policy:
+        return extension.Policy(self.max_writes, self.max_delay_us)
+
+    def cut_after(self) -> durability.CutAt:
+        """When the next cut comes: a seeded time between half of --cut-ms and all of it after the
+        writes start, or --writes acknowledged writes if that is sooner."""
+        return durability.CutAt(self.writes, self.schedule.uniform(self.cut_ms / 2, self.cut_ms) / 1000)
 
 
 def group_label(workload: str, pipeline: int) -> str:
@@ -89,6 +106,8 @@ class RedisSuite(Suite):
         "always": MethodStyle("appendfsync always", style.BLUE),
         "everysec": MethodStyle("appendfsync everysec", style.ORANGE),
         "no": MethodStyle("appendfsync no", style.VERMILLION),
+        "uebpf-bounded": MethodStyle("uebpf, bounded loss", style.GREEN),
+        "uebpf-bounded-live": MethodStyle("uebpf, bounded loss, attached live", style.LIGHT_GREEN),
     }
     cell_key = ("workload", "pipeline", "method")
     comparable = (
@@ -96,13 +115,15 @@ class RedisSuite(Suite):
         Metric("p99 ms", ("p99_ms",), 3, "lower"),
         Metric("CPU ns/request", ("cpu_ns_per_request",), 0, "lower"),
     )
-    settings = ("clients", "requests", "writes", "connections", "filesystem")
+    settings = ("clients", "requests", "writes", "cut_ms", "connections", "max_writes", "max_delay_us", "filesystem")
     usage_errors = (
         UsageError(("--pipeline", "0"), ("--pipeline",)),
         UsageError(("--pipeline", "1,x"), ("--pipeline",)),
         UsageError(("--clients", "0"), ("--clients",)),
         UsageError(("--cuts", "0"), ("--cuts",)),
         UsageError(("--writes", "0"), ("--writes",)),
+        UsageError(("--max-writes", "0"), ("--max-writes",)),
+        UsageError(("--max-delay-us", "-1"), ("--max-delay-us",)),
         UsageError(("--methods", "everysec"), ("always",)),
     )
     options = (
@@ -138,10 +159,31 @@ class RedisSuite(Suite):
         Option(
             ("--writes",),
             "writes",
-            "The most acknowledged writes before a cut: each cut comes after a seeded number between half of "
-            "this and this.",
+            "The most acknowledged writes before a cut (it comes at --cut-ms's moment, or after these).",
             type=click.IntRange(1, MAX_WRITES),
             default=DEFAULT_WRITES,
+        ),
+        Option(
+            ("--cut-ms",),
+            "cut_ms",
+            "Each cut comes a seeded time between half of this and this many milliseconds after the writes start.",
+            type=click.IntRange(2, 600_000),
+            default=DEFAULT_CUT_MS,
+        ),
+        Option(
+            ("--max-writes",),
+            "max_writes",
+            "uebpf-bounded: an fsync runs once this many writes wait for one (a cut loses at most one fewer).",
+            type=click.IntRange(1, 1_000_000),
+            default=DEFAULT_MAX_WRITES,
+        ),
+        Option(
+            ("--max-delay-us",),
+            "max_delay_us",
+            "uebpf-bounded: ... or once this many microseconds have passed since the last fsync (checked when "
+            "redis writes).",
+            type=click.IntRange(1, 60_000_000),
+            default=DEFAULT_MAX_DELAY_US,
         ),
         Option(
             ("--connections",),
@@ -153,7 +195,7 @@ class RedisSuite(Suite):
     )
 
     def method_names(self) -> tuple[str, ...]:
-        return tuple(POLICIES)
+        return METHODS
 
     def make_config(
         self,
@@ -166,7 +208,10 @@ class RedisSuite(Suite):
         pipelines=None,
         cuts=DEFAULT_CUTS,
         writes=DEFAULT_WRITES,
+        cut_ms=DEFAULT_CUT_MS,
         connections=DEFAULT_CONNECTIONS,
+        max_writes=DEFAULT_MAX_WRITES,
+        max_delay_us=DEFAULT_MAX_DELAY_US,
     ) -> RedisConfig:
         return RedisConfig(
             methods=methods,
@@ -177,15 +222,19 @@ class RedisSuite(Suite):
             pipelines=sorted(set(pipelines or [1, 16])),
             cuts=cuts,
             writes=writes,
+            cut_ms=cut_ms,
             connections=connections,
+            max_writes=max_writes,
+            max_delay_us=max_delay_us,
         )
 
     def listing(self) -> base.TextTable:
         rows = [[f"{test} (redis-benchmark -t {test})", "load"] for test in TESTS]
         rows.append([CUT, "power cuts: our client's sequenced SETs, cut at a seeded moment, survivors counted"])
+        bound = RedisConfig().bound
         rows += [
-            [name, f"method: {policy.label} ({' '.join(policy().redis_options())})"]
-            for name, policy in POLICIES.items()
+            [name, f"method: {policy.label} ({' '.join(policy.redis_options())})"]
+            for name, policy in ((name, make_policy(name, bound)) for name in METHODS)
         ]
         return base.terminal_table("redis loads and methods", ["name", "what"], rows)
 
@@ -197,7 +246,7 @@ class RedisSuite(Suite):
         return [Group({"workload": test, "pipeline": pipeline}, group_label(test, pipeline)) for test, pipeline in keys]
 
     def methods(self, config: RedisConfig) -> list[Policy]:
-        return [POLICIES[name]() for name in config.methods]
+        return [make_policy(name, config.bound) for name in config.methods]
 
     def measure(self, group: Group, method: Policy, workdir: Path, config: RedisConfig) -> dict:
         config.filesystem = server.require_disk(workdir)
@@ -289,10 +338,14 @@ class RedisSuite(Suite):
             "pipelines": config.pipelines,
             "cuts": config.cuts,
             "writes": config.writes,
+            "cut_ms": config.cut_ms,
             "connections": config.connections,
             # Every run's redis-server options besides --port and --dir, then each method's.
             "redis_options": [word for name, value in server.OPTIONS for word in (f"--{name}", value)],
-            "method_options": {name: POLICIES[name]().redis_options() for name in config.methods},
+            "method_options": {name: make_policy(name, config.bound).redis_options() for name in config.methods},
+            # uebpf-bounded's bound (aof_bounded.bpf.c's globals).
+            "max_writes": config.max_writes,
+            "max_delay_us": config.max_delay_us,
             "aof_folder": tempfile.gettempdir(),
             "filesystem": config.filesystem,
         }

@@ -12,13 +12,15 @@
  * is checked only when Redis asks for an fdatasync, that is when it writes: an idle server keeps
  * its last few writes at risk until the next write comes (no timer fires in an extension).
  *
- * The probes (BPF_KPROBE: uprobes take the same pt_regs): feedAppendOnlyFile (one call per
- * write command propagated to the AOF) counts the writes; flushAppendOnlyFile's entry and return
- * mark the window in which an fdatasync is the AOF's (it calls redis_fsync(server.aof_fd), which
- * is fdatasync on Linux; aofWrite, which would name the descriptor, is inlined into it in Debian's
- * build and never called); the C library's fdatasync entry is the extension, acting only inside
- * that window and on the main thread (the one flushAppendOnlyFile runs on; background
- * fsyncs of `everysec` and rewrites run elsewhere and are never skipped). */
+ * The probes (BPF_KPROBE: uprobes take the same pt_regs), each where uebpf can patch a jump
+ * rather than an int3 (a signal a hit: feedAppendOnlyFile and flushAppendOnlyFile hold a `jmp
+ * rax` that might land in the patched bytes, so uebpf will not jump-patch them): alsoPropagate
+ * (one call per write command for the AOF, its target holding PROPAGATE_AOF) counts the writes;
+ * beforeSleep's entry and return mark the window in which the main thread's fdatasync is the
+ * AOF's (it calls flushAppendOnlyFile, which calls redis_fsync(server.aof_fd): fdatasync on
+ * Linux); the C library's fdatasync entry is the extension, acting only inside that window and
+ * on the main thread (the one beforeSleep runs on; background fsyncs of `everysec` and rewrites
+ * run elsewhere and are never skipped). */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -30,7 +32,7 @@ const volatile __u64 max_writes = 1;
 const volatile __u64 max_delay_ns = 0;
 
 struct aof_state {
-	__u64 flushing;	    /* inside flushAppendOnlyFile: an fdatasync there is the AOF's */
+	__u64 flushing;	    /* inside beforeSleep: an fdatasync there is the AOF's */
 	__u64 pending;	    /* writes fed since the last fdatasync that ran */
 	__u64 last_sync_ns; /* when that fdatasync ran */
 };
@@ -73,12 +75,15 @@ static __always_inline int on_main_thread(void)
 	return (__u32)id == (__u32)(id >> 32);
 }
 
+/* redis's server.h: alsoPropagate's target flags. */
+#define PROPAGATE_AOF 1
+
 SEC("uprobe")
-int BPF_KPROBE(fed)
+int BPF_KPROBE(fed, int dbid, void *argv, int argc, int target)
 {
 	struct aof_state *s = aof();
 
-	if (s && on_main_thread()) {
+	if (s && on_main_thread() && (target & PROPAGATE_AOF)) {
 		s->pending++;
 		add(AOF_WRITES_FED, 1);
 	}

@@ -6,7 +6,7 @@
 enum aof_count {
 	AOF_FSYNCS_DONE,    /* the AOF's fdatasync let through: everything fed so far is durable */
 	AOF_FSYNCS_SKIPPED, /* answered 0 at once: the writes stay at risk */
-	AOF_WRITES_FED,	    /* write commands fed to the AOF (feedAppendOnlyFile) */
+	AOF_WRITES_FED,	    /* write commands for the AOF (alsoPropagate with PROPAGATE_AOF) */
 	AOF_MOST_AT_RISK,   /* the most writes not yet durable when an fsync was skipped */
 	AOF_COUNTS,
 };

@@ -87,18 +87,29 @@ class Connection:
         self.sock.close()
 
 
-def write(port: int, connections: int, stop_after: int) -> Writes:
-    """SETs of sequenced keys, one outstanding per connection, until `stop_after` were acknowledged
-    in all; returns at once then (the cut comes next), the other connections' SETs still in flight.
-    A reply other than +OK fails the run (redis refused a write: not a durability question)."""
+@dataclass(frozen=True)
+class CutAt:
+    """When a cut comes: `seconds` after the writes start, or once `writes` are acknowledged."""
+
+    writes: int
+    seconds: float
+
+
+def write(port: int, connections: int, stop: CutAt) -> Writes:
+    """SETs of sequenced keys, one outstanding per connection, until `stop` (its time has passed,
+    or its count of writes was acknowledged in all); returns at once then (the cut comes next), the
+    other connections' SETs still in flight. A reply other than +OK fails the run (redis refused a
+    write: not a durability question)."""
+    stop_after = stop.writes
     open_ = [Connection(port) for _ in range(connections)]
     try:
         acknowledged, in_flight = [0] * connections, [True] * connections
         started = time.perf_counter()
+        deadline = started + stop.seconds
         for index, connection in enumerate(open_):
             connection.send("SET", key(index, 0), value(0))
         by_socket = {connection.sock: index for index, connection in enumerate(open_)}
-        while sum(acknowledged) < stop_after:
+        while sum(acknowledged) < stop_after and time.perf_counter() < deadline:
             readable = select.select(list(by_socket), [], [], REPLY_TIMEOUT_S)[0]
             if not readable:
                 raise TracecostError(f"redis acknowledged no SET within {REPLY_TIMEOUT_S} s")
@@ -162,7 +173,7 @@ def cut_once(
     policy: Policy,
     env: dict[str, str],
     attached: Callable[[Redis], AbstractContextManager[Extension]],
-    stop_after: int,
+    stop: CutAt,
     connections: int,
     folder: Path,
 ) -> dict:
@@ -176,9 +187,10 @@ def cut_once(
         path.mkdir()
     with powercut.mounted(source, mountpoint, folder) as disk:
         with server.running(mountpoint, folder, "redis", policy, env) as redis, attached(redis) as extension:
-            writes = write(redis.port, connections, stop_after)
+            writes = write(redis.port, connections, stop)
             dropped = disk.cut([redis.child])
-            counters = extension.counters()
+    # Read once the block has ended: a uebpf extension's counters come when its loader stops.
+    counters = extension.counters()
     # Restarted as it would be after the power came back: the same settings, nothing attached.
     with powercut.mounted(source, mountpoint, again), server.running(mountpoint, again, "redis", policy, {}) as back:
         counted = count(back.port, writes)
@@ -186,7 +198,9 @@ def cut_once(
         raise TracecostError(f"the counts do not add up: {counted}")
     return {
         **counted,
-        "cut_after": stop_after,
+        # The cut's seeded moment, and the writes acknowledged by then.
+        "cut_after_s": stop.seconds,
+        "cut_after": writes.total,
         "writes_per_s": writes.total / writes.seconds if writes.seconds > 0 else None,
         "dropped_bytes": dropped.dropped_bytes,
         "fsyncs": disk.final.fsyncs if disk.final else None,

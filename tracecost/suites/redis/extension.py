@@ -25,12 +25,12 @@ READY_TIMEOUT_S = 30
 STOP_TIMEOUT_S = 30
 # enum aof_count's order (aof_bounded.h).
 COUNTS = ("fsyncs_done", "fsyncs_skipped", "writes_fed", "most_at_risk")
-# (program, the redis function it goes on): the writes fed to the AOF, and the window in which
-# an fdatasync is the AOF's (aof_bounded.bpf.c says why not aofWrite).
+# (program, the redis function it goes on): the writes for the AOF, and the window in which an
+# fdatasync is the AOF's (aof_bounded.bpf.c says why these functions: uebpf jump-patches them).
 REDIS_PROBES = (
-    ("fed", "feedAppendOnlyFile"),
-    ("flush_begins", "flushAppendOnlyFile"),
-    ("flush_ends", "flushAppendOnlyFile"),
+    ("fed", "alsoPropagate"),
+    ("flush_begins", "beforeSleep"),
+    ("flush_ends", "beforeSleep"),
 )
 GATE = ("fsync_gate", "fdatasync")  # the extension, on the C library's function
 

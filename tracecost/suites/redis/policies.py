@@ -2,10 +2,10 @@
 redis options it adds to the server's command line (`options`), and may attach something to the
 running server (`attached`, a context manager around the run's work on it) and preload something
 into it (`environments`, tracecost.methods' protocol). The four policies here are redis's own
-settings: options only. A uebpf policy (issue 34's uebpf-bounded) is one more class: the options
-of the setting it starts from (appendfsync always or everysec), its agent preloaded through
-`environments()` or injected in `attached()`, and its programs' counters read in `Extension.counters`
-when the block ends; the harness records them with the run."""
+settings: options only. The uebpf policies start from `always` and thin its fsyncs with a uebpf
+extension (aof_bounded.bpf.c, extension.py): the agent preloaded through `environments()`, or
+injected into the serving redis in `attached()`; the programs' counters are read in
+`Extension.counters` once the block has ended, and the harness records them with the run."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracecost import methods, system
+from tracecost import methods, paths, system, uebpf
 from tracecost.procs import Child
+from tracecost.suites.redis import extension
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,60 @@ class Always(Policy):
     most_lost = 0
 
 
+class Bounded(Extension):
+    """aof_bounded's counters (extension.COUNTS), once its block has ended."""
+
+    def __init__(self, attached: extension.Attached):
+        self.attached = attached
+
+    def counters(self) -> dict | None:
+        return self.attached.counts
+
+
+class UebpfBounded(Always):
+    """`always`, with aof_bounded letting an fsync run only once `policy.max_writes` writes wait
+    or `policy.max_delay_us` has passed: a cut may lose max_writes - 1 acknowledged writes (the
+    bpf.c file says why), which the harness holds it to. The agent preloaded into redis, which
+    finds the region `uebpf attach` creates once it runs."""
+
+    name, label = "uebpf-bounded", "uebpf, bounded loss"
+
+    def __init__(self, policy: extension.Policy):
+        self.policy = policy
+        self.most_lost = policy.max_writes - 1
+
+    def open(self, stack: contextlib.ExitStack, workspace: Path, say) -> None:
+        super().open(stack, workspace, say)
+        self.libraries = uebpf.require_runtime()
+        paths.artifact("bpf/aof_bounded.bpf.o")
+
+    def environments(self) -> uebpf.RunEnvironments:
+        return self.libraries.run_environments()
+
+    @contextlib.contextmanager
+    def attached(self, run: methods.Run[Redis]) -> Iterator[Extension]:
+        with extension.bounded(self.policy, run.environments, run.workdir) as attached:
+            self.live(attached, run.target.child.pid)
+            yield Bounded(attached)
+
+    def live(self, attached: extension.Attached, pid: int) -> None:
+        """Returns once every probe is live in redis (process `pid`)."""
+        attached.applied_in(pid)
+
+
+class UebpfBoundedLive(UebpfBounded):
+    """uebpf-bounded attached to a redis serving already, started without the agent: the agent is
+    injected into it (uebpf inject) once `uebpf attach` has loaded the extension."""
+
+    name, label = "uebpf-bounded-live", "uebpf, bounded loss, attached live"
+
+    def environments(self) -> uebpf.RunEnvironments:
+        return self.libraries.run_environments(live=True)
+
+    def live(self, attached: extension.Attached, pid: int) -> None:
+        attached.injected_into(pid)
+
+
 class Everysec(Policy):
     name, label = "everysec", "appendfsync everysec"
     options = (("appendfsync", "everysec"),)
@@ -83,4 +138,11 @@ class Never(Policy):
     options = (("appendfsync", "no"),)
 
 
-POLICIES: dict[str, type[Policy]] = {policy.name: policy for policy in (NoAof, Always, Everysec, Never)}
+SETTINGS: dict[str, type[Policy]] = {policy.name: policy for policy in (NoAof, Always, Everysec, Never)}
+EXTENSIONS: dict[str, type[UebpfBounded]] = {policy.name: policy for policy in (UebpfBounded, UebpfBoundedLive)}
+METHODS = (*SETTINGS, *EXTENSIONS)
+
+
+def make_policy(name: str, bound: extension.Policy) -> Policy:
+    """The method `name`; a uebpf one with the bound it enforces."""
+    return EXTENSIONS[name](bound) if name in EXTENSIONS else SETTINGS[name]()

@@ -93,6 +93,13 @@ def chart(cells: dict, config: dict) -> Chart | None:
     )
 
 
+def bound_text(config: dict, method: str) -> str:
+    """A uebpf policy's promise to a cut (--max-writes - 1), where the results record it."""
+    if not method.startswith("uebpf") or "max_writes" not in config:
+        return ""
+    return f"; its bound: at most {config['max_writes'] - 1} a cut"
+
+
 def findings(config: dict, aggregates: list[dict], failures: list[dict]) -> list[str]:
     cells = by_cell(aggregates, "workload", "pipeline", "method")
     out = []
@@ -112,7 +119,7 @@ def findings(config: dict, aggregates: list[dict], failures: list[dict]) -> list
             f"{style.label(method)}: {speed}lost {fmt.number(lost['mean'], 1)} acknowledged writes per cut on "
             f"average, at most {fmt.number(lost['max'], 0)}, in {cut['cuts']} cuts "
             f"({fmt.number(100 * (cut['lost_fraction'] or 0), 1)}% of {cut['acknowledged']:,} acknowledged); "
-            f"{cut['unacknowledged_present']} never-acknowledged writes were present."
+            f"{cut['unacknowledged_present']} never-acknowledged writes were present{bound_text(config, method)}."
         )
     rig = cells.get((CUT, 1, REFERENCE)) or {}
     if rig.get("cuts"):
