@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracecost import leftovers
+from tracecost import leftovers, system
 from tracecost.errors import TracecostError
 from tracecost.procs import Child, descendants, exits_within, wait_for_file_line
 
@@ -96,3 +96,20 @@ def stop(master: Child, workers: list[int]) -> None:
                 os.kill(pid, signal.SIGKILL)
             exits_within(pid, STOP_TIMEOUT_S)
         leftovers.forget_process(pid)
+
+
+def split_cpus(pin: bool) -> tuple[list[int] | None, list[int] | None]:
+    """(the load's CPUs, the service's CPUs): the load on the first CPU this process may use, the
+    service on the others, so that neither takes the other's CPU time; neither pinned when `pin`
+    is off or there is only one CPU."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if not pin or len(allowed) < 2:
+        return None, None
+    return allowed[:1], allowed[1:]
+
+
+def pinned(argv: list[str], cpus: list[int] | None) -> list[str]:
+    """`argv` run on `cpus` (taskset execs it: the PID stays the program's); as is if None."""
+    if cpus is None:
+        return argv
+    return [system.require_tool("taskset", "util-linux"), "-c", ",".join(map(str, cpus)), *argv]

@@ -8,13 +8,12 @@ section), schema.json (this suite's results schema)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
 
-from tracecost import stats
+from tracecost import services, stats
 from tracecost.options import CommaList
 from tracecost.report import fmt, style
 from tracecost.report.style import MethodStyle
@@ -76,10 +75,7 @@ class NginxConfig:
     def cpus(self) -> tuple[list[int] | None, list[int] | None]:
         """(wrk's CPUs, nginx's CPUs): wrk on the first CPU this process may use, nginx on the
         others; neither pinned with --no-pin, or where there is only one CPU."""
-        allowed = sorted(os.sched_getaffinity(0))
-        if not self.pin or len(allowed) < 2:
-            return None, None
-        return allowed[:1], allowed[1:]
+        return services.split_cpus(self.pin)
 
 
 class NginxSuite(Suite):

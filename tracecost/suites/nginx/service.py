@@ -83,13 +83,6 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else "no message"
 
 
-def pinned(argv: list[str], cpus: list[int] | None) -> list[str]:
-    """`argv` run on `cpus` (taskset execs it: the PID stays the program's); as is if None."""
-    if cpus is None:
-        return argv
-    return [system.require_tool("taskset", "util-linux"), "-c", ",".join(map(str, cpus)), *argv]
-
-
 def config_text(prefix: Path, site: Site, workers: int, https_port: int, status_port: int) -> str:
     # As root, nginx's workers would switch to `nobody`: they could not read the command's private
     # folder, nor open a uebpf region (each user's own). They keep the harness's user instead.
@@ -193,7 +186,7 @@ def running_nginx(
     https_port, status_port = services.free_port(), services.free_port()
     conf = prefix / "nginx.conf"
     conf.write_text(config_text(prefix, site, workers, https_port, status_port))
-    argv = pinned([nginx, "-p", str(prefix), "-c", str(conf), "-e", str(prefix / "error.log")], cpus)
+    argv = services.pinned([nginx, "-p", str(prefix), "-c", str(conf), "-e", str(prefix / "error.log")], cpus)
     with started(
         lambda: Child(
             argv, stderr_path=prefix / "stderr", stdout_path=prefix / "stdout", env={**os.environ, **env}, name="nginx"
@@ -223,7 +216,8 @@ def run_wrk(load: Load, nginx: Nginx, size: int, folder: Path) -> dict:
     script = folder / "summary.lua"
     script.write_text(WRK_SCRIPT)
     url = f"https://127.0.0.1:{nginx.https_port}/{file_name(size)}"
-    argv = pinned([wrk, "-t1", f"-c{load.connections}", f"-d{load.duration_s}s", "-s", str(script), url], load.cpus)
+    command = [wrk, "-t1", f"-c{load.connections}", f"-d{load.duration_s}s", "-s", str(script), url]
+    argv = services.pinned(command, load.cpus)
     with started(lambda: Child(argv, stderr_path=folder / "wrk.stderr", name="wrk")) as child:
         usage = child.wait(timeout_s=load.duration_s + WRK_SLACK_S)
         output = child.read_stdout()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from tracecost import methods, stats
+from tracecost import methods, services, stats
 from tracecost.errors import TracecostError
 from tracecost.options import CommaList
 from tracecost.report import style
@@ -66,6 +66,8 @@ class RedisConfig:
     connections: int = DEFAULT_CONNECTIONS
     max_writes: int = DEFAULT_MAX_WRITES
     max_delay_us: int = DEFAULT_MAX_DELAY_US
+    # redis-benchmark on one CPU, redis on the others (as the nginx suite pins wrk and nginx).
+    pin: bool = True
     # The filesystem under the runs' folders (server.require_disk), found by the first run.
     filesystem: str | None = None
     # The cuts' schedule: each cut comes after a number of acknowledged writes drawn from it, in the
@@ -83,6 +85,13 @@ class RedisConfig:
         """When the next cut comes: a seeded time between half of --cut-ms and all of it after the
         writes start, or --writes acknowledged writes if that is sooner."""
         return durability.CutAt(self.writes, self.schedule.uniform(self.cut_ms / 2, self.cut_ms) / 1000)
+
+
+def pinning(config: RedisConfig) -> dict:
+    """Where the throughput runs' programs ran; the power cuts' client is the harness itself, and
+    neither it nor their redis is pinned."""
+    benchmark_cpus, redis_cpus = services.split_cpus(config.pin)
+    return {"pinned": redis_cpus is not None, "benchmark_cpus": benchmark_cpus, "redis_cpus": redis_cpus}
 
 
 def group_label(workload: str, pipeline: int) -> str:
@@ -168,6 +177,12 @@ class RedisSuite(Suite):
             default=DEFAULT_CUT_MS,
         ),
         Option(
+            ("--no-pin",),
+            "no_pin",
+            "Do not pin redis-benchmark (first CPU) and redis (the other CPUs) to separate CPUs.",
+            is_flag=True,
+        ),
+        Option(
             ("--max-writes",),
             "max_writes",
             "uebpf-bounded: an fsync runs once this many writes wait for one (a cut loses at most one fewer).",
@@ -209,6 +224,7 @@ class RedisSuite(Suite):
         connections=DEFAULT_CONNECTIONS,
         max_writes=DEFAULT_MAX_WRITES,
         max_delay_us=DEFAULT_MAX_DELAY_US,
+        no_pin=False,
     ) -> RedisConfig:
         return RedisConfig(
             methods=methods,
@@ -223,6 +239,7 @@ class RedisSuite(Suite):
             connections=connections,
             max_writes=max_writes,
             max_delay_us=max_delay_us,
+            pin=not no_pin,
         )
 
     def listing(self) -> base.TextTable:
@@ -254,13 +271,14 @@ class RedisSuite(Suite):
 
         if group.key["workload"] == CUT:
             return self.cuts(method, environments.target, attached, workdir, config)
-        load = bench.Load(group.key["workload"], group.key["pipeline"], config.clients, config.requests)
+        benchmark_cpus, redis_cpus = services.split_cpus(config.pin)
+        load = bench.Load(group.key["workload"], group.key["pipeline"], config.clients, config.requests, benchmark_cpus)
         source, mountpoint = workdir / "source", workdir / "mnt"
         source.mkdir()
         mountpoint.mkdir()
         with (
             powercut.mounted(source, mountpoint, workdir) as disk,
-            server.running(mountpoint, workdir, "redis", method, environments.target) as redis,
+            server.running(mountpoint, workdir, "redis", method, environments.target, redis_cpus) as redis,
             attached(redis) as extension,
         ):
             fsyncs = disk.counters().fsyncs
@@ -345,4 +363,5 @@ class RedisSuite(Suite):
             "max_delay_us": config.max_delay_us,
             "aof_folder": tempfile.gettempdir(),
             "filesystem": config.filesystem,
+            **pinning(config),
         }

@@ -28,15 +28,17 @@ class Load:
     pipeline: int  # -P: requests per round trip
     clients: int  # -c
     requests: int  # -n, per test
+    cpus: list[int] | None = None  # where redis-benchmark runs (services.split_cpus); None: anywhere
 
 
 def argv(load: Load, port: int) -> list[str]:
     benchmark = system.require_tool("redis-benchmark", "redis-tools")
-    return [
+    command = [
         benchmark,
         *("-h", "127.0.0.1", "-p", str(port)),
         *("-t", load.tests, "-n", str(load.requests), "-c", str(load.clients), "-P", str(load.pipeline)),
     ]
+    return services.pinned(command, load.cpus)
 
 
 def measure(load: Load, redis: Redis, folder: Path) -> dict:

@@ -67,13 +67,16 @@ def argv(port: int, folder: Path, policy: Policy) -> list[str]:
 
 
 @contextlib.contextmanager
-def running(data: Path, logs: Path, name: str, policy: Policy, env: dict[str, str]) -> Iterator[Redis]:
+def running(
+    data: Path, logs: Path, name: str, policy: Policy, env: dict[str, str], cpus: list[int] | None = None
+) -> Iterator[Redis]:
     """redis-server with its dir `data` (the mount), its stdout and stderr in `logs`/`name`.*,
-    `env` added to its environment (a method's preload), for the block; stopped by pid after it
-    (SIGTERM, then SIGKILL if it lingers) unless it is gone already (a cut killed it)."""
+    `env` added to its environment (a method's preload), on `cpus` (None: anywhere), for the
+    block; stopped by pid after it (SIGTERM, then SIGKILL if it lingers) unless it is gone already
+    (a cut killed it)."""
     port = services.free_port()
     stdout = logs / f"{name}.stdout"
-    command = argv(port, data, policy)
+    command = services.pinned(argv(port, data, policy), cpus)
     with started(
         lambda: Child(
             command,
