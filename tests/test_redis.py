@@ -19,7 +19,7 @@ from conftest import TRACECOST, regions_removed, run_tracecost, wait_until
 # Debian's redis-server is a symbolic link to redis-check-rdb: a process's exe names the file.
 PROGRAMS = (os.path.realpath(shutil.which("redis-server") or "redis-server"), "powercut")
 REDIS = PROGRAMS[0]
-TINY = ["--requests", "1000", "--writes", "300", "--cuts", "2", "--seed", "3"]
+TINY = ["--requests", "5000", "--writes", "300", "--cuts", "2", "--seed", "3"]
 
 
 def processes(name: str) -> set[int]:
