@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TRACECOST, regions_removed, run_tracecost, wait_until
+from conftest import TRACECOST, interrupt_tracecost, regions_removed, run_tracecost, wait_until
 
 # Debian's redis-server is a symbolic link to redis-check-rdb: a process's exe names the file.
 PROGRAMS = (os.path.realpath(shutil.which("redis-server") or "redis-server"), "powercut")
@@ -104,6 +104,22 @@ def test_a_redis_killed_mid_run_fails_its_run_and_leaves_nothing(tmp_path):
     assert killed >= 1
     suite = json.loads((tmp_path / "results.json").read_text())["suites"]["redis"]
     assert suite["failures"], stderr
+
+
+def test_ctrl_c_while_the_extension_is_attached_leaves_nothing(private_tmp, tmp_path):
+    """Ctrl-C while uebpf-bounded's extension runs in redis (its region there, a powercut mounted,
+    a cut's writes under way): exit 130; no redis, mount, region (the fixture) or temporary file."""
+    before = processes(REDIS)
+    regions = Path("/dev/shm")
+    returncode, stderr = interrupt_tracecost(
+        "redis",
+        *("-r", "1", "--methods", "always,uebpf-bounded", "--pipeline", "1", "--cut-ms", "60000"),
+        *("--out", str(tmp_path)),
+        when=lambda: bool(processes(REDIS) - before) and any(regions.glob("uebpf-tracecost-*")),
+        env={"TMPDIR": str(private_tmp)},
+    )
+    assert returncode == 130, stderr
+    assert list(private_tmp.iterdir()) == []
 
 
 def test_a_bad_option_is_one_line_and_starts_nothing():
