@@ -10,9 +10,10 @@ import time
 import click
 import pytest
 
+from tracecost import loads
 from tracecost.errors import TracecostError
 from tracecost.procs import Child, started, wait_for_file_line
-from tracecost.suites.app import Readiness, ReadySpec, loads
+from tracecost.suites.app import Readiness, ReadySpec
 
 WRK = """\
 Running 1s test @ http://127.0.0.1:40123/

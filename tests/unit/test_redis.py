@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tracecost import loads
 from tracecost.errors import TracecostError
-from tracecost.suites.app import loads
 from tracecost.suites.redis import bench, durability, resp
 
 from .test_app_service import REDIS_SET, REDIS_SET_GET

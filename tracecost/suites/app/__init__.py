@@ -20,13 +20,13 @@ from pathlib import Path
 
 import click
 
-from tracecost import leftovers, methods, paths, services, stats
+from tracecost import leftovers, loads, methods, paths, services, stats
 from tracecost.errors import TracecostError
 from tracecost.options import FiniteFloatRange
 from tracecost.procs import Child, descendants, run_command, started
 from tracecost.services import Readiness, wait_ready
 from tracecost.suites import base
-from tracecost.suites.app import classes, loads, report, specs
+from tracecost.suites.app import classes, report, specs
 from tracecost.suites.app.runtimes import METHODS, AppMethod, Gated, make_method
 from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite, UsageError, UsageProblem
 

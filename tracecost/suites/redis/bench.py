@@ -1,6 +1,6 @@
 """The throughput runs: redis-benchmark against a run's redis (its AOF on the powercut mount, as
 in the durability runs, so that every write pays the same path to the disk), its throughput and
-latency read from its default output (tracecost/suites/app/loads.py's parser), and redis's CPU
+latency read from its default output (tracecost/loads.py's parser), and redis's CPU
 time over it (every thread of its one process) per request."""
 
 from __future__ import annotations
@@ -9,10 +9,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracecost import services, system
+from tracecost import loads, services, system
 from tracecost.errors import TracecostError
 from tracecost.procs import Child, exits_within, started
-from tracecost.suites.app import loads
 from tracecost.suites.redis import server
 from tracecost.suites.redis.policies import Redis
 

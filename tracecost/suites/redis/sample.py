@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from tracecost.suites.app.loads import RedisTest
+from tracecost.loads import RedisTest
 from tracecost.suites.base import sample_results, sample_runs
 from tracecost.suites.redis import CUT, RedisConfig, RedisSuite, bench
 

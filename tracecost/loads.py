@@ -1,6 +1,7 @@
-"""What a service's load said of itself (`tracecost app --load`): its throughput and the requests it
-completed, read from its output. One parser per load tool's output format, in one table (FORMATS),
-tried in order; an output none of them knows gives neither figure (a load of the user's own).
+"""What a load said of itself (`tracecost app --load`, the redis suite's redis-benchmark): its
+throughput and the requests it completed, read from its output. One parser per load tool's output
+format, in one table (FORMATS), tried in order; an output none of them knows gives neither figure
+(a load of the user's own).
 
 redis-benchmark (7.0, Debian 12) runs one test after the other (-t set,get) and prints a block
 for each, whose lines are, by default:
