@@ -23,23 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char source[PATH_MAX];
-
-/* SOURCE + path (FUSE paths start with '/'); ENAMETOOLONG if it does not fit. */
-static int real_path(char *out, const char *path)
-{
-	int n = snprintf(out, PATH_MAX, "%s%s", source, path);
-
-	return n < 0 || n >= PATH_MAX ? -ENAMETOOLONG : 0;
-}
-
-#define REAL(name, path)                          \
-	char name[PATH_MAX];                      \
-	do {                                      \
-		int err_ = real_path(name, path); \
-		if (err_)                         \
-			return err_;              \
-	} while (0)
+#include "fuse_source.h"
 
 static void *pt_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 {

@@ -60,9 +60,9 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#define PAGE 4096
+#include "fuse_source.h"
 
-static char source[PATH_MAX];
+#define PAGE 4096
 
 /* The bytes of one page of a file as the mount shows it (SOURCE's, then the writes over them). */
 struct page {
@@ -117,26 +117,6 @@ static pthread_mutex_t *locked(bool even_after_cut)
 	return -EIO
 /* Releases still free what they hold after a cut (the kernel ignores their answer). */
 #define GUARD_EVEN_AFTER_CUT() pthread_mutex_t *guard_ __attribute__((cleanup(unlock))) = locked(true)
-
-/* SOURCE + path (FUSE paths start with '/'); ENAMETOOLONG if it does not fit. A path is NULL only
- * for an open file's requests (nullpath_ok), which use its handle instead. */
-static int real_path(char *out, const char *path)
-{
-	int n;
-
-	if (!path)
-		return -ENOENT;
-	n = snprintf(out, PATH_MAX, "%s%s", source, path);
-	return n < 0 || n >= PATH_MAX ? -ENAMETOOLONG : 0;
-}
-
-#define REAL(name, path)                          \
-	char name[PATH_MAX];                      \
-	do {                                      \
-		int err_ = real_path(name, path); \
-		if (err_)                         \
-			return err_;              \
-	} while (0)
 
 static struct node *node_of(struct fuse_file_info *fi)
 {
