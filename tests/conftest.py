@@ -159,6 +159,21 @@ def processes_mentioning(text: str) -> list[int]:
     return [pid for pid in found if pid != os.getpid()]
 
 
+def processes_running(program: str | Path) -> set[int]:
+    """PIDs whose executable is `program`: a path, that very file; a bare name, any file of that name
+    (the system's processes too: tests compare before and after)."""
+    wanted = str(program)
+    found = set()
+    for exe in Path("/proc").glob("[0-9]*/exe"):
+        try:
+            target = os.readlink(exe)
+        except OSError:
+            continue
+        if (target if "/" in wanted else Path(target).name) == wanted:
+            found.add(int(exe.parent.name))
+    return found
+
+
 def wait_until(condition, timeout=30.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import regions_removed, run_tracecost
+from conftest import processes_running, regions_removed, run_tracecost
 from tracecost import results, services
 
 PYTHON_SCRIPT = "import sys\nfor i in range(20_000): bytearray(100 + i % 50)\nsys.stdout.write('done')\n"
@@ -184,18 +184,6 @@ REDIS_READY = "line:Ready to accept connections"
 REDIS_BENCHMARK_QUERIES = 2
 
 
-def redis_processes() -> set[int]:
-    """Every running process of the redis binary (the system's too: tests compare before and after)."""
-    found = set()
-    for exe in Path("/proc").glob("[0-9]*/exe"):
-        try:
-            if Path(os.readlink(exe)) == REDIS:
-                found.add(int(exe.parent.name))
-        except OSError:
-            continue
-    return found
-
-
 def redis_argv(port: int, folder: Path, *extra: str) -> list[str]:
     """A private redis: no config file, on its own 127.0.0.1 port, nothing saved, its log on stdout
     (where --ready's line is read). jemalloc's background thread off: it blocks every signal, SIGTRAP
@@ -213,7 +201,7 @@ def test_redis_under_redis_benchmark_its_commands_counted_the_same_by_every_meth
     exports processCommand)."""
     port, requests, probe = services.free_port(), 20_000, "redis-server:processCommand"
     load = f"redis-benchmark -p {port} -n {requests} -c 10 -t set"
-    before = redis_processes()
+    before = processes_running(REDIS)
     with regions_removed(UEBPF_REGIONS):
         redis = redis_argv(port, tmp_path)
         part = app(tmp_path, "--probe", probe, "--load", load, "--ready", REDIS_READY, "--", *redis)
@@ -227,7 +215,7 @@ def test_redis_under_redis_benchmark_its_commands_counted_the_same_by_every_meth
     # One processCommand per command: the load is the same each run, so is the count.
     assert len(set(traced)) == 1, traced
     assert requests <= traced[0] <= requests + REDIS_BENCHMARK_QUERIES, traced
-    assert redis_processes() <= before and not services.answers(port)  # stopped after every run
+    assert processes_running(REDIS) <= before and not services.answers(port)  # stopped after every run
 
 
 @pytest.mark.parametrize("case", ["never prints its line", "exits before its line"])
@@ -242,7 +230,7 @@ def test_a_service_that_never_gets_ready_fails_every_run_in_one_line_and_leaves_
             "the service exited before it printed a line matching 'Ready to accept connections': "
             "Bad directive or wrong number of arguments"
         )
-    before = redis_processes()
+    before = processes_running(REDIS)
     with regions_removed(UEBPF_REGIONS):
         result = run_tracecost(
             *("app", "-r", "1", "--timeout", "2", "--methods", "baseline,uebpf", "--out", str(out)),
@@ -254,5 +242,5 @@ def test_a_service_that_never_gets_ready_fails_every_run_in_one_line_and_leaves_
     part = results.load(out)["suites"]["app"]
     assert {f["error"] for f in part["failures"]} == {expected}
     assert len(part["failures"]) == 4  # the warm-up and one run, each method
-    assert redis_processes() <= before and not services.answers(port)
+    assert processes_running(REDIS) <= before and not services.answers(port)
     assert list(private_tmp.iterdir()) == []

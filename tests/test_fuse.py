@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import interrupt_tracecost, regions_removed, run_tracecost, wait_until
+from conftest import interrupt_tracecost, processes_running, regions_removed, run_tracecost, wait_until
 from tracecost import uebpf
 from tracecost.errors import TracecostError
 from tracecost.procs import Child, started
@@ -31,24 +31,13 @@ def passthrough_mounts() -> list[str]:
     return [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if DAEMON in line]
 
 
-def daemons() -> set[int]:
-    found = set()
-    for exe in Path("/proc").glob("[0-9]*/exe"):
-        try:
-            if Path(os.readlink(exe)).name == DAEMON:
-                found.add(int(exe.parent.name))
-        except OSError:
-            continue
-    return found
-
-
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
-    before = daemons()
+    before = processes_running(DAEMON)
     with regions_removed(UEBPF_REGIONS):
         yield
     assert passthrough_mounts() == [], "a FUSE mount was left behind"
-    assert daemons() <= before, "a fuse_passthrough daemon outlived its test"
+    assert processes_running(DAEMON) <= before, "a fuse_passthrough daemon outlived its test"
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +82,7 @@ def test_a_failed_run_and_a_killed_daemon_leave_no_mount(tmp_path):
 
 
 def test_ctrl_c_during_the_suite_leaves_no_mount(private_tmp, tmp_path):
-    before = daemons()
+    before = processes_running(DAEMON)
     returncode, stderr = interrupt_tracecost(
         "fuse",
         "--workloads",
@@ -102,7 +91,7 @@ def test_ctrl_c_during_the_suite_leaves_no_mount(private_tmp, tmp_path):
         "1000000",
         "--out",
         str(tmp_path),
-        when=lambda: bool(daemons() - before),
+        when=lambda: bool(processes_running(DAEMON) - before),
         env={"TMPDIR": str(private_tmp)},
     )
     assert returncode == 130, stderr
@@ -403,17 +392,18 @@ def test_a_tracecost_killed_outright_leaves_a_mount_the_next_command_removes(pri
     """SIGKILL gives tracecost no chance to unmount; its daemon dies with it (its death signal) and
     the kernel keeps the mount. The ledger has it: the next command's start unmounts it and removes
     the folder, and says so."""
-    before = daemons()
+    before = processes_running(DAEMON)
     env = {**os.environ, "TMPDIR": str(private_tmp)}
     argv = [sys.executable, "-m", "tracecost", "fuse", "--workloads", "stat", "--stats", "1000000"]
     proc = subprocess.Popen(
         [*argv, "--out", str(tmp_path / "out")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
     )
     try:
-        assert wait_until(lambda: bool(daemons() - before) and passthrough_mounts(), 60), "the suite never mounted"
+        mounted = wait_until(lambda: bool(processes_running(DAEMON) - before) and passthrough_mounts(), 60)
+        assert mounted, "the suite never mounted"
         proc.kill()
         proc.wait()
-        assert wait_until(lambda: not (daemons() - before), 5), "the daemon outlived tracecost"
+        assert wait_until(lambda: not (processes_running(DAEMON) - before), 5), "the daemon outlived tracecost"
         assert passthrough_mounts(), "the mount should outlive a tracecost killed outright"
     finally:
         if proc.poll() is None:

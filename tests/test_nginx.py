@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import interrupt_tracecost, regions_removed, run_tracecost, wait_until
+from conftest import interrupt_tracecost, processes_running, regions_removed, run_tracecost, wait_until
 from tracecost import results
 from tracecost.errors import TracecostError
 from tracecost.suites.nginx import service, tools
@@ -24,22 +24,10 @@ UEBPF_REGIONS = "uebpf-tracecost-*"
 NGINX = Path(os.path.realpath(shutil.which("nginx") or "/usr/sbin/nginx"))
 
 
-def nginx_processes() -> set[int]:
-    """Every running process of the nginx binary (the system's too: tests compare before and after)."""
-    found = set()
-    for exe in Path("/proc").glob("[0-9]*/exe"):
-        try:
-            if Path(os.readlink(exe)) == NGINX:
-                found.add(int(exe.parent.name))
-        except OSError:
-            continue
-    return found
-
-
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("nginx")
-    before = nginx_processes()
+    before = processes_running(NGINX)
     with regions_removed(UEBPF_REGIONS):
         result = run_tracecost("nginx", "--runs", "1", "--duration", "1", "--seed", "3", "--out", str(out))
     return result, results.load(out / "results.json")["suites"]["nginx"], before
@@ -50,7 +38,7 @@ def test_every_method_ran_on_both_runtimes_and_left_nothing(tiny_run):
     assert result.returncode == 0, result.stderr
     assert part["failures"] == []
     assert {r["method"] for r in part["runs"]} == set(tools.METHODS)
-    assert nginx_processes() <= before, "an nginx of the run is still running"
+    assert processes_running(NGINX) <= before, "an nginx of the run is still running"
     for run in part["runs"]:
         assert run["served"] >= run["requests"] > 0 and run["requests_per_s"] > 0, run
         assert run["cpu_ns_per_request"] > 0 and run["latency_us"]["p99"] >= run["latency_us"]["p50"] > 0
@@ -94,7 +82,7 @@ def test_wrk_errors_fail_the_run_with_the_reason_and_nginx_is_gone(tmp_path):
         nginx_cpus=None,
         load=service.Load(connections=4, duration_s=3, cpus=None),
     )
-    before = nginx_processes()
+    before = processes_running(NGINX)
     killed = []
     with pytest.raises(TracecostError, match=r"wrk got errors from nginx \(\d+ (read|write|connect|timeout)"):
         with service.running_nginx(tmp_path, setup.site, 1, None, {}) as nginx:
@@ -112,11 +100,11 @@ def test_wrk_errors_fail_the_run_with_the_reason_and_nginx_is_gone(tmp_path):
             finally:
                 killer.join()
     assert killed, "wrk's load never reached nginx"
-    assert nginx_processes() <= before
+    assert processes_running(NGINX) <= before
 
 
 def test_ctrl_c_during_the_suite_leaves_no_nginx(private_tmp, tmp_path):
-    before = nginx_processes()
+    before = processes_running(NGINX)
     returncode, stderr = interrupt_tracecost(
         "nginx",
         "--methods",
@@ -127,10 +115,10 @@ def test_ctrl_c_during_the_suite_leaves_no_nginx(private_tmp, tmp_path):
         "2",
         "--out",
         str(tmp_path),
-        when=lambda: len(nginx_processes() - before) >= 2,
+        when=lambda: len(processes_running(NGINX) - before) >= 2,
         env={"TMPDIR": str(private_tmp)},
     )
     assert returncode == 130, stderr
-    assert nginx_processes() <= before, "nginx outlived the interrupted suite"
+    assert processes_running(NGINX) <= before, "nginx outlived the interrupted suite"
     assert list(Path("/dev/shm").glob(UEBPF_REGIONS)) == []
     assert list(private_tmp.iterdir()) == []

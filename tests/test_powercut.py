@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import processes_running
 from tracecost.errors import TracecostError
 from tracecost.mounts import is_mounted
 from tracecost.procs import Child, started
@@ -121,23 +122,12 @@ def powercut_mounts() -> list[str]:
     return [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if "fuse.powercut" in line]
 
 
-def daemons() -> set[int]:
-    found = set()
-    for exe in Path("/proc").glob("[0-9]*/exe"):
-        try:
-            if Path(os.readlink(exe)).name == DAEMON:
-                found.add(int(exe.parent.name))
-        except OSError:
-            continue
-    return found
-
-
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
-    before = daemons()
+    before = processes_running(DAEMON)
     yield
     assert powercut_mounts() == [], "a powercut mount was left behind"
-    assert daemons() <= before, "a powercut daemon outlived its test"
+    assert processes_running(DAEMON) <= before, "a powercut daemon outlived its test"
 
 
 @pytest.fixture

@@ -14,23 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TRACECOST, interrupt_tracecost, regions_removed, run_tracecost, wait_until
+from conftest import TRACECOST, interrupt_tracecost, processes_running, regions_removed, run_tracecost, wait_until
 
 # Debian's redis-server is a symbolic link to redis-check-rdb: a process's exe names the file.
 PROGRAMS = (os.path.realpath(shutil.which("redis-server") or "redis-server"), "powercut")
 REDIS = PROGRAMS[0]
 TINY = ["--requests", "5000", "--writes", "300", "--cuts", "2", "--seed", "3"]
-
-
-def processes(name: str) -> set[int]:
-    found = set()
-    for exe in Path("/proc").glob("[0-9]*/exe"):
-        try:
-            if name in (os.readlink(exe), Path(os.readlink(exe)).name):
-                found.add(int(exe.parent.name))
-        except OSError:
-            continue
-    return found
 
 
 def powercut_mounts() -> list[str]:
@@ -39,12 +28,12 @@ def powercut_mounts() -> list[str]:
 
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
-    before = {name: processes(name) for name in PROGRAMS}
+    before = {name: processes_running(name) for name in PROGRAMS}
     with regions_removed("uebpf-tracecost-*"):
         yield
     assert powercut_mounts() == [], "a powercut mount was left behind"
     for name in PROGRAMS:
-        assert processes(name) <= before[name], f"a {name} outlived its test"
+        assert processes_running(name) <= before[name], f"a {name} outlived its test"
 
 
 @pytest.fixture(scope="module")
@@ -88,13 +77,13 @@ def test_a_redis_killed_mid_run_fails_its_run_and_leaves_nothing(tmp_path):
     """Every redis-server the command starts is SIGKILLed as soon as it is seen: each run fails, the
     command ends, and no process, mount or region stays."""
     argv = [*TRACECOST, "redis", "-r", "1", *TINY, "--methods", "always,everysec", "--out", str(tmp_path)]
-    before = processes(REDIS)
+    before = processes_running(REDIS)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed = 0
     try:
         while proc.poll() is None and killed < 3:
-            if wait_until(lambda: processes(REDIS) - before or proc.poll() is not None, 60):
-                for pid in processes(REDIS) - before:
+            if wait_until(lambda: processes_running(REDIS) - before or proc.poll() is not None, 60):
+                for pid in processes_running(REDIS) - before:
                     os.kill(pid, signal.SIGKILL)
                     killed += 1
         _, stderr = proc.communicate(timeout=300)
@@ -109,13 +98,13 @@ def test_a_redis_killed_mid_run_fails_its_run_and_leaves_nothing(tmp_path):
 def test_ctrl_c_while_the_extension_is_attached_leaves_nothing(private_tmp, tmp_path):
     """Ctrl-C while uebpf-bounded's extension runs in redis (its region there, a powercut mounted,
     a cut's writes under way): exit 130; no redis, mount, region (the fixture) or temporary file."""
-    before = processes(REDIS)
+    before = processes_running(REDIS)
     regions = Path("/dev/shm")
     returncode, stderr = interrupt_tracecost(
         "redis",
         *("-r", "1", "--methods", "always,uebpf-bounded", "--pipeline", "1", "--cut-ms", "60000"),
         *("--out", str(tmp_path)),
-        when=lambda: bool(processes(REDIS) - before) and any(regions.glob("uebpf-tracecost-*")),
+        when=lambda: bool(processes_running(REDIS) - before) and any(regions.glob("uebpf-tracecost-*")),
         env={"TMPDIR": str(private_tmp)},
     )
     assert returncode == 130, stderr
