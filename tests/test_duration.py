@@ -86,9 +86,10 @@ def test_lttng_costs_include_its_daemons(quick_run):
 def test_ring_buffer_consumers_sleep_between_slow_calls(quick_run):
     """At 100 us per call a consumer catches up between records and sleeps; each sleep is counted
     (the kernel's voluntary context switches of the loader). The kernel's consumer is woken by
-    about every call's records (its adaptive wakeups); uebpf's sleeps until its timer (50 ms) and
-    reads hundreds of records per wakeup, so it sleeps, but far less than once per call; so does
-    the kernel's under ebpf-timer (no record wakes it, it reads every 50 ms)."""
+    about every call's records (its adaptive wakeups); uebpf's sleeps until its timer (1 ms while
+    records flow) and reads the records of about ten calls per wakeup, so it sleeps, but far less
+    than once per call; so does the kernel's under ebpf-timer (no record wakes it, it reads every
+    millisecond)."""
     suite = results.load(quick_run[1])["suites"]["duration"]
     sleeps = {
         method: next(a for a in suite["aggregates"] if a["scenario"] == 3 and a["method"] == method)[
@@ -96,7 +97,7 @@ def test_ring_buffer_consumers_sleep_between_slow_calls(quick_run):
         ]["mean"]
         for method in ("ebpf", "ebpf-timer", "uebpf")
     }
-    assert sleeps["ebpf"] >= 0.5 and 0 < sleeps["uebpf"] < 0.1 and 0 < sleeps["ebpf-timer"] < 0.1, sleeps
+    assert sleeps["ebpf"] >= 0.5 and 0 < sleeps["uebpf"] < 0.25 and 0 < sleeps["ebpf-timer"] < 0.25, sleeps
     baseline = next(a for a in suite["aggregates"] if a["method"] == "baseline")
     assert baseline["tracer_sleeps_per_call"] is None
 

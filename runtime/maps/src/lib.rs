@@ -55,7 +55,7 @@ pub use region::{
     ProgramSpec, Region, RegionSpec, DEFAULT_REGION, REFUSED, REGION_ENV,
 };
 pub use ringbuf::RingBuf;
-pub use wakeup::{Consumable, Waiting};
+pub use wakeup::{sleep_for, Armed, Consumable, Waiting};
 
 /// A positive errno value, as the kernel returns (negated) for the same map operation.
 pub type Errno = i32;

@@ -51,13 +51,10 @@ use std::time::Duration;
 use crate::error::Error;
 use crate::layout::*;
 use crate::shared::Shared;
+pub use crate::wakeup::CONSUMER_TIMER;
 use crate::wakeup::{Armed, Consumable, Waiting};
 use crate::Errno;
 
-/// The longest a consumer that has caught up sleeps before it looks again (the bound on how late
-/// an ordinary record is read): 50 ms keeps an idle consumer's wakeups to 20 a second and a
-/// traced program's calls a millisecond apart at one consumer sleep per 50 calls.
-pub const CONSUMER_TIMER: Duration = Duration::from_millis(50);
 /// A producer wakes a sleeping consumer early once the unread bytes reach this fraction of the
 /// ring: the rest absorbs what arrives while the consumer wakes up, which with more producers
 /// than CPUs includes waiting for a CPU (a quarter, the first choice, left too little:
@@ -547,7 +544,7 @@ impl Consumable for RingBuf {
     /// What should wake the registered consumer's next sleep: the watermark if it has read
     /// everything, or the submit of the record at its position if that is still being written
     /// (the watermark would wake it for nothing then: it cannot read past that record).
-    fn arm(&self) {
+    fn arm(&self) -> Armed {
         let control = self.control();
         let consumer = self.consumer_pos().load(Ordering::Acquire);
         let busy_head = consumer < self.producer_pos().load(Ordering::Acquire)
@@ -556,9 +553,10 @@ impl Consumable for RingBuf {
             control.wakeup.armed.store(Armed::No as u32, Ordering::SeqCst);
             control.head_waiter.store(consumer + 1, Ordering::SeqCst);
             fence(Ordering::SeqCst);
+            Armed::No
         } else {
             control.head_waiter.store(0, Ordering::SeqCst);
-            control.wakeup.arm(self.unread() == 0, consumer);
+            control.wakeup.arm(self.unread() == 0, consumer)
         }
     }
 

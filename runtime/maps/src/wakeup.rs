@@ -4,13 +4,17 @@
 //! the watermark, or at the first record of an idle period, or every time when forced.
 //!
 //! The first record: a consumer that goes to sleep on an empty buffer after a whole sleep in which
-//! it read nothing (an idle period: its timer, CONSUMER_TIMER, 50 ms, went off on an empty
-//! buffer; or its first sleep) is woken by the next record, so a tracer's first event after a
-//! quiet spell arrives at once, not at the consumer's timer. A consumer that read records at its
-//! last wakeup sleeps for the watermark or its timer: a producer writing steadily, even one record
-//! a millisecond, pays no wakeup (the duration study's 1 ms calls paid ~3 us a call when every
-//! empty-buffer sleep waited for the first record), and one that falls silent pays one at the
-//! first record after the silence. At most two wakeups per consumer timer come of it.
+//! it read nothing (an idle period, or its first sleep) is woken by the next record, so a tracer's
+//! first event after a quiet spell arrives at once, not at the consumer's timer. A consumer that
+//! read records at its last wakeup sleeps for the watermark or FOLLOW_TIMER (1 ms,
+//! `sleep_for`), and one that read nothing in a sleep is idle: its next sleep waits for the
+//! first record, or CONSUMER_TIMER (50 ms). So while records flow the consumer looks every
+//! millisecond, on its own timer: the records that follow a first event (a burst from many
+//! probes) are read within a millisecond, and a producer writing steadily, even one record a
+//! millisecond, pays no wakeup (the duration study's 1 ms calls paid ~3 us a call when every
+//! empty-buffer sleep waited for the first record). A producer that falls silent for a whole
+//! millisecond pays one wakeup at its next record: at most one a millisecond, and the consumer's
+//! timer goes off at most once a millisecond, and only while records flow.
 
 use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
@@ -25,9 +29,9 @@ pub trait Consumable: Sync {
     /// True if the consumer can read a record now.
     fn has_record(&self) -> bool;
     /// Says what should wake the registered consumer's next sleep (before each sleep): the first
-    /// record after an idle period, or the watermark (`Wakeup::arm`).
-    fn arm(&self) {
-        self.wakeup().arm(!self.has_record(), self.read_position());
+    /// record after an idle period, or the watermark (`Wakeup::arm`); returns which.
+    fn arm(&self) -> Armed {
+        self.wakeup().arm(!self.has_record(), self.read_position())
     }
     /// Where the consumer reads next (it only grows as records are read).
     fn read_position(&self) -> u64;
@@ -135,16 +139,41 @@ impl Wakeup {
     }
 }
 
+/// The longest a consumer that has caught up sleeps before it looks again (the bound on how late
+/// an ordinary record is read): 50 ms keeps an idle consumer's wakeups to 20 a second and a
+/// steadily written ring at one consumer sleep per 50 ms.
+pub const CONSUMER_TIMER: Duration = Duration::from_millis(50);
+
+/// The shortest a consumer that read records sleeps (`Pace`): the bound on how late a record that
+/// follows a first event is read, and on how often an idle consumer's producers wake it.
+pub const FOLLOW_TIMER: Duration = Duration::from_millis(1);
+
+/// How long a consumer sleeps, given how its sleep was armed (module comment): a sleep for the
+/// first record may last the whole CONSUMER_TIMER (that record wakes it); a sleep for the
+/// watermark, or behind a record being written (`No`: its submit wakes it), lasts FOLLOW_TIMER.
+pub fn sleep_for(armed: Armed) -> Duration {
+    match armed {
+        Armed::FirstRecord => CONSUMER_TIMER,
+        Armed::Watermark | Armed::No => FOLLOW_TIMER,
+    }
+}
+
 /// A registered waiting consumer (until dropped): producers wake consumers only meanwhile.
 pub struct Waiting<'a> {
     source: &'a dyn Consumable,
+    armed: Armed,
 }
 
 impl<'a> Waiting<'a> {
     pub fn new(source: &'a dyn Consumable) -> Waiting<'a> {
         source.wakeup().waiters.fetch_add(1, Ordering::SeqCst);
-        source.arm();
-        Waiting { source }
+        let armed = source.arm();
+        Waiting { source, armed }
+    }
+
+    /// How registering armed the first sleep.
+    pub fn armed(&self) -> Armed {
+        self.armed
     }
 }
 

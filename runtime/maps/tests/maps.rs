@@ -9,7 +9,7 @@ use uebpf_maps::layout::Wakeup;
 use uebpf_maps::layout::{RINGBUF_BUSY_BIT, RINGBUF_DISCARD_BIT};
 use uebpf_maps::ringbuf::*;
 use uebpf_maps::test_support::until_in_shared_futex_wait;
-use uebpf_maps::wakeup::Armed;
+use uebpf_maps::wakeup::{Armed, FOLLOW_TIMER};
 use uebpf_maps::{region_path, Consumable, ErrorKind, MapDef, Region, RegionSpec};
 
 fn def(map_type: u32, key_size: u32, value_size: u32, max_entries: u32) -> MapDef {
@@ -497,8 +497,8 @@ fn ring_buffer_wakes_a_waiting_consumer_when_forced_or_at_the_watermark_once() {
 
 /// A consumer asleep on an empty buffer after a sleep in which it read nothing (an idle period)
 /// is woken by the first record, once per sleep; one that read records at its last wakeup waits
-/// for the watermark: the first event of a quiet spell arrives at once, a steady producer pays no
-/// wakeup.
+/// for the watermark or its 1 ms timer: the first event of a quiet spell arrives at once, the
+/// records after it within a millisecond, and a steady producer pays no wakeup.
 #[test]
 fn the_first_record_after_an_idle_sleep_wakes_the_consumer_once() {
     use std::sync::atomic::Ordering::SeqCst;
@@ -523,11 +523,13 @@ fn the_first_record_after_an_idle_sleep_wakes_the_consumer_once() {
         let at = wakeup.armed_at.load(SeqCst);
         wakeup.waiters.fetch_add(1, SeqCst); // a registered consumer, as `Waiting` makes one
         assert_eq!(wakeup.arm(true, at), Armed::FirstRecord, "nothing read since the last sleep ({kind})");
+        assert_eq!(uebpf_maps::sleep_for(Armed::FirstRecord), CONSUMER_TIMER, "idle: the record wakes it ({kind})");
         output();
         assert_eq!(wakeup.seq(), seq + 1, "the first record wakes it ({kind})");
         output();
         assert_eq!(wakeup.seq(), seq + 1, "once per sleep ({kind})");
         assert_eq!(wakeup.arm(true, at + 32), Armed::Watermark, "it read two records: a busy producer ({kind})");
+        assert_eq!(uebpf_maps::sleep_for(Armed::Watermark), FOLLOW_TIMER, "records flow: it looks again soon ({kind})");
         output();
         assert_eq!(wakeup.seq(), seq + 1, "the watermark's sleep ({kind})");
         assert_eq!(wakeup.arm(false, at + 32), Armed::Watermark, "records unread: the watermark's ({kind})");

@@ -22,7 +22,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::objects::{lookup, Object};
-use uebpf_maps::ringbuf::CONSUMER_TIMER;
 use uebpf_maps::Consumable;
 
 const PLAIN_INTEREST: u32 = !((libc::EPOLLET | libc::EPOLLONESHOT | libc::EPOLLEXCLUSIVE | libc::EPOLLWAKEUP) as u32);
@@ -115,8 +114,8 @@ pub fn single_ring(epfd: c_int) -> Option<RingMember> {
 
 /// `epoll_wait` on an instance whose only member is `member`: returns at once (no system call)
 /// if a record can be read; otherwise registers as the ring's waiting consumer and sleeps on its
-/// futex, looking again every CONSUMER_TIMER (producers do not wake it for ordinary records:
-/// uebpf_maps::ringbuf, "Wakeups"), until a record can be read, the timeout (ms; -1 none, 0 do
+/// futex, looking again at uebpf_maps::sleep_for's timer (producers do not wake it for ordinary records:
+/// uebpf_maps::wakeup), until a record can be read, the timeout (ms; -1 none, 0 do
 /// not wait) or a signal handler (Err(EINTR), as epoll_wait).
 pub fn wait(member: &RingMember, events: *mut libc::epoll_event, max: c_int, timeout: c_int) -> Result<c_int, c_int> {
     if max <= 0 {
@@ -138,22 +137,24 @@ pub fn wait(member: &RingMember, events: *mut libc::epoll_event, max: c_int, tim
         return Ok(found);
     }
     let deadline = (timeout > 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
-    let _waiting = ring.waiting();
+    let waiting = ring.waiting();
+    let mut armed = waiting.armed();
     loop {
         // Registered, then the counter, then the record: a submit in between is seen or wakes.
         let seen = ring.wakeup_seq();
         if report() > 0 {
             return Ok(1);
         }
+        let timer = uebpf_maps::sleep_for(armed);
         let slice = match deadline {
-            None => CONSUMER_TIMER,
+            None => timer,
             Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
-                Some(left) if !left.is_zero() => left.min(CONSUMER_TIMER),
+                Some(left) if !left.is_zero() => left.min(timer),
                 _ => return Ok(0),
             },
         };
         ring.sleep_until_woken(seen, slice)?;
-        ring.arm();
+        armed = ring.arm();
     }
 }
 

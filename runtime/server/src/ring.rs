@@ -45,8 +45,7 @@ use std::thread::Thread;
 use std::time::Duration;
 
 use uebpf_maps::layout::PAGE_SIZE;
-use uebpf_maps::ringbuf::CONSUMER_TIMER;
-use uebpf_maps::Waiting;
+use uebpf_maps::{sleep_for, Waiting};
 use uebpf_maps::{Map, MapKind, Region};
 
 use crate::real;
@@ -90,10 +89,10 @@ impl Bridge {
                 }
                 // Armed, then the counter, then the level: a submit after the refresh changes the
                 // counter.
-                ring.arm();
+                let armed = ring.arm();
                 let seen = ring.wakeup_seq();
                 refresh(fd, &thread_map);
-                ring.wait_for_wakeup(seen, CONSUMER_TIMER);
+                ring.wait_for_wakeup(seen, sleep_for(armed));
             }
             real::close(fd);
         });

@@ -28,7 +28,8 @@ LATENCY_SHADES = {"p50": 0.55, "p90": 0.3, "p99": 0.0}
 WAKEUP_MAPPING = {
     "default": {
         "ringbuf": "flags 0: the kernel wakes the consumer only for the record it reads next (adaptive); uebpf "
-        "only when the ring is a quarter full (its consumer looks every 50 ms otherwise)",
+        "only when the ring is a sixteenth full or at the first record after a millisecond without any (its "
+        "consumer looks every millisecond otherwise while records flow)",
         "perfbuf": "wakeup_events = 1: every record wakes the consumer (libbpf's perf_buffer__new default)",
     },
     "sampled": {

@@ -25,16 +25,18 @@ SUMMARY_KEYS = ("received", "entry", "exit", "submitted", "dropped", "bytes", "p
 
 DEFAULT_RINGBUF_BYTES = 16 << 20
 DEFAULT_POLL_MS = 100  # functrace's own default: how long a poll waits for a wakeup
-# ebpf-timer's consumer period: uebpf's own consumer timer (runtime/maps, CONSUMER_TIMER), so that
-# the kernel's ring on a timer and uebpf's are compared at the same delivery delay.
-TIMER_POLL_MS = 50
+# ebpf-timer's consumer period: uebpf's own consumer timer while records flow (runtime/maps,
+# FOLLOW_TIMER), so that the kernel's ring on a timer and uebpf's are compared at the same
+# delivery delay.
+TIMER_POLL_MS = 1
 # The same words as the transport suite's --wakeup: "default" is the kernel's own policy (adaptive).
 WAKEUPS = ("default", "force", "none")  # the first is the default
 # What each policy costs the traced program: at a few microseconds between events the consumer
 # keeps catching up and sleeping, and "default" then pays a wakeup per record.
 WAKEUP_MEANING = {
     "default": "bpf_ringbuf_submit flags 0: the kernel wakes the consumer with the record it reads next (it had "
-    "caught up); uebpf only when the ring is a quarter full, its consumer otherwise looking every 50 ms",
+    "caught up); uebpf only when the ring is a sixteenth full or at the first record after a millisecond "
+    "without any, its consumer otherwise looking every millisecond while records flow",
     "force": "every record wakes the consumer (BPF_RB_FORCE_WAKEUP)",
     "none": "no record wakes the consumer (BPF_RB_NO_WAKEUP); it polls on a timeout",
 }
