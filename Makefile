@@ -147,11 +147,14 @@ $(BIN)/selftrace: workloads/selftrace/selftrace.c $(SKEL)/selftrace.skel.h | $(B
 # --- uebpf runtime (Rust workspace; cargo tracks its own dependencies, so these are phony) ----
 RUNTIME_OUT := runtime/target/release
 .PHONY: runtime runtime-test
+# --remove-destination: a new file, not the old one rewritten in place, so that a process still
+# running the old binary or library keeps its own (rewriting a mapped library under it crashes
+# it; rewriting a running binary fails with ETXTBSY).
 runtime: | $(BIN) $(LIB)
 	cargo build --release --manifest-path runtime/Cargo.toml
-	cp $(RUNTIME_OUT)/uebpf-vmbench $(RUNTIME_OUT)/uebpf $(BIN)/
-	cp $(RUNTIME_OUT)/libuebpf_vm.so $(RUNTIME_OUT)/libuebpf_vm.a $(RUNTIME_OUT)/libuebpf.so $(RUNTIME_OUT)/libuebpf.a $(LIB)/
-	cp $(RUNTIME_OUT)/libuebpf_server.so $(RUNTIME_OUT)/libuebpf_agent.so $(RUNTIME_OUT)/libuebpf_hook_testagent.so $(LIB)/
+	cp --remove-destination $(RUNTIME_OUT)/uebpf-vmbench $(RUNTIME_OUT)/uebpf $(BIN)/
+	cp --remove-destination $(RUNTIME_OUT)/libuebpf_vm.so $(RUNTIME_OUT)/libuebpf_vm.a $(RUNTIME_OUT)/libuebpf.so $(RUNTIME_OUT)/libuebpf.a $(LIB)/
+	cp --remove-destination $(RUNTIME_OUT)/libuebpf_server.so $(RUNTIME_OUT)/libuebpf_agent.so $(RUNTIME_OUT)/libuebpf_hook_testagent.so $(LIB)/
 	mkdir -p $(BUILD)/include && cp runtime/vm/include/uebpf_vm.h runtime/uebpf/include/uebpf.h $(BUILD)/include/
 
 # The objects uebpf is checked with (cargo tests and tests/test_uebpf.py load them), and the

@@ -198,7 +198,7 @@ const BLOCKED_PATIENCE: Duration = Duration::from_millis(100);
 
 /// The first of `signals` thread `tid` blocks, and its name; None if none (or it exited).
 fn blocked_signal(tid: libc::pid_t, signals: &[libc::c_int]) -> Option<(libc::c_int, String)> {
-    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
+    let status = crate::procmaps::read_proc(&format!("/proc/self/task/{tid}/status")).ok()?;
     let field = |name: &str| status.lines().find_map(|line| line.strip_prefix(name)).map(str::trim);
     let blocked = u64::from_str_radix(field("SigBlk:")?, 16).ok()?;
     let signal = *signals.iter().find(|&&signal| blocked & (1 << (signal - 1)) != 0)?;
@@ -286,7 +286,7 @@ enum SavedState {
 /// "NR ARG1..ARG6 SP PC" in a system call, "-1 SP PC" blocked outside one, "running" otherwise
 /// (fs/proc/base.c, proc_pid_syscall; the numbers in hex but NR).
 fn saved_state(tid: libc::pid_t) -> SavedState {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) else { return SavedState::Gone };
+    let Ok(text) = crate::procmaps::read_proc(&format!("/proc/self/task/{tid}/syscall")) else { return SavedState::Gone };
     let fields: Vec<&str> = text.split_whitespace().collect();
     let hex = |field: &str| usize::from_str_radix(field.trim_start_matches("0x"), 16).ok();
     match fields[..] {
