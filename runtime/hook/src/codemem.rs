@@ -45,6 +45,7 @@ pub(crate) unsafe fn write(page: *mut u8, offset: usize, code: &[u8]) {
 
 /// read-write -> read+execute, for good.
 pub(crate) unsafe fn seal(page: *mut u8) -> Result<()> {
+    procmaps::changed();
     if libc::mprotect(page.cast(), PAGE, libc::PROT_READ | libc::PROT_EXEC) != 0 {
         return Err(Error::system("mprotect of a stub page", io::Error::last_os_error()));
     }
@@ -75,12 +76,14 @@ fn map_fixed(page: usize) -> io::Result<*mut u8> {
     let hint = page as *mut libc::c_void;
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
     let ptr = unsafe { libc::mmap(hint, PAGE, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+    procmaps::changed();
     if ptr == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
     }
     // Kernels before 4.17 ignore MAP_FIXED_NOREPLACE and may place the page elsewhere.
     if ptr != hint {
         unsafe { libc::munmap(ptr, PAGE) };
+        procmaps::changed();
         return Err(io::Error::from_raw_os_error(libc::EEXIST));
     }
     Ok(ptr.cast())
@@ -92,6 +95,7 @@ mod tests {
 
     #[test]
     fn finds_a_page_within_reach_of_its_own_code() {
+        let _alone = procmaps::TESTS_KEEPING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let here = finds_a_page_within_reach_of_its_own_code as *const () as usize;
         let page = page_near(here).unwrap() as usize;
         assert!(page.abs_diff(here) < REACH, "{page:#x} too far from {here:#x}");

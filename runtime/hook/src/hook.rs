@@ -164,6 +164,7 @@ fn build_site(target: &Target, sites: &[&'static Site]) -> Result<&'static Site>
         Ok(code) => code,
         Err(e) => {
             unsafe { libc::munmap(page.cast(), codemem::PAGE) };
+            crate::procmaps::changed();
             return Err(e);
         }
     };

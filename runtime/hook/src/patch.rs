@@ -381,7 +381,7 @@ fn wait_for_answers(waiting: &[AtomicI32], site: &Site) -> Result<Option<String>
 
 /// Fills STACKS from /proc/self/maps.
 fn record_mappings() -> Result<()> {
-    let maps = procmaps::read().map_err(|e| Error::system("reading /proc/self/maps", e))?;
+    let maps = procmaps::read_now().map_err(|e| Error::system("reading /proc/self/maps", e))?;
     let readable: Vec<_> = maps.iter().filter(|m| m.readable).take(MAX_MAPPINGS).collect();
     for (slot, mapping) in STACKS.iter().zip(&readable) {
         slot.0.store(mapping.start, Ordering::Relaxed);
@@ -542,7 +542,8 @@ struct Writable {
 
 impl Writable {
     fn new(address: usize, len: usize) -> Result<Writable> {
-        let maps = procmaps::read().map_err(|e| Error::system("reading /proc/self/maps", e))?;
+        // Read now, not kept: the rights to restore are the mapping's as they are.
+        let maps = procmaps::read_now().map_err(|e| Error::system("reading /proc/self/maps", e))?;
         let page = crate::codemem::PAGE;
         let start = address & !(page - 1);
         let end = (address + len).next_multiple_of(page);
@@ -551,6 +552,7 @@ impl Writable {
                 Error::system(format!("{address:#x}: code not in one mapping"), io::Error::from_raw_os_error(libc::EFAULT))
             })?;
         let prot = mapping.prot();
+        procmaps::changed();
         if unsafe { libc::mprotect(start as *mut _, end - start, prot | libc::PROT_WRITE) } != 0 {
             return Err(Error::system(format!("mprotect of the code at {address:#x}"), io::Error::last_os_error()));
         }
@@ -561,6 +563,7 @@ impl Writable {
 impl Drop for Writable {
     fn drop(&mut self) {
         unsafe { libc::mprotect(self.start as *mut _, self.len, self.prot) };
+        procmaps::changed();
     }
 }
 

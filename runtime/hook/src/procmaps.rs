@@ -2,6 +2,8 @@
 //! matched by device and inode); `uebpf inject` reads its target's, whose paths it needs.
 
 use std::io::{self, Read};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// The first buffer `read_proc` reads into: a process's maps of a few hundred lines, or a task's
 /// status, in one read.
@@ -58,8 +60,59 @@ impl Mapping {
     }
 }
 
+/// Mappings read when `CHANGES` was the first number.
+type Snapshot = (u64, Vec<Mapping>);
+
+/// This process's mappings as `keeping` keeps them: Some while it runs (None until the first
+/// read), None outside it.
+static KEPT: Mutex<Option<Option<Snapshot>>> = Mutex::new(None);
+/// The hook engine's own changes to the mappings so far (`changed`): an atomic, not the lock, so
+/// that a change is never missed, whoever holds the lock.
+static CHANGES: AtomicU64 = AtomicU64::new(0);
+/// Held by the unit tests that keep or change the mappings: they run on threads of one process.
+#[cfg(test)]
+pub(crate) static TESTS_KEEPING: Mutex<()> = Mutex::new(());
+
+/// Runs `work` with this process's mappings read once, then kept until the hook engine changes
+/// them itself (`changed`): an agent's pass read them four times a hook, the most expensive part
+/// of hooking a function after the patch itself (a third of the agent's time between an attach
+/// and its first hit, sampled with perf). Only the reads that look for files and gaps use the
+/// kept copy (`read`); those that decide what a patch may do read now (`read_now`). Another
+/// thread's mapping made meanwhile is not seen: a stub page placed in a gap it took fails
+/// (MAP_FIXED_NOREPLACE) and the next gap is tried, as before. The lock is only ever tried, as
+/// resolve::keeping_files's (a child forked while it was held reads each time).
+pub(crate) fn keeping<T>(work: impl FnOnce() -> T) -> T {
+    if let Ok(mut kept) = KEPT.try_lock() {
+        *kept = Some(None);
+    }
+    let result = work();
+    if let Ok(mut kept) = KEPT.try_lock() {
+        *kept = None;
+    }
+    result
+}
+
+/// This process's mappings: the kept copy inside `keeping`, else read now.
 pub(crate) fn read() -> io::Result<Vec<Mapping>> {
+    let Ok(mut kept) = KEPT.try_lock() else { return read_now() };
+    let Some(snapshot) = kept.as_mut() else { return read_now() };
+    let changes = CHANGES.load(Ordering::Acquire);
+    if let Some((_, maps)) = snapshot.as_ref().filter(|(read_at, _)| *read_at == changes) {
+        return Ok(maps.clone());
+    }
+    let maps = read_now()?;
+    *snapshot = Some((changes, maps.clone()));
+    Ok(maps)
+}
+
+/// This process's mappings, read now.
+pub(crate) fn read_now() -> io::Result<Vec<Mapping>> {
     read_file("/proc/self/maps")
+}
+
+/// The hook engine mapped, unmapped or protected memory: a kept copy is stale.
+pub(crate) fn changed() {
+    CHANGES.fetch_add(1, Ordering::AcqRel);
 }
 
 /// The mappings of process `pid` (reading them takes the permission ptrace does).
@@ -171,5 +224,30 @@ mod tests {
         let here = parses_file_and_anonymous_lines as *const () as usize;
         let maps = read().unwrap();
         assert!(maps.iter().any(|m| m.contains(here) && m.executable));
+    }
+
+    /// Inside `keeping`, `read` gives the mappings as first read until the hook engine changes
+    /// them (`changed`); `read_now`, and `read` outside, always the current ones.
+    #[test]
+    fn kept_mappings_are_read_again_after_a_change_of_ours() {
+        let _alone = TESTS_KEEPING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let shows = |maps: &[Mapping], page: usize| maps.iter().any(|m| m.contains(page));
+        keeping(|| {
+            read().unwrap();
+            // Mapped behind the engine's back (as another thread would): not in the kept copy.
+            let page = unsafe { libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+            assert_ne!(page, libc::MAP_FAILED);
+            let page = page as usize;
+            assert!(!shows(&read().unwrap(), page), "kept");
+            assert!(shows(&read_now().unwrap(), page), "read now");
+            changed();
+            assert!(shows(&read().unwrap(), page), "read again after a change");
+            unsafe { libc::munmap(page as *mut _, 4096) };
+            changed();
+            assert!(!shows(&read().unwrap(), page));
+        });
+        let page = unsafe { libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+        assert!(shows(&read().unwrap(), page as usize), "outside keeping: read each time");
+        unsafe { libc::munmap(page, 4096) };
     }
 }

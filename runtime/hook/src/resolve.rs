@@ -172,7 +172,7 @@ pub fn keeping_files<T>(work: impl FnOnce() -> T) -> T {
     if let Ok(mut kept) = KEPT.try_lock() {
         *kept = Some(Vec::new());
     }
-    let result = work();
+    let result = procmaps::keeping(work);
     if let Ok(mut kept) = KEPT.try_lock() {
         *kept = None;
     }
@@ -404,6 +404,7 @@ mod tests {
 
     #[test]
     fn files_are_kept_only_inside_keeping_files_and_read_again_once_changed() {
+        let _alone = procmaps::TESTS_KEEPING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let folder = std::env::temp_dir().join(format!("uebpf-hook-kept-{}", std::process::id()));
         std::fs::create_dir_all(&folder).unwrap();
         let copy = folder.join("lib.so");
