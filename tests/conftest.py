@@ -108,12 +108,22 @@ def assert_readme_table(marker: str, table: str, built: str, what: str) -> None:
 def regions_removed(pattern: str):
     """Afterwards, no /dev/shm region file matching `pattern` is left: every loader removes its
     region unless it was SIGKILLed (a failing test kills it); then the file is removed here, so
-    that one failure does not leave files for the rest, and the test fails."""
+    that one failure does not leave files for the rest, and the test fails. Only regions made
+    during the block, by a command that has ended, count: tracecost names its regions
+    `tracecost-PID-...` after the command, and a region of a command still running (another
+    measurement beside the tests) is that command's, not a leftover, and is not touched."""
+    before = set(SHM.glob(pattern))
     yield
-    left = list(SHM.glob(pattern))
+    left = [path for path in SHM.glob(pattern) if path not in before and not made_by_a_running_command(path)]
     for path in left:
-        path.unlink()
+        path.unlink(missing_ok=True)
     assert not left, f"regions left behind: {left}"
+
+
+def made_by_a_running_command(region: Path) -> bool:
+    """Whether `region` is named after a tracecost command (uebpf-tracecost-PID-...) still running."""
+    parts = region.name.split("-")
+    return len(parts) > 2 and parts[1] == "tracecost" and parts[2].isdigit() and Path(f"/proc/{parts[2]}").exists()
 
 
 def functrace_argv(output: Path, *extra) -> list:
