@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from conftest import interrupt_tracecost, processes_running, regions_removed, run_tracecost, wait_until
+from tracecost import nginx as service
 from tracecost import results
 from tracecost.errors import TracecostError
-from tracecost.suites.nginx import service, tools
+from tracecost.suites.nginx import tools
 
 pytestmark = pytest.mark.kernel
 

@@ -5,11 +5,12 @@ import os
 
 import pytest
 
+from tracecost import nginx as service
 from tracecost import services
 from tracecost.errors import TracecostError
+from tracecost.nginx import Site
 from tracecost.suites import nginx
-from tracecost.suites.nginx import crosscheck, service, tools
-from tracecost.suites.nginx.service import Site
+from tracecost.suites.nginx import crosscheck, tools
 
 from .conftest import Reached, assert_one_line_error
 

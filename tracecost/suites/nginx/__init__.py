@@ -2,7 +2,7 @@
 (OpenSSL's plaintext, through uprobes) and syscount (its system calls, through
 raw_syscalls/sys_enter), on the kernel and on uebpf.
 
-The folder: this Suite, service.py (the private nginx and wrk), tools.py (the tracers and one
+The folder: this Suite (its nginx and wrk: tracecost/nginx.py, shared), tools.py (the tracers and one
 run), crosscheck.py (kernel and uebpf syscount on one nginx at once), report.py (the report
 section), schema.json (this suite's results schema)."""
 
@@ -14,13 +14,13 @@ from pathlib import Path
 import click
 
 from tracecost import services, stats
+from tracecost.nginx import Load, Site
 from tracecost.options import CommaList
 from tracecost.report import fmt, style
 from tracecost.report.style import MethodStyle
 from tracecost.suites import base
 from tracecost.suites.base import Cell, Group, Metric, Option, Suite
 from tracecost.suites.nginx import crosscheck, report
-from tracecost.suites.nginx.service import Load, Site
 from tracecost.suites.nginx.tools import METHODS, Setup, make_method, run_once
 
 DEFAULT_SIZES = [1024]

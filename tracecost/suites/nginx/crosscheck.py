@@ -15,7 +15,7 @@ from pathlib import Path
 from tracecost import uebpf
 from tracecost.errors import TracecostError
 from tracecost.methods import Run
-from tracecost.suites.nginx.service import run_wrk, running_nginx
+from tracecost.nginx import run_wrk, running_nginx
 from tracecost.suites.nginx.tools import Setup, Syscount
 
 _libc = ctypes.CDLL("libc.so.6")

@@ -24,10 +24,10 @@ from pathlib import Path
 
 from tracecost import methods, paths, system, uebpf
 from tracecost.errors import TracecostError
+from tracecost.nginx import Load, Nginx, Site, run_wrk, running_nginx
 from tracecost.procs import Child, last_json_line, started
 from tracecost.say import Say
 from tracecost.services import cpu_ns
-from tracecost.suites.nginx.service import Load, Nginx, Site, run_wrk, running_nginx
 
 UNISTD_64 = Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h")
 READY_TIMEOUT_S = 60

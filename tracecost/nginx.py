@@ -1,5 +1,7 @@
-"""The service and its load: a private nginx (HTTPS on 127.0.0.1, a free port, a config and a
-self-signed certificate of the command's own) and wrk against it.
+"""The nginx suites' service and its load (the nginx suite's tracers, the nginx-filter suite's
+filters): a private nginx (HTTPS on 127.0.0.1, a free port, a config and a self-signed certificate
+of the command's own) and wrk against it. A suite adds its own config text at the main, http and
+server levels (`Snippets`): a filter's directives, a module to load, response headers.
 
 Never the system's nginx: the harness starts its own binary with `-p PREFIX -c CONF -e LOG`, so
 nothing of /etc/nginx or /var/log/nginx is read or written, and it listens on loopback ports the
@@ -16,8 +18,9 @@ import http.client
 import json
 import os
 import pwd
+import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +47,18 @@ done = function(summary, latency, requests)
 end
 """
 WRK_ERRORS = ("connect", "read", "write", "status", "timeout")
+
+
+@dataclass(frozen=True)
+class Snippets:
+    """Config text a suite adds to every nginx of a run, at each level (each may be empty)."""
+
+    main: str = ""
+    http: str = ""
+    server: str = ""
+
+
+NO_SNIPPETS = Snippets()
 
 
 @dataclass(frozen=True)
@@ -83,7 +98,9 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else "no message"
 
 
-def config_text(prefix: Path, site: Site, workers: int, https_port: int, status_port: int) -> str:
+def config_text(
+    prefix: Path, site: Site, workers: int, https_port: int, status_port: int, snippets: Snippets = NO_SNIPPETS
+) -> str:
     # As root, nginx's workers would switch to `nobody`: they could not read the command's private
     # folder, nor open a uebpf region (each user's own). They keep the harness's user instead.
     user = ""
@@ -97,8 +114,10 @@ worker_processes {workers};
 {user}
 pid {prefix}/nginx.pid;
 error_log {prefix}/error.log warn;
+{snippets.main}
 events {{ worker_connections 1024; }}
 http {{
+{snippets.http}
   access_log off;
   default_type application/octet-stream;
   client_body_temp_path {temp}/body;
@@ -113,6 +132,7 @@ http {{
     ssl_certificate {site.certificate};
     ssl_certificate_key {site.key};
     root {site.root};
+{snippets.server}
   }}
   server {{
     listen 127.0.0.1:{status_port};
@@ -124,15 +144,71 @@ http {{
 
 
 class Nginx:
-    """One running nginx (master + workers) of a run."""
+    """One running nginx (master + workers) of a run; `configure(snippets)` writes its config
+    file with those snippets (`reload` uses it)."""
 
-    def __init__(self, master: Child, workers: list[int], https_port: int, status_port: int):
+    def __init__(
+        self,
+        master: Child,
+        workers: list[int],
+        https_port: int,
+        status_port: int,
+        configure: Callable[[Snippets], None] | None = None,
+        log: Path | None = None,
+    ):
         self.master, self.workers = master, workers
         self.https_port, self.status_port = https_port, status_port
+        self.configure, self.log = configure, log
+        self.retiring: list[int] = []  # the workers of the config before a reload, until they exit
+
+    def reload(self, snippets: Snippets) -> int:
+        """What `nginx -s reload` does, to the master this harness started: its config rewritten
+        with `snippets`, then SIGHUP (the master starts workers on the new config and asks the old
+        ones to finish their requests and exit). Returns time.time_ns() at the signal."""
+        if self.configure is None:
+            raise TracecostError("this nginx was started without a config it can rewrite")
+        self.configure(snippets)
+        self.retiring, self.workers = self.workers, []
+        signalled = time.time_ns()
+        self.master.send(signal.SIGHUP)
+        return signalled
+
+    def settle(self) -> None:
+        """After a reload (and once its load has closed its connections): returns once the workers
+        of the old config have exited and the master has as many new ones as before, each in the
+        leftovers ledger. A config nginx refused leaves the old workers serving: an error."""
+        wanted = len(self.retiring)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            self.require_running()
+            found = descendants(self.master.pid)
+            fresh = [pid for pid in found if pid not in self.retiring]
+            if len(fresh) == wanted and not set(found) & set(self.retiring):
+                break
+            if time.monotonic() > deadline:
+                raise TracecostError(
+                    f"nginx did not replace its workers after the reload ({len(fresh)} new of {wanted}; "
+                    f"error log: {last_line(self.error_log())})"
+                )
+            exits_within(self.master.pid, 0.01)
+        for pid in self.retiring:
+            leftovers.forget_process(pid)
+        for pid in fresh:
+            leftovers.record_process(pid)
+        self.retiring, self.workers = [], fresh
+
+    def error_log(self) -> str:
+        if self.log is not None:
+            with contextlib.suppress(OSError):
+                return self.log.read_text(errors="replace")
+        return ""
 
     @property
     def pids(self) -> list[int]:
         return [self.master.pid, *self.workers]
+
+    def url(self, path: str) -> str:
+        return f"https://127.0.0.1:{self.https_port}{path}"
 
     def requests(self) -> int:
         """stub_status's request count: every request nginx has begun, this status request included."""
@@ -176,30 +252,41 @@ def wait_for_workers(master: Child, workers: int, status_port: int) -> list[int]
 
 @contextlib.contextmanager
 def running_nginx(
-    folder: Path, site: Site, workers: int, cpus: list[int] | None, env: dict[str, str]
+    folder: Path,
+    site: Site,
+    workers: int,
+    cpus: list[int] | None,
+    env: dict[str, str],
+    snippets: Snippets = NO_SNIPPETS,
 ) -> Iterator[Nginx]:
     """A fresh nginx for one run, pinned to `cpus` (None: not pinned), with `env` added to its
-    environment (uebpf's agent, preloaded); stopped and checked for leftovers on leaving."""
+    environment (uebpf's agent, preloaded) and `snippets` in its config; stopped and checked for
+    leftovers on leaving (its workers of before and after a reload too)."""
     nginx = system.require_tool("nginx", "nginx")
     prefix = folder / "nginx"
     (prefix / "temp").mkdir(parents=True)
     https_port, status_port = services.free_port(), services.free_port()
     conf = prefix / "nginx.conf"
-    conf.write_text(config_text(prefix, site, workers, https_port, status_port))
+
+    def configure(snippets: Snippets) -> None:
+        conf.write_text(config_text(prefix, site, workers, https_port, status_port, snippets))
+
+    configure(snippets)
     argv = services.pinned([nginx, "-p", str(prefix), "-c", str(conf), "-e", str(prefix / "error.log")], cpus)
     with started(
         lambda: Child(
             argv, stderr_path=prefix / "stderr", stdout_path=prefix / "stdout", env={**os.environ, **env}, name="nginx"
         )
     ) as master:
-        pids: list[int] = []
+        served: Nginx | None = None
         try:
             pids = wait_for_workers(master, workers, status_port)
             for pid in pids:
                 leftovers.record_process(pid)
-            yield Nginx(master, pids, https_port, status_port)
+            served = Nginx(master, pids, https_port, status_port, configure, prefix / "error.log")
+            yield served
         finally:
-            services.stop(master, pids)
+            services.stop(master, [] if served is None else [*served.retiring, *served.workers])
 
 
 @dataclass(frozen=True)
@@ -212,26 +299,43 @@ class Load:
 def run_wrk(load: Load, nginx: Nginx, size: int, folder: Path) -> dict:
     """wrk -t1 against nginx's file of `size` bytes; what its done() hook counted. Any error
     (a socket error, a timeout, a response other than 2xx/3xx) fails the run."""
-    wrk = system.require_tool("wrk", "wrk")
     script = folder / "summary.lua"
     script.write_text(WRK_SCRIPT)
-    url = f"https://127.0.0.1:{nginx.https_port}/{file_name(size)}"
+    with running_wrk(load, nginx.url(f"/{file_name(size)}"), script, folder) as wrk:
+        summary = wrk_result(wrk, load)
+    require_no_errors(summary)
+    return summary
+
+
+@contextlib.contextmanager
+def running_wrk(load: Load, url: str, script: Path, folder: Path, args: tuple[str, ...] = ()) -> Iterator[Child]:
+    """wrk -t1 running `script` against `url` for the block (its script's arguments: `args`),
+    pinned to the load's CPUs; stopped by its PID if the block leaves before it has finished."""
+    wrk = system.require_tool("wrk", "wrk")
     command = [wrk, "-t1", f"-c{load.connections}", f"-d{load.duration_s}s", "-s", str(script), url]
-    argv = services.pinned(command, load.cpus)
+    argv = services.pinned([*command, *(["--", *args] if args else [])], load.cpus)
     with started(lambda: Child(argv, stderr_path=folder / "wrk.stderr", name="wrk")) as child:
-        usage = child.wait(timeout_s=load.duration_s + WRK_SLACK_S)
-        output = child.read_stdout()
+        yield child
+
+
+def wrk_result(wrk: Child, load: Load) -> dict:
+    """What the done() hook of a `running_wrk` printed, once wrk has finished; its errors counted,
+    not yet judged (`require_no_errors`)."""
+    usage = wrk.wait(timeout_s=load.duration_s + WRK_SLACK_S)
+    output = wrk.read_stdout()
     if usage.timed_out or usage.exit_code != 0:
         reason = "did not finish" if usage.timed_out else f"exit status {usage.exit_code}"
-        raise TracecostError(f"wrk failed ({reason}): {child.error_line() or last_line(output)}")
-    summary = wrk_summary(output)
+        raise TracecostError(f"wrk failed ({reason}): {wrk.error_line() or last_line(output)}")
+    return wrk_summary(output)
+
+
+def require_no_errors(summary: dict) -> None:
     errors = {kind: count for kind, count in summary["errors"].items() if count}
     if errors:
         said = ", ".join(f"{count} {kind}" for kind, count in errors.items())
         raise TracecostError(f"wrk got errors from nginx ({said} of {summary['requests']} requests)")
     if summary["requests"] == 0:
         raise TracecostError("wrk completed no request")
-    return summary
 
 
 def wrk_summary(output: str) -> dict:
