@@ -34,18 +34,27 @@ STATUS_PATH = "/status"
 WRK_SLACK_S = 30
 
 # wrk runs this script: its done() hook prints one JSON line of what wrk counted (requests,
-# bytes, every kind of error, latency percentiles in microseconds), after wrk's own text.
-WRK_SCRIPT = """\
-done = function(summary, latency, requests)
+# bytes, every kind of error, latency percentiles in microseconds), after wrk's own text. A suite's
+# own script may print more in that line: WRK_SUMMARY_LUA's summary_fields gives the shared fields.
+WRK_SUMMARY_LUA = """\
+function summary_fields(summary, latency)
   local e = summary.errors
-  io.write(string.format(
-    '{"requests": %d, "duration_us": %d, "bytes": %d, "errors": {"connect": %d, "read": %d, ' ..
+  return string.format(
+    '"requests": %d, "duration_us": %d, "bytes": %d, "errors": {"connect": %d, "read": %d, ' ..
     '"write": %d, "status": %d, "timeout": %d}, "latency_us": {"p50": %d, "p90": %d, "p99": %d, ' ..
-    '"max": %d, "mean": %.3f}}\\n',
+    '"max": %d, "mean": %.3f}',
     summary.requests, summary.duration, summary.bytes, e.connect, e.read, e.write, e.status, e.timeout,
-    latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max, latency.mean))
+    latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max, latency.mean)
 end
 """
+WRK_SCRIPT = (
+    WRK_SUMMARY_LUA
+    + """\
+done = function(summary, latency, requests)
+  io.write("{" .. summary_fields(summary, latency) .. "}\\n")
+end
+"""
+)
 WRK_ERRORS = ("connect", "read", "write", "status", "timeout")
 
 
@@ -321,8 +330,9 @@ def running_wrk(load: Load, url: str, script: Path, folder: Path, args: tuple[st
 def wrk_result(wrk: Child, load: Load) -> dict:
     """What the done() hook of a `running_wrk` printed, once wrk has finished; its errors counted,
     not yet judged (`require_no_errors`)."""
-    usage = wrk.wait(timeout_s=load.duration_s + WRK_SLACK_S)
-    output = wrk.read_stdout()
+    # Read as it comes: a script's summary can be larger than a pipe holds (wrk would block on it).
+    output = wrk.read_until_exit(timeout_s=load.duration_s + WRK_SLACK_S)
+    usage = wrk.wait(timeout_s=WRK_SLACK_S)
     if usage.timed_out or usage.exit_code != 0:
         reason = "did not finish" if usage.timed_out else f"exit status {usage.exit_code}"
         raise TracecostError(f"wrk failed ({reason}): {wrk.error_line() or last_line(output)}")

@@ -14,6 +14,7 @@ from tracecost.suites.fuse import FuseSuite
 from tracecost.suites.load import LoadSuite
 from tracecost.suites.micro import MicroSuite
 from tracecost.suites.nginx import NginxSuite
+from tracecost.suites.nginx_filter import NginxFilterSuite
 from tracecost.suites.redis import RedisSuite
 from tracecost.suites.transport import TransportSuite
 from tracecost.suites.vm import VmSuite
@@ -25,6 +26,7 @@ SUITES = {
         MicroSuite(),
         TransportSuite(),
         NginxSuite(),
+        NginxFilterSuite(),
         RedisSuite(),
         FuseSuite(),
         LoadSuite(),

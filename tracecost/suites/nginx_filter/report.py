@@ -1,0 +1,217 @@
+"""Report section of the nginx-filter suite: each filter's throughput and its cost relative to no
+filter, latency and CPU per request (with CIs), the rule change under load per method, and
+findings computed from the results."""
+
+from __future__ import annotations
+
+from tracecost.report import fmt, style
+from tracecost.report.figures import CI_NOTE, by_cell, grouped_bars, how_table, series
+from tracecost.report.model import Chart, Headline, Section, TableBlock
+from tracecost.suites.base import Column, cell_rows
+
+BASELINE = "none"
+QUESTION = "What an nginx request filter costs: config, Lua, njs, uebpf"
+INTRO = (
+    "One deny list (path prefixes and User-Agents, from one rules file) enforced by nginx in each way its "
+    "users write a filter, and by a uebpf program: no filter; nginx's own config (a `location ^~` per prefix, "
+    "a `map` of agents); OpenResty's Lua module (access_by_lua_block, the rules in Lua tables); njs (a "
+    "js_set variable tested by `if`); our nginx module running the uebpf program at the access phase; and the "
+    "same program attached live to an unmodified nginx. Where the language allows it every filter decides "
+    "the same way: per distinct prefix length, one hash lookup of the path's first bytes; one of the agent. "
+    "wrk sends a seeded mix of allowed and denied requests over HTTPS; a run counts only if every response "
+    "had the status its class calls for."
+)
+HOW = {
+    "Service": "the distribution's nginx 1.22, started per run with a private config (HTTPS with a self-signed "
+    "certificate on a free 127.0.0.1 port, keep-alive, access log off) and the method's filter; every path the "
+    "mix asks for is a file in its document root, so a request a filter misses gets 200, a wrong decision",
+    "Load": "wrk -t1 with a Lua script cycling through a seeded sequence of requests of four classes (allowed; "
+    "denied by prefix; denied by agent; flip, allowed until the rule change), each with its class in a header "
+    "nginx echoes back (X-Class); its response() counts statuses per class. Any socket error, or one response of "
+    "a class with another status than the class's, fails the run",
+    "Cost": "1 − filtered/unfiltered requests/s (delta-method 95% CI); CPU: nginx's processes over the load, per "
+    "request served (stub_status)",
+    "Rule change": "once per method after the runs: wrk on the mix, and once nginx has served a few thousand "
+    "requests, the rules replaced by a set that also denies the flip class: the config rewritten and SIGHUP to "
+    "the master (nginx -s reload) for the config languages, the maps' set swapped by the rules loader for uebpf. "
+    "Each flip answer carries its worker and time (X-Worker, X-Msec, millisecond resolution); a stale answer is "
+    "one by the old rules after the change; per worker, the first answer by the new rules. Failed requests: "
+    "wrk's socket errors and timeouts in that run",
+}
+
+
+def label(method: str, config: dict | None = None) -> str:
+    """A method's label as the results name it (this suite's `native` is not the fuse suite's)."""
+    return ((config or {}).get("method_labels") or {}).get(method) or style.label(method)
+
+
+def cost_text(agg: dict) -> str:
+    return fmt.with_ci(agg["cost_pct"]) if agg.get("cost_pct") else "–"
+
+
+REQUESTS = Column.estimate("Requests/s", "requests_per_s", digits=0)
+COST = Column("Cost %", cost_text, traced=True)
+LATENCY = [Column.estimate(f"{p} µs", "latency_us", p, digits=0) for p in ("p50", "p99")]
+CPU = Column.estimate("CPU µs/request", "cpu_ns_per_request", digits=2, scale=1e-3)
+ADDED_CPU = Column.estimate(
+    "+CPU µs/request", "added_cpu_ns_per_request", key="value", digits=2, scale=1e-3, traced=True
+)
+WRONG = Column("Wrong", lambda agg: fmt.count(agg["wrong_decisions"]))
+COLUMNS = [
+    Column.field("Method", "label", name=True),
+    Column.field("n", "n"),
+    REQUESTS,
+    COST,
+    *LATENCY,
+    CPU,
+    ADDED_CPU,
+    WRONG,
+]
+# The terminal's summary: the methods by the names --methods takes.
+SUMMARY = [Column.field("Method", "method", name=True), *COLUMNS[1:]]
+
+
+def changes(suite: dict) -> list[dict]:
+    return ((suite.get("cross_check") or {}).get("rule_changes")) or []
+
+
+def ms(value) -> str:
+    return "–" if value is None else f"{value:,.0f}"
+
+
+def change_table(rule_changes: list[dict], config: dict) -> TableBlock:
+    rows = []
+    for change in rule_changes:
+        if change["status"] != "ok":
+            rows.append([label(change["method"], config), "failed: " + change["error"]] + ["–"] * 6)
+            continue
+        rows.append(
+            [
+                label(change["method"], config),
+                change["changed_by"],
+                fmt.count(change["failed_requests"]),
+                fmt.count(change["wrong_decisions"]),
+                fmt.count(change["stale"]),
+                ms(change["last_stale_ms"]),
+                ms(change["all_workers_new_ms"]),
+                ", ".join(f"{w['pid']}: {ms(w['first_new_ms'])}" for w in change["workers"]),
+            ]
+        )
+    return TableBlock(
+        "Rule change under load",
+        [
+            "Method",
+            "Change",
+            "Failed requests",
+            "Wrong",
+            "Stale answers",
+            "Last stale ms",
+            "All workers new ms",
+            "First new answer per worker (pid: ms)",
+        ],
+        rows,
+        f"One change per method, wrk with {config['connections']} connections for {config['duration_s']:g} s. "
+        "Times in ms after the change (X-Msec: millisecond resolution). Stale: flip requests answered by the old "
+        "rules after the change; Wrong: other classes' responses with a status not their class's.",
+    )
+
+
+def findings(config: dict, aggregates: list[dict], rule_changes: list[dict], failures: list[dict]) -> list[str]:
+    cells = by_cell(aggregates, "method")
+    out = []
+    none = cells.get((BASELINE,)) or {}
+    if (none.get("requests_per_s") or {}).get("mean") is not None:
+        out.append(
+            f"Without a filter nginx serves {fmt.with_ci(none['requests_per_s'], key='mean', digits=0)} requests/s "
+            f"of the mix ({config['prefixes']:,} prefixes of {len(config['prefix_lengths'])} lengths, "
+            f"{config['agents']} agents in the rules)."
+        )
+    costs = {m: (cells.get((m,)) or {}).get("cost_pct") or {} for m in config["methods"] if m != BASELINE}
+    measured = {m: c for m, c in costs.items() if c.get("value") is not None}
+    if measured:
+        out.append(
+            "Throughput cost relative to no filter: "
+            + "; ".join(f"{label(m, config)} {fmt.with_ci(c)}%" for m, c in measured.items())
+            + "."
+        )
+    ours, lua, native = measured.get("uebpf"), measured.get("lua"), measured.get("native")
+    if ours and lua and lua["value"] > 0:
+        out.append(
+            f"uebpf costs {ours['value'] / lua['value']:.2f}× what Lua costs"
+            + (f", {ours['value'] - native['value']:+.1f} points against nginx's config." if native else ".")
+        )
+    wrong = sum(agg["wrong_decisions"] for agg in aggregates)
+    answered = sum(agg["requests"] for agg in aggregates)
+    out.append(f"{wrong} wrong decisions in {answered:,} responses of the counted runs (one fails its run).")
+    for change in rule_changes:
+        if change["status"] != "ok":
+            out.append(f"{label(change['method'], config)}: the rule change failed: {change['error']}")
+            continue
+        stale = (
+            f"{change['stale']} stale answers, the last {ms(change['last_stale_ms'])} ms after the change"
+            if change["stale"]
+            else "no stale answer"
+        )
+        out.append(
+            f"{label(change['method'], config)} ({change['changed_by']}): {change['failed_requests']} failed requests, "
+            f"{stale}; every worker that answered afterwards answered by the new rules within "
+            f"{ms(change['all_workers_new_ms'])} ms ({len(change['workers'])} worker(s))."
+        )
+    if failures:
+        out.append(f"{len(failures)} run(s) failed and are left out of every figure (see results.json).")
+    return out
+
+
+def method_table(config: dict, aggregates: list[dict]) -> TableBlock:
+    return TableBlock(
+        "Every filter",
+        [c.header for c in COLUMNS],
+        cell_rows(COLUMNS, aggregates, baseline=BASELINE),
+        f"{config['runs']} counted runs per method after a discarded warm-up, in a seeded random order (seed "
+        f"{config['seed']}); {config['workers']} worker(s), wrk with {config['connections']} connections for "
+        f"{config['duration_s']:g} s per run"
+        + (
+            f", wrk on CPU {config['wrk_cpus']} and nginx on {config['nginx_cpus']}"
+            if config["pinned"]
+            else ", unpinned"
+        )
+        + ". Cost: 1 − filtered/unfiltered requests/s (delta-method 95% CI). +CPU: minus no filter's (Welch 95% CI). "
+        "Wrong: responses whose status was not their class's, summed over the counted runs.",
+    )
+
+
+def render(suite: dict, environment: dict) -> Section:
+    config, aggregates = suite["config"], suite["aggregates"]
+    rule_changes = changes(suite)
+    tables = [method_table(config, aggregates)]
+    if rule_changes:
+        tables.append(change_table(rule_changes, config))
+    tables.append(how_table(HOW))
+    cells = by_cell(aggregates, "method")
+    return Section(
+        suite="nginx-filter",
+        title="An nginx request filter: config, Lua, njs and uebpf deciding the same rules",
+        intro=INTRO,
+        findings=findings(config, aggregates, rule_changes, suite["failures"]),
+        charts=[chart(config, cells)],
+        tables=tables,
+    )
+
+
+def chart(config: dict, cells: dict) -> Chart:
+    bars = series({(None, m): cells.get((m,)) for m in config["methods"]}, [None], config["methods"], "requests_per_s")
+    return Chart(
+        "Requests per second",
+        grouped_bars("nginx requests/s by filter", ["the mix"], bars, x_title="", y_title="requests/s"),
+        f"Mean over the counted runs. {CI_NOTE}",
+    )
+
+
+def headline(suite: dict) -> Headline:
+    """The overview's row: each filter's throughput cost relative to no filter."""
+    config = suite["config"]
+    cells = by_cell(suite["aggregates"], "method")
+    named = {
+        label(m, config): (cells.get((m,)) or {}).get("cost_pct") or {} for m in config["methods"] if m != BASELINE
+    }
+    return Headline(QUESTION, fmt.answers(named, unit="%"), fmt.verdict(named, "lower", "cheaper"))
