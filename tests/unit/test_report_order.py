@@ -8,7 +8,19 @@ from tracecost.suites import SUITES
 
 from .samples import document
 
-READER_ORDER = ["duration", "micro", "transport", "nginx", "redis", "fuse", "load", "vm", "compat", "app"]
+READER_ORDER = [
+    "duration",
+    "micro",
+    "transport",
+    "nginx",
+    "nginx-filter",
+    "redis",
+    "fuse",
+    "load",
+    "vm",
+    "compat",
+    "app",
+]
 
 
 def test_the_suite_table_is_in_the_order_a_reader_asks_in():

@@ -16,7 +16,6 @@ request mix, wrk's script, what its counts must be), filters.py (the methods), u
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,14 +45,6 @@ CHANGE_AFTER_REQUESTS = 2_000
 RUN_REPETITIONS = 2
 RUN_DURATION_S = 1
 GROUP = Group({}, "the request mix")
-UEBPF_GLUE = "tracecost.suites.nginx_filter.uebpf_filter"
-
-
-def uebpf_missing() -> str | None:
-    """Why the uebpf methods cannot run in this tree (their glue module is not there), or None."""
-    if importlib.util.find_spec(UEBPF_GLUE) is None:
-        return "the uebpf filter (tracecost/suites/nginx_filter/uebpf_filter.py) is not in this tree yet"
-    return None
 
 
 def make_filter(name: str) -> Filter:
@@ -270,24 +261,10 @@ class NginxFilterSuite(Suite):
             served = nginx.requests() - before - 1  # the second status request counts itself
             after = method.decisions()
             nginx.require_running()
-        counts = load.class_counts(summary)
-        require_no_failures(summary, counts)
-        expected = load.EXPECTED if method.denies else load.UNFILTERED
-        load.require_right(counts, summary["requests"], expected)
         if served <= 0:
             raise TracecostError(f"nginx served {served} requests during the run")
-        seconds = summary["duration_us"] / 1e6
-        return {
-            "requests": summary["requests"],
-            "served": served,
-            "duration_s": seconds,
-            "requests_per_s": summary["requests"] / seconds,
-            "latency_us": summary["latency_us"],
-            "cpu_ns_per_request": cpu / served,
-            "classes": {cls: {str(status): n for status, n in by.items()} for cls, by in counts.items()},
-            "wrong_decisions": 0,
-            "filter_decisions": check_decisions(before=decided, after=after, counts=counts, config=config),
-        }
+        made = None if decided is None or after is None else {key: after[key] - decided[key] for key in decided}
+        return run_record(method, summary, served, cpu, made, config.connections)
 
     def cross_check(self, config: FilterConfig, methods: dict, workdir: Path) -> dict | None:
         """The rule change under load, once per filtering method: its record or its error each."""
@@ -320,19 +297,7 @@ class NginxFilterSuite(Suite):
             if nginx.retiring:
                 nginx.settle()
             nginx.require_running()
-        counts = load.class_counts(summary)
-        failed = {kind: n for kind, n in summary["errors"].items() if kind != "status" and n}
-        change = load.rule_change(load.flip_answers(summary), changed_ns)
-        wrong = load.wrong_decisions(counts, load.EXPECTED, ("allowed", "prefix", "agent"))
-        return {
-            "changed_by": method.changed_by,
-            "requests": summary["requests"],
-            "requests_per_s": summary["requests"] / (summary["duration_us"] / 1e6),
-            "failed_requests": sum(failed.values()),
-            "errors": failed,
-            "wrong_decisions": sum(wrong.values()),
-            **change,
-        }
+        return change_record(method, summary, changed_ns)
 
     def aggregate_cell(self, cell: Cell, config: FilterConfig) -> dict:
         filtered = cell.method != BASELINE
@@ -406,21 +371,61 @@ def require_no_failures(summary: dict, counts: dict[str, dict[int, int]]) -> Non
         raise TracecostError(f"wrk counted {summary['errors']['status']} error statuses, its script {refused}")
 
 
-def check_decisions(before: dict | None, after: dict | None, counts: dict, config: FilterConfig) -> dict | None:
+def check_decisions(made: dict | None, counts: dict, connections: int) -> dict | None:
     """A filter that counts its own decisions (uebpf's program) must agree with wrk: as many denied
     as wrk got 403s and allowed as 200s, up to the requests wrk had sent but not yet counted when
     it stopped (one per connection), and for allowed the two status requests the harness makes."""
-    if before is None or after is None:
+    if made is None:
         return None
-    made = {key: after[key] - before[key] for key in ("allowed", "denied")}
     seen = {
         "allowed": sum(by.get(200, 0) for by in counts.values()),
         "denied": sum(by.get(403, 0) for by in counts.values()),
     }
-    slack = {"allowed": config.connections + 2, "denied": config.connections}
+    slack = {"allowed": connections + 2, "denied": connections}
     for key in ("allowed", "denied"):
         if not 0 <= made[key] - seen[key] <= slack[key]:
             raise TracecostError(
                 f"the filter counted {made[key]} {key} requests, wrk {seen[key]} (at most {slack[key]} apart)"
             )
     return made
+
+
+def run_record(
+    method: Filter, summary: dict, served: int, cpu_ns: int, decisions: dict | None, connections: int
+) -> dict:
+    """A throughput run's record (schema.json: nginx_filter_run) from what wrk's script printed,
+    nginx's count of requests served and its CPU time over the load, and the filter's own count of
+    its decisions (or None): an error unless every response was its class's."""
+    counts = load.class_counts(summary)
+    require_no_failures(summary, counts)
+    load.require_right(counts, summary["requests"], load.EXPECTED if method.denies else load.UNFILTERED)
+    seconds = summary["duration_us"] / 1e6
+    return {
+        "requests": summary["requests"],
+        "served": served,
+        "duration_s": seconds,
+        "requests_per_s": summary["requests"] / seconds,
+        "latency_us": summary["latency_us"],
+        "cpu_ns_per_request": cpu_ns / served,
+        "classes": {cls: {str(status): n for status, n in by.items()} for cls, by in counts.items()},
+        "wrong_decisions": 0,
+        "filter_decisions": check_decisions(decisions, counts, connections),
+    }
+
+
+def change_record(method: Filter, summary: dict, changed_ns: int) -> dict:
+    """A rule change's record (schema.json: nginx_filter_rule_change) from what wrk's script
+    printed (with every flip answer) and the moment of the change (time.time_ns())."""
+    counts = load.class_counts(summary)
+    failed = {kind: n for kind, n in summary["errors"].items() if kind != "status" and n}
+    change = load.rule_change(load.flip_answers(summary), changed_ns)
+    wrong = load.wrong_decisions(counts, load.EXPECTED, ("allowed", "prefix", "agent"))
+    return {
+        "changed_by": method.changed_by,
+        "requests": summary["requests"],
+        "requests_per_s": summary["requests"] / (summary["duration_us"] / 1e6),
+        "failed_requests": sum(failed.values()),
+        "errors": failed,
+        "wrong_decisions": sum(wrong.values()),
+        **change,
+    }

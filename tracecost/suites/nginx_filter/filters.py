@@ -13,6 +13,7 @@ set of agents. Config text quotes every rule, so that no rule can add a directiv
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -239,9 +240,7 @@ class Njs(Filter):
 def uebpf_glue():
     """uebpf's half of the suite (uebpf_filter.py: its module, rules loader and extension),
     imported when a uebpf method runs, so that the other methods run without it."""
-    from tracecost.suites.nginx_filter import uebpf_filter
-
-    return uebpf_filter
+    return importlib.import_module("tracecost.suites.nginx_filter.uebpf_filter")
 
 
 def with_headers(snippets) -> Snippets:

@@ -154,8 +154,8 @@ def findings(config: dict, aggregates: list[dict], rule_changes: list[dict], fai
         )
         out.append(
             f"{label(change['method'], config)} ({change['changed_by']}): {change['failed_requests']} failed requests, "
-            f"{stale}; every worker that answered afterwards answered by the new rules within "
-            f"{ms(change['all_workers_new_ms'])} ms ({len(change['workers'])} worker(s))."
+            f"{stale}; the first answer by the new rules came within "
+            f"{ms(change['all_workers_new_ms'])} ms of the change in each of {len(change['workers'])} worker(s)."
         )
     if failures:
         out.append(f"{len(failures)} run(s) failed and are left out of every figure (see results.json).")

@@ -93,17 +93,18 @@ def parse(text: bytes, name: str) -> RuleSet:
     prefixes: list[str] = []
     agents: list[str] = []
     for number, raw in enumerate(text.split(b"\n"), start=1):
-        raw = raw.removesuffix(b"\r")
 
         def error(what: str, number: int = number) -> TracecostError:
             return TracecostError(f"{name}:{number}: {what}")
 
+        # A comment is any UTF-8 text; a blank line has spaces or tabs at most. A rule is ASCII (and
+        # a carriage return is a byte no rule has: a CRLF file's rules are refused, not trimmed).
+        if not raw.strip(b" \t") or raw.startswith(b"#"):
+            continue
         try:
             line = raw.decode("ascii")
         except UnicodeDecodeError:
             raise error("a rule is ASCII text (0x20..0x7e)") from None
-        if not line.strip() or line.startswith("#"):
-            continue
         word, space, value = line.partition(" ")
         if word not in ("prefix", "agent"):
             raise error(f"a rule is 'prefix /PATH' or 'agent USER-AGENT', not {line[:40]!r}")
