@@ -251,6 +251,7 @@ def test_a_rule_change_counts_stale_answers_and_times_each_workers_first_new_one
     )
     assert record["last_stale_ms"] == pytest.approx(50) and record["all_workers_new_ms"] == pytest.approx(90)
     assert [(w["pid"], round(w["first_new_ms"])) for w in record["workers"]] == [(8, 30), (9, 90)]
+    assert record["stale_workers"] == [7]
     assert record["changed_by"] == "reload (SIGHUP)" and record["flip_answers"] == 6
 
 

@@ -271,6 +271,7 @@ def rule_change(answers: list[FlipAnswer], changed_ns: int) -> dict:
         "flip_answers_after": len(after),
         "stale": len(stale),
         "last_stale_ms": max(answer.ms for answer in stale) - changed_ms if stale else None,
+        "stale_workers": sorted({answer.worker for answer in stale}),
         "workers": [{"pid": worker, "first_new_ms": first - changed_ms} for worker, first in sorted(first_new.items())],
         "all_workers_new_ms": max(first_new.values()) - changed_ms,
     }
