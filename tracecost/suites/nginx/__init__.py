@@ -78,6 +78,33 @@ class NginxConfig:
         return services.split_cpus(self.pin)
 
 
+# nginx's workers and wrk's load: the options of every suite that runs nginx under wrk.
+LOAD_OPTIONS = (
+    Option(("--workers",), "workers", "nginx worker processes.", type=click.IntRange(1, MAX_WORKERS), default=1),
+    Option(
+        ("--connections",),
+        "connections",
+        "wrk's open connections (-c), kept alive.",
+        type=click.IntRange(1, 10000),
+        default=DEFAULT_CONNECTIONS,
+    ),
+    Option(
+        ("--duration",),
+        "duration_s",
+        "Seconds of load per run (wrk -d takes whole seconds).",
+        type=click.IntRange(1, 3600),
+        default=DEFAULT_DURATION_S,
+    ),
+    Option(
+        ("--no-pin",),
+        "no_pin",
+        "Do not pin wrk (first CPU) and nginx (the other CPUs) to separate CPUs.",
+        is_flag=True,
+        default=False,
+    ),
+)
+
+
 class NginxSuite(Suite):
     name = "nginx"
     # Each tool in its runtime's colour, syscount's a shade darker than sslsniff's, and syscount
@@ -108,28 +135,7 @@ class NginxSuite(Suite):
             type=CommaList(SizeType()),
             default="1k",
         ),
-        Option(("--workers",), "workers", "nginx worker processes.", type=click.IntRange(1, MAX_WORKERS), default=1),
-        Option(
-            ("--connections",),
-            "connections",
-            "wrk's open connections (-c), kept alive.",
-            type=click.IntRange(1, 10000),
-            default=DEFAULT_CONNECTIONS,
-        ),
-        Option(
-            ("--duration",),
-            "duration_s",
-            "Seconds of load per run (wrk -d takes whole seconds).",
-            type=click.IntRange(1, 3600),
-            default=DEFAULT_DURATION_S,
-        ),
-        Option(
-            ("--no-pin",),
-            "no_pin",
-            "Do not pin wrk (first CPU) and nginx (the other CPUs) to separate CPUs.",
-            is_flag=True,
-            default=False,
-        ),
+        *LOAD_OPTIONS,
     )
 
     def method_names(self) -> tuple[str, ...]:

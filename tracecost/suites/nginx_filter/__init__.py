@@ -29,15 +29,12 @@ from tracecost.report import style
 from tracecost.report.style import MethodStyle
 from tracecost.suites import base
 from tracecost.suites.base import Cell, Group, Metric, Option, Suite, UsageError, UsageProblem
-from tracecost.suites.nginx import throughput_loss
+from tracecost.suites.nginx import DEFAULT_CONNECTIONS, DEFAULT_DURATION_S, LOAD_OPTIONS, throughput_loss
 from tracecost.suites.nginx_filter import filters, load, report, rules
 from tracecost.suites.nginx_filter.filters import Filter
 
 METHODS = ("none", "native", "lua", "njs", "uebpf", "uebpf-live")
 BASELINE = "none"
-DEFAULT_CONNECTIONS = 10
-DEFAULT_DURATION_S = 3
-MAX_WORKERS = 64
 # The rule change waits for this many requests served before it changes the rules: the load is
 # under way (a tenth of a second here), and most of the run's answers come after the change.
 CHANGE_AFTER_REQUESTS = 2_000
@@ -126,21 +123,7 @@ class NginxFilterSuite(Suite):
         UsageError(("--methods", "native"), (BASELINE,)),
     )
     options = (
-        Option(("--workers",), "workers", "nginx worker processes.", type=click.IntRange(1, MAX_WORKERS), default=1),
-        Option(
-            ("--connections",),
-            "connections",
-            "wrk's open connections (-c), kept alive.",
-            type=click.IntRange(1, 10000),
-            default=DEFAULT_CONNECTIONS,
-        ),
-        Option(
-            ("--duration",),
-            "duration_s",
-            "Seconds of load per run, the rule change's too (wrk -d takes whole seconds).",
-            type=click.IntRange(1, 3600),
-            default=DEFAULT_DURATION_S,
-        ),
+        *LOAD_OPTIONS,
         Option(
             ("--prefixes",),
             "prefixes",
@@ -161,13 +144,6 @@ class NginxFilterSuite(Suite):
             "A rules file of your own ('prefix /PATH' and 'agent USER-AGENT' lines) instead of the seeded one.",
             type=click.Path(dir_okay=False, path_type=Path),
             metavar="FILE",
-        ),
-        Option(
-            ("--no-pin",),
-            "no_pin",
-            "Do not pin wrk (first CPU) and nginx (the other CPUs) to separate CPUs.",
-            is_flag=True,
-            default=False,
         ),
     )
 

@@ -8,6 +8,7 @@ from tracecost.report import fmt, style
 from tracecost.report.figures import CI_NOTE, by_cell, grouped_bars, how_table, series
 from tracecost.report.model import Chart, Headline, Section, TableBlock
 from tracecost.suites.base import Column, cell_rows
+from tracecost.suites.nginx.report import ADDED_CPU, CPU, LATENCY, REQUESTS
 
 BASELINE = "none"
 QUESTION = "What an nginx request filter costs: config, Lua, njs, uebpf"
@@ -49,13 +50,7 @@ def cost_text(agg: dict) -> str:
     return fmt.with_ci(agg["cost_pct"]) if agg.get("cost_pct") else "–"
 
 
-REQUESTS = Column.estimate("Requests/s", "requests_per_s", digits=0)
 COST = Column("Cost %", cost_text, traced=True)
-LATENCY = [Column.estimate(f"{p} µs", "latency_us", p, digits=0) for p in ("p50", "p99")]
-CPU = Column.estimate("CPU µs/request", "cpu_ns_per_request", digits=2, scale=1e-3)
-ADDED_CPU = Column.estimate(
-    "+CPU µs/request", "added_cpu_ns_per_request", key="value", digits=2, scale=1e-3, traced=True
-)
 WRONG = Column("Wrong", lambda agg: fmt.count(agg["wrong_decisions"]))
 COLUMNS = [
     Column.field("Method", "label", name=True),
