@@ -129,20 +129,23 @@ SUMMARY = [FILE, Column.field("Method", "method", name=True), Column.field("n", 
 SUMMARY += [CPU, ADDED_CPU, *TRACER_EVENTS]
 
 
+def load_note(config: dict, cell: str) -> str:
+    """How the runs of a `cell` (a cell, a method) loaded nginx: their number, order and load."""
+    pinning = f", wrk on CPU {config['wrk_cpus']} and nginx on {config['nginx_cpus']}" if config["pinned"] else ""
+    return (
+        f"{config['runs']} counted runs per {cell} after a discarded warm-up, in a seeded random order (seed "
+        f"{config['seed']}); {config['workers']} worker(s), wrk with {config['connections']} connections for "
+        f"{config['duration_s']:g} s per run" + (pinning or ", unpinned")
+    )
+
+
 def method_table(config: dict, aggregates: list[dict]) -> TableBlock:
     columns, rows = [c.header for c in COLUMNS], cell_rows(COLUMNS, aggregates)
     return TableBlock(
         "Every method",
         columns,
         rows,
-        f"{config['runs']} counted runs per cell after a discarded warm-up, in a seeded random order (seed "
-        f"{config['seed']}); {config['workers']} worker(s), wrk with {config['connections']} connections for "
-        f"{config['duration_s']:g} s per run"
-        + (
-            f", wrk on CPU {config['wrk_cpus']} and nginx on {config['nginx_cpus']}"
-            if config["pinned"]
-            else ", unpinned"
-        )
+        load_note(config, "cell")
         + ". Loss: 1 − traced/untraced requests/s (delta-method 95% CI). CPU: nginx's processes and the tracer's "
         "loader over the load, per request served (kernel probes run in nginx's context); +: minus the "
         "baseline's (Welch 95% CI). Events/s: records received (sslsniff) or system calls counted (syscount).",

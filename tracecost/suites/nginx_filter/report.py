@@ -8,7 +8,7 @@ from tracecost.report import fmt, style
 from tracecost.report.figures import CI_NOTE, by_cell, grouped_bars, how_table, series
 from tracecost.report.model import Chart, Headline, Section, TableBlock
 from tracecost.suites.base import Column, cell_rows
-from tracecost.suites.nginx.report import ADDED_CPU, CPU, LATENCY, REQUESTS
+from tracecost.suites.nginx.report import ADDED_CPU, CPU, LATENCY, REQUESTS, load_note
 
 BASELINE = "none"
 QUESTION = "What an nginx request filter costs: config, Lua, njs, uebpf"
@@ -162,14 +162,7 @@ def method_table(config: dict, aggregates: list[dict]) -> TableBlock:
         "Every filter",
         [c.header for c in COLUMNS],
         cell_rows(COLUMNS, aggregates, baseline=BASELINE),
-        f"{config['runs']} counted runs per method after a discarded warm-up, in a seeded random order (seed "
-        f"{config['seed']}); {config['workers']} worker(s), wrk with {config['connections']} connections for "
-        f"{config['duration_s']:g} s per run"
-        + (
-            f", wrk on CPU {config['wrk_cpus']} and nginx on {config['nginx_cpus']}"
-            if config["pinned"]
-            else ", unpinned"
-        )
+        load_note(config, "method")
         + ". Cost: 1 − filtered/unfiltered requests/s (delta-method 95% CI). +CPU: minus no filter's (Welch 95% CI). "
         "Wrong: responses whose status was not their class's, summed over the counted runs.",
     )
