@@ -173,38 +173,46 @@ class Nginx:
     def reload(self, snippets: Snippets) -> int:
         """What `nginx -s reload` does, to the master this harness started: its config rewritten
         with `snippets`, then SIGHUP (the master starts workers on the new config and asks the old
-        ones to finish their requests and exit). Returns time.time_ns() at the signal."""
+        ones to finish their requests and exit). Returns time.time_ns() at the signal, once the
+        new workers are there (in the leftovers ledger); a config nginx refused starts none: an
+        error with its log's last line."""
         if self.configure is None:
             raise TracecostError("this nginx was started without a config it can rewrite")
         self.configure(snippets)
         self.retiring, self.workers = self.workers, []
         signalled = time.time_ns()
         self.master.send(signal.SIGHUP)
+        self.workers = self.await_workers(
+            lambda found: len([pid for pid in found if pid not in self.retiring]) == len(self.retiring),
+            "start workers on the new config",
+        )
+        for pid in self.workers:
+            leftovers.record_process(pid)
         return signalled
 
     def settle(self) -> None:
-        """After a reload (and once its load has closed its connections): returns once the workers
-        of the old config have exited and the master has as many new ones as before, each in the
-        leftovers ledger. A config nginx refused leaves the old workers serving: an error."""
-        wanted = len(self.retiring)
+        """After a reload, once its load has closed its connections: returns once the workers of
+        the old config have exited."""
+        self.await_workers(lambda found: not set(found) & set(self.retiring), "retire the old workers")
+        for pid in self.retiring:
+            leftovers.forget_process(pid)
+        self.retiring = []
+
+    def await_workers(self, done: Callable[[list[int]], bool], what: str) -> list[int]:
+        """The master's workers not retiring, once `done(every worker)` holds."""
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
             self.require_running()
             found = descendants(self.master.pid)
-            fresh = [pid for pid in found if pid not in self.retiring]
-            if len(fresh) == wanted and not set(found) & set(self.retiring):
-                break
+            if done(found):
+                return [pid for pid in found if pid not in self.retiring]
             if time.monotonic() > deadline:
                 raise TracecostError(
-                    f"nginx did not replace its workers after the reload ({len(fresh)} new of {wanted}; "
-                    f"error log: {last_line(self.error_log())})"
+                    f"nginx did not {what} after the reload within {READY_TIMEOUT_S} s "
+                    f"(error log: {last_line(self.error_log())})"
                 )
+            # The master's pidfd turns readable if it exits; otherwise look again 10 ms later.
             exits_within(self.master.pid, 0.01)
-        for pid in self.retiring:
-            leftovers.forget_process(pid)
-        for pid in fresh:
-            leftovers.record_process(pid)
-        self.retiring, self.workers = [], fresh
 
     def error_log(self) -> str:
         if self.log is not None:
