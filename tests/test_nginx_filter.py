@@ -114,3 +114,27 @@ def test_no_rules_file_or_a_malformed_rule_is_one_line(tmp_path, content, words)
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert all(word in lines[0] for word in ["--rules", *words]), lines
     assert not (tmp_path / "out").exists()
+
+
+UEBPF_GLUE = Path(__file__).parents[1] / "tracecost/suites/nginx_filter/uebpf_filter.py"
+
+
+@pytest.mark.skipif(not UEBPF_GLUE.exists(), reason="uebpf's half of the suite (uebpf_filter.py) is not in this tree")
+def test_the_uebpf_filters_decide_right_and_change_rules_dropping_nothing(tmp_path, private_tmp):
+    """Our module and the live extension: every decision right and counted by the program as wrk
+    counted it, and the rules swapped under load without a failed request or a stale answer."""
+    before, regions = processes_running(NGINX), set(Path("/dev/shm").glob("uebpf-*"))
+    result = run_tracecost(
+        *("nginx-filter", "--methods", "none,uebpf,uebpf-live", "--runs", "1", "--duration", "1"),
+        *("--out", str(tmp_path)),
+        env={"TMPDIR": str(private_tmp)},
+    )
+    part = results.load(tmp_path / "results.json")["suites"]["nginx-filter"]
+    assert result.returncode == 0 and part["failures"] == [] and part["unavailable"] == [], part["failures"]
+    for run in (run for run in part["runs"] if run["method"] != "none"):
+        denied = sum(n for by in run["classes"].values() for status, n in by.items() if status == "403")
+        assert run["filter_decisions"]["denied"] >= denied > 0, run
+    for change in part["cross_check"]["rule_changes"]:
+        assert change["status"] == "ok" and change["failed_requests"] == 0 and change["stale"] == 0, change
+    assert processes_running(NGINX) <= before and list(private_tmp.iterdir()) == []
+    assert set(Path("/dev/shm").glob("uebpf-*")) <= regions, "a region of the run is left"
