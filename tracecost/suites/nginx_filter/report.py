@@ -129,6 +129,14 @@ def findings(config: dict, aggregates: list[dict], rule_changes: list[dict], fai
             + "; ".join(f"{label(m, config)} {fmt.with_ci(c)}%" for m, c in measured.items())
             + "."
         )
+    added = {m: (cells.get((m,)) or {}).get("added_cpu_ns_per_request") or {} for m in costs}
+    added = {m: a for m, a in added.items() if a.get("value") is not None}
+    if added:
+        out.append(
+            "nginx's CPU per request added by the filter: "
+            + "; ".join(f"{label(m, config)} {fmt.with_ci(a, digits=2, scale=1e-3)} µs" for m, a in added.items())
+            + "."
+        )
     ours, lua, native = measured.get("uebpf"), measured.get("lua"), measured.get("native")
     if ours and lua and lua["value"] > 0:
         out.append(
@@ -148,7 +156,8 @@ def findings(config: dict, aggregates: list[dict], rule_changes: list[dict], fai
             else "no stale answer"
         )
         out.append(
-            f"{label(change['method'], config)} ({change['changed_by']}): {change['failed_requests']} failed requests, "
+            f"{label(change['method'], config)} ({change['changed_by']}): {change['failed_requests']} failed requests "
+            f"(wrk had {config['connections']} connections), "
             f"{stale}; the first answer by the new rules came within "
             f"{ms(change['all_workers_new_ms'])} ms of the change in each of {len(change['workers'])} worker(s)."
         )
