@@ -196,24 +196,35 @@ def test_the_mix_script_prints_a_summary_tracecost_reads():
 
 
 def test_a_run_counts_only_with_every_decision_right():
-    record = run_record(make_filter("lua"), summary(RIGHT), 101, 2_020_000, None, 10)
+    record = run_record(make_filter("lua"), summary(RIGHT), 101, 2_020_000, None, 10, wrk_cpu_ns=1)
     assert record["wrong_decisions"] == 0 and record["requests_per_s"] == 100 and record["cpu_ns_per_request"] == 20_000
     assert record["classes"]["prefix"] == {"403": 25}
+    assert record["nginx_busy_pct"] == pytest.approx(0.202) and record["wrk_cpu_ns_per_request"] == 0.01
     with pytest.raises(TracecostError, match=r"wrong decisions .*prefix: 2 of 25 \(2× 200, 23× 403\)"):
-        run_record(make_filter("lua"), summary({**RIGHT, "prefix 403": 23, "prefix 200": 2}), 101, 1, None, 10)
+        run_record(
+            make_filter("lua"), summary({**RIGHT, "prefix 403": 23, "prefix 200": 2}), 101, 1, None, 10, wrk_cpu_ns=1
+        )
     # Without a filter every request gets its file: a 403 there is wrong too.
     every_file = {"allowed 200": 50, "prefix 200": 25, "agent 200": 15, "flip 200": 10}
-    assert run_record(make_filter("none"), summary(every_file), 101, 1, None, 10)["wrong_decisions"] == 0
+    assert run_record(make_filter("none"), summary(every_file), 101, 1, None, 10, wrk_cpu_ns=1)["wrong_decisions"] == 0
     with pytest.raises(TracecostError, match="wrong decisions"):
-        run_record(make_filter("none"), summary(RIGHT), 101, 1, None, 10)
+        run_record(make_filter("none"), summary(RIGHT), 101, 1, None, 10, wrk_cpu_ns=1)
     with pytest.raises(TracecostError, match=r"wrk got errors from nginx \(3 read"):
-        run_record(make_filter("lua"), summary(RIGHT, read=3), 101, 1, None, 10)
+        run_record(make_filter("lua"), summary(RIGHT, read=3), 101, 1, None, 10, wrk_cpu_ns=1)
     with pytest.raises(TracecostError, match="no response of class flip"):
-        run_record(make_filter("lua"), summary({k: n for k, n in RIGHT.items() if k != "flip 200"}), 101, 1, None, 10)
+        run_record(
+            make_filter("lua"),
+            summary({k: n for k, n in RIGHT.items() if k != "flip 200"}),
+            101,
+            1,
+            None,
+            10,
+            wrk_cpu_ns=1,
+        )
     with pytest.raises(TracecostError, match="no class of the mix came back \\(unlabelled\\)"):
-        run_record(make_filter("lua"), summary({**RIGHT, "unlabelled 200": 1}), 101, 1, None, 10)
+        run_record(make_filter("lua"), summary({**RIGHT, "unlabelled 200": 1}), 101, 1, None, 10, wrk_cpu_ns=1)
     with pytest.raises(TracecostError, match="wrk counted 41 error statuses, its script 40"):
-        run_record(make_filter("lua"), summary(RIGHT, status_errors=41), 101, 1, None, 10)
+        run_record(make_filter("lua"), summary(RIGHT, status_errors=41), 101, 1, None, 10, wrk_cpu_ns=1)
 
 
 def test_a_filters_own_count_must_agree_with_wrks():
@@ -278,4 +289,11 @@ def test_the_aggregates_cost_is_relative_to_no_filter_with_cis():
     assert all(agg["wrong_decisions"] == 0 and agg["n"] == 2 for agg in part["aggregates"])
     section = SUITES["nginx-filter"].render(part, {})
     assert any(re.match(r"Throughput cost relative to no filter: nginx config -?\d", f) for f in section.findings)
+    assert any(re.match(r"In CPU per request, uebpf costs -?\d.* Lua's", f) for f in section.findings)
+    cpu = [run["cpu_ns_per_request"] for run in part["runs"] if not run["warmup"]]
+    assert all(value > 0 for value in cpu) and cells["njs"]["cpu_cost_pct"]["value"] == pytest.approx(
+        (cells["njs"]["cpu_ns_per_request"]["mean"] / cells["none"]["cpu_ns_per_request"]["mean"] - 1) * 100
+    )
+    # The sample's nginx is busy 40-60% of its load: the report says its throughput is not nginx's limit.
+    assert any(f.startswith("Without a filter nginx's CPU was busy") for f in section.findings)
     assert [table.title for table in section.tables][:2] == ["Every filter", "Rule change under load"]

@@ -233,6 +233,7 @@ class NginxFilterSuite(Suite):
             before, cpu = nginx.requests(), nginx.cpu_ns()
             with running_wrk(workload, nginx.url("/"), setup.script, workdir) as wrk:
                 summary = wrk_result(wrk, workload)
+                wrk_cpu_ns = round(wrk.wait().cpu_s * 1e9)
             cpu = nginx.cpu_ns() - cpu
             served = nginx.requests() - before - 1  # the second status request counts itself
             after = method.decisions()
@@ -240,7 +241,7 @@ class NginxFilterSuite(Suite):
         if served <= 0:
             raise TracecostError(f"nginx served {served} requests during the run")
         made = None if decided is None or after is None else {key: after[key] - decided[key] for key in decided}
-        return run_record(method, summary, served, cpu, made, config.connections)
+        return run_record(method, summary, served, cpu, made, config.connections, wrk_cpu_ns=wrk_cpu_ns)
 
     def cross_check(self, config: FilterConfig, methods: dict, workdir: Path) -> dict | None:
         """The rule change under load, once per filtering method: its record or its error each."""
@@ -290,7 +291,11 @@ class NginxFilterSuite(Suite):
             "cost_pct": against_none(throughput_loss, "requests_per_s"),
             "latency_us": {p: stats.summarize(cell.values("latency_us", p)) for p in ("p50", "p99")},
             "cpu_ns_per_request": stats.summarize(cell.values("cpu_ns_per_request")),
+            "nginx_busy_pct": stats.summarize(cell.values("nginx_busy_pct")),
+            "wrk_cpu_ns_per_request": stats.summarize(cell.values("wrk_cpu_ns_per_request")),
             "added_cpu_ns_per_request": against_none(stats.difference, "cpu_ns_per_request"),
+            # filtered/none - 1, as a percentage: the CPU nginx spends per request on the filter.
+            "cpu_cost_pct": against_none(stats.overhead_percent, "cpu_ns_per_request"),
             "wrong_decisions": sum(cell.values("wrong_decisions")),
             "requests": sum(cell.values("requests")),
         }
@@ -367,11 +372,22 @@ def check_decisions(made: dict | None, counts: dict, connections: int) -> dict |
 
 
 def run_record(
-    method: Filter, summary: dict, served: int, cpu_ns: int, decisions: dict | None, connections: int
+    method: Filter,
+    summary: dict,
+    served: int,
+    cpu_ns: int,
+    decisions: dict | None,
+    connections: int,
+    *,
+    wrk_cpu_ns: int,
 ) -> dict:
     """A throughput run's record (schema.json: nginx_filter_run) from what wrk's script printed,
-    nginx's count of requests served and its CPU time over the load, and the filter's own count of
-    its decisions (or None): an error unless every response was its class's."""
+    nginx's count of requests served and its CPU time over the load, the filter's own count of its
+    decisions (or None) and wrk's CPU time: an error unless every response was its class's.
+
+    On two CPUs wrk (one) can be as busy as nginx (the other): nginx's share of its CPU over the
+    load (nginx_busy_pct) and wrk's CPU per request say which side set the pace; nginx's CPU per
+    request is the filter's cost whichever did."""
     counts = load.class_counts(summary)
     require_no_failures(summary, counts)
     load.require_right(counts, summary["requests"], load.EXPECTED if method.denies else load.UNFILTERED)
@@ -383,6 +399,8 @@ def run_record(
         "requests_per_s": summary["requests"] / seconds,
         "latency_us": summary["latency_us"],
         "cpu_ns_per_request": cpu_ns / served,
+        "nginx_busy_pct": cpu_ns / (seconds * 1e9) * 100,
+        "wrk_cpu_ns_per_request": wrk_cpu_ns / summary["requests"],
         "classes": {cls: {str(status): n for status, n in by.items()} for cls, by in counts.items()},
         "wrong_decisions": 0,
         "filter_decisions": check_decisions(decisions, counts, connections),

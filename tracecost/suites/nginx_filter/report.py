@@ -11,6 +11,8 @@ from tracecost.suites.base import Column, cell_rows
 from tracecost.suites.nginx.report import ADDED_CPU, CPU, LATENCY, REQUESTS, load_note
 
 BASELINE = "none"
+# Below this share of its CPU (per worker) over the load, nginx was not what limited the throughput.
+BUSY = 90
 QUESTION = "What an nginx request filter costs: config, Lua, njs, uebpf"
 INTRO = (
     "One deny list (path prefixes and User-Agents, from one rules file) enforced by nginx in each way its "
@@ -60,6 +62,9 @@ COLUMNS = [
     *LATENCY,
     CPU,
     ADDED_CPU,
+    Column.estimate("+CPU %", "cpu_cost_pct", key="value", digits=1, traced=True),
+    Column.estimate("nginx busy %", "nginx_busy_pct", digits=0),
+    Column.estimate("wrk CPU µs/request", "wrk_cpu_ns_per_request", digits=2, scale=1e-3),
     WRONG,
 ]
 # The terminal's summary: the methods by the names --methods takes.
@@ -121,6 +126,14 @@ def findings(config: dict, aggregates: list[dict], rule_changes: list[dict], fai
             f"of the mix ({config['prefixes']:,} prefixes of {len(config['prefix_lengths'])} lengths, "
             f"{config['agents']} agents in the rules)."
         )
+    busy, wrk = none.get("nginx_busy_pct") or {}, none.get("wrk_cpu_ns_per_request") or {}
+    if busy.get("mean") is not None and wrk.get("mean") is not None and busy["mean"] < BUSY * config["workers"]:
+        out.append(
+            f"Without a filter nginx's CPU was busy {busy['mean']:.0f}% of the load (of {100 * config['workers']}%): "
+            f"nginx did not set the pace (wrk took {wrk['mean'] / 1e3:.1f} µs of CPU per request on its own CPU, "
+            "or other programs took CPU time), so requests/s says as much of wrk and the machine as of the filter: "
+            "nginx's CPU per request is the figure to compare."
+        )
     costs = {m: (cells.get((m,)) or {}).get("cost_pct") or {} for m in config["methods"] if m != BASELINE}
     measured = {m: c for m, c in costs.items() if c.get("value") is not None}
     if measured:
@@ -137,12 +150,19 @@ def findings(config: dict, aggregates: list[dict], rule_changes: list[dict], fai
             + "; ".join(f"{label(m, config)} {fmt.with_ci(a, digits=2, scale=1e-3)} µs" for m, a in added.items())
             + "."
         )
-    ours, lua, native = measured.get("uebpf"), measured.get("lua"), measured.get("native")
-    if ours and lua and lua["value"] > 0:
-        out.append(
-            f"uebpf costs {ours['value'] / lua['value']:.2f}× what Lua costs"
-            + (f", {ours['value'] - native['value']:+.1f} points against nginx's config." if native else ".")
-        )
+    for figure, what in (("cost_pct", "throughput"), ("cpu_cost_pct", "CPU per request")):
+        found = {m: (cells.get((m,)) or {}).get(figure) or {} for m in ("uebpf", "lua", "native")}
+        ours, lua, native = (found[m] if found[m].get("value") is not None else None for m in found)
+        if ours and lua and lua["value"] > 0:
+            out.append(
+                f"In {what}, uebpf costs {fmt.with_ci(ours)}%, {ours['value'] / lua['value']:.2f}× Lua's "
+                f"{fmt.with_ci(lua)}%"
+                + (
+                    f", {ours['value'] - native['value']:+.1f} points from nginx config's {fmt.with_ci(native)}%."
+                    if native
+                    else "."
+                )
+            )
     wrong = sum(agg["wrong_decisions"] for agg in aggregates)
     answered = sum(agg["requests"] for agg in aggregates)
     out.append(f"{wrong} wrong decisions in {answered:,} responses of the counted runs (one fails its run).")
@@ -173,6 +193,8 @@ def method_table(config: dict, aggregates: list[dict]) -> TableBlock:
         cell_rows(COLUMNS, aggregates, baseline=BASELINE),
         load_note(config, "method")
         + ". Cost: 1 − filtered/unfiltered requests/s (delta-method 95% CI). +CPU: minus no filter's (Welch 95% CI). "
+        "nginx busy: its CPU time over the load in % of the load's duration (near 100 × workers: nginx set the "
+        "pace; well below: wrk, on its one CPU, or another program did). "
         "Wrong: responses whose status was not their class's, summed over the counted runs.",
     )
 

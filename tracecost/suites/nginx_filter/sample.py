@@ -65,7 +65,8 @@ def sample(rng: random.Random) -> dict:
         if method.startswith("uebpf"):
             denied = sum(n for key, n in summary["classes"].items() if key.endswith("403"))
             decisions = {"allowed": summary["requests"] - denied + 2, "denied": denied}
-        return run_record(make_filter(method), summary, served, cpu, decisions, config.connections)
+        wrk_cpu = round(summary["requests"] * rng.uniform(12_000, 16_000))
+        return run_record(make_filter(method), summary, served, cpu, decisions, config.connections, wrk_cpu_ns=wrk_cpu)
 
     results = sample_results(suite, config, sample_runs(suite, config, run))
     changes = [
