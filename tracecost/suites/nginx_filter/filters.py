@@ -102,7 +102,9 @@ class Native(Filter):
         agents = {agent.lower(): agent for agent in rules.agents}.values()
         # A key that is one of map's words, or starts with `~` (a regular expression), is escaped.
         keys = "".join(f"    {quoted(chr(92) + agent)} 1;\n" for agent in agents)
-        http = f"  map $http_user_agent $nf_denied_agent {{\n    default 0;\n{keys}  }}\n"
+        # A bucket holds a key of the longest agent a rule may have (96 bytes); nginx's default (64)
+        # would refuse to start with long agents.
+        http = f"  map_hash_bucket_size 128;\n  map $http_user_agent $nf_denied_agent {{\n    default 0;\n{keys}  }}\n"
         locations = "".join(
             f"    location ^~ {quoted(prefix)} {{ return 403; }}\n" for prefix in dict.fromkeys(rules.prefixes)
         )
