@@ -142,6 +142,14 @@ def findings(config: dict, aggregates: list[dict], rule_changes: list[dict], fai
             + "; ".join(f"{label(m, config)} {fmt.with_ci(c)}%" for m, c in measured.items())
             + "."
         )
+    if measured:
+        mix = config.get("mix") or {}
+        denied = sum(share for cls, share in mix.items() if cls in ("prefix", "agent")) / (sum(mix.values()) or 1)
+        out.append(
+            f"A filter answers {100 * denied:.0f}% of the mix with a short 403 where no filter serves the file: "
+            "each cost relative to none is net of that saving (a filter can come out cheaper than none); the "
+            "filters, all answering the same requests alike, compare with each other like for like."
+        )
     added = {m: (cells.get((m,)) or {}).get("added_cpu_ns_per_request") or {} for m in costs}
     added = {m: a for m, a in added.items() if a.get("value") is not None}
     if added:
