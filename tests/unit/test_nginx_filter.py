@@ -13,7 +13,16 @@ import pytest
 from tracecost import nginx as service
 from tracecost.errors import TracecostError
 from tracecost.suites import SUITES
-from tracecost.suites.nginx_filter import change_record, check_decisions, filters, load, make_filter, rules, run_record
+from tracecost.suites.nginx_filter import (
+    change_record,
+    check_decisions,
+    filters,
+    load,
+    make_filter,
+    report,
+    rules,
+    run_record,
+)
 from tracecost.suites.nginx_filter.rules import RuleSet
 
 from .conftest import Reached, assert_one_line_error
@@ -297,3 +306,7 @@ def test_the_aggregates_cost_is_relative_to_no_filter_with_cis():
     # The sample's nginx is busy 40-60% of its load: the report says its throughput is not nginx's limit.
     assert any(f.startswith("Without a filter nginx's CPU was busy") for f in section.findings)
     assert [table.title for table in section.tables][:2] == ["Every filter", "Rule change under load"]
+
+
+def test_rule_change_times_read_in_tenths_below_ten_ms():
+    assert [report.ms(value) for value in (None, 0.24, 9.96, 10.4, 1234.5)] == ["–", "0.2", "10.0", "10", "1,234"]

@@ -76,7 +76,10 @@ def changes(suite: dict) -> list[dict]:
 
 
 def ms(value) -> str:
-    return "–" if value is None else f"{value:,.0f}"
+    """Milliseconds: a tenth where there are fewer than ten (a map swap's), whole ones otherwise."""
+    if value is None:
+        return "–"
+    return f"{value:.1f}" if abs(value) < 10 else f"{value:,.0f}"
 
 
 def change_table(rule_changes: list[dict], config: dict) -> TableBlock:
