@@ -1,0 +1,286 @@
+"""The nginx-filter suite's uebpf filter on a real private nginx (Debian's, 2 workers, HTTP on a
+free loopback port): our module (`uebpf`) and the extension injected into an unmodified nginx
+(`uebpf-live`) deny exactly the rules' paths and agents, count every decision, take a new rule
+set while serving without failing a request, refuse a malformed rules file in one line, and leave
+no region or process behind."""
+
+from __future__ import annotations
+
+import contextlib
+import grp
+import http.client
+import os
+import pwd
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BUILD, processes_running, regions_removed
+from tracecost import services
+from tracecost.errors import TracecostError
+from tracecost.procs import Child, descendants, exits_within, started
+from tracecost.suites.nginx_filter import uebpf_filter
+
+WORKERS = 2
+REQUESTS_PER_CLASS = 20
+RULES = """\
+# the suite's rules file: blank lines and comments are ignored
+prefix /admin
+prefix /a/b
+
+prefix /private/area/with/a/longer/name
+agent BadBot/1.0
+agent Evil Crawler 2
+"""
+# (path, User-Agent or None for none, denied?): every class of decision.
+CLASSES = [
+    ("/pub/page.txt", "curl/8.0", False),  # no rule
+    ("/pub/page.txt", None, False),  # no User-Agent: the path alone decides
+    ("/a/page.txt", "BadBot/1.0 more", False),  # an agent equal to none, a prefix shorter than the path's
+    ("/admin", "curl/8.0", True),  # the prefix itself
+    ("/admin/page.txt", "curl/8.0", True),  # under a prefix
+    ("/a/bc", "curl/8.0", True),  # byte-wise: "/a/bc" starts with "/a/b"
+    ("/private/area/with/a/longer/name/page.txt", "curl/8.0", True),
+    ("/pub/page.txt", "BadBot/1.0", True),  # an agent
+    ("/pub/page.txt", "Evil Crawler 2", True),
+]
+PAGES = ["pub/page.txt", "a/page.txt", "admin/page.txt", "a/bc", "private/area/with/a/longer/name/page.txt"]
+
+
+def config_text(prefix: Path, port: int, snippets: uebpf_filter.Snippets) -> str:
+    # As root, the workers keep the harness's user: they must open its region (as the suite's).
+    user = ""
+    if os.geteuid() == 0:
+        user = f"user {pwd.getpwuid(os.geteuid()).pw_name} {grp.getgrgid(os.getegid()).gr_name};"
+    temps = "\n".join(
+        f"  {kind}_temp_path {prefix}/temp;" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    return f"""\
+{snippets.main}
+daemon off;
+master_process on;
+worker_processes {WORKERS};
+{user}
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log warn;
+events {{ worker_connections 64; }}
+http {{
+  access_log off;
+{temps}
+  {snippets.http}
+  server {{
+    listen 127.0.0.1:{port};
+    root {prefix}/html;
+    {snippets.server}
+  }}
+}}
+"""
+
+
+class Nginx:
+    def __init__(self, master: Child, workers: list[int], port: int):
+        self.master, self.workers, self.port = master, workers, port
+
+
+@contextlib.contextmanager
+def running_nginx(folder: Path, snippets: uebpf_filter.Snippets):
+    prefix = folder / "nginx"
+    (prefix / "temp").mkdir(parents=True)
+    for page in PAGES:
+        (prefix / "html" / page).parent.mkdir(parents=True, exist_ok=True)
+        (prefix / "html" / page).write_text(f"page {page}\n")
+    port = services.free_port()
+    (prefix / "nginx.conf").write_text(config_text(prefix, port, snippets))
+    argv = ["/usr/sbin/nginx", "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-e", str(prefix / "error.log")]
+    with started(
+        lambda: Child(argv, stderr_path=prefix / "stderr", stdout_path=prefix / "stdout", name="nginx")
+    ) as master:
+        workers: list[int] = []
+        try:
+            deadline = time.monotonic() + 30
+            while len(workers) < WORKERS or not services.answers(port):
+                assert not master.has_exited(), f"nginx exited: {(prefix / 'error.log').read_text()[-400:]}"
+                assert time.monotonic() < deadline, "nginx did not start its workers"
+                exits_within(master.pid, 0.01)
+                workers = descendants(master.pid)
+            yield Nginx(master, workers, port)
+        finally:
+            services.stop(master, workers)
+
+
+def status(port: int, path: str, agent: str | None, connection: http.client.HTTPConnection | None = None) -> int:
+    own = connection is None
+    connection = connection or http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    headers = {} if agent is None else {"User-Agent": agent}
+    connection.putrequest("GET", path, skip_accept_encoding=True)
+    for name, value in headers.items():
+        connection.putheader(name, value)
+    connection.endheaders()
+    response = connection.getresponse()
+    response.read()
+    if own:
+        connection.close()
+    return response.status
+
+
+def write_rules(folder: Path, text: str, name: str = "rules.txt") -> Path:
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+@contextlib.contextmanager
+def filtered_nginx(method: str, loader: uebpf_filter.RulesLoader, folder: Path):
+    """nginx filtering with `method` (module: our module; live: the extension injected)."""
+    if method == "module":
+        with running_nginx(folder, uebpf_filter.module_snippets(loader.region)) as nginx:
+            yield nginx
+        return
+    with running_nginx(folder, uebpf_filter.live_snippets()) as nginx:
+        # Unmodified: before the extension, every request is allowed.
+        assert status(nginx.port, "/admin/page.txt", "BadBot/1.0") == 200
+        with uebpf_filter.live_extension(loader, nginx.workers, folder):
+            yield nginx
+
+
+METHODS = ["module", "live"]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_class_is_decided_and_counted(tmp_path, method):
+    with regions_removed("uebpf-tracecost-*"):
+        with uebpf_filter.rules_loader(write_rules(tmp_path, RULES), tmp_path) as loader:
+            with filtered_nginx(method, loader, tmp_path) as nginx:
+                before = loader.decisions()
+                got = {}
+                for path, agent, _ in CLASSES:
+                    got[path, agent] = [status(nginx.port, path, agent) for _ in range(REQUESTS_PER_CLASS)]
+                after = loader.decisions()
+    for path, agent, denied in CLASSES:
+        assert got[path, agent] == [403 if denied else 200] * REQUESTS_PER_CLASS, (path, agent)
+    denied = sum(denied for *_, denied in CLASSES) * REQUESTS_PER_CLASS
+    # One decision per request, no other call counted (live: nginx's other map lookups, if any,
+    # are not the filter's).
+    assert after["denied"] - before["denied"] == denied
+    assert after["allowed"] - before["allowed"] == len(CLASSES) * REQUESTS_PER_CLASS - denied
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_replace_under_load_flips_a_path_and_fails_no_request(tmp_path, method):
+    """Clients keep asking for a path while the rule set is replaced by one that denies it: every
+    answer is 200 or 403, never an error; every request sent after the replace answered is
+    denied; and after it, the old set's rules are gone."""
+    target = "/pub/page.txt"
+    answers: list[tuple[float, float, int]] = []  # (sent, answered: time.time_ns(), status)
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def client(port: int) -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            while not stop.is_set():
+                sent = time.time_ns()
+                answer = status(port, target, "curl/8.0", connection)
+                answers.append((sent, time.time_ns(), answer))
+        except (OSError, http.client.HTTPException) as err:
+            failures.append(repr(err))
+        finally:
+            connection.close()
+
+    with regions_removed("uebpf-tracecost-*"):
+        with uebpf_filter.rules_loader(write_rules(tmp_path, RULES), tmp_path) as loader:
+            with filtered_nginx(method, loader, tmp_path) as nginx:
+                clients = [threading.Thread(target=client, args=(nginx.port,)) for _ in range(2)]
+                for thread in clients:
+                    thread.start()
+                try:
+                    while len(answers) < 50 and not failures:
+                        time.sleep(0.01)
+                    active = loader.replace(write_rules(tmp_path, "prefix /pub\n", "new.txt"))
+                    seen = len(answers)
+                    while len(answers) < seen + 50 and not failures:
+                        time.sleep(0.01)
+                finally:
+                    stop.set()
+                    for thread in clients:
+                        thread.join()
+                old_rule = status(nginx.port, "/admin/page.txt", "BadBot/1.0")
+    assert not failures
+    assert {answer for *_, answer in answers} <= {200, 403}
+    assert [answer for sent, _, answer in answers if sent > active] == [403] * sum(
+        sent > active for sent, _, _ in answers
+    )
+    assert [answer for _, answered, answer in answers if answered < active] == [200] * sum(
+        answered < active for _, answered, _ in answers
+    )
+    assert any(answer == 200 for *_, answer in answers) and any(answer == 403 for *_, answer in answers)
+    assert old_rule == 200
+
+
+def test_a_malformed_rules_file_is_one_line_and_status_2(tmp_path):
+    bad = write_rules(tmp_path, "prefix /ok\nprefix no-slash\n")
+    done = subprocess.run(
+        [BUILD / "bin" / "nginx-filter-rules", "--region", "unused", bad], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 2
+    assert done.stderr == f"{bad}:2: a prefix must start with /\n"
+    for text, what in [
+        ("agent  lead\n", "no leading or trailing space"),
+        ("prefix /" + "x" * 64 + "\n", "at most 64 bytes"),
+        ("prefix /a b\n", "printable ASCII without spaces"),
+        ("deny /a\n", 'expected "prefix /PATH" or "agent VALUE"'),
+        ("prefix /a\n" * 4097, "more than 4096 prefixes"),
+    ]:
+        done = subprocess.run(
+            [BUILD / "bin" / "nginx-filter-rules", "--region", "unused", write_rules(tmp_path, text, "bad.txt")],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert done.returncode == 2 and len(done.stderr.splitlines()) == 1 and what in done.stderr, (text, done.stderr)
+
+
+def test_nothing_is_left_behind_after_success_a_failure_and_a_malformed_file(tmp_path):
+    programs = [BUILD / "bin" / "nginx-filter-rules", BUILD / "bin" / "uebpf"]
+    before = {program: processes_running(program.resolve()) for program in programs}
+    rules = write_rules(tmp_path, RULES)
+    with regions_removed("uebpf-tracecost-*"):
+        with uebpf_filter.rules_loader(rules, tmp_path) as loader:
+            region = Path(f"/dev/shm/uebpf-{loader.region}")
+            assert region.exists()
+        assert not region.exists()
+    with regions_removed("uebpf-tracecost-*"):
+        with pytest.raises(RuntimeError, match="the block failed"):
+            with uebpf_filter.rules_loader(rules, tmp_path) as loader:
+                region = Path(f"/dev/shm/uebpf-{loader.region}")
+                raise RuntimeError("the block failed")
+        assert not region.exists()
+    with regions_removed("uebpf-tracecost-*"):
+        with pytest.raises(TracecostError) as refused:
+            with uebpf_filter.rules_loader(write_rules(tmp_path, "agent ok\nprefix\n", "bad.txt"), tmp_path):
+                pass
+    assert (
+        str(refused.value)
+        == f'{tmp_path / "bad.txt"}:2: expected "prefix /PATH" or "agent VALUE" (one space after the word)'
+    )
+    for program in programs:
+        assert processes_running(program.resolve()) <= before[program]
+
+
+def test_a_module_without_its_region_refuses_to_start(tmp_path):
+    """nginx must fail loudly, never serve unfiltered, when the region is not there."""
+    snippets = uebpf_filter.module_snippets("tracecost-no-such-region")
+    prefix = tmp_path / "nginx"
+    (prefix / "temp").mkdir(parents=True)
+    (prefix / "nginx.conf").write_text(config_text(prefix, services.free_port(), snippets))
+    done = subprocess.run(
+        ["/usr/sbin/nginx", "-t", "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-e", str(prefix / "error.log")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert 'uebpf_filter: cannot open uebpf region "tracecost-no-such-region"' in done.stderr

@@ -1,0 +1,301 @@
+/* nginx-filter-rules: the rules loader of the nginx-filter suite's uebpf filter.
+ *
+ *   nginx-filter-rules --region NAME RULES
+ *
+ * Reads RULES (the suite's rules file: `prefix /path`, `agent Some Agent/1.0`, blank lines and
+ * `#` comments), fills the maps of uebpf_filter.bpf.c in region NAME and makes the set active,
+ * then prints READY. `uebpf attach` makes the region (uebpf_filter.py): the object holds the
+ * extension filter_live, which uebpf's C API cannot load (it has no way to mark a program an
+ * extension) nor attach (it writes no attach entries); the region stays attach's to remove.
+ *
+ * Then commands, one a line on stdin, each answered with one line on stdout:
+ *   replace FILE   the set of FILE, made active at once for every run that starts after it:
+ *                  "ACTIVE NS" (CLOCK_REALTIME, comparable to nginx's $msec), or "ERROR WHY"
+ *                  with the old set still active
+ *   decisions      "DECISIONS ALLOWED DENIED", the program's counters over every worker
+ * End of input: exit 0. A malformed RULES is one line on stderr and status 2, as a usage error;
+ * a failure of uebpf is one line and status 1.
+ *
+ * A set is written under a new generation while the active one serves; then `active` flips, so
+ * a run (which reads the generation once) sees one whole set; the old set's keys are deleted a
+ * grace period later, after every run that read the old generation has ended (a run is a few
+ * microseconds: the grace covers a worker descheduled in the middle of one). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef uint8_t __u8;
+typedef uint32_t __u32;
+typedef uint64_t __u64;
+#include "uebpf.h"
+#include "uebpf_filter.h"
+
+#define GRACE_NS 1000000000L
+
+struct rule_set {
+	struct filter_prefix_key prefixes[FILTER_PREFIXES];
+	struct filter_agent_key agents[FILTER_AGENTS];
+	size_t prefix_count, agent_count;
+};
+
+struct filter_maps {
+	const struct uebpf_map *prefixes, *agents, *lengths, *active, *decisions;
+};
+
+static void fail(const char *what)
+{
+	fprintf(stderr, "nginx-filter-rules: %s: %s\n", what, uebpf_last_error());
+	exit(1);
+}
+
+/* Sets `why` (a buffer of `size`) to what is wrong with `line` (`len` bytes, no newline) and
+ * returns false, or adds its rule to `set`. Blank lines and comments add nothing. */
+static bool parse_line(const char *line, size_t len, struct rule_set *set, char *why, size_t size)
+{
+	size_t i, blank = 0;
+
+	while (blank < len && (line[blank] == ' ' || line[blank] == '\t'))
+		blank++;
+	if (blank == len || line[0] == '#')
+		return true;
+	if (len > 7 && memcmp(line, "prefix ", 7) == 0) {
+		const char *value = line + 7;
+		size_t n = len - 7;
+		struct filter_prefix_key *key;
+
+		if (n > FILTER_PREFIX_MAX) {
+			snprintf(why, size, "a prefix is at most %d bytes (this one is %zu)", FILTER_PREFIX_MAX, n);
+			return false;
+		}
+		if (value[0] != '/') {
+			snprintf(why, size, "a prefix must start with /");
+			return false;
+		}
+		for (i = 0; i < n; i++)
+			if ((unsigned char)value[i] < 0x21 || (unsigned char)value[i] > 0x7e) {
+				snprintf(why, size, "byte 0x%02x at column %zu: a prefix is printable ASCII without spaces",
+					 (unsigned char)value[i], 8 + i);
+				return false;
+			}
+		if (set->prefix_count == FILTER_PREFIXES) {
+			snprintf(why, size, "more than %d prefixes", FILTER_PREFIXES);
+			return false;
+		}
+		key = &set->prefixes[set->prefix_count++];
+		memset(key, 0, sizeof(*key));
+		key->len = n;
+		memcpy(key->bytes, value, n);
+		return true;
+	}
+	if (len > 6 && memcmp(line, "agent ", 6) == 0) {
+		const char *value = line + 6;
+		size_t n = len - 6;
+		struct filter_agent_key *key;
+
+		if (n > FILTER_AGENT_MAX) {
+			snprintf(why, size, "an agent is at most %d bytes (this one is %zu)", FILTER_AGENT_MAX, n);
+			return false;
+		}
+		if (value[0] == ' ' || value[n - 1] == ' ') {
+			snprintf(why, size, "an agent has no leading or trailing space");
+			return false;
+		}
+		for (i = 0; i < n; i++)
+			if ((unsigned char)value[i] < 0x20 || (unsigned char)value[i] > 0x7e) {
+				snprintf(why, size, "byte 0x%02x at column %zu: an agent is printable ASCII",
+					 (unsigned char)value[i], 7 + i);
+				return false;
+			}
+		if (set->agent_count == FILTER_AGENTS) {
+			snprintf(why, size, "more than %d agents", FILTER_AGENTS);
+			return false;
+		}
+		key = &set->agents[set->agent_count++];
+		memset(key, 0, sizeof(*key));
+		key->len = n;
+		memcpy(key->bytes, value, n);
+		return true;
+	}
+	snprintf(why, size, "expected \"prefix /PATH\" or \"agent VALUE\" (one space after the word)");
+	return false;
+}
+
+/* Reads the rules file `path` into `set`; false with `why` = "PATH:LINE: what" (or PATH: why it
+ * cannot be read). */
+static bool read_rules(const char *path, struct rule_set *set, char *why, size_t size)
+{
+	FILE *file = fopen(path, "r");
+	char *line = NULL, what[160];
+	size_t capacity = 0, number = 0;
+	ssize_t got;
+	bool ok = true;
+
+	set->prefix_count = set->agent_count = 0;
+	if (file == NULL) {
+		snprintf(why, size, "%s: %s", path, strerror(errno));
+		return false;
+	}
+	while (ok && (got = getline(&line, &capacity, file)) >= 0) {
+		number++;
+		if (got > 0 && line[got - 1] == '\n')
+			got--;
+		if (!parse_line(line, got, set, what, sizeof(what))) {
+			snprintf(why, size, "%s:%zu: %s", path, number, what);
+			ok = false;
+		}
+	}
+	if (ok && ferror(file)) {
+		snprintf(why, size, "%s: %s", path, strerror(errno));
+		ok = false;
+	}
+	free(line);
+	fclose(file);
+	return ok;
+}
+
+static int compare_u8(const void *a, const void *b)
+{
+	return *(const __u8 *)a - *(const __u8 *)b;
+}
+
+/* Writes `set` under `generation` (not active yet). */
+static int write_set(const struct filter_maps *maps, struct rule_set *set, __u32 generation)
+{
+	struct filter_lengths lengths = { .generation = generation };
+	bool seen[FILTER_PREFIX_MAX + 1] = { false };
+	__u32 slot = generation % FILTER_GENERATIONS;
+	__u8 one = 1;
+	size_t i;
+	int err;
+
+	for (i = 0; i < set->prefix_count; i++) {
+		set->prefixes[i].generation = generation;
+		if ((err = uebpf_map_update(maps->prefixes, &set->prefixes[i], &one, 0)) < 0)
+			return err;
+		if (!seen[set->prefixes[i].len]) {
+			seen[set->prefixes[i].len] = true;
+			lengths.len[lengths.count++] = set->prefixes[i].len;
+		}
+	}
+	qsort(lengths.len, lengths.count, 1, compare_u8);
+	for (i = 0; i < set->agent_count; i++) {
+		set->agents[i].generation = generation;
+		if ((err = uebpf_map_update(maps->agents, &set->agents[i], &one, 0)) < 0)
+			return err;
+	}
+	return uebpf_map_update(maps->lengths, &slot, &lengths, 0);
+}
+
+/* Deletes the keys of `set` (written under an inactive generation). */
+static void delete_set(const struct filter_maps *maps, const struct rule_set *set)
+{
+	size_t i;
+
+	for (i = 0; i < set->prefix_count; i++)
+		uebpf_map_delete(maps->prefixes, &set->prefixes[i]); /* -ENOENT for a duplicate: fine */
+	for (i = 0; i < set->agent_count; i++)
+		uebpf_map_delete(maps->agents, &set->agents[i]);
+}
+
+static __u64 realtime_ns(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	return (__u64)now.tv_sec * 1000000000ULL + now.tv_nsec;
+}
+
+static const struct uebpf_map *map_named(const struct uebpf_instance *instance, const char *name)
+{
+	const struct uebpf_map *map = uebpf_map_find(instance, name);
+
+	if (map == NULL)
+		fail(name);
+	return map;
+}
+
+int main(int argc, char **argv)
+{
+	const char *region = NULL, *rules = NULL;
+	static struct rule_set sets[2];
+	struct rule_set *current = &sets[0], *next = &sets[1], *swap;
+	struct uebpf_instance *instance;
+	struct filter_maps maps;
+	char why[512], *line = NULL;
+	size_t capacity = 0;
+	__u32 generation = 1, zero = 0;
+	ssize_t got;
+	int i, err;
+
+	for (i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--region") == 0 && i + 1 < argc)
+			region = argv[++i];
+		else if (argv[i][0] != '-' && rules == NULL)
+			rules = argv[i];
+		else
+			break;
+	}
+	if (i < argc || region == NULL || rules == NULL) {
+		fprintf(stderr, "usage: nginx-filter-rules --region NAME RULES\n");
+		return 2;
+	}
+	if (!read_rules(rules, current, why, sizeof(why))) {
+		fprintf(stderr, "%s\n", why);
+		return 2;
+	}
+	instance = uebpf_instance_open(region);
+	if (instance == NULL)
+		fail(region);
+	maps = (struct filter_maps){ map_named(instance, "prefixes"), map_named(instance, "agents"),
+				     map_named(instance, "lengths"), map_named(instance, "active"),
+				     map_named(instance, "decisions") };
+	if ((err = write_set(&maps, current, generation)) < 0 ||
+	    (err = uebpf_map_update(maps.active, &zero, &generation, 0)) < 0) {
+		fprintf(stderr, "nginx-filter-rules: filling the maps failed: %s\n", strerror(-err));
+		uebpf_instance_free(instance);
+		return 1;
+	}
+	printf("READY\n");
+	fflush(stdout);
+
+	while ((got = getline(&line, &capacity, stdin)) >= 0) {
+		if (got > 0 && line[got - 1] == '\n')
+			line[--got] = '\0';
+		if (strncmp(line, "replace ", 8) == 0) {
+			if (!read_rules(line + 8, next, why, sizeof(why))) {
+				printf("ERROR %s\n", why);
+			} else if ((err = write_set(&maps, next, generation + 1)) < 0 ||
+				   (err = uebpf_map_update(maps.active, &zero, &(__u32){ generation + 1 }, 0)) < 0) {
+				delete_set(&maps, next);
+				printf("ERROR filling the maps failed: %s\n", strerror(-err));
+			} else {
+				printf("ACTIVE %llu\n", (unsigned long long)realtime_ns());
+				fflush(stdout);
+				generation++;
+				nanosleep(&(struct timespec){ .tv_nsec = GRACE_NS % 1000000000L, .tv_sec = GRACE_NS / 1000000000L }, NULL);
+				delete_set(&maps, current);
+				swap = current, current = next, next = swap;
+			}
+		} else if (strcmp(line, "decisions") == 0) {
+			__u64 allowed = 0, denied = 0;
+			__u32 slot = FILTER_ALLOWED;
+
+			uebpf_map_lookup(maps.decisions, &slot, &allowed);
+			slot = FILTER_DENIED;
+			uebpf_map_lookup(maps.decisions, &slot, &denied);
+			printf("DECISIONS %llu %llu\n", (unsigned long long)allowed, (unsigned long long)denied);
+		} else {
+			printf("ERROR unknown command (replace FILE, decisions)\n");
+		}
+		fflush(stdout);
+	}
+	free(line);
+	uebpf_instance_free(instance);
+	return 0;
+}
