@@ -30,9 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef uint8_t __u8;
-typedef uint32_t __u32;
-typedef uint64_t __u64;
+#include <linux/types.h> /* the __u32 of uebpf_filter.h, the BPF side's types */
 #include "uebpf.h"
 #include "uebpf_filter.h"
 

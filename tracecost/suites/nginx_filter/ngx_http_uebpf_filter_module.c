@@ -15,6 +15,9 @@
 
 #include <uebpf.h>
 
+#include <linux/types.h> /* the __u32 of uebpf_filter.h, the BPF side's types */
+#include "uebpf_filter.h"
+
 #define FILTER_PROGRAM "filter"
 
 typedef struct {
@@ -58,10 +61,14 @@ ngx_module_t ngx_http_uebpf_filter_module = {
 	NGX_MODULE_V1_PADDING
 };
 
-/* This worker's view of the region and its program (one per process: workers are single-threaded). */
+/* This worker's view of the region, its program and its slot of `requests` (one per process:
+ * workers are single-threaded). */
 static struct uebpf_instance *filter_instance;
 static struct uebpf_program *filter_program;
 static uebpf_program_fn filter_run;
+static const struct uebpf_map *filter_requests, *filter_slots;
+static __u32 filter_slot;
+static ngx_flag_t filter_slot_held;
 
 static void *ngx_http_uebpf_filter_create_main_conf(ngx_conf_t *cf)
 {
@@ -99,6 +106,34 @@ static ngx_int_t filter_open(ngx_log_t *log, ngx_uint_t level, const char *regio
 		ngx_http_uebpf_filter_exit_process(NULL);
 		return NGX_ERROR;
 	}
+	filter_requests = uebpf_map_find(filter_instance, "requests");
+	filter_slots = uebpf_map_find(filter_instance, "slots");
+	if (filter_requests == NULL || filter_slots == NULL) {
+		ngx_log_error(level, log, 0, "uebpf_filter: uebpf region \"%s\" has no map \"%s\"", region,
+			      filter_requests == NULL ? "requests" : "slots");
+		ngx_http_uebpf_filter_exit_process(NULL);
+		return NGX_ERROR;
+	}
+	return NGX_OK;
+}
+
+/* Claims a free slot of `requests` for this process; NGX_ERROR when all are taken. */
+static ngx_int_t filter_claim_slot(ngx_log_t *log)
+{
+	__u32 pid = ngx_pid;
+	int err = -ENOSPC;
+
+	for (filter_slot = 0; filter_slot < FILTER_WORKERS; filter_slot++) {
+		err = uebpf_map_update(filter_slots, &filter_slot, &pid, 1 /* BPF_NOEXIST */);
+		if (err != -EEXIST)
+			break;
+	}
+	if (err < 0) {
+		ngx_log_error(NGX_LOG_EMERG, log, 0, "uebpf_filter: no free request slot of %d: %s", FILTER_WORKERS,
+			      strerror(-err));
+		return NGX_ERROR;
+	}
+	filter_slot_held = 1;
 	return NGX_OK;
 }
 
@@ -106,6 +141,8 @@ static ngx_int_t ngx_http_uebpf_filter_handler(ngx_http_request_t *r)
 {
 	struct uebpf_pt_regs regs = { 0 };
 	ngx_table_elt_t *agent = r->headers_in.user_agent;
+	struct filter_request request;
+	__u64 verdict;
 
 	/* One decision per request: after an internal redirect (an index file, an error page) the
 	 * request was decided already. */
@@ -115,13 +152,26 @@ static ngx_int_t ngx_http_uebpf_filter_handler(ngx_http_request_t *r)
 		ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0, "uebpf_filter: no program in this worker");
 		return NGX_HTTP_INTERNAL_SERVER_ERROR;
 	}
-	regs.di = (uintptr_t)r->uri.data;
-	regs.si = r->uri.len;
-	if (agent != NULL) {
-		regs.dx = (uintptr_t)agent->value.data;
-		regs.cx = agent->value.len;
+	/* The whole lengths, and as many bytes as a rule can hold: a longer path is decided by its
+	 * first FILTER_PREFIX_MAX bytes, a longer agent matches no rule. */
+	request.path_len = ngx_min(r->uri.len, 0xffffffff);
+	ngx_memcpy(request.path, r->uri.data, ngx_min(r->uri.len, FILTER_PREFIX_MAX));
+	request.agent_len = agent == NULL ? 0 : ngx_min(agent->value.len, 0xffffffff);
+	if (agent != NULL)
+		ngx_memcpy(request.agent, agent->value.data, ngx_min(agent->value.len, FILTER_AGENT_MAX));
+	if (uebpf_map_update(filter_requests, &filter_slot, &request, 0) < 0) {
+		ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0, "uebpf_filter: cannot write the request: %s",
+			      uebpf_last_error());
+		return NGX_HTTP_INTERNAL_SERVER_ERROR;
 	}
-	return filter_run(&regs, sizeof(regs)) ? NGX_HTTP_FORBIDDEN : NGX_DECLINED;
+	regs.di = filter_slot;
+	verdict = filter_run(&regs, sizeof(regs));
+	if (verdict == FILTER_ALLOW)
+		return NGX_DECLINED;
+	if (verdict == FILTER_DENY)
+		return NGX_HTTP_FORBIDDEN;
+	ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0, "uebpf_filter: the program failed (%uL)", verdict);
+	return NGX_HTTP_INTERNAL_SERVER_ERROR;
 }
 
 /* With a region configured: it must open now (nginx -t and start fail loudly otherwise), and the
@@ -154,14 +204,22 @@ static ngx_int_t ngx_http_uebpf_filter_init_process(ngx_cycle_t *cycle)
 
 	if (conf == NULL || conf->region.len == 0)
 		return NGX_OK;
-	if (region == NULL)
+	if (region == NULL || filter_open(cycle->log, NGX_LOG_EMERG, region) != NGX_OK)
 		return NGX_ERROR;
-	return filter_open(cycle->log, NGX_LOG_EMERG, region);
+	if (filter_claim_slot(cycle->log) != NGX_OK) {
+		ngx_http_uebpf_filter_exit_process(NULL);
+		return NGX_ERROR;
+	}
+	return NGX_OK;
 }
 
 static void ngx_http_uebpf_filter_exit_process(ngx_cycle_t *cycle)
 {
 	(void)cycle;
+	if (filter_slot_held)
+		uebpf_map_delete(filter_slots, &filter_slot);
+	filter_slot_held = 0;
+	filter_requests = filter_slots = NULL;
 	filter_run = NULL;
 	if (filter_program != NULL)
 		uebpf_program_free(filter_program);

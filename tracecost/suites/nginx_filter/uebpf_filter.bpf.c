@@ -9,12 +9,19 @@
  * The rules loader (filter_rules.c) writes a new set under a new generation while the active one
  * serves, then flips `active`: a run reads the generation once, so it sees one set whole.
  *
- * `filter` is run by our nginx module (ngx_http_uebpf_filter_module.c) at the access phase.
+ * `filter` is run by our nginx module (ngx_http_uebpf_filter_module.c) at the access phase, on the
+ * request the worker wrote in its slot of `requests` (plain map memory: uebpf_filter.h says why
+ * not pointers to nginx's memory).
  * `filter_live` is an extension on ngx_http_map_find(r, map, match) of an unmodified nginx whose
  * config (uebpf_filter.py, live_snippets) has a map from the constant FILTER_LIVE_MARKER that
  * yields "0" when the lookup finds it and its default "1" when ngx_http_map_find returns NULL,
  * as it does itself for "no match"; `if` on that variable returns 403. The extension acts only on
- * calls whose `match` is the marker and answers NULL to deny; every other call runs as it is. */
+ * calls whose `match` is the marker and answers NULL to deny; every other call runs as it is.
+ * It reads the request with bpf_probe_read_user, which in the agent is a fault-safe copy without
+ * a system call.
+ *
+ * Both load on the kernel's verifier too, except filter_live's bpf_override_return, which the
+ * kernel refuses in a uprobe program (with it replaced by a return, both load). */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -49,6 +56,23 @@ struct {
 	__type(value, __u32);
 } active SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FILTER_WORKERS);
+	__type(key, __u32);
+	__type(value, struct filter_request);
+} requests SEC(".maps");
+
+/* Which process holds each slot of `requests` (slot -> pid): a worker claims a free one when it
+ * starts (BPF_NOEXIST) and frees it when it exits, so that an old worker finishing its requests
+ * after a reload never shares a slot with its successor. The programs do not read it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, FILTER_WORKERS);
+	__type(key, __u32);
+	__type(value, __u32);
+} slots SEC(".maps");
+
 /* Exact counts summed over workers (atomic adds: per-CPU slots could lose an update when a
  * worker is preempted between its load and store in userspace). */
 struct {
@@ -71,27 +95,39 @@ struct ngx_str {
 	__u64 data;
 };
 
-static __always_inline int prefix_denied(__u32 generation, const void *path, __u64 path_len)
+/* The first `len` bytes of `from`, the rest of `words` words zero (little-endian words): a key's
+ * bytes, whatever follows them in the request. */
+static __always_inline void first_bytes(__u64 *to, const __u64 *from, __u32 len, __u32 words)
+{
+	__u32 w;
+
+	for (w = 0; w < words; w++) {
+		__u32 start = w * 8;
+
+		if (len >= start + 8)
+			to[w] = from[w];
+		else if (len <= start)
+			to[w] = 0;
+		else
+			to[w] = from[w] & ((1ULL << ((len - start) * 8)) - 1);
+	}
+}
+
+static __always_inline int prefix_denied(__u32 generation, const struct filter_request *request)
 {
 	struct filter_prefix_key key = {};
-	__u64 head[FILTER_PREFIX_MAX / 8] = {};
+	const __u64 *head = (const __u64 *)request->path;
 	__u32 slot = generation % FILTER_GENERATIONS;
 	struct filter_lengths *set = bpf_map_lookup_elem(&lengths, &slot);
-	__u64 reach = path_len < FILTER_PREFIX_MAX ? path_len : FILTER_PREFIX_MAX;
+	__u32 reach = request->path_len < FILTER_PREFIX_MAX ? request->path_len : FILTER_PREFIX_MAX;
 	__u32 i, count;
 
-	if (!set || set->generation != generation || reach == 0)
-		return 0;
-	barrier_var(reach);
-	if (reach > FILTER_PREFIX_MAX)
-		return 0;
-	if (bpf_probe_read_user(head, reach, path))
+	if (!set || set->generation != generation)
 		return 0;
 	count = set->count;
 	key.generation = generation;
 	for (i = 0; i < FILTER_LENGTHS; i++) {
-		__u64 *words = (__u64 *)key.bytes;
-		__u32 len, w;
+		__u32 len;
 
 		if (i >= count)
 			break;
@@ -99,41 +135,27 @@ static __always_inline int prefix_denied(__u32 generation, const void *path, __u
 		if (len == 0 || len > reach)
 			continue;
 		key.len = len;
-		/* The first `len` bytes of the path, the rest of the key zero (little-endian words). */
-		for (w = 0; w < FILTER_PREFIX_MAX / 8; w++) {
-			__u32 start = w * 8;
-
-			if (len >= start + 8)
-				words[w] = head[w];
-			else if (len <= start)
-				words[w] = 0;
-			else
-				words[w] = head[w] & ((1ULL << ((len - start) * 8)) - 1);
-		}
+		first_bytes((__u64 *)key.bytes, head, len, FILTER_PREFIX_MAX / 8);
 		if (bpf_map_lookup_elem(&prefixes, &key))
 			return 1;
 	}
 	return 0;
 }
 
-static __always_inline int agent_denied(__u32 generation, const void *agent, __u64 agent_len)
+static __always_inline int agent_denied(__u32 generation, const struct filter_request *request)
 {
 	struct filter_agent_key key = {};
 
-	if (!agent || agent_len == 0)
+	if (request->agent_len == 0 || request->agent_len > FILTER_AGENT_MAX)
 		return 0;
-	barrier_var(agent_len); /* two separate tests: clang's merged one is beyond the verifier */
-	if (agent_len > FILTER_AGENT_MAX)
-		return 0;
-	if (bpf_probe_read_user(key.bytes, agent_len, agent))
-		return 0;
+	first_bytes((__u64 *)key.bytes, (const __u64 *)request->agent, request->agent_len, FILTER_AGENT_MAX / 8);
 	key.generation = generation;
-	key.len = agent_len;
+	key.len = request->agent_len;
 	return bpf_map_lookup_elem(&agents, &key) != NULL;
 }
 
-/* 1: deny, 0: allow; counted. */
-static __always_inline int decide(const void *path, __u64 path_len, const void *agent, __u64 agent_len)
+/* FILTER_DENY or FILTER_ALLOW, counted. */
+static __always_inline int decide(const struct filter_request *request)
 {
 	__u32 zero = 0, slot;
 	__u32 *generation = bpf_map_lookup_elem(&active, &zero);
@@ -141,25 +163,41 @@ static __always_inline int decide(const void *path, __u64 path_len, const void *
 	int deny = 0;
 
 	if (generation)
-		deny = prefix_denied(*generation, path, path_len) ||
-		       agent_denied(*generation, agent, agent_len);
+		deny = prefix_denied(*generation, request) || agent_denied(*generation, request);
 	slot = deny ? FILTER_DENIED : FILTER_ALLOWED;
 	count = bpf_map_lookup_elem(&decisions, &slot);
 	if (count)
 		__sync_fetch_and_add(count, 1);
-	return deny;
+	return deny ? FILTER_DENY : FILTER_ALLOW;
 }
 
 SEC("uprobe")
-int BPF_KPROBE(filter, const void *path, __u64 path_len, const void *agent, __u64 agent_len)
+int BPF_KPROBE(filter, __u64 worker)
 {
-	return decide(path, path_len, agent, agent_len);
+	__u32 slot = worker;
+	struct filter_request *request = bpf_map_lookup_elem(&requests, &slot);
+
+	if (!request || worker >= FILTER_WORKERS)
+		return FILTER_ERROR;
+	return decide(request);
+}
+
+/* Copies `len` bytes (at most `max`) of nginx's memory at `from`; 0, or an error. */
+static __always_inline int copy_user(void *to, __u64 len, __u64 max, const void *from)
+{
+	if (len == 0)
+		return 0;
+	barrier_var(len); /* two separate tests: clang's merged one is beyond the verifier */
+	if (len > max)
+		return -1;
+	return bpf_probe_read_user(to, len, from);
 }
 
 SEC("uprobe")
-int BPF_KPROBE(filter_live, void *request, void *map, struct ngx_str *match)
+int BPF_KPROBE(filter_live, void *r, void *map, struct ngx_str *match)
 {
 	static const char marker[] = FILTER_LIVE_MARKER;
+	struct filter_request request = {};
 	struct ngx_str seen, uri, agent = {};
 	char text[sizeof(marker) - 1];
 	__u64 header = 0;
@@ -172,13 +210,23 @@ int BPF_KPROBE(filter_live, void *request, void *map, struct ngx_str *match)
 	for (i = 0; i < sizeof(text); i++)
 		if (text[i] != marker[i])
 			return 0; /* not the filter's map: nginx's lookup runs */
-	if (bpf_probe_read_user(&uri, sizeof(uri), request + request_uri_offset) ||
-	    bpf_probe_read_user(&header, sizeof(header), request + request_user_agent_offset))
+	/* nginx's request as the module would pass it. A read that fails (a layout that is not this
+	 * nginx's) denies, uncounted: the filter never lets a request through unchecked. */
+	if (bpf_probe_read_user(&uri, sizeof(uri), r + request_uri_offset) ||
+	    bpf_probe_read_user(&header, sizeof(header), r + request_user_agent_offset) ||
+	    (header && bpf_probe_read_user(&agent, sizeof(agent), (void *)header + table_elt_value_offset)))
+		goto deny;
+	request.path_len = uri.len > 0xffffffff ? 0xffffffff : uri.len;
+	request.agent_len = agent.len > 0xffffffff ? 0xffffffff : agent.len;
+	if (copy_user(request.path, request.path_len < FILTER_PREFIX_MAX ? request.path_len : FILTER_PREFIX_MAX,
+		      FILTER_PREFIX_MAX, (void *)uri.data) ||
+	    (request.agent_len <= FILTER_AGENT_MAX &&
+	     copy_user(request.agent, request.agent_len, FILTER_AGENT_MAX, (void *)agent.data)))
+		goto deny;
+	if (decide(&request) == FILTER_ALLOW)
 		return 0;
-	if (header && bpf_probe_read_user(&agent, sizeof(agent), (void *)header + table_elt_value_offset))
-		agent.data = 0;
-	if (decide((void *)uri.data, uri.len, (void *)agent.data, agent.len))
-		bpf_override_return(ctx, 0); /* "no match": the map's default, 1: deny */
+deny:
+	bpf_override_return(ctx, 0); /* "no match": the map's default, 1: deny */
 	return 0;
 }
 

@@ -34,6 +34,18 @@ struct filter_lengths {
 	__u8 len[FILTER_LENGTHS];
 };
 
+/* requests[worker]: the request a worker asks `filter` about. The module writes it with one map
+ * update, so the program reads plain map memory: in a process without uebpf's agent a
+ * bpf_probe_read_user is a system call (process_vm_readv), two of which cost more than the rest of
+ * the decision. */
+#define FILTER_WORKERS 1024
+struct filter_request {
+	__u32 path_len;	 /* the whole path's length; its first FILTER_PREFIX_MAX bytes below */
+	__u32 agent_len; /* 0: no User-Agent; more than FILTER_AGENT_MAX: matches no agent */
+	__u8 path[FILTER_PREFIX_MAX];
+	__u8 agent[FILTER_AGENT_MAX];
+};
+
 /* The slots of `decisions`, in this order. */
 enum filter_decision {
 	FILTER_ALLOWED,
@@ -41,9 +53,13 @@ enum filter_decision {
 	FILTER_DECISIONS,
 };
 
-/* The `filter` program's context (the module's struct pt_regs): di = the path ($uri), si = its
- * length, dx = the User-Agent value or 0 when the request has none, cx = its length. It returns
- * 1 to deny, 0 to allow. */
+/* What `filter` returns. Its context is the module's struct pt_regs, di = the worker's slot of
+ * `requests`. */
+enum filter_verdict {
+	FILTER_ALLOW,
+	FILTER_DENY,
+	FILTER_ERROR, /* no such slot: the module answers 500, never lets the request through */
+};
 
 /* filter_live's marker: the constant the live config's map looks up (live_snippets), so that
  * the extension acts on that map's lookups only and lets every other call of ngx_http_map_find
