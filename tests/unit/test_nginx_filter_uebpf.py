@@ -57,11 +57,12 @@ class FakeLoader:
 
 
 def test_the_loaders_answers_are_read_in_order():
-    child = FakeLoader(["ACTIVE 1795842355054969973", "DECISIONS 7 3"])
+    child = FakeLoader(["ACTIVE 1795842355054969973", "DECISIONS 7 3 0", "DECISIONS 8 3 2"])
     loader = uebpf_filter.RulesLoader("r", child)
     assert loader.replace(Path("/x/new rules.txt")) == 1795842355054969973
     assert loader.decisions() == {"allowed": 7, "denied": 3}
-    assert child.sent == ["replace /x/new rules.txt", "decisions"]
+    assert loader.counts() == {"allowed": 8, "denied": 3, "passed": 2}
+    assert child.sent == ["replace /x/new rules.txt", "decisions", "decisions"]
 
 
 def test_a_refused_replace_is_the_loaders_line_and_a_silent_loader_an_error():

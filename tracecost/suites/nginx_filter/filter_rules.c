@@ -12,7 +12,8 @@
  *   replace FILE   the set of FILE, made active at once for every run that starts after it:
  *                  "ACTIVE NS" (CLOCK_REALTIME, comparable to nginx's $msec), or "ERROR WHY"
  *                  with the old set still active
- *   decisions      "DECISIONS ALLOWED DENIED", the program's counters over every worker
+ *   decisions      "DECISIONS ALLOWED DENIED PASSED", the programs' counters over every
+ *                  worker (PASSED: filter_live's calls for other maps, left to nginx)
  * End of input: exit 0. A malformed RULES is one line on stderr and status 2, as a usage error;
  * a failure of uebpf is one line and status 1.
  *
@@ -281,13 +282,13 @@ int main(int argc, char **argv)
 				swap = current, current = next, next = swap;
 			}
 		} else if (strcmp(line, "decisions") == 0) {
-			__u64 allowed = 0, denied = 0;
-			__u32 slot = FILTER_ALLOWED;
+			__u64 counts[FILTER_DECISIONS] = { 0 };
+			__u32 slot;
 
-			uebpf_map_lookup(maps.decisions, &slot, &allowed);
-			slot = FILTER_DENIED;
-			uebpf_map_lookup(maps.decisions, &slot, &denied);
-			printf("DECISIONS %llu %llu\n", (unsigned long long)allowed, (unsigned long long)denied);
+			for (slot = 0; slot < FILTER_DECISIONS; slot++)
+				uebpf_map_lookup(maps.decisions, &slot, &counts[slot]);
+			printf("DECISIONS %llu %llu %llu\n", (unsigned long long)counts[FILTER_ALLOWED],
+			       (unsigned long long)counts[FILTER_DENIED], (unsigned long long)counts[FILTER_PASSED]);
 		} else {
 			printf("ERROR unknown command (replace FILE, decisions)\n");
 		}

@@ -113,6 +113,14 @@ static __always_inline void first_bytes(__u64 *to, const __u64 *from, __u32 len,
 	}
 }
 
+static __always_inline void count(__u32 slot)
+{
+	__u64 *counter = bpf_map_lookup_elem(&decisions, &slot);
+
+	if (counter)
+		__sync_fetch_and_add(counter, 1);
+}
+
 static __always_inline int prefix_denied(__u32 generation, const struct filter_request *request)
 {
 	struct filter_prefix_key key = {};
@@ -157,17 +165,13 @@ static __always_inline int agent_denied(__u32 generation, const struct filter_re
 /* FILTER_DENY or FILTER_ALLOW, counted. */
 static __always_inline int decide(const struct filter_request *request)
 {
-	__u32 zero = 0, slot;
+	__u32 zero = 0;
 	__u32 *generation = bpf_map_lookup_elem(&active, &zero);
-	__u64 *count;
 	int deny = 0;
 
 	if (generation)
 		deny = prefix_denied(*generation, request) || agent_denied(*generation, request);
-	slot = deny ? FILTER_DENIED : FILTER_ALLOWED;
-	count = bpf_map_lookup_elem(&decisions, &slot);
-	if (count)
-		__sync_fetch_and_add(count, 1);
+	count(deny ? FILTER_DENIED : FILTER_ALLOWED);
 	return deny ? FILTER_DENY : FILTER_ALLOW;
 }
 
@@ -205,11 +209,11 @@ int BPF_KPROBE(filter_live, void *r, void *map, struct ngx_str *match)
 
 	if (bpf_probe_read_user(&seen, sizeof(seen), match) || seen.len != sizeof(text) ||
 	    bpf_probe_read_user(text, sizeof(text), (void *)seen.data))
-		return 0;
+		goto passed;
 #pragma unroll
 	for (i = 0; i < sizeof(text); i++)
 		if (text[i] != marker[i])
-			return 0; /* not the filter's map: nginx's lookup runs */
+			goto passed;
 	/* nginx's request as the module would pass it. A read that fails (a layout that is not this
 	 * nginx's) denies, uncounted: the filter never lets a request through unchecked. */
 	if (bpf_probe_read_user(&uri, sizeof(uri), r + request_uri_offset) ||
@@ -227,6 +231,9 @@ int BPF_KPROBE(filter_live, void *r, void *map, struct ngx_str *match)
 		return 0;
 deny:
 	bpf_override_return(ctx, 0); /* "no match": the map's default, 1: deny */
+	return 0;
+passed:
+	count(FILTER_PASSED); /* not the filter's map: nginx's lookup runs */
 	return 0;
 }
 

@@ -50,6 +50,7 @@ struct filter_request {
 enum filter_decision {
 	FILTER_ALLOWED,
 	FILTER_DENIED,
+	FILTER_PASSED, /* filter_live: calls of ngx_http_map_find for other maps, left to nginx */
 	FILTER_DECISIONS,
 };
 
