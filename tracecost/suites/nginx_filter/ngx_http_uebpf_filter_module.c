@@ -157,6 +157,8 @@ static ngx_int_t ngx_http_uebpf_filter_handler(ngx_http_request_t *r)
 	request.path_len = ngx_min(r->uri.len, 0xffffffff);
 	ngx_memcpy(request.path, r->uri.data, ngx_min(r->uri.len, FILTER_PREFIX_MAX));
 	request.agent_len = agent == NULL ? 0 : ngx_min(agent->value.len, 0xffffffff);
+	/* Zero-padded: the program takes the bytes as they are for the agent key. */
+	ngx_memzero(request.agent, FILTER_AGENT_MAX);
 	if (agent != NULL)
 		ngx_memcpy(request.agent, agent->value.data, ngx_min(agent->value.len, FILTER_AGENT_MAX));
 	if (uebpf_map_update(filter_requests, &filter_slot, &request, 0) < 0) {

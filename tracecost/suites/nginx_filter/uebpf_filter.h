@@ -43,7 +43,7 @@ struct filter_request {
 	__u32 path_len;	 /* the whole path's length; its first FILTER_PREFIX_MAX bytes below */
 	__u32 agent_len; /* 0: no User-Agent; more than FILTER_AGENT_MAX: matches no agent */
 	__u8 path[FILTER_PREFIX_MAX];
-	__u8 agent[FILTER_AGENT_MAX];
+	__u8 agent[FILTER_AGENT_MAX]; /* zero-padded */
 };
 
 /* The slots of `decisions`, in this order. */
