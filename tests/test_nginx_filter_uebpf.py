@@ -154,11 +154,13 @@ def filtered_nginx(method: str, loader: uebpf_filter.RulesLoader, folder: Path):
 
 
 METHODS = ["module", "live"]
+# This process's filter regions only: other runs on the machine have regions of their own.
+OUR_REGIONS = f"uebpf-tracecost-{os.getpid()}-nf-*"
 
 
 @pytest.mark.parametrize("method", METHODS)
 def test_every_class_is_decided_and_counted(tmp_path, method):
-    with regions_removed("uebpf-tracecost-*"):
+    with regions_removed(OUR_REGIONS):
         with uebpf_filter.rules_loader(write_rules(tmp_path, RULES), tmp_path) as loader:
             with filtered_nginx(method, loader, tmp_path) as nginx:
                 before = loader.counts()
@@ -180,8 +182,8 @@ def test_every_class_is_decided_and_counted(tmp_path, method):
 @pytest.mark.parametrize("method", METHODS)
 def test_a_replace_under_load_flips_a_path_and_fails_no_request(tmp_path, method):
     """Clients keep asking for a path while the rule set is replaced by one that denies it: every
-    answer is 200 or 403, never an error; every request sent after the replace answered is
-    denied; and after it, the old set's rules are gone."""
+    answer is 200 or 403, never an error; every request answered before the new set's time is
+    allowed, every one sent after the replace returned is denied; and the old set's rules are gone."""
     target = "/pub/page.txt"
     answers: list[tuple[float, float, int]] = []  # (sent, answered: time.time_ns(), status)
     failures: list[str] = []
@@ -199,7 +201,7 @@ def test_a_replace_under_load_flips_a_path_and_fails_no_request(tmp_path, method
         finally:
             connection.close()
 
-    with regions_removed("uebpf-tracecost-*"):
+    with regions_removed(OUR_REGIONS):
         with uebpf_filter.rules_loader(write_rules(tmp_path, RULES), tmp_path) as loader:
             with filtered_nginx(method, loader, tmp_path) as nginx:
                 clients = [threading.Thread(target=client, args=(nginx.port,)) for _ in range(2)]
@@ -209,6 +211,7 @@ def test_a_replace_under_load_flips_a_path_and_fails_no_request(tmp_path, method
                     while len(answers) < 50 and not failures:
                         time.sleep(0.01)
                     active = loader.replace(write_rules(tmp_path, "prefix /pub\n", "new.txt"))
+                    replaced = time.time_ns()
                     seen = len(answers)
                     while len(answers) < seen + 50 and not failures:
                         time.sleep(0.01)
@@ -217,16 +220,23 @@ def test_a_replace_under_load_flips_a_path_and_fails_no_request(tmp_path, method
                     for thread in clients:
                         thread.join()
                 old_rule = status(nginx.port, "/admin/page.txt", "BadBot/1.0")
+                bad = write_rules(tmp_path, "prefix /pub\nprefix /x y\n", "bad.txt")
+                with pytest.raises(TracecostError, match=f"^{bad}:2: byte 0x20 at column 10: "):
+                    loader.replace(bad)
+                kept = status(nginx.port, target, "curl/8.0")
     assert not failures
     assert {answer for *_, answer in answers} <= {200, 403}
-    assert [answer for sent, _, answer in answers if sent > active] == [403] * sum(
-        sent > active for sent, _, _ in answers
+    # `active` is read just before the flip: answered before it, the old set; sent once replace
+    # returned, the new.
+    assert [answer for sent, _, answer in answers if sent > replaced] == [403] * sum(
+        sent > replaced for sent, _, _ in answers
     )
     assert [answer for _, answered, answer in answers if answered < active] == [200] * sum(
         answered < active for _, answered, _ in answers
     )
     assert any(answer == 200 for *_, answer in answers) and any(answer == 403 for *_, answer in answers)
     assert old_rule == 200
+    assert kept == 403  # a refused file leaves the active set as it was
 
 
 def test_a_malformed_rules_file_is_one_line_and_status_2(tmp_path):
@@ -256,18 +266,18 @@ def test_nothing_is_left_behind_after_success_a_failure_and_a_malformed_file(tmp
     programs = [BUILD / "bin" / "nginx-filter-rules", BUILD / "bin" / "uebpf"]
     before = {program: processes_running(program.resolve()) for program in programs}
     rules = write_rules(tmp_path, RULES)
-    with regions_removed("uebpf-tracecost-*"):
+    with regions_removed(OUR_REGIONS):
         with uebpf_filter.rules_loader(rules, tmp_path) as loader:
             region = Path(f"/dev/shm/uebpf-{loader.region}")
             assert region.exists()
         assert not region.exists()
-    with regions_removed("uebpf-tracecost-*"):
+    with regions_removed(OUR_REGIONS):
         with pytest.raises(RuntimeError, match="the block failed"):
             with uebpf_filter.rules_loader(rules, tmp_path) as loader:
                 region = Path(f"/dev/shm/uebpf-{loader.region}")
                 raise RuntimeError("the block failed")
         assert not region.exists()
-    with regions_removed("uebpf-tracecost-*"):
+    with regions_removed(OUR_REGIONS):
         with pytest.raises(TracecostError) as refused:
             with uebpf_filter.rules_loader(write_rules(tmp_path, "agent ok\nprefix\n", "bad.txt"), tmp_path):
                 pass

@@ -6,20 +6,22 @@ No privilege is needed: nothing here touches the kernel's BPF."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
 import os
 import secrets
+import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from subprocess import TimeoutExpired
 
 from tracecost import leftovers, paths
 from tracecost.errors import TracecostError
-from tracecost.procs import last_json_line, run_command
+from tracecost.procs import Child, last_json_line, run_command, started
 
 SHM = Path("/dev/shm")
 _runs = itertools.count()
@@ -174,6 +176,40 @@ def inject(uebpf_command: Path, loader_env: dict[str, str], pid: int) -> dict:
         "borrowed_ms": float(answer["borrowed_ms"]),
         "command_s": took,
     }
+
+
+ATTACH_READY_TIMEOUT_S = 30
+ATTACH_STOP_TIMEOUT_S = 30
+
+
+class AttachRun:
+    """`uebpf attach` running, for a block (`attached`); `dump`, the maps and records it printed
+    when it stopped, once the block has ended well."""
+
+    def __init__(self, child: Child):
+        self.child = child
+        self.dump: str | None = None
+
+
+@contextlib.contextmanager
+def attached(argv: list[str], stderr_path: Path) -> Iterator[AttachRun]:
+    """`uebpf attach` (`argv`: the command and its arguments) for the block, from its READY on.
+    After the block it is asked to stop (SIGINT: it prints its maps and records, kept in `dump`,
+    and removes its region) and must exit cleanly. A block that fails stops it the same way, not
+    killed outright by `started`, which would leave the region to the leftovers ledger."""
+    with started(lambda: Child(argv, stderr_path=stderr_path, name="uebpf attach")) as child:
+        child.wait_for_line("READY", timeout_s=ATTACH_READY_TIMEOUT_S)
+        run = AttachRun(child)
+        try:
+            yield run
+        except BaseException:
+            with contextlib.suppress(Exception):
+                child.send(signal.SIGINT)
+                child.read_until_exit(timeout_s=ATTACH_STOP_TIMEOUT_S)
+            raise
+        child.send(signal.SIGINT)
+        run.dump = child.read_until_exit(timeout_s=ATTACH_STOP_TIMEOUT_S)
+        child.finished("uebpf attach", sig=None, timeout_s=ATTACH_STOP_TIMEOUT_S)
 
 
 CHECK_HOOK_TIMEOUT_S = 30

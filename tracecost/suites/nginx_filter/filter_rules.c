@@ -10,8 +10,10 @@
  *
  * Then commands, one a line on stdin, each answered with one line on stdout:
  *   replace FILE   the set of FILE, made active at once for every run that starts after it:
- *                  "ACTIVE NS" (CLOCK_REALTIME, comparable to nginx's $msec), or "ERROR WHY"
- *                  with the old set still active
+ *                  "ACTIVE NS", or "ERROR WHY" with the old set still active. NS is
+ *                  CLOCK_REALTIME (nginx's $msec's clock) read just before the flip: a request
+ *                  answered by the new set was decided after it, one answered before it had the
+ *                  old set, and every request that starts once the line is read has the new.
  *   decisions      "DECISIONS ALLOWED DENIED PASSED", the programs' counters over every
  *                  worker (PASSED: filter_live's calls for other maps, left to nginx)
  * End of input: exit 0. A malformed RULES is one line on stderr and status 2, as a usage error;
@@ -53,72 +55,99 @@ static void fail(const char *what)
 	exit(1);
 }
 
+/* The two kinds of rule: the word that starts the line (and its one space), the value's limits. */
+struct rule_kind {
+	const char *word;
+	const char *name;
+	size_t max_bytes;
+	unsigned char lowest_byte; /* 0x21: no space in it; the highest is 0x7e */
+	const char *bytes_are;
+	size_t max_rules;
+	const char *plural;
+};
+
+static const struct rule_kind PREFIX = { "prefix ", "a prefix", FILTER_PREFIX_MAX, 0x21, "printable ASCII without spaces",
+					 FILTER_PREFIXES, "prefixes" };
+static const struct rule_kind AGENT = { "agent ", "an agent", FILTER_AGENT_MAX, 0x20, "printable ASCII", FILTER_AGENTS, "agents" };
+
+/* Whether `line` is a rule of `kind` (its word, then a value); `value` and `n` are that value. */
+static bool rule_of(const struct rule_kind *kind, const char *line, size_t len, const char **value, size_t *n)
+{
+	size_t word = strlen(kind->word);
+
+	if (len <= word || memcmp(line, kind->word, word) != 0)
+		return false;
+	*value = line + word;
+	*n = len - word;
+	return true;
+}
+
+/* What the limits of `kind` say of `value` (`n` bytes), the set holding `count` such rules
+ * already: true, or false with `why`. */
+static bool value_fits(const struct rule_kind *kind, const char *value, size_t n, size_t count, char *why, size_t size)
+{
+	size_t i;
+
+	if (n > kind->max_bytes) {
+		snprintf(why, size, "%s is at most %zu bytes (this one is %zu)", kind->name, kind->max_bytes, n);
+		return false;
+	}
+	for (i = 0; i < n; i++)
+		if ((unsigned char)value[i] < kind->lowest_byte || (unsigned char)value[i] > 0x7e) {
+			snprintf(why, size, "byte 0x%02x at column %zu: %s is %s", (unsigned char)value[i],
+				 strlen(kind->word) + i + 1, kind->name, kind->bytes_are);
+			return false;
+		}
+	if (count == kind->max_rules) {
+		snprintf(why, size, "more than %zu %s", kind->max_rules, kind->plural);
+		return false;
+	}
+	return true;
+}
+
+/* A key of `size` bytes holding `value` (`n` bytes) zero-padded; its generation is set later. */
+static void fill_key(void *key, size_t size, __u32 *len, __u8 *bytes, const char *value, size_t n)
+{
+	memset(key, 0, size);
+	*len = n;
+	memcpy(bytes, value, n);
+}
+
 /* Sets `why` (a buffer of `size`) to what is wrong with `line` (`len` bytes, no newline) and
  * returns false, or adds its rule to `set`. Blank lines and comments add nothing. */
 static bool parse_line(const char *line, size_t len, struct rule_set *set, char *why, size_t size)
 {
-	size_t i, blank = 0;
+	const char *value;
+	size_t n, blank = 0;
 
 	while (blank < len && (line[blank] == ' ' || line[blank] == '\t'))
 		blank++;
 	if (blank == len || line[0] == '#')
 		return true;
-	if (len > 7 && memcmp(line, "prefix ", 7) == 0) {
-		const char *value = line + 7;
-		size_t n = len - 7;
-		struct filter_prefix_key *key;
+	if (rule_of(&PREFIX, line, len, &value, &n)) {
+		struct filter_prefix_key *key = &set->prefixes[set->prefix_count];
 
-		if (n > FILTER_PREFIX_MAX) {
-			snprintf(why, size, "a prefix is at most %d bytes (this one is %zu)", FILTER_PREFIX_MAX, n);
+		if (!value_fits(&PREFIX, value, n, set->prefix_count, why, size))
 			return false;
-		}
 		if (value[0] != '/') {
 			snprintf(why, size, "a prefix must start with /");
 			return false;
 		}
-		for (i = 0; i < n; i++)
-			if ((unsigned char)value[i] < 0x21 || (unsigned char)value[i] > 0x7e) {
-				snprintf(why, size, "byte 0x%02x at column %zu: a prefix is printable ASCII without spaces",
-					 (unsigned char)value[i], 8 + i);
-				return false;
-			}
-		if (set->prefix_count == FILTER_PREFIXES) {
-			snprintf(why, size, "more than %d prefixes", FILTER_PREFIXES);
-			return false;
-		}
-		key = &set->prefixes[set->prefix_count++];
-		memset(key, 0, sizeof(*key));
-		key->len = n;
-		memcpy(key->bytes, value, n);
+		fill_key(key, sizeof(*key), &key->len, key->bytes, value, n);
+		set->prefix_count++;
 		return true;
 	}
-	if (len > 6 && memcmp(line, "agent ", 6) == 0) {
-		const char *value = line + 6;
-		size_t n = len - 6;
-		struct filter_agent_key *key;
+	if (rule_of(&AGENT, line, len, &value, &n)) {
+		struct filter_agent_key *key = &set->agents[set->agent_count];
 
-		if (n > FILTER_AGENT_MAX) {
-			snprintf(why, size, "an agent is at most %d bytes (this one is %zu)", FILTER_AGENT_MAX, n);
+		if (!value_fits(&AGENT, value, n, set->agent_count, why, size))
 			return false;
-		}
 		if (value[0] == ' ' || value[n - 1] == ' ') {
 			snprintf(why, size, "an agent has no leading or trailing space");
 			return false;
 		}
-		for (i = 0; i < n; i++)
-			if ((unsigned char)value[i] < 0x20 || (unsigned char)value[i] > 0x7e) {
-				snprintf(why, size, "byte 0x%02x at column %zu: an agent is printable ASCII",
-					 (unsigned char)value[i], 7 + i);
-				return false;
-			}
-		if (set->agent_count == FILTER_AGENTS) {
-			snprintf(why, size, "more than %d agents", FILTER_AGENTS);
-			return false;
-		}
-		key = &set->agents[set->agent_count++];
-		memset(key, 0, sizeof(*key));
-		key->len = n;
-		memcpy(key->bytes, value, n);
+		fill_key(key, sizeof(*key), &key->len, key->bytes, value, n);
+		set->agent_count++;
 		return true;
 	}
 	snprintf(why, size, "expected \"prefix /PATH\" or \"agent VALUE\" (one space after the word)");
@@ -267,16 +296,19 @@ int main(int argc, char **argv)
 		if (got > 0 && line[got - 1] == '\n')
 			line[--got] = '\0';
 		if (strncmp(line, "replace ", 8) == 0) {
+			__u32 flipped = generation + 1;
+			__u64 before_flip = 0;
+
 			if (!read_rules(line + 8, next, why, sizeof(why))) {
 				printf("ERROR %s\n", why);
-			} else if ((err = write_set(&maps, next, generation + 1)) < 0 ||
-				   (err = uebpf_map_update(maps.active, &zero, &(__u32){ generation + 1 }, 0)) < 0) {
+			} else if ((err = write_set(&maps, next, flipped)) < 0 ||
+				   (before_flip = realtime_ns(), err = uebpf_map_update(maps.active, &zero, &flipped, 0)) < 0) {
 				delete_set(&maps, next);
 				printf("ERROR filling the maps failed: %s\n", strerror(-err));
 			} else {
-				printf("ACTIVE %llu\n", (unsigned long long)realtime_ns());
+				printf("ACTIVE %llu\n", (unsigned long long)before_flip);
 				fflush(stdout);
-				generation++;
+				generation = flipped;
 				nanosleep(&(struct timespec){ .tv_nsec = GRACE_NS % 1000000000L, .tv_sec = GRACE_NS / 1000000000L }, NULL);
 				delete_set(&maps, current);
 				swap = current, current = next, next = swap;

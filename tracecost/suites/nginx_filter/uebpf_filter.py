@@ -20,7 +20,6 @@ import functools
 import os
 import re
 import secrets
-import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,8 +156,10 @@ class RulesLoader:
 
     def replace(self, rules: Path) -> int:
         """Swaps the rule set for the one in `rules` atomically while nginx serves; returns the
-        CLOCK_REALTIME ns (time.time_ns()'s clock) at which the new set became active. A malformed
-        file is an error naming its line, with the old set still active."""
+        CLOCK_REALTIME ns (time.time_ns()'s clock) at which the new set became active, read just
+        before the flip: a request decided by the new set was decided after it, and every request
+        that starts after this returns has the new set. A malformed file is an error naming its
+        line, with the old set still active."""
         if "\n" in str(rules):
             raise TracecostError(f"rules file name {str(rules)!r} holds a newline")
         return int(self._command(f"replace {Path(rules).absolute()}", "ACTIVE"))
@@ -195,21 +196,8 @@ def rules_loader(rules: Path, folder: Path) -> Iterator[RulesLoader]:
     loader_argv = [str(paths.artifact("bin/nginx-filter-rules")), "--region", region, str(Path(rules).absolute())]
     attach_command = attach_argv(region, layout, nginx_binary())
     try:
-        with started(
-            lambda: Child(attach_command, stderr_path=folder / "uebpf-attach.err", name="uebpf attach")
-        ) as attach:
-            attach.wait_for_line("READY", timeout_s=READY_TIMEOUT_S)
-            try:
-                yield from _loader_in(region, loader_argv, folder)
-            except BaseException:
-                # Asked to stop as on success (SIGINT: it removes its region), not killed outright.
-                with contextlib.suppress(Exception):
-                    attach.send(signal.SIGINT)
-                    attach.read_until_exit(timeout_s=STOP_TIMEOUT_S)
-                raise
-            attach.send(signal.SIGINT)
-            attach.read_until_exit(timeout_s=STOP_TIMEOUT_S)
-            attach.finished("uebpf attach", sig=None, timeout_s=STOP_TIMEOUT_S)
+        with uebpf.attached(attach_command, folder / "uebpf-attach.err"):
+            yield from _loader_in(region, loader_argv, folder)
     finally:
         left = region_file.exists()
         region_file.unlink(missing_ok=True)

@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from tracecost import elf, paths, uebpf
 from tracecost.errors import TracecostError
-from tracecost.procs import Child, started
+from tracecost.procs import Child
 
-READY_TIMEOUT_S = 30
-STOP_TIMEOUT_S = 30
 # enum aof_count's order (aof_bounded.h).
 COUNTS = ("fsyncs_done", "fsyncs_skipped", "writes_fed", "most_at_risk")
 # (program, the redis function it goes on): the writes for the AOF, and the window in which an
@@ -90,20 +87,8 @@ def bounded(policy: Policy, environments: uebpf.RunEnvironments, workdir: Path) 
     if libc is None:
         raise TracecostError("the C library is not in ldconfig's cache: cannot attach to its fdatasync")
     argv = attach_argv(environments.loader["UEBPF_REGION"], policy, redis_server().resolve(), Path(libc).resolve())
-    with started(lambda: Child(argv, stderr_path=workdir / "uebpf-attach.err", name="uebpf attach")) as attach:
-        attach.wait_for_line("READY", timeout_s=READY_TIMEOUT_S)
-        attached = Attached(attach, environments)
-        try:
-            yield attached
-        except BaseException:
-            # Asked to stop as on success (SIGINT: it removes its region), not killed outright
-            # by `started`, which would leave the region to the leftovers ledger.
-            with contextlib.suppress(Exception):
-                attach.send(signal.SIGINT)
-                attach.read_until_exit(timeout_s=STOP_TIMEOUT_S)
-            raise
-        attach.send(signal.SIGINT)
-        dump = attach.read_until_exit(timeout_s=STOP_TIMEOUT_S)
-        attach.finished("uebpf attach", sig=None, timeout_s=STOP_TIMEOUT_S)
+    with uebpf.attached(argv, workdir / "uebpf-attach.err") as run:
+        attached = Attached(run.child, environments)
+        yield attached
     environments.after_exit()
-    attached.counts = uebpf.array_counts(dump, "counts", COUNTS)
+    attached.counts = uebpf.array_counts(run.dump, "counts", COUNTS)
