@@ -11,15 +11,17 @@ import grp
 import http.client
 import os
 import pwd
+import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, processes_running, regions_removed
-from tracecost import services
+from conftest import BUILD, processes_running, regions_removed, wait_until
+from tracecost import leftovers, services
 from tracecost.errors import TracecostError
 from tracecost.procs import Child, descendants, exits_within, started
 from tracecost.suites.nginx_filter import uebpf_filter
@@ -303,3 +305,53 @@ def test_a_module_without_its_region_refuses_to_start(tmp_path):
     )
     assert done.returncode != 0
     assert 'uebpf_filter: cannot open uebpf region "tracecost-no-such-region"' in done.stderr
+
+
+# A harness holding the rules loader until it is interrupted, under the leftovers ledger as
+# tracecost's commands run (the next ledger cleans after one killed outright).
+HOLDER = """
+import sys, time
+from pathlib import Path
+from tracecost import leftovers
+from tracecost.suites.nginx_filter import uebpf_filter
+with leftovers.ledger(print):
+    with uebpf_filter.rules_loader(Path(sys.argv[1]), Path(sys.argv[2])) as loader:
+        print(loader.region, flush=True)
+        time.sleep(120)
+"""
+
+
+def processes_naming(text: str) -> list[int]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if text.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_an_interrupted_or_killed_harness_leaves_nothing_behind(tmp_path, sig):
+    """Ctrl-C: the loader and attach stop and the region goes at once. Killed outright: its
+    children die with it, and the next command's ledger removes the region."""
+    rules = write_rules(tmp_path, RULES)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, rules, tmp_path], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        region = holder.stdout.readline().strip()
+        assert region.startswith("tracecost-"), region
+        assert len(processes_naming(region)) == 2  # uebpf attach and the loader
+        holder.send_signal(sig)
+        assert holder.wait(timeout=60) != 0
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    assert wait_until(lambda: not processes_naming(region), timeout=30)
+    region_file = Path(f"/dev/shm/uebpf-{region}")
+    if sig == signal.SIGKILL:
+        with leftovers.ledger(lambda _: None):
+            pass
+    assert not region_file.exists()
