@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import re
 import secrets
@@ -226,13 +227,17 @@ def _loader_in(region: str, argv: list[str], folder: Path) -> Iterator[RulesLoad
 def live_extension(loader: RulesLoader, pids: list[int], folder: Path) -> Iterator[None]:
     """uebpf-live: the agent injected into the running, unmodified nginx workers `pids`, in the
     loader's region, where filter_live is attached to ngx_http_map_find; returns once each has
-    hooked it. On leaving, the agents are detached (nginx's code as it was)."""
+    hooked it, the injections' records (uebpf.inject: the thread borrowed, for how long) in
+    `folder`/uebpf-live.json. On leaving, the agents are detached (nginx's code as it was; the
+    inert agent stays loaded, so a process is injected once: give each run a fresh nginx)."""
     command = paths.artifact("bin/uebpf")
     injected: list[int] = []
+    records: dict[str, dict] = {}
     try:
         for pid in pids:
             injected.append(pid)  # a failed injection may have loaded the agent: detach it too
-            uebpf.inject(command, {"UEBPF_REGION": loader.region}, pid)
+            records[str(pid)] = uebpf.inject(command, {"UEBPF_REGION": loader.region}, pid)
+        (folder / "uebpf-live.json").write_text(json.dumps(records, indent=1) + "\n")
         yield
     except BaseException:
         for pid in injected:
