@@ -18,10 +18,12 @@ $(NGINX_BUILD)/objs/Makefile: $(NGINX_FILTER)/config $(NGINX_FILTER)/build.mk $(
 	  --with-ld-opt='-fPIC' --add-dynamic-module=$(abspath $(NGINX_FILTER)) \
 	  --builddir=$(abspath $(NGINX_BUILD))/objs > $(abspath $(NGINX_BUILD))/configure.log
 
+# Copied as a new file, not the old one rewritten: an nginx running it keeps its own (as the
+# runtime's libraries are).
 $(NGINX_BUILD)/ngx_http_uebpf_filter_module.so: $(NGINX_FILTER)/ngx_http_uebpf_filter_module.c \
   $(NGINX_FILTER)/uebpf_filter.h $(NGINX_BUILD)/objs/Makefile $(LIB)/libuebpf.a
 	$(MAKE) -C $(NGINX_BUILD)/tree -f $(abspath $(NGINX_BUILD))/objs/Makefile modules
-	cp $(NGINX_BUILD)/objs/ngx_http_uebpf_filter_module.so $@
+	cp --remove-destination $(NGINX_BUILD)/objs/ngx_http_uebpf_filter_module.so $@
 
 NGINX_INCLUDES := $(addprefix -I$(NGINX_BUILD)/tree/src/,core event event/modules os/unix http http/modules http/v2) \
   -I$(NGINX_BUILD)/objs
