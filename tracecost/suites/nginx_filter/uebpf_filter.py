@@ -22,12 +22,12 @@ import os
 import re
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from subprocess import TimeoutExpired
 
 from tracecost import leftovers, paths, system, uebpf
 from tracecost.errors import TracecostError
+from tracecost.nginx import Snippets
 from tracecost.procs import Child, last_json_line, run_command, started
 
 READY_TIMEOUT_S = 30
@@ -47,15 +47,6 @@ LIVE_VARIABLE = "$uebpf_filter_deny"
 OFFSET_GLOBALS = ("request_uri_offset", "request_user_agent_offset", "table_elt_value_offset")
 # What nginx's config may hold unquoted: the region name goes into a directive.
 REGION_NAME = re.compile(r"[A-Za-z0-9._-]+")
-
-
-@dataclass(frozen=True)
-class Snippets:
-    """nginx config text the filter needs at each level (may be "")."""
-
-    main: str
-    http: str
-    server: str
 
 
 def module_snippets(region: str) -> Snippets:
@@ -173,8 +164,12 @@ class RulesLoader:
     def counts(self) -> dict[str, int]:
         """The decisions and `passed`: uebpf-live's calls of ngx_http_map_find for maps other
         than the filter's, which it left to nginx (0 in the suite's config: its one map)."""
-        allowed, denied, passed = self._command("decisions", "DECISIONS").split()
-        return {"allowed": int(allowed), "denied": int(denied), "passed": int(passed)}
+        said = self._command("decisions", "DECISIONS")
+        try:
+            allowed, denied, passed = (int(count) for count in said.split())
+        except ValueError as err:
+            raise TracecostError(f"the rules loader answered 'DECISIONS {said}', not three counts") from err
+        return {"allowed": allowed, "denied": denied, "passed": passed}
 
 
 def new_region() -> str:
