@@ -109,7 +109,9 @@ def test_the_mix_is_seeded_and_every_class_decided_as_it_says(tmp_path):
         assert ruleset.denies(request.path, request.agent) == (load.EXPECTED[request.cls] == 403)
         assert changed.denies(request.path, request.agent) == (request.cls != "allowed")
     mix.create_files(tmp_path)
-    assert all((tmp_path / request.path.lstrip("/")).is_file() for request in mix.requests)
+    # The paths a filter denies are no files: without a filter they get 404, not a file.
+    for request in mix.requests:
+        assert (tmp_path / request.path.lstrip("/")).is_file() == (load.EXPECTED[request.cls] == 200), request
 
 
 def test_rules_that_deny_the_mixs_allowed_paths_are_refused():
@@ -213,9 +215,10 @@ def test_a_run_counts_only_with_every_decision_right():
         run_record(
             make_filter("lua"), summary({**RIGHT, "prefix 403": 23, "prefix 200": 2}), 101, 1, None, 10, wrk_cpu_ns=1
         )
-    # Without a filter every request gets its file: a 403 there is wrong too.
-    every_file = {"allowed 200": 50, "prefix 200": 25, "agent 200": 15, "flip 200": 10}
-    assert run_record(make_filter("none"), summary(every_file), 101, 1, None, 10, wrk_cpu_ns=1)["wrong_decisions"] == 0
+    # Without a filter the allowed requests get their files and the denied ones 404 (their paths
+    # are no files): a 403 there is wrong too.
+    unfiltered = {"allowed 200": 50, "prefix 404": 25, "agent 404": 15, "flip 200": 10}
+    assert run_record(make_filter("none"), summary(unfiltered), 101, 1, None, 10, wrk_cpu_ns=1)["wrong_decisions"] == 0
     with pytest.raises(TracecostError, match="wrong decisions"):
         run_record(make_filter("none"), summary(RIGHT), 101, 1, None, 10, wrk_cpu_ns=1)
     with pytest.raises(TracecostError, match=r"wrk got errors from nginx \(3 read"):

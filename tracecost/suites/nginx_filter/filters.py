@@ -13,7 +13,6 @@ set of agents. Config text quotes every rule, so that no rule can add a directiv
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,15 +21,19 @@ from tracecost import methods, system
 from tracecost.errors import TracecostError
 from tracecost.nginx import Nginx, Snippets
 from tracecost.say import Say
+from tracecost.suites.nginx_filter import uebpf_filter
 from tracecost.suites.nginx_filter.rules import RuleSet
 
 MODULES = Path("/usr/lib/nginx/modules")
 # Every method's responses say which class the request was (wrk's script sends it), which worker
 # answered and when (the rule change's per-worker timing): the same headers for all, `none` too.
+# The denied classes' paths are no files (load.py): `none`'s 404s are not logged, as a filter's
+# 403s are not, so that no method writes a log line per request.
 RESPONSE_HEADERS = """\
     add_header X-Class $http_x_class always;
     add_header X-Worker $pid always;
     add_header X-Msec $msec always;
+    log_not_found off;
 """
 
 
@@ -239,12 +242,6 @@ class Njs(Filter):
         )
 
 
-def uebpf_glue():
-    """uebpf's half of the suite (uebpf_filter.py: its module, rules loader and extension),
-    imported when a uebpf method runs, so that the other methods run without it."""
-    return importlib.import_module("tracecost.suites.nginx_filter.uebpf_filter")
-
-
 def with_headers(snippets) -> Snippets:
     """uebpf's snippets, with the response headers every method's config adds."""
     return Snippets(main=snippets.main, http=snippets.http, server=RESPONSE_HEADERS + snippets.server)
@@ -262,19 +259,12 @@ class Uebpf(Filter):
     def __init__(self):
         self.loader = None
 
-    def unavailable(self, cell=None) -> str | None:
-        try:
-            uebpf_glue()
-        except ImportError:
-            return "the uebpf filter (tracecost/suites/nginx_filter/uebpf_filter.py) is not in this tree"
-        return None
-
     def loaded_snippets(self, loader) -> Snippets:
-        return uebpf_glue().module_snippets(loader.region)
+        return uebpf_filter.module_snippets(loader.region)
 
     @contextlib.contextmanager
     def serving(self, rules_file: Path, rules: RuleSet, folder: Path) -> Iterator[Snippets]:
-        with uebpf_glue().rules_loader(rules_file, folder) as loader:
+        with uebpf_filter.rules_loader(rules_file, folder) as loader:
             self.loader = loader
             try:
                 yield with_headers(self.loaded_snippets(loader))
@@ -297,19 +287,16 @@ class UebpfLive(Uebpf):
     what = "uebpf: the same program attached live to a function of an unmodified, serving nginx"
 
     def unavailable(self, cell=None) -> str | None:
-        missing = super().unavailable(cell)
-        if missing:
-            return missing
         try:
-            uebpf_glue().live_snippets()
+            uebpf_filter.live_snippets()
         except TracecostError as why_not:
             return str(why_not)
         return None
 
     def loaded_snippets(self, loader) -> Snippets:
-        return uebpf_glue().live_snippets()
+        return uebpf_filter.live_snippets()
 
     @contextlib.contextmanager
     def attached(self, run: methods.Run[Nginx]) -> Iterator[None]:
-        with uebpf_glue().live_extension(self.loader, run.target.workers, run.workdir):
+        with uebpf_filter.live_extension(self.loader, run.target.workers, run.workdir):
             yield None

@@ -149,9 +149,9 @@ def findings(config: dict, aggregates: list[dict], rule_changes: list[dict], fai
         mix = config.get("mix") or {}
         denied = sum(share for cls, share in mix.items() if cls in ("prefix", "agent")) / (sum(mix.values()) or 1)
         out.append(
-            f"A filter answers {100 * denied:.0f}% of the mix with a short 403 where no filter serves the file: "
-            "each cost relative to none is net of that saving (a filter can come out cheaper than none); the "
-            "filters, all answering the same requests alike, compare with each other like for like."
+            f"The {100 * denied:.0f}% of the mix a filter denies ask for paths that are no files: without a filter "
+            "nginx answers them 404, a small error page as the filters' 403, so a cost relative to none is the "
+            "filter's own work."
         )
     added = {m: (cells.get((m,)) or {}).get("added_cpu_ns_per_request") or {} for m in costs}
     added = {m: a for m, a in added.items() if a.get("value") is not None}

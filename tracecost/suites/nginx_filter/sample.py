@@ -29,7 +29,7 @@ def wrk_summary(rng: random.Random, method: str, flips: list[str] | None = None)
     shares = {cls: requests * weight // 100 for cls, weight in load.WEIGHTS.items()}
     shares["allowed"] += requests - sum(shares.values())
     classes = {f"{cls} {expected[cls]}": n for cls, n in shares.items()}
-    refused = sum(n for key, n in classes.items() if key.endswith("403"))
+    refused = sum(n for key, n in classes.items() if int(key.split()[1]) >= 400)
     return {
         "requests": requests,
         "duration_us": 1_000_000,
