@@ -1,5 +1,5 @@
-"""The nginx-filter suite's uebpf filter on a real private nginx (Debian's, 2 workers, HTTP on a
-free loopback port): our module (`uebpf`) and the extension injected into an unmodified nginx
+"""The nginx-filter suite's uebpf filter on a real private nginx (Debian's, 2 workers, HTTPS on a
+free loopback port, tracecost/nginx.py's): our module (`uebpf`) and the extension injected into an unmodified nginx
 (`uebpf-live`) deny exactly the rules' paths and agents, count every decision, take a new rule
 set while serving without failing a request, refuse a malformed rules file in one line, and leave
 no region or process behind."""
@@ -7,23 +7,24 @@ no region or process behind."""
 from __future__ import annotations
 
 import contextlib
-import grp
 import http.client
 import os
-import pwd
 import signal
+import ssl
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from conftest import BUILD, processes_running, regions_removed, wait_until
 from tracecost import leftovers, services
+from tracecost import nginx as nginx_service
 from tracecost.errors import TracecostError
-from tracecost.procs import Child, descendants, exits_within, started
+from tracecost.nginx import Nginx, Site, Snippets
 from tracecost.suites.nginx_filter import uebpf_filter
 
 WORKERS = 2
@@ -52,73 +53,34 @@ CLASSES = [
 PAGES = ["pub/page.txt", "a/page.txt", "admin/page.txt", "a/bc", "private/area/with/a/longer/name/page.txt"]
 
 
-def config_text(prefix: Path, port: int, snippets: uebpf_filter.Snippets) -> str:
-    # As root, the workers keep the harness's user: they must open its region (as the suite's).
-    user = ""
-    if os.geteuid() == 0:
-        user = f"user {pwd.getpwuid(os.geteuid()).pw_name} {grp.getgrgid(os.getegid()).gr_name};"
-    temps = "\n".join(
-        f"  {kind}_temp_path {prefix}/temp;" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-    )
-    return f"""\
-{snippets.main}
-daemon off;
-master_process on;
-worker_processes {WORKERS};
-{user}
-pid {prefix}/nginx.pid;
-error_log {prefix}/error.log warn;
-events {{ worker_connections 64; }}
-http {{
-  access_log off;
-{temps}
-  {snippets.http}
-  # Another map, looked up once a request (by add_header): uebpf-live leaves it to nginx.
-  map $http_x_colour $colour {{ default none; red warm; }}
-  server {{
-    listen 127.0.0.1:{port};
-    root {prefix}/html;
-    add_header X-Colour $colour always;
-    {snippets.server}
-  }}
-}}
-"""
-
-
-class Nginx:
-    def __init__(self, master: Child, workers: list[int], port: int):
-        self.master, self.workers, self.port = master, workers, port
+# Another map, looked up once a request (by add_header): uebpf-live leaves it to nginx.
+OTHER_MAP = Snippets(
+    http="  map $http_x_colour $colour { default none; red warm; }\n",
+    server="    add_header X-Colour $colour always;\n",
+)
 
 
 @contextlib.contextmanager
-def running_nginx(folder: Path, snippets: uebpf_filter.Snippets):
-    prefix = folder / "nginx"
-    (prefix / "temp").mkdir(parents=True)
+def running_nginx(folder: Path, snippets: Snippets) -> Iterator[Nginx]:
+    """The suites' private nginx (tracecost/nginx.py: HTTPS on a free loopback port) with the
+    filter's config and the other map, serving PAGES."""
+    site = Site.create(folder / "site", [])
     for page in PAGES:
-        (prefix / "html" / page).parent.mkdir(parents=True, exist_ok=True)
-        (prefix / "html" / page).write_text(f"page {page}\n")
-    port = services.free_port()
-    (prefix / "nginx.conf").write_text(config_text(prefix, port, snippets))
-    argv = ["/usr/sbin/nginx", "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-e", str(prefix / "error.log")]
-    with started(
-        lambda: Child(argv, stderr_path=prefix / "stderr", stdout_path=prefix / "stdout", name="nginx")
-    ) as master:
-        workers: list[int] = []
-        try:
-            deadline = time.monotonic() + 30
-            while len(workers) < WORKERS or not services.answers(port):
-                assert not master.has_exited(), f"nginx exited: {(prefix / 'error.log').read_text()[-400:]}"
-                assert time.monotonic() < deadline, "nginx did not start its workers"
-                exits_within(master.pid, 0.01)
-                workers = descendants(master.pid)
-            yield Nginx(master, workers, port)
-        finally:
-            services.stop(master, workers)
+        (site.root / page).parent.mkdir(parents=True, exist_ok=True)
+        (site.root / page).write_text(f"page {page}\n")
+    both = Snippets(snippets.main, snippets.http + OTHER_MAP.http, snippets.server + OTHER_MAP.server)
+    with nginx_service.running_nginx(folder, site, WORKERS, None, {}, both) as nginx:
+        yield nginx
 
 
-def status(port: int, path: str, agent: str | None, connection: http.client.HTTPConnection | None = None) -> int:
+def connect(port: int) -> http.client.HTTPSConnection:
+    # The site's certificate is self-signed for 127.0.0.1: nothing to verify it against.
+    return http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=ssl._create_unverified_context())
+
+
+def status(port: int, path: str, agent: str | None, connection: http.client.HTTPSConnection | None = None) -> int:
     own = connection is None
-    connection = connection or http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    connection = connection or connect(port)
     connection.putrequest("GET", path, skip_accept_encoding=True)
     if agent is not None:
         connection.putheader("User-Agent", agent)
@@ -148,11 +110,11 @@ def filtered_nginx(method: str, loader: uebpf_filter.RulesLoader, folder: Path):
         return
     with running_nginx(folder, uebpf_filter.live_snippets()) as nginx:
         # Unmodified: before the extension, every request is allowed.
-        assert status(nginx.port, "/admin/page.txt", "BadBot/1.0") == 200
+        assert status(nginx.https_port, "/admin/page.txt", "BadBot/1.0") == 200
         with uebpf_filter.live_extension(loader, nginx.workers, folder):
             yield nginx
         # Detached: nginx's own lookup again, nothing denied.
-        assert status(nginx.port, "/admin/page.txt", "BadBot/1.0") == 200
+        assert status(nginx.https_port, "/admin/page.txt", "BadBot/1.0") == 200
 
 
 METHODS = ["module", "live"]
@@ -168,7 +130,7 @@ def test_every_class_is_decided_and_counted(tmp_path, method):
                 before = loader.counts()
                 got = {}
                 for path, agent, _ in CLASSES:
-                    got[path, agent] = [status(nginx.port, path, agent) for _ in range(REQUESTS_PER_CLASS)]
+                    got[path, agent] = [status(nginx.https_port, path, agent) for _ in range(REQUESTS_PER_CLASS)]
                 after = loader.counts()
     for path, agent, denied in CLASSES:
         assert got[path, agent] == [403 if denied else 200] * REQUESTS_PER_CLASS, (path, agent)
@@ -192,7 +154,7 @@ def test_a_replace_under_load_flips_a_path_and_fails_no_request(tmp_path, method
     stop = threading.Event()
 
     def client(port: int) -> None:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connection = connect(port)
         try:
             while not stop.is_set():
                 sent = time.time_ns()
@@ -206,7 +168,7 @@ def test_a_replace_under_load_flips_a_path_and_fails_no_request(tmp_path, method
     with regions_removed(OUR_REGIONS):
         with uebpf_filter.rules_loader(write_rules(tmp_path, RULES), tmp_path) as loader:
             with filtered_nginx(method, loader, tmp_path) as nginx:
-                clients = [threading.Thread(target=client, args=(nginx.port,)) for _ in range(2)]
+                clients = [threading.Thread(target=client, args=(nginx.https_port,)) for _ in range(2)]
                 for thread in clients:
                     thread.start()
                 try:
@@ -221,11 +183,11 @@ def test_a_replace_under_load_flips_a_path_and_fails_no_request(tmp_path, method
                     stop.set()
                     for thread in clients:
                         thread.join()
-                old_rule = status(nginx.port, "/admin/page.txt", "BadBot/1.0")
+                old_rule = status(nginx.https_port, "/admin/page.txt", "BadBot/1.0")
                 bad = write_rules(tmp_path, "prefix /pub\nprefix /x y\n", "bad.txt")
                 with pytest.raises(TracecostError, match=f"^{bad}:2: byte 0x20 at column 10: "):
                     loader.replace(bad)
-                kept = status(nginx.port, target, "curl/8.0")
+                kept = status(nginx.https_port, target, "curl/8.0")
     assert not failures
     assert {answer for *_, answer in answers} <= {200, 403}
     # `active` is read just before the flip: answered before it, the old set; sent once replace
@@ -296,7 +258,9 @@ def test_a_module_without_its_region_refuses_to_start(tmp_path):
     snippets = uebpf_filter.module_snippets("tracecost-no-such-region")
     prefix = tmp_path / "nginx"
     (prefix / "temp").mkdir(parents=True)
-    (prefix / "nginx.conf").write_text(config_text(prefix, services.free_port(), snippets))
+    site = Site.create(tmp_path / "site", [])
+    port, status_port = services.free_port(), services.free_port()
+    (prefix / "nginx.conf").write_text(nginx_service.config_text(prefix, site, WORKERS, port, status_port, snippets))
     done = subprocess.run(
         ["/usr/sbin/nginx", "-t", "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-e", str(prefix / "error.log")],
         capture_output=True,
