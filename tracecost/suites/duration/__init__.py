@@ -52,12 +52,13 @@ SCENARIOS = (
 METHODS = ("baseline", "lttng", "ebpf", "ebpf-timer", "uebpf", "uebpf-live")
 QUICK_DIVISOR = 50  # --quick: a fiftieth of the calls ...
 QUICK_MIN_CALLS = 40  # ... but never fewer than this
-# `tracecost run`: 5 repetitions of a third of the calls, about 3 minutes on 2 cores (30 s of it
-# uebpf-live's; a third rather than half made room for the compat and fuse suites within 10
-# minutes). Each run still busy-waits 0.33 to 0.83 s (scenarios 2-5) or makes 33k calls (0-1):
-# the spread between runs, not the calls within one, bounds the CI.
+# `tracecost run`: 5 repetitions of a quarter of the calls, about 2.5 minutes on 2 cores (a third
+# rather than half made room for the compat and fuse suites within 10 minutes, a quarter rather
+# than a third for the nginx-filter suite: 166 s at a third). Each run still busy-waits 0.25 to
+# 0.63 s (scenarios 2-5) or makes 25k calls (0-1): the spread between runs, not the calls within
+# one, bounds the CI.
 RUN_REPETITIONS = 5
-RUN_DIVISOR = 3
+RUN_DIVISOR = 4
 
 
 def scenario_by_index(index: int) -> Scenario:

@@ -28,8 +28,9 @@ MAX_SIZE = 64 << 20
 DEFAULT_CONNECTIONS = 10
 DEFAULT_DURATION_S = 3
 MAX_WORKERS = 64
-# `tracecost run`: 8 methods x 5 runs (one a warm-up) x ~2 s each, about 90 s on 2 cores.
-RUN_REPETITIONS = 4
+# `tracecost run`: 8 methods x 4 runs (one a warm-up) x ~1.5 s each, about 45 s on 2 cores (4
+# counted runs took 59 s; 3 made room for the nginx-filter suite within the 10 minutes).
+RUN_REPETITIONS = 3
 RUN_DURATION_S = 1
 SIZE_SUFFIXES = {"": 1, "k": 1 << 10, "m": 1 << 20}
 
