@@ -72,22 +72,31 @@ class Libraries:
         never a region shared with someone else; the agent uses only a region of its own uid.
         It goes in the ledger before the loader starts: if the loader, or tracecost, is killed
         outright, the region is still removed (leftovers.py)."""
-        region = f"tracecost-{os.getpid()}-{next(_runs)}-{secrets.token_hex(8)}"
-        region_file = SHM / f"uebpf-{region}"
-        leftovers.record_region(region_file)
-
-        def require_region_removed() -> None:
-            if region_file.exists():
-                region_file.unlink(missing_ok=True)
-                raise TracecostError(f"the uebpf loader exited but left its region {region_file} behind")
-
+        region, region_file = new_region()
         loader = {"UEBPF_REGION": region, "LD_PRELOAD": str(self.server)}
         return RunEnvironments(
             loader={**loader, "UEBPF_NO_INJECT": "1"} if live else loader,
             target={} if live else {"UEBPF_REGION": region, "LD_PRELOAD": str(self.agent)},
-            after_exit=require_region_removed,
+            after_exit=lambda: require_region_removed(region_file, "the uebpf loader exited but"),
             region_file=region_file,
         )
+
+
+def new_region(label: str | None = None) -> tuple[str, Path]:
+    """A region's name and file for one run (`Libraries.run_environments` says why the name
+    cannot be guessed), in the leftovers ledger before anything creates it; `label` (default: the
+    run's number in this process) says what it is for."""
+    region = f"tracecost-{os.getpid()}-{label or next(_runs)}-{secrets.token_hex(8)}"
+    region_file = SHM / f"uebpf-{region}"
+    leftovers.record_region(region_file)
+    return region, region_file
+
+
+def require_region_removed(region_file: Path, who: str) -> None:
+    """A region still there once its users are gone is removed, and an error (`who` ... left it)."""
+    if region_file.exists():
+        region_file.unlink(missing_ok=True)
+        raise TracecostError(f"{who} left its region {region_file} behind")
 
 
 def require_runtime() -> Libraries:

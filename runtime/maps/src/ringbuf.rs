@@ -13,9 +13,10 @@
 //! (~12 us here, where the kernel's irq_work costs the program almost nothing), and the kernel's
 //! rule (wake when the consumer had caught up) made a program whose calls are a few microseconds
 //! apart pay one per call. So, as LTTng's consumer: a consumer that has drained the ring sleeps
-//! for at most CONSUMER_TIMER (its wait's timeout, server/src/epoll.rs and ring.rs), and a
-//! producer wakes it early only when the unread bytes reach a WATERMARK_DIVISOR-th of the ring
-//! (once per sleep: `Wakeup::armed`), so that a burst never fills the ring while it sleeps, or
+//! for at most CONSUMER_TIMER, FOLLOW_TIMER while records flow (wakeup.rs, `sleep_for`: its
+//! wait's timeout, server/src/epoll.rs and ring.rs), and a producer wakes it early only when the
+//! unread bytes reach a WATERMARK_DIVISOR-th of the ring (once per sleep: `Wakeup::armed`), so
+//! that a burst never fills the ring while it sleeps, or
 //! at the first record after a sleep in which the consumer read nothing (wakeup.rs): the first
 //! event of a quiet spell is read at once, and a steady producer still pays no wakeup.
 //! BPF_RB_FORCE_WAKEUP still wakes every time, BPF_RB_NO_WAKEUP never (the timer still delivers).
@@ -51,7 +52,6 @@ use std::time::Duration;
 use crate::error::Error;
 use crate::layout::*;
 use crate::shared::Shared;
-pub use crate::wakeup::CONSUMER_TIMER;
 use crate::wakeup::{Armed, Consumable, Waiting};
 use crate::Errno;
 

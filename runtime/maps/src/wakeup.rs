@@ -144,7 +144,7 @@ impl Wakeup {
 /// steadily written ring at one consumer sleep per 50 ms.
 pub const CONSUMER_TIMER: Duration = Duration::from_millis(50);
 
-/// The shortest a consumer that read records sleeps (`Pace`): the bound on how late a record that
+/// How long a consumer that read records sleeps (`sleep_for`): the bound on how late a record that
 /// follows a first event is read, and on how often an idle consumer's producers wake it.
 pub const FOLLOW_TIMER: Duration = Duration::from_millis(1);
 

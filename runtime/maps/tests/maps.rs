@@ -9,7 +9,7 @@ use uebpf_maps::layout::Wakeup;
 use uebpf_maps::layout::{RINGBUF_BUSY_BIT, RINGBUF_DISCARD_BIT};
 use uebpf_maps::ringbuf::*;
 use uebpf_maps::test_support::until_in_shared_futex_wait;
-use uebpf_maps::wakeup::{Armed, FOLLOW_TIMER};
+use uebpf_maps::wakeup::{Armed, CONSUMER_TIMER, FOLLOW_TIMER};
 use uebpf_maps::{region_path, Consumable, ErrorKind, MapDef, Region, RegionSpec};
 
 fn def(map_type: u32, key_size: u32, value_size: u32, max_entries: u32) -> MapDef {

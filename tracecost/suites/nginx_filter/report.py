@@ -119,6 +119,12 @@ def change_table(rule_changes: list[dict], config: dict) -> TableBlock:
     )
 
 
+def estimates(cells: dict, methods, figure: str) -> dict[str, dict]:
+    """Each of `methods`' estimate `figure` (a value with its CI), for the methods that have one."""
+    found = {m: (cells.get((m,)) or {}).get(figure) or {} for m in methods}
+    return {m: estimate for m, estimate in found.items() if estimate.get("value") is not None}
+
+
 def findings(config: dict, aggregates: list[dict], rule_changes: list[dict], failures: list[dict]) -> list[str]:
     cells = by_cell(aggregates, "method")
     out = []
@@ -137,15 +143,14 @@ def findings(config: dict, aggregates: list[dict], rule_changes: list[dict], fai
             "or other programs took CPU time), so requests/s says as much of wrk and the machine as of the filter: "
             "nginx's CPU per request is the figure to compare."
         )
-    costs = {m: (cells.get((m,)) or {}).get("cost_pct") or {} for m in config["methods"] if m != BASELINE}
-    measured = {m: c for m, c in costs.items() if c.get("value") is not None}
+    filters = [m for m in config["methods"] if m != BASELINE]
+    measured = estimates(cells, filters, "cost_pct")
     if measured:
         out.append(
             "Throughput cost relative to no filter: "
             + "; ".join(f"{label(m, config)} {fmt.with_ci(c)}%" for m, c in measured.items())
             + "."
         )
-    if measured:
         mix = config.get("mix") or {}
         denied = sum(share for cls, share in mix.items() if cls in ("prefix", "agent")) / (sum(mix.values()) or 1)
         out.append(
@@ -153,8 +158,7 @@ def findings(config: dict, aggregates: list[dict], rule_changes: list[dict], fai
             "nginx answers them 404, a small error page as the filters' 403, so a cost relative to none is the "
             "filter's own work."
         )
-    added = {m: (cells.get((m,)) or {}).get("added_cpu_ns_per_request") or {} for m in costs}
-    added = {m: a for m, a in added.items() if a.get("value") is not None}
+    added = estimates(cells, filters, "added_cpu_ns_per_request")
     if added:
         out.append(
             "nginx's CPU per request added by the filter: "
@@ -162,8 +166,8 @@ def findings(config: dict, aggregates: list[dict], rule_changes: list[dict], fai
             + "."
         )
     for figure, what in (("cost_pct", "throughput"), ("cpu_cost_pct", "CPU per request")):
-        found = {m: (cells.get((m,)) or {}).get(figure) or {} for m in ("uebpf", "lua", "native")}
-        ours, lua, native = (found[m] if found[m].get("value") is not None else None for m in found)
+        found = estimates(cells, ("uebpf", "lua", "native"), figure)
+        ours, lua, native = (found.get(m) for m in ("uebpf", "lua", "native"))
         if ours and lua and lua["value"] > 0:
             out.append(
                 f"In {what}, uebpf costs {fmt.with_ci(ours)}%, {ours['value'] / lua['value']:.2f}× Lua's "

@@ -20,12 +20,11 @@ import functools
 import json
 import os
 import re
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from subprocess import TimeoutExpired
 
-from tracecost import leftovers, paths, system, uebpf
+from tracecost import paths, system, uebpf
 from tracecost.errors import TracecostError
 from tracecost.nginx import Snippets
 from tracecost.procs import Child, last_json_line, run_command, started
@@ -172,14 +171,6 @@ class RulesLoader:
         return {"allowed": allowed, "denied": denied, "passed": passed}
 
 
-def new_region() -> str:
-    """A region name no other run uses and no one can guess (uebpf.Libraries.run_environments
-    says why), recorded in the leftovers ledger before anything creates it."""
-    region = f"tracecost-{os.getpid()}-nf-{secrets.token_hex(8)}"
-    leftovers.record_region(uebpf.SHM / f"uebpf-{region}")
-    return region
-
-
 @contextlib.contextmanager
 def rules_loader(rules: Path, folder: Path) -> Iterator[RulesLoader]:
     """`uebpf attach` makes a fresh private region with the filter object, then the rules loader
@@ -187,18 +178,16 @@ def rules_loader(rules: Path, folder: Path) -> Iterator[RulesLoader]:
     ends at its input's end, attach is stopped (it removes the region) and a region left behind
     is removed and an error."""
     layout = nginx_layout()
-    region = new_region()
-    region_file = uebpf.SHM / f"uebpf-{region}"
+    region, region_file = uebpf.new_region("nf")
     loader_argv = [str(paths.artifact("bin/nginx-filter-rules")), "--region", region, str(Path(rules).absolute())]
     attach_command = attach_argv(region, layout, nginx_binary())
     try:
         with uebpf.attached(attach_command, folder / "uebpf-attach.err"):
             yield from _loader_in(region, loader_argv, folder)
-    finally:
-        left = region_file.exists()
-        region_file.unlink(missing_ok=True)
-    if left:
-        raise TracecostError(f"the uebpf filter's region {region_file} was left behind")
+    except BaseException:
+        region_file.unlink(missing_ok=True)  # the block's own error is the one to report
+        raise
+    uebpf.require_region_removed(region_file, "the uebpf filter")
 
 
 def _loader_in(region: str, argv: list[str], folder: Path) -> Iterator[RulesLoader]:
