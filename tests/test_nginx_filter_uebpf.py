@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, processes_running, regions_removed, wait_until
+from conftest import BUILD, processes_mentioning, processes_running, regions_removed, wait_until
 from tracecost import leftovers, services
 from tracecost import nginx as nginx_service
 from tracecost.errors import TracecostError
@@ -285,15 +285,6 @@ with leftovers.ledger(print):
 """
 
 
-def processes_naming(text: str) -> list[int]:
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        with contextlib.suppress(OSError):
-            if text.encode() in cmdline.read_bytes():
-                found.append(int(cmdline.parent.name))
-    return found
-
-
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
 def test_an_interrupted_or_killed_harness_leaves_nothing_behind(tmp_path, sig):
     """Ctrl-C: the loader and attach stop and the region goes at once. Killed outright: its
@@ -306,14 +297,14 @@ def test_an_interrupted_or_killed_harness_leaves_nothing_behind(tmp_path, sig):
     try:
         region = holder.stdout.readline().strip()
         assert region.startswith("tracecost-"), region
-        assert len(processes_naming(region)) == 2  # uebpf attach and the loader
+        assert len(processes_mentioning(region)) == 2  # uebpf attach and the loader
         holder.send_signal(sig)
         assert holder.wait(timeout=60) != 0
     finally:
         if holder.poll() is None:
             holder.kill()
             holder.wait()
-    assert wait_until(lambda: not processes_naming(region), timeout=30)
+    assert wait_until(lambda: not processes_mentioning(region), timeout=30)
     region_file = Path(f"/dev/shm/uebpf-{region}")
     if sig == signal.SIGKILL:
         with leftovers.ledger(lambda _: None):
