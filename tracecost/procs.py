@@ -502,11 +502,14 @@ def descendants(pid: int) -> list[int]:
     """Every process below `pid` (children, their children...), from /proc's children lists."""
     found, pending = [], [pid]
     while pending:
-        for children in Path(f"/proc/{pending.pop()}/task").glob("*/children"):
-            with contextlib.suppress(OSError):
-                for child in map(int, children.read_text().split()):
-                    found.append(child)
-                    pending.append(child)
+        # A process that exits meanwhile has no children to give: its task folder goes while it is
+        # listed (ProcessLookupError), or a thread's children file while it is read.
+        with contextlib.suppress(OSError):
+            for children in Path(f"/proc/{pending.pop()}/task").glob("*/children"):
+                with contextlib.suppress(OSError):
+                    for child in map(int, children.read_text().split()):
+                        found.append(child)
+                        pending.append(child)
     return found
 
 
