@@ -22,7 +22,8 @@ pub struct Program {
     pub(crate) loop_sites: BTreeMap<usize, LoopSite>,
     /// Start slot of every function, ascending; the entry function starts at 0.
     pub(crate) functions: Vec<usize>,
-    /// Per function: bytes below r10 the JIT zeroes on entry (verify::stack_reach).
+    /// Per function: bytes below r10 the JIT zeroes on entry (verify::stack_reach; for an
+    /// analysed program, what the analysis saw reached: safety's `stack_low`).
     pub(crate) stack_reach: Vec<u32>,
     pub(crate) regions: Vec<MemoryRegion>,
 }
@@ -64,15 +65,21 @@ impl Program {
             })
             .collect();
         let loop_sites = analysis.as_ref().map(|a| a.loop_sites.clone()).unwrap_or_default();
-        let program = Program {
-            insns,
-            helper_at,
-            map_lookups,
-            loop_sites,
-            functions: layout.functions,
-            stack_reach: layout.stack_reach,
-            regions: env.regions.clone(),
+        let stack_reach = match &analysis {
+            // What the analysis saw reached, rather than the whole frame wherever r10 was copied.
+            Some(analysis) => layout
+                .functions
+                .iter()
+                .zip(&layout.stack_reach)
+                .map(|(start, &syntactic)| {
+                    let low = analysis.stack_low.get(start).copied().unwrap_or(0);
+                    syntactic.min(((-low) as u32 + 15) & !15)
+                })
+                .collect(),
+            None => layout.stack_reach,
         };
+        let program =
+            Program { insns, helper_at, map_lookups, loop_sites, functions: layout.functions, stack_reach, regions: env.regions.clone() };
         Ok((program, analysis))
     }
 

@@ -86,6 +86,11 @@ pub struct Analysis {
     pub insns_processed: usize,
     /// Each `bpf_loop` call, by slot.
     pub(crate) loop_sites: std::collections::BTreeMap<usize, LoopSite>,
+    /// Per function (by start slot), the lowest offset below its r10 that any access on any path
+    /// reaches, through any pointer into its frame (its own loads and stores, a helper's, a
+    /// callee's or a bpf_loop callback's through a pointer passed down): the bytes the JIT must
+    /// zero on entry (`stack_reach`). A function with no stack access has no entry.
+    pub(crate) stack_low: std::collections::BTreeMap<usize, i64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -213,6 +218,9 @@ struct Frame {
     return_to: Option<usize>,
     /// A bpf_loop callback's frame.
     callback: bool,
+    /// The start slot of the function this frame runs (what `stack_low` is kept by); given by
+    /// `return_to` and `callback`, so it changes no comparison of states.
+    function: usize,
     /// bpf_loop iterations: in a callback's frame, which one it runs; in its caller's, how many
     /// came back (0 again once the loop is over). Only loop detection sees it (an iteration in
     /// the state of the one before is the loop going on, not a loop without end); pruning
@@ -221,8 +229,8 @@ struct Frame {
 }
 
 impl Frame {
-    fn new(return_to: Option<usize>) -> Frame {
-        Frame { regs: [Reg::UNINIT; 11], spills: Vec::new(), return_to, callback: false, iterations: 0 }
+    fn new(function: usize, return_to: Option<usize>) -> Frame {
+        Frame { regs: [Reg::UNINIT; 11], spills: Vec::new(), return_to, callback: false, function, iterations: 0 }
     }
 
     fn spill_at(&self, slot: usize) -> Option<Reg> {
@@ -378,7 +386,7 @@ pub(crate) fn analyse(insns: &[Insn], env: &Environment, ctx: ContextSpec) -> Re
 
 impl Verifier<'_> {
     fn run(&mut self) -> Result<(), LoadError> {
-        let mut entry = State { frames: vec![Frame::new(None)], refs: Vec::new() };
+        let mut entry = State { frames: vec![Frame::new(0, None)], refs: Vec::new() };
         entry.set(1, Reg::pointer(Type::Ctx, 0));
         entry.set(FRAME_POINTER, Reg::pointer(Type::Stack { frame: 0 }, 0));
         self.nodes.push(Node { parent: None, branches: 1 });
@@ -859,6 +867,7 @@ impl Verifier<'_> {
                         if access == Access::Read { "read from" } else { "write to" }
                     ));
                 }
+                self.reaches(state, frame, lo);
                 let stack = &mut state.frames[frame as usize];
                 let slot = stack_slot(lo);
                 if access == Access::Read {
@@ -900,6 +909,13 @@ impl Verifier<'_> {
             }
             other => Err(format!("R{base} invalid mem access '{}'", other.name())),
         }
+    }
+
+    /// Notes that an access reaches `lo` below the r10 of stack frame `frame` (`stack_low`).
+    fn reaches(&mut self, state: &State, frame: u8, lo: i64) {
+        let function = state.frames[frame as usize].function;
+        let low = self.analysis.stack_low.entry(function).or_insert(0);
+        *low = (*low).min(lo);
     }
 
     /// The bytes [lo, hi) an access of `size` at `off` from `reg` may touch, over its variable
@@ -1067,11 +1083,12 @@ impl Verifier<'_> {
                     return Err(format!("the call stack of {MAX_CALL_FRAMES} frames is too deep"));
                 }
                 let caller = state.frames.last().expect("a frame").regs;
-                let mut callee = Frame::new(Some(index + 1));
+                let target = (index as i64 + 1 + i64::from(insn.imm)) as usize;
+                let mut callee = Frame::new(target, Some(index + 1));
                 callee.regs[1..=5].copy_from_slice(&caller[1..=5]);
                 callee.regs[FRAME_POINTER as usize] = Reg::pointer(Type::Stack { frame: state.frames.len() as u8 }, 0);
                 state.frames.push(callee);
-                Ok(Next::Continue((index as i64 + 1 + i64::from(insn.imm)) as usize))
+                Ok(Next::Continue(target))
             }
             JMP_CALL if insn.is_loop_call() => self.loop_call(index, state),
             JMP_CALL => {
@@ -1116,7 +1133,7 @@ impl Verifier<'_> {
             return Err(format!("the call stack of {MAX_CALL_FRAMES} frames is too deep"));
         }
         let mut iteration = state.clone();
-        let mut callee = Frame::new(Some(index));
+        let mut callee = Frame::new(start as usize, Some(index));
         callee.callback = true;
         callee.iterations = state.frame().iterations.saturating_add(1);
         callee.regs[1] = Reg::unknown();
@@ -1275,6 +1292,7 @@ impl Verifier<'_> {
                 if lo < -(STACK_SIZE as i64) || hi > 0 {
                     return Err(format!("invalid indirect access to stack R{r} off={lo} size={}", hi - lo));
                 }
+                self.reaches(state, frame, lo);
                 if write {
                     let first = stack_slot(lo);
                     let last = stack_slot(hi - 1);

@@ -355,3 +355,36 @@ fn bpf_loop_arguments_and_callback_results_are_the_kernels() {
     a.mov64(R1, 4).mov64(R2, 0).mov64(R3, 0).mov64(R4, 0).call_helper(crate::insn::LOOP_HELPER).exit();
     refused(&a, "R2 type=scalar expected=func");
 }
+
+/// Each function's frame bytes to zero on entry, after the analysis.
+fn reach(a: &Asm) -> Vec<u32> {
+    crate::Program::load_checked(&a.build().unwrap(), &env(), ContextSpec::KPROBE).unwrap().0.stack_reach
+}
+
+#[test]
+fn the_frame_zeroed_is_what_the_analysis_saw_reached() {
+    // A key passed to a helper by a copy of r10: its 4 bytes, not the whole frame as a
+    // syntactic scan must assume once r10 is copied.
+    let mut a = Asm::new();
+    lookup(&mut a).mov64(R0, 0).exit();
+    assert_eq!(reach(&a), [16]);
+    // A helper's reach counts at its far end: a map key of 4 bytes at r10-36 reaches -36.
+    let mut a = Asm::new();
+    a.st(4, R10, -36, 0).mov64(R2, R10).add64(R2, -36).lddw_map_fd(R1, HASH).call_helper(1).mov64(R0, 0).exit();
+    assert_eq!(reach(&a), [48]);
+    // A variable offset counts at its lowest: r10 - 8 - [0, 56].
+    let mut a = Asm::new();
+    lookup(&mut a).jeq(R0, 0, "out").ldx(8, R1, R0, 0).and64(R1, 56).mov64(R2, R10).sub64(R2, R1);
+    a.ldx(8, R0, R2, -8).label("out").mov64(R0, 0).exit();
+    assert_eq!(reach(&a), [64]);
+    // A callee's access through its caller's pointer is the caller's reach; a bpf_loop
+    // callback's through its context too. The callee's own frame is its own.
+    let mut a = Asm::new();
+    a.mov64(R1, R10).add64(R1, -200).call("fill").ldx(8, R0, R10, -200).exit();
+    a.label("fill").st(8, R1, 0, 42).st(8, R10, -24, 0).mov64(R0, 0).exit();
+    assert_eq!(reach(&a), [208, 32]);
+    let mut a = Asm::new();
+    loop_over_stack_counter(&mut a, 4).ldx(8, R0, R10, -8).exit();
+    a.label("cb").ldx(8, R3, R2, 0).add64(R3, R1).stx(8, R2, 0, R3).mov64(R0, 0).exit();
+    assert_eq!(reach(&a), [16, 0]);
+}
