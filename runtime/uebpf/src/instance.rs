@@ -423,6 +423,12 @@ impl LoadedProgram {
             Code::Interpreter(_) => None,
         }
     }
+
+    /// Whether the JIT's code leaves the vector registers as it found them (it calls no
+    /// helper: `JitProgram::keeps_vectors`). False for the interpreter.
+    pub fn keeps_vectors(&self) -> bool {
+        matches!(&self.code, Code::Jit(jit) if jit.keeps_vectors())
+    }
 }
 
 /// Loads `bytecode` of kernel program type `prog_type` for running: the VM's checks and its

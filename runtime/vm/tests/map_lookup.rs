@@ -82,6 +82,9 @@ extern "C" fn map_lookup_elem(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64
     // SAFETY: handles are addresses of live Arrays (the tests keep them alive).
     let array = unsafe { &*(map as *const Array) };
     array.helper_calls.fetch_add(1, Ordering::Relaxed);
+    // As any native function may: the vectors are the caller's to save.
+    // SAFETY: only caller-saved registers, declared.
+    unsafe { std::arch::asm!("pcmpeqd xmm0, xmm0", "pcmpeqd xmm9, xmm9", out("xmm0") _, out("xmm9") _) };
     array.lookup(key as *const u8)
 }
 
@@ -93,6 +96,7 @@ extern "C" fn array_lookup_direct(map: u64, key: u64, _: u64, _: u64, _: u64) ->
     array.lookup(key as *const u8)
 }
 
+#[derive(Clone, Copy, Debug)]
 enum Offer {
     Inline,
     Direct,
@@ -232,5 +236,73 @@ fn unproven_or_unoffered_lookups_call_the_helper() {
         for key in keys(16) {
             assert_eq!(check_key(&program, &jit, &array, key), (1, 0), "key {key:#x}");
         }
+    }
+}
+
+/// Calls `jit` on `ctx` with xmm0-15 holding distinct patterns; returns r0 and whether every
+/// vector register held its pattern afterwards.
+fn run_watching_vectors(jit: &JitProgram, ctx: &mut [u8]) -> (u64, bool) {
+    let before: [u64; 32] = std::array::from_fn(|i| 0x0123_4567_89ab_cdef ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut after = [0u64; 32];
+    let r0: u64;
+    // SAFETY: the program touches its context, its stack and the array's values only; r12 and
+    // r13 are callee-saved, so they still point at the arrays after the call.
+    unsafe {
+        std::arch::asm!(
+            "movdqu xmm0, [r12]", "movdqu xmm1, [r12 + 16]", "movdqu xmm2, [r12 + 32]", "movdqu xmm3, [r12 + 48]",
+            "movdqu xmm4, [r12 + 64]", "movdqu xmm5, [r12 + 80]", "movdqu xmm6, [r12 + 96]", "movdqu xmm7, [r12 + 112]",
+            "movdqu xmm8, [r12 + 128]", "movdqu xmm9, [r12 + 144]", "movdqu xmm10, [r12 + 160]", "movdqu xmm11, [r12 + 176]",
+            "movdqu xmm12, [r12 + 192]", "movdqu xmm13, [r12 + 208]", "movdqu xmm14, [r12 + 224]", "movdqu xmm15, [r12 + 240]",
+            "call rax",
+            "movdqu [r13], xmm0", "movdqu [r13 + 16], xmm1", "movdqu [r13 + 32], xmm2", "movdqu [r13 + 48], xmm3",
+            "movdqu [r13 + 64], xmm4", "movdqu [r13 + 80], xmm5", "movdqu [r13 + 96], xmm6", "movdqu [r13 + 112], xmm7",
+            "movdqu [r13 + 128], xmm8", "movdqu [r13 + 144], xmm9", "movdqu [r13 + 160], xmm10", "movdqu [r13 + 176], xmm11",
+            "movdqu [r13 + 192], xmm12", "movdqu [r13 + 208], xmm13", "movdqu [r13 + 224], xmm14", "movdqu [r13 + 240], xmm15",
+            inout("rax") jit.function() => r0,
+            in("r12") before.as_ptr(),
+            in("r13") after.as_mut_ptr(),
+            inout("rdi") ctx.as_mut_ptr() => _,
+            inout("rsi") ctx.len() => _,
+            clobber_abi("C"),
+        );
+    }
+    (r0, before == after)
+}
+
+/// Code that calls no native function but a per-CPU lookup's fallback keeps the vector
+/// registers (a hook may then skip saving them), the fallback's call included; code with a
+/// native call says it does not.
+#[test]
+fn code_that_says_it_keeps_the_vectors_keeps_them() {
+    for (cpus, cpu, offer, keeps) in [
+        (1, 0, Offer::Inline, true),
+        (2, 1, Offer::Inline, true),
+        (2, 2, Offer::Inline, true), // the fallback: the helper clobbers xmm0 and xmm9
+        (1, 0, Offer::Direct, false),
+        (1, 0, Offer::Nothing, false),
+    ] {
+        let array = Array::new(16, 8, cpus);
+        let program = Program::load(&lookup_program(true), &environment(&array, offer)).unwrap();
+        let jit = JitProgram::compile(&program).unwrap();
+        assert_eq!(jit.keeps_vectors(), keeps, "{cpus} cpus, {offer:?}");
+        if keeps {
+            CPU.with(|c| c.set(cpu));
+            let (mut by_interp, mut by_jit) = ([0u8; 16], [0u8; 16]);
+            let r0 = program.interpret(&mut by_interp, None).expect("interpreter run");
+            let (jit_r0, kept) = run_watching_vectors(&jit, &mut by_jit);
+            assert_eq!((jit_r0, by_jit), (r0, by_interp), "{cpus} cpus, cpu {cpu}: interpreter and JIT disagree");
+            assert!(kept, "{cpus} cpus, cpu {cpu}: the vector registers changed");
+        }
+    }
+    // Unwritten stack is zeroed without a vector register, or with xmm0 saved and restored
+    // past the general-purpose stores' reach: it reads 0, and the vectors are as they were.
+    for below in [8i16, 120, 136, 512] {
+        let mut a = Asm::new();
+        a.ldx(8, R0, R10, -below).exit();
+        let program = Program::load(&a.build().unwrap(), &Environment::new()).unwrap();
+        let jit = JitProgram::compile(&program).unwrap();
+        assert!(jit.keeps_vectors());
+        let (r0, kept) = run_watching_vectors(&jit, &mut [0u8; 8]);
+        assert_eq!((r0, kept), (0, true), "a read at r10-{below}");
     }
 }

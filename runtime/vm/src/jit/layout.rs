@@ -24,8 +24,8 @@ fn loop_heads(program: &Program) -> Vec<usize> {
     heads
 }
 
-pub(crate) fn compile(program: &Program) -> Result<Vec<u8>> {
-    Ok(aligned(program)?.0.code)
+pub(crate) fn compile(program: &Program) -> Result<Emitted> {
+    Ok(aligned(program)?.0)
 }
 
 /// The code and the loop heads with their addresses in it.

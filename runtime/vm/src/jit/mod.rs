@@ -34,12 +34,21 @@ impl std::error::Error for JitError {}
 /// A program compiled to native code. It owns its code; helper addresses are embedded in it.
 pub struct JitProgram {
     code: ExecutableCode,
+    keeps_vectors: bool,
 }
 
 impl JitProgram {
     pub fn compile(program: &Program) -> Result<JitProgram, JitError> {
-        let bytes = layout::compile(program).map_err(|e| JitError::Assembler(e.to_string()))?;
-        Ok(JitProgram { code: ExecutableCode::new(&bytes).map_err(JitError::Memory)? })
+        let emitted = layout::compile(program).map_err(|e| JitError::Assembler(e.to_string()))?;
+        let code = ExecutableCode::new(&emitted.code).map_err(JitError::Memory)?;
+        Ok(JitProgram { code, keeps_vectors: emitted.keeps_vectors })
+    }
+
+    /// Whether the code leaves the vector registers (xmm0-15, ymm0-15) as it found them: it
+    /// calls no helper nor any other native function (inlined array and per-CPU array lookups
+    /// aside), so a caller that saves them only for the program's sake need not.
+    pub fn keeps_vectors(&self) -> bool {
+        self.keeps_vectors
     }
 
     /// The native entry point, for callers that keep it in their own hot path.

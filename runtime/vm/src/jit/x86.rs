@@ -82,6 +82,10 @@ pub(crate) type Result<T = ()> = std::result::Result<T, IcedError>;
 pub(crate) struct Emitted {
     pub code: Vec<u8>,
     pub addresses: Vec<u64>,
+    /// The code leaves xmm0-15 (and the upper halves of ymm0-15) as it found them: it calls
+    /// no native function (helper, direct map lookup) but the per-CPU lookups' rare fallback,
+    /// which saves them around its call (`calls_out`).
+    pub keeps_vectors: bool,
 }
 
 pub(crate) struct Compiler<'p> {
@@ -93,14 +97,76 @@ pub(crate) struct Compiler<'p> {
     function_labels: Vec<CodeLabel>,
     /// Instruction count when the last label was bound: iced allows one label per instruction.
     last_label_at: Option<usize>,
+    /// Whether the code calls native functions that may change the vector registers.
+    calls_out: bool,
 }
+
+/// Whether `program`'s code calls native functions (helpers, direct map lookups, tail calls)
+/// other than the per-CPU lookups' fallback, which keeps the vectors itself (`map_lookup`).
+fn calls_out(program: &Program) -> bool {
+    program.insns.iter().enumerate().any(|(index, insn)| {
+        let inlined = matches!(program.map_lookups.get(&index), Some(MapLookup::Array { .. } | MapLookup::PercpuArray { .. }));
+        insn.opcode == CLASS_JMP | JMP_CALL && insn.src == CALL_HELPER && !insn.is_loop_call() && !inlined
+    })
+}
+
+/// Zeroes `reach` bytes below rbp with AVX where there is, xmm0/ymm0 as the source (caller-saved,
+/// no eBPF register): measured here (a JIT-compiled program entered in a loop), zeroing all 512
+/// bytes cost ~3 ns with 32-byte stores, ~6.5 ns with 16-byte SSE stores, and `rep stosq` was
+/// slower still; vzeroupper then spares later SSE code (helpers, the caller) the transition
+/// penalty. For code that calls out: the hook engine saves the caller's xmm registers around it.
+fn zero_wide(a: &mut CodeAssembler, reach: u32) -> Result {
+    let wide = reach.is_multiple_of(32) && std::arch::is_x86_feature_detected!("avx");
+    if wide {
+        a.vpxor(xmm0, xmm0, xmm0)?;
+        for below in (32..=reach as i32).step_by(32) {
+            a.vmovdqu(ymmword_ptr(rbp - below), ymm0)?;
+        }
+        a.vzeroupper()
+    } else {
+        a.xorps(xmm0, xmm0)?;
+        for below in (16..=reach as i32).step_by(16) {
+            a.movups(xmmword_ptr(rbp - below), xmm0)?;
+        }
+        Ok(())
+    }
+}
+
+/// Bytes up to which `zero_keeping_vectors` stores from a general-purpose register.
+const GPR_ZEROING: u32 = 128;
+
+/// Zeroes `reach` bytes below rbp leaving every vector register as it was, for code that keeps
+/// the vectors (`Emitted::keeps_vectors`): 8-byte stores of a zeroed scratch register for a
+/// small reach (the common one: the analysis bounds it by what the program touches); beyond,
+/// 16-byte SSE stores of xmm0, saved in the red zone below the frame and restored (the legacy
+/// SSE encoding leaves ymm0's upper half alone).
+fn zero_keeping_vectors(a: &mut CodeAssembler, reach: u32) -> Result {
+    if reach <= GPR_ZEROING {
+        a.xor(SCRATCH1.d, SCRATCH1.d)?;
+        for below in (8..=reach as i32).step_by(8) {
+            a.mov(qword_ptr(rbp - below), SCRATCH1.q)?;
+        }
+        return Ok(());
+    }
+    a.movups(xmmword_ptr(rsp - 16), xmm0)?;
+    a.xorps(xmm0, xmm0)?;
+    for below in (16..=reach as i32).step_by(16) {
+        a.movups(xmmword_ptr(rbp - below), xmm0)?;
+    }
+    a.movups(xmm0, xmmword_ptr(rsp - 16))
+}
+
+/// xmm0-15, saved below the stack pointer around a native call in code that keeps the vectors.
+const VECTORS: [AsmRegisterXmm; 16] =
+    [xmm0, xmm1, xmm2, xmm3, xmm4, xmm5, xmm6, xmm7, xmm8, xmm9, xmm10, xmm11, xmm12, xmm13, xmm14, xmm15];
 
 impl<'p> Compiler<'p> {
     pub(crate) fn new(program: &'p Program) -> Result<Compiler<'p>> {
         let mut a = CodeAssembler::new(64)?;
         let slot_labels = (0..program.insns.len()).map(|_| a.create_label()).collect();
         let function_labels = (0..program.functions.len()).map(|_| a.create_label()).collect();
-        Ok(Compiler { a, program, slot_labels, function_labels, last_label_at: None })
+        let calls_out = calls_out(program);
+        Ok(Compiler { a, program, slot_labels, function_labels, last_label_at: None, calls_out })
     }
 
     /// Binds `label` to the next instruction, separating it with a nop from a label bound to the
@@ -151,7 +217,7 @@ impl<'p> Compiler<'p> {
         }
         let assembled = self.a.assemble_options(0, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
         let addresses = report.iter().map(|&slot| assembled.label_ip(&self.slot_labels[slot])).collect::<Result<_>>()?;
-        Ok(Emitted { code: assembled.inner.code_buffer, addresses })
+        Ok(Emitted { code: assembled.inner.code_buffer, addresses, keeps_vectors: !self.calls_out })
     }
 
     /// `reach`: bytes below the new rbp to zero (a multiple of 16, at most the frame).
@@ -164,24 +230,12 @@ impl<'p> Compiler<'p> {
         a.lea(rbp, rsp + STACK_SIZE as i32)?;
         // The frame is native stack that held whatever ran before (return addresses, the stack
         // protector's canary, a previous callee's frame): zero the part the program can read,
-        // so it reads 0 as on the interpreter. xmm0/ymm0 are caller-saved (System V) and hold no
-        // eBPF register. With AVX, 32-byte stores: measured here (a JIT-compiled program entered
-        // in a loop), zeroing all 512 bytes added ~3 ns per entry that way, ~6.5 ns with 16-byte
-        // SSE stores, and `rep stosq` was slower still; vzeroupper then spares later SSE code (helpers, the caller) the transition
-        // penalty. (The hook engine does not preserve ymm upper halves; see its README.)
+        // so it reads 0 as on the interpreter.
         if reach > 0 {
-            let wide = reach.is_multiple_of(32) && std::arch::is_x86_feature_detected!("avx");
-            if wide {
-                a.vpxor(xmm0, xmm0, xmm0)?;
-                for below in (32..=reach as i32).step_by(32) {
-                    a.vmovdqu(ymmword_ptr(rbp - below), ymm0)?;
-                }
-                a.vzeroupper()?;
+            if !self.calls_out {
+                zero_keeping_vectors(a, reach)?;
             } else {
-                a.xorps(xmm0, xmm0)?;
-                for below in (16..=reach as i32).step_by(16) {
-                    a.movups(xmmword_ptr(rbp - below), xmm0)?;
-                }
+                zero_wide(a, reach)?;
             }
         }
         if is_entry {
@@ -503,8 +557,10 @@ impl<'p> Compiler<'p> {
                 self.multiply(key, stride)?;
                 self.add_base(key, values)?;
                 self.a.jmp(done)?;
+                // Rare (a thread whose rseq area is not registered): the only native call of
+                // code that may keep the vectors, so it keeps them itself.
                 self.bind(helper_call)?;
-                self.call_helper(index)?;
+                self.call_helper_keeping_vectors(index)?;
                 self.bind(done)
             }
             MapLookup::Direct { lookup, map } => {
@@ -540,6 +596,21 @@ impl<'p> Compiler<'p> {
     fn add_base(&mut self, offset: X86, base: u64) -> Result {
         self.a.mov(rax, base as i64)?;
         self.a.add(rax, offset.q)
+    }
+
+    /// As `call_helper`, with xmm0-15 saved and restored around the call (the stack stays
+    /// 16-byte aligned: 256 bytes).
+    fn call_helper_keeping_vectors(&mut self, index: usize) -> Result {
+        const SAVE: i32 = 16 * VECTORS.len() as i32;
+        self.a.sub(rsp, SAVE)?;
+        for (i, reg) in VECTORS.into_iter().enumerate() {
+            self.a.movups(xmmword_ptr(rsp + 16 * i as i32), reg)?;
+        }
+        self.call_helper(index)?;
+        for (i, reg) in VECTORS.into_iter().enumerate() {
+            self.a.movups(reg, xmmword_ptr(rsp + 16 * i as i32))?;
+        }
+        self.a.add(rsp, SAVE)
     }
 
     fn call_helper(&mut self, index: usize) -> Result {
