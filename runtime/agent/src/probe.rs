@@ -5,11 +5,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use uebpf::maps::{current, AttachState};
 use uebpf::LoadedProgram;
-use uebpf_hook::{Handler, PtRegs};
+use uebpf_hook::{Handler, Promises, PtRegs};
 use uebpf_vm::JitFunction;
 
 /// One attachment's probe. Leaked once attached: a thread may still be running it after the
-/// hook is detached, and the program it holds keeps the region's maps mapped.
+/// hook is detached, and the program it holds keeps the region's maps mapped. `repr(C)`: the
+/// direct handler (`run_direct`) reads its first fields.
+#[repr(C)]
 pub(crate) struct Probe {
     /// The attachment's state in the region: a disable or detach stops the program at once, in
     /// every process (forked children too), before the agent's thread removes the hook.
@@ -17,6 +19,8 @@ pub(crate) struct Probe {
     /// The attachment's process filter (-1: every process). Checked on each hit because a
     /// forked child inherits the parent's hooks.
     pid: i32,
+    /// Where `current::pid` caches the process id, for `run_direct`.
+    pid_cell: &'static AtomicU32,
     /// The attachment's `bpf_cookie`, if the program reads it (bpf_get_attach_cookie): set on
     /// the thread before each run. None costs nothing per hit.
     cookie: Option<u64>,
@@ -54,7 +58,22 @@ impl Probe {
         let func_ip = program.reads_func_ip().then_some(func_ip);
         let stack = program.reads_stack().then_some(stack);
         let overrides = program.overrides();
-        Some(Probe { state, pid, cookie, func_ip, stack, function, overrides, program })
+        let pid_cell = current::pid_cell();
+        Some(Probe { state, pid, pid_cell, cookie, func_ip, stack, function, overrides, program })
+    }
+
+    /// The hook handler for this probe and what it promises (`uebpf_hook::Promises`): `run`, or
+    /// `run_direct` for a program that needs nothing set on the thread before it runs (no
+    /// cookie, function address or stack origin, no tail calls), which then keeps the vectors
+    /// when its code does. Only an extension's run may make the call return at once.
+    pub(crate) fn handler(&self) -> (Handler, Promises) {
+        let plain = self.function.is_some() && self.cookie.is_none() && self.func_ip.is_none() && self.stack.is_none();
+        let keeps_course = !self.overrides;
+        if plain && keeps_course {
+            (run_direct, Promises { keeps_course, keeps_vectors: self.program.keeps_vectors() })
+        } else {
+            (run, Promises { keeps_course, keeps_vectors: false })
+        }
     }
 
     /// The hook data of a probe that runs on `pt_regs` (`run`).
@@ -118,7 +137,7 @@ impl Probe {
 /// have run. The agent's other hooks (system call tracepoints at libc's wrappers, its own
 /// sigaction hook) are not told apart per program: their misses are the hook's `skipped`.
 pub(crate) unsafe extern "C" fn missed(handler: Handler, data: *mut c_void) {
-    if handler as usize != run as *const () as usize {
+    if ![run as *const () as usize, run_direct as *const () as usize].contains(&(handler as usize)) {
         return;
     }
     let probe = &*data.cast::<Probe>();
@@ -135,4 +154,55 @@ pub(crate) unsafe extern "C" fn run(regs: *mut PtRegs, data: *mut c_void) {
     if probe.admits() {
         probe.run_on_regs(regs);
     }
+}
+
+// `run` for a probe whose program needs nothing but its context (`Probe::handler`), in machine
+// code that touches no vector register, so that a JIT-compiled program that keeps the vectors
+// is run without the hook saving them: the attachment's state and process filter as `admits`
+// checks them, then a tail call of the program with (regs, size of pt_regs). The process id
+// comes from `current::pid`'s cache; where it is not read yet (0: a forked child before its
+// first look) it is asked of the kernel by the getpid system call (which changes only rax, rcx
+// and r11) and cached, as `current::pid` does.
+std::arch::global_asm!(
+    ".text",
+    ".p2align 4",
+    ".globl uebpf_agent_run_direct",
+    ".hidden uebpf_agent_run_direct",
+    "uebpf_agent_run_direct:",
+    "mov rax, qword ptr [rsi + {state}]",
+    "cmp dword ptr [rax], {enabled}",
+    "jne 9f",
+    "mov edx, dword ptr [rsi + {pid}]",
+    "test edx, edx",
+    "js 2f",
+    "mov r8, qword ptr [rsi + {pid_cell}]",
+    "mov ecx, dword ptr [r8]",
+    "cmp ecx, edx",
+    "je 2f",
+    "test ecx, ecx",
+    "jnz 9f",
+    "mov eax, {getpid}",
+    "syscall",
+    "mov dword ptr [r8], eax",
+    "cmp eax, edx",
+    "jne 9f",
+    "2:",
+    "mov rax, qword ptr [rsi + {function}]",
+    "mov esi, {ctx_len}",
+    "jmp rax",
+    "9:",
+    "ret",
+    state = const std::mem::offset_of!(Probe, state),
+    pid = const std::mem::offset_of!(Probe, pid),
+    pid_cell = const std::mem::offset_of!(Probe, pid_cell),
+    function = const std::mem::offset_of!(Probe, function),
+    enabled = const AttachState::Enabled as u32,
+    getpid = const libc::SYS_getpid,
+    ctx_len = const std::mem::size_of::<PtRegs>(),
+);
+
+extern "C" {
+    /// The hook handler of a probe `Probe::handler` chose it for: `data` is the probe.
+    #[link_name = "uebpf_agent_run_direct"]
+    fn run_direct(regs: *mut PtRegs, data: *mut c_void);
 }

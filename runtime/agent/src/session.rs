@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicU16, Ordering};
 
 use uebpf::maps::{AgentReport, AttachInfo, AttachKind, AttachState, Region};
 use uebpf::{Engine, Instance, LoadedProgram};
-use uebpf_hook::{Hook, Location, PatchKind};
+use uebpf_hook::{Hook, Location, PatchKind, Promises};
 
-use crate::probe::{self, Probe};
+use crate::probe::Probe;
 use crate::syscalls::{self, Point, Side, SyscallProbe};
 use crate::{note, warn};
 
@@ -215,10 +215,12 @@ impl Session {
                 "{what}: the program calls bpf_override_return, which needs a uprobe at a function's first instruction (a symbol's start)"
             )));
         }
-        let data = self.probe_running(attachment, target.address as u64, origin, program).map_err(failed)?.leak();
+        let probe = self.probe_running(attachment, target.address as u64, origin, program).map_err(failed)?;
+        let (handler, promises) = probe.handler();
+        let data = probe.leak();
         let hook = match spec.kind {
-            AttachKind::Uprobe => Hook::entry(&target, probe::run, data),
-            _ => Hook::ret(&target, probe::run, data),
+            AttachKind::Uprobe => Hook::entry_with(&target, handler, data, promises),
+            _ => Hook::ret(&target, handler, data),
         };
         let hook = hook.map_err(|e| failed(e.to_string()))?;
         if let PatchKind::Int3 { reason } = hook.kind() {
@@ -268,6 +270,8 @@ impl Session {
             )));
         }
         let probe = self.probe_running(attachment, 0, uebpf::StackOrigin::None, program).map_err(failed)?;
+        // An extension answers the call in the program's place (it changes the course).
+        let promises = Promises { keeps_course: !probe.overrides(), keeps_vectors: false };
         let data = SyscallProbe::leak(probe, point, spec.offset);
         if self.exec_returning && side == Side::Exit {
             // SAFETY: the probe just leaked, never freed.
@@ -277,8 +281,11 @@ impl Session {
         let mut left_out = Vec::new();
         for site in sites {
             let site_data = site.wrapper.map_or(data, |(nr, args)| syscalls::WrapperSite::leak(data, nr, args));
-            let hook = if site.at_return { Hook::ret } else { Hook::entry };
-            match hook(&site.target, site.handler, site_data) {
+            let hook = match site.at_return {
+                true => Hook::ret(&site.target, site.handler, site_data),
+                false => Hook::entry_with(&site.target, site.handler, site_data, promises),
+            };
+            match hook {
                 // A wrapper only an int3 patch can hook would cost every such call a signal:
                 // raw_syscalls leaves it out, and says which (one line below).
                 Ok(hook) if site.wrapper.is_some() && matches!(hook.kind(), PatchKind::Int3 { .. }) => {

@@ -63,6 +63,9 @@ pub(crate) mod layout {
     use std::mem::{offset_of, size_of};
     pub(crate) const BUSY: i32 = offset_of!(ThreadState, busy) as i32;
     pub(crate) const SHADOW: i32 = offset_of!(ThreadState, shadow) as i32;
+    pub(crate) const DEFERRED: i32 = offset_of!(ThreadState, deferred) as i32;
+    pub(crate) const FREE: u8 = super::FREE;
+    pub(crate) const PROBING: u8 = super::PROBING;
     pub(crate) const DEPTH: i32 = offset_of!(ShadowStack, depth) as i32;
     pub(crate) const HOME_LOW: i32 = offset_of!(ShadowStack, home_low) as i32;
     pub(crate) const HOME_SIZE: i32 = offset_of!(ShadowStack, home_size) as i32;
@@ -243,6 +246,12 @@ fn not_busy(thread: &ThreadState) {
     if thread.deferred.get() != 0 {
         redeliver(thread);
     }
+}
+
+/// What an entry stub's direct path (stubs.rs) calls after its probe ran, with `busy` FREE
+/// again, when signals were deferred meanwhile: `not_busy`'s second half.
+pub(crate) unsafe extern "C" fn redeliver_deferred() {
+    redeliver(thread_state());
 }
 
 /// Unblocks the signals deferred while busy: pending again since they were put back, the kernel

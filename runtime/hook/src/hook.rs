@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::patch::{self, PatchMethod};
 use crate::prologue::{self, PATCH_LEN, RETURN_SLOT};
 use crate::resolve::{Target, MAX_INSTRUCTION_LEN};
-use crate::site::{Handler, Probe, ProbeList, Site, SiteStats};
+use crate::site::{Handler, Probe, ProbeList, Promises, Site, SiteStats};
 use crate::stubs;
 
 /// Every site ever hooked (sites are never freed: see codemem). The lock serialises attach and
@@ -46,14 +46,20 @@ impl std::fmt::Debug for Site {
 impl Hook {
     /// A uprobe: `handler` runs each time a thread reaches `target.address`.
     pub fn entry(target: &Target, handler: Handler, data: *mut c_void) -> Result<Hook> {
-        attach(target, Kind::Entry, handler, data)
+        attach(target, Kind::Entry, handler, data, Promises::default())
+    }
+
+    /// As [`Hook::entry`], with what `handler` promises (see [`Promises`]): while it is the
+    /// address's only probe, the entry stub calls it without the dispatcher.
+    pub fn entry_with(target: &Target, handler: Handler, data: *mut c_void, promises: Promises) -> Result<Hook> {
+        attach(target, Kind::Entry, handler, data, promises)
     }
 
     /// A uretprobe: `handler` runs each time the function starting at `target.address` returns,
     /// with `ax` = the return value. `target` must be a function's first instruction.
     pub fn ret(target: &Target, handler: Handler, data: *mut c_void) -> Result<Hook> {
         check_return_site(target)?;
-        attach(target, Kind::Return, handler, data)
+        attach(target, Kind::Return, handler, data, Promises::default())
     }
 
     /// The hooked address.
@@ -120,9 +126,11 @@ fn check_return_site(target: &Target) -> Result<()> {
     Ok(())
 }
 
-fn attach(target: &Target, kind: Kind, handler: Handler, data: *mut c_void) -> Result<Hook> {
+fn attach(target: &Target, kind: Kind, handler: Handler, data: *mut c_void, promises: Promises) -> Result<Hook> {
     let mut sites = SITES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let probe = Probe { id: NEXT_PROBE_ID.fetch_add(1, Ordering::Relaxed), handler, data };
+    let Promises { keeps_course, keeps_vectors } = promises;
+    let id = NEXT_PROBE_ID.fetch_add(1, Ordering::Relaxed);
+    let probe = Probe { handler, data, keeps_vectors, keeps_course, id };
     let site = match sites.iter().find(|site| site.address == target.address) {
         Some(site) => site,
         None => {
@@ -183,13 +191,17 @@ fn build_site(target: &Target, sites: &[&'static Site]) -> Result<&'static Site>
         patched: AtomicBool::new(false),
         probes: AtomicPtr::new(Box::into_raw(Box::default())),
         returns_only: AtomicBool::new(false),
+        direct: AtomicPtr::new(std::ptr::null_mut()),
         skipped: AtomicU64::new(0),
         missed_returns: AtomicU64::new(0),
         stale_returns: AtomicU64::new(0),
         next: AtomicPtr::new(std::ptr::null_mut()),
     }));
-    let dispatch =
-        stubs::Dispatch { on_entry: dispatch::on_entry as *const () as usize, on_return: dispatch::on_return as *const () as usize };
+    let dispatch = stubs::Dispatch {
+        on_entry: dispatch::on_entry as *const () as usize,
+        on_return: dispatch::on_return as *const () as usize,
+        redeliver: dispatch::redeliver_deferred as *const () as usize,
+    };
     let stub = stubs::entry_stub(page as usize, target.address, site, dispatch, trampoline_at).expect("the entry stub assembles");
     unsafe {
         codemem::write(page, 0, &stub);

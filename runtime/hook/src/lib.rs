@@ -41,7 +41,7 @@ pub use resolve::{
     file_offset, is_mapped_executable, keeping_files, private_data_address, resolve, Function, Location, Target, IFUNC, NO_SYMBOL,
     SIZE_ZERO,
 };
-pub use site::{Handler, SiteStats};
+pub use site::{Handler, Promises, SiteStats};
 pub use wrappers::{direct_system_call, system_call_wrappers, ArgSource, Wrapper};
 
 /// Resolves the function `symbol` (or `0x...` file offset) of `binary` and returns its address.

@@ -22,6 +22,13 @@
 //! registers and flags the rest; the DF test instead of an unconditional `cld` and the
 //! newest-first shadow-stack pop are below the noise.
 //!
+//! A site whose only probe is an entry probe that keeps its course (`Site::direct`) is called
+//! from the stub (`direct_call`): no dispatcher, no loop over a list, the per-thread guard by
+//! `fs`-relative moves, and no xmm save where the handler keeps the vectors (the uebpf agent's
+//! machine-code handler for a JIT program that calls no helper). The general-purpose registers
+//! are still all saved: the program reads them as its context, and restoring all of them costs
+//! no more than choosing which.
+//!
 //! Frame (growing down from the stack pointer S the stub was entered with):
 //!   S-128 .. S      the interrupted code's red zone, never written (after a return, S-8 is the
 //!                   dead slot of the return address, where the original one is put back)
@@ -46,8 +53,9 @@ const PUSHED: [AsmRegister64; 15] = [rdi, rsi, rdx, rcx, rax, r8, r9, r10, r11, 
 const XMM: [AsmRegisterXmm; 16] = [xmm0, xmm1, xmm2, xmm3, xmm4, xmm5, xmm6, xmm7, xmm8, xmm9, xmm10, xmm11, xmm12, xmm13, xmm14, xmm15];
 
 /// Builds pt_regs below the red zone, with `sp` = the stack pointer at entry to the stub;
-/// leaves rbx = &pt_regs and rsp 16-byte aligned below the saved xmm registers.
-fn save_state(a: &mut CodeAssembler) -> Result<(), IcedError> {
+/// leaves rbx = &pt_regs and rsp 16-byte aligned below room for the xmm registers
+/// (`save_xmm` fills it where the handler may change them).
+fn save_gprs(a: &mut CodeAssembler) -> Result<(), IcedError> {
     a.lea(rsp, ptr(rsp - (RED_ZONE + 16)))?; // red zone, ss, sp
     a.pushfq()?;
     a.lea(rsp, ptr(rsp - 16))?; // cs, ip
@@ -61,17 +69,31 @@ fn save_state(a: &mut CodeAssembler) -> Result<(), IcedError> {
     a.mov(qword_ptr(rsp + OFFSET_SP), rax)?;
     a.mov(rbx, rsp)?;
     a.and(rsp, -16)?;
-    a.sub(rsp, XMM_SAVE)?;
+    a.sub(rsp, XMM_SAVE)
+}
+
+fn save_xmm(a: &mut CodeAssembler) -> Result<(), IcedError> {
     for (i, reg) in XMM.into_iter().enumerate() {
         a.movaps(xmmword_ptr(rsp + 16 * i as i32), reg)?;
     }
-    // The ABI's direction flag for the handler (the caller's comes back with the other flags).
-    // Tested first: DF is almost never set, and an unconditional cld cost ~0.5 ns per pass.
+    Ok(())
+}
+
+/// The ABI's direction flag for the handler (the caller's comes back with the other flags).
+/// Tested first: DF is almost never set, and an unconditional cld cost ~0.5 ns per pass.
+fn clear_direction(a: &mut CodeAssembler) -> Result<(), IcedError> {
     let mut direction_clear = a.create_label();
     a.test(byte_ptr(rbx + (OFFSET_FLAGS + 1)), DF >> 8)?;
     a.jz(direction_clear)?;
     a.cld()?;
     a.set_label(&mut direction_clear)
+}
+
+/// The whole state, for a handler that may change anything the ABI lets it.
+fn save_state(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    save_gprs(a)?;
+    save_xmm(a)?;
+    clear_direction(a)
 }
 
 const DF: u32 = 1 << 10;
@@ -138,25 +160,35 @@ fn restore_flags(a: &mut CodeAssembler) -> Result<(), IcedError> {
 ///   address instead costs two mispredicted returns, measured at ~20 ns on this VM.
 pub(crate) fn entry_stub(rip: usize, hooked: usize, site: &Site, dispatch: Dispatch, trampoline: usize) -> Result<Vec<u8>, IcedError> {
     let mut a = CodeAssembler::new(64)?;
+    let mut not_returns_only = a.create_label();
     let mut full = a.create_label();
     let mut fast = a.create_label();
+    let mut direct = a.create_label();
+    let mut dispatched = a.create_label();
     let mut call_through = a.create_label();
     let mut calling = a.create_label();
-    // The mode test must not touch the flags yet, hence rcx and jrcxz (whose reach is 127 bytes:
-    // the fast path is out of line).
+    // The mode tests must not touch the flags yet, hence rcx and jrcxz (whose reach is 127
+    // bytes: the fast and direct paths are out of line).
     a.lea(rsp, ptr(rsp - FAST_FRAME))?;
     a.mov(qword_ptr(rsp + FAST_RCX), rcx)?;
     a.mov(rcx, site.returns_only.as_ptr() as u64)?;
     a.movzx(ecx, byte_ptr(rcx))?;
-    a.jrcxz(full)?;
+    a.jrcxz(not_returns_only)?;
     a.jmp(fast)?;
+    a.set_label(&mut not_returns_only)?;
+    a.mov(rcx, site.direct.as_ptr() as u64)?;
+    a.mov(rcx, qword_ptr(rcx))?;
+    a.jrcxz(full)?;
+    a.jmp(direct)?;
 
     a.set_label(&mut full)?;
-    a.mov(rcx, qword_ptr(rsp + FAST_RCX))?;
-    a.lea(rsp, ptr(rsp + FAST_FRAME))?;
-    save_state(&mut a)?;
+    restore_fast_rcx(&mut a)?;
+    save_gprs(&mut a)?;
     a.mov(rax, hooked as u64)?;
     a.mov(qword_ptr(rbx + OFFSET_IP), rax)?;
+    save_xmm(&mut a)?;
+    a.set_label(&mut dispatched)?;
+    clear_direction(&mut a)?;
     a.mov(rsi, site as *const Site as u64)?;
     call(&mut a, dispatch.on_entry)?;
     restore_xmm(&mut a)?;
@@ -191,7 +223,87 @@ pub(crate) fn entry_stub(rip: usize, hooked: usize, site: &Site, dispatch: Dispa
     a.set_label(&mut cannot_push)?;
     restore_fast_frame(&mut a)?;
     a.jmp(full)?;
+
+    a.set_label(&mut direct)?;
+    restore_fast_rcx(&mut a)?;
+    direct_call(&mut a, hooked, site, dispatch, trampoline, dispatched)?;
     a.assemble(rip as u64)
+}
+
+/// rcx and the stack pointer as the stub found them, after a mode test.
+fn restore_fast_rcx(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    a.mov(rcx, qword_ptr(rsp + FAST_RCX))?;
+    a.lea(rsp, ptr(rsp + FAST_FRAME))
+}
+
+/// The direct path (`Site::direct`): the site's one probe is called here, under the same
+/// per-thread guard as `on_entry`'s, without the dispatcher, and without the xmm save if it
+/// keeps the vectors. The probe is read again once the state is saved (r12 holds it across the
+/// call: callee-saved, and restored with the rest). Anything else goes to the dispatcher
+/// (`dispatched`, the full path once its registers are saved): a busy thread (on_entry counts the skip and
+/// tells the miss handler), or a list that changed since the mode test.
+fn direct_call(
+    a: &mut CodeAssembler,
+    hooked: usize,
+    site: &Site,
+    dispatch: Dispatch,
+    trampoline: usize,
+    dispatched: CodeLabel,
+) -> Result<(), IcedError> {
+    use crate::dispatch::layout::{BUSY, DEFERRED, FREE, PROBING};
+    use crate::site::layout::{DATA, HANDLER, KEEPS_VECTORS};
+    let state = dispatch::thread_state_offset();
+    let mut slow = a.create_label();
+    let mut vectors_saved = a.create_label();
+    let mut deferred = a.create_label();
+    let mut vectors_restored = a.create_label();
+    let mut back = a.create_label();
+    let mut redeliver_saved = a.create_label();
+    save_gprs(a)?;
+    a.mov(rax, hooked as u64)?;
+    a.mov(qword_ptr(rbx + OFFSET_IP), rax)?;
+    a.mov(r12, site.direct.as_ptr() as u64)?;
+    a.mov(r12, qword_ptr(r12))?;
+    a.test(r12, r12)?;
+    a.jz(slow)?;
+    a.cmp(byte_ptr(state + BUSY).fs(), FREE as i32)?;
+    a.jne(slow)?;
+    a.test(byte_ptr(r12 + KEEPS_VECTORS), 1)?;
+    a.jnz(vectors_saved)?;
+    save_xmm(a)?;
+    a.set_label(&mut vectors_saved)?;
+    clear_direction(a)?;
+    a.mov(byte_ptr(state + BUSY).fs(), PROBING as u32)?;
+    a.mov(rdi, rbx)?;
+    a.mov(rsi, qword_ptr(r12 + DATA))?;
+    a.call(qword_ptr(r12 + HANDLER))?;
+    a.mov(byte_ptr(state + BUSY).fs(), FREE as u32)?;
+    a.cmp(qword_ptr(state + DEFERRED).fs(), 0)?;
+    a.jne(deferred)?;
+    a.set_label(&mut back)?;
+    a.test(byte_ptr(r12 + KEEPS_VECTORS), 1)?;
+    a.jnz(vectors_restored)?;
+    restore_xmm(a)?;
+    a.set_label(&mut vectors_restored)?;
+    restore_gprs(a, 0)?;
+    a.jmp(trampoline as u64)?;
+    // Signals deferred while the probe ran (dispatch.rs, `not_busy`): redelivered by a call,
+    // around which the vectors a probe that keeps them did not save are saved now.
+    a.set_label(&mut deferred)?;
+    a.test(byte_ptr(r12 + KEEPS_VECTORS), 1)?;
+    a.jz(redeliver_saved)?;
+    save_xmm(a)?;
+    a.mov(rax, dispatch.redeliver as u64)?;
+    a.call(rax)?;
+    restore_xmm(a)?;
+    a.jmp(vectors_restored)?;
+    a.set_label(&mut redeliver_saved)?;
+    a.mov(rax, dispatch.redeliver as u64)?;
+    a.call(rax)?;
+    a.jmp(back)?;
+    a.set_label(&mut slow)?;
+    save_xmm(a)?;
+    a.jmp(dispatched)
 }
 
 /// The fast path's frame below the red zone: the three registers it uses.
@@ -272,6 +384,7 @@ fn restore_fast_frame(a: &mut CodeAssembler) -> Result<(), IcedError> {
 pub(crate) struct Dispatch {
     pub on_entry: usize,
     pub on_return: usize,
+    pub redeliver: usize,
 }
 
 /// Assembles and decodes a few instructions, as a site's stub and its analysis do: iced-x86

@@ -42,6 +42,14 @@ pub fn pid() -> u32 {
     pid
 }
 
+/// Where `pid` caches the process id (0: not read yet in this process), for machine code that
+/// checks it without a call (the agent's direct probes): such code that finds 0 asks the kernel
+/// and stores the answer here, as `pid` does.
+pub fn pid_cell() -> &'static AtomicU32 {
+    watch_forks();
+    &PID
+}
+
 /// The thread id (the kernel's pid). Cached per thread, re-read after fork. Threads created with
 /// a raw clone(2) that bypasses pthread_atfork would keep a stale value; glibc's fork and
 /// pthread_create do not.
