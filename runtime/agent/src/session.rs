@@ -220,7 +220,7 @@ impl Session {
         let data = probe.leak();
         let hook = match spec.kind {
             AttachKind::Uprobe => Hook::entry_with(&target, handler, data, promises),
-            _ => Hook::ret(&target, handler, data),
+            _ => Hook::ret_with(&target, handler, data, promises),
         };
         let hook = hook.map_err(|e| failed(e.to_string()))?;
         if let PatchKind::Int3 { reason } = hook.kind() {

@@ -100,14 +100,15 @@ fn attach(spec: &str, count_only: bool) -> Result<Attached, String> {
     let data = record as *const Record as *mut c_void;
     // Neither handler changes ip or sp; the counting one, machine code of four instructions,
     // leaves the vectors alone too. A site whose only probe is an entry probe then runs it
-    // from its stub (the engine's direct path); the others through the dispatcher.
+    // from its stub (the engine's direct path), and so does a site's only return probe; the
+    // others run through the dispatcher.
     let recording = Promises { keeps_course: true, keeps_vectors: false };
     let counting = Promises { keeps_course: true, keeps_vectors: true };
     let (kind, hook) = match (kind, count_only) {
         ("entry", false) => ("entry", Hook::entry_with(&target, on_entry, data, recording)),
         ("return", false) => ("return", Hook::ret(&target, on_return, data)),
         ("entry", true) => ("entry", Hook::entry_with(&target, on_count, data, counting)),
-        ("return", true) => ("return", Hook::ret(&target, on_count, data)),
+        ("return", true) => ("return", Hook::ret_with(&target, on_count, data, counting)),
         _ => return Err(malformed()),
     };
     let hook = hook.map_err(|e| e.to_string())?;

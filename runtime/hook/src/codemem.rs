@@ -11,8 +11,10 @@ use crate::error::{Error, Result};
 use crate::procmaps;
 
 pub(crate) const PAGE: usize = 4096;
-/// A site's page: its entry stub at the start, its trampoline from here on.
-pub(crate) const TRAMPOLINE_OFFSET: usize = 2048;
+/// A site's page: its entry stub at the start (about 2.5 KiB with the direct paths' copies of
+/// the saves and restores: stubs.rs; hook.rs checks it fits), its trampoline from here on (at
+/// most 1 KiB, then the return slot of a moved call: prologue.rs).
+pub(crate) const TRAMPOLINE_OFFSET: usize = 3056;
 /// Keep a margin below 2 GB so every rel32 inside the page reaches the target too.
 const REACH: usize = (1 << 31) - (1 << 20);
 /// The kernel refuses mappings below vm.mmap_min_addr (64 KiB by default) and above the

@@ -248,14 +248,9 @@ fn not_busy(thread: &ThreadState) {
     }
 }
 
-/// What an entry stub's direct path (stubs.rs) calls after its probe ran, with `busy` FREE
-/// again, when signals were deferred meanwhile: `not_busy`'s second half.
-pub(crate) unsafe extern "C" fn redeliver_deferred() {
-    redeliver(thread_state());
-}
-
 /// Unblocks the signals deferred while busy: pending again since they were put back, the kernel
-/// delivers them as this system call returns, before anything else runs on this thread.
+/// delivers them as this system call returns, before anything else runs on this thread. (The
+/// stubs' direct paths make the same system call themselves: stubs.rs, `call_direct_probe`.)
 #[cold]
 fn redeliver(thread: &ThreadState) {
     let deferred = thread.deferred.replace(0);

@@ -19,6 +19,8 @@ use crate::stubs;
 /// detach; the hot path never takes it.
 static SITES: Mutex<Vec<&'static Site>> = Mutex::new(Vec::new());
 static NEXT_PROBE_ID: AtomicU64 = AtomicU64::new(1);
+// A site's page holds its stub, its trampoline and the trampoline's return slot.
+const _: () = assert!(TRAMPOLINE_OFFSET + RETURN_SLOT + 8 <= codemem::PAGE);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -58,8 +60,15 @@ impl Hook {
     /// A uretprobe: `handler` runs each time the function starting at `target.address` returns,
     /// with `ax` = the return value. `target` must be a function's first instruction.
     pub fn ret(target: &Target, handler: Handler, data: *mut c_void) -> Result<Hook> {
+        Hook::ret_with(target, handler, data, Promises::default())
+    }
+
+    /// As [`Hook::ret`], with what `handler` promises (see [`Promises`]; a return handler's
+    /// course is the caller's return address whatever it does): while it is the address's only
+    /// return probe, the stub calls it without the dispatcher.
+    pub fn ret_with(target: &Target, handler: Handler, data: *mut c_void, promises: Promises) -> Result<Hook> {
         check_return_site(target)?;
-        attach(target, Kind::Return, handler, data, Promises::default())
+        attach(target, Kind::Return, handler, data, promises)
     }
 
     /// The hooked address.
@@ -192,17 +201,18 @@ fn build_site(target: &Target, sites: &[&'static Site]) -> Result<&'static Site>
         probes: AtomicPtr::new(Box::into_raw(Box::default())),
         returns_only: AtomicBool::new(false),
         direct: AtomicPtr::new(std::ptr::null_mut()),
+        direct_return: AtomicPtr::new(std::ptr::null_mut()),
         skipped: AtomicU64::new(0),
         missed_returns: AtomicU64::new(0),
         stale_returns: AtomicU64::new(0),
         next: AtomicPtr::new(std::ptr::null_mut()),
     }));
-    let dispatch = stubs::Dispatch {
-        on_entry: dispatch::on_entry as *const () as usize,
-        on_return: dispatch::on_return as *const () as usize,
-        redeliver: dispatch::redeliver_deferred as *const () as usize,
-    };
+    let dispatch =
+        stubs::Dispatch { on_entry: dispatch::on_entry as *const () as usize, on_return: dispatch::on_return as *const () as usize };
     let stub = stubs::entry_stub(page as usize, target.address, site, dispatch, trampoline_at).expect("the entry stub assembles");
+    // Its length depends on no site (every operand that varies has a fixed size): any hook
+    // shows it if the stub has grown into the trampoline.
+    assert!(stub.len() <= TRAMPOLINE_OFFSET, "the entry stub ({} bytes) overruns its trampoline", stub.len());
     unsafe {
         codemem::write(page, 0, &stub);
         codemem::write(page, TRAMPOLINE_OFFSET, &trampoline.code);

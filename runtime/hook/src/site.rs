@@ -14,9 +14,10 @@ use crate::regs::PtRegs;
 /// `ss` and `orig_ax` are informative and ignored.
 pub type Handler = unsafe extern "C" fn(regs: *mut PtRegs, data: *mut c_void);
 
-/// What an entry handler promises beyond the C ABI. A site whose only probe is an entry probe
-/// that keeps its course is run straight from the entry stub, without the dispatcher
-/// (`Site::direct`, stubs.rs): one call fewer, and no xmm save where it keeps the vectors too.
+/// What a handler promises beyond the C ABI. A site whose only probe is an entry probe that
+/// keeps its course is run straight from the entry stub, without the dispatcher (`Site::direct`,
+/// stubs.rs), and so is a site's only return probe (`Site::direct_return`): one call fewer, and
+/// no xmm save where the handler keeps the vectors too.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Promises {
     /// It never changes `ip` or `sp` in `regs` (it makes no call return at once, as an
@@ -89,6 +90,9 @@ pub(crate) struct Site {
     /// and no return probe, else null: the entry stub then calls it itself (it reads this
     /// pointer, into the list, which is never freed).
     pub direct: AtomicPtr<Probe>,
+    /// The published list's return probe when it has exactly one, else null: the entry stub
+    /// then runs it itself when the function returns (it reads this pointer too).
+    pub direct_return: AtomicPtr<Probe>,
     pub skipped: AtomicU64,
     pub missed_returns: AtomicU64,
     pub stale_returns: AtomicU64,
@@ -127,7 +131,12 @@ impl Site {
         };
         self.probes.store(list as *const ProbeList as *mut ProbeList, Ordering::Release);
         self.returns_only.store(returns_only, Ordering::Release);
+        let direct_return = match list.ret.as_slice() {
+            [only] => only as *const Probe as *mut Probe,
+            _ => std::ptr::null_mut(),
+        };
         self.direct.store(direct, Ordering::Release);
+        self.direct_return.store(direct_return, Ordering::Release);
     }
 
     /// Whether displacing `len` bytes at `start` (another address) would touch this site's bytes.

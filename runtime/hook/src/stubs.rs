@@ -89,13 +89,6 @@ fn clear_direction(a: &mut CodeAssembler) -> Result<(), IcedError> {
     a.set_label(&mut direction_clear)
 }
 
-/// The whole state, for a handler that may change anything the ABI lets it.
-fn save_state(a: &mut CodeAssembler) -> Result<(), IcedError> {
-    save_gprs(a)?;
-    save_xmm(a)?;
-    clear_direction(a)
-}
-
 const DF: u32 = 1 << 10;
 
 /// Calls `function(rbx = &pt_regs, rsi)`; the result stays in rax.
@@ -209,7 +202,12 @@ pub(crate) fn entry_stub(rip: usize, hooked: usize, site: &Site, dispatch: Dispa
     a.set_label(&mut calling)?;
     a.call(trampoline as u64)?;
     // The function returned here: stack pointer = its entry value + 8, as after a plain return.
-    save_state(&mut a)?;
+    save_gprs(&mut a)?;
+    let mut returned = a.create_label();
+    direct_return(&mut a, site, returned)?;
+    a.set_label(&mut returned)?;
+    save_xmm(&mut a)?;
+    clear_direction(&mut a)?;
     call(&mut a, dispatch.on_return)?;
     a.mov(qword_ptr(rbx + (FRAME_TO_ENTRY_SP - 8)), rax)?;
     restore_xmm(&mut a)?;
@@ -226,7 +224,7 @@ pub(crate) fn entry_stub(rip: usize, hooked: usize, site: &Site, dispatch: Dispa
 
     a.set_label(&mut direct)?;
     restore_fast_rcx(&mut a)?;
-    direct_call(&mut a, hooked, site, dispatch, trampoline, dispatched)?;
+    direct_call(&mut a, hooked, site, trampoline, dispatched)?;
     a.assemble(rip as u64)
 }
 
@@ -238,72 +236,129 @@ fn restore_fast_rcx(a: &mut CodeAssembler) -> Result<(), IcedError> {
 
 /// The direct path (`Site::direct`): the site's one probe is called here, under the same
 /// per-thread guard as `on_entry`'s, without the dispatcher, and without the xmm save if it
-/// keeps the vectors. The probe is read again once the state is saved (r12 holds it across the
-/// call: callee-saved, and restored with the rest). Anything else goes to the dispatcher
-/// (`dispatched`, the full path once its registers are saved): a busy thread (on_entry counts the skip and
-/// tells the miss handler), or a list that changed since the mode test.
-fn direct_call(
-    a: &mut CodeAssembler,
-    hooked: usize,
-    site: &Site,
-    dispatch: Dispatch,
-    trampoline: usize,
-    dispatched: CodeLabel,
-) -> Result<(), IcedError> {
-    use crate::dispatch::layout::{BUSY, DEFERRED, FREE, PROBING};
-    use crate::site::layout::{DATA, HANDLER, KEEPS_VECTORS};
-    let state = dispatch::thread_state_offset();
+/// keeps the vectors. The probe is read again once the state is saved. Anything else goes to
+/// the dispatcher (`dispatched`, the full path once its registers are saved): a busy thread
+/// (on_entry counts the skip and tells the miss handler), or a list that changed since the
+/// mode test.
+fn direct_call(a: &mut CodeAssembler, hooked: usize, site: &Site, trampoline: usize, dispatched: CodeLabel) -> Result<(), IcedError> {
     let mut slow = a.create_label();
-    let mut vectors_saved = a.create_label();
-    let mut deferred = a.create_label();
-    let mut vectors_restored = a.create_label();
-    let mut back = a.create_label();
-    let mut redeliver_saved = a.create_label();
     save_gprs(a)?;
     a.mov(rax, hooked as u64)?;
     a.mov(qword_ptr(rbx + OFFSET_IP), rax)?;
-    a.mov(r12, site.direct.as_ptr() as u64)?;
+    direct_probe_or(a, site.direct.as_ptr() as u64, slow)?;
+    set_busy(a, PROBING)?;
+    call_direct_probe(a, |a| {
+        restore_gprs(a, 0)?;
+        a.jmp(trampoline as u64)
+    })?;
+    a.set_label(&mut slow)?;
+    save_xmm(a)?;
+    a.jmp(dispatched)
+}
+
+/// The direct path of a return (`Site::direct_return`), with the general-purpose registers
+/// saved: the site's one return probe is called here, as `on_return` would call it, when the
+/// thread is free and the newest shadow-stack entry is this call's (the same stack pointer and
+/// this site: what `pop_return` finds first). The checks only read, so a signal handler that
+/// runs between them and the guard (its own probes push and pop above) changes nothing they
+/// saw; the entry is taken off under the guard. Anything else goes on at `returned`, to
+/// `on_return`: a busy thread, frames to drop, no shadow stack, a list that changed.
+fn direct_return(a: &mut CodeAssembler, site: &Site, returned: CodeLabel) -> Result<(), IcedError> {
+    use crate::dispatch::layout::{DEPTH, ENTRIES, ENTRY_SIZE, RETURN_ADDRESS, SHADOW, SITE, SP};
+    let state = dispatch::thread_state_offset();
+    direct_probe_or(a, site.direct_return.as_ptr() as u64, returned)?;
+    // rcx = the shadow stack, rdx = its depth, rax = its newest entry.
+    a.mov(rcx, qword_ptr(state + SHADOW).fs())?;
+    a.test(rcx, rcx)?;
+    a.jz(returned)?;
+    a.mov(rdx, qword_ptr(rcx + DEPTH))?;
+    a.lea(rax, ptr(rdx - 1))?;
+    a.cmp(rax, crate::dispatch::layout::CAPACITY)?;
+    a.jae(returned)?; // empty (depth - 1 wraps) or past the capacity
+    a.lea(rax, ptr(rdx + rdx * 2))?; // entries[depth - 1], with ENTRY_SIZE = 24
+    a.lea(rax, ptr(rcx + rax * 8 + (ENTRIES - ENTRY_SIZE)))?;
+    a.mov(rsi, qword_ptr(rbx + OFFSET_SP))?;
+    a.sub(rsi, 8)?;
+    a.cmp(qword_ptr(rax + SP), rsi)?;
+    a.jne(returned)?;
+    a.mov(rsi, site as *const Site as u64)?;
+    a.cmp(qword_ptr(rax + SITE), rsi)?;
+    a.jne(returned)?;
+    set_busy(a, PROBING)?;
+    a.sub(rdx, 1)?;
+    a.mov(qword_ptr(rcx + DEPTH), rdx)?;
+    // The caller's return address: pt_regs.ip for the probe, and the dead slot `ret` takes.
+    a.mov(rax, qword_ptr(rax + RETURN_ADDRESS))?;
+    a.mov(qword_ptr(rbx + OFFSET_IP), rax)?;
+    a.mov(qword_ptr(rbx + (FRAME_TO_ENTRY_SP - 8)), rax)?;
+    call_direct_probe(a, |a| {
+        restore_gprs(a, -8)?;
+        a.ret()
+    })
+}
+
+/// r12 = the probe `*slot` holds, if any and the thread is free; else a jump to `otherwise`.
+fn direct_probe_or(a: &mut CodeAssembler, slot: u64, otherwise: CodeLabel) -> Result<(), IcedError> {
+    use crate::dispatch::layout::{BUSY, FREE};
+    let state = dispatch::thread_state_offset();
+    a.mov(r12, slot)?;
     a.mov(r12, qword_ptr(r12))?;
     a.test(r12, r12)?;
-    a.jz(slow)?;
+    a.jz(otherwise)?;
     a.cmp(byte_ptr(state + BUSY).fs(), FREE as i32)?;
-    a.jne(slow)?;
+    a.jne(otherwise)
+}
+
+fn set_busy(a: &mut CodeAssembler, value: u8) -> Result<(), IcedError> {
+    a.mov(byte_ptr(dispatch::thread_state_offset() + crate::dispatch::layout::BUSY).fs(), value as u32)
+}
+
+use crate::dispatch::layout::{FREE, PROBING};
+
+/// Calls the probe r12 points at on pt_regs (rbx), the guard set: the xmm registers saved
+/// around it unless it keeps them, the guard cleared after it, and the signals deferred
+/// meanwhile redelivered (`not_busy`, here by the system call itself: it changes no vector
+/// register, and the registers it uses are restored with the rest). Then `tail` (the restore
+/// and the way out). r12 holds the probe across the call: callee-saved, and restored with the
+/// other registers.
+fn call_direct_probe(a: &mut CodeAssembler, tail: impl FnOnce(&mut CodeAssembler) -> Result<(), IcedError>) -> Result<(), IcedError> {
+    use crate::site::layout::{DATA, HANDLER, KEEPS_VECTORS};
+    let deferred_at = dispatch::thread_state_offset() + crate::dispatch::layout::DEFERRED;
+    let mut vectors_saved = a.create_label();
+    let mut deferred = a.create_label();
+    let mut back = a.create_label();
+    let mut end = a.create_label();
     a.test(byte_ptr(r12 + KEEPS_VECTORS), 1)?;
     a.jnz(vectors_saved)?;
     save_xmm(a)?;
     a.set_label(&mut vectors_saved)?;
     clear_direction(a)?;
-    a.mov(byte_ptr(state + BUSY).fs(), PROBING as u32)?;
     a.mov(rdi, rbx)?;
     a.mov(rsi, qword_ptr(r12 + DATA))?;
     a.call(qword_ptr(r12 + HANDLER))?;
-    a.mov(byte_ptr(state + BUSY).fs(), FREE as u32)?;
-    a.cmp(qword_ptr(state + DEFERRED).fs(), 0)?;
+    set_busy(a, FREE)?;
+    a.cmp(qword_ptr(deferred_at).fs(), 0)?;
     a.jne(deferred)?;
     a.set_label(&mut back)?;
     a.test(byte_ptr(r12 + KEEPS_VECTORS), 1)?;
-    a.jnz(vectors_restored)?;
+    a.jnz(end)?;
     restore_xmm(a)?;
-    a.set_label(&mut vectors_restored)?;
-    restore_gprs(a, 0)?;
-    a.jmp(trampoline as u64)?;
-    // Signals deferred while the probe ran (dispatch.rs, `not_busy`): redelivered by a call,
-    // around which the vectors a probe that keeps them did not save are saved now.
+    a.set_label(&mut end)?;
+    tail(a)?;
+    // rt_sigprocmask(SIG_UNBLOCK, &deferred, NULL, 8), the set taken with a swap to 0 (dispatch.rs,
+    // `redeliver`): the signals, pending again, are delivered as the call returns.
     a.set_label(&mut deferred)?;
-    a.test(byte_ptr(r12 + KEEPS_VECTORS), 1)?;
-    a.jz(redeliver_saved)?;
-    save_xmm(a)?;
-    a.mov(rax, dispatch.redeliver as u64)?;
-    a.call(rax)?;
-    restore_xmm(a)?;
-    a.jmp(vectors_restored)?;
-    a.set_label(&mut redeliver_saved)?;
-    a.mov(rax, dispatch.redeliver as u64)?;
-    a.call(rax)?;
-    a.jmp(back)?;
-    a.set_label(&mut slow)?;
-    save_xmm(a)?;
-    a.jmp(dispatched)
+    a.xor(eax, eax)?;
+    a.xchg(qword_ptr(deferred_at).fs(), rax)?;
+    a.push(rax)?;
+    a.mov(edi, libc::SIG_UNBLOCK as u32)?;
+    a.mov(rsi, rsp)?;
+    a.xor(edx, edx)?;
+    a.mov(r10d, 8u32)?;
+    a.mov(eax, libc::SYS_rt_sigprocmask as u32)?;
+    a.syscall()?;
+    a.pop(rax)?;
+    a.jmp(back)
 }
 
 /// The fast path's frame below the red zone: the three registers it uses.
@@ -384,7 +439,6 @@ fn restore_fast_frame(a: &mut CodeAssembler) -> Result<(), IcedError> {
 pub(crate) struct Dispatch {
     pub on_entry: usize,
     pub on_return: usize,
-    pub redeliver: usize,
 }
 
 /// Assembles and decodes a few instructions, as a site's stub and its analysis do: iced-x86
