@@ -344,6 +344,13 @@ pub(crate) unsafe extern "C" fn on_return(regs: *mut PtRegs) -> usize {
     }
 }
 
+/// What an entry stub's direct path (stubs.rs, `push_return_direct`) calls, under the guard,
+/// after the site's entry probe ran, when it cannot push this call's return inline: 1 if pushed
+/// (the stub then calls the function through), 0 if not (full: counted).
+pub(crate) unsafe extern "C" fn push_return_direct(regs: *mut PtRegs, site: *const Site) -> usize {
+    push_return(thread_state(), &*regs, &*site) as usize
+}
+
 /// Saves the return address at `[sp]`, after dropping the entries of frames that cannot be
 /// live any more; false (and counted) when the shadow stack is full.
 unsafe fn push_return(thread: &ThreadState, regs: &PtRegs, site: &Site) -> bool {

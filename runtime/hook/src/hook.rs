@@ -202,13 +202,17 @@ fn build_site(target: &Target, sites: &[&'static Site]) -> Result<&'static Site>
         returns_only: AtomicBool::new(false),
         direct: AtomicPtr::new(std::ptr::null_mut()),
         direct_return: AtomicPtr::new(std::ptr::null_mut()),
+        has_returns: AtomicBool::new(false),
         skipped: AtomicU64::new(0),
         missed_returns: AtomicU64::new(0),
         stale_returns: AtomicU64::new(0),
         next: AtomicPtr::new(std::ptr::null_mut()),
     }));
-    let dispatch =
-        stubs::Dispatch { on_entry: dispatch::on_entry as *const () as usize, on_return: dispatch::on_return as *const () as usize };
+    let dispatch = stubs::Dispatch {
+        on_entry: dispatch::on_entry as *const () as usize,
+        on_return: dispatch::on_return as *const () as usize,
+        push_return: dispatch::push_return_direct as *const () as usize,
+    };
     let stub = stubs::entry_stub(page as usize, target.address, site, dispatch, trampoline_at).expect("the entry stub assembles");
     // Its length depends on no site (every operand that varies has a fixed size): any hook
     // shows it if the stub has grown into the trampoline.

@@ -86,10 +86,12 @@ pub(crate) struct Site {
     /// Whether the published list has return probes and no entry probes: the entry stub then
     /// saves the return address itself instead of calling `on_entry` (it reads this byte).
     pub returns_only: AtomicBool,
-    /// The published list's one probe when it has a single entry probe that keeps its course
-    /// and no return probe, else null: the entry stub then calls it itself (it reads this
-    /// pointer, into the list, which is never freed).
+    /// The published list's entry probe when it has a single one and it keeps its course, else
+    /// null: the entry stub then calls it itself (it reads this pointer, into the list, which is
+    /// never freed), and pushes the return if `has_returns`.
     pub direct: AtomicPtr<Probe>,
+    /// Whether the published list has return probes (the entry stub's direct path reads it).
+    pub has_returns: AtomicBool,
     /// The published list's return probe when it has exactly one, else null: the entry stub
     /// then runs it itself when the function returns (it reads this pointer too).
     pub direct_return: AtomicPtr<Probe>,
@@ -125,8 +127,8 @@ impl Site {
     pub fn publish(&self, list: ProbeList) {
         let returns_only = list.entry.is_empty() && !list.ret.is_empty();
         let list: &'static ProbeList = Box::leak(Box::new(list));
-        let direct = match (list.entry.as_slice(), list.ret.is_empty()) {
-            ([only], true) if only.keeps_course => only as *const Probe as *mut Probe,
+        let direct = match list.entry.as_slice() {
+            [only] if only.keeps_course => only as *const Probe as *mut Probe,
             _ => std::ptr::null_mut(),
         };
         self.probes.store(list as *const ProbeList as *mut ProbeList, Ordering::Release);
@@ -135,6 +137,7 @@ impl Site {
             [only] => only as *const Probe as *mut Probe,
             _ => std::ptr::null_mut(),
         };
+        self.has_returns.store(!list.ret.is_empty(), Ordering::Release);
         self.direct.store(direct, Ordering::Release);
         self.direct_return.store(direct_return, Ordering::Release);
     }

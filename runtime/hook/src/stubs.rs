@@ -22,12 +22,13 @@
 //! registers and flags the rest; the DF test instead of an unconditional `cld` and the
 //! newest-first shadow-stack pop are below the noise.
 //!
-//! A site whose only probe is an entry probe that keeps its course (`Site::direct`) is called
-//! from the stub (`direct_call`): no dispatcher, no loop over a list, the per-thread guard by
-//! `fs`-relative moves, and no xmm save where the handler keeps the vectors (the uebpf agent's
-//! machine-code handler for a JIT program that calls no helper). The general-purpose registers
-//! are still all saved: the program reads them as its context, and restoring all of them costs
-//! no more than choosing which.
+//! A site's only entry probe, if it keeps its course (`Site::direct`), and its only return
+//! probe (`Site::direct_return`) are called from the stub (`direct_call`, `direct_return`): no
+//! dispatcher, no loop over a list, the per-thread guard by `fs`-relative moves, the shadow
+//! stack pushed and popped inline in the common case, and no xmm save where the handler keeps
+//! the vectors (the uebpf agent's machine-code handler for a JIT program that calls no
+//! helper). The general-purpose registers are still all saved: the program reads them as its
+//! context, and restoring all of them costs no more than choosing which.
 //!
 //! Frame (growing down from the stack pointer S the stub was entered with):
 //!   S-128 .. S      the interrupted code's red zone, never written (after a return, S-8 is the
@@ -72,9 +73,13 @@ fn save_gprs(a: &mut CodeAssembler) -> Result<(), IcedError> {
     a.sub(rsp, XMM_SAVE)
 }
 
+/// The xmm registers into the room below the frame, through r11 (free wherever the stub saves
+/// or restores them) pointing at its middle: one-byte displacements, a quarter shorter than
+/// from rsp (the stub has several copies of these, and must fit before its trampoline).
 fn save_xmm(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    a.lea(r11, ptr(rsp + XMM_SAVE / 2))?;
     for (i, reg) in XMM.into_iter().enumerate() {
-        a.movaps(xmmword_ptr(rsp + 16 * i as i32), reg)?;
+        a.movaps(xmmword_ptr(r11 + (16 * i as i32 - XMM_SAVE / 2)), reg)?;
     }
     Ok(())
 }
@@ -99,8 +104,9 @@ fn call(a: &mut CodeAssembler, function: usize) -> Result<(), IcedError> {
 }
 
 fn restore_xmm(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    a.lea(r11, ptr(rsp + XMM_SAVE / 2))?;
     for (i, reg) in XMM.into_iter().enumerate() {
-        a.movaps(reg, xmmword_ptr(rsp + 16 * i as i32))?;
+        a.movaps(reg, xmmword_ptr(r11 + (16 * i as i32 - XMM_SAVE / 2)))?;
     }
     Ok(())
 }
@@ -224,7 +230,7 @@ pub(crate) fn entry_stub(rip: usize, hooked: usize, site: &Site, dispatch: Dispa
 
     a.set_label(&mut direct)?;
     restore_fast_rcx(&mut a)?;
-    direct_call(&mut a, hooked, site, trampoline, dispatched)?;
+    direct_call(&mut a, hooked, site, dispatch, trampoline, [dispatched, calling])?;
     a.assemble(rip as u64)
 }
 
@@ -234,26 +240,103 @@ fn restore_fast_rcx(a: &mut CodeAssembler) -> Result<(), IcedError> {
     a.lea(rsp, ptr(rsp + FAST_FRAME))
 }
 
-/// The direct path (`Site::direct`): the site's one probe is called here, under the same
+/// The direct path (`Site::direct`): the site's one entry probe is called here, under the same
 /// per-thread guard as `on_entry`'s, without the dispatcher, and without the xmm save if it
-/// keeps the vectors. The probe is read again once the state is saved. Anything else goes to
-/// the dispatcher (`dispatched`, the full path once its registers are saved): a busy thread
-/// (on_entry counts the skip and tells the miss handler), or a list that changed since the
-/// mode test.
-fn direct_call(a: &mut CodeAssembler, hooked: usize, site: &Site, trampoline: usize, dispatched: CodeLabel) -> Result<(), IcedError> {
+/// keeps the vectors. The probe is read again once the state is saved. Where the site has
+/// return probes too, this call's return is pushed on the shadow stack still under the guard,
+/// as `on_entry` pushes it: inline in the common case (`push_return_direct`), else by
+/// `push_return` itself; then the function is called through, as from the full path. Anything
+/// else goes to the dispatcher (`dispatched`, the full path once its registers are saved): a
+/// busy thread (on_entry counts the skip and tells the miss handler), or a list that changed
+/// since the mode test.
+fn direct_call(
+    a: &mut CodeAssembler,
+    hooked: usize,
+    site: &Site,
+    dispatch: Dispatch,
+    trampoline: usize,
+    [dispatched, calling]: [CodeLabel; 2],
+) -> Result<(), IcedError> {
     let mut slow = a.create_label();
     save_gprs(a)?;
     a.mov(rax, hooked as u64)?;
     a.mov(qword_ptr(rbx + OFFSET_IP), rax)?;
     direct_probe_or(a, site.direct.as_ptr() as u64, slow)?;
     set_busy(a, PROBING)?;
-    call_direct_probe(a, |a| {
+    let push = |a: &mut CodeAssembler| push_return_direct(a, site, dispatch);
+    call_direct_probe(a, push, |a| {
+        // r13 = 1 if this call's return was pushed (push_return_direct).
+        let mut through = a.create_label();
+        a.test(r13, r13)?;
+        a.jnz(through)?;
         restore_gprs(a, 0)?;
-        a.jmp(trampoline as u64)
+        a.jmp(trampoline as u64)?;
+        a.set_label(&mut through)?;
+        restore_gprs(a, 8)?; // and drop the return address (it is on the shadow stack)
+        a.jmp(calling)
     })?;
     a.set_label(&mut slow)?;
     save_xmm(a)?;
     a.jmp(dispatched)
+}
+
+/// After an entry probe on the direct path, under the guard, the general-purpose registers
+/// free: r13 = 0 if the site has no return probe; else this call's return is pushed on the
+/// shadow stack and r13 = 1, or r13 = 0 if it could not be (a full stack: `push_return` counts
+/// it). Inline where `push_return_inline`'s test shows there is nothing to drop (the newest
+/// entry a home-stack frame above the entry stack pointer S, or none) and there is room; else
+/// by `push_return` (dispatch.rs), around which the vectors are saved if the probe kept them.
+fn push_return_direct(a: &mut CodeAssembler, site: &Site, dispatch: Dispatch) -> Result<(), IcedError> {
+    use crate::dispatch::layout::{CAPACITY, DEPTH, ENTRIES, ENTRY_SIZE, HOME_LOW, HOME_SIZE, RETURN_ADDRESS, SHADOW, SITE, SP};
+    use crate::site::layout::KEEPS_VECTORS;
+    let state = dispatch::thread_state_offset();
+    let (mut done, mut push, mut by_call, mut saved) = (a.create_label(), a.create_label(), a.create_label(), a.create_label());
+    a.xor(r13d, r13d)?;
+    a.mov(rcx, site.has_returns.as_ptr() as u64)?;
+    a.cmp(byte_ptr(rcx), 0)?;
+    a.je(done)?;
+    // rcx = the shadow stack, rdx = its depth, rsi = S.
+    a.mov(rcx, qword_ptr(state + SHADOW).fs())?;
+    a.test(rcx, rcx)?;
+    a.jz(by_call)?;
+    a.mov(rdx, qword_ptr(rcx + DEPTH))?;
+    a.cmp(rdx, CAPACITY)?;
+    a.jae(by_call)?;
+    a.mov(rsi, qword_ptr(rbx + OFFSET_SP))?;
+    a.test(rdx, rdx)?;
+    a.jz(push)?;
+    a.lea(rax, ptr(rdx + rdx * 2))?; // entries[depth - 1].sp, with ENTRY_SIZE = 24
+    a.mov(rax, qword_ptr(rcx + rax * 8 + (ENTRIES - ENTRY_SIZE + SP)))?;
+    a.cmp(rax, rsi)?;
+    a.jbe(by_call)?; // the newest entry's sp <= S
+    a.sub(rax, qword_ptr(rcx + HOME_LOW))?;
+    a.cmp(rax, qword_ptr(rcx + HOME_SIZE))?;
+    a.jae(by_call)?; // not on the home stack
+    a.set_label(&mut push)?;
+    a.lea(rax, ptr(rdx + rdx * 2))?; // entries[depth]
+    a.lea(rax, ptr(rcx + rax * 8 + ENTRIES))?;
+    a.mov(rdi, qword_ptr(rsi))?;
+    a.mov(qword_ptr(rax + RETURN_ADDRESS), rdi)?;
+    a.mov(qword_ptr(rax + SP), rsi)?;
+    a.mov(rdi, site as *const Site as u64)?;
+    a.mov(qword_ptr(rax + SITE), rdi)?;
+    a.add(rdx, 1)?;
+    a.mov(qword_ptr(rcx + DEPTH), rdx)?;
+    a.mov(r13d, 1)?;
+    a.jmp(done)?;
+    a.set_label(&mut by_call)?;
+    a.mov(rsi, site as *const Site as u64)?;
+    a.test(byte_ptr(r12 + KEEPS_VECTORS), 1)?;
+    a.jz(saved)?;
+    save_xmm(a)?;
+    call(a, dispatch.push_return)?;
+    restore_xmm(a)?;
+    a.mov(r13, rax)?;
+    a.jmp(done)?;
+    a.set_label(&mut saved)?;
+    call(a, dispatch.push_return)?;
+    a.mov(r13, rax)?;
+    a.set_label(&mut done)
 }
 
 /// The direct path of a return (`Site::direct_return`), with the general-purpose registers
@@ -291,10 +374,14 @@ fn direct_return(a: &mut CodeAssembler, site: &Site, returned: CodeLabel) -> Res
     a.mov(rax, qword_ptr(rax + RETURN_ADDRESS))?;
     a.mov(qword_ptr(rbx + OFFSET_IP), rax)?;
     a.mov(qword_ptr(rbx + (FRAME_TO_ENTRY_SP - 8)), rax)?;
-    call_direct_probe(a, |a| {
-        restore_gprs(a, -8)?;
-        a.ret()
-    })
+    call_direct_probe(
+        a,
+        |_| Ok(()),
+        |a| {
+            restore_gprs(a, -8)?;
+            a.ret()
+        },
+    )
 }
 
 /// r12 = the probe `*slot` holds, if any and the thread is free; else a jump to `otherwise`.
@@ -316,12 +403,16 @@ fn set_busy(a: &mut CodeAssembler, value: u8) -> Result<(), IcedError> {
 use crate::dispatch::layout::{FREE, PROBING};
 
 /// Calls the probe r12 points at on pt_regs (rbx), the guard set: the xmm registers saved
-/// around it unless it keeps them, the guard cleared after it, and the signals deferred
+/// around it unless it keeps them, `under_guard` after it, the guard cleared, and the signals deferred
 /// meanwhile redelivered (`not_busy`, here by the system call itself: it changes no vector
 /// register, and the registers it uses are restored with the rest). Then `tail` (the restore
 /// and the way out). r12 holds the probe across the call: callee-saved, and restored with the
 /// other registers.
-fn call_direct_probe(a: &mut CodeAssembler, tail: impl FnOnce(&mut CodeAssembler) -> Result<(), IcedError>) -> Result<(), IcedError> {
+fn call_direct_probe(
+    a: &mut CodeAssembler,
+    under_guard: impl FnOnce(&mut CodeAssembler) -> Result<(), IcedError>,
+    tail: impl FnOnce(&mut CodeAssembler) -> Result<(), IcedError>,
+) -> Result<(), IcedError> {
     use crate::site::layout::{DATA, HANDLER, KEEPS_VECTORS};
     let deferred_at = dispatch::thread_state_offset() + crate::dispatch::layout::DEFERRED;
     let mut vectors_saved = a.create_label();
@@ -336,6 +427,7 @@ fn call_direct_probe(a: &mut CodeAssembler, tail: impl FnOnce(&mut CodeAssembler
     a.mov(rdi, rbx)?;
     a.mov(rsi, qword_ptr(r12 + DATA))?;
     a.call(qword_ptr(r12 + HANDLER))?;
+    under_guard(a)?;
     set_busy(a, FREE)?;
     a.cmp(qword_ptr(deferred_at).fs(), 0)?;
     a.jne(deferred)?;
@@ -439,6 +531,8 @@ fn restore_fast_frame(a: &mut CodeAssembler) -> Result<(), IcedError> {
 pub(crate) struct Dispatch {
     pub on_entry: usize,
     pub on_return: usize,
+    /// `push_return_direct`'s way when the inline push cannot.
+    pub push_return: usize,
 }
 
 /// Assembles and decodes a few instructions, as a site's stub and its analysis do: iced-x86
