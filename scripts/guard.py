@@ -61,8 +61,12 @@ def revision_build(rev: str, workdir: Path) -> tuple[str, Path]:
     tree = workdir / commit[:12]
     if not tree.exists():
         run(["git", "-C", REPO, "worktree", "add", "--detach", tree, commit])
-    # One target folder for every revision: cargo rebuilds only what differs between them.
-    env = {**os.environ, "CARGO_TARGET_DIR": str(workdir / "target")}
+    # A target folder per revision. One shared by all would rebuild less, but cargo copies a
+    # library to target/release only when it builds it: a revision already built there (its
+    # worktree's sources unchanged) leaves in place the library of whichever revision was built
+    # last, and the guard would compare that one.
+    target = workdir / f"target-{commit[:12]}"
+    env = {**os.environ, "CARGO_TARGET_DIR": str(target)}
     print(f"guard: building the runtime of {commit[:12]} in {tree}", file=sys.stderr)
     run(["cargo", "build", "--release", "--manifest-path", tree / "runtime" / "Cargo.toml"], env=env)
     build = workdir / f"build-{commit[:12]}"
@@ -78,7 +82,7 @@ def revision_build(rev: str, workdir: Path) -> tuple[str, Path]:
     for folder, names in RUNTIME_FILES.items():
         for name in names:
             (build / folder / name).unlink()
-            shutil.copy2(workdir / "target" / "release" / name, build / folder / name)
+            shutil.copy2(target / "release" / name, build / folder / name)
     return commit, build
 
 
