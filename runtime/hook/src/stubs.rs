@@ -42,6 +42,7 @@ use iced_x86::code_asm::*;
 use crate::site::Site;
 
 use crate::dispatch;
+use crate::dispatch::layout::{FREE, PROBING};
 use crate::regs::{OFFSET_CS, OFFSET_FLAGS, OFFSET_IP, OFFSET_SP, OFFSET_SS, SIZE, USER_CS, USER_SS};
 
 const RED_ZONE: i32 = 128;
@@ -283,36 +284,18 @@ fn direct_call(
 /// After an entry probe on the direct path, under the guard, the general-purpose registers
 /// free: r13 = 0 if the site has no return probe; else this call's return is pushed on the
 /// shadow stack and r13 = 1, or r13 = 0 if it could not be (a full stack: `push_return` counts
-/// it). Inline where `push_return_inline`'s test shows there is nothing to drop (the newest
-/// entry a home-stack frame above the entry stack pointer S, or none) and there is room; else
-/// by `push_return` (dispatch.rs), around which the vectors are saved if the probe kept them.
+/// it). Inline where `shadow_stack_with_room` finds room and nothing to drop; else by
+/// `push_return` (dispatch.rs), around which the vectors are saved if the probe kept them.
 fn push_return_direct(a: &mut CodeAssembler, site: &Site, dispatch: Dispatch) -> Result<(), IcedError> {
-    use crate::dispatch::layout::{CAPACITY, DEPTH, ENTRIES, ENTRY_SIZE, HOME_LOW, HOME_SIZE, RETURN_ADDRESS, SHADOW, SITE, SP};
+    use crate::dispatch::layout::{DEPTH, ENTRIES, RETURN_ADDRESS, SITE, SP};
     use crate::site::layout::KEEPS_VECTORS;
-    let state = dispatch::thread_state_offset();
-    let (mut done, mut push, mut by_call, mut saved) = (a.create_label(), a.create_label(), a.create_label(), a.create_label());
+    let (mut done, mut by_call, mut saved) = (a.create_label(), a.create_label(), a.create_label());
     a.xor(r13d, r13d)?;
     a.mov(rcx, site.has_returns.as_ptr() as u64)?;
     a.cmp(byte_ptr(rcx), 0)?;
     a.je(done)?;
-    // rcx = the shadow stack, rdx = its depth, rsi = S.
-    a.mov(rcx, qword_ptr(state + SHADOW).fs())?;
-    a.test(rcx, rcx)?;
-    a.jz(by_call)?;
-    a.mov(rdx, qword_ptr(rcx + DEPTH))?;
-    a.cmp(rdx, CAPACITY)?;
-    a.jae(by_call)?;
-    a.mov(rsi, qword_ptr(rbx + OFFSET_SP))?;
-    a.test(rdx, rdx)?;
-    a.jz(push)?;
-    a.lea(rax, ptr(rdx + rdx * 2))?; // entries[depth - 1].sp, with ENTRY_SIZE = 24
-    a.mov(rax, qword_ptr(rcx + rax * 8 + (ENTRIES - ENTRY_SIZE + SP)))?;
-    a.cmp(rax, rsi)?;
-    a.jbe(by_call)?; // the newest entry's sp <= S
-    a.sub(rax, qword_ptr(rcx + HOME_LOW))?;
-    a.cmp(rax, qword_ptr(rcx + HOME_SIZE))?;
-    a.jae(by_call)?; // not on the home stack
-    a.set_label(&mut push)?;
+    a.mov(rsi, qword_ptr(rbx + OFFSET_SP))?; // S
+    shadow_stack_with_room(a, rsi, 0, by_call)?;
     a.lea(rax, ptr(rdx + rdx * 2))?; // entries[depth]
     a.lea(rax, ptr(rcx + rax * 8 + ENTRIES))?;
     a.mov(rdi, qword_ptr(rsi))?;
@@ -400,8 +383,6 @@ fn set_busy(a: &mut CodeAssembler, value: u8) -> Result<(), IcedError> {
     a.mov(byte_ptr(dispatch::thread_state_offset() + crate::dispatch::layout::BUSY).fs(), value as u32)
 }
 
-use crate::dispatch::layout::{FREE, PROBING};
-
 /// Calls the probe r12 points at on pt_regs (rbx), the guard set: the xmm registers saved
 /// around it unless it keeps them, `under_guard` after it, the guard cleared, and the signals deferred
 /// meanwhile redelivered (`not_busy`, here by the system call itself: it changes no vector
@@ -479,30 +460,7 @@ fn push_return_inline(a: &mut CodeAssembler, site: &Site, cannot_push: CodeLabel
     a.seto(al)?;
     a.cmp(byte_ptr(state + layout::BUSY).fs(), 0)?;
     a.jne(cannot_push)?;
-    a.mov(rcx, qword_ptr(state + layout::SHADOW).fs())?;
-    a.test(rcx, rcx)?;
-    a.jz(cannot_push)?;
-    a.mov(rdx, qword_ptr(rcx + layout::DEPTH))?;
-    a.cmp(rdx, layout::CAPACITY)?;
-    a.jae(cannot_push)?;
-    // Nothing to drop (dispatch.rs, `drop_dead_frames`) when the stack is empty or its newest
-    // entry is a home-stack frame above the entry stack pointer S = rsp + FAST_FRAME: the
-    // common nesting. Anything else goes to the dispatcher, which drops what a call at S
-    // proves dead.
-    let mut push = a.create_label();
-    a.test(rdx, rdx)?;
-    a.jz(push)?;
-    a.lea(rdx, ptr(rdx + rdx * 2))?; // entries[depth - 1].sp, with ENTRY_SIZE = 24
-    a.mov(rdx, qword_ptr(rcx + rdx * 8 + (layout::ENTRIES - layout::ENTRY_SIZE + layout::SP)))?;
-    a.sub(rdx, FAST_FRAME)?;
-    a.cmp(rdx, rsp)?;
-    a.jbe(cannot_push)?; // the newest entry's sp <= S
-    a.add(rdx, FAST_FRAME)?;
-    a.sub(rdx, qword_ptr(rcx + layout::HOME_LOW))?;
-    a.cmp(rdx, qword_ptr(rcx + layout::HOME_SIZE))?;
-    a.jae(cannot_push)?; // not on the home stack
-    a.mov(rdx, qword_ptr(rcx + layout::DEPTH))?;
-    a.set_label(&mut push)?;
+    shadow_stack_with_room(a, rsp, FAST_FRAME, cannot_push)?;
     a.add(rdx, 1)?;
     a.mov(qword_ptr(rcx + layout::DEPTH), rdx)?;
     a.lea(rdx, ptr(rdx + rdx * 2))?; // entries[depth - 1], with ENTRY_SIZE = 24
@@ -515,6 +473,39 @@ fn push_return_inline(a: &mut CodeAssembler, site: &Site, cannot_push: CodeLabel
     a.mov(qword_ptr(rdx + layout::SITE), rcx)?;
     restore_fast_frame(a)?;
     a.lea(rsp, ptr(rsp + (FAST_FRAME + 8))) // and the return address
+}
+
+/// rcx = the thread's shadow stack and rdx = its depth, or a jump to `cannot` unless a call at
+/// the stack pointer S = `stack` + `bias` can push its return there with nothing to drop (dispatch.rs,
+/// `drop_dead_frames`): the stack exists and has room, and it is empty or its newest entry is a
+/// home-stack frame above S (the common nesting). Anything else goes to the dispatcher, which
+/// maps the stack, or drops what a call at S proves dead. Changes rcx, rdx and the flags only.
+fn shadow_stack_with_room(a: &mut CodeAssembler, stack: AsmRegister64, bias: i32, cannot: CodeLabel) -> Result<(), IcedError> {
+    use crate::dispatch::layout::{CAPACITY, DEPTH, ENTRIES, ENTRY_SIZE, HOME_LOW, HOME_SIZE, SHADOW, SP};
+    let mut open = a.create_label();
+    a.mov(rcx, qword_ptr(dispatch::thread_state_offset() + SHADOW).fs())?;
+    a.test(rcx, rcx)?;
+    a.jz(cannot)?;
+    a.mov(rdx, qword_ptr(rcx + DEPTH))?;
+    a.cmp(rdx, CAPACITY)?;
+    a.jae(cannot)?;
+    a.test(rdx, rdx)?;
+    a.jz(open)?;
+    a.lea(rdx, ptr(rdx + rdx * 2))?; // entries[depth - 1].sp, with ENTRY_SIZE = 24
+    a.mov(rdx, qword_ptr(rcx + rdx * 8 + (ENTRIES - ENTRY_SIZE + SP)))?;
+    if bias != 0 {
+        a.sub(rdx, bias)?;
+    }
+    a.cmp(rdx, stack)?;
+    a.jbe(cannot)?; // the newest entry's sp <= S
+    if bias != 0 {
+        a.add(rdx, bias)?;
+    }
+    a.sub(rdx, qword_ptr(rcx + HOME_LOW))?;
+    a.cmp(rdx, qword_ptr(rcx + HOME_SIZE))?;
+    a.jae(cannot)?; // not on the home stack
+    a.mov(rdx, qword_ptr(rcx + DEPTH))?;
+    a.set_label(&mut open)
 }
 
 /// The flags (from lahf/seto in ax), rax, rdx and rcx, as the fast path found them.
