@@ -16,9 +16,9 @@
 //! for at most CONSUMER_TIMER, FOLLOW_TIMER while records flow (wakeup.rs, `sleep_for`: its
 //! wait's timeout, server/src/epoll.rs and ring.rs), and a producer wakes it early only when the
 //! unread bytes reach a WATERMARK_DIVISOR-th of the ring (once per sleep: `Wakeup::armed`), so
-//! that a burst never fills the ring while it sleeps, or
-//! at the first record after a sleep in which the consumer read nothing (wakeup.rs): the first
-//! event of a quiet spell is read at once, and a steady producer still pays no wakeup.
+//! that a burst never fills the ring while it sleeps, or at the first record after a sleep in
+//! which the consumer read nothing (wakeup.rs): the first event of a quiet spell is read at
+//! once, and a steady producer still pays no wakeup.
 //! BPF_RB_FORCE_WAKEUP still wakes every time, BPF_RB_NO_WAKEUP never (the timer still delivers).
 //! One more wakeup has no kernel counterpart: a consumer can find the record at its position still
 //! being written (a uebpf producer can be preempted between reserve and submit, for a scheduler

@@ -73,7 +73,7 @@ impl Program {
                 .zip(&layout.stack_reach)
                 .map(|(start, &syntactic)| {
                     let low = analysis.stack_low.get(start).copied().unwrap_or(0);
-                    syntactic.min(((-low) as u32 + 15) & !15)
+                    syntactic.min(verify::bytes_below(low))
                 })
                 .collect(),
             None => layout.stack_reach,

@@ -376,7 +376,13 @@ fn stack_reach(insns: &[Insn], functions: &[usize], lddw_tail: &[bool]) -> Vec<u
             lowest[f] = lowest[f].min(i64::from(insn.off));
         }
     }
-    lowest.iter().zip(&escapes).map(|(&low, &escaped)| if escaped { STACK_SIZE as u32 } else { ((-low as u32) + 15) & !15 }).collect()
+    lowest.iter().zip(&escapes).map(|(&low, &escaped)| if escaped { STACK_SIZE as u32 } else { bytes_below(low) }).collect()
+}
+
+/// The bytes to zero below r10 when the lowest access is at `low` (<= 0): down to it, in
+/// 16-byte steps (the JIT zeroes 16 or 32 bytes at a time).
+pub(crate) fn bytes_below(low: i64) -> u32 {
+    ((-low) as u32 + 15) & !15
 }
 
 /// Rejects recursion and call chains deeper than MAX_CALL_FRAMES, so that every engine's frames
