@@ -7,7 +7,6 @@ use std::sync::Mutex;
 pub use crate::prologue::PatchKind;
 
 use crate::codemem::{self, TRAMPOLINE_OFFSET};
-use crate::dispatch;
 use crate::error::{Error, Result};
 use crate::patch::{self, PatchMethod};
 use crate::prologue::{self, PATCH_LEN, RETURN_SLOT};
@@ -208,14 +207,9 @@ fn build_site(target: &Target, sites: &[&'static Site]) -> Result<&'static Site>
         stale_returns: AtomicU64::new(0),
         next: AtomicPtr::new(std::ptr::null_mut()),
     }));
-    let dispatch = stubs::Dispatch {
-        on_entry: dispatch::on_entry as *const () as usize,
-        on_return: dispatch::on_return as *const () as usize,
-        push_return: dispatch::push_return_direct as *const () as usize,
-    };
-    let stub = stubs::entry_stub(page as usize, target.address, site, dispatch, trampoline_at).expect("the entry stub assembles");
-    // Its length depends on no site (every operand that varies has a fixed size): any hook
-    // shows it if the stub has grown into the trampoline.
+    let stub = stubs::site_stub(target.address, site);
+    // Its length depends on no site (it is one template for all): any hook shows it if the
+    // stub has grown into the trampoline.
     assert!(stub.len() <= TRAMPOLINE_OFFSET, "the entry stub ({} bytes) overruns its trampoline", stub.len());
     unsafe {
         codemem::write(page, 0, &stub);

@@ -600,9 +600,10 @@ fn registration() -> std::result::Result<(), String> {
 /// Registers the process for membarrier SYNC_CORE ahead of its first live patch (an agent's
 /// thread does as it starts), so that no attach waits for the registration, which synchronises
 /// every CPU running the process. A failure is reported by the patch that needs it. Also has
-/// iced-x86 build its decoder's and encoder's tables, which it does on first use: ~1 ms each
-/// here, which the first attach (a site's analysis, its stub, the program's JIT) would wait for
-/// between a loader's attach and its first event.
+/// iced-x86 build its decoder's and encoder's tables, which it does on first use (~1 ms each
+/// here), and assembles the entry stubs' template (`stubs::warm_up`): the first attach (a
+/// site's analysis, its stub, the program's JIT) would wait for them between a loader's attach
+/// and its first event.
 pub fn prepare_live_patching() {
     let _ = registration();
     crate::stubs::warm_up();

@@ -1,5 +1,6 @@
 //! Machine code of the entry stub, one per hooked address (it also runs return probes),
-//! assembled with iced-x86's CodeAssembler.
+//! assembled with iced-x86's CodeAssembler once per process, as a template that each site's
+//! stub copies (`Template`).
 //!
 //! Both stubs save the complete user-visible integer state, not just what the C ABI calls
 //! callee-saved: gcc's -fipa-ra lets a caller keep live values in rcx, r8-r11 or xmm8-15 across
@@ -39,6 +40,10 @@
 
 use iced_x86::code_asm::*;
 
+use std::mem::{offset_of, size_of};
+use std::sync::OnceLock;
+
+use crate::codemem::TRAMPOLINE_OFFSET;
 use crate::site::Site;
 
 use crate::dispatch;
@@ -144,7 +149,8 @@ fn restore_flags(a: &mut CodeAssembler) -> Result<(), IcedError> {
     a.sahf()
 }
 
-/// Entry stub at `rip`. A site with return probes and no entry probes (`site.returns_only`)
+/// The entry stub's instructions, to be assembled on the page whose trampoline is at
+/// `trampoline`, for the function at `hooked` and the site at `site`. A site with return probes and no entry probes (`site.returns_only`)
 /// takes the fast path (`push_return_inline`): the return address goes on the shadow stack
 /// without saving the state or calling anything. Otherwise, or when the fast path cannot push,
 /// pt_regs with ip = `hooked`, then `on_entry(regs, site)`, which returns 1 when a return probe
@@ -158,7 +164,7 @@ fn restore_flags(a: &mut CodeAssembler) -> Result<(), IcedError> {
 ///   goes into the dead slot below the stack pointer, and a `ret` through it lands where the
 ///   caller's own call expected (predicted again). Replacing the return address with a stub
 ///   address instead costs two mispredicted returns, measured at ~20 ns on this VM.
-pub(crate) fn entry_stub(rip: usize, hooked: usize, site: &Site, dispatch: Dispatch, trampoline: usize) -> Result<Vec<u8>, IcedError> {
+fn entry_stub(hooked: u64, site: SiteAt, dispatch: Dispatch, trampoline: usize) -> Result<CodeAssembler, IcedError> {
     let mut a = CodeAssembler::new(64)?;
     let mut not_returns_only = a.create_label();
     let mut full = a.create_label();
@@ -171,12 +177,12 @@ pub(crate) fn entry_stub(rip: usize, hooked: usize, site: &Site, dispatch: Dispa
     // bytes: the fast and direct paths are out of line).
     a.lea(rsp, ptr(rsp - FAST_FRAME))?;
     a.mov(qword_ptr(rsp + FAST_RCX), rcx)?;
-    a.mov(rcx, site.returns_only.as_ptr() as u64)?;
+    a.mov(rcx, site.field(offset_of!(Site, returns_only)))?;
     a.movzx(ecx, byte_ptr(rcx))?;
     a.jrcxz(not_returns_only)?;
     a.jmp(fast)?;
     a.set_label(&mut not_returns_only)?;
-    a.mov(rcx, site.direct.as_ptr() as u64)?;
+    a.mov(rcx, site.field(offset_of!(Site, direct)))?;
     a.mov(rcx, qword_ptr(rcx))?;
     a.jrcxz(full)?;
     a.jmp(direct)?;
@@ -184,12 +190,12 @@ pub(crate) fn entry_stub(rip: usize, hooked: usize, site: &Site, dispatch: Dispa
     a.set_label(&mut full)?;
     restore_fast_rcx(&mut a)?;
     save_gprs(&mut a)?;
-    a.mov(rax, hooked as u64)?;
+    a.mov(rax, hooked)?;
     a.mov(qword_ptr(rbx + OFFSET_IP), rax)?;
     save_xmm(&mut a)?;
     a.set_label(&mut dispatched)?;
     clear_direction(&mut a)?;
-    a.mov(rsi, site as *const Site as u64)?;
+    a.mov(rsi, site.0)?;
     call(&mut a, dispatch.on_entry)?;
     restore_xmm(&mut a)?;
     let mut overridden = a.create_label();
@@ -232,7 +238,7 @@ pub(crate) fn entry_stub(rip: usize, hooked: usize, site: &Site, dispatch: Dispa
     a.set_label(&mut direct)?;
     restore_fast_rcx(&mut a)?;
     direct_call(&mut a, hooked, site, dispatch, trampoline, [dispatched, calling])?;
-    a.assemble(rip as u64)
+    Ok(a)
 }
 
 /// rcx and the stack pointer as the stub found them, after a mode test.
@@ -252,17 +258,17 @@ fn restore_fast_rcx(a: &mut CodeAssembler) -> Result<(), IcedError> {
 /// since the mode test.
 fn direct_call(
     a: &mut CodeAssembler,
-    hooked: usize,
-    site: &Site,
+    hooked: u64,
+    site: SiteAt,
     dispatch: Dispatch,
     trampoline: usize,
     [dispatched, calling]: [CodeLabel; 2],
 ) -> Result<(), IcedError> {
     let mut slow = a.create_label();
     save_gprs(a)?;
-    a.mov(rax, hooked as u64)?;
+    a.mov(rax, hooked)?;
     a.mov(qword_ptr(rbx + OFFSET_IP), rax)?;
-    direct_probe_or(a, site.direct.as_ptr() as u64, slow)?;
+    direct_probe_or(a, site.field(offset_of!(Site, direct)), slow)?;
     set_busy(a, PROBING)?;
     let push = |a: &mut CodeAssembler| push_return_direct(a, site, dispatch);
     call_direct_probe(a, push, |a| {
@@ -286,12 +292,12 @@ fn direct_call(
 /// shadow stack and r13 = 1, or r13 = 0 if it could not be (a full stack: `push_return` counts
 /// it). Inline where `shadow_stack_with_room` finds room and nothing to drop; else by
 /// `push_return` (dispatch.rs), around which the vectors are saved if the probe kept them.
-fn push_return_direct(a: &mut CodeAssembler, site: &Site, dispatch: Dispatch) -> Result<(), IcedError> {
+fn push_return_direct(a: &mut CodeAssembler, site: SiteAt, dispatch: Dispatch) -> Result<(), IcedError> {
     use crate::dispatch::layout::{DEPTH, ENTRIES, RETURN_ADDRESS, SITE, SP};
     use crate::site::layout::KEEPS_VECTORS;
     let (mut done, mut by_call, mut saved) = (a.create_label(), a.create_label(), a.create_label());
     a.xor(r13d, r13d)?;
-    a.mov(rcx, site.has_returns.as_ptr() as u64)?;
+    a.mov(rcx, site.field(offset_of!(Site, has_returns)))?;
     a.cmp(byte_ptr(rcx), 0)?;
     a.je(done)?;
     a.mov(rsi, qword_ptr(rbx + OFFSET_SP))?; // S
@@ -301,14 +307,14 @@ fn push_return_direct(a: &mut CodeAssembler, site: &Site, dispatch: Dispatch) ->
     a.mov(rdi, qword_ptr(rsi))?;
     a.mov(qword_ptr(rax + RETURN_ADDRESS), rdi)?;
     a.mov(qword_ptr(rax + SP), rsi)?;
-    a.mov(rdi, site as *const Site as u64)?;
+    a.mov(rdi, site.0)?;
     a.mov(qword_ptr(rax + SITE), rdi)?;
     a.add(rdx, 1)?;
     a.mov(qword_ptr(rcx + DEPTH), rdx)?;
     a.mov(r13d, 1)?;
     a.jmp(done)?;
     a.set_label(&mut by_call)?;
-    a.mov(rsi, site as *const Site as u64)?;
+    a.mov(rsi, site.0)?;
     a.test(byte_ptr(r12 + KEEPS_VECTORS), 1)?;
     a.jz(saved)?;
     save_xmm(a)?;
@@ -329,10 +335,10 @@ fn push_return_direct(a: &mut CodeAssembler, site: &Site, dispatch: Dispatch) ->
 /// runs between them and the guard (its own probes push and pop above) changes nothing they
 /// saw; the entry is taken off under the guard. Anything else goes on at `returned`, to
 /// `on_return`: a busy thread, frames to drop, no shadow stack, a list that changed.
-fn direct_return(a: &mut CodeAssembler, site: &Site, returned: CodeLabel) -> Result<(), IcedError> {
+fn direct_return(a: &mut CodeAssembler, site: SiteAt, returned: CodeLabel) -> Result<(), IcedError> {
     use crate::dispatch::layout::{DEPTH, ENTRIES, ENTRY_SIZE, RETURN_ADDRESS, SHADOW, SITE, SP};
     let state = dispatch::thread_state_offset();
-    direct_probe_or(a, site.direct_return.as_ptr() as u64, returned)?;
+    direct_probe_or(a, site.field(offset_of!(Site, direct_return)), returned)?;
     // rcx = the shadow stack, rdx = its depth, rax = its newest entry.
     a.mov(rcx, qword_ptr(state + SHADOW).fs())?;
     a.test(rcx, rcx)?;
@@ -347,7 +353,7 @@ fn direct_return(a: &mut CodeAssembler, site: &Site, returned: CodeLabel) -> Res
     a.sub(rsi, 8)?;
     a.cmp(qword_ptr(rax + SP), rsi)?;
     a.jne(returned)?;
-    a.mov(rsi, site as *const Site as u64)?;
+    a.mov(rsi, site.0)?;
     a.cmp(qword_ptr(rax + SITE), rsi)?;
     a.jne(returned)?;
     set_busy(a, PROBING)?;
@@ -451,7 +457,7 @@ const FAST_RDX: i32 = 0;
 /// thread: the depth is stored before the entry is written, so a handler that returns
 /// normally leaves the stack as it found it; a handler that longjmps out leaves entries
 /// above ours, which pop_return counts as abandoned.
-fn push_return_inline(a: &mut CodeAssembler, site: &Site, cannot_push: CodeLabel) -> Result<(), IcedError> {
+fn push_return_inline(a: &mut CodeAssembler, site: SiteAt, cannot_push: CodeLabel) -> Result<(), IcedError> {
     use crate::dispatch::layout;
     let state = dispatch::thread_state_offset();
     a.mov(qword_ptr(rsp + FAST_RAX), rax)?;
@@ -469,7 +475,7 @@ fn push_return_inline(a: &mut CodeAssembler, site: &Site, cannot_push: CodeLabel
     a.pop(qword_ptr(rdx + layout::RETURN_ADDRESS))?;
     a.lea(rcx, ptr(rsp + FAST_FRAME))?;
     a.mov(qword_ptr(rdx + layout::SP), rcx)?;
-    a.mov(rcx, site as *const Site as u64)?;
+    a.mov(rcx, site.0)?;
     a.mov(qword_ptr(rdx + layout::SITE), rcx)?;
     restore_fast_frame(a)?;
     a.lea(rsp, ptr(rsp + (FAST_FRAME + 8))) // and the return address
@@ -519,19 +525,140 @@ fn restore_fast_frame(a: &mut CodeAssembler) -> Result<(), IcedError> {
 
 /// The dispatch functions the stubs call.
 #[derive(Clone, Copy)]
-pub(crate) struct Dispatch {
-    pub on_entry: usize,
-    pub on_return: usize,
+struct Dispatch {
+    on_entry: usize,
+    on_return: usize,
     /// `push_return_direct`'s way when the inline push cannot.
-    pub push_return: usize,
+    push_return: usize,
 }
 
-/// Assembles and decodes a few instructions, as a site's stub and its analysis do: iced-x86
-/// builds its tables on first use (see `prepare_live_patching`). Nothing is kept.
+fn dispatch() -> Dispatch {
+    Dispatch {
+        on_entry: dispatch::on_entry as *const () as usize,
+        on_return: dispatch::on_return as *const () as usize,
+        push_return: dispatch::push_return_direct as *const () as usize,
+    }
+}
+
+/// A Site's address, or the template's stand-in for it: a stub loads the addresses of the
+/// site's fields it reads as immediates.
+#[derive(Clone, Copy)]
+struct SiteAt(u64);
+
+impl SiteAt {
+    fn field(self, offset: usize) -> u64 {
+        self.0 + offset as u64
+    }
+}
+
+/// The entry stub of `site`, for the function at `hooked`, to be written at the start of the
+/// site's page (whose trampoline is at `TRAMPOLINE_OFFSET`): the template, with the site's
+/// addresses written over its stand-ins.
+pub(crate) fn site_stub(hooked: usize, site: &Site) -> Vec<u8> {
+    template().instance(hooked as u64, SiteAt(site as *const Site as u64))
+}
+
+fn template() -> &'static Template {
+    TEMPLATE.get_or_init(|| Template::assemble().expect("the entry stub assembles"))
+}
+
+/// Every site's stub is the same code but for the addresses of its site and of the function,
+/// which it loads as 8-byte immediates, and its page, which no instruction depends on (its
+/// only branch out is to the trampoline on the same page). So it is assembled once, with
+/// stand-ins (`STAND_IN_*`), and a site's is a copy with its addresses written over them.
+/// Assembling it takes 250-400 µs here (some 700 instructions through iced-x86's encoder):
+/// done at the first attach, it was a third of the time from a loader's attach to its
+/// first event; the agent's thread builds it as it starts (`warm_up`).
+struct Template {
+    code: Vec<u8>,
+    /// Where an 8-byte immediate holds a stand-in, and for what.
+    slots: Vec<(usize, Slot)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Slot {
+    /// A field of the site, at this offset in it.
+    Site(usize),
+    Hooked,
+}
+
+static TEMPLATE: OnceLock<Template> = OnceLock::new();
+
+/// Non-canonical addresses: no real constant in a stub (a site, a dispatch function, a TLS
+/// offset) can equal them, so every immediate that does is a stand-in.
+const STAND_IN_SITE: u64 = 0x5a5a_5a5a_0000_0000;
+const STAND_IN_HOOKED: u64 = 0x5b5b_5b5b_5b5b_0000;
+const STAND_IN_PAGE: usize = 0x7e00_0000_0000;
+
+impl Template {
+    fn assemble() -> Result<Template, IcedError> {
+        use iced_x86::BlockEncoderOptions;
+        let trampoline = STAND_IN_PAGE + TRAMPOLINE_OFFSET;
+        let mut a = entry_stub(STAND_IN_HOOKED, SiteAt(STAND_IN_SITE), dispatch(), trampoline)?;
+        let options = BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS | BlockEncoderOptions::RETURN_CONSTANT_OFFSETS;
+        let result = a.assemble_options(STAND_IN_PAGE as u64, options)?;
+        let encoded = result.inner;
+        let mut slots = Vec::new();
+        for ((instruction, &start), constants) in
+            a.instructions().iter().zip(&encoded.new_instruction_offsets).zip(&encoded.constant_offsets)
+        {
+            assert!(
+                !constants.has_displacement() || constants.displacement_size() < 8,
+                "an entry stub's memory operand has a 64-bit address: the template has no slot for it"
+            );
+            if !constants.has_immediate() || constants.immediate_size() != 8 {
+                continue;
+            }
+            let value = instruction.immediate64();
+            let slot = match value.wrapping_sub(STAND_IN_SITE) {
+                offset if offset < size_of::<Site>() as u64 => Slot::Site(offset as usize),
+                _ if value == STAND_IN_HOOKED => Slot::Hooked,
+                _ => continue,
+            };
+            slots.push((start as usize + constants.immediate_offset(), slot));
+        }
+        Ok(Template { code: encoded.code_buffer, slots })
+    }
+
+    fn instance(&self, hooked: u64, site: SiteAt) -> Vec<u8> {
+        let mut code = self.code.clone();
+        for &(at, slot) in &self.slots {
+            let value = match slot {
+                Slot::Site(offset) => site.field(offset),
+                Slot::Hooked => hooked,
+            };
+            code[at..at + 8].copy_from_slice(&value.to_le_bytes());
+        }
+        code
+    }
+}
+
+/// Decodes a few instructions, as a site's analysis does, and builds the entry stubs' template:
+/// iced-x86 builds its tables on first use, and the template is a third of a first attach
+/// (see `prepare_live_patching`).
 pub(crate) fn warm_up() {
-    let Ok(mut a) = CodeAssembler::new(64) else { return };
-    let assembled = a.push(rbp).and_then(|_| a.mov(rax, qword_ptr(rsp + 8))).and_then(|_| a.ret()).and_then(|_| a.assemble(0x1000));
-    if let Ok(code) = assembled {
-        let _ = iced_x86::Decoder::with_ip(64, &code, 0x1000, iced_x86::DecoderOptions::NONE).into_iter().count();
+    template();
+    let code = [0x55, 0x48, 0x8b, 0x44, 0x24, 0x08, 0xc3]; // push rbp; mov rax, [rsp + 8]; ret
+    let _ = iced_x86::Decoder::with_ip(64, &code, 0x1000, iced_x86::DecoderOptions::NONE).into_iter().count();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A site's stub from the template is, byte for byte, the stub assembled for that site
+    /// where it is: no instruction depends on the page, and every immediate that depends on
+    /// the site or the function is a slot.
+    #[test]
+    fn a_stub_from_the_template_is_the_stub_assembled_in_place() {
+        let template = Template::assemble().unwrap();
+        assert_eq!(template.slots.iter().filter(|(_, slot)| *slot == Slot::Hooked).count(), 2);
+        assert!(template.slots.len() > 8, "{} slots", template.slots.len());
+        for (page, hooked, site) in [(0x7f12_3456_7000, 0x5555_0000_1234, 0x5555_6666_7770), (0x1000, 0x40_1000, 0x7ffd_0000_0008)] {
+            // The second: a non-PIE executable's function, below 4 GiB (still an 8-byte immediate).
+            let mut a = entry_stub(hooked, SiteAt(site), dispatch(), page + TRAMPOLINE_OFFSET).unwrap();
+            let in_place = a.assemble(page as u64).unwrap();
+            assert_eq!(template.instance(hooked, SiteAt(site)), in_place);
+        }
     }
 }
