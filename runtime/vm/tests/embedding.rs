@@ -35,8 +35,10 @@ fn helpers_get_r1_to_r5_and_keep_r6_to_r9() {
     let mut a = Asm::new();
     a.mov64(R6, 6).mov64(R7, 7).mov64(R8, 8).mov64(R9, 9).stx(8, R10, -8, R1);
     a.mov64(R1, 1).mov64(R2, 2).mov64(R3, 3).mov64(R4, 4).mov64(R5, 5).call_helper(1);
-    a.mov64(R5, R0).ldx(8, R1, R10, -8).call_helper(7);
-    a.add64(R0, R5).add64(R0, R6).add64(R0, R7).add64(R0, R8).add64(R0, R9).exit();
+    // A call ends r1-r5's lives (the kernel's verifier refuses reading them after it, and the
+    // JIT's helper may change them): the first result waits on the stack.
+    a.stx(8, R10, -16, R0).ldx(8, R1, R10, -8).call_helper(7);
+    a.ldx(8, R5, R10, -16).add64(R0, R5).add64(R0, R6).add64(R0, R7).add64(R0, R8).add64(R0, R9).exit();
     let program = Program::load(&a.build().unwrap(), &env).unwrap();
     let ctx = 1_000_000u64.to_le_bytes();
     let (r0, _) = run_both(&program, &ctx);
