@@ -219,3 +219,78 @@ fn bpf_loop_needs_the_safety_analysis() {
     let error = Program::load(&a.build().unwrap(), &Environment::new()).err().expect("refused");
     assert!(error.to_string().contains("bpf_loop without the safety analysis"), "{error}");
 }
+
+// A helper that answers its caller's stack alignment: rsp mod 16 at its entry (8 where the
+// caller's stack was 16-byte aligned at the call, as the System V ABI requires).
+std::arch::global_asm!(".globl stack_alignment_at_entry", "stack_alignment_at_entry:", "mov rax, rsp", "and rax, 15", "ret");
+
+unsafe extern "C" {
+    // Reads a register and returns: nothing a caller could misuse.
+    safe fn stack_alignment_at_entry(a: u64, b: u64, c: u64, d: u64, e: u64) -> u64;
+}
+
+/// Calls JIT code with rbx, rbp and r12-r15 holding patterns; returns r0 and whether every one
+/// of them held its pattern after the call.
+fn run_watching_callee_saved(jit: &JitProgram, ctx: &mut [u8]) -> (u64, bool) {
+    // The patterns, then the registers as the call left them (rbx, rbp, r12, r13, r14, r15).
+    let mut regs: [u64; 12] = std::array::from_fn(|i| if i < 6 { 0x0bad_cafe_0000_0000 | ((i as u64 + 1) * 0x1111) } else { 0 });
+    let r0: u64;
+    // SAFETY: the program touches its context and stack only. rbx and rbp, which an asm block
+    // may not name, are saved around the call on the stack, and so is the buffer's address
+    // (r12 holds a pattern meanwhile): four pushes keep the stack 16-byte aligned for the call.
+    unsafe {
+        std::arch::asm!(
+            "push rbx", "push rbp", "push r12", "push r12",
+            "mov rbx, [r12]", "mov rbp, [r12 + 8]", "mov r13, [r12 + 24]", "mov r14, [r12 + 32]", "mov r15, [r12 + 40]",
+            "mov r12, [r12 + 16]",
+            "call rax",
+            "mov rdi, r12", "pop r12", "pop r12",
+            "mov [r12 + 48], rbx", "mov [r12 + 56], rbp", "mov [r12 + 64], rdi", "mov [r12 + 72], r13",
+            "mov [r12 + 80], r14", "mov [r12 + 88], r15",
+            "pop rbp", "pop rbx",
+            inout("rax") jit.function() => r0,
+            in("r12") regs.as_mut_ptr(),
+            out("r13") _, out("r14") _, out("r15") _,
+            inout("rdi") ctx.as_mut_ptr() => _,
+            inout("rsi") ctx.len() => _,
+            clobber_abi("C"),
+        );
+    }
+    (r0, regs[..6] == regs[6..])
+}
+
+/// JIT code saves what it changes of the caller's callee-saved registers (only the eBPF r6-r9 it
+/// uses, and r10's rbp), and calls helpers on a 16-byte aligned stack, however many it saves:
+/// from the entry function and from a bpf-to-bpf callee. r0 = the helper's rsp mod 16 (8) plus
+/// what the program added from the registers it used.
+#[test]
+fn jit_code_keeps_callee_saved_registers_and_calls_helpers_aligned() {
+    let mut env = Environment::new();
+    env.register_helper(1, stack_alignment_at_entry);
+    for used in 0..=4 {
+        for through_callee in [false, true] {
+            let mut a = Asm::new();
+            for (i, reg) in [R6, R7, R8, R9].into_iter().take(used).enumerate() {
+                a.mov64(reg, i as i32 + 1);
+            }
+            if through_callee {
+                a.call("callee");
+            } else {
+                a.call_helper(1);
+            }
+            for reg in [R6, R7, R8, R9].into_iter().take(used) {
+                a.add64(R0, reg);
+            }
+            a.exit();
+            if through_callee {
+                a.label("callee").mov64(R6, 100).call_helper(1).add64(R0, R6).sub64(R0, 100).exit();
+            }
+            let program = Program::load(&a.build().unwrap(), &env).unwrap();
+            let jit = JitProgram::compile(&program).unwrap();
+            let (r0, kept) = run_watching_callee_saved(&jit, &mut [0u8; 8]);
+            let added: u64 = (1..=used as u64).sum();
+            assert_eq!(r0, 8 + added, "{used} of r6-r9 used, through a callee: {through_callee}");
+            assert!(kept, "{used} of r6-r9 used, through a callee: {through_callee}: a callee-saved register changed");
+        }
+    }
+}
