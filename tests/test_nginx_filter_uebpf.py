@@ -273,11 +273,14 @@ def test_a_module_without_its_region_refuses_to_start(tmp_path):
 
 # A harness holding the rules loader until it is interrupted, under the leftovers ledger as
 # tracecost's commands run (the next ledger cleans after one killed outright).
+# A harness as the command is one: its own SIGINT handler first (tracecost.cli.main), so that a
+# Ctrl-C unwinds it even where it started with SIGINT ignored (a job a shell put in the background).
 HOLDER = """
 import sys, time
 from pathlib import Path
-from tracecost import leftovers
+from tracecost import interrupts, leftovers
 from tracecost.suites.nginx_filter import uebpf_filter
+interrupts.install()
 with leftovers.ledger(print):
     with uebpf_filter.rules_loader(Path(sys.argv[1]), Path(sys.argv[2])) as loader:
         print(loader.region, flush=True)
