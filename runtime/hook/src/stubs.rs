@@ -588,6 +588,7 @@ static TEMPLATE: OnceLock<Template> = OnceLock::new();
 /// offset) can equal them, so every immediate that does is a stand-in.
 const STAND_IN_SITE: u64 = 0x5a5a_5a5a_0000_0000;
 const STAND_IN_HOOKED: u64 = 0x5b5b_5b5b_5b5b_0000;
+/// Any page: no byte of the stub depends on where it is (the unit test assembles it elsewhere).
 const STAND_IN_PAGE: usize = 0x7e00_0000_0000;
 
 impl Template {
