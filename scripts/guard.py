@@ -76,12 +76,12 @@ def runtime_build(tree: Path, workdir: Path, label: str) -> Path:
     env = {**os.environ, "CARGO_TARGET_DIR": str(target), "RUSTFLAGS": flags}
     print(f"guard: building the runtime of {label} ({tree})", file=sys.stderr)
     run(["cargo", "build", "--release", "--manifest-path", tree / "runtime" / "Cargo.toml"], env=env)
-    return side_build(workdir, label, lambda folder, name: target / "release" / name)
+    return side_build(workdir, label, target / "release")
 
 
-def side_build(workdir: Path, label: str, runtime_file) -> Path:
+def side_build(workdir: Path, label: str, release: Path) -> Path:
     """A side's build folder, WORKDIR/build-LABEL: the working tree's build/ by symbolic links,
-    but for the runtime's files, copied from `runtime_file(folder, name)`. Both sides run from
+    but for the runtime's files, copied from the cargo output `release`. Both sides run from
     such a folder, under labels of one length: the victim's path and its environment
     (TRACECOST_BUILD) then take the same room on its stack, which otherwise starts at other
     addresses on each side (a longer path, a lower stack). One revision on both sides, 8 rounds:
@@ -100,7 +100,7 @@ def side_build(workdir: Path, label: str, runtime_file) -> Path:
     for folder, names in RUNTIME_FILES.items():
         for name in names:
             (build / folder / name).unlink()
-            shutil.copy2(runtime_file(folder, name), build / folder / name)
+            shutil.copy2(release / name, build / folder / name)
     return build
 
 

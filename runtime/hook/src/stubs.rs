@@ -150,9 +150,9 @@ fn restore_flags(a: &mut CodeAssembler) -> Result<(), IcedError> {
 }
 
 /// The entry stub's instructions, to be assembled on the page whose trampoline is at
-/// `trampoline`, for the function at `hooked` and the site at `site`. A site with return probes and no entry probes (`site.returns_only`)
-/// takes the fast path (`push_return_inline`): the return address goes on the shadow stack
-/// without saving the state or calling anything. Otherwise, or when the fast path cannot push,
+/// `trampoline`, for the function at `hooked` and the site at `site`. A site with return
+/// probes and no entry probes (`site.returns_only`) takes the fast path (`push_return_inline`):
+/// the return address goes on the shadow stack without saving the state or calling anything. Otherwise, or when the fast path cannot push,
 /// pt_regs with ip = `hooked`, then `on_entry(regs, site)`, which returns 1 when a return probe
 /// wants this call's return, after saving the return address on the shadow stack. Then
 /// everything is restored and:
