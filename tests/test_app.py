@@ -185,12 +185,13 @@ REDIS_BENCHMARK_QUERIES = 2
 
 
 def redis_argv(port: int, folder: Path, *extra: str) -> list[str]:
-    """A private redis: no config file, on its own 127.0.0.1 port, nothing saved, its log on stdout
-    (where --ready's line is read). jemalloc's background thread off: it blocks every signal, SIGTRAP
-    too, and uebpf's agent injected live will not patch a function such a thread could run into."""
+    """Debian's redis-server in its default configuration, kept private: no config file, its own
+    127.0.0.1 port, its folder (where its default snapshots go), its log on stdout (where --ready's
+    line is read). jemalloc's background thread runs, as by default: it blocks every signal, and
+    uebpf's live attach must not need one."""
     return [
-        *("redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"),
-        *("--dir", str(folder), "--logfile", "", "--jemalloc-bg-thread", "no", *extra),
+        *("redis-server", "--port", str(port), "--bind", "127.0.0.1"),
+        *("--dir", str(folder), "--logfile", "", *extra),
     ]
 
 

@@ -187,7 +187,7 @@ def test_a_jump_table_into_byte_2_gets_the_int3_patch(tmp_path):
     check_arguments(hooked, specs[0], hooked.case("switch"), "torture_switch")
     value = {0: 102, 1: 11, 2: 21, 3: 31, 4: 101}
     assert hooked.probe(specs[1])["sums"][0] == sum(value[i % 5] for i in range(n))
-    assert "`jmp rcx` at +0x1f may jump into the 5 patched bytes" in int3_reason(hooked, specs[0])
+    assert "the switch `jmp rcx` at +0x1f jumps to +0x2, inside the 5 patched bytes" in int3_reason(hooked, specs[0])
     assert kernel_hits("switch", n, ["torture_switch"])["torture_switch"] == n
     # The user may trust the jumps (here wrongly): check-hook then says "jump".
     argv = [str(UEBPF), "check-hook", str(VICTIM), "torture_switch"]
@@ -200,7 +200,7 @@ def test_a_jump_table_into_byte_2_gets_the_int3_patch(tmp_path):
 def test_check_hook_gives_the_attachs_patch_and_reason():
     for symbol, patch, reason in [
         ("torture_tiny", "int3", "the function is 3 bytes long: the 5-byte jump does not fit"),
-        ("torture_switch", "int3", "`jmp rcx` at +0x1f may jump into the 5 patched bytes"),
+        ("torture_switch", "int3", "the switch `jmp rcx` at +0x1f jumps to +0x2, inside the 5 patched bytes"),
         ("torture_call_early", "int3", "`call r11` at +0x1 would return inside the 5 patched bytes"),
         ("torture_unsized", "int3", "the symbol's size is 0"),
         ("torture_get_pc", "jump", None),
@@ -259,16 +259,24 @@ def test_a_signal_frame_inside_bytes_1_to_4_during_a_live_attach(tmp_path):
     assert "stack holds an address inside bytes 1-4" in int3_reason(hooked, spec)
 
 
-def test_a_thread_blocking_sigtrap_makes_a_live_attach_refuse(tmp_path):
-    """A worker blocks every signal (sigfillset + pthread_sigmask): the attach is refused naming
-    it, the function is untouched, and the process runs on with the same output."""
-    spec = entry("torture_live")
-    hooked = hooked_and_plain("sigtrap_blocked", 1000, tmp_path, [], late=[spec])
+def test_a_thread_blocking_every_signal_does_not_stop_a_live_attach(tmp_path):
+    """A worker blocks every signal (sigfillset + pthread_sigmask, as jemalloc's background
+    thread does) and calls torture_live in a loop while the agent attaches to it: the jump goes in
+    behind a self-loop barrier, which needs no signal, and the worker, judged by its CPU clock
+    rather than stopped, computes the same sums. torture_outer starts with the 1-byte `push rbp`:
+    its jump would need an int3 barrier, which would kill the worker, so it is refused naming the
+    thread, and left untouched."""
+    live, outer = entry("torture_live"), entry("torture_outer")
+    hooked = hooked_and_plain("sigtrap_blocked", 1000, tmp_path, [], late=[live, outer])
     assert hooked.case("sigtrap_blocked")["result"] != "-1"
+    assert hooked.probe(live)["patch"] == "self-loop"
+    assert hooked.probe(live)["hits"] >= 1000
     [refusal] = hooked.only_summary()["refused"]
-    assert refusal["error"].startswith(f"cannot hook {VICTIM}:torture_live: thread ")
-    assert refusal["error"].endswith("(hook_torture) blocks SIGTRAP: the patch's int3 would kill it")
-    assert hooked.only_summary()["probes"] == []
+    assert refusal["error"].startswith(f"cannot hook {VICTIM}:torture_outer: thread "), refusal
+    assert refusal["error"].endswith(
+        "(hook_torture) blocks SIGTRAP: the patch's int3 would kill it, and its first instruction is 1 byte "
+        "long, so a live jump needs an int3 barrier"
+    ), refusal
 
 
 def test_an_ifunc_is_hooked_at_its_selected_implementation(tmp_path):
@@ -393,7 +401,9 @@ def test_callers_keeping_values_in_caller_saved_registers(tmp_path):
     assert alone.probe(specs[3])["sums"][0] == 2000 * 42
 
 
-def test_attach_while_threads_run_uses_int3_first(tmp_path):
+def test_attach_while_threads_run_uses_a_self_loop_first(tmp_path):
+    """Four threads call torture_live (first instruction: a 4-byte lea) while the agent attaches
+    to it: the jump goes in behind a `jmp .` barrier, and every value stays right."""
     specs = [entry("torture_live"), ret("torture_live")]
     # The threads' call counts depend on timing: the victim checks every value itself.
     hooked = run("live_attach", 100_000, tmp_path, [], late=specs)
@@ -402,7 +412,7 @@ def test_attach_while_threads_run_uses_int3_first(tmp_path):
     for spec in specs:
         probe = hooked.probe(spec)
         assert 100_000 <= probe["hits"] <= line["calls"]["torture_live"]
-    assert hooked.probe(specs[0])["patch"] == "int3"
+    assert hooked.probe(specs[0])["patch"] == "self-loop"
 
 
 def test_longjmp_past_a_return_probe_drops_the_stale_entry(tmp_path):

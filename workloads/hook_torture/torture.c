@@ -443,7 +443,7 @@ static void *live_worker(void *arg)
 	return NULL;
 }
 
-/* Four threads call torture_live while the agent attaches to it (int3-first patching). */
+/* Four threads call torture_live while the agent attaches to it (live patching). */
 static void case_live_attach(long n)
 {
 	struct live work[4] = {0};
@@ -611,7 +611,8 @@ static void *masked_worker(void *arg)
 	return live_worker(arg);
 }
 
-/* A worker blocks every signal (as worker pools do) while the agent attaches: refused. */
+/* A worker blocks every signal (as worker pools do) and calls torture_live while the agent
+ * attaches: no signal can reach it, and the live patch must not need one. */
 static void case_sigtrap_blocked(long n)
 {
 	struct live work = {0};

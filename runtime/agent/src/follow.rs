@@ -1,7 +1,7 @@
 //! The entry points `uebpf inject` and `uebpf detach` call in a running process, on a thread
 //! they borrowed through ptrace (uebpf::inject). That thread is the target's: each call returns
 //! quickly and leaves the hooking to the agent's own thread, as for attaches made after start-up
-//! (int3-first live patching).
+//! (live patching behind a barrier).
 //!
 //! An agent loaded this way cannot interpose `sigaction` (the target's calls were bound to the
 //! C library long before): its thread hooks the C library's instead before it installs the

@@ -8,7 +8,7 @@
 //!   pid filter admits this process and whose binary is mapped here, JIT-compile its program and
 //!   hook the address (the hook engine resolves the file offset through `/proc/self/maps`).
 //! * Then a thread follows the attach table (session.rs, watcher.rs): attaches made later are
-//!   hooked (int3-first live patching), disabled and detached ones unhooked, and after each
+//!   hooked (live patching behind a barrier), disabled and detached ones unhooked, and after each
 //!   pass the agent reports in the region's agent table how far it got, which `uebpf
 //!   wait-applied` waits for.
 //! * `UEBPF_REGION` set but no such region yet (a target started before its loader): the thread

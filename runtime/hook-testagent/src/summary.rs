@@ -15,6 +15,7 @@ pub(crate) fn render(agent: &Agent) -> String {
         let patch = match probe.hook.patch {
             Some(PatchMethod::Plain) => "\"plain\"",
             Some(PatchMethod::Int3) => "\"int3\"",
+            Some(PatchMethod::SelfLoop) => "\"self-loop\"",
             None => "null",
         };
         let sums: Vec<String> = record.sums.iter().map(|s| s.load(Relaxed).to_string()).collect();

@@ -27,6 +27,12 @@ impl Error {
         Error { kind: ErrorKind::Refused, message: format!("cannot hook {function}: {reason}") }
     }
 
+    /// The same error, with why it mattered here: "REASON, and WHY".
+    pub(crate) fn because(mut self, why: &str) -> Error {
+        self.message = format!("{}, and {why}", self.message);
+        self
+    }
+
     pub(crate) fn system(what: impl fmt::Display, err: std::io::Error) -> Error {
         Error { kind: ErrorKind::System, message: format!("{what}: {err}") }
     }

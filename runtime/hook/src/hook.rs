@@ -86,7 +86,7 @@ impl Hook {
     }
 
     /// Removes the probe. The last probe of an address restores the original bytes (with the
-    /// same int3-first protocol when threads run); the stub and trampoline stay mapped for
+    /// same barrier protocol when threads run); the stub and trampoline stay mapped for
     /// threads still inside them. Pending returns of a detached return probe still return
     /// correctly, without running its handler.
     pub fn detach(self) -> Result<()> {
@@ -116,7 +116,7 @@ impl Hook {
 /// an error of kind [`ErrorKind::Refused`](crate::ErrorKind::Refused): the engine's refusal;
 /// other kinds: `location` could not be resolved in the file.
 pub fn check(binary: &std::path::Path, location: &crate::Location, retprobe: bool) -> Result<PatchKind> {
-    let (target, body) = crate::resolve::in_file(binary, location)?;
+    let (target, body, file) = crate::resolve::in_file(binary, location)?;
     if retprobe {
         check_return_site(&target)?;
     }
@@ -124,7 +124,7 @@ pub fn check(binary: &std::path::Path, location: &crate::Location, retprobe: boo
         let reason = format!("{}: its extent is unknown, only its first instruction is moved", crate::resolve::IFUNC);
         return Ok(PatchKind::Int3 { reason });
     }
-    prologue::analyse(&target, &body).map(|prologue| prologue.kind)
+    prologue::analyse(&target, &body, &|at, len| file.read(at, len)).map(|prologue| prologue.kind)
 }
 
 fn check_return_site(target: &Target) -> Result<()> {
@@ -170,7 +170,7 @@ fn attach(target: &Target, kind: Kind, handler: Handler, data: *mut c_void, prom
 /// Checks the target, builds its stub and trampoline; the target's bytes are not touched yet.
 fn build_site(target: &Target, sites: &[&'static Site]) -> Result<&'static Site> {
     let body = original_code(target.function.start, code_len(target)?, sites);
-    let prologue = prologue::analyse(target, &body)?;
+    let prologue = prologue::analyse(target, &body, &read_mapped)?;
     if let Some(other) = sites.iter().find(|site| site.overlaps(target.address, prologue.len)) {
         return Err(Error::refused(&target.description, format!("its patch would overlap the hook at {}", other.description)));
     }
@@ -232,6 +232,15 @@ fn code_len(target: &Target) -> Result<usize> {
     let maps = crate::procmaps::read().map_err(|e| Error::system("reading /proc/self/maps", e))?;
     let end = maps.iter().find(|m| m.contains(target.address)).map_or(target.address, |m| m.end);
     Ok(target.address - target.function.start + MAX_INSTRUCTION_LEN.min(end - target.address))
+}
+
+/// `len` bytes at `address` of this process, if one readable mapping holds them (a switch's jump
+/// table, which the hook engine reads before it patches).
+fn read_mapped(address: u64, len: usize) -> Option<Vec<u8>> {
+    let (start, end) = (address as usize, (address as usize).checked_add(len)?);
+    let maps = crate::procmaps::read().ok()?;
+    maps.iter().find(|m| m.readable && m.contains(start) && end <= m.end)?;
+    Some(unsafe { std::slice::from_raw_parts(start as *const u8, len) }.to_vec())
 }
 
 /// The function's bytes as they were before any of our patches.

@@ -3,29 +3,31 @@
 //! The target's page is made writable (keeping read+execute, since other threads may be running
 //! it) only while the bytes are written, then its protection is restored.
 //!
-//! * Before any int3 is written, every thread's blocked signals are read: a thread that blocks
-//!   SIGTRAP (or, for a live jump, SIGRTMAX) refuses the attach (`refuse_blocked_signals`).
 //! * The int3 patch: byte 0 becomes `int3` for good; the SIGTRAP handler sends every thread
 //!   that reaches it to the site's entry stub. No checkpoint: an instruction is never half
-//!   executed, and bytes 1-4 keep their code for whoever comes back there.
+//!   executed, and bytes 1-4 keep their code for whoever comes back there. A thread that blocks
+//!   SIGTRAP refuses it (`refuse_blocked_signals`): the int3 would kill it.
 //! * The jump with one thread in the process (start-up, e.g. a constructor before main): the 5
 //!   bytes are written at once, unless the thread's own stack holds an address in bytes 1-4
 //!   (then the int3 patch).
-//! * The jump with several threads: int3 first, as the kernel's text_poke_bp. (1) byte 0 becomes
-//!   `int3`; (2) bytes 1-4 get their new value; (3) byte 0 gets its new value. After each step
-//!   every thread of the process executes a serialising instruction before it runs user code
-//!   again (membarrier SYNC_CORE, the cross-modifying-code rule of the Intel SDM). A thread that
-//!   reaches the address during the update traps, and the SIGTRAP handler sends it to the
-//!   site's entry stub, which behaves exactly as the finished patch. The handler stays
-//!   installed for good and passes other SIGTRAPs to the previous disposition.
+//! * The jump with several threads: a barrier first (`Barrier`). (1) the barrier goes over the
+//!   first bytes: `jmp .` over bytes 0-1 where the first instruction is 2 bytes or more (a
+//!   thread that arrives waits, running, and needs no signal: a thread that blocks every signal
+//!   is no obstacle), else `int3` over byte 0, as the kernel's text_poke_bp; (2) the bytes after
+//!   the barrier get their new value; (3) the first bytes get theirs. After each step every
+//!   thread of the process executes a serialising instruction before it runs user code again
+//!   (membarrier SYNC_CORE, the cross-modifying-code rule of the Intel SDM). A thread that
+//!   reaches the address meanwhile waits in the loop or traps, and goes on in the site's entry
+//!   stub, which behaves exactly as the finished patch (`Window`: the patching thread, which may
+//!   call the very function, is sent on by its own timer).
 //! * Between (1) and (2), a **checkpoint** of every other thread, which must not be in the middle
 //!   of bytes 1-4 or hold an address there (a return address of a call made from there, a
-//!   signal frame's saved ip): `stack_reaches_into`. If one is or does, the int3 of step (1)
-//!   stays for good and the site becomes an int3 site.
+//!   signal frame's saved ip): `stack_reaches_into`. If one is or does, the site becomes an int3
+//!   site for good (behind a self-loop, only if no thread blocks SIGTRAP).
 //!   - A thread blocked in the kernel (in a system call, or stopped) is judged without being
 //!     disturbed: `/proc/self/task/TID/syscall` gives its saved user stack pointer and
 //!     instruction pointer, and its stack is read from there up (with process_vm_readv: it may
-//!     exit meanwhile). Waking up changes nothing: past the int3 of step (1), no thread can
+//!     exit meanwhile). Waking up changes nothing: past the barrier of step (1), no thread can
 //!     reach bytes 1-4 without passing byte 0. A signal would interrupt its sleep: calls that
 //!     are not restarted (nanosleep, poll, epoll_wait...) would return EINTR, on the kernel
 //!     never (a uprobe stops nobody).
@@ -34,12 +36,14 @@
 //!     (a loop making no system call) gets a queued real-time signal (SIGRTMAX, so it never
 //!     merges with a pending int3 SIGTRAP) and answers from its handler; one stopped *inside* the displaced instructions (preempted after a
 //!     1-byte `push rbp`) is moved to the same instruction in the trampoline. If it does not
-//!     answer within 2 s, byte 0 is put back and the attach fails: the function is unchanged.
+//!     answer within 2 s, the first bytes are put back and the attach fails: the function is
+//!     unchanged. One that blocks SIGRTMAX is judged by its CPU clock instead (`judge_by_progress`).
 //!     Such a thread makes no system call, so the signal finds it running; only one that
 //!     enters a sleeping call in the microseconds between the last look and the signal would
 //!     see EINTR. Other deliveries of SIGRTMAX go to the handler that was installed before.
 //!
-//! Restoring the original bytes (detach) needs no checkpoint: no thread can be inside the jump.
+//! Restoring the original bytes (detach) needs no checkpoint: no thread can be inside the jump,
+//! so the self-loop barrier always serves.
 
 use std::io;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
@@ -60,8 +64,11 @@ const JMP_REL32: u8 = 0xe9;
 pub enum PatchMethod {
     /// The process had one thread: all bytes at once.
     Plain,
-    /// Other threads were running: int3 first, membarrier between the steps.
+    /// Other threads were running: int3 first, membarrier between the steps (the int3 patch,
+    /// or a jump whose first instruction is 1 byte long).
     Int3,
+    /// Other threads were running: a jump-to-self first, membarrier between the steps.
+    SelfLoop,
 }
 
 /// Sites the SIGTRAP handler knows (push-only; sites are never freed).
@@ -92,35 +99,197 @@ pub(crate) fn install(site: &'static Site) -> Result<PatchMethod> {
         unsafe { std::ptr::copy_nonoverlapping(jump_bytes(site).as_ptr(), target, PATCH_LEN) };
         return Ok(PatchMethod::Plain);
     }
-    refuse_blocked_signals(site, &tids, &[libc::SIGTRAP])?;
-    register_trap_site(site)?;
-    sync_cores()?;
-    unsafe {
-        let first = target.read_volatile();
-        target.write_volatile(INT3);
-        sync_cores()?;
-        match checkpoint(site).map(|found| found.or_else(|| own_stack_reaches_into(site))) {
-            Ok(None) => {}
-            Ok(Some(reason)) => {
-                // The int3 stays for good: the site is an int3 site now.
-                *site.kind.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = PatchKind::Int3 { reason };
-                return Ok(PatchMethod::Int3);
-            }
-            Err(e) => {
-                target.write_volatile(first);
-                sync_cores()?;
-                return Err(e);
-            }
-        }
-        let bytes = jump_bytes(site);
-        for (i, byte) in bytes.iter().enumerate().skip(1) {
-            target.add(i).write_volatile(*byte);
-        }
-        sync_cores()?;
-        target.write_volatile(bytes[0]);
+    let barrier = barrier_for(site, &tids)?;
+    install_trap_handler()?;
+    if barrier == Barrier::Int3 {
+        register_trap_site(site)?;
     }
     sync_cores()?;
-    Ok(PatchMethod::Int3)
+    let head = unsafe { [target.read_volatile(), target.add(1).read_volatile()] };
+    let window = Window::open(site, barrier)?;
+    unsafe { write_head(target, barrier.head(head[1])) };
+    sync_cores()?;
+    match checkpoint(site).map(|found| found.or_else(|| own_stack_reaches_into(site))) {
+        Ok(None) => {}
+        Ok(Some(reason)) => return window.becomes_int3(site, &tids, head, reason),
+        Err(e) => {
+            unsafe { write_head(target, head) };
+            sync_cores()?;
+            return Err(e);
+        }
+    }
+    let bytes = jump_bytes(site);
+    unsafe {
+        for (i, byte) in bytes.iter().enumerate().skip(barrier.len()) {
+            target.add(i).write_volatile(*byte);
+        }
+    }
+    sync_cores()?;
+    unsafe { write_head(target, [bytes[0], bytes[1]]) };
+    sync_cores()?;
+    drop(window);
+    Ok(barrier.method())
+}
+
+/// What keeps the other threads out of bytes 1-4 while a live jump is written (or taken out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Barrier {
+    /// `jmp .` (EB FE) over the first two bytes, as HotSpot patches a running method's entry:
+    /// a thread that reaches the address waits there, running, until the jump is complete;
+    /// no thread needs to take a signal, so a thread that blocks every signal does not stand
+    /// in the way. Needs a first instruction of two bytes or more (no thread can stop at
+    /// byte 1) and two bytes in one cache line (one store that no fetch sees half-written).
+    SelfLoop,
+    /// `int3` over byte 0 (the kernel's text_poke_bp): for a first instruction of one byte
+    /// (`push rbp`, a USDT site's `nop`), where a thread may stand at byte 1. A thread that
+    /// reaches it takes SIGTRAP, which the engine's handler turns into a call of the stub.
+    Int3,
+}
+
+impl Barrier {
+    /// How many bytes at the address the barrier occupies.
+    fn len(self) -> usize {
+        match self {
+            Barrier::SelfLoop => 2,
+            Barrier::Int3 => 1,
+        }
+    }
+
+    /// The first two bytes with the barrier in place (`second`: byte 1 as it is).
+    fn head(self, second: u8) -> [u8; 2] {
+        match self {
+            Barrier::SelfLoop => JMP_SELF,
+            Barrier::Int3 => [INT3, second],
+        }
+    }
+
+    fn method(self) -> PatchMethod {
+        match self {
+            Barrier::SelfLoop => PatchMethod::SelfLoop,
+            Barrier::Int3 => PatchMethod::Int3,
+        }
+    }
+}
+
+/// The barrier for a live jump at `site` (see `Barrier`): the self-loop wherever it is safe,
+/// else the int3 if no thread blocks SIGTRAP, else a refusal that names the thread.
+fn barrier_for(site: &Site, tids: &[libc::pid_t]) -> Result<Barrier> {
+    let first = site.moved.get(1).map_or(site.displaced, |&(second, _)| second - site.address);
+    let one_line = site.address % CACHE_LINE != CACHE_LINE - 1;
+    if first >= 2 && one_line {
+        return Ok(Barrier::SelfLoop);
+    }
+    let why_not_loop = if one_line {
+        "its first instruction is 1 byte long, so a live jump needs an int3 barrier".to_string()
+    } else {
+        "its first two bytes straddle a cache line, so a live jump needs an int3 barrier".to_string()
+    };
+    refuse_blocked_signals(site, tids, &[libc::SIGTRAP]).map_err(|refusal| refusal.because(&why_not_loop))?;
+    Ok(Barrier::Int3)
+}
+
+/// x86's cache line: a store inside one is seen whole by every instruction fetch.
+const CACHE_LINE: usize = 64;
+const JMP_SELF: [u8; 2] = [0xeb, 0xfe];
+
+/// Writes the first two bytes of a patch in one store, so that no thread fetches one new byte
+/// and one old (`barrier_for` keeps the pair inside one cache line). By hand, in assembly:
+/// Rust has no unaligned volatile store.
+unsafe fn write_head(target: *mut u8, head: [u8; 2]) {
+    std::arch::asm!(
+        "mov word ptr [{at}], {value:x}",
+        at = in(reg) target,
+        value = in(reg) u16::from_le_bytes(head),
+        options(nostack, preserves_flags)
+    );
+}
+
+/// The time between a barrier and the finished patch. For the self-loop: the site is known to
+/// the checkpoint handler (a thread found waiting in the loop goes on in the entry stub, as the
+/// finished patch would send it), and the patching thread gets a tick every millisecond, since
+/// it may itself call the function it patches (the agent's thread patches malloc, read...) and
+/// would otherwise wait in the loop for ever. With SIGRTMAX unblocked on it meanwhile.
+struct Window {
+    timer: Option<libc::timer_t>,
+    mask: Option<libc::sigset_t>,
+}
+
+/// The site whose self-loop barrier is in place.
+static LOOP_SITE: AtomicPtr<Site> = AtomicPtr::new(std::ptr::null_mut());
+const TICK: Duration = Duration::from_millis(1);
+/// si_code of a POSIX timer's signal.
+const SI_TIMER: libc::c_int = -2;
+
+/// The value a patching thread's ticks carry, told apart from the application's timers.
+fn tick_value() -> u64 {
+    std::ptr::addr_of!(LOOP_SITE) as u64
+}
+
+impl Window {
+    fn open(site: &'static Site, barrier: Barrier) -> Result<Window> {
+        if barrier != Barrier::SelfLoop {
+            return Ok(Window { timer: None, mask: None });
+        }
+        LOOP_SITE.store(site as *const Site as *mut Site, Ordering::Release);
+        let mut window = Window { timer: None, mask: None };
+        unsafe {
+            let mut unblock: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut unblock);
+            libc::sigaddset(&mut unblock, libc::SIGRTMAX());
+            if libc::pthread_sigmask(libc::SIG_UNBLOCK, &unblock, &mut old) == 0 {
+                window.mask = Some(old);
+            }
+            let mut event: libc::sigevent = std::mem::zeroed();
+            event.sigev_notify = libc::SIGEV_THREAD_ID;
+            event.sigev_signo = libc::SIGRTMAX();
+            event.sigev_notify_thread_id = libc::gettid();
+            event.sigev_value = libc::sigval { sival_ptr: tick_value() as *mut libc::c_void };
+            let mut timer: libc::timer_t = std::ptr::null_mut();
+            if libc::timer_create(libc::CLOCK_MONOTONIC, &mut event, &mut timer) != 0 {
+                return Err(Error::system("a timer for the patching thread", io::Error::last_os_error()));
+            }
+            window.timer = Some(timer);
+            let every = libc::timespec { tv_sec: 0, tv_nsec: TICK.as_nanos() as libc::c_long };
+            let spec = libc::itimerspec { it_interval: every, it_value: every };
+            if libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) != 0 {
+                return Err(Error::system("arming the patching thread's timer", io::Error::last_os_error()));
+            }
+        }
+        Ok(window)
+    }
+
+    /// The checkpoint found a thread that could come back into bytes 1-4 (`reason`): the site
+    /// becomes an int3 site for good, if every thread can take the int3's SIGTRAP; else its
+    /// first bytes are put back and the attach is refused.
+    fn becomes_int3(self, site: &'static Site, tids: &[libc::pid_t], head: [u8; 2], reason: String) -> Result<PatchMethod> {
+        let target = site.address as *mut u8;
+        if self.timer.is_some() {
+            if let Err(refusal) = refuse_blocked_signals(site, tids, &[libc::SIGTRAP]).and_then(|()| register_trap_site(site)) {
+                unsafe { write_head(target, head) };
+                sync_cores()?;
+                return Err(refusal.because(&format!("only the int3 patch can serve it ({reason})")));
+            }
+            unsafe { write_head(target, [INT3, head[1]]) };
+            sync_cores()?;
+        }
+        *site.kind.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = PatchKind::Int3 { reason };
+        Ok(PatchMethod::Int3)
+    }
+}
+
+impl Drop for Window {
+    fn drop(&mut self) {
+        unsafe {
+            if let Some(timer) = self.timer {
+                libc::timer_delete(timer);
+            }
+            if let Some(mask) = self.mask {
+                libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
+            }
+        }
+        LOOP_SITE.store(std::ptr::null_mut(), Ordering::Release);
+    }
 }
 
 /// The int3 patch: byte 0 only. No checkpoint: an instruction is never half-executed, and a
@@ -137,7 +306,9 @@ fn write_int3(site: &'static Site, tids: &[libc::pid_t]) -> Result<PatchMethod> 
     Ok(PatchMethod::Int3)
 }
 
-/// Puts the original bytes back: the 5 of a jump (int3 first when threads run), or byte 0.
+/// Puts the original bytes back: the 5 of a jump, or byte 0. With threads running, the jump
+/// goes behind the self-loop barrier: whatever its first instruction, no thread can stand
+/// inside the 5 bytes of a `jmp rel32`, so no thread needs a signal.
 pub(crate) fn restore(site: &'static Site) -> Result<PatchMethod> {
     let len = site.patch_len();
     let _writable = Writable::new(site.address, len)?;
@@ -151,21 +322,31 @@ pub(crate) fn restore(site: &'static Site) -> Result<PatchMethod> {
         sync_cores()?;
         return Ok(PatchMethod::Int3);
     }
-    // A jump written while the process had one thread (the agent's constructor) registered no
-    // trap: a thread reaching the int3 below would die of SIGTRAP without it.
-    register_trap_site(site)?;
+    let barrier = if site.address % CACHE_LINE != CACHE_LINE - 1 {
+        Barrier::SelfLoop
+    } else {
+        // A jump written while the process had one thread (the agent's constructor) registered
+        // no trap: a thread reaching the int3 below would die of SIGTRAP without it.
+        refuse_blocked_signals(site, &threads()?, &[libc::SIGTRAP])
+            .map_err(|refusal| refusal.because("its first two bytes straddle a cache line, so taking the jump out needs an int3"))?;
+        register_trap_site(site)?;
+        Barrier::Int3
+    };
+    install_trap_handler()?;
     sync_cores()?;
+    let window = Window::open(site, barrier)?;
     unsafe {
-        target.write_volatile(INT3);
+        write_head(target, barrier.head(target.add(1).read_volatile()));
         sync_cores()?;
-        for (i, byte) in site.original.iter().enumerate().skip(1) {
+        for (i, byte) in site.original.iter().enumerate().skip(barrier.len()) {
             target.add(i).write_volatile(*byte);
         }
         sync_cores()?;
-        target.write_volatile(site.original[0]);
+        write_head(target, [site.original[0], site.original[1]]);
     }
     sync_cores()?;
-    Ok(PatchMethod::Int3)
+    drop(window);
+    Ok(barrier.method())
 }
 
 /// Refuses the attach if a thread blocks one of `signals`: a thread that blocks SIGTRAP when it
@@ -199,10 +380,26 @@ const BLOCKED_PATIENCE: Duration = Duration::from_millis(100);
 /// The first of `signals` thread `tid` blocks, and its name; None if none (or it exited).
 fn blocked_signal(tid: libc::pid_t, signals: &[libc::c_int]) -> Option<(libc::c_int, String)> {
     let status = crate::procmaps::read_proc(&format!("/proc/self/task/{tid}/status")).ok()?;
-    let field = |name: &str| status.lines().find_map(|line| line.strip_prefix(name)).map(str::trim);
-    let blocked = u64::from_str_radix(field("SigBlk:")?, 16).ok()?;
+    let blocked = status_mask(&status, "SigBlk:")?;
     let signal = *signals.iter().find(|&&signal| blocked & (1 << (signal - 1)) != 0)?;
-    Some((signal, field("Name:").unwrap_or("?").to_string()))
+    Some((signal, status_field(&status, "Name:").unwrap_or("?").to_string()))
+}
+
+fn status_field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
+    status.lines().find_map(|line| line.strip_prefix(name)).map(str::trim)
+}
+
+/// A signal set of a /proc status file ("SigBlk:", "SigCgt:"...), bit N-1 for signal N.
+fn status_mask(status: &str, name: &str) -> Option<u64> {
+    u64::from_str_radix(status_field(status, name)?, 16).ok()
+}
+
+fn thread_status_mask(tid: libc::pid_t, name: &str) -> Option<u64> {
+    status_mask(&crate::procmaps::read_proc(&format!("/proc/self/task/{tid}/status")).ok()?, name)
+}
+
+fn process_status_mask(name: &str) -> Option<u64> {
+    status_mask(&crate::procmaps::read_proc("/proc/self/status").ok()?, name)
 }
 
 /// The site being patched, the checkpoint's number (sent as the signal's value), the threads
@@ -258,7 +455,79 @@ fn checkpoint(site: &'static Site) -> Result<Option<String>> {
     }
     *runners = (Some(Instant::now()), running.clone());
     drop(runners);
-    signal_checkpoint(site, &running, stuck, on_stack)
+    // Those that cannot take the checkpoint's signal are judged by what they run instead.
+    let (masked, signalled): (Vec<_>, Vec<_>) = running.into_iter().partition(|&tid| blocked_signal(tid, &[libc::SIGRTMAX()]).is_some());
+    for tid in masked {
+        let (in_patch, holds) = judge_by_progress(site, tid)?;
+        stuck += in_patch;
+        on_stack += holds;
+    }
+    if signalled.is_empty() {
+        return Ok(verdict(stuck, on_stack));
+    }
+    signal_checkpoint(site, &signalled, stuck, on_stack)
+}
+
+/// A running thread that blocks SIGRTMAX (a worker pool's thread, jemalloc's background thread
+/// block every signal), judged without a signal. Once the barrier is in place, a thread gets into
+/// bytes 1-4 only by coming back to them: no branch targets them (prologue.rs), no call among the
+/// displaced instructions returns inside them (prologue.rs), and a system call made from them
+/// shows in /proc as a blocked thread's ip. What remains is a signal frame whose saved ip is
+/// there; a thread on which every signal the process catches is blocked runs no handler, so it
+/// has none. Such a thread that was inside the displaced instructions when the barrier went in
+/// runs straight-line code out of them within nanoseconds of CPU time: once its CPU clock has
+/// advanced by `PROGRESS`, it is past them (a thread waiting in the self-loop barrier advances
+/// too: it is at byte 0). It may block meanwhile: it is then judged from /proc as any blocked
+/// thread. Returns (1 if stopped inside the displaced instructions, 1 if its stack holds an
+/// address in bytes 1-4), or the refusal.
+fn judge_by_progress(site: &Site, tid: libc::pid_t) -> Result<(usize, usize)> {
+    let comm = || blocked_signal(tid, &[libc::SIGRTMAX()]).map_or_else(|| "?".into(), |(_, comm)| comm);
+    // glibc's own SIGCANCEL and SIGSETXID (32 and 33) cannot be blocked, and their handlers
+    // (pthread_cancel, setuid across threads) return at once or end the thread.
+    let caught = process_status_mask("SigCgt:").unwrap_or(u64::MAX) & !(0b11 << 31);
+    let blocked = thread_status_mask(tid, "SigBlk:").unwrap_or(0);
+    if caught & !blocked != 0 {
+        return Err(Error::refused(
+            &site.description,
+            format!("thread {tid} ({}) blocks SIGRTMAX but not every signal this process handles: it cannot stop for the live patch's checkpoint, and a handler on it could hold an address in the patch", comm()),
+        ));
+    }
+    let clock = thread_cpu_clock(tid);
+    let Some(start) = cpu_time(clock) else { return Ok((0, 0)) };
+    let deadline = Instant::now() + CHECKPOINT_PATIENCE;
+    while Instant::now() < deadline {
+        match saved_state(tid) {
+            SavedState::Gone => return Ok((0, 0)),
+            SavedState::Blocked { sp, ip } => {
+                let inside = ip > site.address && ip < site.address + site.displaced;
+                return Ok((usize::from(inside), usize::from(stack_reaches_into(site, sp, read_other_stack))));
+            }
+            SavedState::Running => {}
+        }
+        match cpu_time(clock) {
+            None => return Ok((0, 0)),
+            Some(now) if now.saturating_sub(start) >= PROGRESS => return Ok((0, 0)),
+            Some(_) => std::thread::sleep(RUNNING_LOOK),
+        }
+    }
+    Err(Error::refused(
+        &site.description,
+        format!("thread {tid} ({}) blocks SIGRTMAX and did not run for the live patch's checkpoint within 2 s", comm()),
+    ))
+}
+
+/// The CPU time after which a running thread is past any straight-line code it was in.
+const PROGRESS: Duration = Duration::from_micros(500);
+
+/// The CPU-time clock of thread `tid` of this process (the kernel's MAKE_THREAD_CPUCLOCK:
+/// CPUCLOCK_SCHED, per thread), which includes the time of the slice it is running.
+fn thread_cpu_clock(tid: libc::pid_t) -> libc::clockid_t {
+    ((!(tid as u32) << 3) | 6) as libc::clockid_t
+}
+
+fn cpu_time(clock: libc::clockid_t) -> Option<Duration> {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    (unsafe { libc::clock_gettime(clock, &mut now) } == 0).then(|| Duration::new(now.tv_sec as u64, now.tv_nsec as u32))
 }
 
 /// When the last checkpoint signalled threads that kept running, and which.
@@ -449,6 +718,11 @@ fn own_stack_reaches_into(site: &Site) -> Option<String> {
 unsafe extern "C" fn on_checkpoint(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
     let context = &mut *context.cast::<libc::ucontext_t>();
     let queued = &*info.cast::<QueuedInfo>();
+    if queued.code == SI_TIMER && queued.value == tick_value() {
+        // The patching thread's tick (Window): late ones, after the window, change nothing.
+        leave_the_loop(context);
+        return;
+    }
     if queued.code != SI_QUEUE || queued.pid != raw_getpid() {
         return pass_on(std::ptr::addr_of!(PREVIOUS_CHECKPOINT), signal, info, context);
     }
@@ -474,6 +748,7 @@ unsafe fn answer_checkpoint(queued: &QueuedInfo, context: &mut libc::ucontext_t)
     if stack_reaches_into(site, context.uc_mcontext.gregs[libc::REG_RSP as usize] as usize, read_own_stack) {
         CHECKPOINT_ON_STACK.fetch_add(1, Ordering::AcqRel);
     }
+    leave_the_loop(context);
     let rip = &mut context.uc_mcontext.gregs[libc::REG_RIP as usize];
     let at = *rip as usize;
     if at > site.address && at < site.address + site.displaced {
@@ -492,7 +767,18 @@ unsafe fn answer_checkpoint(queued: &QueuedInfo, context: &mut libc::ucontext_t)
     }
 }
 
-/// The kernel's x86-64 siginfo layout for a queued signal.
+/// A thread waiting in a self-loop barrier goes on in the site's entry stub, as it will once
+/// the jump is complete (and as the int3 barrier's SIGTRAP handler sends it).
+unsafe fn leave_the_loop(context: &mut libc::ucontext_t) {
+    let Some(site) = LOOP_SITE.load(Ordering::Acquire).as_ref() else { return };
+    let rip = &mut context.uc_mcontext.gregs[libc::REG_RIP as usize];
+    if *rip as usize == site.address {
+        *rip = site.entry_stub as i64;
+    }
+}
+
+/// The kernel's x86-64 siginfo layout for a queued signal (a timer's: `pid` and `uid` are its
+/// id and overrun count, `value` the same).
 #[repr(C)]
 struct QueuedInfo {
     signo: libc::c_int,

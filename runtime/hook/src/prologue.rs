@@ -28,7 +28,7 @@
 
 use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, FlowControl, Formatter, Instruction, InstructionBlock,
-    IntelFormatter, MemoryOperand, Mnemonic, OpKind, Register,
+    InstructionInfoFactory, IntelFormatter, MemoryOperand, Mnemonic, OpAccess, OpKind, Register,
 };
 
 use crate::error::{Error, Result};
@@ -78,7 +78,9 @@ pub(crate) struct Prologue {
 
 /// Chooses the patch at `target.address`; `body` holds the function's original bytes from its
 /// start (for a function of unknown size, at least the first instruction's).
-pub(crate) fn analyse(target: &Target, body: &[u8]) -> Result<Prologue> {
+/// Judges the patch for `target` from the function's bytes `body`; `data` reads other bytes at
+/// the same addresses as `body`'s (a switch's jump table).
+pub(crate) fn analyse(target: &Target, body: &[u8], data: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Result<Prologue> {
     let function = &target.function;
     let offset = target.address - function.start;
     let code = body.get(offset..).unwrap_or_default();
@@ -117,7 +119,7 @@ pub(crate) fn analyse(target: &Target, body: &[u8]) -> Result<Prologue> {
         }
         instructions.push(instruction);
     }
-    if let Some(reason) = branch_into_patch(target, body).or_else(|| indirect_jump(target, body)) {
+    if let Some(reason) = branch_into_patch(target, body).or_else(|| indirect_jump(target, body, data)) {
         return int3(reason);
     }
     Ok(Prologue { instructions, len, kind: PatchKind::Jump })
@@ -228,23 +230,245 @@ fn branch_into_patch(target: &Target, body: &[u8]) -> Option<String> {
     })
 }
 
-/// The first indirect jump in the function whose target may be inside it (through a register
-/// or a register-addressed table: a switch), described; None when the user trusts them. A
-/// RIP-relative memory jump is a tail call through the GOT: it leaves for another function.
-fn indirect_jump(target: &Target, body: &[u8]) -> Option<String> {
+/// The first indirect jump in the function whose target may be inside the patch, described;
+/// None when the user trusts them. A RIP-relative memory jump is a tail call through the GOT: it
+/// leaves for another function. A switch's jump through its table (`jump_table`) is judged by
+/// the table's entries.
+fn indirect_jump(target: &Target, body: &[u8], data: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<String> {
     if std::env::var(TRUST_INDIRECT_JUMPS).as_deref() == Ok("1") {
         return None;
     }
     let start = target.function.start as u64;
-    Decoder::with_ip(64, body, start, DecoderOptions::NONE).into_iter().find_map(|instruction| {
-        let inward = instruction.flow_control() == FlowControl::IndirectBranch && !instruction.is_ip_rel_memory_operand();
-        inward.then(|| {
-            format!(
-                "`{}` at +{:#x} may jump into the {PATCH_LEN} patched bytes ({TRUST_INDIRECT_JUMPS}=1 trusts it does not)",
-                text(&instruction),
-                instruction.ip() - start
-            )
-        })
+    let code: Vec<Instruction> = Decoder::with_ip(64, body, start, DecoderOptions::NONE).into_iter().collect();
+    let inside = target.address as u64 + 1..(target.address + PATCH_LEN) as u64;
+    code.iter().enumerate().find_map(|(at, instruction)| {
+        if instruction.flow_control() != FlowControl::IndirectBranch || instruction.is_ip_rel_memory_operand() {
+            return None;
+        }
+        let shown = || format!("`{}` at +{:#x}", text(instruction), instruction.ip() - start);
+        match jump_table(&code, at).and_then(|table| table.targets(data)) {
+            Some(targets) => targets
+                .into_iter()
+                .find(|to| inside.contains(to))
+                .map(|to| format!("the switch {} jumps to +{:#x}, inside the {PATCH_LEN} patched bytes", shown(), to - start)),
+            None => Some(format!("{} may jump into the {PATCH_LEN} patched bytes ({TRUST_INDIRECT_JUMPS}=1 trusts it does not)", shown())),
+        }
+    })
+}
+
+/// A switch's jump table, as gcc and clang emit them for x86-64: `entries` entries at `at`,
+/// 4-byte offsets from the table's address (position-independent code), or 8-byte addresses.
+struct JumpTable {
+    at: u64,
+    entries: u64,
+    relative: bool,
+}
+
+/// The most entries a table is read for; a larger switch is left unjudged.
+const MAX_TABLE_ENTRIES: u64 = 4096;
+
+impl JumpTable {
+    /// Where its entries send the jump; None if the table cannot be read.
+    fn targets(&self, data: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<Vec<u64>> {
+        let width = if self.relative { 4 } else { 8 };
+        let bytes = data(self.at, (self.entries * width) as usize)?;
+        let targets = bytes.chunks_exact(width as usize).map(|entry| match entry.try_into() {
+            Ok(offset) => self.at.wrapping_add(i32::from_le_bytes(offset) as i64 as u64),
+            Err(_) => u64::from_le_bytes(entry.try_into().unwrap_or_default()),
+        });
+        Some(targets.collect())
+    }
+}
+
+/// The table that the indirect jump `code[jump]` goes through, if it is a switch's, recognised
+/// by the compilers' shapes (the bound's `cmp` and `ja` before it, in straight-line code):
+///
+/// ```text
+/// cmp idx, N ; ja default          cmp idx, N ; ja default
+/// lea base, [rip + table]          jmp [idx*8 + table]
+/// movsxd t, dword [base + idx*4]
+/// add t, base
+/// jmp t
+/// ```
+///
+/// Between the `ja` and the jump, `idx` may only be zero-extended (`movzx edx, dl`), and no
+/// branch of the function may land (it would bring an index the `cmp` did not see). The
+/// compiler sized the table by that `cmp`: entries 0..=N are all the jump can take. The `lea`
+/// of the table may be anywhere before (`reaching_table`).
+fn jump_table(code: &[Instruction], jump: usize) -> Option<JumpTable> {
+    let jmp = &code[jump];
+    let mut info = InstructionInfoFactory::new();
+    let (index, base, relative, load) = if jmp.op0_kind() == OpKind::Memory {
+        // jmp [idx*8 + table]: absolute entries (code that is not position-independent).
+        let absolute = jmp.memory_base() == Register::None && jmp.memory_index_scale() == 8;
+        absolute.then_some(())?;
+        (jmp.memory_index(), None, false, jump)
+    } else {
+        let t = jmp.op0_register();
+        let add = code.get(jump.checked_sub(1)?)?;
+        let adds_base = add.mnemonic() == Mnemonic::Add && add.op0_kind() == OpKind::Register && add.op1_kind() == OpKind::Register;
+        (adds_base && add.op0_register() == t).then_some(())?;
+        let load = code.get(jump.checked_sub(2)?)?;
+        let loads_offset = load.code() == Code::Movsxd_r64_rm32
+            && load.op0_register() == t
+            && load.memory_base() == add.op1_register()
+            && load.memory_index_scale() == 4
+            && load.memory_displacement64() == 0;
+        loads_offset.then_some(())?;
+        (load.memory_index(), Some(add.op1_register()), true, jump - 2)
+    };
+    // Back to the bound, through copies of the index (`movzx edx, bpl`: the index is then the
+    // register copied) and instructions that leave it alone.
+    let mut index = index.full_register();
+    let mut before = load;
+    let entries = loop {
+        before = before.checked_sub(1)?;
+        let instruction = &code[before];
+        if instruction.flow_control() != FlowControl::Next {
+            break compared(code, before, index)?;
+        }
+        if !writes(&mut info, instruction, index) {
+            continue;
+        }
+        if let Some(source) = copied_from(instruction) {
+            index = source;
+            continue;
+        }
+        break masked(instruction, index)?;
+    };
+    (1..=MAX_TABLE_ENTRIES).contains(&entries).then_some(())?;
+    // No branch of the function lands between the bound and the jump.
+    let span = code[before + 1].ip()..=jmp.ip();
+    let landing = code.iter().any(|i| {
+        matches!(i.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64) && span.contains(&i.near_branch_target())
+    });
+    (!landing).then_some(())?;
+    let at = match base {
+        None => jmp.memory_displacement64(),
+        Some(base) => reaching_table(&mut info, code, load, base)?,
+    };
+    Some(JumpTable { at, entries, relative })
+}
+
+/// The entries a `cmp idx, N` and the `ja` (or `jae`) at `code[ja]` leave to the switch.
+fn compared(code: &[Instruction], ja: usize, index: Register) -> Option<u64> {
+    let (jump, cmp) = (&code[ja], code.get(ja.checked_sub(1)?)?);
+    let above = matches!(jump.code(), Code::Ja_rel8_64 | Code::Ja_rel32_64);
+    let bounded = (above || matches!(jump.code(), Code::Jae_rel8_64 | Code::Jae_rel32_64))
+        && cmp.mnemonic() == Mnemonic::Cmp
+        && cmp.op0_kind() == OpKind::Register
+        && cmp.op0_register().full_register() == index
+        && is_immediate(cmp.op1_kind());
+    bounded.then_some(())?;
+    let width = cmp.op0_register().size() as u32 * 8;
+    let bound = cmp.immediate(1) & (u64::MAX >> (64 - width));
+    if above {
+        bound.checked_add(1)
+    } else {
+        Some(bound)
+    }
+}
+
+/// The entries an `and idx, MASK` (32 or 64 bits: the upper bits cleared too) leaves: MASK + 1.
+fn masked(instruction: &Instruction, index: Register) -> Option<u64> {
+    let and = instruction.mnemonic() == Mnemonic::And
+        && instruction.op0_kind() == OpKind::Register
+        && instruction.op0_register().full_register() == index
+        && instruction.op0_register().size() >= 4
+        && is_immediate(instruction.op1_kind());
+    and.then(|| instruction.immediate(1) & (u64::MAX >> (64 - instruction.op0_register().size() as u32 * 8)))?.checked_add(1)
+}
+
+fn is_immediate(kind: OpKind) -> bool {
+    matches!(kind, OpKind::Immediate8 | OpKind::Immediate8to32 | OpKind::Immediate8to64 | OpKind::Immediate32 | OpKind::Immediate32to64)
+}
+
+/// The register a whole copy of the index comes from: `movzx` or `mov` into 32 or 64 bits
+/// (a 32-bit write clears the upper half), from a register.
+fn copied_from(instruction: &Instruction) -> Option<Register> {
+    let into_whole = instruction.op0_kind() == OpKind::Register && instruction.op0_register().size() >= 4;
+    let from_register = instruction.op1_kind() == OpKind::Register;
+    let copy = match instruction.mnemonic() {
+        Mnemonic::Movzx => true,
+        Mnemonic::Mov => instruction.op1_register().size() == instruction.op0_register().size(),
+        _ => false,
+    };
+    (into_whole && from_register && copy).then(|| instruction.op1_register().full_register())
+}
+
+/// The table's address if `instruction` is `lea base, [rip + table]`.
+fn rip_table(instruction: &Instruction, base: Register) -> Option<u64> {
+    let lea = instruction.mnemonic() == Mnemonic::Lea && instruction.op0_register() == base && instruction.is_ip_rel_memory_operand();
+    lea.then(|| instruction.ip_rel_memory_address())
+}
+
+/// The table's address in `base` where `code[load]` reads it: walked backwards from the load
+/// through fall-throughs and the function's direct branches, every path must last have written
+/// `base` with `lea base, [rip + table]`, the same table on all of them (the compiler may hoist
+/// the `lea` out of a loop and give the register other lives elsewhere). A path back to the
+/// function's entry fails, as does any other last write. A path stops at code that nothing falls
+/// or branches into: a case of a switch, entered from an indirect jump, or an exception's
+/// landing pad. There, as for the bound, the compiler's own code is trusted: it reads its table
+/// through `base`, so `base` holds the table on every path to the load, and the paths walked
+/// have named it.
+fn reaching_table(info: &mut InstructionInfoFactory, code: &[Instruction], load: usize, base: Register) -> Option<u64> {
+    let index_of = |ip: u64| code.binary_search_by_key(&ip, Instruction::ip).ok();
+    let mut branched_from: Vec<Vec<usize>> = vec![Vec::new(); code.len()];
+    for (from, instruction) in code.iter().enumerate() {
+        if matches!(instruction.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64)
+            && instruction.flow_control() != FlowControl::Call
+        {
+            if let Some(to) = index_of(instruction.near_branch_target()) {
+                branched_from[to].push(from);
+            }
+        }
+    }
+    let falls_through = |at: usize| {
+        matches!(
+            code[at].flow_control(),
+            FlowControl::Next | FlowControl::ConditionalBranch | FlowControl::Call | FlowControl::IndirectCall
+        )
+    };
+    // Alignment padding (nops after a jump or a return) is walked through to the code before it.
+    let predecessors = |at: usize| -> Vec<usize> {
+        let mut before: Vec<usize> = branched_from[at].clone();
+        let mut previous = at;
+        while previous > 0 && falls_through(previous - 1) {
+            previous -= 1;
+            before.extend(&branched_from[previous]);
+            if code[previous].mnemonic() != Mnemonic::Nop {
+                before.push(previous);
+                break;
+            }
+        }
+        before
+    };
+    let mut table = None;
+    let mut seen = vec![false; code.len()];
+    let mut pending = predecessors(load);
+    while let Some(at) = pending.pop() {
+        if std::mem::replace(&mut seen[at], true) {
+            continue;
+        }
+        if writes(info, &code[at], base) {
+            let address = rip_table(&code[at], base)?;
+            (table.is_none() || table == Some(address)).then_some(())?;
+            table = Some(address);
+            continue;
+        }
+        if at == 0 {
+            return None;
+        }
+        pending.extend(predecessors(at));
+    }
+    table
+}
+
+/// Whether `instruction` may write register `register` (or a part of it).
+fn writes(info: &mut InstructionInfoFactory, instruction: &Instruction, register: Register) -> bool {
+    info.info(instruction).used_registers().iter().any(|used| {
+        used.register().full_register() == register.full_register()
+            && matches!(used.access(), OpAccess::Write | OpAccess::ReadWrite | OpAccess::CondWrite | OpAccess::ReadCondWrite)
     })
 }
 
@@ -252,4 +476,64 @@ fn text(instruction: &Instruction) -> String {
     let mut out = String::new();
     IntelFormatter::new().format(instruction, &mut out);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object::{Object, ObjectSegment, ObjectSymbol, SegmentFlags};
+
+    /// Every switch table the analysis reads in the C library (hundreds of switches, gcc's
+    /// shapes) sends its jump into the function that jumps, or into a part of it the compiler
+    /// moved out (`.cold`): never into data or another page. A table found at the wrong address
+    /// would scatter its targets.
+    #[test]
+    fn the_c_librarys_switch_tables_jump_into_their_own_code() {
+        let path = std::path::Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6");
+        let data = std::fs::read(path).expect("the C library");
+        let elf = object::File::parse(&*data).expect("an ELF file");
+        let executable: Vec<(u64, u64)> = elf
+            .segments()
+            .filter(|segment| matches!(segment.flags(), SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0))
+            .map(|segment| (segment.address(), segment.address() + segment.size()))
+            .collect();
+        let file_bytes = |at: u64, len: usize| {
+            let (start, (offset, size)) =
+                elf.segments().map(|s| (s.address(), s.file_range())).find(|(start, (_, size))| (*start..start + size).contains(&at))?;
+            (at + len as u64 <= start + size).then(|| data[(at - start + offset) as usize..][..len].to_vec())
+        };
+        let (mut tables, mut inside, mut cold) = (0, 0, 0);
+        for symbol in elf.dynamic_symbols().filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0) {
+            let Some(body) = file_bytes(symbol.address(), symbol.size() as usize) else { continue };
+            let code: Vec<Instruction> = Decoder::with_ip(64, &body, symbol.address(), DecoderOptions::NONE).into_iter().collect();
+            for at in 0..code.len() {
+                if code[at].flow_control() != FlowControl::IndirectBranch || code[at].is_ip_rel_memory_operand() {
+                    continue;
+                }
+                let Some(table) = jump_table(&code, at) else { continue };
+                tables += 1;
+                for to in table.targets(&file_bytes).expect("a table inside the file") {
+                    let function = symbol.address()..symbol.address() + symbol.size();
+                    assert!(
+                        executable.iter().any(|(start, end)| (*start..*end).contains(&to)),
+                        "{}: table {:#x} -> {to:#x}",
+                        symbol.name().unwrap_or("?"),
+                        table.at
+                    );
+                    if function.contains(&to) {
+                        inside += 1;
+                        assert!(
+                            code.binary_search_by_key(&to, Instruction::ip).is_ok(),
+                            "{}: {to:#x} is no instruction",
+                            symbol.name().unwrap_or("?")
+                        );
+                    } else {
+                        cold += 1;
+                    }
+                }
+            }
+        }
+        // Debian 12's: 26 tables, 994 targets, every one an instruction of its own function.
+        assert!(tables >= 20 && inside >= 500, "{tables} tables, {inside} targets inside their function, {cold} outside");
+    }
 }

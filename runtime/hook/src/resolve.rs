@@ -125,7 +125,7 @@ fn ifunc_implementation(binary: &Path, name: &str) -> Result<usize> {
 /// `location` in `binary` as the file holds it, without the binary being mapped: the target at
 /// its ELF virtual addresses and the function's bytes from the file (what the hook engine judges
 /// before patching, see `hook::check`).
-pub(crate) fn in_file(binary: &Path, location: &Location) -> Result<(Target, Vec<u8>)> {
+pub(crate) fn in_file(binary: &Path, location: &Location) -> Result<(Target, Vec<u8>, FileBytes)> {
     let shown = binary.display();
     let data = read(binary)?;
     let elf = parse(binary, &data)?;
@@ -149,7 +149,27 @@ pub(crate) fn in_file(binary: &Path, location: &Location) -> Result<(Target, Vec
             unknown_size: symbol.unknown_size,
         },
     };
-    Ok((target, body.to_vec()))
+    let segments = elf.segments().map(|segment| (segment.address(), segment.file_range())).collect();
+    let body = body.to_vec();
+    Ok((target, body, FileBytes { data, segments }))
+}
+
+/// A binary's bytes by ELF virtual address (its PT_LOAD segments' file parts): what the hook
+/// engine reads of a file it judges without it being mapped (a switch's jump table).
+pub(crate) struct FileBytes {
+    data: Arc<Vec<u8>>,
+    /// (vaddr, (file offset, file size)) of each segment.
+    segments: Vec<(u64, (u64, u64))>,
+}
+
+impl FileBytes {
+    pub(crate) fn read(&self, vaddr: u64, len: usize) -> Option<Vec<u8>> {
+        let &(start, (offset, size)) = self.segments.iter().find(|(start, (_, size))| (*start..start + size).contains(&vaddr))?;
+        let end = vaddr.checked_add(len as u64)?;
+        (end <= start + size).then_some(())?;
+        let at = (vaddr - start + offset) as usize;
+        self.data.get(at..at + len).map(<[u8]>::to_vec)
+    }
 }
 
 /// A file read while `keeping_files` runs, and what it was when read.

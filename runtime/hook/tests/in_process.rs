@@ -1,5 +1,5 @@
 //! The hook engine on functions of this test binary (a PIE executable) and of libc.
-//! cargo runs these tests on several threads, so most attaches take the int3-first path.
+//! cargo runs these tests on several threads, so most attaches are live patches behind a barrier.
 
 use std::ffi::c_void;
 use std::hint::black_box;
@@ -88,6 +88,63 @@ std::arch::global_asm!(
 #[no_mangle]
 static HOOK_TEST_GLOBAL: u64 = 1000;
 
+// Switches through jump tables, as gcc emits them for position-independent code: the bound's
+// `cmp` and `ja`, then `lea` of the table, a 4-byte offset loaded and added, `jmp`. The table
+// entries are judged. hook_test_switch(k) returns 10, 20, 30 for k = 0, 1, 2 (else 0); its
+// cases land past the patch. hook_test_switch_into's case 1 lands on byte 2: refused the jump.
+std::arch::global_asm!(
+    ".globl hook_test_switch",
+    ".type hook_test_switch,@function",
+    "hook_test_switch:",
+    "xor eax, eax",
+    "mov edx, edi",
+    "cmp dl, 2",
+    "ja 19f",
+    "lea rcx, [rip + 18f]",
+    "movzx edx, dl",
+    "movsxd rdx, dword ptr [rcx + rdx*4]",
+    "add rdx, rcx",
+    "jmp rdx",
+    "10:",
+    "mov eax, 10",
+    "ret",
+    "11:",
+    "mov eax, 20",
+    "ret",
+    "12:",
+    "mov eax, 30",
+    "19:",
+    "ret",
+    ".size hook_test_switch, .-hook_test_switch",
+    ".globl hook_test_switch_into",
+    ".type hook_test_switch_into,@function",
+    "hook_test_switch_into:",
+    "xor eax, eax",
+    "13:",
+    "add eax, 1",
+    "cmp edi, 2",
+    "ja 14f",
+    "lea rcx, [rip + 17f]",
+    "mov edi, edi",
+    "movsxd rdx, dword ptr [rcx + rdi*4]",
+    "add rdx, rcx",
+    "jmp rdx",
+    "14:",
+    "ret",
+    ".size hook_test_switch_into, .-hook_test_switch_into",
+    ".section .rodata",
+    ".p2align 2",
+    "18:",
+    ".long 10b - 18b",
+    ".long 11b - 18b",
+    ".long 12b - 18b",
+    "17:",
+    ".long 14b - 17b",
+    ".long 13b - 17b",
+    ".long 14b - 17b",
+    ".text",
+);
+
 // Not code: bytes no x86-64 decoder accepts, in a function symbol (refused).
 std::arch::global_asm!(
     ".globl HOOK_TEST_UNDECODABLE",
@@ -99,6 +156,7 @@ std::arch::global_asm!(
 
 extern "C" {
     fn hook_test_rip_load(x: u64) -> u64;
+    fn hook_test_switch(k: u64) -> u64;
     fn hook_test_short_branch(x: u64) -> u64;
     fn hook_test_tiny() -> u64;
     fn hook_test_into_patch(n: u64) -> u64;
@@ -486,7 +544,8 @@ fn libc_functions_can_be_hooked_while_threads_run() {
     let (returns, return_data) = leak(Record::default());
     let entry = Hook::entry(&target, count_first_arg, data).unwrap();
     let ret = Hook::ret(&target, count_return, return_data).unwrap();
-    assert_eq!(entry.patch, Some(uebpf_hook::PatchMethod::Int3));
+    // `mov eax, 0x6e` first: five bytes, behind the self-loop barrier.
+    assert_eq!(entry.patch, Some(uebpf_hook::PatchMethod::SelfLoop));
     while record.hits.load(SeqCst) < 1000 || returns.hits.load(SeqCst) < 1000 {
         std::thread::yield_now();
     }
@@ -617,7 +676,7 @@ fn threads_sleeping_in_poll_nanosleep_and_read_are_not_interrupted_by_a_live_att
     let target = this_binary("hook_test_while_others_sleep");
     let (record, data) = leak(Record::default());
     let hook = Hook::entry(&target, count_first_arg, data).unwrap();
-    assert_eq!((hook.patch, hook.kind()), (Some(uebpf_hook::PatchMethod::Int3), PatchKind::Jump), "a live jump patch");
+    assert_eq!((hook.patch, hook.kind()), (Some(uebpf_hook::PatchMethod::SelfLoop), PatchKind::Jump), "a live jump patch");
     assert_eq!(hook_test_while_others_sleep(1), 54);
     hook.detach().unwrap();
     for writer in [poll_writer, read_writer] {
@@ -879,4 +938,42 @@ fn a_hit_while_a_probe_runs_is_told_to_the_miss_handler_for_each_probe_that_did_
     assert_eq!(TOLD.lock().unwrap().iter().filter(|&&(_, data)| data == entry_data as usize).count(), 1);
     return_hook.detach().unwrap();
     entry_hook.detach().unwrap();
+}
+
+#[test]
+fn a_function_the_patching_thread_calls_meanwhile_is_patched_and_unpatched() {
+    // libc's syscall(): the engine's own membarrier calls go through it between the self-loop
+    // barrier and the finished jump (and back). The patching thread would wait in the `jmp .`
+    // for ever without its tick, which sends it on to the entry stub.
+    let target = resolve(&libc_path(), &Location::Symbol("syscall".into())).unwrap();
+    let (record, data) = leak(Record::default());
+    let hook = Hook::entry(&target, count_first_arg, data).unwrap();
+    assert_eq!(hook.patch, Some(uebpf_hook::PatchMethod::SelfLoop));
+    let during = record.hits.load(SeqCst);
+    assert!(during >= 1, "the patching thread's own membarrier went through the stub");
+    assert_eq!(unsafe { libc::syscall(libc::SYS_getpid) }, i64::from(std::process::id()));
+    assert!(record.hits.load(SeqCst) > during);
+    hook.detach().unwrap();
+    assert_eq!(code(&target, 2), [0x48, 0x89], "`mov rax, rdi` is back");
+}
+
+#[test]
+fn a_switch_whose_table_stays_out_of_the_patch_takes_the_jump() {
+    let target = this_binary("hook_test_switch");
+    let file = Path::new("/proc/self/exe").canonicalize().unwrap();
+    assert_eq!(check(&file, &Location::Symbol("hook_test_switch".into()), false).unwrap(), PatchKind::Jump);
+    let (record, data) = leak(Record::default());
+    let hook = Hook::entry(&target, count_first_arg, data).unwrap();
+    assert_eq!(hook.kind(), PatchKind::Jump);
+    let results: Vec<u64> = (0..4).map(|k| unsafe { hook_test_switch(black_box(k)) }).collect();
+    assert_eq!(results, [10, 20, 30, 0]);
+    assert_eq!((record.hits.load(SeqCst), record.sum.load(SeqCst)), (4, 6));
+    hook.detach().unwrap();
+}
+
+#[test]
+fn a_switch_whose_table_lands_in_the_patch_is_refused_the_jump() {
+    let file = Path::new("/proc/self/exe").canonicalize().unwrap();
+    let kind = check(&file, &Location::Symbol("hook_test_switch_into".into()), false).unwrap();
+    assert_eq!(kind.reason(), "the switch `jmp rdx` at +0x1a jumps to +0x2, inside the 5 patched bytes", "{kind:?}");
 }

@@ -14,7 +14,7 @@
 //! (glibc 2.34 and later export it from libc.so.6; its address comes from the libc file's
 //! dynamic symbols and the target's /proc/PID/maps), then the agent's `uebpf_agent_follow(region)`
 //! or `uebpf_agent_detach()` (agent/src/follow.rs), which return at once: the agent's own thread
-//! does the hooking (int3-first live patching). The injector then waits on the agent table as
+//! does the hooking (live patching behind a barrier). The injector then waits on the agent table as
 //! `uebpf wait-applied` does.
 //!
 //! Which thread: the dynamic loader takes locks (the loader lock, malloc's) that a thread

@@ -45,8 +45,8 @@ SUMMARY = (
 
 HOW = {
     "Service": "the distribution's redis-server 7, started per run on a free 127.0.0.1 port with every setting on "
-    "its command line (no config file): no RDB snapshots, no automatic AOF rewrite, jemalloc's background thread "
-    "off (uebpf's live attach needs SIGTRAP unblocked in every thread), aof-load-truncated yes; ready at its "
+    "its command line (no config file): no RDB snapshots, no automatic AOF rewrite, aof-load-truncated yes; ready "
+    "at its "
     "'Ready to accept connections' line; stopped by its pid",
     "Disk": "the AOF's folder is a powercut mount (a FUSE filesystem of ours) over a folder of the run's on a "
     "real disk: every fsync through it writes the file's state to the folder and fsyncs it there; what was not "

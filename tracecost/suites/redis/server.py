@@ -23,8 +23,6 @@ READY_TIMEOUT_S = 30
 # Besides the method's: loopback only; no RDB snapshots (--save ''), so that the AOF alone is what
 # survives a cut; no automatic AOF rewrite, which forks a child outside the harness's ledger and
 # fsyncs a new base file mid-run; the log to stdout, where the harness reads the ready line.
-# jemalloc's background thread blocks every signal, SIGTRAP included, and uebpf's live attach
-# refuses a process with a thread that blocks SIGTRAP: off for every method alike.
 # aof-load-truncated is 7.0's default already (CONFIG GET says yes): given all the same, because a
 # cut may leave the AOF's last command half written and redis must then load the AOF up to it (and
 # truncate it) rather than refuse to start; the lost tail is what the count then finds lost.
@@ -33,7 +31,6 @@ OPTIONS = (
     ("save", ""),
     ("auto-aof-rewrite-percentage", "0"),
     ("logfile", ""),
-    ("jemalloc-bg-thread", "no"),
     ("aof-load-truncated", "yes"),
     ("daemonize", "no"),
 )
