@@ -401,9 +401,9 @@ def test_callers_keeping_values_in_caller_saved_registers(tmp_path):
     assert alone.probe(specs[3])["sums"][0] == 2000 * 42
 
 
-def test_attach_while_threads_run_uses_a_self_loop_first(tmp_path):
-    """Four threads call torture_live (first instruction: a 4-byte lea) while the agent attaches
-    to it: the jump goes in behind a `jmp .` barrier, and every value stays right."""
+def test_attach_while_threads_run_uses_int3_first(tmp_path):
+    """Four threads call torture_live while the agent attaches to it: every thread takes SIGTRAP,
+    so the jump goes in behind an int3 barrier, and every value stays right."""
     specs = [entry("torture_live"), ret("torture_live")]
     # The threads' call counts depend on timing: the victim checks every value itself.
     hooked = run("live_attach", 100_000, tmp_path, [], late=specs)
@@ -412,7 +412,7 @@ def test_attach_while_threads_run_uses_a_self_loop_first(tmp_path):
     for spec in specs:
         probe = hooked.probe(spec)
         assert 100_000 <= probe["hits"] <= line["calls"]["torture_live"]
-    assert hooked.probe(specs[0])["patch"] == "self-loop"
+    assert hooked.probe(specs[0])["patch"] == "int3"
 
 
 def test_longjmp_past_a_return_probe_drops_the_stale_entry(tmp_path):

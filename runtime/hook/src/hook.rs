@@ -116,15 +116,22 @@ impl Hook {
 /// an error of kind [`ErrorKind::Refused`](crate::ErrorKind::Refused): the engine's refusal;
 /// other kinds: `location` could not be resolved in the file.
 pub fn check(binary: &std::path::Path, location: &crate::Location, retprobe: bool) -> Result<PatchKind> {
+    check_function(binary, location, retprobe).map(|(kind, _)| kind)
+}
+
+/// [`check`], and the function it judged: where its extent came from (a symbol, or `.eh_frame`
+/// in a stripped binary: [`Function::from_unwind_table`]), or why it is unknown.
+pub fn check_function(binary: &std::path::Path, location: &crate::Location, retprobe: bool) -> Result<(PatchKind, crate::Function)> {
     let (target, body, file) = crate::resolve::in_file(binary, location)?;
     if retprobe {
         check_return_site(&target)?;
     }
     if target.function.unknown_size == Some(crate::resolve::IFUNC) {
         let reason = format!("{}: its extent is unknown, only its first instruction is moved", crate::resolve::IFUNC);
-        return Ok(PatchKind::Int3 { reason });
+        return Ok((PatchKind::Int3 { reason }, target.function));
     }
-    prologue::analyse(&target, &body, &|at, len| file.read(at, len)).map(|prologue| prologue.kind)
+    let kind = prologue::analyse(&target, &body, &|at, len| file.read(at, len))?.kind;
+    Ok((kind, target.function))
 }
 
 fn check_return_site(target: &Target) -> Result<()> {

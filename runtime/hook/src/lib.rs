@@ -33,7 +33,7 @@ mod wrappers;
 
 pub use dispatch::{defer_while_busy, raw_syscall, set_miss_handler, without_probes, MissHandler, SHADOW_CAPACITY};
 pub use error::{Error, ErrorKind, Result};
-pub use hook::{check, Hook, PatchKind};
+pub use hook::{check, check_function, Hook, PatchKind};
 pub use patch::{prepare_live_patching, PatchMethod};
 pub use prologue::TRUST_INDIRECT_JUMPS;
 pub use regs::PtRegs;

@@ -11,9 +11,10 @@
 //!   bytes are written at once, unless the thread's own stack holds an address in bytes 1-4
 //!   (then the int3 patch).
 //! * The jump with several threads: a barrier first (`Barrier`). (1) the barrier goes over the
-//!   first bytes: `jmp .` over bytes 0-1 where the first instruction is 2 bytes or more (a
+//!   first bytes: `int3` over byte 0, as the kernel's text_poke_bp, while every thread takes
+//!   SIGTRAP; else `jmp .` over bytes 0-1 where the first instruction is 2 bytes or more (a
 //!   thread that arrives waits, running, and needs no signal: a thread that blocks every signal
-//!   is no obstacle), else `int3` over byte 0, as the kernel's text_poke_bp; (2) the bytes after
+//!   is no obstacle); else a refusal; (2) the bytes after
 //!   the barrier get their new value; (3) the first bytes get theirs. After each step every
 //!   thread of the process executes a serialising instruction before it runs user code again
 //!   (membarrier SYNC_CORE, the cross-modifying-code rule of the Intel SDM). A thread that
@@ -99,7 +100,8 @@ pub(crate) fn install(site: &'static Site) -> Result<PatchMethod> {
         unsafe { std::ptr::copy_nonoverlapping(jump_bytes(site).as_ptr(), target, PATCH_LEN) };
         return Ok(PatchMethod::Plain);
     }
-    let barrier = barrier_for(site, &tids)?;
+    let first = site.moved.get(1).map_or(site.displaced, |&(second, _)| second - site.address);
+    let barrier = barrier_for(site, &tids, first)?;
     install_trap_handler()?;
     if barrier == Barrier::Int3 {
         register_trap_site(site)?;
@@ -134,15 +136,15 @@ pub(crate) fn install(site: &'static Site) -> Result<PatchMethod> {
 /// What keeps the other threads out of bytes 1-4 while a live jump is written (or taken out).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Barrier {
-    /// `jmp .` (EB FE) over the first two bytes, as HotSpot patches a running method's entry:
-    /// a thread that reaches the address waits there, running, until the jump is complete;
-    /// no thread needs to take a signal, so a thread that blocks every signal does not stand
-    /// in the way. Needs a first instruction of two bytes or more (no thread can stop at
-    /// byte 1) and two bytes in one cache line (one store that no fetch sees half-written).
+    /// `jmp .` (EB FE) over the first two bytes, as HotSpot patches a running method's entry,
+    /// where a thread blocks SIGTRAP: a thread that reaches the address waits there, running,
+    /// until the jump is complete; no thread needs to take a signal. Needs a first instruction
+    /// of two bytes or more (no thread can stop at byte 1) and two bytes in one cache line (one
+    /// store that no fetch sees half-written).
     SelfLoop,
-    /// `int3` over byte 0 (the kernel's text_poke_bp): for a first instruction of one byte
-    /// (`push rbp`, a USDT site's `nop`), where a thread may stand at byte 1. A thread that
-    /// reaches it takes SIGTRAP, which the engine's handler turns into a call of the stub.
+    /// `int3` over byte 0 (the kernel's text_poke_bp) while every thread takes SIGTRAP: a
+    /// thread that reaches it goes on at once in the stub (the engine's handler), and nobody
+    /// waits. It leaves byte 1 alone, so it serves a first instruction of one byte too.
     Int3,
 }
 
@@ -171,10 +173,16 @@ impl Barrier {
     }
 }
 
-/// The barrier for a live jump at `site` (see `Barrier`): the self-loop wherever it is safe,
-/// else the int3 if no thread blocks SIGTRAP, else a refusal that names the thread.
-fn barrier_for(site: &Site, tids: &[libc::pid_t]) -> Result<Barrier> {
-    let first = site.moved.get(1).map_or(site.displaced, |&(second, _)| second - site.address);
+/// The barrier for a live jump at `site` (see `Barrier`): the int3 while every thread takes
+/// SIGTRAP (a thread that reaches it goes on at once, and the patching thread never waits), the
+/// self-loop where a thread blocks SIGTRAP and the loop is safe, else a refusal that names the
+/// thread. A thread that blocks SIGTRAP only for a moment (glibc's pthread_create, fork) turns
+/// the choice to the loop, which is safe for it too.
+/// `first`: the length of the instruction at the address now.
+fn barrier_for(site: &Site, tids: &[libc::pid_t], first: usize) -> Result<Barrier> {
+    if tids.iter().all(|&tid| blocked_signal(tid, &[libc::SIGTRAP]).is_none()) {
+        return Ok(Barrier::Int3);
+    }
     let one_line = site.address % CACHE_LINE != CACHE_LINE - 1;
     if first >= 2 && one_line {
         return Ok(Barrier::SelfLoop);
@@ -206,7 +214,7 @@ unsafe fn write_head(target: *mut u8, head: [u8; 2]) {
 
 /// The time between a barrier and the finished patch. For the self-loop: the site is known to
 /// the checkpoint handler (a thread found waiting in the loop goes on in the entry stub, as the
-/// finished patch would send it), and the patching thread gets a tick every millisecond, since
+/// finished patch would send it), and the patching thread gets a tick every 100 us, since
 /// it may itself call the function it patches (the agent's thread patches malloc, read...) and
 /// would otherwise wait in the loop for ever. With SIGRTMAX unblocked on it meanwhile.
 struct Window {
@@ -216,7 +224,8 @@ struct Window {
 
 /// The site whose self-loop barrier is in place.
 static LOOP_SITE: AtomicPtr<Site> = AtomicPtr::new(std::ptr::null_mut());
-const TICK: Duration = Duration::from_millis(1);
+/// Every call of the patched function by the patching thread waits for the next tick.
+const TICK: Duration = Duration::from_micros(100);
 /// si_code of a POSIX timer's signal.
 const SI_TIMER: libc::c_int = -2;
 
@@ -306,9 +315,7 @@ fn write_int3(site: &'static Site, tids: &[libc::pid_t]) -> Result<PatchMethod> 
     Ok(PatchMethod::Int3)
 }
 
-/// Puts the original bytes back: the 5 of a jump, or byte 0. With threads running, the jump
-/// goes behind the self-loop barrier: whatever its first instruction, no thread can stand
-/// inside the 5 bytes of a `jmp rel32`, so no thread needs a signal.
+/// Puts the original bytes back: the 5 of a jump (behind a barrier when threads run), or byte 0.
 pub(crate) fn restore(site: &'static Site) -> Result<PatchMethod> {
     let len = site.patch_len();
     let _writable = Writable::new(site.address, len)?;
@@ -322,16 +329,14 @@ pub(crate) fn restore(site: &'static Site) -> Result<PatchMethod> {
         sync_cores()?;
         return Ok(PatchMethod::Int3);
     }
-    let barrier = if site.address % CACHE_LINE != CACHE_LINE - 1 {
-        Barrier::SelfLoop
-    } else {
+    // No thread can stand inside the 5 bytes of a `jmp rel32`: the loop serves whatever the
+    // original first instruction.
+    let barrier = barrier_for(site, &threads()?, PATCH_LEN)?;
+    if barrier == Barrier::Int3 {
         // A jump written while the process had one thread (the agent's constructor) registered
-        // no trap: a thread reaching the int3 below would die of SIGTRAP without it.
-        refuse_blocked_signals(site, &threads()?, &[libc::SIGTRAP])
-            .map_err(|refusal| refusal.because("its first two bytes straddle a cache line, so taking the jump out needs an int3"))?;
+        // no trap: a thread reaching the int3 would die of SIGTRAP without it.
         register_trap_site(site)?;
-        Barrier::Int3
-    };
+    }
     install_trap_handler()?;
     sync_cores()?;
     let window = Window::open(site, barrier)?;
@@ -455,8 +460,11 @@ fn checkpoint(site: &'static Site) -> Result<Option<String>> {
     }
     *runners = (Some(Instant::now()), running.clone());
     drop(runners);
-    // Those that cannot take the checkpoint's signal are judged by what they run instead.
-    let (masked, signalled): (Vec<_>, Vec<_>) = running.into_iter().partition(|&tid| blocked_signal(tid, &[libc::SIGRTMAX()]).is_some());
+    // Those that cannot take the checkpoint's signal, and can run no signal handler either, are
+    // judged by what they run instead. Others that block SIGRTMAX (glibc blocks every signal of a
+    // thread it is creating or ending, for a moment) are given the signal's patience.
+    let (masked, signalled): (Vec<_>, Vec<_>) =
+        running.into_iter().partition(|&tid| blocked_signal(tid, &[libc::SIGRTMAX()]).is_some() && runs_no_handler(tid));
     for tid in masked {
         let (in_patch, holds) = judge_by_progress(site, tid)?;
         stuck += in_patch;
@@ -468,13 +476,13 @@ fn checkpoint(site: &'static Site) -> Result<Option<String>> {
     signal_checkpoint(site, &signalled, stuck, on_stack)
 }
 
-/// A running thread that blocks SIGRTMAX (a worker pool's thread, jemalloc's background thread
-/// block every signal), judged without a signal. Once the barrier is in place, a thread gets into
-/// bytes 1-4 only by coming back to them: no branch targets them (prologue.rs), no call among the
-/// displaced instructions returns inside them (prologue.rs), and a system call made from them
-/// shows in /proc as a blocked thread's ip. What remains is a signal frame whose saved ip is
-/// there; a thread on which every signal the process catches is blocked runs no handler, so it
-/// has none. Such a thread that was inside the displaced instructions when the barrier went in
+/// A running thread that blocks SIGRTMAX and every signal with a handler (a worker pool's
+/// thread, jemalloc's background thread block every signal), judged without a signal. Once the
+/// barrier is in place, a thread gets into bytes 1-4 only by coming back to them: no branch
+/// targets them (prologue.rs), no call among the displaced instructions returns inside them
+/// (prologue.rs), and a system call made from them shows in /proc as a blocked thread's ip. What
+/// remains is a signal frame whose saved ip is there, and such a thread runs no handler
+/// (`runs_no_handler`). One that was inside the displaced instructions when the barrier went in
 /// runs straight-line code out of them within nanoseconds of CPU time: once its CPU clock has
 /// advanced by `PROGRESS`, it is past them (a thread waiting in the self-loop barrier advances
 /// too: it is at byte 0). It may block meanwhile: it is then judged from /proc as any blocked
@@ -482,16 +490,6 @@ fn checkpoint(site: &'static Site) -> Result<Option<String>> {
 /// address in bytes 1-4), or the refusal.
 fn judge_by_progress(site: &Site, tid: libc::pid_t) -> Result<(usize, usize)> {
     let comm = || blocked_signal(tid, &[libc::SIGRTMAX()]).map_or_else(|| "?".into(), |(_, comm)| comm);
-    // glibc's own SIGCANCEL and SIGSETXID (32 and 33) cannot be blocked, and their handlers
-    // (pthread_cancel, setuid across threads) return at once or end the thread.
-    let caught = process_status_mask("SigCgt:").unwrap_or(u64::MAX) & !(0b11 << 31);
-    let blocked = thread_status_mask(tid, "SigBlk:").unwrap_or(0);
-    if caught & !blocked != 0 {
-        return Err(Error::refused(
-            &site.description,
-            format!("thread {tid} ({}) blocks SIGRTMAX but not every signal this process handles: it cannot stop for the live patch's checkpoint, and a handler on it could hold an address in the patch", comm()),
-        ));
-    }
     let clock = thread_cpu_clock(tid);
     let Some(start) = cpu_time(clock) else { return Ok((0, 0)) };
     let deadline = Instant::now() + CHECKPOINT_PATIENCE;
@@ -514,6 +512,15 @@ fn judge_by_progress(site: &Site, tid: libc::pid_t) -> Result<(usize, usize)> {
         &site.description,
         format!("thread {tid} ({}) blocks SIGRTMAX and did not run for the live patch's checkpoint within 2 s", comm()),
     ))
+}
+
+/// Whether thread `tid` blocks every signal this process has a handler for: no handler can run
+/// on it, so no signal frame of its can hold an address in the patch. glibc's own SIGCANCEL and
+/// SIGSETXID (32 and 33) cannot be blocked, and their handlers (pthread_cancel, setuid across
+/// threads) return at once or end the thread.
+fn runs_no_handler(tid: libc::pid_t) -> bool {
+    let caught = process_status_mask("SigCgt:").unwrap_or(u64::MAX) & !(0b11 << 31);
+    thread_status_mask(tid, "SigBlk:").is_some_and(|blocked| caught & !blocked == 0)
 }
 
 /// The CPU time after which a running thread is past any straight-line code it was in.

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 /// of a symbol whose size is unknown.
 pub(crate) const MAX_INSTRUCTION_LEN: usize = 15;
 
-use object::{Object, ObjectSegment, ObjectSymbol, SymbolFlags, SymbolKind};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolFlags, SymbolKind};
 
 use crate::error::{Error, Result};
 use crate::procmaps;
@@ -56,6 +56,9 @@ pub struct Function {
     /// Why the function's extent is unknown (the hook engine then moves only its first
     /// instruction: the int3 patch): [`IFUNC`], [`SIZE_ZERO`] or [`NO_SYMBOL`].
     pub unknown_size: Option<&'static str>,
+    /// The extent comes from `.eh_frame` (an FDE's range), not from a symbol: no symbol covers
+    /// the address (a stripped binary), and `name` is the FDE's start.
+    pub from_unwind_table: bool,
 }
 
 /// An IFUNC symbol: the hook goes on the implementation the dynamic linker selected for this
@@ -64,7 +67,7 @@ pub const IFUNC: &str = "an IFUNC, resolved to the implementation this process s
 /// A function symbol whose st_size is 0 (hand-written assembly without `.size`).
 pub const SIZE_ZERO: &str = "the symbol's size is 0";
 /// A file offset outside every function symbol (a stripped library).
-pub const NO_SYMBOL: &str = "no function symbol covers the offset";
+pub const NO_SYMBOL: &str = "no function symbol covers the offset, nor does .eh_frame";
 
 /// A resolved hook address and the function around it (used to check the patch is safe).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,7 +88,7 @@ pub fn resolve(binary: &Path, location: &Location) -> Result<Target> {
     let description = describe(binary, &symbol.name, vaddr, symbol.vaddr);
     if symbol.unknown_size == Some(IFUNC) {
         let address = ifunc_implementation(binary, &symbol.name)?;
-        let function = Function { name: symbol.name, start: address, size: 0, unknown_size: Some(IFUNC) };
+        let function = Function { name: symbol.name, start: address, size: 0, unknown_size: Some(IFUNC), from_unwind_table: false };
         return Ok(Target { address, function, description });
     }
     let bias = load_bias(binary, &elf, vaddr)?;
@@ -96,6 +99,7 @@ pub fn resolve(binary: &Path, location: &Location) -> Result<Target> {
             start: (symbol.vaddr as i64 + bias) as usize,
             size: symbol.size as usize,
             unknown_size: symbol.unknown_size,
+            from_unwind_table: symbol.from_unwind_table,
         },
         description,
     })
@@ -147,6 +151,7 @@ pub(crate) fn in_file(binary: &Path, location: &Location) -> Result<(Target, Vec
             start: symbol.vaddr as usize,
             size: symbol.size as usize,
             unknown_size: symbol.unknown_size,
+            from_unwind_table: symbol.from_unwind_table,
         },
     };
     let segments = elf.segments().map(|segment| (segment.address(), segment.file_range())).collect();
@@ -223,6 +228,7 @@ struct Symbol {
     vaddr: u64,
     size: u64,
     unknown_size: Option<&'static str>,
+    from_unwind_table: bool,
 }
 
 /// (ELF vaddr of the hook, the function around it) of `location`.
@@ -236,11 +242,12 @@ fn locate(binary: &Path, elf: &object::File, location: &Location) -> Result<(u64
         Location::FileOffset(offset) => {
             let vaddr = vaddr_of_offset(elf, *offset)
                 .ok_or_else(|| Error::resolve(format!("{shown}: offset {offset:#x} is in no loadable segment")))?;
-            let symbol = enclosing_function(elf, vaddr).unwrap_or_else(|| Symbol {
+            let symbol = enclosing_function(elf, vaddr).or_else(|| unwound_function(elf, vaddr)).unwrap_or_else(|| Symbol {
                 name: format!("{offset:#x}"),
                 vaddr,
                 size: 0,
                 unknown_size: Some(NO_SYMBOL),
+                from_unwind_table: false,
             });
             Ok((vaddr, symbol))
         }
@@ -314,10 +321,16 @@ fn find_function(elf: &object::File, name: &str) -> std::result::Result<Symbol, 
     }
     match found.as_slice() {
         [] => Err(format!("no function symbol {name}")),
-        [(address, _, STT_GNU_IFUNC)] => Ok(Symbol { name: name.to_string(), vaddr: *address, size: 0, unknown_size: Some(IFUNC) }),
-        [(address, size, _)] => {
-            Ok(Symbol { name: name.to_string(), vaddr: *address, size: *size, unknown_size: (*size == 0).then_some(SIZE_ZERO) })
+        [(address, _, STT_GNU_IFUNC)] => {
+            Ok(Symbol { name: name.to_string(), vaddr: *address, size: 0, unknown_size: Some(IFUNC), from_unwind_table: false })
         }
+        [(address, size, _)] => Ok(Symbol {
+            name: name.to_string(),
+            vaddr: *address,
+            size: *size,
+            unknown_size: (*size == 0).then_some(SIZE_ZERO),
+            from_unwind_table: false,
+        }),
         many => Err(format!("{name} is defined {} times (local symbols of several files): use a file offset", many.len())),
     }
 }
@@ -355,8 +368,35 @@ fn enclosing_function(elf: &object::File, vaddr: u64) -> Option<Symbol> {
             vaddr: symbol.address(),
             size: symbol.size(),
             unknown_size: None,
+            from_unwind_table: false,
         })
     })
+}
+
+/// The function around `vaddr` as `.eh_frame` gives it, where no symbol does (a stripped binary
+/// keeps its unwind table: every unwinder finds a function's start and end from any address
+/// there). An FDE's range is a function's, or a part the compiler moved out (`.cold`), whose
+/// branches into the other part stay unseen, as they do for symbols. Named by its start.
+fn unwound_function(elf: &object::File, vaddr: u64) -> Option<Symbol> {
+    use gimli::UnwindSection;
+    let section = elf.section_by_name(".eh_frame")?;
+    let eh_frame = gimli::EhFrame::new(section.data().ok()?, gimli::LittleEndian);
+    let mut bases = gimli::BaseAddresses::default().set_eh_frame(section.address());
+    for (name, set) in [(".text", gimli::BaseAddresses::set_text as fn(_, _) -> _), (".got", gimli::BaseAddresses::set_got)] {
+        if let Some(other) = elf.section_by_name(name) {
+            bases = set(bases, other.address());
+        }
+    }
+    let mut entries = eh_frame.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        let gimli::CieOrFde::Fde(partial) = entry else { continue };
+        let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) else { continue };
+        let (start, size) = (fde.initial_address(), fde.len());
+        if size > 0 && (start..start.saturating_add(size)).contains(&vaddr) {
+            return Some(Symbol { name: format!("{start:#x}"), vaddr: start, size, unknown_size: None, from_unwind_table: true });
+        }
+    }
+    None
 }
 
 fn vaddr_of_offset(elf: &object::File, offset: u64) -> Option<u64> {
@@ -401,7 +441,9 @@ mod tests {
     #[test]
     fn private_data_is_found_in_the_writable_private_copy_only() {
         // A file mapped twice: privately writable (a binary's data, where a USDT semaphore is)
-        // and shared (the file's own pages, never written to by a probe).
+        // and shared (the file's own pages, never written to by a probe). Mapped behind the
+        // engine's back: not while another test keeps the mappings.
+        let _alone = procmaps::TESTS_KEEPING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         use std::os::fd::AsRawFd;
         let path = std::env::temp_dir().join(format!("uebpf-hook-data-{}", std::process::id()));
         std::fs::write(&path, vec![0u8; 3 * 4096]).unwrap();

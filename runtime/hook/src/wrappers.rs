@@ -109,7 +109,7 @@ pub fn system_call_wrappers(binary: &Path) -> Result<Vec<Wrapper>> {
         let code = unsafe { std::slice::from_raw_parts(start as *const u8, (size as usize).min(WALK_BYTES)) };
         if let Some((nr, args)) = direct_system_call(code, start as u64) {
             let description = format!("{shown}:{name}");
-            let function = Function { name, start, size: size as usize, unknown_size: None };
+            let function = Function { name, start, size: size as usize, unknown_size: None, from_unwind_table: false };
             found.push(Wrapper { target: Target { address: start, function, description }, nr, args });
         }
     }

@@ -34,6 +34,11 @@ UEBPF_COSTS = {
     "int3": "a trap a hit, into the agent's SIGTRAP handler",
     "refused": "not measured (uebpf's hook engine does not hook this instruction)",
 }
+# Where the hook engine found the extent of a function that no symbol gives (a stripped binary).
+UEBPF_EH_FRAME = (
+    "the binary has no symbol for the function around the site: its start and end come from the unwind "
+    "table (.eh_frame), and the patch is judged on them as on a symbol's"
+)
 
 PAGE_SIZE = 4096
 # The rules below are Linux 6.18's arch/x86/kernel/uprobes.c for a 64-bit process. No v6.18 tag
@@ -150,6 +155,7 @@ class SiteClasses:
     kernel_return: str | None = None  # a uretprobe: "trampoline", its return's path
     uebpf_patch: str | None = None  # a key of UEBPF_COSTS
     uebpf_reason: str | None = None  # uebpf's words: why int3, or why refused
+    uebpf_extent: str | None = None  # where uebpf found the function's extent: "symbol", "eh_frame"
 
     def record(self) -> dict:
         return {
@@ -158,6 +164,7 @@ class SiteClasses:
             "kernel_return": self.kernel_return,
             "uebpf_patch": self.uebpf_patch,
             "uebpf_reason": self.uebpf_reason,
+            "uebpf_extent": self.uebpf_extent,
         }
 
 
@@ -178,17 +185,19 @@ def _judge(site: Site, uebpf_command: Path | None) -> SiteClasses:
     # A uretprobe is the kernel's entry probe at the function (its class is the entry
     # instruction's), which then points the return address at the return trampoline.
     returning = site.kind == "uretprobe"
-    patch, why = None, None
+    patch, why, extent = None, None, None
     if uebpf_command is not None:
         verdict = uebpf.hook_verdict(uebpf_command, site.binary, f"{site.offset:#x}", return_probe=returning)
         if verdict is not None:
             hookable = verdict.get("hookable", True)
             patch = verdict.get("patch") if hookable else "refused"
             why = verdict.get("patch_reason") if hookable else verdict.get("reason")
+            extent = verdict.get("extent") if hookable else None
     return SiteClasses(
         kernel_class=kernel[0] if kernel else None,
         kernel_reason=kernel[1] if kernel else None,
         kernel_return="trampoline" if returning else None,
         uebpf_patch=patch,
         uebpf_reason=why,
+        uebpf_extent=extent,
     )

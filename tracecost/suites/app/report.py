@@ -8,7 +8,7 @@ import shlex
 from tracecost.report import figures, fmt, style
 from tracecost.report.figures import CI_NOTE, Plot, by_cell, in_order
 from tracecost.report.model import Headline, Section, TableBlock
-from tracecost.suites.app.classes import KERNEL_COSTS, RETURN_COST, UEBPF_COSTS
+from tracecost.suites.app.classes import KERNEL_COSTS, RETURN_COST, UEBPF_COSTS, UEBPF_EH_FRAME
 from tracecost.suites.base import Column, cell_rows
 
 TRACED = ("kernel", "uebpf", "uebpf-live")
@@ -94,7 +94,8 @@ def _uebpf_patch(site: dict) -> str:
     if site["kind"] == "syscall":
         return UEBPF_SYSCALL
     patch, why = site.get("uebpf_patch"), site.get("uebpf_reason")
-    return "–" if patch is None else patch + (f" ({why})" if why else "")
+    unwound = "; bounds from .eh_frame" if site.get("uebpf_extent") == "eh_frame" else ""
+    return "–" if patch is None else patch + (f" ({why})" if why else "") + unwound
 
 
 def classes_note(sites: list[dict], kernel: bool, ours: bool) -> str:
@@ -108,6 +109,8 @@ def classes_note(sites: list[dict], kernel: bool, ours: bool) -> str:
     if ours:
         shown = [name for name in UEBPF_COSTS if any(site.get("uebpf_patch") == name for site in sites)]
         lines += [f"uebpf, {name}: {UEBPF_COSTS[name]}." for name in shown]
+        if any(site.get("uebpf_extent") == "eh_frame" for site in sites):
+            lines.append(f"uebpf, bounds from .eh_frame: {UEBPF_EH_FRAME}.")
     return " ".join(lines)
 
 

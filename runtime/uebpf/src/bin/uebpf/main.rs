@@ -457,11 +457,12 @@ pub(crate) fn write_line(text: &str) -> std::io::Result<()> {
 /// whether it is hookable, and with which patch ("jump", or "int3" and why).
 fn check_hook(options: &Options) -> Result<Value, String> {
     let (binary, location) = (&options.positional[0], &options.positional[1]);
-    let (patch, refusal) = match uebpf_hook::check(binary.as_ref(), &uebpf_hook::Location::parse(location), options.return_probe) {
-        Ok(kind) => (Some(kind), None),
-        Err(e) if e.kind == uebpf_hook::ErrorKind::Refused => (None, Some(e.message)),
-        Err(e) => return Err(e.message),
-    };
+    let (patch, extent, refusal) =
+        match uebpf_hook::check_function(binary.as_ref(), &uebpf_hook::Location::parse(location), options.return_probe) {
+            Ok((kind, function)) => (Some(kind), extent_source(&function), None),
+            Err(e) if e.kind == uebpf_hook::ErrorKind::Refused => (None, None, Some(e.message)),
+            Err(e) => return Err(e.message),
+        };
     Ok(json!({
         "binary": binary,
         "location": location,
@@ -470,7 +471,18 @@ fn check_hook(options: &Options) -> Result<Value, String> {
         "reason": refusal,
         "patch": patch.as_ref().map(|kind| kind.name()),
         "patch_reason": patch.as_ref().map(|kind| kind.reason()).filter(|reason| !reason.is_empty()),
+        "extent": extent,
     }))
+}
+
+/// Where the hook engine found the extent of the function around a site: "symbol", "eh_frame" (a
+/// stripped binary's unwind table), or None where it is unknown (then only the int3 patch).
+fn extent_source(function: &uebpf_hook::Function) -> Option<&'static str> {
+    match (function.unknown_size, function.from_unwind_table) {
+        (Some(_), _) => None,
+        (None, true) => Some("eh_frame"),
+        (None, false) => Some("symbol"),
+    }
 }
 
 /// One line on stderr; a closed stderr is ignored (`eprintln!` would panic).
