@@ -8,6 +8,7 @@
 //! fault-safe probe reads' SIGSEGV/SIGBUS handler (signals.rs), and `uebpf detach` undoes both.
 
 use std::ffi::{c_char, c_int, CStr};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 
 use uebpf::maps::{check_name, current};
@@ -49,6 +50,92 @@ pub unsafe extern "C" fn uebpf_agent_follow(region: *const c_char) -> c_int {
     })
 }
 
+/// As `uebpf_agent_follow`, in a process whose user is not the region's (a server's worker that
+/// dropped root, injected by root): `request` is the region's name, a NUL, then the name of an
+/// abstract unix socket (NUL-terminated) on which the injector hands over the region's file
+/// (SCM_RIGHTS), which the agent then uses for that name (maps' `hand`): a region of another
+/// user is never opened by name. Returns 0, or -errno (the socket, the hand-over, the file).
+///
+/// # Safety
+/// `request` is NULL or points at two consecutive NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn uebpf_agent_follow_handed(request: *const c_char) -> c_int {
+    if request.is_null() {
+        return -libc::EINVAL;
+    }
+    let name = CStr::from_ptr(request);
+    let socket = CStr::from_ptr(request.add(name.to_bytes().len() + 1));
+    let Some(name) = name.to_str().ok().filter(|name| check_name(name).is_ok()) else {
+        return -libc::EINVAL;
+    };
+    let handed = without_probes(|| {
+        let fd = receive_descriptor(socket.to_bytes())?;
+        uebpf::maps::hand(name, fd).map_err(|_| libc::EPERM)
+    });
+    match handed {
+        Ok(()) => uebpf_agent_follow(request),
+        Err(errno) => -errno,
+    }
+}
+
+/// How long the agent waits for the injector's hand-over.
+const HAND_OVER_WAIT: libc::timeval = libc::timeval { tv_sec: 5, tv_usec: 0 };
+
+/// The descriptor the injector sends on abstract unix socket `name` (one SCM_RIGHTS message).
+fn receive_descriptor(name: &[u8]) -> Result<OwnedFd, c_int> {
+    let errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+    // SAFETY: plain socket(2); the descriptor is owned at once.
+    let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(errno());
+    }
+    // SAFETY: a fresh descriptor of ours.
+    let _closed_on_return = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: zeroed sockaddr_un: an abstract address is a NUL, then the name.
+    let mut address: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    address.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    if name.is_empty() || name.len() >= address.sun_path.len() {
+        return Err(libc::EINVAL);
+    }
+    for (slot, byte) in address.sun_path[1..].iter_mut().zip(name) {
+        *slot = *byte as c_char;
+    }
+    let length = (std::mem::offset_of!(libc::sockaddr_un, sun_path) + 1 + name.len()) as libc::socklen_t;
+    let wait = HAND_OVER_WAIT;
+    let timeval_size = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
+    // SAFETY: our socket, a valid timeval and address.
+    let connected = unsafe {
+        libc::setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&wait as *const libc::timeval).cast(), timeval_size) == 0
+            && libc::connect(raw, (&address as *const libc::sockaddr_un).cast(), length) == 0
+    };
+    if !connected {
+        return Err(errno());
+    }
+    let mut byte = 0u8;
+    let mut data = libc::iovec { iov_base: (&mut byte as *mut u8).cast(), iov_len: 1 };
+    // Room for one descriptor's control message (CMSG_SPACE(sizeof(int))), 8-aligned.
+    let mut control = [0u64; 4];
+    // SAFETY: zeroed msghdr pointing at our buffers.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = &mut data;
+    message.msg_iovlen = 1;
+    message.msg_control = control.as_mut_ptr().cast();
+    message.msg_controllen = std::mem::size_of_val(&control);
+    // SAFETY: our socket and message.
+    if unsafe { libc::recvmsg(raw, &mut message, libc::MSG_CMSG_CLOEXEC) } <= 0 {
+        return Err(errno());
+    }
+    // SAFETY: the kernel filled the control buffer; CMSG_FIRSTHDR and CMSG_DATA read inside it.
+    unsafe {
+        let header = libc::CMSG_FIRSTHDR(&message);
+        if header.is_null() || (*header).cmsg_level != libc::SOL_SOCKET || (*header).cmsg_type != libc::SCM_RIGHTS {
+            return Err(libc::EPROTO);
+        }
+        let fd = (libc::CMSG_DATA(header) as *const c_int).read_unaligned();
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
 /// Removes every hook the agent made (the original bytes come back, the C library's
 /// `sigaction` included, and SIGSEGV/SIGBUS go back to the process's own disposition) and stops
 /// following any region: the library stays loaded, inert, until the next `uebpf_agent_follow`. Returns how
@@ -57,6 +144,7 @@ pub unsafe extern "C" fn uebpf_agent_follow(region: *const c_char) -> c_int {
 pub extern "C" fn uebpf_agent_detach() -> c_int {
     without_probes(|| {
         let removed = end_following();
+        uebpf::maps::forget_handed();
         crate::signals::end_diversion();
         c_int::try_from(removed).unwrap_or(c_int::MAX)
     })

@@ -73,7 +73,21 @@ pub fn tid() -> u32 {
 pub fn process_is_gone(pid: u32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
     let result = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    result == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    if result == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        return true;
+    }
+    // A process that has exited and not been reaped yet (a zombie: its parent has not waited)
+    // still takes signal 0, but will never run again: a wait for what it does would last to
+    // its deadline (an injection into a command that finished meanwhile waited 30 s).
+    is_zombie(pid)
+}
+
+/// Whether `/proc/PID/stat` says the process has exited: state Z (zombie) or X (dead), the
+/// field after the command name's closing parenthesis (fs/proc/array.c, do_task_stat).
+fn is_zombie(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+    matches!(state, Some("Z" | "X"))
 }
 
 /// Number of possible CPUs, as the kernel sizes per-CPU map values and libbpf's
@@ -150,6 +164,20 @@ pub fn rseq_cpu_id_offset() -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_child_that_exited_unreaped_is_gone() {
+        let mut child = std::process::Command::new("true").spawn().expect("true");
+        let pid = child.id();
+        // Until reaped it is a zombie: signal 0 still reaches it.
+        while !is_zombie(pid) {
+            std::thread::yield_now();
+        }
+        assert!(process_is_gone(pid));
+        child.wait().expect("reaped");
+        assert!(process_is_gone(pid));
+        assert!(!process_is_gone(std::process::id()));
+    }
 
     #[test]
     fn cpu_lists() {

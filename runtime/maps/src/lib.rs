@@ -51,8 +51,8 @@ pub use error::{Error, ErrorKind};
 pub use map::{Map, ProgramMemory};
 pub use perfbuf::PerfBuf;
 pub use region::{
-    check_name, check_trusted, out_of_the_way, parse_region_size, prepare_descriptor_table, region_path, MapInfo, ProgramInfo, ProgramKind,
-    ProgramSpec, Region, RegionSpec, DEFAULT_REGION, REFUSED, REGION_ENV,
+    check_name, check_trusted, forget_handed, hand, out_of_the_way, parse_region_size, prepare_descriptor_table, region_path, MapInfo,
+    ProgramInfo, ProgramKind, ProgramSpec, Region, RegionSpec, DEFAULT_REGION, REFUSED, REGION_ENV,
 };
 pub use ringbuf::RingBuf;
 pub use wakeup::{sleep_for, Armed, Consumable, Waiting};

@@ -333,6 +333,9 @@ impl Region {
         check_name(name)?;
         check_page_size()?;
         let path = region_path(name);
+        if let Some(fd) = handed(name)? {
+            return Region::map_checked(fd, path);
+        }
         let c_path = CString::new(path.as_os_str().as_encoded_bytes()).expect("checked name has no NUL");
         // O_NONBLOCK: a FIFO planted under the name must not block the opener (regular files
         // ignore the flag).
@@ -355,6 +358,16 @@ impl Region {
         // SAFETY: geteuid has no preconditions.
         check_trusted(&stat, unsafe { libc::geteuid() })
             .map_err(|why| Error::new(ErrorKind::Refused, format!("{REFUSED} {}: {why}", path.display())))?;
+        Region::map_checked(fd, path)
+    }
+
+    /// Maps region file `fd` (named `path`), whose owner was checked.
+    fn map_checked(fd: OwnedFd, path: PathBuf) -> Result<Region, Error> {
+        // SAFETY: fstat into a zeroed stat buffer.
+        let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0 {
+            return Err(os_error(format!("cannot stat {}", path.display())));
+        }
         let len = stat.st_size as usize;
         if len < PAGE_SIZE {
             return Err(Error::new(ErrorKind::Corrupt, format!("{} is not a uebpf region (only {len} bytes)", path.display())));
@@ -609,6 +622,47 @@ impl Region {
         // SAFETY: checked to lie inside the region.
         Ok(unsafe { std::slice::from_raw_parts(start, len as usize) }.to_vec())
     }
+}
+
+/// The region a root injector handed this process by descriptor (`hand`): its name and file.
+static HANDED: std::sync::Mutex<Option<(String, OwnedFd)>> = std::sync::Mutex::new(None);
+
+/// Takes region file `fd` as region `name` for this process, whatever its owner: what an agent
+/// injected into a process of another user (a server's worker that dropped root) is given by the
+/// injector that ptraced it (uebpf/src/inject.rs). Only whoever may ptrace this process can call
+/// the agent's entry that hands it: root, or this process's own user, who could make the process
+/// do anything already; no other user can plant a region here by name, which `open` still
+/// refuses. The file must still be a lone 0600 regular file. Replaces the one handed before.
+pub fn hand(name: &str, fd: OwnedFd) -> Result<(), String> {
+    check_name(name).map_err(|e| e.to_string())?;
+    // SAFETY: fstat into a zeroed stat buffer.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0 {
+        return Err(format!("cannot stat the handed region: {}", std::io::Error::last_os_error()));
+    }
+    check_trusted(&stat, stat.st_uid)?;
+    *HANDED.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some((name.to_string(), out_of_the_way(fd)));
+    Ok(())
+}
+
+/// Forgets the handed region (the agent stops following it).
+pub fn forget_handed() {
+    HANDED.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+}
+
+/// A new descriptor of the region handed as `name`, if one was; an error if that file has been
+/// removed since (its loader is gone: the name may come back as another file, which a process of
+/// another user cannot open).
+fn handed(name: &str) -> Result<Option<OwnedFd>, Error> {
+    let handed = HANDED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let Some((handed_name, fd)) = handed.as_ref().filter(|(handed_name, _)| handed_name == name) else { return Ok(None) };
+    // SAFETY: fstat into a zeroed stat buffer.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0 || stat.st_nlink == 0 {
+        return Err(Error::not_found(format!("region {handed_name}, handed to this process, has been removed")));
+    }
+    let copy = fd.try_clone().map_err(|e| Error::io(format_args!("cannot copy the handed region {handed_name}"), e))?;
+    Ok(Some(copy))
 }
 
 /// Whether a region file (its `fstat`) may be used by a process whose effective uid is `euid`.

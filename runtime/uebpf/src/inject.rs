@@ -23,8 +23,10 @@
 //! run to its next system call entry (PTRACE_SYSCALL) for up to SYSCALL_WAIT, and failing that
 //! (a loop that makes no system call) taken at an instruction outside the C library and the
 //! dynamic loader, retried until HIJACK_DEADLINE. The allocator's system calls (brk, mmap...)
-//! are no such place: malloc makes them halfway through changing its heap
-//! (`in_safe_system_call`).
+//! are no such place: malloc makes them halfway through changing its heap; nor is one the
+//! dynamic loader makes itself (its start-up, or a dlopen holding its lock)
+//! (`in_safe_system_call`). A process that has just exec'd is given a moment to map its C
+//! library (`starting_up`).
 //!
 //! System call restarts follow the kernel's rules (arch/x86/kernel/signal.c,
 //! arch_do_signal_or_restart): a thread interrupted inside a system call is stopped with
@@ -59,6 +61,8 @@ use crate::wait_applied;
 /// The agent's exported entry points (agent/src/follow.rs).
 pub const FOLLOW_SYMBOL: &str = "uebpf_agent_follow";
 pub const DETACH_SYMBOL: &str = "uebpf_agent_detach";
+/// The entry that takes a region's file from the injector (a process of another user).
+pub const FOLLOW_HANDED_SYMBOL: &str = "uebpf_agent_follow_handed";
 /// The agent library's file name: a process that maps a file of that name has the agent.
 pub const AGENT_FILE: &str = "libuebpf_agent.so";
 
@@ -161,17 +165,11 @@ pub fn load(request: &Request, name: &str) -> Result<Loaded, Failure> {
     check_name(name).map_err(|e| fail(libc::EINVAL, e.to_string()))?;
     let mut target = Target::inspect(request.pid, request.force)?;
     let region = Region::open(name).map_err(|e| fail(libc::ENOENT, e.to_string()))?;
-    // The agent follows only a region its own uid owns (maps/src/region.rs, check_trusted): in a
-    // process that runs as another user (a server's worker that dropped root) it would load, find
-    // the region refused, and hook nothing; refused here, saying so, with nothing loaded.
-    if let Some(owner) = region.path().and_then(|path| std::fs::metadata(path).ok()).map(|meta| meta.uid()) {
-        if owner != target.euid {
-            return Err(fail(
-                libc::EPERM,
-                format!("process {} runs as uid {}, and its agent would refuse region {name}, owned by uid {owner} (an agent follows only a region of its own uid)", target.pid, target.euid),
-            ));
-        }
-    }
+    // The agent opens by name only a region its own uid owns (maps/src/region.rs, check_trusted):
+    // a process of another user (a server's worker that dropped root) is handed the region's file
+    // instead, through a socket of ours (`HandOver`).
+    let owner = region.path().and_then(|path| std::fs::metadata(path).ok()).map(|meta| meta.uid());
+    let handed = owner.is_some_and(|owner| owner != target.euid);
     let agent = AgentFile::new(request.agent)?;
     let present = target.agent(&agent).is_some();
     let dlopen = if present { 0 } else { target.loadable(&agent).and_then(|()| target.symbol("libc.so.6", "dlopen"))? };
@@ -201,10 +199,25 @@ pub fn load(request: &Request, name: &str) -> Result<Loaded, Failure> {
             }
         }
         target.maps = maps(target.pid)?;
-        let follow = target.symbol(AGENT_FILE, FOLLOW_SYMBOL)?;
-        match tracee.call(FOLLOW_SYMBOL, follow, &[Tracee::DATA], name.as_bytes())? as i32 {
-            0 => Ok(()),
-            code => Err(fail(-code, format!("the agent in process {} refused region {name}: errno {}", target.pid, -code))),
+        let (symbol, hand_over) = match handed {
+            false => (FOLLOW_SYMBOL, None),
+            true => (FOLLOW_HANDED_SYMBOL, Some(HandOver::start(&region, name, target.pid, request.timeout)?)),
+        };
+        let follow = target.symbol(AGENT_FILE, symbol)?;
+        let request = match &hand_over {
+            None => name.as_bytes().to_vec(),
+            Some(hand_over) => [name.as_bytes(), &[0], hand_over.name.as_bytes()].concat(),
+        };
+        let code = tracee.call(symbol, follow, &[Tracee::DATA], &request)? as i32;
+        let handed_over = hand_over.map(HandOver::finish).transpose();
+        match code {
+            0 => handed_over.map(drop),
+            code => Err(handed_over.err().unwrap_or_else(|| {
+                fail(
+                    -code,
+                    format!("the agent in process {} refused region {name}: {}", target.pid, std::io::Error::from_raw_os_error(-code)),
+                )
+            })),
         }
     })();
     let tid = tracee.tid;
@@ -230,6 +243,100 @@ pub fn detach(request: &Request) -> Result<(i32, u32), Failure> {
     released?;
     let removed = called?;
     Ok((tid, removed as u32))
+}
+
+/// The region's file, handed to one process's agent over an abstract unix socket of ours
+/// (SCM_RIGHTS), while the borrowed thread runs the agent's entry: only a peer whose credentials
+/// say it is that process gets it. The socket's name is ours alone (pid, time), and it lives
+/// for the one hand-over.
+struct HandOver {
+    name: String,
+    sent: std::thread::JoinHandle<Result<(), Failure>>,
+}
+
+impl HandOver {
+    fn start(region: &Region, region_name: &str, pid: u32, timeout: Duration) -> Result<HandOver, Failure> {
+        use std::os::linux::net::SocketAddrExt;
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |t| t.as_nanos());
+        let name = format!("uebpf-hand-over-{}-{nanos}", std::process::id());
+        let failed = |what: &str| {
+            fail(errno(), format!("handing region {region_name} to process {pid}: {what}: {}", std::io::Error::last_os_error()))
+        };
+        let listener = std::os::unix::net::UnixListener::bind_addr(
+            &std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).map_err(|_| failed("the socket's name"))?,
+        )
+        .map_err(|_| failed("a socket"))?;
+        // SAFETY: the region's descriptor, open while `region` lives (through this call).
+        let file = unsafe { std::os::fd::BorrowedFd::borrow_raw(region.fd()) }
+            .try_clone_to_owned()
+            .map_err(|_| failed("the region's descriptor"))?;
+        let sent = std::thread::spawn(move || hand_to(&listener, pid, &file, timeout));
+        Ok(HandOver { name, sent })
+    }
+
+    fn finish(self) -> Result<(), Failure> {
+        self.sent.join().unwrap_or_else(|_| Err(fail(libc::EIO, "the hand-over's thread panicked")))
+    }
+}
+
+/// Waits (up to `timeout`) for process `pid` to connect, and sends it `file`; a peer that is
+/// another process is turned away.
+fn hand_to(listener: &std::os::unix::net::UnixListener, pid: u32, file: &std::os::fd::OwnedFd, timeout: Duration) -> Result<(), Failure> {
+    use std::os::fd::AsRawFd;
+    let deadline = Instant::now() + timeout;
+    listener.set_nonblocking(true).map_err(|e| fail(libc::EIO, format!("handing the region to process {pid}: {e}")))?;
+    loop {
+        match listener.accept() {
+            Ok((peer, _)) => {
+                let mut credentials = libc::ucred { pid: 0, uid: 0, gid: 0 };
+                let mut size = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+                // SAFETY: a connected socket of ours and a ucred buffer.
+                let asked = unsafe {
+                    libc::getsockopt(
+                        peer.as_raw_fd(),
+                        libc::SOL_SOCKET,
+                        libc::SO_PEERCRED,
+                        (&mut credentials as *mut libc::ucred).cast(),
+                        &mut size,
+                    )
+                };
+                if asked != 0 || credentials.pid as u32 != pid {
+                    continue;
+                }
+                return send_descriptor(&peer, file).map_err(|e| fail(libc::EIO, format!("handing the region to process {pid}: {e}")));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            Err(e) => return Err(fail(libc::ETIMEDOUT, format!("process {pid} did not take the region handed to it: {e}"))),
+        }
+    }
+}
+
+/// One byte with `file` attached (SCM_RIGHTS).
+fn send_descriptor(peer: &std::os::unix::net::UnixStream, file: &std::os::fd::OwnedFd) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut byte = 0u8;
+    let mut data = libc::iovec { iov_base: (&mut byte as *mut u8).cast(), iov_len: 1 };
+    let mut control = [0u64; 4];
+    // SAFETY: zeroed msghdr pointing at our buffers; CMSG_* write inside `control`, which has room
+    // for one descriptor's message.
+    unsafe {
+        let mut message: libc::msghdr = std::mem::zeroed();
+        message.msg_iov = &mut data;
+        message.msg_iovlen = 1;
+        message.msg_control = control.as_mut_ptr().cast();
+        message.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) as usize;
+        let header = libc::CMSG_FIRSTHDR(&message);
+        (*header).cmsg_level = libc::SOL_SOCKET;
+        (*header).cmsg_type = libc::SCM_RIGHTS;
+        (*header).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as usize;
+        (libc::CMSG_DATA(header) as *mut libc::c_int).write_unaligned(file.as_raw_fd());
+        if libc::sendmsg(peer.as_raw_fd(), &message, libc::MSG_NOSIGNAL) != 1 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// Whether process `pid` maps the file `dev`/`ino` executable and no agent: then only an
@@ -314,7 +421,7 @@ impl Target {
             // (kernel/signal.c, force_sig_info_to_task).
             return Err(fail(libc::EPERM, format!("process {pid} ignores SIGSEGV, which the injector's calls end with")));
         }
-        let maps = maps(pid)?;
+        let maps = starting_up(pid, maps(pid)?)?;
         if library(&maps, "libc.so.6").is_none() {
             return Err(fail(
                 libc::ENOEXEC,
@@ -374,12 +481,38 @@ impl Target {
     /// Whether `address` is in the C library or the dynamic loader, whose locks a thread
     /// stopped there may hold.
     fn in_loader_or_libc(&self, address: u64) -> bool {
-        self.maps.iter().any(|m| {
-            let name = m.path.rsplit('/').next().unwrap_or("");
-            m.contains(address as usize) && (name == "libc.so.6" || name.starts_with("ld-linux"))
-        })
+        self.in_library(address, |name| name == "libc.so.6" || name.starts_with("ld-linux"))
+    }
+
+    fn in_loader(&self, address: u64) -> bool {
+        self.in_library(address, |name| name.starts_with("ld-linux"))
+    }
+
+    fn in_library(&self, address: u64, named: impl Fn(&str) -> bool) -> bool {
+        self.maps.iter().any(|m| m.contains(address as usize) && named(m.path.rsplit('/').next().unwrap_or("")))
     }
 }
+
+/// The process's mappings once its dynamic loader has mapped the C library: a process that has
+/// just exec'd maps the loader first and the libraries it needs a moment later (a command started
+/// and injected at once saw "no libc.so.6"). Waited for up to STARTUP_WAIT; a static binary,
+/// which maps no loader, is not waited for.
+fn starting_up(pid: u32, mut now: Vec<Mapping>) -> Result<Vec<Mapping>, Failure> {
+    let deadline = Instant::now() + STARTUP_WAIT;
+    while library(&now, "libc.so.6").is_none()
+        && now.iter().any(|m| m.path.rsplit('/').next().is_some_and(|name| name.starts_with("ld-linux")))
+    {
+        if Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+        now = maps(pid)?;
+    }
+    Ok(now)
+}
+
+/// How long a process that has just exec'd may take to map its libraries.
+const STARTUP_WAIT: Duration = Duration::from_secs(1);
 
 fn maps(pid: u32) -> Result<Vec<Mapping>, Failure> {
     procmaps::of_process(pid).map_err(|e| match e.kind() {
@@ -543,19 +676,19 @@ impl Tracee {
         loop {
             ptrace(libc::PTRACE_INTERRUPT, self.tid, 0, 0).map_err(|e| self.gone(e))?;
             if self.wait_interrupted()? {
-                if self.in_safe_system_call()? {
+                if self.in_safe_system_call(target)? {
                     return Ok(Resume::AtSyscall);
                 }
                 self.resume_after_unsafe_stop()?;
                 continue;
             }
-            if self.in_safe_system_call()? {
+            if self.in_safe_system_call(target)? {
                 return Ok(Resume::AsSaved);
             }
             if let Some(wait) = syscall_wait.take() {
                 ptrace(libc::PTRACE_SYSCALL, self.tid, 0, 0).map_err(|e| self.gone(e))?;
                 if self.wait_for(wait)? {
-                    if self.in_safe_system_call()? {
+                    if self.in_safe_system_call(target)? {
                         return Ok(Resume::AtSyscall);
                     }
                     self.resume_after_unsafe_stop()?;
@@ -589,7 +722,7 @@ impl Tracee {
     /// "corrupted size vs. prev_size" one run in three). Nor an exec: the image the calls were
     /// worked out for (its /proc/PID/maps, read before) is being replaced, and a call into it
     /// faults in the new one.
-    fn in_safe_system_call(&self) -> Result<bool, Failure> {
+    fn in_safe_system_call(&self, target: &Target) -> Result<bool, Failure> {
         const UNSAFE: [i64; 8] = [
             libc::SYS_brk,
             libc::SYS_mmap,
@@ -600,8 +733,12 @@ impl Tracee {
             libc::SYS_execve,
             libc::SYS_execveat,
         ];
-        let number = self.registers()?.orig_rax as i64;
-        Ok(number >= 0 && !UNSAFE.contains(&number))
+        let registers = self.registers()?;
+        let number = registers.orig_rax as i64;
+        // A system call the dynamic loader makes itself is its start-up (a process that has just
+        // exec'd: the C library is not mapped or not initialised yet) or a dlopen in progress,
+        // which holds the loader's lock: no place for a dlopen of ours.
+        Ok(number >= 0 && !UNSAFE.contains(&number) && !target.in_loader(registers.rip))
     }
 
     /// Lets a thread stopped where it cannot be taken run on (without system call stops), with
