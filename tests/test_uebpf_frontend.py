@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHM, UEBPF, wait_until
+from conftest import SHM, UEBPF, processes_mentioning, wait_until
 from tracecost.leftovers import stat_fields
 from tracecost.procs import Child, started
 
@@ -164,7 +164,7 @@ def test_a_tool_stops_when_uebpf_load_is_killed_outright(tmp_path):
     env = {**os.environ, "UEBPF_NO_INJECT": "1"}
     with started(lambda: Child(argv, stderr_path=tmp_path / "load.err", env=env, terminal=True)) as load:
         load.wait_for_line("PID", timeout_s=60, prefix=True)
-        (tool,) = map(int, Path(f"/proc/{load.pid}/task/{load.pid}/children").read_text().split())
+        tool = the_tool(load.pid)
         try:
             load.send(signal.SIGKILL)
             assert load.wait(timeout_s=30).exit_code == -signal.SIGKILL
@@ -176,6 +176,44 @@ def test_a_tool_stops_when_uebpf_load_is_killed_outright(tmp_path):
                 os.kill(tool, signal.SIGKILL)  # the tool this test started, if it outlived its parent
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+
+
+def children(pid: int) -> list[int]:
+    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def the_tool(load: int) -> int:
+    """The tool `uebpf load` (`load`) runs: the child of its guard, its only child."""
+    (guard,) = children(load)
+    (tool,) = children(guard)
+    return tool
+
+
+@pytest.mark.parametrize("ends", ["the tool exits", "uebpf load is killed outright"])
+def test_nothing_the_tool_started_outlives_uebpf_load(tmp_path, ends):
+    """A tool's own children (here a shell's background sleep) end with the tool, or with a
+    `uebpf load` killed outright: the parent-death signal reaches only a direct child, so the
+    guard between them adopts what the tool leaves and stops it."""
+    # The sleep's command line alone says this number (the script computes it).
+    seconds = 1000 + os.getpid() % 1000 * 2 + len(ends) % 2
+    marker = f"{seconds}.25"
+    script = f"sleep $((1000 + {seconds - 1000})).25 & echo STARTED; read line; exit 3"
+    argv = [str(UEBPF), "load", "--", "sh", "-c", script]
+    with started(lambda: Child(argv, stderr_path=tmp_path / "load.err", stdin=True)) as load:
+        try:
+            load.wait_for_line("STARTED", timeout_s=30)
+            assert wait_until(lambda: processes_mentioning(marker), 30)
+            if ends == "the tool exits":
+                load.finish_input("go")
+                assert load.wait(timeout_s=30).exit_code == 3
+            else:
+                load.send(signal.SIGKILL)
+                assert load.wait(timeout_s=30).exit_code == -signal.SIGKILL
+            assert wait_until(lambda: not processes_mentioning(marker), 30), "the tool's child outlived uebpf load"
+        finally:
+            for pid in processes_mentioning(marker):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)  # the sleep this test started, if it outlived everything
 
 
 def test_a_tool_killed_with_sigkill_leaves_no_region(tmp_path):
@@ -190,8 +228,7 @@ def test_a_tool_killed_with_sigkill_leaves_no_region(tmp_path):
         try:
             load.wait_for_line("PID", timeout_s=60, prefix=True)
             assert path.exists()
-            (tool,) = map(int, Path(f"/proc/{load.pid}/task/{load.pid}/children").read_text().split())
-            os.kill(tool, signal.SIGKILL)
+            os.kill(the_tool(load.pid), signal.SIGKILL)
             assert load.wait(timeout_s=30).exit_code == 128 + signal.SIGKILL
             lines = load.stderr_text().splitlines()
             assert lines[1:] == [f"uebpf: removed {path}, left by {OPENSNOOP} (killed by SIGKILL)"], lines

@@ -5,7 +5,7 @@
 //! program with the agent preloaded, following that region. Both only set the environment the
 //! runtime/server/README.md and runtime/agent/README.md describe; nothing of the tool changes.
 //!
-//! `load` stays the tool's parent for two reasons: Ctrl-C and `kill` must reach the tool, which
+//! `load` stays the tool's ancestor (through its guard, guard.rs) for two reasons: Ctrl-C and `kill` must reach the tool, which
 //! prints its summary on SIGINT as it would on the kernel (so SIGINT, SIGTERM and SIGHUP are
 //! passed on and the tool's status becomes ours), and nothing may be left behind: the server
 //! removes its region when the tool exits, except after SIGKILL, which no handler sees; then
@@ -180,7 +180,6 @@ fn block(set: Option<&libc::sigset_t>) -> libc::sigset_t {
 fn as_started(command: &mut Command, mask: libc::sigset_t, ignore_sigchld: bool, stop_with_parent: bool) {
     // SAFETY: runs in the child between fork and exec, touching nothing of the parent's:
     // pthread_sigmask, prctl, getppid and kill, and signal(2) as std itself calls it there for SIGPIPE.
-    let parent = unsafe { libc::getpid() };
     unsafe {
         command.pre_exec(move || {
             libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
@@ -190,7 +189,7 @@ fn as_started(command: &mut Command, mask: libc::sigset_t, ignore_sigchld: bool,
             if stop_with_parent {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
                 // The parent may have died before the prctl: then no signal would ever come.
-                if libc::getppid() != parent {
+                if libc::getppid() != TOOL_PARENT.load(std::sync::atomic::Ordering::Relaxed) {
                     libc::kill(libc::getpid(), libc::SIGTERM);
                 }
             }
@@ -198,6 +197,10 @@ fn as_started(command: &mut Command, mask: libc::sigset_t, ignore_sigchld: bool,
         })
     };
 }
+
+/// The process that spawns the tool (`load`, or its guard): the tool's parent, whose death it
+/// must not outlive. Read in the tool between fork and exec.
+pub(crate) static TOOL_PARENT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 /// Whether the exec of `program` will find it: a path (with a `/`) as it is, a bare name in
 /// PATH (execvp's default without one), executable for this user (access(2), so root's rule).
@@ -218,16 +221,17 @@ fn findable(program: &OsStr) -> bool {
 
 /// One line, and the shell's statuses: 127 not found, 126 found but not runnable.
 fn cannot_run(program: &OsStr, error: &std::io::Error) -> ExitCode {
+    let (code, line) = cannot_run_line(program, error);
+    error_line(&line);
+    ExitCode::from(code as u8)
+}
+
+/// The status (127: not found, 126: not runnable) and the line for a program that cannot run.
+pub(crate) fn cannot_run_line(program: &OsStr, error: &std::io::Error) -> (i32, String) {
     let program = program.to_string_lossy();
     match error.kind() {
-        std::io::ErrorKind::NotFound => {
-            error_line(&format!("uebpf: {program}: command not found"));
-            ExitCode::from(127)
-        }
-        _ => {
-            error_line(&format!("uebpf: cannot run {program}: {error}"));
-            ExitCode::from(126)
-        }
+        std::io::ErrorKind::NotFound => (127, format!("uebpf: {program}: command not found")),
+        _ => (126, format!("uebpf: cannot run {program}: {error}")),
     }
 }
 
@@ -307,15 +311,23 @@ pub(crate) fn load(args: &[OsString]) -> ExitCode {
     if runnable {
         invite();
     }
-    let child = match tool.spawn() {
-        Ok(child) => child,
-        Err(error) => return cannot_run(&launch.argv[0], &error),
+    // Through the guard (guard.rs): nothing the tool starts outlives it, or this command. (Not
+    // for a tool the look-up did not find: its spawn's error is said here, without a guard.)
+    let guard = if runnable { crate::guard::start(&mut tool, &waited) } else { None };
+    let pid = match guard {
+        Some(guard) => guard,
+        None => {
+            TOOL_PARENT.store(unsafe { libc::getpid() }, std::sync::atomic::Ordering::Relaxed);
+            match tool.spawn() {
+                Ok(child) => child.id() as libc::pid_t,
+                Err(error) => return cannot_run(&launch.argv[0], &error),
+            }
+        }
     };
     if !runnable {
         // The look-up and the exec disagreed: late rather than never.
         invite();
     }
-    let pid = child.id() as libc::pid_t;
     let status = match wait_forwarding(pid, &waited) {
         Ok(status) => status,
         Err(why) => return failed(&why),
@@ -377,7 +389,7 @@ fn wait_forwarding(child: libc::pid_t, waited: &libc::sigset_t) -> Result<c_int,
 /// hangup) went to the whole foreground process group, the tool included unless it left our
 /// group: passing it on would deliver it twice (as sudo, we do not). One the tool sent to us is
 /// not for it.
-fn passed_on(info: &libc::siginfo_t, child: libc::pid_t) -> bool {
+pub(crate) fn passed_on(info: &libc::siginfo_t, child: libc::pid_t) -> bool {
     if info.si_code == libc::SI_KERNEL {
         // SAFETY: process group ids of our child and of ourselves.
         return unsafe { libc::getpgid(child) != libc::getpgrp() };

@@ -64,6 +64,7 @@ use uebpf::maps::{def::map_type_name, AgentStatus, AttachKind, AttachState, Regi
 use uebpf::{Engine, Instance, Object, PtRegs, Target};
 
 mod attach;
+mod guard;
 mod help;
 mod inject;
 mod launch;
