@@ -520,8 +520,8 @@ def run_tool(tool: DistroTool, side: str, workdir: Path, events: int = 0) -> Too
                     raise
                 usage = loader.wait()
                 return ToolRun(side, app.pid, loader.read_stdout(), loader.stderr_text(), usage.exit_code)
-            # Under `uebpf load`, the tool is its one child.
-            wait_until_waiting(descendants(loader.pid)[0] if how.tool else loader.pid, READY_TIMEOUT_S)
+            # Under `uebpf load`, the tool is its guard's one child (runtime/uebpf/README.md, "load").
+            wait_until_waiting(descendants(loader.pid)[1] if how.tool else loader.pid, READY_TIMEOUT_S)
             if side == UEBPF:
                 uebpf.wait_applied(paths.artifact("bin/uebpf"), loader_env, app.pid)
             elif side == UEBPF_LIVE:

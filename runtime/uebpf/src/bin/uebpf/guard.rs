@@ -71,10 +71,13 @@ fn guard(tool: &mut Command, waited: &libc::sigset_t, load: libc::pid_t) -> ! {
                 end_as(status);
             }
         }
-        // SAFETY: a zeroed siginfo_t for sigtimedwait to fill; the signals are blocked here.
+        // SAFETY: a zeroed siginfo_t to fill; the signals are blocked here. A deadline to keep
+        // (what is left to stop) wakes the guard every 100 ms; otherwise it sleeps until a signal.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        let wait = libc::timespec { tv_sec: 0, tv_nsec: 100_000_000 };
-        let signal = unsafe { libc::sigtimedwait(waited, &mut info, &wait) };
+        let signal = match deadline {
+            Some(_) => unsafe { libc::sigtimedwait(waited, &mut info, &libc::timespec { tv_sec: 0, tv_nsec: 100_000_000 }) },
+            None => unsafe { libc::sigwaitinfo(waited, &mut info) },
+        };
         // SAFETY: getppid has no preconditions.
         let load_alive = unsafe { libc::getppid() } == load;
         if signal == libc::SIGCHLD || signal < 0 {
