@@ -210,6 +210,8 @@ mod tests {
 
     #[test]
     fn the_mapping_around_an_address_is_found_without_allocating() {
+        // `read` tries the kept copy's lock: not while the keeping test uses it.
+        let _alone = TESTS_KEEPING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let here = parses_file_and_anonymous_lines as *const () as usize;
         let expected = read().unwrap().into_iter().find(|m| m.contains(here)).map(|m| (m.start, m.end));
         assert_eq!(mapping_containing(here), expected);
@@ -221,6 +223,8 @@ mod tests {
 
     #[test]
     fn this_process_maps_its_own_code() {
+        // `read` tries the kept copy's lock: not while the keeping test uses it.
+        let _alone = TESTS_KEEPING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let here = parses_file_and_anonymous_lines as *const () as usize;
         let maps = read().unwrap();
         assert!(maps.iter().any(|m| m.contains(here) && m.executable));
@@ -231,23 +235,28 @@ mod tests {
     #[test]
     fn kept_mappings_are_read_again_after_a_change_of_ours() {
         let _alone = TESTS_KEEPING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let shows = |maps: &[Mapping], page: usize| maps.iter().any(|m| m.contains(page));
+        // A change made behind the engine's back (as another thread would): the middle page of a
+        // reservation of ours made readable. Inside the reservation, so that no other test's
+        // mapping, made or unmapped meanwhile, can be where the page is.
+        let reserved =
+            unsafe { libc::mmap(std::ptr::null_mut(), 3 * 4096, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+        assert_ne!(reserved, libc::MAP_FAILED);
+        let page = reserved as usize + 4096;
+        let readable = |protection| assert_eq!(unsafe { libc::mprotect(page as *mut _, 4096, protection) }, 0);
+        let shows = |maps: &[Mapping]| maps.iter().any(|m| m.contains(page) && m.readable);
         keeping(|| {
             read().unwrap();
-            // Mapped behind the engine's back (as another thread would): not in the kept copy.
-            let page = unsafe { libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
-            assert_ne!(page, libc::MAP_FAILED);
-            let page = page as usize;
-            assert!(!shows(&read().unwrap(), page), "kept");
-            assert!(shows(&read_now().unwrap(), page), "read now");
+            readable(libc::PROT_READ);
+            assert!(!shows(&read().unwrap()), "kept");
+            assert!(shows(&read_now().unwrap()), "read now");
             changed();
-            assert!(shows(&read().unwrap(), page), "read again after a change");
-            unsafe { libc::munmap(page as *mut _, 4096) };
+            assert!(shows(&read().unwrap()), "read again after a change");
+            readable(libc::PROT_NONE);
             changed();
-            assert!(!shows(&read().unwrap(), page));
+            assert!(!shows(&read().unwrap()));
         });
-        let page = unsafe { libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
-        assert!(shows(&read().unwrap(), page as usize), "outside keeping: read each time");
-        unsafe { libc::munmap(page, 4096) };
+        readable(libc::PROT_READ);
+        assert!(shows(&read().unwrap()), "outside keeping: read each time");
+        unsafe { libc::munmap(reserved, 3 * 4096) };
     }
 }
