@@ -79,38 +79,18 @@ pub unsafe extern "C" fn uebpf_agent_follow_handed(request: *const c_char) -> c_
 }
 
 /// How long the agent waits for the injector's hand-over.
-const HAND_OVER_WAIT: libc::timeval = libc::timeval { tv_sec: 5, tv_usec: 0 };
+const HAND_OVER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// The descriptor the injector sends on abstract unix socket `name` (one SCM_RIGHTS message).
+/// The descriptor the injector sends on abstract unix socket `name` (one SCM_RIGHTS message,
+/// which std's stable API cannot receive: recvmsg by hand).
 fn receive_descriptor(name: &[u8]) -> Result<OwnedFd, c_int> {
-    let errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
-    // SAFETY: plain socket(2); the descriptor is owned at once.
-    let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    if raw < 0 {
-        return Err(errno());
-    }
-    // SAFETY: a fresh descriptor of ours.
-    let _closed_on_return = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: zeroed sockaddr_un: an abstract address is a NUL, then the name.
-    let mut address: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    address.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    if name.is_empty() || name.len() >= address.sun_path.len() {
-        return Err(libc::EINVAL);
-    }
-    for (slot, byte) in address.sun_path[1..].iter_mut().zip(name) {
-        *slot = *byte as c_char;
-    }
-    let length = (std::mem::offset_of!(libc::sockaddr_un, sun_path) + 1 + name.len()) as libc::socklen_t;
-    let wait = HAND_OVER_WAIT;
-    let timeval_size = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
-    // SAFETY: our socket, a valid timeval and address.
-    let connected = unsafe {
-        libc::setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&wait as *const libc::timeval).cast(), timeval_size) == 0
-            && libc::connect(raw, (&address as *const libc::sockaddr_un).cast(), length) == 0
-    };
-    if !connected {
-        return Err(errno());
-    }
+    use std::os::fd::AsRawFd;
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixStream};
+    let errno = |e: std::io::Error| e.raw_os_error().unwrap_or(libc::EIO);
+    let address = SocketAddr::from_abstract_name(name).map_err(errno)?;
+    let socket = UnixStream::connect_addr(&address).map_err(errno)?;
+    socket.set_read_timeout(Some(HAND_OVER_WAIT)).map_err(errno)?;
     let mut byte = 0u8;
     let mut data = libc::iovec { iov_base: (&mut byte as *mut u8).cast(), iov_len: 1 };
     // Room for one descriptor's control message (CMSG_SPACE(sizeof(int))), 8-aligned.
@@ -122,8 +102,8 @@ fn receive_descriptor(name: &[u8]) -> Result<OwnedFd, c_int> {
     message.msg_control = control.as_mut_ptr().cast();
     message.msg_controllen = std::mem::size_of_val(&control);
     // SAFETY: our socket and message.
-    if unsafe { libc::recvmsg(raw, &mut message, libc::MSG_CMSG_CLOEXEC) } <= 0 {
-        return Err(errno());
+    if unsafe { libc::recvmsg(socket.as_raw_fd(), &mut message, libc::MSG_CMSG_CLOEXEC) } <= 0 {
+        return Err(errno(std::io::Error::last_os_error()));
     }
     // SAFETY: the kernel filled the control buffer; CMSG_FIRSTHDR and CMSG_DATA read inside it.
     unsafe {

@@ -14,13 +14,13 @@
 //!   first bytes: `int3` over byte 0, as the kernel's text_poke_bp, while every thread takes
 //!   SIGTRAP; else `jmp .` over bytes 0-1 where the first instruction is 2 bytes or more (a
 //!   thread that arrives waits, running, and needs no signal: a thread that blocks every signal
-//!   is no obstacle); else a refusal; (2) the bytes after
-//!   the barrier get their new value; (3) the first bytes get theirs. After each step every
-//!   thread of the process executes a serialising instruction before it runs user code again
-//!   (membarrier SYNC_CORE, the cross-modifying-code rule of the Intel SDM). A thread that
-//!   reaches the address meanwhile waits in the loop or traps, and goes on in the site's entry
-//!   stub, which behaves exactly as the finished patch (`Window`: the patching thread, which may
-//!   call the very function, is sent on by its own timer).
+//!   is no obstacle); else a refusal. (2) The bytes after the barrier get their new value. (3)
+//!   The first bytes get theirs. After each step every thread of the process executes a
+//!   serialising instruction before it runs user code again (membarrier SYNC_CORE, the
+//!   cross-modifying-code rule of the Intel SDM). A thread that reaches the address meanwhile
+//!   waits in the loop or traps, and goes on in the site's entry stub, which behaves exactly as
+//!   the finished patch (`Window`: the patching thread, which may call the very function, is
+//!   sent on by its own timer).
 //! * Between (1) and (2), a **checkpoint** of every other thread, which must not be in the middle
 //!   of bytes 1-4 or hold an address there (a return address of a call made from there, a
 //!   signal frame's saved ip): `stack_reaches_into`. If one is or does, the site becomes an int3
@@ -44,7 +44,8 @@
 //!     see EINTR. Other deliveries of SIGRTMAX go to the handler that was installed before.
 //!
 //! Restoring the original bytes (detach) needs no checkpoint: no thread can be inside the jump,
-//! so the self-loop barrier always serves.
+//! so behind a thread that blocks SIGTRAP the self-loop barrier serves whatever the original
+//! first instruction.
 
 use std::io;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
@@ -65,10 +66,11 @@ const JMP_REL32: u8 = 0xe9;
 pub enum PatchMethod {
     /// The process had one thread: all bytes at once.
     Plain,
-    /// Other threads were running: int3 first, membarrier between the steps (the int3 patch,
-    /// or a jump whose first instruction is 1 byte long).
+    /// Other threads were running: int3 first, membarrier between the steps (the int3 patch, or
+    /// a jump while every thread takes SIGTRAP).
     Int3,
-    /// Other threads were running: a jump-to-self first, membarrier between the steps.
+    /// Other threads were running, one of them blocking SIGTRAP: a jump-to-self first,
+    /// membarrier between the steps.
     SelfLoop,
 }
 
@@ -188,11 +190,11 @@ fn barrier_for(site: &Site, tids: &[libc::pid_t], first: usize) -> Result<Barrie
         return Ok(Barrier::SelfLoop);
     }
     let why_not_loop = if one_line {
-        "its first instruction is 1 byte long, so a live jump needs an int3 barrier".to_string()
+        "its first instruction is 1 byte long, so a live jump needs an int3 barrier"
     } else {
-        "its first two bytes straddle a cache line, so a live jump needs an int3 barrier".to_string()
+        "its first two bytes straddle a cache line, so a live jump needs an int3 barrier"
     };
-    refuse_blocked_signals(site, tids, &[libc::SIGTRAP]).map_err(|refusal| refusal.because(&why_not_loop))?;
+    refuse_blocked_signals(site, tids, &[libc::SIGTRAP]).map_err(|refusal| refusal.because(why_not_loop))?;
     Ok(Barrier::Int3)
 }
 
@@ -218,6 +220,7 @@ unsafe fn write_head(target: *mut u8, head: [u8; 2]) {
 /// it may itself call the function it patches (the agent's thread patches malloc, read...) and
 /// would otherwise wait in the loop for ever. With SIGRTMAX unblocked on it meanwhile.
 struct Window {
+    barrier: Barrier,
     timer: Option<libc::timer_t>,
     mask: Option<libc::sigset_t>,
 }
@@ -236,11 +239,11 @@ fn tick_value() -> u64 {
 
 impl Window {
     fn open(site: &'static Site, barrier: Barrier) -> Result<Window> {
+        let mut window = Window { barrier, timer: None, mask: None };
         if barrier != Barrier::SelfLoop {
-            return Ok(Window { timer: None, mask: None });
+            return Ok(window);
         }
         LOOP_SITE.store(site as *const Site as *mut Site, Ordering::Release);
-        let mut window = Window { timer: None, mask: None };
         unsafe {
             let mut unblock: libc::sigset_t = std::mem::zeroed();
             let mut old: libc::sigset_t = std::mem::zeroed();
@@ -273,7 +276,7 @@ impl Window {
     /// first bytes are put back and the attach is refused.
     fn becomes_int3(self, site: &'static Site, tids: &[libc::pid_t], head: [u8; 2], reason: String) -> Result<PatchMethod> {
         let target = site.address as *mut u8;
-        if self.timer.is_some() {
+        if self.barrier == Barrier::SelfLoop {
             if let Err(refusal) = refuse_blocked_signals(site, tids, &[libc::SIGTRAP]).and_then(|()| register_trap_site(site)) {
                 unsafe { write_head(target, head) };
                 sync_cores()?;
@@ -443,8 +446,9 @@ fn checkpoint(site: &'static Site) -> Result<Option<String>> {
             SavedState::Running => true,
             SavedState::Gone => false,
             SavedState::Blocked { sp, ip } => {
-                stuck += usize::from(ip > site.address && ip < site.address + site.displaced);
-                on_stack += usize::from(stack_reaches_into(site, sp, read_other_stack));
+                let (in_patch, holds) = judge_blocked(site, sp, ip);
+                stuck += in_patch;
+                on_stack += holds;
                 false
             }
         });
@@ -496,10 +500,7 @@ fn judge_by_progress(site: &Site, tid: libc::pid_t) -> Result<(usize, usize)> {
     while Instant::now() < deadline {
         match saved_state(tid) {
             SavedState::Gone => return Ok((0, 0)),
-            SavedState::Blocked { sp, ip } => {
-                let inside = ip > site.address && ip < site.address + site.displaced;
-                return Ok((usize::from(inside), usize::from(stack_reaches_into(site, sp, read_other_stack))));
-            }
+            SavedState::Blocked { sp, ip } => return Ok(judge_blocked(site, sp, ip)),
             SavedState::Running => {}
         }
         match cpu_time(clock) {
@@ -512,6 +513,13 @@ fn judge_by_progress(site: &Site, tid: libc::pid_t) -> Result<(usize, usize)> {
         &site.description,
         format!("thread {tid} ({}) blocks SIGRTMAX and did not run for the live patch's checkpoint within 2 s", comm()),
     ))
+}
+
+/// A thread blocked in the kernel with saved `sp` and `ip` (from /proc): (1 if stopped inside the
+/// displaced instructions, 1 if its stack holds an address in bytes 1-4).
+fn judge_blocked(site: &Site, sp: usize, ip: usize) -> (usize, usize) {
+    let inside = ip > site.address && ip < site.address + site.displaced;
+    (usize::from(inside), usize::from(stack_reaches_into(site, sp, read_other_stack)))
 }
 
 /// Whether thread `tid` blocks every signal this process has a handler for: no handler can run

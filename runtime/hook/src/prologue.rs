@@ -119,7 +119,9 @@ pub(crate) fn analyse(target: &Target, body: &[u8], data: &dyn Fn(u64, usize) ->
         }
         instructions.push(instruction);
     }
-    if let Some(reason) = branch_into_patch(target, body).or_else(|| indirect_jump(target, body, data)) {
+    // The whole body, decoded once for the two scans.
+    let body: Vec<Instruction> = Decoder::with_ip(64, body, function.start as u64, DecoderOptions::NONE).into_iter().collect();
+    if let Some(reason) = branch_into_patch(target, &body).or_else(|| indirect_jump(target, &body, data)) {
         return int3(reason);
     }
     Ok(Prologue { instructions, len, kind: PatchKind::Jump })
@@ -214,39 +216,42 @@ fn leaves(instruction: &Instruction) -> bool {
 }
 
 /// The first direct branch in the function that targets bytes 1..5 of the patch, described.
-fn branch_into_patch(target: &Target, body: &[u8]) -> Option<String> {
+fn branch_into_patch(target: &Target, code: &[Instruction]) -> Option<String> {
     let start = target.function.start as u64;
     let inside = target.address as u64 + 1..(target.address + PATCH_LEN) as u64;
-    Decoder::with_ip(64, body, start, DecoderOptions::NONE).into_iter().find_map(|instruction| {
-        let direct = matches!(instruction.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64);
-        (direct && inside.contains(&instruction.near_branch_target())).then(|| {
-            format!(
-                "`{}` at +{:#x} jumps to +{:#x}, inside the {PATCH_LEN} patched bytes",
-                text(&instruction),
-                instruction.ip() - start,
-                instruction.near_branch_target() - start
-            )
-        })
+    code.iter().find_map(|instruction| {
+        let to = direct_target(instruction).filter(|to| inside.contains(to))?;
+        Some(format!(
+            "`{}` at +{:#x} jumps to +{:#x}, inside the {PATCH_LEN} patched bytes",
+            text(instruction),
+            instruction.ip() - start,
+            to - start
+        ))
     })
+}
+
+/// Where a direct branch (a jump, a conditional jump, a call) goes; None for any other instruction.
+fn direct_target(instruction: &Instruction) -> Option<u64> {
+    matches!(instruction.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64)
+        .then(|| instruction.near_branch_target())
 }
 
 /// The first indirect jump in the function whose target may be inside the patch, described;
 /// None when the user trusts them. A RIP-relative memory jump is a tail call through the GOT: it
 /// leaves for another function. A switch's jump through its table (`jump_table`) is judged by
 /// the table's entries.
-fn indirect_jump(target: &Target, body: &[u8], data: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<String> {
+fn indirect_jump(target: &Target, code: &[Instruction], data: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<String> {
     if std::env::var(TRUST_INDIRECT_JUMPS).as_deref() == Ok("1") {
         return None;
     }
     let start = target.function.start as u64;
-    let code: Vec<Instruction> = Decoder::with_ip(64, body, start, DecoderOptions::NONE).into_iter().collect();
     let inside = target.address as u64 + 1..(target.address + PATCH_LEN) as u64;
     code.iter().enumerate().find_map(|(at, instruction)| {
         if instruction.flow_control() != FlowControl::IndirectBranch || instruction.is_ip_rel_memory_operand() {
             return None;
         }
         let shown = || format!("`{}` at +{:#x}", text(instruction), instruction.ip() - start);
-        match jump_table(&code, at).and_then(|table| table.targets(data)) {
+        match jump_table(code, at).and_then(|table| table.targets(data)) {
             Some(targets) => targets
                 .into_iter()
                 .find(|to| inside.contains(to))
@@ -272,11 +277,11 @@ impl JumpTable {
     fn targets(&self, data: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<Vec<u64>> {
         let width = if self.relative { 4 } else { 8 };
         let bytes = data(self.at, (self.entries * width) as usize)?;
-        let targets = bytes.chunks_exact(width as usize).map(|entry| match entry.try_into() {
-            Ok(offset) => self.at.wrapping_add(i32::from_le_bytes(offset) as i64 as u64),
-            Err(_) => u64::from_le_bytes(entry.try_into().unwrap_or_default()),
-        });
-        Some(targets.collect())
+        let entry = |bytes: &[u8]| match self.relative {
+            true => self.at.wrapping_add(i32::from_le_bytes(bytes.try_into().unwrap_or_default()) as i64 as u64),
+            false => u64::from_le_bytes(bytes.try_into().unwrap_or_default()),
+        };
+        Some(bytes.chunks_exact(width as usize).map(entry).collect())
     }
 }
 
@@ -339,9 +344,7 @@ fn jump_table(code: &[Instruction], jump: usize) -> Option<JumpTable> {
     (1..=MAX_TABLE_ENTRIES).contains(&entries).then_some(())?;
     // No branch of the function lands between the bound and the jump.
     let span = code[before + 1].ip()..=jmp.ip();
-    let landing = code.iter().any(|i| {
-        matches!(i.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64) && span.contains(&i.near_branch_target())
-    });
+    let landing = code.iter().any(|i| direct_target(i).is_some_and(|to| span.contains(&to)));
     (!landing).then_some(())?;
     let at = match base {
         None => jmp.memory_displacement64(),
@@ -415,12 +418,9 @@ fn reaching_table(info: &mut InstructionInfoFactory, code: &[Instruction], load:
     let index_of = |ip: u64| code.binary_search_by_key(&ip, Instruction::ip).ok();
     let mut branched_from: Vec<Vec<usize>> = vec![Vec::new(); code.len()];
     for (from, instruction) in code.iter().enumerate() {
-        if matches!(instruction.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64)
-            && instruction.flow_control() != FlowControl::Call
-        {
-            if let Some(to) = index_of(instruction.near_branch_target()) {
-                branched_from[to].push(from);
-            }
+        let jumps_to = direct_target(instruction).filter(|_| instruction.flow_control() != FlowControl::Call);
+        if let Some(to) = jumps_to.and_then(index_of) {
+            branched_from[to].push(from);
         }
     }
     let falls_through = |at: usize| {
@@ -500,11 +500,8 @@ mod tests {
             .filter(|segment| matches!(segment.flags(), SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0))
             .map(|segment| (segment.address(), segment.address() + segment.size()))
             .collect();
-        let file_bytes = |at: u64, len: usize| {
-            let (start, (offset, size)) =
-                elf.segments().map(|s| (s.address(), s.file_range())).find(|(start, (_, size))| (*start..start + size).contains(&at))?;
-            (at + len as u64 <= start + size).then(|| data[(at - start + offset) as usize..][..len].to_vec())
-        };
+        let file = crate::resolve::FileBytes::new(std::sync::Arc::new(data.clone()), &elf);
+        let file_bytes = |at: u64, len: usize| file.read(at, len);
         let (mut tables, mut inside, mut cold) = (0, 0, 0);
         for symbol in elf.dynamic_symbols().filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0) {
             let Some(body) = file_bytes(symbol.address(), symbol.size() as usize) else { continue };

@@ -154,9 +154,8 @@ pub(crate) fn in_file(binary: &Path, location: &Location) -> Result<(Target, Vec
             from_unwind_table: symbol.from_unwind_table,
         },
     };
-    let segments = elf.segments().map(|segment| (segment.address(), segment.file_range())).collect();
     let body = body.to_vec();
-    Ok((target, body, FileBytes { data, segments }))
+    Ok((target, body, FileBytes::new(data.clone(), &elf)))
 }
 
 /// A binary's bytes by ELF virtual address (its PT_LOAD segments' file parts): what the hook
@@ -168,6 +167,11 @@ pub(crate) struct FileBytes {
 }
 
 impl FileBytes {
+    /// `data`, the file that `elf` parses.
+    pub(crate) fn new(data: Arc<Vec<u8>>, elf: &object::File) -> FileBytes {
+        FileBytes { segments: elf.segments().map(|segment| (segment.address(), segment.file_range())).collect(), data }
+    }
+
     pub(crate) fn read(&self, vaddr: u64, len: usize) -> Option<Vec<u8>> {
         let &(start, (offset, size)) = self.segments.iter().find(|(start, (_, size))| (*start..start + size).contains(&vaddr))?;
         let end = vaddr.checked_add(len as u64)?;

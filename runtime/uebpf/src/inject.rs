@@ -489,7 +489,7 @@ impl Target {
     }
 
     fn in_library(&self, address: u64, named: impl Fn(&str) -> bool) -> bool {
-        self.maps.iter().any(|m| m.contains(address as usize) && named(m.path.rsplit('/').next().unwrap_or("")))
+        self.maps.iter().any(|m| m.contains(address as usize) && named(file_name(m)))
     }
 }
 
@@ -499,9 +499,7 @@ impl Target {
 /// which maps no loader, is not waited for.
 fn starting_up(pid: u32, mut now: Vec<Mapping>) -> Result<Vec<Mapping>, Failure> {
     let deadline = Instant::now() + STARTUP_WAIT;
-    while library(&now, "libc.so.6").is_none()
-        && now.iter().any(|m| m.path.rsplit('/').next().is_some_and(|name| name.starts_with("ld-linux")))
-    {
+    while library(&now, "libc.so.6").is_none() && now.iter().any(|m| file_name(m).starts_with("ld-linux")) {
         if Instant::now() >= deadline {
             break;
         }
@@ -522,7 +520,12 @@ fn maps(pid: u32) -> Result<Vec<Mapping>, Failure> {
 }
 
 fn library<'a>(maps: &'a [Mapping], file: &str) -> Option<&'a Mapping> {
-    maps.iter().find(|m| m.executable && m.path.rsplit('/').next() == Some(file))
+    maps.iter().find(|m| m.executable && file_name(m) == file)
+}
+
+/// The name of the file a mapping maps, without its folder ("" for an anonymous one).
+fn file_name(mapping: &Mapping) -> &str {
+    mapping.path.rsplit('/').next().unwrap_or("")
 }
 
 fn permission(pid: u32, what: &str) -> Failure {

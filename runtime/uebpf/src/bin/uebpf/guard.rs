@@ -53,9 +53,8 @@ fn guard(tool: &mut Command, waited: &libc::sigset_t, load: libc::pid_t) -> ! {
             libc::_exit(1); // `load` died before the prctl: no tool to start
         }
     }
-    crate::launch::TOOL_PARENT.store(unsafe { libc::getpid() }, std::sync::atomic::Ordering::Relaxed);
-    let child = match tool.spawn() {
-        Ok(child) => child.id() as libc::pid_t,
+    let child = match crate::launch::spawn_tool(tool) {
+        Ok(child) => child,
         Err(error) => {
             let (code, line) = crate::launch::cannot_run_line(tool.get_program(), &error);
             error_line(&line);

@@ -202,6 +202,13 @@ fn as_started(command: &mut Command, mask: libc::sigset_t, ignore_sigchld: bool,
 /// must not outlive. Read in the tool between fork and exec.
 pub(crate) static TOOL_PARENT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
+/// Starts the tool as this process's child (`TOOL_PARENT`: its parent, whose death it follows).
+pub(crate) fn spawn_tool(tool: &mut Command) -> std::io::Result<libc::pid_t> {
+    // SAFETY: getpid has no preconditions.
+    TOOL_PARENT.store(unsafe { libc::getpid() }, std::sync::atomic::Ordering::Relaxed);
+    tool.spawn().map(|child| child.id() as libc::pid_t)
+}
+
 /// Whether the exec of `program` will find it: a path (with a `/`) as it is, a bare name in
 /// PATH (execvp's default without one), executable for this user (access(2), so root's rule).
 fn findable(program: &OsStr) -> bool {
@@ -316,13 +323,10 @@ pub(crate) fn load(args: &[OsString]) -> ExitCode {
     let guard = if runnable { crate::guard::start(&mut tool, &waited) } else { None };
     let pid = match guard {
         Some(guard) => guard,
-        None => {
-            TOOL_PARENT.store(unsafe { libc::getpid() }, std::sync::atomic::Ordering::Relaxed);
-            match tool.spawn() {
-                Ok(child) => child.id() as libc::pid_t,
-                Err(error) => return cannot_run(&launch.argv[0], &error),
-            }
-        }
+        None => match spawn_tool(&mut tool) {
+            Ok(child) => child,
+            Err(error) => return cannot_run(&launch.argv[0], &error),
+        },
     };
     if !runnable {
         // The look-up and the exec disagreed: late rather than never.
