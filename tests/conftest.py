@@ -184,6 +184,11 @@ def processes_running(program: str | Path) -> set[int]:
     return found
 
 
+def thread_names(pid: int) -> set[str]:
+    """The names (comm) of process `pid`'s threads."""
+    return {(Path(f"/proc/{pid}/task") / tid / "comm").read_text().strip() for tid in os.listdir(f"/proc/{pid}/task")}
+
+
 def wait_until(condition, timeout=30.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -261,21 +261,25 @@ def test_a_signal_frame_inside_bytes_1_to_4_during_a_live_attach(tmp_path):
 
 def test_a_thread_blocking_every_signal_does_not_stop_a_live_attach(tmp_path):
     """A worker blocks every signal (sigfillset + pthread_sigmask, as jemalloc's background
-    thread does) and calls torture_live in a loop while the agent attaches to it: the jump goes in
-    behind a self-loop barrier, which needs no signal, and the worker, judged by its CPU clock
-    rather than stopped, computes the same sums. torture_outer starts with the 1-byte `push rbp`:
-    its jump would need an int3 barrier, which would kill the worker, so it is refused naming the
-    thread, and left untouched."""
-    live, outer = entry("torture_live"), entry("torture_outer")
-    hooked = hooked_and_plain("sigtrap_blocked", 1000, tmp_path, [], late=[live, outer])
+    thread does) and calls torture_live and torture_framed in a loop while the agent attaches to
+    them: the jumps go in behind a self-loop barrier, which needs no signal, and the worker,
+    judged by its CPU clock rather than stopped, computes the same sums. torture_framed starts
+    with the 1-byte `push rbp`, where the loop cannot stand: its jump goes behind the push.
+    torture_four_pushes starts with four 1-byte pushes: its jump would need an int3 barrier,
+    which would kill the worker, so it is refused naming the thread and why, and left
+    untouched."""
+    live, framed, four = entry("torture_live"), entry("torture_framed"), entry("torture_four_pushes")
+    hooked = hooked_and_plain("sigtrap_blocked", 1000, tmp_path, [], late=[live, framed, four])
     assert hooked.case("sigtrap_blocked")["result"] != "-1"
     assert hooked.probe(live)["patch"] == "self-loop"
-    assert hooked.probe(live)["hits"] >= 1000
+    assert hooked.probe(framed)["patch"] == "behind"
+    assert hooked.probe(live)["hits"] >= 1000 and hooked.probe(framed)["hits"] >= 1000
     [refusal] = hooked.only_summary()["refused"]
-    assert refusal["error"].startswith(f"cannot hook {VICTIM}:torture_outer: thread "), refusal
+    assert refusal["error"].startswith(f"cannot hook {VICTIM}:torture_four_pushes: thread "), refusal
     assert refusal["error"].endswith(
         "(hook_torture) blocks SIGTRAP: the patch's int3 would kill it, and its first instruction is 1 byte "
-        "long, so a live jump needs an int3 barrier"
+        "long, and no jump can go behind it (its first 4 instructions are 1 byte long), so a live jump needs "
+        "an int3 barrier"
     ), refusal
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import regions_removed
+from conftest import regions_removed, thread_names
 from tracecost import services, uebpf
 from tracecost.procs import Child, started
 from tracecost.suites.redis import extension, powercut
@@ -23,9 +23,8 @@ REDIS_READY = "Ready to accept connections"
 def redis(port: int, folder: Path, workdir: Path, env: dict[str, str] | None = None, fsync: str = "always") -> Child:
     argv = [str(extension.redis_server()), "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
     argv += ["--appendonly", "yes", "--appendfsync", fsync, "--dir", str(folder), "--logfile", ""]
-    # jemalloc's background thread blocks every signal: beforeSleep, whose first instruction is a
-    # 1-byte push, cannot be patched live beside it (tracecost/suites/redis/server.py).
-    argv += ["--jemalloc-bg-thread", "no"]
+    # jemalloc's background thread runs, as by default: it blocks every signal, and beforeSleep's
+    # live hook goes behind its 1-byte pushes (tracecost/suites/redis/server.py).
     return Child(argv, stderr_path=workdir / "redis.err", env=env, name="redis-server")
 
 
@@ -102,6 +101,7 @@ def test_attached_live_into_a_redis_serving_already(tmp_path):
             with started(lambda: redis(port, tmp_path / "aof", tmp_path)) as server:
                 assert server.wait_for_lines(1, READY_S, REDIS_READY)
                 assert cli(port, "SET", "before", "1") == "OK"
+                assert "jemalloc_bg_thd" in thread_names(server.pid)  # it blocks every signal
                 injection = attached.injected_into(server.pid)
                 load = ["redis-benchmark", "-p", str(port), "-n", "5000", "-c", "4", "-t", "set"]
                 assert subprocess.run(load, capture_output=True, timeout=120).returncode == 0

@@ -12,7 +12,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from conftest import BUILD, UEBPF, regions_removed, server_env
+from conftest import BUILD, UEBPF, regions_removed, server_env, thread_names
 from tracecost import elf, services
 from tracecost.procs import Child, started
 from tracecost.suites.redis.extension import redis_server
@@ -69,10 +69,6 @@ def attached_once(pid: int, port: int, spec: str, region: str, folder: Path, ref
         assert detached.returncode == 0, detached.stderr
         loader.finished("appcount", timeout_s=30)
     return hits
-
-
-def thread_names(pid: int) -> set[str]:
-    return {(Path(f"/proc/{pid}/task") / tid / "comm").read_text().strip() for tid in os.listdir(f"/proc/{pid}/task")}
 
 
 def uebpf_command(*args) -> subprocess.CompletedProcess:

@@ -52,6 +52,7 @@ long torture_switch(long k);
 long torture_unsized(long x);
 long torture_tail_hop(long x);
 long torture_leaf_tail(long x);
+long torture_framed(long x);
 
 /* The test agent attaches its late probes when this is called, and records every probe's hits
  * at a snapshot (weak: absent without it). */
@@ -602,17 +603,22 @@ static void case_signal_live(long n)
 	print_sum("signal_live", sum, t, 1);
 }
 
-/* live_worker with every signal blocked, as worker pools do. */
+/* Calls torture_live and torture_framed with every signal blocked, as worker pools do. */
 static void *masked_worker(void *arg)
 {
 	sigset_t all;
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
-	return live_worker(arg);
+	struct live *l = arg;
+	for (long i = 0; !atomic_load(&l->stop); i++) {
+		l->sum += torture_live(i) + torture_framed(i);
+		l->calls++;
+	}
+	return NULL;
 }
 
-/* A worker blocks every signal (as worker pools do) and calls torture_live while the agent
- * attaches: no signal can reach it, and the live patch must not need one. */
+/* A worker blocks every signal (as worker pools do) and calls torture_live and torture_framed
+ * while the agent attaches: no signal can reach it, and the live patch must not need one. */
 static void case_sigtrap_blocked(long n)
 {
 	struct live work = {0};
@@ -623,14 +629,14 @@ static void case_sigtrap_blocked(long n)
 	attach_late();
 	long local = 0;
 	for (long i = 0; i < n; i++)
-		local += torture_live(i);
+		local += torture_live(i) + torture_framed(i);
 	atomic_store(&work.stop, 1);
 	pthread_join(thread, NULL);
 	long expected = 0;
 	for (long i = 0; i < work.calls; i++)
-		expected += i * 5 + 3;
-	struct tally t[1] = {{.function = "torture_live", .calls = n}};
-	print_sum("sigtrap_blocked", work.sum == expected ? local : -1, t, 1);
+		expected += i * 5 + 3 + i * 3 + 1;
+	struct tally t[2] = {{.function = "torture_live", .calls = n}, {.function = "torture_framed", .calls = n}};
+	print_sum("sigtrap_blocked", work.sum == expected ? local : -1, t, 2);
 }
 
 static void case_switch(long n)

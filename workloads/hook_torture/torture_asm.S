@@ -233,6 +233,34 @@ torture_switch:
 	.long 7b - .Lswitch_table, .Lcase1 - .Lswitch_table, .Lcase2 - .Lswitch_table, .Lcase3 - .Lswitch_table
 	.text
 
+/* A frame pointer's prologue, first instruction the 1-byte `push rbp`: a live jump beside a
+ * thread that blocks SIGTRAP goes behind it. torture_framed(x) = x * 3 + 1. */
+	.globl torture_framed
+	.type torture_framed, @function
+torture_framed:
+	push rbp
+	mov rbp, rsp
+	lea rax, [rdi + rdi * 2 + 1]
+	pop rbp
+	ret
+	.size torture_framed, .-torture_framed
+
+/* Four 1-byte pushes first: too many for a jump to go behind (never called). */
+	.globl torture_four_pushes
+	.type torture_four_pushes, @function
+torture_four_pushes:
+	push rbp
+	push rbx
+	push rsi
+	push rdi
+	lea rax, [rdi + 1]
+	pop rdi
+	pop rsi
+	pop rbx
+	pop rbp
+	ret
+	.size torture_four_pushes, .-torture_four_pushes
+
 /* No .size: a function symbol of size 0 (the int3 patch, first instruction only). */
 	.globl torture_unsized
 	.type torture_unsized, @function

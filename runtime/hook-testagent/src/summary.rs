@@ -16,6 +16,7 @@ pub(crate) fn render(agent: &Agent) -> String {
             Some(PatchMethod::Plain) => "\"plain\"",
             Some(PatchMethod::Int3) => "\"int3\"",
             Some(PatchMethod::SelfLoop) => "\"self-loop\"",
+            Some(PatchMethod::Behind) => "\"behind\"",
             None => "null",
         };
         let sums: Vec<String> = record.sums.iter().map(|s| s.load(Relaxed).to_string()).collect();

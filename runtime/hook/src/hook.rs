@@ -9,7 +9,7 @@ pub use crate::prologue::PatchKind;
 use crate::codemem::{self, TRAMPOLINE_OFFSET};
 use crate::error::{Error, Result};
 use crate::patch::{self, PatchMethod};
-use crate::prologue::{self, PATCH_LEN, RETURN_SLOT};
+use crate::prologue::{self, MAX_BEHIND, PATCH_LEN, RETURN_SLOT};
 use crate::resolve::{Target, MAX_INSTRUCTION_LEN};
 use crate::site::{Handler, Probe, ProbeList, Promises, Site, SiteStats};
 use crate::stubs;
@@ -183,17 +183,27 @@ fn build_site(target: &Target, sites: &[&'static Site]) -> Result<&'static Site>
     }
     let page = codemem::page_near(target.address)?;
     let trampoline_at = page as usize + TRAMPOLINE_OFFSET;
-    let trampoline = match prologue::relocate(target, &prologue, trampoline_at) {
-        Ok(code) => code,
+    // The jump behind the first instructions displaces one instruction more, which may not
+    // relocate: the jump at the hooked address alone is offered then.
+    let (prologue, trampoline) = match prologue::relocate(target, &prologue, trampoline_at, page as usize) {
+        Err(e) if prologue.behind.is_ok() => {
+            let prologue = prologue.without_behind(e.to_string());
+            let trampoline = prologue::relocate(target, &prologue, trampoline_at, page as usize);
+            (prologue, trampoline)
+        }
+        trampoline => (prologue, trampoline),
+    };
+    let trampoline = match trampoline {
+        Ok(trampoline) => trampoline,
         Err(e) => {
             unsafe { libc::munmap(page.cast(), codemem::PAGE) };
             crate::procmaps::changed();
             return Err(e);
         }
     };
-    let mut original = [0; PATCH_LEN];
+    let mut original = [0; PATCH_LEN + MAX_BEHIND];
     let offset = target.address - target.function.start;
-    let available = &body[offset..(offset + PATCH_LEN).min(body.len())];
+    let available = &body[offset..(offset + original.len()).min(body.len())];
     original[..available.len()].copy_from_slice(available);
     let site: &'static Site = Box::leak(Box::new(Site {
         address: target.address,
@@ -203,6 +213,12 @@ fn build_site(target: &Target, sites: &[&'static Site]) -> Result<&'static Site>
         displaced: prologue.len,
         kind: Mutex::new(prologue.kind),
         moved: trampoline.moved,
+        behind: match (prologue.behind, trampoline.behind_entry) {
+            (Ok(behind), Some(entry)) => Ok((behind.by, entry)),
+            (Ok(_), None) => Err("its thunk could not be encoded".into()),
+            (Err(why), _) => Err(why),
+        },
+        is_behind: AtomicBool::new(false),
         patched: AtomicBool::new(false),
         probes: AtomicPtr::new(Box::into_raw(Box::default())),
         returns_only: AtomicBool::new(false),
@@ -254,8 +270,8 @@ fn read_mapped(address: u64, len: usize) -> Option<Vec<u8>> {
 fn original_code(start: usize, size: usize, sites: &[&'static Site]) -> Vec<u8> {
     let mut code = unsafe { std::slice::from_raw_parts(start as *const u8, size) }.to_vec();
     for site in sites.iter().filter(|site| site.patched.load(Ordering::Acquire)) {
-        for (i, byte) in site.original.iter().enumerate().take(site.patch_len()) {
-            if let Some(slot) = (site.address + i).checked_sub(start).and_then(|at| code.get_mut(at)) {
+        for (i, byte) in site.original_patched().iter().enumerate() {
+            if let Some(slot) = (site.patch_at() + i).checked_sub(start).and_then(|at| code.get_mut(at)) {
                 *slot = *byte;
             }
         }

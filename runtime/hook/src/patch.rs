@@ -10,11 +10,14 @@
 //! * The jump with one thread in the process (start-up, e.g. a constructor before main): the 5
 //!   bytes are written at once, unless the thread's own stack holds an address in bytes 1-4
 //!   (then the int3 patch).
-//! * The jump with several threads: a barrier first (`Barrier`). (1) the barrier goes over the
-//!   first bytes: `int3` over byte 0, as the kernel's text_poke_bp, while every thread takes
-//!   SIGTRAP; else `jmp .` over bytes 0-1 where the first instruction is 2 bytes or more (a
-//!   thread that arrives waits, running, and needs no signal: a thread that blocks every signal
-//!   is no obstacle); else a refusal. (2) The bytes after the barrier get their new value. (3)
+//! * The jump with several threads (bytes counted from where the patch starts): a barrier
+//!   first (`Barrier`). (1) the barrier goes over the first bytes: `int3` over byte 0, as the
+//!   kernel's text_poke_bp, while every thread takes SIGTRAP; else `jmp .` over bytes 0-1 where
+//!   the first instruction is 2 bytes or more (a thread that arrives waits, running, and needs
+//!   no signal: a thread that blocks every signal is no obstacle); else, where the first
+//!   instructions are one-byte pushes or nops, the whole patch goes behind them, loop first
+//!   (prologue.rs, `Behind`); else a refusal. (2) The bytes after the barrier get their new
+//!   value. (3)
 //!   The first bytes get theirs. After each step every thread of the process executes a
 //!   serialising instruction before it runs user code again (membarrier SYNC_CORE, the
 //!   cross-modifying-code rule of the Intel SDM). A thread that reaches the address meanwhile
@@ -72,14 +75,18 @@ pub enum PatchMethod {
     /// Other threads were running, one of them blocking SIGTRAP: a jump-to-self first,
     /// membarrier between the steps.
     SelfLoop,
+    /// As `SelfLoop`, the jump behind the function's first one-byte instructions (`push rbp`, a
+    /// USDT `nop`), where the loop cannot stand at byte 0 (prologue.rs, `Behind`).
+    Behind,
 }
 
 /// Sites the SIGTRAP handler knows (push-only; sites are never freed).
 static TRAP_SITES: AtomicPtr<Site> = AtomicPtr::new(std::ptr::null_mut());
 
-/// `jmp rel32` from `site.address` to its entry stub.
+/// `jmp rel32` from where the site's patch starts to its entry stub (or the thunk of the jump
+/// behind the first instructions).
 fn jump_bytes(site: &Site) -> [u8; PATCH_LEN] {
-    let rel = (site.entry_stub as i64 - (site.address + PATCH_LEN) as i64) as i32;
+    let rel = (site.jump_to() as i64 - (site.patch_at() + PATCH_LEN) as i64) as i32;
     let mut bytes = [JMP_REL32, 0, 0, 0, 0];
     bytes[1..].copy_from_slice(&rel.to_le_bytes());
     bytes
@@ -92,18 +99,20 @@ pub(crate) fn install(site: &'static Site) -> Result<PatchMethod> {
     if let PatchKind::Int3 { .. } = site.kind() {
         return write_int3(site, &tids);
     }
-    let _writable = Writable::new(site.address, PATCH_LEN)?;
-    let target = site.address as *mut u8;
+    site.is_behind.store(false, Ordering::Release);
     if tids.len() == 1 {
         if let Some(reason) = own_stack_reaches_into(site) {
             *site.kind.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = PatchKind::Int3 { reason };
             return write_int3(site, &tids);
         }
-        unsafe { std::ptr::copy_nonoverlapping(jump_bytes(site).as_ptr(), target, PATCH_LEN) };
+        let _writable = Writable::new(site.address, PATCH_LEN)?;
+        unsafe { std::ptr::copy_nonoverlapping(jump_bytes(site).as_ptr(), site.address as *mut u8, PATCH_LEN) };
         return Ok(PatchMethod::Plain);
     }
-    let first = site.moved.get(1).map_or(site.displaced, |&(second, _)| second - site.address);
-    let barrier = barrier_for(site, &tids, first)?;
+    let (barrier, behind) = barrier_for(site, &tids, instruction_len(site, site.address))?;
+    site.is_behind.store(behind, Ordering::Release);
+    let _writable = Writable::new(site.patch_at(), PATCH_LEN)?;
+    let target = site.patch_at() as *mut u8;
     install_trap_handler()?;
     if barrier == Barrier::Int3 {
         register_trap_site(site)?;
@@ -132,7 +141,7 @@ pub(crate) fn install(site: &'static Site) -> Result<PatchMethod> {
     unsafe { write_head(target, [bytes[0], bytes[1]]) };
     sync_cores()?;
     drop(window);
-    Ok(barrier.method())
+    Ok(if behind { PatchMethod::Behind } else { barrier.method() })
 }
 
 /// What keeps the other threads out of bytes 1-4 while a live jump is written (or taken out).
@@ -175,27 +184,49 @@ impl Barrier {
     }
 }
 
-/// The barrier for a live jump at `site` (see `Barrier`): the int3 while every thread takes
-/// SIGTRAP (a thread that reaches it goes on at once, and the patching thread never waits), the
-/// self-loop where a thread blocks SIGTRAP and the loop is safe, else a refusal that names the
-/// thread. A thread that blocks SIGTRAP only for a moment (glibc's pthread_create, fork) turns
-/// the choice to the loop, which is safe for it too.
-/// `first`: the length of the instruction at the address now.
-fn barrier_for(site: &Site, tids: &[libc::pid_t], first: usize) -> Result<Barrier> {
+/// The barrier for a live jump at `site` (see `Barrier`), and whether the jump goes behind the
+/// first instructions: the int3 while every thread takes SIGTRAP (a thread that reaches it goes
+/// on at once, and the patching thread never waits); the self-loop where a thread blocks SIGTRAP
+/// and the loop is safe at the hooked address, or else behind its first one-byte instructions
+/// (prologue.rs, `Behind`); else a refusal that names the thread. A thread that blocks SIGTRAP
+/// only for a moment (glibc's pthread_create, fork) turns the choice to the loop, which is safe
+/// for it too. `first`: the length of the instruction at the address now.
+fn barrier_for(site: &Site, tids: &[libc::pid_t], first: usize) -> Result<(Barrier, bool)> {
     if tids.iter().all(|&tid| blocked_signal(tid, &[libc::SIGTRAP]).is_none()) {
-        return Ok(Barrier::Int3);
+        return Ok((Barrier::Int3, false));
     }
-    let one_line = site.address % CACHE_LINE != CACHE_LINE - 1;
-    if first >= 2 && one_line {
-        return Ok(Barrier::SelfLoop);
-    }
-    let why_not_loop = if one_line {
-        "its first instruction is 1 byte long, so a live jump needs an int3 barrier"
-    } else {
-        "its first two bytes straddle a cache line, so a live jump needs an int3 barrier"
+    let why_not_loop = match loop_fits(site.address, first) {
+        Ok(()) => return Ok((Barrier::SelfLoop, false)),
+        Err(why) if first > 1 => why,
+        Err(why) => match &site.behind {
+            Ok((by, _)) => match loop_fits(site.address + by, instruction_len(site, site.address + by)) {
+                Ok(()) => return Ok((Barrier::SelfLoop, true)),
+                Err(behind) => format!("{why}, and behind its first {by} bytes {behind}"),
+            },
+            Err(behind) => format!("{why}, and no jump can go behind it ({behind})"),
+        },
     };
-    refuse_blocked_signals(site, tids, &[libc::SIGTRAP]).map_err(|refusal| refusal.because(why_not_loop))?;
-    Ok(Barrier::Int3)
+    let why_not_loop = format!("{why_not_loop}, so a live jump needs an int3 barrier");
+    refuse_blocked_signals(site, tids, &[libc::SIGTRAP]).map_err(|refusal| refusal.because(&why_not_loop))?;
+    Ok((Barrier::Int3, false))
+}
+
+/// Whether the self-loop barrier can stand at `at`, where an instruction of `len` bytes starts
+/// (see `Barrier::SelfLoop`), or why not.
+fn loop_fits(at: usize, len: usize) -> std::result::Result<(), String> {
+    if at % CACHE_LINE == CACHE_LINE - 1 {
+        return Err("its first two bytes straddle a cache line".into());
+    }
+    match len {
+        1 => Err("its first instruction is 1 byte long".into()),
+        _ => Ok(()),
+    }
+}
+
+/// The length of the displaced instruction at `at`.
+fn instruction_len(site: &Site, at: usize) -> usize {
+    let next = site.moved.iter().map(|&(from, _)| from).find(|&from| from > at);
+    next.unwrap_or(site.address + site.displaced) - at
 }
 
 /// x86's cache line: a store inside one is seen whole by every instruction fetch.
@@ -275,7 +306,18 @@ impl Window {
     /// becomes an int3 site for good, if every thread can take the int3's SIGTRAP; else its
     /// first bytes are put back and the attach is refused.
     fn becomes_int3(self, site: &'static Site, tids: &[libc::pid_t], head: [u8; 2], reason: String) -> Result<PatchMethod> {
-        let target = site.address as *mut u8;
+        let target = site.patch_at() as *mut u8;
+        if site.is_behind.load(Ordering::Acquire) {
+            // The int3 goes at byte 0, where the trap handler knows the site.
+            unsafe { write_head(target, head) };
+            sync_cores()?;
+            site.is_behind.store(false, Ordering::Release);
+            drop(self);
+            let method =
+                write_int3(site, tids).map_err(|refusal| refusal.because(&format!("only the int3 patch can serve it ({reason})")))?;
+            *site.kind.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = PatchKind::Int3 { reason };
+            return Ok(method);
+        }
         if self.barrier == Barrier::SelfLoop {
             if let Err(refusal) = refuse_blocked_signals(site, tids, &[libc::SIGTRAP]).and_then(|()| register_trap_site(site)) {
                 unsafe { write_head(target, head) };
@@ -320,12 +362,12 @@ fn write_int3(site: &'static Site, tids: &[libc::pid_t]) -> Result<PatchMethod> 
 
 /// Puts the original bytes back: the 5 of a jump (behind a barrier when threads run), or byte 0.
 pub(crate) fn restore(site: &'static Site) -> Result<PatchMethod> {
-    let len = site.patch_len();
-    let _writable = Writable::new(site.address, len)?;
-    let target = site.address as *mut u8;
+    let (at, original) = (site.patch_at(), site.original_patched());
+    let _writable = Writable::new(at, original.len())?;
+    let target = at as *mut u8;
     let alone = thread_count()? == 1;
-    if alone || len == 1 {
-        unsafe { std::ptr::copy_nonoverlapping(site.original.as_ptr(), target, len) };
+    if alone || original.len() == 1 {
+        unsafe { std::ptr::copy_nonoverlapping(original.as_ptr(), target, original.len()) };
         if alone {
             return Ok(PatchMethod::Plain);
         }
@@ -333,8 +375,13 @@ pub(crate) fn restore(site: &'static Site) -> Result<PatchMethod> {
         return Ok(PatchMethod::Int3);
     }
     // No thread can stand inside the 5 bytes of a `jmp rel32`: the loop serves whatever the
-    // original first instruction.
-    let barrier = barrier_for(site, &threads()?, PATCH_LEN)?;
+    // original first instruction. A jump behind the first instructions is taken out behind the
+    // loop alone: the trap handler knows no site at its address.
+    let behind = site.is_behind.load(Ordering::Acquire);
+    let barrier = match behind {
+        true => Barrier::SelfLoop,
+        false => barrier_for(site, &threads()?, PATCH_LEN).map(|(barrier, _)| barrier)?,
+    };
     if barrier == Barrier::Int3 {
         // A jump written while the process had one thread (the agent's constructor) registered
         // no trap: a thread reaching the int3 would die of SIGTRAP without it.
@@ -346,15 +393,16 @@ pub(crate) fn restore(site: &'static Site) -> Result<PatchMethod> {
     unsafe {
         write_head(target, barrier.head(target.add(1).read_volatile()));
         sync_cores()?;
-        for (i, byte) in site.original.iter().enumerate().skip(barrier.len()) {
+        for (i, byte) in original.iter().enumerate().skip(barrier.len()) {
             target.add(i).write_volatile(*byte);
         }
         sync_cores()?;
-        write_head(target, [site.original[0], site.original[1]]);
+        write_head(target, [original[0], original[1]]);
     }
     sync_cores()?;
     drop(window);
-    Ok(barrier.method())
+    site.is_behind.store(false, Ordering::Release);
+    Ok(if behind { PatchMethod::Behind } else { barrier.method() })
 }
 
 /// Refuses the attach if a thread blocks one of `signals`: a thread that blocks SIGTRAP when it
@@ -518,7 +566,7 @@ fn judge_by_progress(site: &Site, tid: libc::pid_t) -> Result<(usize, usize)> {
 /// A thread blocked in the kernel with saved `sp` and `ip` (from /proc): (1 if stopped inside the
 /// displaced instructions, 1 if its stack holds an address in bytes 1-4).
 fn judge_blocked(site: &Site, sp: usize, ip: usize) -> (usize, usize) {
-    let inside = ip > site.address && ip < site.address + site.displaced;
+    let inside = ip > site.patch_at() && ip < site.address + site.displaced;
     (usize::from(inside), usize::from(stack_reaches_into(site, sp, read_other_stack)))
 }
 
@@ -683,7 +731,7 @@ fn record_mappings() -> Result<()> {
 /// `read_own_stack`. A stack in no recorded mapping, or one that cannot be read, cannot be
 /// judged, and counts as a hit.
 fn stack_reaches_into(site: &Site, sp: usize, read: fn(usize, &mut [u8]) -> bool) -> bool {
-    let inside = site.address + 1..site.address + PATCH_LEN;
+    let inside = site.patch_at() + 1..site.patch_at() + PATCH_LEN;
     let recorded = &STACKS[..STACKS_LEN.load(Ordering::Acquire).min(MAX_MAPPINGS)];
     let Some(end) = recorded.iter().find_map(|(start, end)| {
         let end = end.load(Ordering::Relaxed);
@@ -766,7 +814,7 @@ unsafe fn answer_checkpoint(queued: &QueuedInfo, context: &mut libc::ucontext_t)
     leave_the_loop(context);
     let rip = &mut context.uc_mcontext.gregs[libc::REG_RIP as usize];
     let at = *rip as usize;
-    if at > site.address && at < site.address + site.displaced {
+    if at > site.patch_at() && at < site.address + site.displaced {
         match site.moved_to(at) {
             Some(copy) => *rip = copy as i64,
             None => {
@@ -782,13 +830,14 @@ unsafe fn answer_checkpoint(queued: &QueuedInfo, context: &mut libc::ucontext_t)
     }
 }
 
-/// A thread waiting in a self-loop barrier goes on in the site's entry stub, as it will once
-/// the jump is complete (and as the int3 barrier's SIGTRAP handler sends it).
+/// A thread waiting in a self-loop barrier goes where the jump will send it once complete: the
+/// site's entry stub (as the int3 barrier's SIGTRAP handler sends it), or the thunk of a jump
+/// behind the first instructions.
 unsafe fn leave_the_loop(context: &mut libc::ucontext_t) {
     let Some(site) = LOOP_SITE.load(Ordering::Acquire).as_ref() else { return };
     let rip = &mut context.uc_mcontext.gregs[libc::REG_RIP as usize];
-    if *rip as usize == site.address {
-        *rip = site.entry_stub as i64;
+    if *rip as usize == site.patch_at() {
+        *rip = site.jump_to() as i64;
     }
 }
 

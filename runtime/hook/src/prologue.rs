@@ -74,7 +74,30 @@ pub(crate) struct Prologue {
     pub instructions: Vec<Instruction>,
     pub len: usize,
     pub kind: PatchKind,
+    /// Where a live jump may go behind the first instructions when they are one byte long, or
+    /// why not (`Behind`). When it may, `instructions` reach past it.
+    pub behind: std::result::Result<Behind, String>,
+    /// How many of `instructions` the jump at the hooked address displaces.
+    pub at_start: usize,
 }
+
+/// A live jump written behind the function's first instructions, when they are one byte long
+/// (`push rbp`, a USDT site's `nop`) and a thread of the process blocks SIGTRAP: the self-loop
+/// barrier needs an instruction of two bytes or more (a thread may stand at byte 1 of the
+/// first), and the int3 barrier would kill that thread. Those instructions run where they are;
+/// the jump sends the thread to a thunk that takes back what they pushed (`lea rsp, [rsp+8n]`,
+/// which changes no flag, and the pushed registers are unchanged), and the entry stub then sees
+/// the function entered at its first byte, as the patch at byte 0 would show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Behind {
+    /// Bytes from the hooked address to the jump: the one-byte instructions it skips.
+    pub by: usize,
+    /// Bytes those instructions pushed.
+    pub pushed: usize,
+}
+
+/// The most one-byte instructions a jump goes behind (`push rbp; push rbx; push r...`).
+pub(crate) const MAX_BEHIND: usize = 4;
 
 /// Chooses the patch at `target.address`; `body` holds the function's original bytes from its
 /// start (for a function of unknown size, at least the first instruction's).
@@ -89,7 +112,10 @@ pub(crate) fn analyse(target: &Target, body: &[u8], data: &dyn Fn(u64, usize) ->
     if first.is_invalid() {
         return Err(Error::refused(&target.description, format!("cannot decode the instruction at +{offset:#x}")));
     }
-    let int3 = |reason: String| Ok(Prologue { instructions: vec![first], len: first.len(), kind: PatchKind::Int3 { reason } });
+    let int3 = |reason: String| {
+        let behind = Err(String::new());
+        Ok(Prologue { instructions: vec![first], len: first.len(), kind: PatchKind::Int3 { reason }, behind, at_start: 1 })
+    };
     if let Some(why) = function.unknown_size {
         return int3(format!("{why}: its extent is unknown, only its first instruction is moved"));
     }
@@ -101,30 +127,107 @@ pub(crate) fn analyse(target: &Target, body: &[u8], data: &dyn Fn(u64, usize) ->
             if offset > 0 { format!(" and the hook is at +{offset:#x}") } else { String::new() }
         ));
     }
-    let mut decoder = Decoder::with_ip(64, &code[..room], target.address as u64, DecoderOptions::NONE);
+    let (instructions, len) = match displaced(target, &code[..room], PATCH_LEN) {
+        Ok(displaced) => displaced,
+        Err(reason) => return int3(reason),
+    };
+    // The whole body, decoded once for the two scans.
+    let body: Vec<Instruction> = Decoder::with_ip(64, body, function.start as u64, DecoderOptions::NONE).into_iter().collect();
+    if let Some(reason) = jumped_into(target, &body, data, PATCH_LEN) {
+        return int3(reason);
+    }
+    let at_start = instructions.len();
+    let jump = Prologue { instructions, len, kind: PatchKind::Jump, behind: Err(String::new()), at_start };
+    if first.len() != 1 {
+        return Ok(jump);
+    }
+    Ok(match behind(target, &code[..room], &body, data) {
+        Ok((behind, instructions, len)) => Prologue { instructions, len, behind: Ok(behind), ..jump },
+        Err(why) => Prologue { behind: Err(why), ..jump },
+    })
+}
+
+impl Prologue {
+    /// The prologue of the jump at the hooked address alone, `why` the jump behind is not offered.
+    pub(crate) fn without_behind(mut self, why: String) -> Prologue {
+        let len = self.instructions[..self.at_start].iter().map(Instruction::len).sum();
+        self.instructions.truncate(self.at_start);
+        Prologue { len, behind: Err(why), ..self }
+    }
+}
+
+/// The whole instructions from the hooked address that cover `patched` bytes, and their
+/// length; or why the jump cannot displace them (the int3's reason).
+fn displaced(target: &Target, code: &[u8], patched: usize) -> std::result::Result<(Vec<Instruction>, usize), String> {
+    let offset = target.address - target.function.start;
+    let mut decoder = Decoder::with_ip(64, code, target.address as u64, DecoderOptions::NONE);
     let mut instructions = Vec::new();
     let mut len = 0;
-    while len < PATCH_LEN {
+    while len < patched {
         let instruction = decoder.decode();
         let at = offset + len;
         if instruction.is_invalid() {
-            return int3(format!("cannot decode the instruction at +{at:#x}"));
+            return Err(format!("cannot decode the instruction at +{at:#x}"));
         }
         len += instruction.len();
-        if len < PATCH_LEN && leaves(&instruction) {
-            return int3(format!("`{}` at +{at:#x} leaves the function inside the {PATCH_LEN} patched bytes", text(&instruction)));
+        if len < patched && leaves(&instruction) {
+            return Err(format!("`{}` at +{at:#x} leaves the function inside the {}", text(&instruction), bytes_named(patched)));
         }
-        if len < PATCH_LEN && is_call(&instruction) {
-            return int3(format!("`{}` at +{at:#x} would return inside the {PATCH_LEN} patched bytes", text(&instruction)));
+        if len < patched && is_call(&instruction) {
+            return Err(format!("`{}` at +{at:#x} would return inside the {}", text(&instruction), bytes_named(patched)));
         }
         instructions.push(instruction);
     }
-    // The whole body, decoded once for the two scans.
-    let body: Vec<Instruction> = Decoder::with_ip(64, body, function.start as u64, DecoderOptions::NONE).into_iter().collect();
-    if let Some(reason) = branch_into_patch(target, &body).or_else(|| indirect_jump(target, &body, data)) {
-        return int3(reason);
+    Ok((instructions, len))
+}
+
+/// What the bytes 1..`patched` of a hooked address are called in a reason.
+fn bytes_named(patched: usize) -> String {
+    match patched - PATCH_LEN {
+        0 => format!("{PATCH_LEN} patched bytes"),
+        by => format!("bytes 1-{} (a jump behind the first {by})", patched - 1),
     }
-    Ok(Prologue { instructions, len, kind: PatchKind::Jump })
+}
+
+/// A branch or a switch of the function that lands inside bytes 1..`patched`, described.
+fn jumped_into(target: &Target, body: &[Instruction], data: &dyn Fn(u64, usize) -> Option<Vec<u8>>, patched: usize) -> Option<String> {
+    branch_into_patch(target, body, patched).or_else(|| indirect_jump(target, body, data, patched))
+}
+
+/// The jump behind the one-byte instructions at the hooked address (`Behind`), the instructions
+/// it displaces and their length; or why not.
+fn behind(
+    target: &Target,
+    code: &[u8],
+    body: &[Instruction],
+    data: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+) -> std::result::Result<(Behind, Vec<Instruction>, usize), String> {
+    let mut decoder = Decoder::with_ip(64, code, target.address as u64, DecoderOptions::NONE);
+    let (mut by, mut pushed) = (0, 0);
+    loop {
+        let instruction = decoder.decode();
+        if instruction.is_invalid() || instruction.len() != 1 {
+            break;
+        }
+        match instruction.mnemonic() {
+            Mnemonic::Push => pushed += 8,
+            Mnemonic::Nop => {}
+            _ => return Err(format!("`{}` at +{by:#x} is neither a push nor a nop", text(&instruction))),
+        }
+        by += 1;
+        if by == MAX_BEHIND {
+            return Err(format!("its first {MAX_BEHIND} instructions are 1 byte long"));
+        }
+    }
+    let patched = by + PATCH_LEN;
+    if code.len() < patched {
+        return Err(format!("a jump behind its first {by} bytes does not fit"));
+    }
+    let (instructions, len) = displaced(target, code, patched)?;
+    if let Some(reason) = jumped_into(target, body, data, patched) {
+        return Err(reason);
+    }
+    Ok((Behind { by, pushed }, instructions, len))
 }
 
 /// The trampoline at `at`, and where each displaced instruction went
@@ -134,11 +237,14 @@ pub(crate) struct Trampoline {
     pub moved: Vec<(usize, Option<usize>)>,
     /// The original return address of a moved call, for the page at `at + RETURN_SLOT`.
     pub return_slot: Option<u64>,
+    /// Where the jump behind the first instructions goes (`Behind`): the thunk after the
+    /// trampoline that takes back what they pushed, or the entry stub if they pushed nothing.
+    pub behind_entry: Option<usize>,
 }
 
 /// The trampoline at `at`: the displaced instructions, relocated (calls emulated), then a jump
-/// back behind them.
-pub(crate) fn relocate(target: &Target, prologue: &Prologue, at: usize) -> Result<Trampoline> {
+/// back behind them; and, for a jump behind the first instructions, its thunk to `entry_stub`.
+pub(crate) fn relocate(target: &Target, prologue: &Prologue, at: usize, entry_stub: usize) -> Result<Trampoline> {
     let refuse = |why: String| Error::refused(&target.description, format!("cannot relocate the displaced instructions: {why}"));
     let resume = (target.address + prologue.len) as u64;
     let slot = (at + RETURN_SLOT) as u64;
@@ -155,19 +261,34 @@ pub(crate) fn relocate(target: &Target, prologue: &Prologue, at: usize) -> Resul
         }
     }
     block.push(Instruction::with_branch(Code::Jmp_rel32_64, resume).expect("a valid jmp rel32"));
+    let thunk = match prologue.behind {
+        Ok(Behind { pushed, .. }) if pushed > 0 => {
+            let taken_back = MemoryOperand::with_base_displ(Register::RSP, pushed as i64);
+            block.push(Instruction::with2(Code::Lea_r64_m, Register::RSP, taken_back).expect("a valid lea"));
+            block.push(Instruction::with_branch(Code::Jmp_rel32_64, entry_stub as u64).expect("a valid jmp rel32"));
+            Some(block.len() - 2)
+        }
+        _ => None,
+    };
     let encoded = BlockEncoder::encode(64, InstructionBlock::new(&block, at as u64), BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)
         .map_err(|e| refuse(e.to_string()))?;
     assert!(encoded.code_buffer.len() <= RETURN_SLOT, "a trampoline fits before its return slot");
+    let offsets = &encoded.new_instruction_offsets;
+    let behind_entry = match (prologue.behind.is_ok(), thunk) {
+        (true, Some(index)) => (offsets[index] != u32::MAX).then(|| at + offsets[index] as usize),
+        (true, None) => Some(entry_stub),
+        (false, _) => None,
+    };
     let moved = prologue
         .instructions
         .iter()
         .zip(first_of)
         .map(|(instruction, index)| {
-            let offset = encoded.new_instruction_offsets[index];
+            let offset = offsets[index];
             (instruction.ip() as usize, (offset != u32::MAX).then(|| at + offset as usize))
         })
         .collect();
-    Ok(Trampoline { code: encoded.code_buffer, moved, return_slot })
+    Ok(Trampoline { code: encoded.code_buffer, moved, return_slot, behind_entry })
 }
 
 /// `push qword [slot]` (the original return address, stored there) and a jump to the callee:
@@ -215,17 +336,19 @@ fn leaves(instruction: &Instruction) -> bool {
     )
 }
 
-/// The first direct branch in the function that targets bytes 1..5 of the patch, described.
-fn branch_into_patch(target: &Target, code: &[Instruction]) -> Option<String> {
+/// The first direct branch in the function that targets bytes 1..`patched` of the hooked
+/// address, described.
+fn branch_into_patch(target: &Target, code: &[Instruction], patched: usize) -> Option<String> {
     let start = target.function.start as u64;
-    let inside = target.address as u64 + 1..(target.address + PATCH_LEN) as u64;
+    let inside = target.address as u64 + 1..(target.address + patched) as u64;
     code.iter().find_map(|instruction| {
         let to = direct_target(instruction).filter(|to| inside.contains(to))?;
         Some(format!(
-            "`{}` at +{:#x} jumps to +{:#x}, inside the {PATCH_LEN} patched bytes",
+            "`{}` at +{:#x} jumps to +{:#x}, inside the {}",
             text(instruction),
             instruction.ip() - start,
-            to - start
+            to - start,
+            bytes_named(patched)
         ))
     })
 }
@@ -240,12 +363,12 @@ fn direct_target(instruction: &Instruction) -> Option<u64> {
 /// None when the user trusts them. A RIP-relative memory jump is a tail call through the GOT: it
 /// leaves for another function. A switch's jump through its table (`jump_table`) is judged by
 /// the table's entries.
-fn indirect_jump(target: &Target, code: &[Instruction], data: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<String> {
+fn indirect_jump(target: &Target, code: &[Instruction], data: &dyn Fn(u64, usize) -> Option<Vec<u8>>, patched: usize) -> Option<String> {
     if std::env::var(TRUST_INDIRECT_JUMPS).as_deref() == Ok("1") {
         return None;
     }
     let start = target.function.start as u64;
-    let inside = target.address as u64 + 1..(target.address + PATCH_LEN) as u64;
+    let inside = target.address as u64 + 1..(target.address + patched) as u64;
     code.iter().enumerate().find_map(|(at, instruction)| {
         if instruction.flow_control() != FlowControl::IndirectBranch || instruction.is_ip_rel_memory_operand() {
             return None;
@@ -255,8 +378,8 @@ fn indirect_jump(target: &Target, code: &[Instruction], data: &dyn Fn(u64, usize
             Some(targets) => targets
                 .into_iter()
                 .find(|to| inside.contains(to))
-                .map(|to| format!("the switch {} jumps to +{:#x}, inside the {PATCH_LEN} patched bytes", shown(), to - start)),
-            None => Some(format!("{} may jump into the {PATCH_LEN} patched bytes ({TRUST_INDIRECT_JUMPS}=1 trusts it does not)", shown())),
+                .map(|to| format!("the switch {} jumps to +{:#x}, inside the {}", shown(), to - start, bytes_named(patched))),
+            None => Some(format!("{} may jump into the {} ({TRUST_INDIRECT_JUMPS}=1 trusts it does not)", shown(), bytes_named(patched))),
         }
     })
 }

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 use std::sync::Mutex;
 
-use crate::prologue::{PatchKind, PATCH_LEN};
+use crate::prologue::{PatchKind, MAX_BEHIND, PATCH_LEN};
 use crate::regs::PtRegs;
 
 /// What a probe runs: `regs` is the frame described in [`PtRegs`], `data` the pointer given at
@@ -71,9 +71,9 @@ pub(crate) struct Site {
     pub address: usize,
     pub description: String,
     pub entry_stub: usize,
-    /// The original bytes the patch may overwrite (those past the function's or the mapping's
-    /// end are 0 and never written: an int3 patch writes byte 0 only).
-    pub original: [u8; PATCH_LEN],
+    /// The original bytes the patch may overwrite, the jump behind included (those past the
+    /// function's or the mapping's end are 0 and never written: an int3 patch writes byte 0 only).
+    pub original: [u8; PATCH_LEN + MAX_BEHIND],
     /// Bytes of whole instructions the trampoline replays (>= PATCH_LEN for the jump patch).
     pub displaced: usize,
     /// The patch chosen when the site was built; a jump becomes int3 for good when a live
@@ -81,6 +81,11 @@ pub(crate) struct Site {
     pub kind: Mutex<PatchKind>,
     /// Each displaced instruction's address and its copy in the trampoline (see patch.rs).
     pub moved: Vec<(usize, Option<usize>)>,
+    /// Where a live jump may go behind the first one-byte instructions (prologue.rs, `Behind`):
+    /// its offset from `address` and where it jumps; or why not.
+    pub behind: std::result::Result<(usize, usize), String>,
+    /// Whether the jump in place is the one behind (set by patch.rs, under the sites' lock).
+    pub is_behind: AtomicBool,
     pub patched: AtomicBool,
     pub probes: AtomicPtr<ProbeList>,
     /// Whether the published list has return probes and no entry probes: the entry stub then
@@ -112,12 +117,34 @@ impl Site {
         self.kind.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
 
-    /// How many bytes at `address` the patch changes: 5 for the jump, 1 for int3.
+    /// How many bytes at `patch_at` the patch changes: 5 for the jump, 1 for int3.
     pub fn patch_len(&self) -> usize {
         match self.kind() {
             PatchKind::Jump => PATCH_LEN,
             PatchKind::Int3 { .. } => 1,
         }
+    }
+
+    /// Where the patch starts: the hooked address, or behind its first instructions.
+    pub fn patch_at(&self) -> usize {
+        match (&self.behind, self.is_behind.load(Ordering::Acquire)) {
+            (Ok((by, _)), true) => self.address + by,
+            _ => self.address,
+        }
+    }
+
+    /// Where the jump goes: the entry stub, or the thunk of the jump behind.
+    pub fn jump_to(&self) -> usize {
+        match (&self.behind, self.is_behind.load(Ordering::Acquire)) {
+            (Ok((_, thunk)), true) => *thunk,
+            _ => self.entry_stub,
+        }
+    }
+
+    /// The original bytes where the patch goes (`patch_at`, `patch_len` of them).
+    pub fn original_patched(&self) -> &[u8] {
+        let from = self.patch_at() - self.address;
+        &self.original[from..from + self.patch_len()]
     }
 
     pub fn probes(&self) -> &ProbeList {

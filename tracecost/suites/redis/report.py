@@ -45,9 +45,9 @@ SUMMARY = (
 
 HOW = {
     "Service": "the distribution's redis-server 7, started per run on a free 127.0.0.1 port with every setting on "
-    "its command line (no config file): no RDB snapshots, no automatic AOF rewrite, jemalloc's background thread "
-    "off (it blocks every signal, and uebpf's live patch of beforeSleep, which starts with a 1-byte push, needs an "
-    "int3), aof-load-truncated yes; ready at its 'Ready to accept connections' line; stopped by its pid",
+    "its command line (no config file): no RDB snapshots, no automatic AOF rewrite, aof-load-truncated yes, the "
+    "rest as by default (jemalloc's background thread, which blocks every signal, runs); ready at its 'Ready to "
+    "accept connections' line; stopped by its pid",
     "Disk": "the AOF's folder is a powercut mount (a FUSE filesystem of ours) over a folder of the run's on a "
     "real disk: every fsync through it writes the file's state to the folder and fsyncs it there; what was not "
     "fsync'ed is lost at a cut. Every method's AOF takes the same path",

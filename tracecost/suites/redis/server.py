@@ -23,10 +23,9 @@ READY_TIMEOUT_S = 30
 # Besides the method's: loopback only; no RDB snapshots (--save ''), so that the AOF alone is what
 # survives a cut; no automatic AOF rewrite, which forks a child outside the harness's ledger and
 # fsyncs a new base file mid-run; the log to stdout, where the harness reads the ready line.
-# jemalloc's background thread blocks every signal, SIGTRAP included: the extension's hook on
-# beforeSleep, whose first instruction is a 1-byte push, needs an int3 barrier to go in live
-# (runtime/hook/README.md, "Patching running code"), which that thread could not take. Off for
-# every method alike.
+# The rest as by default: jemalloc's background thread, which blocks every signal, runs (the
+# extension's live hook on beforeSleep, whose first instructions are 1-byte pushes, goes behind
+# them: runtime/hook/README.md, "Patching running code").
 # aof-load-truncated is 7.0's default already (CONFIG GET says yes): given all the same, because a
 # cut may leave the AOF's last command half written and redis must then load the AOF up to it (and
 # truncate it) rather than refuse to start; the lost tail is what the count then finds lost.
@@ -35,7 +34,6 @@ OPTIONS = (
     ("save", ""),
     ("auto-aof-rewrite-percentage", "0"),
     ("logfile", ""),
-    ("jemalloc-bg-thread", "no"),
     ("aof-load-truncated", "yes"),
     ("daemonize", "no"),
 )
