@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import processes_running, regions_removed, run_tracecost
+from conftest import BUILD, processes_running, regions_removed, run_tracecost
 from tracecost import results, services
 
 PYTHON_SCRIPT = "import sys\nfor i in range(20_000): bytearray(100 + i % 50)\nsys.stdout.write('done')\n"
@@ -22,10 +23,11 @@ PYTHON = os.path.realpath(sys.executable)
 FROM_THE_START = ("--methods", "baseline,kernel,uebpf")
 
 
-def app(tmp_path, *args: str, env: dict[str, str] | None = None) -> dict:
-    """`tracecost app -r 2 ARGS...` into tmp_path: its suite part of results.json."""
+def app(tmp_path, *args: str, env: dict[str, str] | None = None, **kwargs) -> dict:
+    """`tracecost app -r 2 ARGS...` into tmp_path (kwargs: subprocess.run's): its suite part of
+    results.json."""
     out = tmp_path / "out"
-    result = run_tracecost("app", "-r", "2", "--seed", "1", "--out", str(out), *args, env=env)
+    result = run_tracecost("app", "-r", "2", "--seed", "1", "--out", str(out), *args, env=env, **kwargs)
     assert result.returncode == 0, result.stderr
     return results.load(out)["suites"]["app"]
 
@@ -131,6 +133,26 @@ def test_a_command_that_fails_untraced_fails_every_run_in_one_line(tmp_path):
     assert result.returncode != 0
     part = results.load(out)["suites"]["app"]
     assert {f["error"] for f in part["failures"]} == {"the command exited with status 1"}
+
+
+def test_a_static_command_is_counted_by_the_kernel_and_refused_by_uebpf_before_any_run(tmp_path):
+    """A statically linked command runs no dynamic loader, which is what loads uebpf's agent: the
+    uebpf method is unavailable at once, in one line saying why, not a run whose probes did not
+    fire; the kernel counts its calls. (A C program built with -static: Go, whose programs are the
+    usual static ones, is not among what `make setup` installs.)"""
+    static = BUILD / "bin" / "static_victim"
+    # It reads its standard input to the end: an empty one. Its writes: READY, then the lines it read.
+    part = app(tmp_path, *FROM_THE_START, "--probe", "syscall:write", "--", str(static), stdin=subprocess.DEVNULL)
+    assert part["failures"] == []
+    (refused,) = part["unavailable"]
+    assert refused["method"] == "uebpf", refused
+    assert refused["reason"] == (
+        f"{static} is statically linked: uebpf's agent is loaded by the dynamic loader (LD_PRELOAD, or dlopen "
+        "once injected), which a static binary does not run; kernel eBPF traces it"
+    )
+    runs = [r for r in part["runs"] if not r["warmup"]]
+    assert {r["method"] for r in runs} == {"baseline", "kernel"}
+    assert [r["hits"] for r in runs if r["method"] == "kernel"] == [{"syscall:write": 2}] * 2, runs
 
 
 # nginx as Debian runs it: a master (root) and workers that drop root for www-data. uebpf-live

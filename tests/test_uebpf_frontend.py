@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHM, UEBPF, processes_mentioning, wait_until
+from conftest import BUILD, SHM, UEBPF, processes_mentioning, wait_until
 from tracecost.leftovers import stat_fields
 from tracecost.procs import Child, started
 
@@ -237,3 +237,26 @@ def test_a_tool_killed_with_sigkill_leaves_no_region(tmp_path):
             load.kill_group()
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+
+
+# Each launcher's refusal of a static binary: what the dynamic loader would have loaded, what works instead.
+STATIC_REFUSALS = [
+    ("start", "the agent", "trace it with the kernel's eBPF instead"),
+    ("load", "the server", "its bpf(2) calls would go to the kernel: run it without uebpf load"),
+]
+
+
+@pytest.mark.parametrize(("command", "library", "instead"), STATIC_REFUSALS)
+def test_a_statically_linked_program_is_refused_in_one_line_before_it_runs(command, library, instead):
+    """A static binary runs no dynamic loader, which is what preloads the agent (start) or the
+    server (load): it would run without it and nothing would say so. Refused instead: one line,
+    exit 1, the program never started (it would print READY)."""
+    static = BUILD / "bin" / "static_victim"
+    region = ["--region", f"test-static-{os.getpid()}"] if command == "start" else []
+    argv = [str(UEBPF), command, *region, "--", str(static)]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert (result.returncode, result.stdout) == (1, ""), result
+    assert result.stderr.splitlines() == [
+        f"uebpf: {static} is statically linked: {library} is loaded by the dynamic loader (LD_PRELOAD), "
+        f"which a static binary does not run; {instead}"
+    ]

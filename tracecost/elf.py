@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import re
+import struct
 import subprocess
 from pathlib import Path
 
@@ -75,6 +76,38 @@ def x86_64_code(binary: Path, offset: int, size: int = 16) -> bytes | None:
     if header[:5] != b"\x7fELF\x02" or int.from_bytes(header[18:20], "little") != EM_X86_64 or not code:
         return None
     return code
+
+
+ET_EXEC, ET_DYN = 2, 3
+PT_LOAD, PT_INTERP = 1, 3
+# An ELF64 header from e_type on (after e_ident's 16 bytes): type, machine, version, entry,
+# phoff, shoff, flags, ehsize, phentsize, phnum; in the byte order e_ident's EI_DATA names.
+ELF64_HEADER = "HHIQQQIHHH"
+
+
+def statically_linked(program: Path) -> bool:
+    """Whether `program` is a statically linked 64-bit ELF program (a static-pie one too): it loads
+    segments but names no interpreter (PT_INTERP), so the kernel starts it without the dynamic
+    loader, which is what preloads a library (LD_PRELOAD) or loads one later (dlopen). A script,
+    any other file, or one that cannot be read, is not."""
+    try:
+        with program.open("rb") as file:
+            ident = file.read(16)
+            # EI_CLASS 2: 64-bit; EI_DATA 1: little-endian, 2: big-endian.
+            order = {b"\x01": "<", b"\x02": ">"}.get(ident[5:6])
+            if ident[:5] != b"\x7fELF\x02" or order is None:
+                return False
+            header = file.read(struct.calcsize(order + ELF64_HEADER))
+            kind, _, _, _, phoff, _, _, _, phentsize, phnum = struct.unpack(order + ELF64_HEADER, header)
+            file.seek(phoff)
+            table = file.read(phentsize * phnum)
+    except (OSError, ValueError, struct.error):
+        return False
+    if phentsize < 4 or len(table) < phentsize * phnum:
+        return False
+    # p_type: the first 4 bytes of each program header.
+    types = {struct.unpack_from(order + "I", table, at)[0] for at in range(0, len(table), phentsize)}
+    return kind in (ET_EXEC, ET_DYN) and PT_LOAD in types and PT_INTERP not in types
 
 
 def library(name: str) -> str | None:

@@ -27,7 +27,7 @@ from tracecost.procs import Child, descendants, run_command, started
 from tracecost.services import Readiness, wait_ready
 from tracecost.suites import base
 from tracecost.suites.app import classes, report, specs
-from tracecost.suites.app.runtimes import METHODS, AppMethod, Gated, make_method
+from tracecost.suites.app.runtimes import METHODS, AppMethod, Gated, Planned, make_method
 from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite, UsageError, UsageProblem
 
 READY_TIMEOUT_S = 30
@@ -254,7 +254,7 @@ class AppSuite(Suite):
         return [make_method(name) for name in config.methods]
 
     def unavailable(self, group: Group, method: AppMethod, config: AppConfig) -> str | None:
-        return method.unavailable(config.sites)
+        return method.unavailable(Planned(tuple(config.command), config.sites))
 
     def measure(self, group: Group, method: AppMethod, workdir: Path, config: AppConfig) -> dict:
         return run_once(method, config, workdir)

@@ -5,7 +5,8 @@ The command starts behind a gate (gate.c): its process exists, with its pid, bef
 that each method attaches to that process alone (the kernel's uprobes by pid; the system call
 tracepoints fire for every process and count this one's) before the first instruction of the
 command, and every hit of its run counts. uebpf's loader attaches before the command runs, and the
-agent, preloaded into the command at its exec, hooks every site as it starts."""
+agent, preloaded into the command at its exec, hooks every site as it starts; a statically linked
+command runs no dynamic loader to load the agent, so the uebpf methods are unavailable for it."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracecost import methods, paths, system, uebpf
+from tracecost import elf, methods, paths, system, uebpf
 from tracecost.errors import TracecostError
 from tracecost.procs import Child, last_json_line, started
 from tracecost.say import Say
@@ -39,6 +40,15 @@ class Gated:
     program: str = "count"  # appcount's program at each site: "count" or "record" (appcount.bpf.c)
 
 
+@dataclass(frozen=True)
+class Planned:
+    """What a method is asked about before any run (is it available?): the command, its program's
+    absolute path first, and the sites to probe in it."""
+
+    command: tuple[str, ...]
+    sites: tuple[Site, ...]
+
+
 @dataclass
 class Counted:
     hits: list[int] | None = None  # per site, in the sites' order, once the method has detached
@@ -56,7 +66,7 @@ class Counted:
 class AppMethod(methods.Method[Gated, Counted]):
     """A method attaches to the gated command's sites."""
 
-    def unavailable(self, cell: tuple[Site, ...] | None = None) -> str | None:
+    def unavailable(self, cell: Planned | None = None) -> str | None:
         return None
 
     def went(self, run: methods.Run[Gated]) -> dict | None:
@@ -137,12 +147,20 @@ class Uebpf(Kernel):
         self.loader = paths.artifact("bin/appcount")
         self.libraries = uebpf.require_runtime()
 
-    def unavailable(self, cell: tuple[Site, ...] | None = None) -> str | None:
-        """A site uebpf's hook engine refuses (a function shorter than its jump...), in its words."""
-        uebpf_command = paths.artifact("bin/uebpf")
-        for site in cell or ():
+    def unavailable(self, cell: Planned | None = None) -> str | None:
+        """A statically linked command, which the agent cannot be loaded into; a site uebpf's hook
+        engine refuses (a function shorter than its jump...), in its words."""
+        if cell is None:
+            return None
+        if elf.statically_linked(Path(cell.command[0])):
+            return (
+                f"{cell.command[0]} is statically linked: uebpf's agent is loaded by the dynamic loader "
+                "(LD_PRELOAD, or dlopen once injected), which a static binary does not run; kernel eBPF traces it"
+            )
+        for site in cell.sites:
             if not site.binary:
                 continue
+            uebpf_command = paths.artifact("bin/uebpf")
             verdict = uebpf.hook_verdict(uebpf_command, site.binary, f"{site.offset:#x}", site.kind == "uretprobe")
             if verdict is not None and not verdict.get("hookable", True):
                 return f"uebpf's hook engine refuses {site.spec}: {verdict['reason']}"

@@ -36,7 +36,8 @@ pub(crate) const COMMANDS: &[Command] = &[
 UEBPF_REGION set: its maps and programs go to region NAME instead of the kernel. Targets join
 with `uebpf start` or `uebpf inject`, as one line on stderr says. SIGINT, SIGTERM and SIGHUP are
 passed to TOOL; the exit status is TOOL's (128 + the signal if a signal killed it). The region
-is removed when TOOL exits, even if it was killed with SIGKILL.
+is removed when TOOL exits, even if it was killed with SIGKILL. A statically linked TOOL is
+refused (exit 1): no dynamic loader runs in it to preload the server.
 
   --region NAME        the region (default: a new unguessable name, load-PID-RANDOM)
   --region-size SIZE   bytes for maps and programs (suffix K, M or G; the server's default 256M)
@@ -49,7 +50,8 @@ is removed when TOOL exits, even if it was killed with SIGKILL.
         options: &["region", "agent"],
         details: "Runs PROGRAM in place of this command (same process id, its own signals and exit status)
 with the agent preloaded (LD_PRELOAD, after any already there) and UEBPF_REGION=NAME: the
-programs a loader attaches in region NAME run in it. Exit 127 if PROGRAM is not found.
+programs a loader attaches in region NAME run in it. Exit 127 if PROGRAM is not found, 1 if it
+is statically linked (no dynamic loader runs in it to preload the agent).
 
   --region NAME   the loader's region (`uebpf load` prints it)
   --agent PATH    the agent library (default: lib/libuebpf_agent.so beside bin/uebpf)",

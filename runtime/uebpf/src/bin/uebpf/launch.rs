@@ -4,6 +4,9 @@
 //! server preloaded, in a region nobody else can guess the name of; `start` becomes a target
 //! program with the agent preloaded, following that region. Both only set the environment the
 //! runtime/server/README.md and runtime/agent/README.md describe; nothing of the tool changes.
+//! That environment is all they give, so both refuse a statically linked program: the kernel
+//! starts it without the dynamic loader, the one reader of LD_PRELOAD, and it would run without
+//! the server or the agent, and nothing would say so.
 //!
 //! `load` stays the tool's ancestor (through its guard, guard.rs) for two reasons: Ctrl-C and `kill` must reach the tool, which
 //! prints its summary on SIGINT as it would on the kernel (so SIGINT, SIGTERM and SIGHUP are
@@ -209,9 +212,9 @@ pub(crate) fn spawn_tool(tool: &mut Command) -> std::io::Result<libc::pid_t> {
     tool.spawn().map(|child| child.id() as libc::pid_t)
 }
 
-/// Whether the exec of `program` will find it: a path (with a `/`) as it is, a bare name in
-/// PATH (execvp's default without one), executable for this user (access(2), so root's rule).
-fn findable(program: &OsStr) -> bool {
+/// The file the exec of `program` will run: a path (with a `/`) as it is, a bare name looked up
+/// in PATH (execvp's default without one); executable for this user (access(2), so root's rule).
+fn resolved(program: &OsStr) -> Option<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
     let runnable = |path: &Path| {
         let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else { return false };
@@ -219,11 +222,58 @@ fn findable(program: &OsStr) -> bool {
         path.is_file() && unsafe { libc::access(c_path.as_ptr(), libc::X_OK) } == 0
     };
     if program.as_bytes().contains(&b'/') {
-        return runnable(Path::new(program));
+        return Some(PathBuf::from(program)).filter(|path| runnable(path));
     }
     let search = std::env::var_os("PATH").unwrap_or_else(|| "/bin:/usr/bin".into());
     // An empty entry is the current directory, as execvp reads it.
-    std::env::split_paths(&search).any(|dir| runnable(&if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir }.join(program)))
+    std::env::split_paths(&search)
+        .map(|dir| if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir }.join(program))
+        .find(|path| runnable(path))
+}
+
+type Elf64Header = object::elf::FileHeader64<object::Endianness>;
+
+/// Whether `program` is statically linked: a 64-bit ELF program (a static-pie one too) that loads
+/// segments but names no interpreter (PT_INTERP), so the kernel starts it without the dynamic
+/// loader. Anything else (a script, another format, a file that cannot be read) is not: it runs
+/// as it would.
+fn statically_linked(program: &Path) -> bool {
+    use object::elf::{ET_DYN, ET_EXEC, PT_INTERP, PT_LOAD};
+    use object::read::elf::{FileHeader as _, ProgramHeader as _};
+    let Some(start) = elf_start(program) else { return false };
+    let Ok(header) = Elf64Header::parse(&*start) else { return false };
+    let Ok(endian) = header.endian() else { return false };
+    let Ok(segments) = header.program_headers(endian, &*start) else { return false };
+    let has = |kind| segments.iter().any(|segment| segment.p_type(endian) == kind);
+    matches!(header.e_type(endian), ET_EXEC | ET_DYN) && has(PT_LOAD) && !has(PT_INTERP)
+}
+
+/// The beginning of a 64-bit ELF file through its program header table (which linkers put right
+/// after the ELF header): all that says how the kernel starts it, without reading the whole file
+/// (a static binary may be large). None for a file shorter than an ELF header, or unreadable.
+fn elf_start(path: &Path) -> Option<Vec<u8>> {
+    use object::read::elf::FileHeader as _;
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut start = Vec::new();
+    file.by_ref().take(size_of::<Elf64Header>() as u64).read_to_end(&mut start).ok()?;
+    let header = Elf64Header::parse(&*start).ok()?;
+    let endian = header.endian().ok()?;
+    let table = u64::from(header.e_phnum(endian)) * u64::from(header.e_phentsize(endian));
+    let table_end = header.e_phoff(endian).saturating_add(table);
+    file.take(table_end.saturating_sub(start.len() as u64)).read_to_end(&mut start).ok()?;
+    Some(start)
+}
+
+/// The refusal of a statically linked `program`, which would run without `library` (the agent or
+/// the server) and so silently untraced by uebpf; None for any other program. `instead`: what works.
+fn refused_static(program: &OsStr, library: &str, instead: &str) -> Option<String> {
+    resolved(program).filter(|path| statically_linked(path)).map(|_| {
+        format!(
+            "{} is statically linked: {library} is loaded by the dynamic loader (LD_PRELOAD), which a static binary does not run; {instead}",
+            program.to_string_lossy()
+        )
+    })
 }
 
 /// One line, and the shell's statuses: 127 not found, 126 found but not runnable.
@@ -253,6 +303,9 @@ pub(crate) fn start(args: &[OsString]) -> ExitCode {
         Ok(launch) => launch,
         Err(why) => return help::mistaken(&help::mistake(&why, Some(command))),
     };
+    if let Some(why) = refused_static(&launch.argv[0], "the agent", "trace it with the kernel's eBPF instead") {
+        return failed(&why);
+    }
     let agent = match library(launch.library.as_deref(), AGENT_FILE, "--agent") {
         Ok(agent) => agent,
         Err(why) => return failed(&why),
@@ -272,6 +325,9 @@ pub(crate) fn load(args: &[OsString]) -> ExitCode {
         Ok(launch) => launch,
         Err(why) => return help::mistaken(&help::mistake(&why, Some(command))),
     };
+    if let Some(why) = refused_static(&launch.argv[0], "the server", "its bpf(2) calls would go to the kernel: run it without uebpf load") {
+        return failed(&why);
+    }
     let server = match library(launch.library.as_deref(), SERVER_FILE, "--server") {
         Ok(server) => server,
         Err(why) => return failed(&why),
@@ -314,7 +370,7 @@ pub(crate) fn load(args: &[OsString]) -> ExitCode {
              (or inject into a running one: {me} inject --pid PID --region {region})"
         ))
     };
-    let runnable = findable(&launch.argv[0]);
+    let runnable = resolved(&launch.argv[0]).is_some();
     if runnable {
         invite();
     }
@@ -440,5 +496,73 @@ mod tests {
         let start = help::find("start").unwrap();
         assert!(parse(start, &args[2..]).unwrap_err().contains("needs --region"));
         assert!(parse(load, &[OsString::from("tool")]).unwrap_err().contains("missing `--` before `tool`"));
+    }
+
+    /// A 64-bit little-endian ELF executable with program headers of `types` and nothing else:
+    /// all that tells how the kernel would start it.
+    fn elf_with_segments(types: &[u32]) -> Vec<u8> {
+        let mut elf = b"\x7fELF\x02\x01\x01".to_vec();
+        elf.resize(16, 0);
+        // e_type ET_EXEC, e_machine x86-64, e_version, e_entry, e_phoff, e_shoff, e_flags, e_ehsize, e_phentsize.
+        for (value, size) in [(2, 2), (62, 2), (1, 4), (0x401000, 8), (64, 8), (0, 8), (0, 4), (64, 2), (56, 2)] {
+            elf.extend_from_slice(&u64::to_le_bytes(value)[..size]);
+        }
+        // e_phnum, e_shentsize, e_shnum, e_shstrndx.
+        for value in [types.len() as u16, 64, 0, 0] {
+            elf.extend_from_slice(&value.to_le_bytes());
+        }
+        for &kind in types {
+            let mut header = kind.to_le_bytes().to_vec();
+            header.resize(56, 0);
+            elf.extend_from_slice(&header);
+        }
+        elf
+    }
+
+    /// An executable file of this content in the temporary folder, removed when dropped.
+    struct Program(PathBuf);
+
+    impl Program {
+        fn new(name: &str, content: &[u8]) -> Program {
+            use std::os::unix::fs::PermissionsExt;
+            let path = std::env::temp_dir().join(format!("uebpf-launch-test-{}-{name}", std::process::id()));
+            std::fs::write(&path, content).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+            Program(path)
+        }
+    }
+
+    impl Drop for Program {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    #[test]
+    fn a_program_without_an_interpreter_is_statically_linked() {
+        use object::elf::{PT_INTERP, PT_LOAD};
+        let static_program = Program::new("static", &elf_with_segments(&[PT_LOAD]));
+        assert!(statically_linked(&static_program.0));
+        let dynamic = Program::new("dynamic", &elf_with_segments(&[PT_INTERP, PT_LOAD]));
+        assert!(!statically_linked(&dynamic.0));
+        let script = Program::new("script", b"#!/bin/sh\ntrue\n");
+        assert!(!statically_linked(&script.0));
+        // Program headers cut off where the header says they are: not a program the kernel starts.
+        let truncated = Program::new("truncated", &elf_with_segments(&[PT_LOAD])[..80]);
+        assert!(!statically_linked(&truncated.0));
+        assert!(!statically_linked(&resolved(OsStr::new("sh")).expect("sh in PATH")));
+        assert!(!statically_linked(Path::new("/no/such/program")));
+    }
+
+    #[test]
+    fn only_a_statically_linked_program_is_refused_in_one_line() {
+        let static_program = Program::new("refused", &elf_with_segments(&[object::elf::PT_LOAD]));
+        let why = refused_static(static_program.0.as_os_str(), "the agent", "trace it with the kernel's eBPF instead").unwrap();
+        let expected = "is statically linked: the agent is loaded by the dynamic loader (LD_PRELOAD), which a static binary \
+                        does not run; trace it with the kernel's eBPF instead";
+        assert_eq!(why, format!("{} {expected}", static_program.0.display()));
+        assert_eq!(refused_static(OsStr::new("sh"), "the agent", "-"), None);
+        // One the exec will not find is left to the exec, which says so.
+        assert_eq!(refused_static(OsStr::new("/no/such/program"), "the agent", "-"), None);
     }
 }
