@@ -83,7 +83,7 @@ suites: $(SUITE_PRODUCTS)
 # --- workloads several suites and tests share --------------------------------------------------
 .PHONY: workloads
 workloads: $(LIB)/libmylib.so $(BIN)/inject_victim $(BIN)/static_victim $(BIN)/sleep_victim $(BIN)/signal_victim \
-  $(BIN)/timer_victim $(BIN)/selftrace
+  $(BIN)/timer_victim $(BIN)/selftrace $(BIN)/syscall_ways
 
 $(LIB)/libmylib.so: workloads/mylib/mylib.c workloads/mylib/mylib.h | $(LIB)
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $<
@@ -94,6 +94,10 @@ $(BIN)/inject_victim: workloads/inject_victim/inject_victim.c workloads/mylib/my
 
 $(BIN)/static_victim: workloads/inject_victim/static_victim.c | $(BIN)
 	$(CC) $(CFLAGS) -static -o $@ $<
+
+# The same system calls made every way (tests/test_app.py: counted alike on the kernel and uebpf).
+$(BIN)/syscall_ways: workloads/syscall_ways/syscall_ways.c | $(BIN)
+	$(CC) $(CFLAGS) -o $@ $< -ldl
 
 $(BIN)/sleep_victim: workloads/inject_victim/sleep_victim.c workloads/mylib/mylib.h $(LIB)/libmylib.so | $(BIN)
 	$(CC) $(CFLAGS) -Iworkloads/mylib -o $@ $< -L$(LIB) -lmylib -Wl,-rpath,'$$ORIGIN/../lib'

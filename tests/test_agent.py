@@ -592,6 +592,67 @@ def test_syscall_exit_tracepoints_see_the_kernels_return_value(tmp_path):
     assert sums_of(dumped) == {0: n + 1, 1: (n + 1) * ppid, 2: 2 * n, 3: 2 * n, 4: 2 * n}
 
 
+IN_PROGRESS_PROBES = textwrap.dedent(r"""
+    /* The kernel's syscalls/sys_exit_read format. */
+    struct sys_exit_read {
+        struct trace_entry ent;
+        int __syscall_nr;
+        long ret;
+    };
+
+    SEC("tp/syscalls/sys_exit_read")
+    int read_exit(struct sys_exit_read *ctx)
+    {
+        add(0, 1);
+        add(1, ctx->ret);
+        return 0;
+    }
+
+    SEC("tp/raw_syscalls/sys_exit")
+    int any_exit(struct trace_event_raw_sys_exit *ctx)
+    {
+        if (ctx->id == 0) /* read */
+            add(2, ctx->ret);
+        return 0;
+    }
+
+    char LICENSE[] SEC("license") = "GPL";
+""")
+
+# Blocked in read(0) when the probes attach; the line it reads then is its last read.
+IN_PROGRESS_TARGET = textwrap.dedent("""
+    import os, sys
+    print("READY", flush=True)
+    data = os.read(0, 100)
+    print("READ", len(data), file=sys.stderr, flush=True)
+    os._exit(0)
+""")
+
+
+def test_a_call_in_progress_at_attach_reports_its_exit(tmp_path):
+    """The target is blocked in read() when the exit probes attach (the agent applies them from
+    its own thread): as the kernel does, its read is reported when it returns, once per probe,
+    with its result."""
+    obj = compile_probes(tmp_path, IN_PROGRESS_PROBES, SUMS=3)
+    region = region_name("in-progress")
+    argv = [sys.executable, "-c", IN_PROGRESS_TARGET]
+    with started(lambda: Child(argv, stderr_path=tmp_path / "target.err", env=agent_env(region), stdin=True)) as target:
+        target.wait_for_line("READY", timeout_s=30)
+        assert wait_until(lambda: open(f"/proc/{target.pid}/syscall").read().split()[0] == "0")  # read
+        with started(
+            lambda: Child([str(UEBPF), "attach", str(obj), "--region", region], stderr_path=tmp_path / "a.err")
+        ) as attach:
+            attach.wait_for_line("READY", timeout_s=30)
+            assert wait_applied(region, target.pid, check=False).returncode == 0
+            target.popen.stdin.write(b"seven!\n")
+            target.popen.stdin.flush()
+            assert target.wait(timeout_s=30).exit_code == 0, target.stderr_text()
+            assert attach.stop().exit_code == 0, attach.stderr_text()
+            dumped = json.loads(attach.read_stdout())
+    assert "READ 7" in target.stderr_text()
+    assert sums_of(dumped) == {0: 1, 1: 7, 2: 7}
+
+
 def test_a_program_reading_past_the_system_call_record_is_not_attached(tmp_path):
     """Byte 160 of a tracepoint's context: the safety analysis allows reads up to 8192 bytes at
     load, as the kernel's verifier does; the attach is refused, as the kernel's is (its event

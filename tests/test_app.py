@@ -83,6 +83,22 @@ def test_gzip_writes_counted_the_same_on_the_kernel_and_on_uebpf(tmp_path):
     assert_same_counts(part, ["syscall:write"])
 
 
+def test_a_system_call_made_every_way_is_counted_alike_on_the_kernel_and_on_uebpf(tmp_path):
+    """getppid through the C library's wrapper, syscall(), the `syscall` dlsym finds and an inline
+    `syscall` instruction of the program's own: uebpf sees each call, once, as the kernel does.
+    openat through open(), openat() and syscall(SYS_openat): each once; the kernel sees the
+    dynamic loader's own opens too, made before uebpf's agent starts."""
+    n = 300
+    specs = ["syscall:getppid", "syscall:openat"]
+    probes = [a for s in specs for a in ("--probe", s)]
+    part = app(tmp_path, *FROM_THE_START, *probes, "--", str(BUILD / "bin" / "syscall_ways"), str(n))
+    assert part["failures"] == [] and part["unavailable"] == []
+    hits = counted(part)
+    assert [run["syscall:getppid"] for run in hits["kernel"] + hits["uebpf"]] == [4 * n] * 4, hits
+    assert [run["syscall:openat"] for run in hits["uebpf"]] == [3 * n] * 2, hits
+    assert all(3 * n < run["syscall:openat"] <= 3 * n + 8 for run in hits["kernel"]), hits
+
+
 def test_python_usdt_probe_recorded_the_same_on_the_kernel_and_on_uebpf(tmp_path):
     """A USDT probe with a semaphore (Debian's python3 evaluates gc__start only while a tracer holds
     it raised), under the record program: every hit's record reaches the loader."""

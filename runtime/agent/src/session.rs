@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU16, Ordering};
 
 use uebpf::maps::{AgentReport, AttachInfo, AttachKind, AttachState, Region};
 use uebpf::{Engine, Instance, LoadedProgram};
-use uebpf_hook::{Hook, Location, PatchKind, Promises};
+use uebpf_hook::{Hook, Location, PatchKind};
 
 use crate::probe::Probe;
 use crate::syscalls::{self, Point, Side, SyscallProbe};
@@ -239,26 +239,18 @@ impl Session {
         Ok(Some(vec![hook]))
     }
 
-    /// Installs a system call tracepoint's hooks at the C library's entry points (syscalls.rs):
-    /// all of them or none.
+    /// Attaches a system call tracepoint's program at the process's `syscall` instructions
+    /// (syscalls.rs). It has no hooks of its own: `unhook` takes it off the list.
     fn hook_syscall(&mut self, attachment: &AttachInfo, program_name: &str) -> Result<Vec<Hook>, Outcome> {
         let spec = &attachment.spec;
         let what = format!("attachment {} ({program_name} on {})", attachment.id, spec.target);
         let (side, point) = Point::parse(&spec.target).map_err(|why| Outcome::Unsupported(format!("{what}: {why}")))?;
         let failed = |why: String| Outcome::Failed(format!("{what}: {why}"));
-        let sites = syscalls::sites(side, point).map_err(failed)?;
         let record = side.record_size() as u32;
         let program = self.program(spec.prog_id).map_err(failed)?;
         if program.overrides() && side == Side::Exit {
             return Err(Outcome::Unsupported(format!(
                 "{what}: the program calls bpf_override_return, which needs a system call's entry (at its exit the call has been made)"
-            )));
-        }
-        // An answer returns from the C library function: its hooks must be at functions' starts.
-        if let Some(site) = sites.iter().find(|site| program.overrides() && site.target.address != site.target.function.start) {
-            return Err(Outcome::Unsupported(format!(
-                "{what}: the program calls bpf_override_return, and {} is not a function's first instruction",
-                site.target.description
             )));
         }
         let reach = program.max_ctx_offset();
@@ -270,40 +262,24 @@ impl Session {
             )));
         }
         let probe = self.probe_running(attachment, 0, uebpf::StackOrigin::None, program).map_err(failed)?;
-        // An extension answers the call in the program's place (it changes the course).
-        let promises = Promises { keeps_course: !probe.overrides(), keeps_vectors: false };
         let data = SyscallProbe::leak(probe, point, spec.offset);
         if self.exec_returning && side == Side::Exit {
             // SAFETY: the probe just leaked, never freed.
             unsafe { syscalls::report_exec_return(data) };
         }
-        let mut hooks = Vec::new();
-        let mut left_out = Vec::new();
-        for site in sites {
-            let site_data = site.wrapper.map_or(data, |(nr, args)| syscalls::WrapperSite::leak(data, nr, args));
-            let hook = match site.at_return {
-                true => Hook::ret(&site.target, site.handler, site_data),
-                false => Hook::entry_with(&site.target, site.handler, site_data, promises),
-            };
-            match hook {
-                // A wrapper only an int3 patch can hook would cost every such call a signal:
-                // raw_syscalls leaves it out, and says which (one line below).
-                Ok(hook) if site.wrapper.is_some() && matches!(hook.kind(), PatchKind::Int3 { .. }) => {
-                    detach(attachment.id, vec![hook]);
-                    left_out.push(site.target.function.name);
-                }
-                Ok(hook) => hooks.push(hook),
-                Err(e) if site.wrapper.is_some() => left_out.push(format!("{} ({e})", site.target.function.name)),
-                Err(e) => {
-                    detach(attachment.id, hooks);
-                    return Err(failed(e.to_string()));
-                }
+        for binary in syscalls::attach(attachment.id, side, data).map_err(failed)? {
+            if !binary.left.is_empty() {
+                note(&format!(
+                    "{what}: {} of the {} syscall instructions of {} not hooked, their calls not seen (first: {:#x}, {})",
+                    binary.left.len(),
+                    binary.sites,
+                    binary.binary,
+                    binary.left[0].0,
+                    binary.left[0].1
+                ));
             }
         }
-        if !left_out.is_empty() {
-            note(&format!("{what}: {} C library wrapper(s) not hooked, their calls not seen: {}", left_out.len(), left_out.join(", ")));
-        }
-        Ok(hooks)
+        Ok(Vec::new())
     }
 
     /// The attachment's program (loaded), JIT-compiled, as a probe at `func_ip` (0: not at an
@@ -350,6 +326,7 @@ impl Session {
     /// Removes an attachment's hooks, then lowers the USDT semaphore it held raised.
     fn unhook(&mut self, id: u32, hooks: Vec<Hook>) {
         detach(id, hooks);
+        syscalls::forget(id);
         if let Some(semaphore) = self.semaphores.remove(&id) {
             semaphore.lower();
         }

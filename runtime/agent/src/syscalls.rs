@@ -1,15 +1,15 @@
 //! System call tracepoints (`raw_syscalls/sys_enter`, `syscalls/sys_enter_NAME`, and their
-//! `sys_exit` counterparts) at the C library's entry points: an entry hook on libc's `syscall()`
-//! (the number is its first argument, the system call's six arguments its 2nd to 7th, the 7th on
-//! the stack) and, for `sys_enter_NAME`, one on the wrapper libc exports under NAME (`getpgid`,
-//! `getppid`...). Exit tracepoints use return hooks at the same places, and the kernel's return
-//! value: the function's, or -errno where it returned -1 (the C library's error convention);
-//! at `syscall()` an entry hook also notes the number, which its return no longer shows.
+//! `sys_exit` counterparts) at the process's `syscall` instructions (uebpf_hook's
+//! `hook_system_calls`): every system call the process makes through them, however it is made
+//! (an exported wrapper, the C library's internal paths, `syscall()` however it is reached, an
+//! inline `syscall` in any library or the program), runs the entry programs before and the exit
+//! programs after, with the kernel's number, arguments (di, si, dx, r10, r8, r9) and result. The
+//! runtime's own calls are made with probes off and stay invisible.
 //!
-//! *Why only there*: there is no trap to hook in userspace. A system call made with an inline
-//! `syscall` instruction (every other libc function, libc's own internal calls such as the
-//! write() inside printf, the dynamic linker, static binaries) is not seen; only calls through
-//! those entry points are. `raw_syscalls/sys_enter` sees only calls through `syscall()`.
+//! *Not seen*: the calls made before the agent starts (the dynamic loader's), those of code mapped
+//! after the hooks went in until the next attach hooks it (dlopen), an instruction without an
+//! island for its jump (uebpf_hook::syscall_sites; the agent says how many on attach), and the
+//! vDSO's fallbacks.
 //!
 //! The program gets the kernel's context: `struct trace_event_raw_sys_enter` (trace_entry;
 //! `long id`; `unsigned long args[6]`) or, for `sys_enter_NAME`, the per-syscall event
@@ -19,11 +19,13 @@
 //! slots; a syscall with fewer arguments leaves the last ones as whatever the registers held,
 //! which a verified program never reads (its struct ends before them).
 
-use std::ffi::{c_void, CStr, CString};
-use std::path::PathBuf;
+use std::ffi::{c_void, CStr};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
+use std::sync::Mutex;
 
 use uebpf::maps::current;
-use uebpf_hook::{ArgSource, Handler, PtRegs, Target};
+use uebpf_hook::{PtRegs, SyscallCoverage};
 
 use crate::probe::Probe;
 
@@ -160,22 +162,28 @@ impl SyscallProbe {
         }
     }
 
-    /// Runs the program on the entry record of call `nr`, made through the C library function
-    /// whose entry registers are `regs`: an extension may answer the call (uebpf::allow_answer).
-    fn fire(&self, nr: i64, args: [u64; 6], regs: *mut PtRegs) {
+    /// Runs the program on the entry record of call `nr`, made at the `syscall` instruction
+    /// whose registers are `regs`: an extension may answer the call (uebpf::allow_answer), which
+    /// is then not made. True if it did (`regs.ax` holds the answer).
+    fn fire(&self, nr: i64, args: [u64; 6], regs: *mut PtRegs) -> bool {
         if !self.probe.overrides() {
-            return self.run(nr, || self.context(nr, args));
+            self.run(nr, || self.context(nr, args));
+            return false;
         }
-        if self.point.admits(nr) && self.probe.admits() {
-            let mut context = self.context(nr, args);
-            let record = (&mut context as *mut SysEnter).cast::<u8>();
-            // SAFETY: the hook's registers at the function's first instruction (the session
-            // attaches extensions only at such sites); the record is the live local above.
-            unsafe {
-                uebpf::allow_answer(regs, record as u64, output_buffers(nr, &args));
-                self.probe.run_on(record, std::mem::size_of::<SysEnter>());
-                uebpf::allow_override(std::ptr::null_mut());
-            }
+        if !(self.point.admits(nr) && self.probe.admits()) {
+            return false;
+        }
+        let mut context = self.context(nr, args);
+        let record = (&mut context as *mut SysEnter).cast::<u8>();
+        // SAFETY: the hook's registers at a syscall instruction; the record is the live local above.
+        unsafe {
+            let ip = (*regs).ip;
+            uebpf::allow_answer(regs, record as u64, output_buffers(nr, &args));
+            self.probe.run_on(record, std::mem::size_of::<SysEnter>());
+            uebpf::allow_override(std::ptr::null_mut());
+            let answered = (*regs).ip != ip;
+            (*regs).ip = ip;
+            answered
         }
     }
 
@@ -209,121 +217,197 @@ fn output_buffers(nr: i64, args: &[u64; 6]) -> [(u64, u32); uebpf::MAX_OUTPUT_BU
     [buffer, (0, 0)]
 }
 
-/// The kernel's return value of a system call the C library made, from the function's: -errno
-/// where it returned -1 (as a long, or as an int, whose upper half the ABI leaves undefined;
-/// read before anything else can change errno), else the value itself.
-fn kernel_return(ax: u64) -> i64 {
-    if ax as i64 == -1 || ax as u32 == u32::MAX {
-        // SAFETY: this thread's errno.
-        -i64::from(unsafe { *libc::__errno_location() })
-    } else {
-        ax as i64
+/// The system call probes attached in this process: the entry and the exit ones, published
+/// whole on every change (the old list is leaked: a thread may still be walking it).
+#[derive(Default)]
+struct Attached {
+    enter: Vec<(u32, &'static SyscallProbe)>,
+    exit: Vec<(u32, &'static SyscallProbe)>,
+}
+
+static ATTACHED: AtomicPtr<Attached> = AtomicPtr::new(std::ptr::null_mut());
+/// Serialises changes of `ATTACHED` and of the hooks.
+static CHANGING: Mutex<()> = Mutex::new(());
+
+fn attached() -> Option<&'static Attached> {
+    // SAFETY: only `publish` stores here, a leaked list.
+    unsafe { ATTACHED.load(Ordering::Acquire).as_ref() }
+}
+
+fn publish(change: impl FnOnce(&mut Attached)) -> Attached {
+    let mut list = Attached { enter: Vec::new(), exit: Vec::new() };
+    if let Some(now) = attached() {
+        (list.enter, list.exit) = (now.enter.clone(), now.exit.clone());
     }
+    change(&mut list);
+    let kept = Attached { enter: list.enter.clone(), exit: list.exit.clone() };
+    ATTACHED.store(Box::leak(Box::new(list)), Ordering::Release);
+    kept
 }
 
-/// Numbers of the `syscall()` calls this thread is inside, noted at their entry for their
-/// return (which no longer shows the number), with the probe that noted each: calls nest (a
-/// signal handler's), and each exit attachment has its own pair of hooks. A call that never
-/// returns (a longjmp out of a handler) leaves its entry, which the oldest-first overwrite of a
-/// full stack bounds.
-const PENDING_CALLS: usize = 16;
-
-thread_local! {
-    static PENDING: std::cell::RefCell<([(usize, i64); PENDING_CALLS], usize)> =
-        const { std::cell::RefCell::new(([(0, 0); PENDING_CALLS], 0)) };
+/// Adds attachment `id`'s probe (leaked `SyscallProbe`) on `side`, and hooks the `syscall`
+/// instructions of every binary mapped now that are not yet; what that found, binary by binary.
+/// An exit probe also gets the calls in progress (`in_progress`).
+pub(crate) fn attach(id: u32, side: Side, probe: *mut c_void) -> Result<Vec<SyscallCoverage>, String> {
+    let _changing = CHANGING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    // SAFETY: a leaked SyscallProbe, never freed.
+    let probe: &'static SyscallProbe = unsafe { &*probe.cast::<SyscallProbe>() };
+    let now = publish(|list| match side {
+        Side::Enter => list.enter.push((id, probe)),
+        Side::Exit => list.exit.push((id, probe)),
+    });
+    let coverage = hook_for(&now).map_err(|e| {
+        forget_locked(id);
+        e.to_string()
+    })?;
+    if side == Side::Exit {
+        let hooks = in_progress(probe);
+        RETURNING.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push((id, hooks));
+    }
+    Ok(coverage)
 }
 
-/// Entry hook on libc's `syscall()` for an exit tracepoint: notes the number.
-pub(crate) unsafe extern "C" fn note_syscall_function_entry(regs: *mut PtRegs, data: *mut c_void) {
-    let nr = (*regs).di as i64;
-    PENDING.with(|pending| {
-        let (calls, count) = &mut *pending.borrow_mut();
-        if *count == PENDING_CALLS {
-            calls.copy_within(1.., 0);
-            *count -= 1;
+/// The calls in progress when an exit probe was attached: each thread blocked in a system call
+/// (the kernel's saved state, /proc/self/task/TID/syscall: its number, and where it returns) is
+/// awaited where it returns, behind its `syscall` instruction, by an entry hook that runs the
+/// probe on its result, once, for that thread alone; as the kernel reports the exit of a call it
+/// was inside when the tracepoint was attached. The hooks stay until the attachment goes
+/// (`forget`): a cost of one hook's pass on those instructions meanwhile.
+fn in_progress(probe: &'static SyscallProbe) -> Vec<uebpf_hook::Hook> {
+    let me = current::tid() as i32;
+    let mut by_place: Vec<(usize, Vec<(i32, i64)>)> = Vec::new();
+    for (tid, nr, resume) in blocked_calls().into_iter().filter(|(tid, ..)| *tid != me) {
+        match by_place.iter_mut().find(|(at, _)| *at == resume) {
+            Some((_, calls)) => calls.push((tid, nr)),
+            None => by_place.push((resume, vec![(tid, nr)])),
         }
-        calls[*count] = (data as usize, nr);
-        *count += 1;
+    }
+    let mut hooks = Vec::new();
+    for (resume, calls) in by_place {
+        let returning = Returning { probe, calls: calls.into_iter().map(|(tid, nr)| (AtomicI32::new(tid), nr)).collect() };
+        let data = (Box::leak(Box::new(returning)) as *mut Returning).cast();
+        match place(resume).and_then(|target| uebpf_hook::Hook::entry(&target, returned, data).map_err(|e| e.to_string())) {
+            Ok(hook) => hooks.push(hook),
+            Err(why) => crate::note(&format!("a call in progress, returning to {resume:#x}, is not seen to return: {why}")),
+        }
+    }
+    hooks
+}
+
+/// The threads of this process blocked in a system call: (tid, number, where it returns).
+fn blocked_calls() -> Vec<(i32, i64, usize)> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
+    tasks
+        .filter_map(|task| {
+            let tid: i32 = task.ok()?.file_name().to_str()?.parse().ok()?;
+            let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok()?;
+            let fields: Vec<&str> = text.split_whitespace().collect();
+            let nr: i64 = fields.first()?.parse().ok()?;
+            let resume = usize::from_str_radix(fields.last()?.trim_start_matches("0x"), 16).ok()?;
+            (nr >= 0 && fields.len() == 9).then_some((tid, nr, resume))
+        })
+        .collect()
+}
+
+/// The hook target at `address` of this process (an instruction behind a `syscall`).
+fn place(address: usize) -> Result<uebpf_hook::Target, String> {
+    let maps = uebpf_hook::procmaps::of_process(std::process::id()).map_err(|e| e.to_string())?;
+    let mapping = maps.iter().find(|m| m.executable && m.contains(address) && m.path.starts_with('/')).ok_or("not in a file's code")?;
+    let offset = address - mapping.start + mapping.offset as usize;
+    uebpf_hook::resolve(Path::new(&mapping.path), &uebpf_hook::Location::FileOffset(offset as u64)).map_err(|e| e.to_string())
+}
+
+/// The calls in progress awaited at one place, for one exit probe: (thread, number), the thread
+/// 0 once its call has returned.
+struct Returning {
+    probe: &'static SyscallProbe,
+    calls: Vec<(AtomicI32, i64)>,
+}
+
+/// The entry hook behind a `syscall` instruction where calls in progress return: the probe on
+/// the result (in ax, as the instruction leaves it) of this thread's call, once.
+unsafe extern "C" fn returned(regs: *mut PtRegs, data: *mut c_void) {
+    let returning = &*data.cast::<Returning>();
+    let me = current::tid() as i32;
+    for (tid, nr) in &returning.calls {
+        if tid.load(Ordering::Relaxed) == me && tid.compare_exchange(me, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            returning.probe.fire_exit(*nr, (*regs).ax as i64);
+        }
+    }
+}
+
+/// The hooks awaiting calls in progress, by attachment.
+static RETURNING: Mutex<Vec<(u32, Vec<uebpf_hook::Hook>)>> = Mutex::new(Vec::new());
+
+/// Removes attachment `id`'s probe, if it has one; the last one out puts the instructions back.
+pub(crate) fn forget(id: u32) {
+    let _changing = CHANGING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    forget_locked(id);
+}
+
+fn forget_locked(id: u32) {
+    let mut returning = RETURNING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    for (_, hooks) in returning.iter_mut().filter(|(known, _)| *known == id) {
+        for hook in hooks.drain(..) {
+            if let Err(e) = hook.detach() {
+                crate::warn(&format!("attachment {id}: cannot remove a hook awaiting a call in progress: {e}"));
+            }
+        }
+    }
+    returning.retain(|(known, _)| *known != id);
+    drop(returning);
+    let Some(now) = attached() else { return };
+    if !now.enter.iter().chain(&now.exit).any(|(known, _)| *known == id) {
+        return;
+    }
+    let left = publish(|list| {
+        list.enter.retain(|(known, _)| *known != id);
+        list.exit.retain(|(known, _)| *known != id);
     });
-}
-
-/// Return hook on libc's `syscall()`: the number its entry noted for this probe, and the result.
-pub(crate) unsafe extern "C" fn at_syscall_function_return(regs: *mut PtRegs, data: *mut c_void) {
-    let ret = kernel_return((*regs).ax);
-    let nr = PENDING.with(|pending| {
-        let (calls, count) = &mut *pending.borrow_mut();
-        let at = calls[..*count].iter().rposition(|&(probe, _)| probe == data as usize)?;
-        let nr = calls[at].1;
-        calls.copy_within(at + 1..*count, at);
-        *count -= 1;
-        Some(nr)
-    });
-    if let Some(nr) = nr {
-        (*data.cast::<SyscallProbe>()).fire_exit(nr, ret);
+    let done = match left.enter.is_empty() && left.exit.is_empty() {
+        true => uebpf_hook::unhook_system_calls(),
+        false => hook_for(&left).map(drop),
+    };
+    if let Err(e) = done {
+        crate::warn(&format!("cannot put the system call instructions back: {e}"));
     }
 }
 
-/// The arguments of `long syscall(long number, ...)` at its entry: (number, the six arguments).
-///
-/// # Safety
-/// `regs` are a function entry's registers: `sp` points at the return address, and the 7th
-/// argument is the stack word above it.
-pub(crate) unsafe fn syscall_function_arguments(regs: &PtRegs) -> (i64, [u64; 6]) {
-    let seventh = *(regs.sp as *const u64).add(1);
-    (regs.di as i64, [regs.si, regs.dx, regs.cx, regs.r8, regs.r9, seventh])
+/// The instructions hooked with the handlers `list` needs: an exit path only for exit probes
+/// (without, a call pays nothing after it is made).
+fn hook_for(list: &Attached) -> uebpf_hook::Result<Vec<SyscallCoverage>> {
+    // The numbers the probes name: a call of another costs nothing more.
+    let numbers = |probes: &[(u32, &'static SyscallProbe)]| -> Option<Vec<i64>> {
+        probes
+            .iter()
+            .map(|(_, probe)| match probe.point {
+                Point::Raw => None,
+                Point::Named { nr, .. } => Some(nr),
+            })
+            .collect()
+    };
+    uebpf_hook::want_system_calls(numbers(&list.enter).as_deref(), numbers(&list.exit).as_deref());
+    let enter = (!list.enter.is_empty()).then_some(entered as uebpf_hook::SyscallEnter);
+    let exit = (!list.exit.is_empty()).then_some(exited as uebpf_hook::SyscallExit);
+    uebpf_hook::hook_system_calls(enter, exit)
 }
 
-/// Entry hook on libc's `syscall()`.
-pub(crate) unsafe extern "C" fn at_syscall_function(regs: *mut PtRegs, data: *mut c_void) {
-    let (nr, args) = syscall_function_arguments(&*regs);
-    (*data.cast::<SyscallProbe>()).fire(nr, args, regs);
-}
-
-/// A system call wrapper's hook data for `raw_syscalls/sys_enter`: the probe, and the number
-/// the wrapper's code makes (leaked, as the probe).
-pub(crate) struct WrapperSite {
-    probe: *const SyscallProbe,
-    nr: i64,
-    args: [ArgSource; 6],
-}
-
-impl WrapperSite {
-    pub(crate) fn leak(probe: *mut c_void, nr: i64, args: [ArgSource; 6]) -> *mut c_void {
-        (Box::leak(Box::new(WrapperSite { probe: probe.cast(), nr, args })) as *mut WrapperSite).cast()
+/// The entry handler of every hooked `syscall` instruction: the entry probes, in attach order.
+unsafe extern "C" fn entered(regs: *mut PtRegs, nr: i64) -> bool {
+    let Some(list) = attached() else { return false };
+    let args = [(*regs).di, (*regs).si, (*regs).dx, (*regs).r10, (*regs).r8, (*regs).r9];
+    let mut answered = false;
+    for (_, probe) in &list.enter {
+        answered |= probe.fire(nr, args, regs);
     }
+    answered
 }
 
-/// Entry hook on a C library function that makes system call `nr` itself (raw_syscalls/sys_enter):
-/// the arguments are the system call's, as the wrapper's code sets them from its entry registers
-/// (open64 makes openat(AT_FDCWD, path, flags...)); see uebpf_hook::ArgSource.
-pub(crate) unsafe extern "C" fn at_raw_wrapper(regs: *mut PtRegs, data: *mut c_void) {
-    let site = &*data.cast::<WrapperSite>();
-    let args = site.args.map(|source| source.value(&*regs));
-    (*site.probe).fire(site.nr, args, regs);
-}
-
-/// Return hook on a C library function that makes system call `nr` itself (raw_syscalls/sys_exit).
-pub(crate) unsafe extern "C" fn at_raw_wrapper_return(regs: *mut PtRegs, data: *mut c_void) {
-    let ret = kernel_return((*regs).ax);
-    let site = &*data.cast::<WrapperSite>();
-    (*site.probe).fire_exit(site.nr, ret);
-}
-
-/// Return hook on libc's wrapper of the probe's one system call (syscalls/sys_exit_NAME).
-pub(crate) unsafe extern "C" fn at_wrapper_return(regs: *mut PtRegs, data: *mut c_void) {
-    let ret = kernel_return((*regs).ax);
-    let probe = &*data.cast::<SyscallProbe>();
-    if let Point::Named { nr, .. } = probe.point {
-        probe.fire_exit(nr, ret);
-    }
-}
-
-/// Entry hook on libc's wrapper of the probe's one system call: its arguments are the wrapper's.
-pub(crate) unsafe extern "C" fn at_wrapper(regs: *mut PtRegs, data: *mut c_void) {
-    let probe = &*data.cast::<SyscallProbe>();
-    if let Point::Named { nr, .. } = probe.point {
-        let args = [(*regs).di, (*regs).si, (*regs).dx, (*regs).cx, (*regs).r8, (*regs).r9];
-        probe.fire(nr, args, regs);
+/// The exit handler: the exit probes, with the kernel's result.
+unsafe extern "C" fn exited(regs: *mut PtRegs, nr: i64) {
+    let Some(list) = attached() else { return };
+    for (_, probe) in &list.exit {
+        probe.fire_exit(nr, (*regs).ax as i64);
     }
 }
 
@@ -352,104 +436,6 @@ pub(crate) fn libc_path() -> Result<PathBuf, String> {
     }
 }
 
-/// Whether the C library at `path` (loaded) exports `symbol`.
-fn exports(path: &CStr, symbol: &str) -> bool {
-    let Ok(symbol) = CString::new(symbol) else { return false };
-    // SAFETY: RTLD_NOLOAD only looks the loaded library up (a reference we drop at once).
-    unsafe {
-        let handle = libc::dlopen(path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
-        if handle.is_null() {
-            return false;
-        }
-        let found = !libc::dlsym(handle, symbol.as_ptr()).is_null();
-        libc::dlclose(handle);
-        found
-    }
-}
-
-/// Where a point's probe runs.
-pub(crate) struct Site {
-    pub target: Target,
-    pub handler: Handler,
-    /// A return hook (exit tracepoints), not an entry hook.
-    pub at_return: bool,
-    /// raw_syscalls at a wrapper: the number its code makes and its arguments' sources (the hook
-    /// data is then a `WrapperSite`); the site is left out, and named, where only an int3 patch
-    /// would do.
-    pub wrapper: Option<(i64, [ArgSource; 6])>,
-}
-
-/// Where a point's probes go: libc's `syscall()`, and every function libc.so.6 exports that makes
-/// the point's system calls itself (uebpf_hook::system_call_wrappers: found by reading its code,
-/// with the number it makes and where its arguments come from): all of them for `raw_syscalls`,
-/// those of the one number for `syscalls/*_NAME` (`fstatat`, `stat`, `lstat` and `fstat` for
-/// newfstatat; `open64` and `openat` for openat), plus an export named NAME the code reading did
-/// not find (one that cannot be hooked is an error, not a silent gap). Exit tracepoints: return
-/// hooks at the same places, and at `syscall()` an entry hook first, which notes the number.
-pub(crate) fn sites(side: Side, point: Point) -> Result<Vec<Site>, String> {
-    let libc = libc_path()?;
-    let syscall = libc_function(&libc, "syscall")?;
-    let syscall_address = syscall.address;
-    let exit = side == Side::Exit;
-    let site = |target, entry_handler, return_handler, wrapper| Site {
-        target,
-        handler: if exit { return_handler } else { entry_handler },
-        at_return: exit,
-        wrapper,
-    };
-    let mut sites = Vec::new();
-    if exit {
-        sites.push(Site { target: syscall.clone(), handler: note_syscall_function_entry, at_return: false, wrapper: None });
-    }
-    sites.push(site(syscall, at_syscall_function as Handler, at_syscall_function_return as Handler, None));
-    let wrappers: Vec<_> = libc_wrappers(&libc)?
-        .into_iter()
-        // syscall() itself has its number in a register, not a constant: hooked above.
-        .filter(|w| w.target.address != syscall_address && !NOT_AT_ENTRY.contains(&w.target.function.name.as_str()))
-        .filter(|w| point.admits(w.nr))
-        .collect();
-    if let Point::Named { name, .. } = point {
-        let path = CString::new(libc.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-        if exports(&path, name) {
-            let named = libc_function(&libc, name)?;
-            if !wrappers.iter().any(|w| w.target.address == named.address) {
-                sites.push(site(named, at_wrapper, at_wrapper_return, None));
-            }
-        }
-    }
-    sites.extend(wrappers.into_iter().map(|w| site(w.target, at_raw_wrapper, at_raw_wrapper_return, Some((w.nr, w.args)))));
-    Ok(sites)
-}
-
-/// A function of libc's, resolved once per process: every system call attachment hooks
-/// `syscall()` and most a named wrapper, and a resolution reads and parses the whole library (a
-/// short-lived process with a dozen system call programs spent most of its start-up there). libc
-/// is never unloaded, so an address found stays true. The lock is never held across a fork:
-/// attachments are applied at start-up (one thread) or under the agent's state lock, which the
-/// fork handler takes.
-fn libc_function(libc: &std::path::Path, name: &str) -> Result<Target, String> {
-    static RESOLVED: std::sync::Mutex<Vec<(String, Result<Target, String>)>> = std::sync::Mutex::new(Vec::new());
-    let mut resolved = RESOLVED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some((_, found)) = resolved.iter().find(|(known, _)| known == name) {
-        return found.clone();
-    }
-    let found = uebpf_hook::resolve(libc, &uebpf_hook::Location::parse(name)).map_err(|e| e.to_string());
-    resolved.push((name.to_string(), found.clone()));
-    found
-}
-
-/// The C library's system call wrappers, read from its code once per process (every system call
-/// attachment needs them; the library does not change).
-fn libc_wrappers(libc: &std::path::Path) -> Result<Vec<uebpf_hook::Wrapper>, String> {
-    static WRAPPERS: std::sync::OnceLock<Result<Vec<uebpf_hook::Wrapper>, String>> = std::sync::OnceLock::new();
-    WRAPPERS.get_or_init(|| uebpf_hook::system_call_wrappers(libc).map_err(|e| e.to_string())).clone()
-}
-
-/// Functions that make their system call but whose entry is no place for a probe: vfork's child
-/// shares the caller's stack (the entry hook's frame would be the child's too), and clone's child
-/// starts on a new stack inside the function. Their calls are not seen (documented).
-const NOT_AT_ENTRY: &[&str] = &["vfork", "__vfork", "clone", "__clone", "clone3", "__clone3"];
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -476,29 +462,11 @@ mod tests {
     }
 
     #[test]
-    fn syscall_arguments_come_from_registers_and_the_7th_from_the_stack() {
-        let stack: [u64; 3] = [0xdead_beef /* return address */, 7, 8];
-        let regs = PtRegs { di: 39, si: 1, dx: 2, cx: 3, r8: 4, r9: 5, sp: stack.as_ptr() as u64, ..PtRegs::default() };
-        // SAFETY: sp points at a return address with the 7th argument above it.
-        assert_eq!(unsafe { syscall_function_arguments(&regs) }, (39, [1, 2, 3, 4, 5, 7]));
-    }
-
-    #[test]
     fn the_exit_context_has_the_kernels_layout() {
         // raw_syscalls/sys_exit/format: long id 8/8, long ret 16/8; syscalls/sys_exit_openat:
         // int __syscall_nr 8/4, long ret 16/8.
         assert_eq!((offset_of!(SysExit, nr), offset_of!(SysExit, ret), size_of::<SysExit>()), (8, 16, 24));
         assert_eq!((Side::Enter.record_size(), Side::Exit.record_size()), (64, 24));
-    }
-
-    #[test]
-    fn a_c_library_error_is_the_kernels_negative_errno() {
-        // SAFETY: this thread's errno.
-        unsafe { *libc::__errno_location() = libc::ENOENT };
-        assert_eq!(kernel_return(u64::MAX), -i64::from(libc::ENOENT), "-1 as a long");
-        assert_eq!(kernel_return(0xffff_ffff), -i64::from(libc::ENOENT), "-1 as an int");
-        assert_eq!(kernel_return(3), 3);
-        assert_eq!(kernel_return(0), 0);
     }
 
     #[test]

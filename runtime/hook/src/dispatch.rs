@@ -238,6 +238,20 @@ pub(crate) unsafe extern "C" fn on_entry(regs: *mut PtRegs, site: *const Site) -
     }
 }
 
+/// Runs `work` as a probe's handler on this thread (hits meanwhile are skipped, signals held
+/// back), unless the thread is busy already (a handler of its own runs, or the runtime's work):
+/// then None, and `work` does not run. For the system call stubs (syscall_hooks.rs).
+pub(crate) fn probing<T>(work: impl FnOnce() -> T) -> Option<T> {
+    let thread = thread_state();
+    if thread.busy.get() != FREE {
+        return None;
+    }
+    thread.busy.set(PROBING);
+    let result = work();
+    not_busy(thread);
+    Some(result)
+}
+
 /// Ends a handler's run on this thread: hits count again, and the signals that arrived meanwhile
 /// are delivered now (`defer_while_busy`).
 #[inline(always)]

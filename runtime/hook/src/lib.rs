@@ -15,8 +15,8 @@
 //! ```
 //!
 //! Modules, in layers (each uses only modules of the layers before it; tests/unit/test_imports.py
-//! checks there is no circle): error, procmaps, regs / codemem, resolve / prologue, wrappers / site
-//! / dispatch / stubs / patch / hook.
+//! checks there is no circle): error, procmaps, regs / codemem, resolve / prologue, syscall_sites /
+//! site / dispatch / stubs / patch / hook, syscall_hooks.
 
 mod codemem;
 mod dispatch;
@@ -29,7 +29,8 @@ mod regs;
 mod resolve;
 mod site;
 mod stubs;
-mod wrappers;
+mod syscall_hooks;
+mod syscall_sites;
 
 pub use dispatch::{defer_while_busy, raw_syscall, set_miss_handler, without_probes, MissHandler, SHADOW_CAPACITY};
 pub use error::{Error, ErrorKind, Result};
@@ -42,7 +43,8 @@ pub use resolve::{
     SIZE_ZERO,
 };
 pub use site::{Handler, Promises, SiteStats};
-pub use wrappers::{direct_system_call, system_call_wrappers, ArgSource, Wrapper};
+pub use syscall_hooks::{hook_system_calls, unhook_system_calls, want_system_calls, SyscallCoverage, SyscallEnter, SyscallExit};
+pub use syscall_sites::{syscall_sites, SyscallSite};
 
 /// Resolves the function `symbol` (or `0x...` file offset) of `binary` and returns its address.
 pub fn resolve_address(binary: &std::path::Path, symbol_or_offset: &str) -> Result<usize> {

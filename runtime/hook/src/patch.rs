@@ -236,7 +236,7 @@ const JMP_SELF: [u8; 2] = [0xeb, 0xfe];
 /// Writes the first two bytes of a patch in one store, so that no thread fetches one new byte
 /// and one old (`barrier_for` keeps the pair inside one cache line). By hand, in assembly:
 /// Rust has no unaligned volatile store.
-unsafe fn write_head(target: *mut u8, head: [u8; 2]) {
+pub(crate) unsafe fn write_head(target: *mut u8, head: [u8; 2]) {
     std::arch::asm!(
         "mov word ptr [{at}], {value:x}",
         at = in(reg) target,
@@ -884,14 +884,14 @@ fn threads() -> Result<Vec<libc::pid_t>> {
 }
 
 /// Makes the pages of [address, address+len) writable until dropped, keeping their other rights.
-struct Writable {
+pub(crate) struct Writable {
     start: usize,
     len: usize,
     prot: libc::c_int,
 }
 
 impl Writable {
-    fn new(address: usize, len: usize) -> Result<Writable> {
+    pub(crate) fn new(address: usize, len: usize) -> Result<Writable> {
         // Read now, not kept: the rights to restore are the mapping's as they are.
         let maps = procmaps::read_now().map_err(|e| Error::system("reading /proc/self/maps", e))?;
         let page = crate::codemem::PAGE;
@@ -960,7 +960,7 @@ pub fn prepare_live_patching() {
 }
 
 /// Every thread of this process serialises its instruction stream before it runs user code again.
-fn sync_cores() -> Result<()> {
+pub(crate) fn sync_cores() -> Result<()> {
     if let Err(why) = registration() {
         let why = io::Error::other(why);
         return Err(Error::system("patching code while other threads run needs membarrier(SYNC_CORE)", why));

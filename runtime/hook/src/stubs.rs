@@ -62,7 +62,7 @@ const XMM: [AsmRegisterXmm; 16] = [xmm0, xmm1, xmm2, xmm3, xmm4, xmm5, xmm6, xmm
 /// Builds pt_regs below the red zone, with `sp` = the stack pointer at entry to the stub;
 /// leaves rbx = &pt_regs and rsp 16-byte aligned below room for the xmm registers
 /// (`save_xmm` fills it where the handler may change them).
-fn save_gprs(a: &mut CodeAssembler) -> Result<(), IcedError> {
+pub(crate) fn save_gprs(a: &mut CodeAssembler) -> Result<(), IcedError> {
     a.lea(rsp, ptr(rsp - (RED_ZONE + 16)))?; // red zone, ss, sp
     a.pushfq()?;
     a.lea(rsp, ptr(rsp - 16))?; // cs, ip
@@ -82,7 +82,7 @@ fn save_gprs(a: &mut CodeAssembler) -> Result<(), IcedError> {
 /// The xmm registers into the room below the frame, through r11 (free wherever the stub saves
 /// or restores them) pointing at its middle: one-byte displacements, a quarter shorter than
 /// from rsp (the stub has several copies of these, and must fit before its trampoline).
-fn save_xmm(a: &mut CodeAssembler) -> Result<(), IcedError> {
+pub(crate) fn save_xmm(a: &mut CodeAssembler) -> Result<(), IcedError> {
     a.lea(r11, ptr(rsp + XMM_SAVE / 2))?;
     for (i, reg) in XMM.into_iter().enumerate() {
         a.movaps(xmmword_ptr(r11 + (16 * i as i32 - XMM_SAVE / 2)), reg)?;
@@ -92,7 +92,7 @@ fn save_xmm(a: &mut CodeAssembler) -> Result<(), IcedError> {
 
 /// The ABI's direction flag for the handler (the caller's comes back with the other flags).
 /// Tested first: DF is almost never set, and an unconditional cld cost ~0.5 ns per pass.
-fn clear_direction(a: &mut CodeAssembler) -> Result<(), IcedError> {
+pub(crate) fn clear_direction(a: &mut CodeAssembler) -> Result<(), IcedError> {
     let mut direction_clear = a.create_label();
     a.test(byte_ptr(rbx + (OFFSET_FLAGS + 1)), DF >> 8)?;
     a.jz(direction_clear)?;
@@ -103,13 +103,13 @@ fn clear_direction(a: &mut CodeAssembler) -> Result<(), IcedError> {
 const DF: u32 = 1 << 10;
 
 /// Calls `function(rbx = &pt_regs, rsi)`; the result stays in rax.
-fn call(a: &mut CodeAssembler, function: usize) -> Result<(), IcedError> {
+pub(crate) fn call(a: &mut CodeAssembler, function: usize) -> Result<(), IcedError> {
     a.mov(rdi, rbx)?;
     a.mov(rax, function as u64)?;
     a.call(rax)
 }
 
-fn restore_xmm(a: &mut CodeAssembler) -> Result<(), IcedError> {
+pub(crate) fn restore_xmm(a: &mut CodeAssembler) -> Result<(), IcedError> {
     a.lea(r11, ptr(rsp + XMM_SAVE / 2))?;
     for (i, reg) in XMM.into_iter().enumerate() {
         a.movaps(reg, xmmword_ptr(r11 + (16 * i as i32 - XMM_SAVE / 2)))?;
@@ -119,7 +119,7 @@ fn restore_xmm(a: &mut CodeAssembler) -> Result<(), IcedError> {
 
 /// Restores the flags and the general-purpose registers from the frame (rbx = &pt_regs); rsp
 /// ends at the stack pointer the stub was entered with, plus `adjust`.
-fn restore_gprs(a: &mut CodeAssembler, adjust: i32) -> Result<(), IcedError> {
+pub(crate) fn restore_gprs(a: &mut CodeAssembler, adjust: i32) -> Result<(), IcedError> {
     a.mov(rsp, rbx)?;
     restore_flags(a)?;
     // From here on nothing changes the flags: pop, lea, jmp, call and ret leave them alone.

@@ -301,16 +301,21 @@ extern "C" fn get_func_ip(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
     FUNC_IP.with(Cell::get)
 }
 
+/// The bytes of the `syscall` instruction.
+const SYSCALL_LEN: u64 = 2;
+
 /// bpf_override_return's id.
 pub(crate) const OVERRIDE_RETURN: u32 = 58;
 
 /// The call the running program may make return at once: its entry registers, and the stack
-/// pointer they had at the function's first instruction; for a system call answered at a C
-/// library entry point, the program's record and the buffers the call fills.
+/// pointer they had at the function's first instruction; for a system call answered at its
+/// `syscall` instruction, the program's record and the buffers the call fills.
 #[derive(Clone, Copy)]
 struct Overridable {
     regs: *mut uebpf_hook::PtRegs,
     entry_sp: u64,
+    /// The instruction pointer at the probe (a system call's answer moves it past the call).
+    entry_ip: u64,
     /// The system call record the program runs on (0: a uprobe, whose context is `regs`).
     record: u64,
     /// The call's output buffers (address, bytes; 0: none): the only memory bpf_probe_write_user
@@ -322,7 +327,7 @@ struct Overridable {
 pub const MAX_OUTPUT_BUFFERS: usize = 2;
 
 const NOTHING_OVERRIDABLE: Overridable =
-    Overridable { regs: std::ptr::null_mut(), entry_sp: 0, record: 0, buffers: [(0, 0); MAX_OUTPUT_BUFFERS] };
+    Overridable { regs: std::ptr::null_mut(), entry_sp: 0, entry_ip: 0, record: 0, buffers: [(0, 0); MAX_OUTPUT_BUFFERS] };
 
 thread_local! {
     static OVERRIDABLE: Cell<Overridable> = const { Cell::new(NOTHING_OVERRIDABLE) };
@@ -342,16 +347,18 @@ pub unsafe fn allow_override(regs: *mut uebpf_hook::PtRegs) {
 }
 
 /// Lets the programs this thread runs next answer the system call whose record they get
-/// (`record`, its address), made through the C library function whose entry registers are `regs`:
-/// bpf_override_return gives the call's result as the kernel would (-errno for an error, which
-/// the function then returns as the C library does: -1 and errno), and bpf_probe_write_user may
-/// write exactly the call's output `buffers` (address, bytes), nothing else. `allow_override(null)`
-/// ends it.
+/// (`record`, its address), made at the `syscall` instruction whose registers are `regs`:
+/// bpf_override_return gives the call's result as the kernel would (a value, or -errno, which the
+/// code after the instruction takes as it takes the kernel's), marked by `ip` moving past the
+/// 2-byte instruction (the caller puts it back, and does not make the call); and
+/// bpf_probe_write_user may write exactly the call's output `buffers` (address, bytes), nothing
+/// else. `allow_override(null)` ends it.
 ///
 /// # Safety
-/// As `allow_override`, for `regs`; `record` is the address of the context the programs get.
+/// `regs` are the registers at a `syscall` instruction, valid while the programs run; `record` is
+/// the address of the context the programs get.
 pub unsafe fn allow_answer(regs: *mut uebpf_hook::PtRegs, record: u64, buffers: [(u64, u32); MAX_OUTPUT_BUFFERS]) {
-    OVERRIDABLE.with(|slot| slot.set(Overridable { regs, entry_sp: (*regs).sp, record, buffers }));
+    OVERRIDABLE.with(|slot| slot.set(Overridable { regs, entry_sp: (*regs).sp, entry_ip: (*regs).ip, record, buffers }));
 }
 
 /// bpf_override_return(regs, rc), as the kernel's (kernel/trace/bpf_trace.c with
@@ -360,23 +367,20 @@ pub unsafe fn allow_answer(regs: *mut uebpf_hook::PtRegs, record: u64, buffers: 
 /// engine takes that form of the registers as a return: uebpf_hook's entry stub). Called again,
 /// it changes only the result. -EINVAL where no call may be overridden: outside an extension's
 /// probe (the safety analysis lets only extensions call it), or on another context than the
-/// probe's. Answering a system call (`allow_answer`), `rc` is the kernel's result, which the C
-/// library function returns in its own convention.
+/// probe's. Answering a system call (`allow_answer`), `rc` is the kernel's result, and the call is
+/// not made.
 extern "C" fn override_return(ctx: u64, rc: u64, _: u64, _: u64, _: u64) -> u64 {
-    let Overridable { regs, entry_sp, record, .. } = OVERRIDABLE.with(Cell::get);
+    let Overridable { regs, entry_sp, entry_ip, record, .. } = OVERRIDABLE.with(Cell::get);
     let context = if record != 0 { record } else { regs as u64 };
     if regs.is_null() || context != ctx {
         return errno(libc::EINVAL);
     }
-    let rc = match rc as i64 {
-        // The kernel's -errno, as the C library's wrappers return it: -1, errno set.
-        error @ -4095..=-1 if record != 0 => {
-            // SAFETY: this thread's errno.
-            unsafe { *libc::__errno_location() = -error as i32 };
-            u64::MAX
-        }
-        _ => rc,
-    };
+    if record != 0 {
+        // SAFETY: the registers at the syscall instruction, valid while the program runs.
+        let regs = unsafe { &mut *regs };
+        (regs.ax, regs.ip) = (rc, entry_ip + SYSCALL_LEN);
+        return 0;
+    }
     let mut return_address = 0u64;
     // SAFETY: 8 bytes of ours; the stack pointer is the traced thread's, read fault-safely.
     if unsafe { probe::read((&mut return_address as *mut u64).cast(), 8, entry_sp as *const u8) } != 0 {

@@ -1,0 +1,405 @@
+//! The `syscall` instructions of a binary, found by reading its code, and for each the island
+//! its patch can jump through.
+//!
+//! A system call made anywhere (an exported wrapper, the C library's internal paths, `syscall()`
+//! reached through `dlsym`, an inline `syscall` in a program) executes one of these instructions.
+//! Hooking the instructions, not the functions around them, is what lets a userspace tracepoint
+//! see every call the kernel's would (after the hooks go in).
+//!
+//! **Where the code is.** The functions' extents: every function symbol (`.symtab`, `.dynsym`)
+//! and every `.eh_frame` FDE, which a stripped binary keeps (every unwinder needs it). Each extent
+//! is decoded from its start, instruction by instruction, so a `syscall` found is an instruction
+//! boundary of compiled code, never two bytes inside another instruction or data.
+//!
+//! **The patch** replaces the 2-byte `syscall` (0f 05) with a 2-byte `jmp rel8` (eb XX): one
+//! aligned store of two bytes over one instruction, which no thread can be inside of, so it goes
+//! in and out while threads run, with no barrier, no signal and no checkpoint. A thread blocked
+//! in the call returns behind it, to the unchanged next instruction. The `jmp rel8` reaches an
+//! **island**: 5 bytes of alignment padding between two functions (outside every extent, only
+//! `nop`s or `int3`s, after code that does not fall through), within -128..+127 bytes, which
+//! take a `jmp rel32` to the site's stub. Padding is never executed, so the island is written
+//! before the jump that leads to it, and left when the site is restored.
+//!
+//! *Why by hand*: no library lists a binary's system call instructions or its padding; gimli
+//! reads the FDEs, iced-x86 decodes, this walks.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SegmentFlags, SymbolKind};
+
+use crate::error::{Error, Result};
+
+/// The bytes of a `jmp rel32`, an island's content.
+pub const ISLAND_LEN: u64 = 5;
+/// How far a `jmp rel8` reaches, from the end of its 2 bytes.
+const REACH_BACK: u64 = 128;
+const REACH_AHEAD: u64 = 127;
+
+/// One `syscall` instruction of a binary (ELF virtual addresses).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyscallSite {
+    pub vaddr: u64,
+    /// The system call number, where the instruction before loads eax with a constant and no
+    /// branch of the function lands on the `syscall` (else the number is read at run time).
+    pub nr: Option<i64>,
+    /// How it can be hooked, or why it cannot.
+    pub patch: std::result::Result<Patch, String>,
+}
+
+/// How a `syscall` instruction is hooked (see the module comment).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Patch {
+    /// A `jmp rel8` over it, to 5 bytes of padding at `at` (the file has `padding` there) that
+    /// take a `jmp rel32` to its stub.
+    Island { at: u64, padding: [u8; ISLAND_LEN as usize] },
+    /// A `jmp rel32` over the instruction at `at`, of 5 bytes or more, which straight-line code
+    /// leads from to the `syscall`; its stub replays `code` (their bytes, the file's).
+    Before { at: u64, code: Vec<u8> },
+}
+
+/// How many instructions back from a `syscall` one of 5 bytes or more is looked for.
+const MAX_BEFORE: usize = 8;
+
+/// Every `syscall` instruction of `binary`, each with an island of its own where one is free.
+pub fn syscall_sites(binary: &Path) -> Result<Vec<SyscallSite>> {
+    let shown = binary.display();
+    let data = std::fs::read(binary).map_err(|e| Error::resolve(format!("cannot read {shown}: {e}")))?;
+    let elf = object::File::parse(&*data).map_err(|e| Error::resolve(format!("{shown} is not an ELF file: {e}")))?;
+    Ok(sites_of(&elf, &data))
+}
+
+/// `syscall_sites` of a binary mapped in this process, and its load bias (address in this
+/// process - ELF virtual address).
+pub(crate) fn mapped_syscall_sites(binary: &Path) -> Result<(i64, Vec<SyscallSite>)> {
+    let shown = binary.display();
+    let data = std::fs::read(binary).map_err(|e| Error::resolve(format!("cannot read {shown}: {e}")))?;
+    let elf = object::File::parse(&*data).map_err(|e| Error::resolve(format!("{shown} is not an ELF file: {e}")))?;
+    let sites = sites_of(&elf, &data);
+    let Some(first) = sites.first() else { return Ok((0, sites)) };
+    Ok((crate::resolve::load_bias(binary, &elf, first.vaddr)?, sites))
+}
+
+fn sites_of(elf: &object::File, data: &[u8]) -> Vec<SyscallSite> {
+    let code = Text::of(elf, data);
+    let extents = code.extents(elf);
+    let (mut walked, mut inner) = (Vec::new(), Vec::new());
+    let mut sites: Vec<(u64, Option<i64>, Option<Patch>)> = Vec::new();
+    for &(start, end) in &extents {
+        let Some(bytes) = code.bytes(start, end) else { continue };
+        let instructions: Vec<Instruction> = Decoder::with_ip(64, bytes, start, DecoderOptions::NONE).into_iter().collect();
+        let targets: HashSet<u64> = instructions.iter().filter(|i| is_direct_branch(i)).map(Instruction::near_branch_target).collect();
+        // A switch's jump may land anywhere in its function: no jump goes in before a `syscall` there.
+        let switches = instructions.iter().any(|i| i.flow_control() == FlowControl::IndirectBranch && !i.is_ip_rel_memory_operand());
+        for (index, instruction) in instructions.iter().enumerate() {
+            if instruction.code() == Code::Syscall && !sites.iter().any(|(vaddr, ..)| *vaddr == instruction.ip()) {
+                let before = index.checked_sub(1).map(|i| &instructions[i]);
+                let nr = before.and_then(constant_eax).filter(|_| !targets.contains(&instruction.ip()));
+                let leading = (!switches).then(|| leading_instruction(&instructions, index, &targets)).flatten().filter(|&at| one_line(at));
+                let before = leading.and_then(|at| {
+                    let code = code.bytes(at, instruction.ip())?.to_vec();
+                    Some(Patch::Before { at, code })
+                });
+                sites.push((instruction.ip(), nr, before));
+            }
+        }
+        let falls_out = instructions.last().is_none_or(|last| last.next_ip() != end || continues(last));
+        walked.push((start, end, falls_out));
+        inner.extend(dead_padding(&instructions, &targets));
+    }
+    let mut islands = Islands::between(&code, walked, inner);
+    sites.sort_unstable_by_key(|(vaddr, ..)| *vaddr);
+    let padding = |at: u64| code.bytes(at, at + ISLAND_LEN).and_then(|bytes| bytes.try_into().ok()).map(|bytes| (at, bytes));
+    // The sites with the fewest islands in reach choose first: a site with many does not take
+    // the only one of its neighbour.
+    let mut order: Vec<usize> = (0..sites.len()).collect();
+    order.sort_by_cached_key(|&i| islands.in_reach(sites[i].0));
+    let mut chosen = vec![None; sites.len()];
+    for i in order {
+        chosen[i] = Some(match one_line(sites[i].0) {
+            true => islands.take_near(sites[i].0),
+            false => Err("its two bytes straddle a cache line: no single store replaces them".into()),
+        });
+    }
+    sites
+        .into_iter()
+        .zip(chosen)
+        .map(|((vaddr, nr, before), island)| {
+            let island = island.unwrap_or_else(|| Err(String::new()));
+            let island = island.and_then(|at| padding(at).ok_or_else(|| format!("the island at {at:#x} is not in the file")));
+            let patch = match (island, before) {
+                (Ok((at, padding)), _) => Ok(Patch::Island { at, padding }),
+                (Err(_), Some(before)) => Ok(before),
+                (Err(why), None) => Err(format!("{why}, and no instruction of 5 bytes or more leads to it in straight-line code")),
+            };
+            SyscallSite { vaddr, nr, patch }
+        })
+        .collect()
+}
+
+/// Whether the two bytes at `at` lie in one cache line, where one store writes them for every
+/// instruction fetch at once (a binary is mapped at a page boundary: the file's alignment is the
+/// process's).
+fn one_line(at: u64) -> bool {
+    at % 64 != 63
+}
+
+/// The nearest instruction before `instructions[syscall]`, of 5 bytes or more, from which
+/// straight-line code leads to it (no call, no jump), with no branch landing after it up to the
+/// `syscall` included (a jump there would pass the patch by); its address.
+fn leading_instruction(instructions: &[Instruction], syscall: usize, targets: &HashSet<u64>) -> Option<u64> {
+    let mut at = syscall;
+    for _ in 0..MAX_BEFORE {
+        if targets.contains(&instructions[at].ip()) {
+            return None;
+        }
+        at = at.checked_sub(1)?;
+        let instruction = &instructions[at];
+        if instruction.flow_control() != FlowControl::Next || instruction.code() == Code::Syscall {
+            return None;
+        }
+        if instruction.len() >= ISLAND_LEN as usize {
+            return Some(instruction.ip());
+        }
+    }
+    None
+}
+
+/// The executable segments of a file, by virtual address.
+struct Text<'a> {
+    data: &'a [u8],
+    /// (vaddr, vaddr + file size, file offset) of each executable segment.
+    segments: Vec<(u64, u64, u64)>,
+}
+
+impl<'a> Text<'a> {
+    fn of(elf: &object::File, data: &'a [u8]) -> Text<'a> {
+        let segments = elf
+            .segments()
+            .filter(|segment| matches!(segment.flags(), SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0))
+            .map(|segment| {
+                let (offset, size) = segment.file_range();
+                (segment.address(), segment.address() + size, offset)
+            })
+            .collect();
+        Text { data, segments }
+    }
+
+    /// The bytes from `start` to `end`, if one executable segment holds them.
+    fn bytes(&self, start: u64, end: u64) -> Option<&'a [u8]> {
+        let &(from, _, offset) = self.segments.iter().find(|(from, to, _)| *from <= start && end <= *to && start < end)?;
+        self.data.get((start - from + offset) as usize..(end - from + offset) as usize)
+    }
+
+    /// Every function's extent in executable code, sorted, from the symbol tables and `.eh_frame`.
+    fn extents(&self, elf: &object::File) -> Vec<(u64, u64)> {
+        let symbols = elf.symbols().chain(elf.dynamic_symbols());
+        let mut extents: Vec<(u64, u64)> = symbols
+            .filter(|symbol| symbol.kind() == SymbolKind::Text && symbol.size() > 0 && symbol.is_definition())
+            .map(|symbol| (symbol.address(), symbol.address() + symbol.size()))
+            .chain(unwind_extents(elf))
+            .filter(|&(start, end)| self.bytes(start, end).is_some())
+            .collect();
+        extents.sort_unstable();
+        extents.dedup();
+        extents
+    }
+}
+
+/// The ranges of every FDE of `.eh_frame`.
+fn unwind_extents(elf: &object::File) -> Vec<(u64, u64)> {
+    use gimli::UnwindSection;
+    let Some(section) = elf.section_by_name(".eh_frame") else { return Vec::new() };
+    let Ok(bytes) = section.data() else { return Vec::new() };
+    let eh_frame = gimli::EhFrame::new(bytes, gimli::LittleEndian);
+    let mut bases = gimli::BaseAddresses::default().set_eh_frame(section.address());
+    for (name, set) in [(".text", gimli::BaseAddresses::set_text as fn(_, _) -> _), (".got", gimli::BaseAddresses::set_got)] {
+        if let Some(other) = elf.section_by_name(name) {
+            bases = set(bases, other.address());
+        }
+    }
+    let mut extents = Vec::new();
+    let mut entries = eh_frame.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        let gimli::CieOrFde::Fde(partial) = entry else { continue };
+        let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) else { continue };
+        if fde.len() > 0 {
+            extents.push((fde.initial_address(), fde.initial_address().saturating_add(fde.len())));
+        }
+    }
+    extents
+}
+
+/// A direct jump, conditional jump or call, whose target `near_branch_target` gives.
+fn is_direct_branch(instruction: &Instruction) -> bool {
+    use iced_x86::OpKind;
+    matches!(instruction.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64)
+}
+
+/// The constant a `mov eax, imm32` (or `mov rax, imm`) loads; None for any other instruction.
+fn constant_eax(instruction: &Instruction) -> Option<i64> {
+    use iced_x86::{OpKind, Register};
+    let into_ax = instruction.op0_kind() == OpKind::Register && matches!(instruction.op0_register(), Register::EAX | Register::RAX);
+    match instruction.code() {
+        Code::Mov_r32_imm32 if into_ax => Some(i64::from(instruction.immediate32())),
+        Code::Mov_rm64_imm32 if into_ax => Some(instruction.immediate32to64()),
+        _ => None,
+    }
+}
+
+/// Whether control may go on past `instruction` to the bytes after it.
+fn continues(instruction: &Instruction) -> bool {
+    !matches!(
+        instruction.flow_control(),
+        FlowControl::Return
+            | FlowControl::UnconditionalBranch
+            | FlowControl::IndirectBranch
+            | FlowControl::Exception
+            | FlowControl::Interrupt
+    ) && instruction.mnemonic() != Mnemonic::Hlt
+}
+
+/// The padding inside a function that no code reaches: `nop`s and `int3`s after an instruction
+/// that does not fall through (a `ret`, a `jmp`), which no branch of the function lands on (the
+/// compiler aligns the next branch target with them). (start, end) of each run.
+fn dead_padding(instructions: &[Instruction], targets: &HashSet<u64>) -> Vec<(u64, u64)> {
+    let mut runs = Vec::new();
+    let mut dead_from = None;
+    for instruction in instructions {
+        let padding = matches!(instruction.mnemonic(), Mnemonic::Nop | Mnemonic::Int3) && !targets.contains(&instruction.ip());
+        if let Some(from) = dead_from {
+            if padding {
+                continue;
+            }
+            if instruction.ip() > from {
+                runs.push((from, instruction.ip()));
+            }
+            dead_from = None;
+        }
+        if !continues(instruction) {
+            dead_from = Some(instruction.next_ip());
+        }
+    }
+    if let (Some(from), Some(last)) = (dead_from, instructions.last()) {
+        if last.next_ip() > from {
+            runs.push((from, last.next_ip()));
+        }
+    }
+    runs
+}
+
+/// The padding no code runs, handed out 5 bytes at a time.
+struct Islands {
+    /// (start, end) of each free run of padding, sorted.
+    free: Vec<(u64, u64)>,
+}
+
+impl Islands {
+    /// The padding between the walked extents (start, end, whether control may fall out of its
+    /// end): the bytes in no extent, after an extent that does not fall out, that decode as
+    /// `nop`s and `int3`s only; and the dead padding inside them (`inner`).
+    fn between(code: &Text, mut walked: Vec<(u64, u64, bool)>, inner: Vec<(u64, u64)>) -> Islands {
+        walked.sort_unstable();
+        let mut free = Vec::new();
+        let mut covered_to = 0;
+        let mut last_falls_out = true;
+        for &(start, end, falls_out) in &walked {
+            if start > covered_to && covered_to > 0 && !last_falls_out && is_padding(code, covered_to, start) {
+                free.push((covered_to, start));
+            }
+            // The extents that reach furthest decide what follows them.
+            if end > covered_to {
+                (covered_to, last_falls_out) = (end, falls_out);
+            } else if end == covered_to {
+                last_falls_out |= falls_out;
+            }
+        }
+        // One run where the runs of two extents over the same code meet or overlap.
+        free.extend(inner);
+        free.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(free.len());
+        for (start, end) in free {
+            match merged.last_mut() {
+                Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                _ => merged.push((start, end)),
+            }
+        }
+        Islands { free: merged }
+    }
+
+    /// How many islands a `jmp rel8` at `site` reaches.
+    fn in_reach(&self, site: u64) -> u64 {
+        let (low, high) = reach(site);
+        let first = self.free.partition_point(|&(_, end)| end <= low);
+        let near = self.free[first..].iter().take_while(|&&(start, _)| start <= high);
+        near.map(|&(start, end)| (end.min(high + ISLAND_LEN).saturating_sub(start.max(low))) / ISLAND_LEN).sum()
+    }
+
+    /// 5 bytes of padding that a `jmp rel8` at `site` reaches, taken for it; or why none.
+    fn take_near(&mut self, site: u64) -> std::result::Result<u64, String> {
+        let (low, high) = reach(site);
+        let first = self.free.partition_point(|&(_, end)| end <= low);
+        let found = self.free[first..].iter().take_while(|&&(start, _)| start <= high).position(|&(start, end)| {
+            let from = start.max(low);
+            from + ISLAND_LEN <= end && from <= high
+        });
+        let found = found.map(|at| first + at);
+        let Some(index) = found else {
+            return Err(format!("no 5 bytes of padding between functions within a short jump of {site:#x}"));
+        };
+        let (start, end) = self.free[index];
+        let at = start.max(low);
+        self.free.splice(index..=index, [(start, at), (at + ISLAND_LEN, end)].into_iter().filter(|(s, e)| s < e));
+        Ok(at)
+    }
+}
+
+/// The lowest and highest address a `jmp rel8` at `site` reaches.
+fn reach(site: u64) -> (u64, u64) {
+    ((site + 2).saturating_sub(REACH_BACK), site + 2 + REACH_AHEAD)
+}
+
+/// Whether the bytes from `start` to `end` are `nop`s and `int3`s only, whole instructions.
+fn is_padding(code: &Text, start: u64, end: u64) -> bool {
+    let Some(bytes) = code.bytes(start, end) else { return false };
+    let mut decoder = Decoder::with_ip(64, bytes, start, DecoderOptions::NONE);
+    let mut instruction = Instruction::default();
+    while decoder.can_decode() {
+        decoder.decode_out(&mut instruction);
+        if instruction.is_invalid() || !matches!(instruction.mnemonic(), Mnemonic::Nop | Mnemonic::Int3) {
+            return false;
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The C library's `syscall` instructions (glibc 2.36 here: 525): nearly every one has a
+    /// patch, each island serves one site, and each is in reach of its site's short jump.
+    #[test]
+    fn the_c_librarys_system_call_instructions_nearly_all_have_a_patch() {
+        let sites = syscall_sites(&crate::testing::libc_path()).unwrap();
+        let patched = sites.iter().filter(|site| site.patch.is_ok()).count();
+        assert!(sites.len() >= 300 && patched * 100 >= sites.len() * 95, "{patched} of {} have a patch", sites.len());
+        let mut islands = Vec::new();
+        for site in &sites {
+            match &site.patch {
+                Ok(Patch::Island { at, .. }) => {
+                    let (low, high) = reach(site.vaddr);
+                    assert!((low..=high).contains(at) && one_line(site.vaddr), "{:#x}: island {at:#x}", site.vaddr);
+                    islands.push(*at);
+                }
+                Ok(Patch::Before { at, code }) => {
+                    assert!(*at < site.vaddr && *at + code.len() as u64 == site.vaddr && one_line(*at), "{:#x}", site.vaddr);
+                }
+                Err(_) => {}
+            }
+        }
+        islands.sort_unstable();
+        assert!(islands.windows(2).all(|pair| pair[1] >= pair[0] + ISLAND_LEN), "islands overlap");
+    }
+}
