@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -264,6 +265,39 @@ def test_micro_loads_prefills_attaches_uprobes_and_a_syscall_tracepoint(tmp_path
     assert counts["hits"]["hash_lookup"] == 3 and counts["hits"]["empty_uretprobe"] == 3
     assert counts["results"]["hash_lookup"] == {"0": 30}, "the prefilled keys were found: 10 lookups per hit"
     assert counts["hits"]["sys_enter_pid"] == 0, "syscall tracepoints are recorded for the agent, not run"
+
+
+# bpf(2) through the C library's own `syscall`, as dlsym finds it in libc's handle (ctypes
+# does: dlopen("libc.so.6") + dlsym), which the server's `syscall` symbol never sees: an array
+# map created, an element written and read back. Prints the descriptor's link and the results.
+DLSYM_LOADER = textwrap.dedent("""
+    import ctypes, os, struct
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    BPF_MAP_CREATE, BPF_MAP_LOOKUP_ELEM, BPF_MAP_UPDATE_ELEM, ARRAY = 0, 1, 2, 2
+    def bpf(cmd, attr):
+        return libc.syscall(ctypes.c_long(321), ctypes.c_long(cmd), attr, ctypes.c_long(len(attr)))
+    fd = bpf(BPF_MAP_CREATE, ctypes.create_string_buffer(struct.pack("IIII", ARRAY, 4, 8, 1), 72))
+    key, written, read = ctypes.c_uint32(0), ctypes.c_uint64(1234), ctypes.c_uint64(0)
+    def elem(value):
+        fields = struct.pack("IIQQQ", fd, 0, ctypes.addressof(key), ctypes.addressof(value), 0)
+        return ctypes.create_string_buffer(fields, 32)
+    results = [bpf(BPF_MAP_UPDATE_ELEM, elem(written)), bpf(BPF_MAP_LOOKUP_ELEM, elem(read)), read.value]
+    print(os.readlink(f"/proc/self/fd/{fd}"), *results)
+""")
+
+
+def test_bpf_through_the_c_librarys_own_syscall_is_served(tmp_path):
+    """A loader whose bpf(2) calls bypass the server's `syscall` symbol (libc's own, found by
+    dlsym) is served all the same, at the `syscall` instruction: its map is uebpf's (an eventfd
+    descriptor, where the kernel's is a bpf-map), written and read back; and no region is left."""
+    region = f"dlsym-{os.getpid()}"
+    with regions_removed(f"uebpf-{region}"):
+        ran = subprocess.run(
+            [sys.executable, "-c", DLSYM_LOADER], env=server_env(region), capture_output=True, text=True, timeout=60
+        )
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout.split() == ["anon_inode:[eventfd]", "0", "0", "1234"], ran.stdout + ran.stderr
+        assert not (SHM / f"uebpf-{region}").exists()
 
 
 def test_refusals_are_clear(tmp_path):

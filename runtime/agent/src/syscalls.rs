@@ -386,10 +386,10 @@ fn hook_for(list: &Attached) -> uebpf_hook::Result<Vec<SyscallCoverage>> {
             })
             .collect()
     };
-    uebpf_hook::want_system_calls(numbers(&list.enter).as_deref(), numbers(&list.exit).as_deref());
     let enter = (!list.enter.is_empty()).then_some(entered as uebpf_hook::SyscallEnter);
     let exit = (!list.exit.is_empty()).then_some(exited as uebpf_hook::SyscallExit);
-    uebpf_hook::hook_system_calls(enter, exit)
+    let (at_entry, at_exit) = (numbers(&list.enter), numbers(&list.exit));
+    uebpf_hook::hook_system_calls(uebpf_hook::SyscallHandlers::new(enter, exit, at_entry.as_deref(), at_exit.as_deref()))
 }
 
 /// The entry handler of every hooked `syscall` instruction: the entry probes, in attach order.

@@ -43,7 +43,7 @@ pub use resolve::{
     SIZE_ZERO,
 };
 pub use site::{Handler, Promises, SiteStats};
-pub use syscall_hooks::{hook_system_calls, unhook_system_calls, want_system_calls, SyscallCoverage, SyscallEnter, SyscallExit};
+pub use syscall_hooks::{hook_system_calls, unhook_system_calls, SyscallCoverage, SyscallEnter, SyscallExit, SyscallHandlers};
 pub use syscall_sites::{syscall_sites, SyscallSite};
 
 /// Resolves the function `symbol` (or `0x...` file offset) of `binary` and returns its address.

@@ -32,7 +32,7 @@
 //! call: it runs on a new stack, or on its parent's, before its thread is set up.
 
 use std::mem::offset_of;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use iced_x86::code_asm::{byte_ptr, ecx, qword_ptr, r11, r12, rax, rbx, rcx, rsi, CodeAssembler, CodeLabel};
@@ -53,31 +53,73 @@ pub type SyscallEnter = unsafe extern "C" fn(regs: *mut PtRegs, nr: i64) -> bool
 /// Runs after a system call `nr`: `regs.ax` is its result, `regs.ip` where the code goes on.
 pub type SyscallExit = unsafe extern "C" fn(regs: *mut PtRegs, nr: i64);
 
-/// The handlers, 0 for none (read by the glue). `WANT_ENTRY` is nonzero when either is set:
-/// the entry path also notes the numbers that the exit needs.
-static ENTER: AtomicUsize = AtomicUsize::new(0);
-static EXIT: AtomicUsize = AtomicUsize::new(0);
-static WANT_ENTRY: AtomicUsize = AtomicUsize::new(0);
+/// What one user of the hooks wants (the agent's tracepoints, the bpf(2) server's answers):
+/// its handlers, and the numbers each wants, one bit per number below `FILTERED` (those past it
+/// always reach the handlers). `repr(C)`: another copy of this crate in the process reads it
+/// (`registry`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct SyscallHandlers {
+    pub enter: Option<SyscallEnter>,
+    pub exit: Option<SyscallExit>,
+    at_entry: [u64; FILTERED / 64],
+    at_exit: [u64; FILTERED / 64],
+}
 
-/// The numbers the filters cover: every x86-64 system call (the highest is below 470).
-const FILTERED: usize = 1024;
-/// Per number, whether the entry and the exit handler want its calls (`want_system_calls`). A
-/// site whose number is constant tests its own byte before anything else: a call nobody
-/// watches costs three instructions at entry and at exit. Numbers past `FILTERED` always reach
-/// the handlers.
-static WANTED_AT_ENTRY: [AtomicU8; FILTERED] = [const { AtomicU8::new(1) }; FILTERED];
-static WANTED_AT_EXIT: [AtomicU8; FILTERED] = [const { AtomicU8::new(1) }; FILTERED];
+impl SyscallHandlers {
+    /// `enter` before the calls of the numbers `at_entry` names (None: every call), `exit` after
+    /// those `at_exit` names.
+    pub fn new(enter: Option<SyscallEnter>, exit: Option<SyscallExit>, at_entry: Option<&[i64]>, at_exit: Option<&[i64]>) -> Self {
+        let bits = |numbers: Option<&[i64]>, handler: bool| {
+            let mut bits = [0u64; FILTERED / 64];
+            for nr in (0..FILTERED).filter(|&nr| handler && numbers.is_none_or(|numbers| numbers.contains(&(nr as i64)))) {
+                bits[nr / 64] |= 1 << (nr % 64);
+            }
+            bits
+        };
+        SyscallHandlers { enter, exit, at_entry: bits(at_entry, enter.is_some()), at_exit: bits(at_exit, exit.is_some()) }
+    }
 
-/// Which system calls the handlers want at entry and at exit (None: every one).
-pub fn want_system_calls(at_entry: Option<&[i64]>, at_exit: Option<&[i64]>) {
-    for (wanted, numbers) in [(&WANTED_AT_ENTRY, at_entry), (&WANTED_AT_EXIT, at_exit)] {
-        for (nr, slot) in wanted.iter().enumerate() {
-            slot.store(u8::from(numbers.is_none_or(|numbers| numbers.contains(&(nr as i64)))), Ordering::Release);
-        }
+    fn wants(bits: &[u64; FILTERED / 64], nr: i64) -> bool {
+        usize::try_from(nr).ok().filter(|&nr| nr < FILTERED).is_none_or(|nr| bits[nr / 64] & (1 << (nr % 64)) != 0)
     }
 }
 
-/// Whether `wanted` has number `nr` (numbers past the filter always).
+/// The numbers the filters cover: every x86-64 system call (the highest is below 470).
+const FILTERED: usize = 1024;
+
+/// The users' handlers as the glue reads them (published whole on every change; the old list
+/// is leaked: a thread may still be walking it).
+static USERS: AtomicPtr<Vec<(usize, SyscallHandlers)>> = AtomicPtr::new(std::ptr::null_mut());
+/// Nonzero while some user has a handler (the entry path then runs: it also notes the numbers
+/// that an exit needs), and while some user has an exit handler.
+static WANT_ENTRY: AtomicUsize = AtomicUsize::new(0);
+static WANT_EXIT: AtomicUsize = AtomicUsize::new(0);
+/// Per number, whether some user wants its calls at entry, at exit. A site whose number is
+/// constant tests its own byte before anything else: a call nobody watches costs three
+/// instructions at entry and at exit.
+static WANTED_AT_ENTRY: [AtomicU8; FILTERED] = [const { AtomicU8::new(0) }; FILTERED];
+static WANTED_AT_EXIT: [AtomicU8; FILTERED] = [const { AtomicU8::new(0) }; FILTERED];
+
+fn users() -> &'static [(usize, SyscallHandlers)] {
+    // SAFETY: only `publish_users` stores here, a leaked list.
+    unsafe { USERS.load(Ordering::Acquire).as_ref() }.map_or(&[], Vec::as_slice)
+}
+
+/// Publishes `users`, and the filters and flags the stubs read.
+fn publish_users(users: Vec<(usize, SyscallHandlers)>) {
+    for nr in 0..FILTERED {
+        let any =
+            |side: fn(&SyscallHandlers) -> &[u64; FILTERED / 64]| users.iter().any(|(_, h)| SyscallHandlers::wants(side(h), nr as i64));
+        WANTED_AT_ENTRY[nr].store(u8::from(any(|h| &h.at_entry)), Ordering::Release);
+        WANTED_AT_EXIT[nr].store(u8::from(any(|h| &h.at_exit)), Ordering::Release);
+    }
+    WANT_EXIT.store(usize::from(users.iter().any(|(_, h)| h.exit.is_some())), Ordering::Release);
+    WANT_ENTRY.store(usize::from(!users.is_empty()), Ordering::Release);
+    USERS.store(Box::leak(Box::new(users)), Ordering::Release);
+}
+
+/// Whether some user wants `nr` at `wanted` (numbers past the filter always).
 fn wanted(wanted: &[AtomicU8; FILTERED], nr: i64) -> bool {
     usize::try_from(nr).ok().and_then(|nr| wanted.get(nr)).is_none_or(|slot| slot.load(Ordering::Acquire) != 0)
 }
@@ -129,57 +171,130 @@ struct Hooked {
 /// Every hooked instruction, and the binaries done (by path). Sites and stubs are never freed.
 static HOOKED: Mutex<(Vec<Hooked>, Vec<String>)> = Mutex::new((Vec::new(), Vec::new()));
 
-/// Sets the handlers and hooks every `syscall` instruction of every binary mapped in this
-/// process that has not been, but this library's own (the runtime's calls are its own). Binaries
-/// mapped later (dlopen) are hooked by calling it again. Returns what it did for each binary it
-/// looked at now.
-pub fn hook_system_calls(enter: Option<SyscallEnter>, exit: Option<SyscallExit>) -> Result<Vec<SyscallCoverage>> {
+/// Sets this library's handlers (replacing any it set before) and hooks every `syscall`
+/// instruction of every binary mapped in this process that has not been, but the runtime's own
+/// (a library with a copy of this crate: their calls are the runtime's). Binaries mapped later
+/// (dlopen) are hooked by calling it again. Returns what it did for each binary it looked at now.
+///
+/// A process has one set of hooks, whichever copy of this crate made them: the bpf(2) server
+/// and the agent, both in a loader that traces itself, each bring one, and the first loaded
+/// hooks for both (`registry`).
+pub fn hook_system_calls(handlers: SyscallHandlers) -> Result<Vec<SyscallCoverage>> {
+    let mut done = Err(Error::system("the system call hooks", std::io::Error::other("no answer")));
+    // SAFETY: the registry's function, with our token and our locals.
+    unsafe { (registry().set)(user_token(), &handlers, &mut done) };
+    done
+}
+
+/// Takes this library's handlers away; the last user's puts every instruction back.
+pub fn unhook_system_calls() -> Result<()> {
+    let mut done = Err(Error::system("the system call hooks", std::io::Error::other("no answer")));
+    // SAFETY: the registry's function, with our token and our local.
+    unsafe { (registry().set)(user_token(), std::ptr::null(), &mut done) };
+    done.map(drop)
+}
+
+/// This copy of the crate, as a user of the process's hooks.
+fn user_token() -> usize {
+    static TOKEN: u8 = 0;
+    std::ptr::addr_of!(TOKEN) as usize
+}
+
+/// The process's system call hooks, as every copy of this crate in the process reaches them:
+/// the registry of the first copy in the global lookup scope (a preloaded library's), found by
+/// its exported symbol, else this copy's. The copies come from one build (the runtime's
+/// libraries are built together), so the Rust types passed through it have one layout: the
+/// version and the sizes are checked all the same.
+#[repr(C)]
+struct Registry {
+    version: u64,
+    sizes: [usize; 2],
+    /// Sets user `user`'s handlers (null: removes them) and hooks; the outcome into `done`.
+    set: unsafe extern "C" fn(user: usize, handlers: *const SyscallHandlers, done: *mut Result<Vec<SyscallCoverage>>),
+}
+
+const REGISTRY_VERSION: u64 = 1;
+const REGISTRY_SIZES: [usize; 2] = [std::mem::size_of::<SyscallHandlers>(), std::mem::size_of::<Result<Vec<SyscallCoverage>>>()];
+static REGISTRY: Registry = Registry { version: REGISTRY_VERSION, sizes: REGISTRY_SIZES, set: set_user };
+/// The symbol every copy exports, and by which a binary is known to carry one.
+const REGISTRY_SYMBOL: &str = "uebpf_hook_system_call_registry_v1";
+
+/// This copy's registry (see `registry`).
+#[no_mangle]
+pub extern "C" fn uebpf_hook_system_call_registry_v1() -> *const std::ffi::c_void {
+    std::ptr::addr_of!(REGISTRY).cast()
+}
+
+fn registry() -> &'static Registry {
+    static FOUND: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let found = *FOUND.get_or_init(|| {
+        // SAFETY: a lookup in the global scope; what it finds is a copy of the function above.
+        unsafe {
+            let symbol = libc::dlsym(libc::RTLD_DEFAULT, c"uebpf_hook_system_call_registry_v1".as_ptr());
+            if symbol.is_null() {
+                return 0;
+            }
+            let function: extern "C" fn() -> *const std::ffi::c_void = std::mem::transmute(symbol);
+            let other = &*function().cast::<Registry>();
+            let same = other.version == REGISTRY_VERSION && other.sizes == REGISTRY_SIZES;
+            if same {
+                other as *const Registry as usize
+            } else {
+                0
+            }
+        }
+    });
+    match found {
+        0 => &REGISTRY,
+        // SAFETY: checked above; a loaded library's static (the runtime's are never unloaded).
+        other => unsafe { &*(other as *const Registry) },
+    }
+}
+
+/// The registry's `set`: this copy owns the process's hooks.
+unsafe extern "C" fn set_user(user: usize, handlers: *const SyscallHandlers, done: *mut Result<Vec<SyscallCoverage>>) {
     let mut hooked = HOOKED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    ENTER.store(enter.map_or(0, |f| f as usize), Ordering::Release);
-    EXIT.store(exit.map_or(0, |f| f as usize), Ordering::Release);
-    WANT_ENTRY.store(usize::from(enter.is_some() || exit.is_some()), Ordering::Release);
-    dispatch::without_probes(|| {
+    let mut now: Vec<(usize, SyscallHandlers)> = users().iter().filter(|(known, _)| *known != user).copied().collect();
+    if let Some(handlers) = handlers.as_ref() {
+        now.push((user, *handlers));
+    }
+    let last_out = now.is_empty();
+    if !last_out {
+        publish_users(now);
+    }
+    *done = dispatch::without_probes(|| {
+        if last_out {
+            let writes: Vec<Write> = hooked
+                .0
+                .drain(..)
+                .map(|site| match site.original[..] {
+                    [first, second] => Write::Pair(site.at, [first, second]),
+                    _ => Write::Over(site.at, site.original),
+                })
+                .collect();
+            hooked.1.clear();
+            write_patches(&writes)?;
+            publish_users(Vec::new());
+            return Ok(Vec::new());
+        }
         let mut coverage = Vec::new();
         for binary in binaries_to_hook()? {
             if hooked.1.contains(&binary) {
                 continue;
             }
-            let done = hook_binary(&binary, &mut hooked.0)?;
+            if let Some(done) = hook_binary(&binary, &mut hooked.0)? {
+                coverage.push(done);
+            }
             hooked.1.push(binary);
-            coverage.push(done);
         }
         Ok(coverage)
-    })
+    });
 }
 
-/// Puts every hooked instruction back, and the handlers away.
-pub fn unhook_system_calls() -> Result<()> {
-    let mut hooked = HOOKED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    dispatch::without_probes(|| {
-        let writes: Vec<Write> = hooked
-            .0
-            .drain(..)
-            .map(|site| match site.original[..] {
-                [first, second] => Write::Pair(site.at, [first, second]),
-                _ => Write::Over(site.at, site.original),
-            })
-            .collect();
-        hooked.1.clear();
-        write_patches(&writes)
-    })?;
-    WANT_ENTRY.store(0, Ordering::Release);
-    ENTER.store(0, Ordering::Release);
-    EXIT.store(0, Ordering::Release);
-    Ok(())
-}
-
-/// The files of this process's executable mappings, but the one holding this library.
+/// The files of this process's executable mappings.
 fn binaries_to_hook() -> Result<Vec<String>> {
     let maps = crate::procmaps::read_now().map_err(|e| Error::system("reading /proc/self/maps", e))?;
-    let own = hook_system_calls as *const () as usize;
-    let ours = maps.iter().find(|m| m.contains(own)).map(|m| m.path.clone());
-    let mut binaries: Vec<String> =
-        maps.iter().filter(|m| m.executable && m.path.starts_with('/') && Some(&m.path) != ours.as_ref()).map(|m| m.path.clone()).collect();
+    let mut binaries: Vec<String> = maps.iter().filter(|m| m.executable && m.path.starts_with('/')).map(|m| m.path.clone()).collect();
     binaries.dedup();
     Ok(binaries)
 }
@@ -200,9 +315,12 @@ enum How {
     Before { at: usize, code: Vec<u8> },
 }
 
-/// Hooks the `syscall` instructions of one mapped binary that can be.
-fn hook_binary(binary: &str, hooked: &mut Vec<Hooked>) -> Result<SyscallCoverage> {
-    let (bias, sites) = syscall_sites::mapped_syscall_sites(std::path::Path::new(binary))?;
+/// Hooks the `syscall` instructions of one mapped binary that can be; None for a binary of the
+/// runtime (it exports `REGISTRY_SYMBOL`).
+fn hook_binary(binary: &str, hooked: &mut Vec<Hooked>) -> Result<Option<SyscallCoverage>> {
+    let Some((bias, sites)) = syscall_sites::mapped_syscall_sites(std::path::Path::new(binary), REGISTRY_SYMBOL)? else {
+        return Ok(None);
+    };
     let mut coverage = SyscallCoverage { binary: binary.to_string(), sites: sites.len(), hooked: 0, left: Vec::new() };
     let here = |vaddr: u64| (vaddr as i64 + bias) as usize;
     let mut ready = Vec::new();
@@ -244,7 +362,7 @@ fn hook_binary(binary: &str, hooked: &mut Vec<Hooked>) -> Result<SyscallCoverage
         }
     }
     write_patches(&writes)?;
-    Ok(coverage)
+    Ok(Some(coverage))
 }
 
 /// Checks that the process has at `at` the bytes the file has (`expected`), or says what does not.
@@ -469,7 +587,7 @@ fn common_paths(a: &mut CodeAssembler, entry: &mut CodeLabel, exit: &mut CodeLab
     a.jmp(rcx)?;
     // Exit: ax the result.
     a.set_label(exit)?;
-    unless_wanted(a, std::ptr::addr_of!(EXIT) as u64, RESUME)?;
+    unless_wanted(a, std::ptr::addr_of!(WANT_EXIT) as u64, RESUME)?;
     saved_around(a, RESUME, on_exit as *const () as usize)?;
     restore_gprs(a, 0)?;
     a.jmp(qword_ptr(r11 + RESUME))
@@ -514,15 +632,14 @@ unsafe extern "C" fn on_enter(regs: *mut PtRegs, site: *const Site) -> usize {
     let site = &*site;
     let nr = (*regs).ax as i64;
     let answered = dispatch::probing(|| {
-        if site.nr < 0 && EXIT.load(Ordering::Acquire) != 0 && wanted(&WANTED_AT_EXIT, nr) {
+        if site.nr < 0 && WANT_EXIT.load(Ordering::Acquire) != 0 && wanted(&WANTED_AT_EXIT, nr) {
             Stash::push(nr, (*regs).sp as usize);
         }
-        match ENTER.load(Ordering::Acquire) {
-            0 => false,
-            _ if !wanted(&WANTED_AT_ENTRY, nr) => false,
-            // SAFETY: only hook_system_calls stores here, from a SyscallEnter.
-            handler => std::mem::transmute::<usize, SyscallEnter>(handler)(regs, nr),
-        }
+        // The first user to answer the call ends the entry: the call is not made.
+        users().iter().any(|(_, user)| match user.enter {
+            Some(enter) if SyscallHandlers::wants(&user.at_entry, nr) => enter(regs, nr),
+            _ => false,
+        })
     });
     if answered == Some(true) {
         site.exit_at
@@ -546,10 +663,11 @@ unsafe extern "C" fn on_exit(regs: *mut PtRegs, site: *const Site) {
             return;
         }
         (*regs).orig_ax = nr as u64;
-        match EXIT.load(Ordering::Acquire) {
-            0 => {}
-            // SAFETY: only hook_system_calls stores here, from a SyscallExit.
-            handler => std::mem::transmute::<usize, SyscallExit>(handler)(regs, nr),
+        for (_, user) in users() {
+            match user.exit {
+                Some(exit) if SyscallHandlers::wants(&user.at_exit, nr) => exit(regs, nr),
+                _ => {}
+            }
         }
     });
 }

@@ -71,14 +71,17 @@ pub fn syscall_sites(binary: &Path) -> Result<Vec<SyscallSite>> {
 }
 
 /// `syscall_sites` of a binary mapped in this process, and its load bias (address in this
-/// process - ELF virtual address).
-pub(crate) fn mapped_syscall_sites(binary: &Path) -> Result<(i64, Vec<SyscallSite>)> {
+/// process - ELF virtual address); None for a binary that exports `unless_exporting`.
+pub(crate) fn mapped_syscall_sites(binary: &Path, unless_exporting: &str) -> Result<Option<(i64, Vec<SyscallSite>)>> {
     let shown = binary.display();
     let data = std::fs::read(binary).map_err(|e| Error::resolve(format!("cannot read {shown}: {e}")))?;
     let elf = object::File::parse(&*data).map_err(|e| Error::resolve(format!("{shown} is not an ELF file: {e}")))?;
+    if elf.dynamic_symbols().any(|symbol| symbol.is_definition() && symbol.name() == Ok(unless_exporting)) {
+        return Ok(None);
+    }
     let sites = sites_of(&elf, &data);
-    let Some(first) = sites.first() else { return Ok((0, sites)) };
-    Ok((crate::resolve::load_bias(binary, &elf, first.vaddr)?, sites))
+    let Some(first) = sites.first() else { return Ok(Some((0, sites))) };
+    Ok(Some((crate::resolve::load_bias(binary, &elf, first.vaddr)?, sites)))
 }
 
 fn sites_of(elf: &object::File, data: &[u8]) -> Vec<SyscallSite> {

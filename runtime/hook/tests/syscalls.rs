@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::SeqCst};
 
-use uebpf_hook::{hook_system_calls, unhook_system_calls, want_system_calls, PtRegs};
+use uebpf_hook::{hook_system_calls, unhook_system_calls, PtRegs, SyscallHandlers};
 
 const NUMBERS: usize = 512;
 static ENTERED: [AtomicU64; NUMBERS] = [const { AtomicU64::new(0) }; NUMBERS];
@@ -51,7 +51,7 @@ fn dlsym_syscall() -> SyscallFunction {
 
 #[test]
 fn every_way_of_making_a_call_is_seen_once_at_entry_and_exit() {
-    let coverage = hook_system_calls(Some(entered), Some(exited)).unwrap();
+    let coverage = hook_system_calls(SyscallHandlers::new(Some(entered), Some(exited), None, None)).unwrap();
     let libc = coverage.iter().find(|c| c.binary.ends_with("/libc.so.6")).expect("libc's instructions");
     assert!(libc.hooked * 100 >= libc.sites * 95, "{} of {} hooked: {:?}", libc.hooked, libc.sites, libc.left);
     let parent = std::os::unix::process::parent_id() as i64;
@@ -81,14 +81,14 @@ fn every_way_of_making_a_call_is_seen_once_at_entry_and_exit() {
     assert_ne!(unsafe { libc::getuid() }, 4242);
 
     // A filter: getppid alone is wanted; getuid's calls go straight to the kernel.
-    want_system_calls(Some(&[libc::SYS_getppid]), Some(&[libc::SYS_getppid]));
+    let getppid = Some(&[libc::SYS_getppid][..]);
+    hook_system_calls(SyscallHandlers::new(Some(entered), Some(exited), getppid, getppid)).unwrap();
     let (getuid_before, getppid_before) = (counts(libc::SYS_getuid), counts(libc::SYS_getppid));
     unsafe { libc::getuid() };
     assert_eq!(unsafe { libc::syscall(libc::SYS_getuid) }, unsafe { libc::getuid() } as i64);
     assert_eq!(unsafe { libc::getppid() } as i64, parent);
     assert_eq!(counts(libc::SYS_getuid), getuid_before, "a call of a number nobody wants reaches no handler");
     assert_eq!(counts(libc::SYS_getppid), (getppid_before.0 + 1, getppid_before.1 + 1));
-    want_system_calls(None, None);
 
     unhook_system_calls().unwrap();
     let unhooked = counts(libc::SYS_getppid);

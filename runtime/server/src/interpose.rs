@@ -32,6 +32,15 @@ fn finish<T: From<i8>>(result: Result<T, c_int>) -> T {
 /// `long syscall(long number, ...)`: bpf(2) and perf_event_open(2) for uebpf.
 #[no_mangle]
 pub extern "C" fn syscall(number: c_long, a1: c_long, a2: c_long, a3: c_long, a4: c_long, a5: c_long, a6: c_long) -> c_long {
+    match served(number, [a1, a2, a3]) {
+        Some(result) => finish(result),
+        None => real::syscall6(number, [a1, a2, a3, a4, a5, a6]),
+    }
+}
+
+/// System call `number` with its first `args`, if it is for uebpf: its result or errno; None
+/// if it is for the kernel.
+fn served(number: c_long, [a1, a2, a3]: [c_long; 3]) -> Option<Result<c_long, c_int>> {
     // C `int` arguments arrive in 64-bit registers whose upper half is not defined: truncate.
     let handled = match number {
         libc::SYS_bpf => guarded(|| bpf::bpf(a1 as c_int, a2 as *mut u8, a3 as u32).ok_or(0)),
@@ -39,11 +48,36 @@ pub extern "C" fn syscall(number: c_long, a1: c_long, a2: c_long, a3: c_long, a4
         _ => Err(0),
     };
     match handled {
-        Ok(result) => finish(result),
-        Err(0) => real::syscall6(number, [a1, a2, a3, a4, a5, a6]),
-        Err(errno) => finish(Err(errno)),
+        Ok(result) => Some(result),
+        Err(0) => None,
+        Err(errno) => Some(Err(errno)),
     }
 }
+
+/// The loader's bpf(2) and perf_event_open(2) calls made another way than through the `syscall`
+/// symbol above (libc's own `syscall` found by dlsym, an inline `syscall` instruction) reach the
+/// server at their instruction (uebpf_hook::hook_system_calls): answered there, they never go
+/// to the kernel. Those through the symbol are answered first, and never get there.
+unsafe extern "C" fn at_system_call(regs: *mut uebpf_hook::PtRegs, nr: c_long) -> bool {
+    let regs = &mut *regs;
+    let Some(result) = served(nr, [regs.di as c_long, regs.si as c_long, regs.dx as c_long]) else { return false };
+    // The kernel's convention at the instruction: the value, or -errno.
+    regs.ax = result.unwrap_or_else(|errno| -c_long::from(errno)) as u64;
+    true
+}
+
+/// Hooks the process's `syscall` instructions for bpf(2) and perf_event_open(2), before `main`.
+extern "C" fn serve_every_system_call() {
+    let numbers = [libc::SYS_bpf, libc::SYS_perf_event_open];
+    let handlers = uebpf_hook::SyscallHandlers::new(Some(at_system_call), None, Some(&numbers), None);
+    if let Err(e) = uebpf_hook::hook_system_calls(handlers) {
+        uebpf::write_stderr(format!("uebpf: the bpf(2) server sees only the calls through `syscall`: {e}\n").as_bytes());
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static SERVE_EVERY_SYSTEM_CALL: extern "C" fn() = serve_every_system_call;
 
 /// `int ioctl(int fd, unsigned long request, ...)`: the perf event ioctls on our perf events.
 #[no_mangle]
