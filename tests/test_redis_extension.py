@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import regions_removed, thread_names
+from conftest import regions_removed, thread_names, wait_until
 from tracecost import services, uebpf
 from tracecost.procs import Child, started
 from tracecost.suites.redis import extension, powercut
@@ -101,7 +101,8 @@ def test_attached_live_into_a_redis_serving_already(tmp_path):
             with started(lambda: redis(port, tmp_path / "aof", tmp_path)) as server:
                 assert server.wait_for_lines(1, READY_S, REDIS_READY)
                 assert cli(port, "SET", "before", "1") == "OK"
-                assert "jemalloc_bg_thd" in thread_names(server.pid)  # it blocks every signal
+                # The default: jemalloc starts its background thread, which blocks every signal, soon after.
+                assert wait_until(lambda: "jemalloc_bg_thd" in thread_names(server.pid))
                 injection = attached.injected_into(server.pid)
                 load = ["redis-benchmark", "-p", str(port), "-n", "5000", "-c", "4", "-t", "set"]
                 assert subprocess.run(load, capture_output=True, timeout=120).returncode == 0

@@ -12,7 +12,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from conftest import BUILD, UEBPF, regions_removed, server_env, thread_names
+from conftest import BUILD, UEBPF, regions_removed, server_env, thread_names, wait_until
 from tracecost import elf, services
 from tracecost.procs import Child, started
 from tracecost.suites.redis.extension import redis_server
@@ -31,7 +31,8 @@ def test_fifty_live_attaches_and_detaches_to_a_default_redis_under_load(tmp_path
     argv = [str(redis_server()), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path), "--logfile", ""]
     with regions_removed(REGIONS), started(lambda: Child(argv, stderr_path=tmp_path / "redis.err")) as redis:
         redis.wait_for_output("Ready to accept connections", timeout_s=30)
-        assert "jemalloc_bg_thd" in thread_names(redis.pid)  # the default: it blocks every signal
+        # The default: jemalloc starts its background thread, which blocks every signal, soon after.
+        assert wait_until(lambda: "jemalloc_bg_thd" in thread_names(redis.pid))
         counted = []
         for round_ in range(ROUNDS):
             refused = round_ % REFUSED_EVERY == REFUSED_EVERY - 1

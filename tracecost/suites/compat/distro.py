@@ -217,7 +217,7 @@ TOOLS = [
         "raw_syscalls/sys_enter, sys_exit; cgroup array (its -c filter); hash maps, batch lookup",
         "Tracing syscalls",
         syscall_counts,
-        {"openat": 2, "close": 1, "newfstatat": 2, "kill": 2, "getpid": 4},
+        {"read": 1, "openat": 2, "close": 1, "newfstatat": 2, "kill": 2, "getpid": 4},
     ),
     DistroTool(
         "funclatency BINARY:FUNC",
@@ -434,17 +434,14 @@ class Workload:
 
 @contextlib.contextmanager
 def distro_app(tool: DistroTool, prefix: list[str], workdir: Path):
-    """distro_app, mapped its go file and said READY; `go` sets the file's byte in place (the
-    workload spins on its mapping: a truncating write would leave it a page past the end)."""
-    go = workdir / "go"
-    go.write_bytes(b"\0")
-    argv = [*prefix, str(paths.artifact(APP)), str(go), *tool.actions]
-    with started(lambda: Child(argv, stderr_path=workdir / "app.err")) as app:
+    """distro_app, said READY and blocked in read() on its stdin; `go` writes it its byte."""
+    argv = [*prefix, str(paths.artifact(APP)), *tool.actions]
+    with started(lambda: Child(argv, stderr_path=workdir / "app.err", stdin=True)) as app:
         app.wait_for_line("READY", READY_TIMEOUT_S)
 
         def start() -> None:
-            with open(go, "r+b") as mapped:
-                mapped.write(b"\1")
+            app.popen.stdin.write(b"\1")
+            app.popen.stdin.flush()
 
         yield Workload(app, start, lambda: app.finished("distro_app", sig=None, timeout_s=RUN_TIMEOUT_S))
 

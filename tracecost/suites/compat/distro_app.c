@@ -3,17 +3,15 @@
  * tools trace, each a fixed number of times, so that what a tool prints can be compared side by
  * side and with what the workload did.
  *
- *   distro_app GOFILE ACTION...
+ *   distro_app ACTION...
  *
- * It prints "READY" once it runs, then waits for the first byte of GOFILE (a file of at least one
- * byte, which it maps) to become nonzero, spinning on the mapping: no system call between READY
- * and the actions, so that a system call counter (syscount) sees exactly the actions' calls on
- * both sides. (A wait in read() would still be running when the tracer attaches: the kernel
- * reports its exit, an inline hook placed after its entry cannot.) Then it runs each ACTION in
+ * It prints "READY" once it runs, then waits for its go: one byte on stdin, in read(), where it
+ * is blocked when the tracer attaches (a system call counter such as syscount reports that read
+ * when it returns, on the kernel as on uebpf: runtime/agent/README.md, "Calls in progress"; end
+ * of input instead of the byte: the harness is gone, and it ends). Then it runs each ACTION in
  * order and exits with _exit (no stdio flush, no atexit work: nothing after the actions).
  *
- * Every system call below is made through the C library's exported wrapper of that name, the
- * calls uebpf's system call tracepoints see (runtime/agent/README.md, "System call tracepoints").
+ * Every system call below is made through the C library's exported wrapper of that name.
  *   opens    open("/etc/passwd") and close, openat of a missing file      (openat x2, close)
  *   stats    fstatat of /etc/passwd and of a missing file                  (newfstatat x2)
  *   kills    kill(self, 0) and kill of a pid that cannot exist, signal 0   (kill x2)
@@ -33,7 +31,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/sdt.h>
 #include <sys/socket.h>
@@ -42,8 +39,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* No go within this many seconds: the harness is gone, so the workload ends. */
-#define GO_TIMEOUT_S 60
 /* A pid above the kernel's PID_MAX_LIMIT (4194304): no such process, whatever runs. */
 #define NO_SUCH_PID 4194305
 #define MISSING "/nonexistent/distro-app"
@@ -150,30 +145,15 @@ static int run(const char *action)
 
 int main(int argc, char **argv)
 {
-	if (argc < 2) {
-		fprintf(stderr, "usage: distro_app GOFILE ACTION...\n");
-		return 2;
-	}
-	int fd = open(argv[1], O_RDONLY | O_CLOEXEC);
-	volatile const char *go = fd < 0 ? MAP_FAILED : mmap(NULL, 1, PROT_READ, MAP_SHARED, fd, 0);
+	char go;
 
-	if (go == MAP_FAILED) {
-		fprintf(stderr, "distro_app: cannot map %s\n", argv[1]);
-		return 2;
-	}
-	close(fd);
 	printf("READY\n");
 	fflush(stdout);
-	uint64_t deadline = now_ns() + (uint64_t)GO_TIMEOUT_S * 1000000000u;
-
-	while (!*go) {
-		if (now_ns() > deadline)
-			_exit(3);
-		__builtin_ia32_pause();
-	}
+	if (read(0, &go, 1) != 1)
+		_exit(3);
 	int failed = 0;
 
-	for (int i = 2; i < argc; i++)
+	for (int i = 1; i < argc; i++)
 		failed |= run(argv[i]);
 	_exit(failed);
 }
