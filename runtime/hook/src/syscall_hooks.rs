@@ -2,13 +2,17 @@
 //! it is made, runs the system call handlers first (entry) and after (exit), as the kernel's
 //! `raw_syscalls` tracepoints see them.
 //!
-//! Each hooked instruction (syscall_sites.rs: where they are, and their islands) becomes a
-//! `jmp rel8` to its island, a `jmp rel32` to the site's stub:
+//! Each hooked instruction (syscall_sites.rs: where they are, and how each is patched) reaches
+//! its site's stub: through a `jmp rel8` to its island, a `jmp rel32`; or through a `jmp rel32`
+//! over an instruction before it, which the stub replays first:
 //!
 //! ```text
-//! stub:   mov r11, SITE ; jmp enter       the common entry path (rcx and r11 are free: the
+//! stub:   [replayed]                      (a `Before` site's instructions up to the `syscall`)
+//!         [filter]                        a constant number's wanted byte: if 0, on to `sys`
+//!         mov r11, SITE ; jmp enter       the common entry path (rcx and r11 are free: the
 //! sys:    syscall                         syscall instruction overwrites them)
-//! exit:   mov r11, SITE ; jmp exit        the common exit path, then back behind the original
+//! exit:   mov r11, SITE ; [filter]        the same at exit: if 0, straight back
+//!         jmp exit                        the common exit path, then back behind the original
 //! ```
 //!
 //! **The entry path** saves the state as the entry stubs do (pt_regs below the red zone, the
@@ -30,6 +34,12 @@
 //! so, straight to the system call and back, so that the runtime's own calls through the C
 //! library stay invisible. A clone's, clone3's and vfork's child (a result of 0) gets no exit
 //! call: it runs on a new stack, or on its parent's, before its thread is set up.
+//!
+//! **Users.** The handlers are those of every user of the hooks (`SyscallHandlers`: the agent's
+//! tracepoints, the bpf(2) server's answers), each for the numbers it wants: at entry the first
+//! that answers ends it, at exit each runs. One process has one set of hooks, though each of
+//! the runtime's libraries carries a copy of this crate: the first copy in the global scope
+//! keeps the registry of users (`registry`), the others register there.
 
 use std::mem::offset_of;
 use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
