@@ -619,38 +619,53 @@ IN_PROGRESS_PROBES = textwrap.dedent(r"""
     char LICENSE[] SEC("license") = "GPL";
 """)
 
-# Blocked in read(0) when the probes attach; the line it reads then is its last read.
+# Blocked in read(0) when the probes attach; then blocked in a second read, made after.
 IN_PROGRESS_TARGET = textwrap.dedent("""
     import os, sys
     print("READY", flush=True)
-    data = os.read(0, 100)
-    print("READ", len(data), file=sys.stderr, flush=True)
+    first = os.read(0, 100)
+    print("READ", len(first), file=sys.stderr, flush=True)
+    second = os.read(0, 100)
+    print("READ", len(second), file=sys.stderr, flush=True)
     os._exit(0)
 """)
+
+
+def code_at(pid: int, address: int, size: int = 5) -> bytes:
+    with open(f"/proc/{pid}/mem", "rb") as mem:
+        mem.seek(address)
+        return mem.read(size)
 
 
 def test_a_call_in_progress_at_attach_reports_its_exit(tmp_path):
     """The target is blocked in read() when the exit probes attach (the agent applies them from
     its own thread): as the kernel does, its read is reported when it returns, once per probe,
-    with its result."""
+    with its result, by a hook where the call returns; that hook goes once the call has
+    returned, and the next read, made after the attach, is seen as any call."""
     obj = compile_probes(tmp_path, IN_PROGRESS_PROBES, SUMS=3)
     region = region_name("in-progress")
     argv = [sys.executable, "-c", IN_PROGRESS_TARGET]
     with started(lambda: Child(argv, stderr_path=tmp_path / "target.err", env=agent_env(region), stdin=True)) as target:
         target.wait_for_line("READY", timeout_s=30)
-        assert wait_until(lambda: open(f"/proc/{target.pid}/syscall").read().split()[0] == "0")  # read
-        with started(
-            lambda: Child([str(UEBPF), "attach", str(obj), "--region", region], stderr_path=tmp_path / "a.err")
-        ) as attach:
+        blocked = lambda: open(f"/proc/{target.pid}/syscall").read().split()  # noqa: E731
+        assert wait_until(lambda: blocked()[0] == "0")  # read
+        resume = int(blocked()[-1], 16)
+        original = code_at(target.pid, resume)
+        attach_argv = [str(UEBPF), "attach", str(obj), "--region", region]
+        with started(lambda: Child(attach_argv, stderr_path=tmp_path / "a.err")) as attach:
             attach.wait_for_line("READY", timeout_s=30)
             assert wait_applied(region, target.pid, check=False).returncode == 0
+            assert code_at(target.pid, resume) != original  # the hook awaiting the read
             target.popen.stdin.write(b"seven!\n")
+            target.popen.stdin.flush()
+            assert wait_until(lambda: code_at(target.pid, resume) == original, timeout=10)
+            target.popen.stdin.write(b"four\n")
             target.popen.stdin.flush()
             assert target.wait(timeout_s=30).exit_code == 0, target.stderr_text()
             assert attach.stop().exit_code == 0, attach.stderr_text()
             dumped = json.loads(attach.read_stdout())
-    assert "READ 7" in target.stderr_text()
-    assert sums_of(dumped) == {0: 1, 1: 7, 2: 7}
+    assert "READ 7" in target.stderr_text() and "READ 5" in target.stderr_text()
+    assert sums_of(dumped) == {0: 2, 1: 12, 2: 12}
 
 
 def test_a_program_reading_past_the_system_call_record_is_not_attached(tmp_path):

@@ -271,9 +271,9 @@ pub(crate) fn attach(id: u32, side: Side, probe: *mut c_void) -> Result<Vec<Sysc
 /// (the kernel's saved state, /proc/self/task/TID/syscall: its number, and where it returns) is
 /// awaited where it returns, behind its `syscall` instruction, by an entry hook that runs the
 /// probe on its result, once, for that thread alone; as the kernel reports the exit of a call it
-/// was inside when the tracepoint was attached. The hooks stay until the attachment goes
-/// (`forget`): a cost of one hook's pass on those instructions meanwhile.
-fn in_progress(probe: &'static SyscallProbe) -> Vec<uebpf_hook::Hook> {
+/// was inside when the tracepoint was attached. A hook goes once every call it awaits has
+/// returned, or its thread is gone (`drop_returned`), or with its attachment (`forget`).
+fn in_progress(probe: &'static SyscallProbe) -> Vec<Awaiting> {
     let me = current::tid() as i32;
     let mut by_place: Vec<(usize, Vec<(i32, i64)>)> = Vec::new();
     for (tid, nr, resume) in blocked_calls().into_iter().filter(|(tid, ..)| *tid != me) {
@@ -285,9 +285,10 @@ fn in_progress(probe: &'static SyscallProbe) -> Vec<uebpf_hook::Hook> {
     let mut hooks = Vec::new();
     for (resume, calls) in by_place {
         let returning = Returning { probe, calls: calls.into_iter().map(|(tid, nr)| (AtomicI32::new(tid), nr)).collect() };
-        let data = (Box::leak(Box::new(returning)) as *mut Returning).cast();
+        let returning: &'static Returning = Box::leak(Box::new(returning));
+        let data = (returning as *const Returning).cast_mut().cast();
         match place(resume).and_then(|target| uebpf_hook::Hook::entry(&target, returned, data).map_err(|e| e.to_string())) {
-            Ok(hook) => hooks.push(hook),
+            Ok(hook) => hooks.push((hook, returning)),
             Err(why) => crate::note(&format!("a call in progress, returning to {resume:#x}, is not seen to return: {why}")),
         }
     }
@@ -324,6 +325,39 @@ struct Returning {
     calls: Vec<(AtomicI32, i64)>,
 }
 
+impl Returning {
+    /// Whether no call is awaited any more: each returned, or its thread is gone.
+    fn done(&self) -> bool {
+        self.calls.iter().all(|(tid, _)| match tid.load(Ordering::Acquire) {
+            0 => true,
+            tid => !Path::new(&format!("/proc/self/task/{tid}")).exists(),
+        })
+    }
+}
+
+/// A hook awaiting calls in progress, and what it awaits.
+type Awaiting = (uebpf_hook::Hook, &'static Returning);
+
+/// Takes off the hooks whose calls in progress have all returned (the agent's thread, at its
+/// next wake: at most a second later).
+pub(crate) fn drop_returned() {
+    let mut returning = RETURNING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    for (id, hooks) in returning.iter_mut() {
+        let (done, awaiting): (Vec<Awaiting>, Vec<Awaiting>) = hooks.drain(..).partition(|(_, awaited)| awaited.done());
+        *hooks = awaiting;
+        detach_awaiting(*id, done);
+    }
+    returning.retain(|(_, hooks)| !hooks.is_empty());
+}
+
+fn detach_awaiting(id: u32, hooks: Vec<Awaiting>) {
+    for (hook, _) in hooks {
+        if let Err(e) = hook.detach() {
+            crate::warn(&format!("attachment {id}: cannot remove a hook awaiting a call in progress: {e}"));
+        }
+    }
+}
+
 /// The entry hook behind a `syscall` instruction where calls in progress return: the probe on
 /// the result (in ax, as the instruction leaves it) of this thread's call, once.
 unsafe extern "C" fn returned(regs: *mut PtRegs, data: *mut c_void) {
@@ -337,7 +371,7 @@ unsafe extern "C" fn returned(regs: *mut PtRegs, data: *mut c_void) {
 }
 
 /// The hooks awaiting calls in progress, by attachment.
-static RETURNING: Mutex<Vec<(u32, Vec<uebpf_hook::Hook>)>> = Mutex::new(Vec::new());
+static RETURNING: Mutex<Vec<(u32, Vec<Awaiting>)>> = Mutex::new(Vec::new());
 
 /// Removes attachment `id`'s probe, if it has one; the last one out puts the instructions back.
 pub(crate) fn forget(id: u32) {
@@ -348,11 +382,7 @@ pub(crate) fn forget(id: u32) {
 fn forget_locked(id: u32) {
     let mut returning = RETURNING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     for (_, hooks) in returning.iter_mut().filter(|(known, _)| *known == id) {
-        for hook in hooks.drain(..) {
-            if let Err(e) = hook.detach() {
-                crate::warn(&format!("attachment {id}: cannot remove a hook awaiting a call in progress: {e}"));
-            }
-        }
+        detach_awaiting(id, std::mem::take(hooks));
     }
     returning.retain(|(known, _)| *known != id);
     drop(returning);

@@ -120,6 +120,9 @@ fn watch(name: &str, epoch: u32) {
         } else if is_gone(&region) {
             STATE.with(|state| current(epoch).then(|| state.session.take().map(Session::end)));
             // The region's last references are the leaked probes' (a thread may still run one).
+        } else {
+            // Under the state lock, as every change of the agent's hooks.
+            STATE.with(|_locked| current(epoch).then(crate::syscalls::drop_returned));
         }
     }
 }
