@@ -576,6 +576,13 @@ def refusal_line(run: ToolRun) -> str | None:
 
 
 def output_lines(run: ToolRun) -> str:
-    """How many lines the tool printed after its ready line (the table's counts)."""
+    """How many lines the tool printed after its ready line (the table's counts); for a
+    histogram, how many calls it holds: its rows run up to the slowest call's bucket, which
+    depends on the host's speed (a usleep(2000) in the 4-8 ms bucket on a busy host is one row
+    more), the number of calls does not."""
+    buckets = histogram(run)
+    if buckets:
+        calls = sum(buckets.values())
+        return f"a histogram of {calls} call" + ("" if calls == 1 else "s")
     count = len([line for line in run.stdout.splitlines() if line.strip()])
     return f"{count} line" + ("" if count == 1 else "s")
