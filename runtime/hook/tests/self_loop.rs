@@ -141,8 +141,9 @@ fn threads_calling_a_function_while_it_is_patched_behind_the_loop_are_all_counte
     assert_eq!(unsafe { libc::getppid() }, std::os::unix::process::parent_id() as i32);
 }
 
-/// The argument only the test's own thread passes, so that its call is told from the workers'.
-const MARKED: u64 = 0x5eed;
+/// The argument only the test's own thread passes, so that its call is told from the workers'
+/// (they pass their count of calls, which never gets near it).
+const MARKED: u64 = 0x5eed_0000_0000_5eed;
 
 /// What the probes saw of the marked call: the entry's ip and the word at its sp (the return
 /// address, if the thunk took back the pushes), the return's ip, and the hits.
