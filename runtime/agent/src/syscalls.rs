@@ -234,15 +234,16 @@ fn attached() -> Option<&'static Attached> {
     unsafe { ATTACHED.load(Ordering::Acquire).as_ref() }
 }
 
-fn publish(change: impl FnOnce(&mut Attached)) -> Attached {
+/// Publishes the list as `change` leaves it, and returns it.
+fn publish(change: impl FnOnce(&mut Attached)) -> &'static Attached {
     let mut list = Attached { enter: Vec::new(), exit: Vec::new() };
     if let Some(now) = attached() {
         (list.enter, list.exit) = (now.enter.clone(), now.exit.clone());
     }
     change(&mut list);
-    let kept = Attached { enter: list.enter.clone(), exit: list.exit.clone() };
-    ATTACHED.store(Box::leak(Box::new(list)), Ordering::Release);
-    kept
+    let list: &'static Attached = Box::leak(Box::new(list));
+    ATTACHED.store((list as *const Attached).cast_mut(), Ordering::Release);
+    list
 }
 
 /// Adds attachment `id`'s probe (leaked `SyscallProbe`) on `side`, and hooks the `syscall`
@@ -256,7 +257,7 @@ pub(crate) fn attach(id: u32, side: Side, probe: *mut c_void) -> Result<Vec<Sysc
         Side::Enter => list.enter.push((id, probe)),
         Side::Exit => list.exit.push((id, probe)),
     });
-    let coverage = hook_for(&now).map_err(|e| {
+    let coverage = hook_for(now).map_err(|e| {
         forget_locked(id);
         e.to_string()
     })?;
@@ -396,7 +397,7 @@ fn forget_locked(id: u32) {
     });
     let done = match left.enter.is_empty() && left.exit.is_empty() {
         true => uebpf_hook::unhook_system_calls(),
-        false => hook_for(&left).map(drop),
+        false => hook_for(left).map(drop),
     };
     if let Err(e) = done {
         crate::warn(&format!("cannot put the system call instructions back: {e}"));

@@ -231,7 +231,7 @@ fn instruction_len(site: &Site, at: usize) -> usize {
 
 /// x86's cache line: a store inside one is seen whole by every instruction fetch.
 const CACHE_LINE: usize = 64;
-const JMP_SELF: [u8; 2] = [0xeb, 0xfe];
+pub(crate) const JMP_SELF: [u8; 2] = [0xeb, 0xfe];
 
 /// Writes the first two bytes of a patch in one store, so that no thread fetches one new byte
 /// and one old (`barrier_for` keeps the pair inside one cache line). By hand, in assembly:

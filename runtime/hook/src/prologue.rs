@@ -325,7 +325,7 @@ fn is_call(instruction: &Instruction) -> bool {
 }
 
 /// Control does not fall through to the next instruction.
-fn leaves(instruction: &Instruction) -> bool {
+pub(crate) fn leaves(instruction: &Instruction) -> bool {
     matches!(
         instruction.flow_control(),
         FlowControl::Return
@@ -354,7 +354,7 @@ fn branch_into_patch(target: &Target, code: &[Instruction], patched: usize) -> O
 }
 
 /// Where a direct branch (a jump, a conditional jump, a call) goes; None for any other instruction.
-fn direct_target(instruction: &Instruction) -> Option<u64> {
+pub(crate) fn direct_target(instruction: &Instruction) -> Option<u64> {
     matches!(instruction.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64)
         .then(|| instruction.near_branch_target())
 }

@@ -208,7 +208,7 @@ pub fn keeping_files<T>(work: impl FnOnce() -> T) -> T {
     result
 }
 
-fn read(binary: &Path) -> Result<Arc<Vec<u8>>> {
+pub(crate) fn read(binary: &Path) -> Result<Arc<Vec<u8>>> {
     let fresh = || std::fs::read(binary).map(Arc::new).map_err(|e| Error::resolve(format!("cannot read {}: {e}", binary.display())));
     let Ok(mut kept) = KEPT.try_lock() else { return fresh() };
     let Some(files) = kept.as_mut() else { return fresh() };
@@ -222,7 +222,7 @@ fn read(binary: &Path) -> Result<Arc<Vec<u8>>> {
     Ok(data)
 }
 
-fn parse<'a>(binary: &Path, data: &'a [u8]) -> Result<object::File<'a>> {
+pub(crate) fn parse<'a>(binary: &Path, data: &'a [u8]) -> Result<object::File<'a>> {
     object::File::parse(data).map_err(|e| Error::resolve(format!("{} is not an ELF file: {e}", binary.display())))
 }
 
@@ -382,25 +382,32 @@ fn enclosing_function(elf: &object::File, vaddr: u64) -> Option<Symbol> {
 /// there). An FDE's range is a function's, or a part the compiler moved out (`.cold`), whose
 /// branches into the other part stay unseen, as they do for symbols. Named by its start.
 fn unwound_function(elf: &object::File, vaddr: u64) -> Option<Symbol> {
+    let (start, end) = unwind_extents(elf).into_iter().find(|&(start, end)| (start..end).contains(&vaddr))?;
+    Some(Symbol { name: format!("{start:#x}"), vaddr: start, size: end - start, unknown_size: None, from_unwind_table: true })
+}
+
+/// The range (start, end) of every FDE of `.eh_frame` that covers some code.
+pub(crate) fn unwind_extents(elf: &object::File) -> Vec<(u64, u64)> {
     use gimli::UnwindSection;
-    let section = elf.section_by_name(".eh_frame")?;
-    let eh_frame = gimli::EhFrame::new(section.data().ok()?, gimli::LittleEndian);
+    let Some(section) = elf.section_by_name(".eh_frame") else { return Vec::new() };
+    let Ok(bytes) = section.data() else { return Vec::new() };
+    let eh_frame = gimli::EhFrame::new(bytes, gimli::LittleEndian);
     let mut bases = gimli::BaseAddresses::default().set_eh_frame(section.address());
     for (name, set) in [(".text", gimli::BaseAddresses::set_text as fn(_, _) -> _), (".got", gimli::BaseAddresses::set_got)] {
         if let Some(other) = elf.section_by_name(name) {
             bases = set(bases, other.address());
         }
     }
+    let mut extents = Vec::new();
     let mut entries = eh_frame.entries(&bases);
     while let Ok(Some(entry)) = entries.next() {
         let gimli::CieOrFde::Fde(partial) = entry else { continue };
         let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) else { continue };
-        let (start, size) = (fde.initial_address(), fde.len());
-        if size > 0 && (start..start.saturating_add(size)).contains(&vaddr) {
-            return Some(Symbol { name: format!("{start:#x}"), vaddr: start, size, unknown_size: None, from_unwind_table: true });
+        if fde.len() > 0 {
+            extents.push((fde.initial_address(), fde.initial_address().saturating_add(fde.len())));
         }
     }
-    None
+    extents
 }
 
 fn vaddr_of_offset(elf: &object::File, offset: u64) -> Option<u64> {

@@ -51,7 +51,7 @@ use iced_x86::{BlockEncoderOptions, Decoder, DecoderOptions, IcedError};
 use crate::codemem::{self, PAGE};
 use crate::dispatch;
 use crate::error::{Error, Result};
-use crate::patch::{sync_cores, write_head, Writable};
+use crate::patch::{sync_cores, write_head, Writable, JMP_SELF};
 use crate::regs::{PtRegs, OFFSET_IP};
 use crate::stubs::{call, clear_direction, restore_gprs, restore_xmm, save_gprs, save_xmm};
 use crate::syscall_sites::{self, Patch, ISLAND_LEN};
@@ -400,7 +400,6 @@ fn one_line(how: &How, address: usize) -> std::result::Result<(), String> {
 
 const SYSCALL: [u8; 2] = [0x0f, 0x05];
 const CACHE_LINE: usize = 64;
-const JMP_SELF: [u8; 2] = [0xeb, 0xfe];
 
 /// One write into running code.
 enum Write {

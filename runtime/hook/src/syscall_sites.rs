@@ -27,9 +27,11 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic};
-use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SegmentFlags, SymbolKind};
+use object::{Object, ObjectSegment, ObjectSymbol, SegmentFlags, SymbolKind};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::prologue::{direct_target, leaves};
+use crate::resolve;
 
 /// The bytes of a `jmp rel32`, an island's content.
 pub const ISLAND_LEN: u64 = 5;
@@ -64,24 +66,21 @@ const MAX_BEFORE: usize = 8;
 
 /// Every `syscall` instruction of `binary`, each with an island of its own where one is free.
 pub fn syscall_sites(binary: &Path) -> Result<Vec<SyscallSite>> {
-    let shown = binary.display();
-    let data = std::fs::read(binary).map_err(|e| Error::resolve(format!("cannot read {shown}: {e}")))?;
-    let elf = object::File::parse(&*data).map_err(|e| Error::resolve(format!("{shown} is not an ELF file: {e}")))?;
-    Ok(sites_of(&elf, &data))
+    let data = resolve::read(binary)?;
+    Ok(sites_of(&resolve::parse(binary, &data)?, &data))
 }
 
 /// `syscall_sites` of a binary mapped in this process, and its load bias (address in this
 /// process - ELF virtual address); None for a binary that exports `unless_exporting`.
 pub(crate) fn mapped_syscall_sites(binary: &Path, unless_exporting: &str) -> Result<Option<(i64, Vec<SyscallSite>)>> {
-    let shown = binary.display();
-    let data = std::fs::read(binary).map_err(|e| Error::resolve(format!("cannot read {shown}: {e}")))?;
-    let elf = object::File::parse(&*data).map_err(|e| Error::resolve(format!("{shown} is not an ELF file: {e}")))?;
+    let data = resolve::read(binary)?;
+    let elf = resolve::parse(binary, &data)?;
     if elf.dynamic_symbols().any(|symbol| symbol.is_definition() && symbol.name() == Ok(unless_exporting)) {
         return Ok(None);
     }
     let sites = sites_of(&elf, &data);
     let Some(first) = sites.first() else { return Ok(Some((0, sites))) };
-    Ok(Some((crate::resolve::load_bias(binary, &elf, first.vaddr)?, sites)))
+    Ok(Some((resolve::load_bias(binary, &elf, first.vaddr)?, sites)))
 }
 
 fn sites_of(elf: &object::File, data: &[u8]) -> Vec<SyscallSite> {
@@ -92,11 +91,11 @@ fn sites_of(elf: &object::File, data: &[u8]) -> Vec<SyscallSite> {
     for &(start, end) in &extents {
         let Some(bytes) = code.bytes(start, end) else { continue };
         let instructions: Vec<Instruction> = Decoder::with_ip(64, bytes, start, DecoderOptions::NONE).into_iter().collect();
-        let targets: HashSet<u64> = instructions.iter().filter(|i| is_direct_branch(i)).map(Instruction::near_branch_target).collect();
+        let targets: HashSet<u64> = instructions.iter().filter_map(direct_target).collect();
         // A switch's jump may land anywhere in its function: no jump goes in before a `syscall` there.
         let switches = instructions.iter().any(|i| i.flow_control() == FlowControl::IndirectBranch && !i.is_ip_rel_memory_operand());
         for (index, instruction) in instructions.iter().enumerate() {
-            if instruction.code() == Code::Syscall && !sites.iter().any(|(vaddr, ..)| *vaddr == instruction.ip()) {
+            if instruction.code() == Code::Syscall {
                 let before = index.checked_sub(1).map(|i| &instructions[i]);
                 let nr = before.and_then(constant_eax).filter(|_| !targets.contains(&instruction.ip()));
                 let leading = (!switches).then(|| leading_instruction(&instructions, index, &targets)).flatten().filter(|&at| one_line(at));
@@ -112,7 +111,9 @@ fn sites_of(elf: &object::File, data: &[u8]) -> Vec<SyscallSite> {
         inner.extend(dead_padding(&instructions, &targets));
     }
     let mut islands = Islands::between(&code, walked, inner);
-    sites.sort_unstable_by_key(|(vaddr, ..)| *vaddr);
+    // Extents overlap (a function's symbol and its FDE): each instruction once, as first found.
+    sites.sort_by_key(|(vaddr, ..)| *vaddr);
+    sites.dedup_by_key(|(vaddr, ..)| *vaddr);
     let padding = |at: u64| code.bytes(at, at + ISLAND_LEN).and_then(|bytes| bytes.try_into().ok()).map(|bytes| (at, bytes));
     // The sites with the fewest islands in reach choose first: a site with many does not take
     // the only one of its neighbour.
@@ -201,43 +202,13 @@ impl<'a> Text<'a> {
         let mut extents: Vec<(u64, u64)> = symbols
             .filter(|symbol| symbol.kind() == SymbolKind::Text && symbol.size() > 0 && symbol.is_definition())
             .map(|symbol| (symbol.address(), symbol.address() + symbol.size()))
-            .chain(unwind_extents(elf))
+            .chain(resolve::unwind_extents(elf))
             .filter(|&(start, end)| self.bytes(start, end).is_some())
             .collect();
         extents.sort_unstable();
         extents.dedup();
         extents
     }
-}
-
-/// The ranges of every FDE of `.eh_frame`.
-fn unwind_extents(elf: &object::File) -> Vec<(u64, u64)> {
-    use gimli::UnwindSection;
-    let Some(section) = elf.section_by_name(".eh_frame") else { return Vec::new() };
-    let Ok(bytes) = section.data() else { return Vec::new() };
-    let eh_frame = gimli::EhFrame::new(bytes, gimli::LittleEndian);
-    let mut bases = gimli::BaseAddresses::default().set_eh_frame(section.address());
-    for (name, set) in [(".text", gimli::BaseAddresses::set_text as fn(_, _) -> _), (".got", gimli::BaseAddresses::set_got)] {
-        if let Some(other) = elf.section_by_name(name) {
-            bases = set(bases, other.address());
-        }
-    }
-    let mut extents = Vec::new();
-    let mut entries = eh_frame.entries(&bases);
-    while let Ok(Some(entry)) = entries.next() {
-        let gimli::CieOrFde::Fde(partial) = entry else { continue };
-        let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) else { continue };
-        if fde.len() > 0 {
-            extents.push((fde.initial_address(), fde.initial_address().saturating_add(fde.len())));
-        }
-    }
-    extents
-}
-
-/// A direct jump, conditional jump or call, whose target `near_branch_target` gives.
-fn is_direct_branch(instruction: &Instruction) -> bool {
-    use iced_x86::OpKind;
-    matches!(instruction.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64)
 }
 
 /// The constant a `mov eax, imm32` (or `mov rax, imm`) loads; None for any other instruction.
@@ -253,14 +224,7 @@ fn constant_eax(instruction: &Instruction) -> Option<i64> {
 
 /// Whether control may go on past `instruction` to the bytes after it.
 fn continues(instruction: &Instruction) -> bool {
-    !matches!(
-        instruction.flow_control(),
-        FlowControl::Return
-            | FlowControl::UnconditionalBranch
-            | FlowControl::IndirectBranch
-            | FlowControl::Exception
-            | FlowControl::Interrupt
-    ) && instruction.mnemonic() != Mnemonic::Hlt
+    !leaves(instruction) && instruction.mnemonic() != Mnemonic::Hlt
 }
 
 /// The padding inside a function that no code reaches: `nop`s and `int3`s after an instruction
