@@ -156,7 +156,7 @@ RUNTIME_OUT := runtime/target/release
 # it; rewriting a running binary fails with ETXTBSY).
 runtime: | $(BIN) $(LIB)
 	cargo build --release --manifest-path runtime/Cargo.toml
-	cp --remove-destination $(RUNTIME_OUT)/uebpf-vmbench $(RUNTIME_OUT)/uebpf $(BIN)/
+	cp --remove-destination $(RUNTIME_OUT)/uebpf-vmbench $(RUNTIME_OUT)/uebpf $(RUNTIME_OUT)/stepcount $(BIN)/
 	cp --remove-destination $(RUNTIME_OUT)/libuebpf_vm.so $(RUNTIME_OUT)/libuebpf_vm.a $(RUNTIME_OUT)/libuebpf.so $(RUNTIME_OUT)/libuebpf.a $(LIB)/
 	cp --remove-destination $(RUNTIME_OUT)/libuebpf_server.so $(RUNTIME_OUT)/libuebpf_agent.so $(RUNTIME_OUT)/libuebpf_hook_testagent.so $(LIB)/
 	mkdir -p $(BUILD)/include && cp runtime/vm/include/uebpf_vm.h runtime/uebpf/include/uebpf.h $(BUILD)/include/
