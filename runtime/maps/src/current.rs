@@ -12,9 +12,44 @@ static PID: AtomicU32 = AtomicU32::new(0);
 static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
 static ATFORK: Once = Once::new();
 
-thread_local! {
-    /// (fork generation it was read in, tid); tid 0 = not read yet.
-    static TID: Cell<(u64, u32)> = const { Cell::new((0, 0)) };
+/// The thread's id as last read: (fork generation it was read in, tid); tid 0 = not read yet.
+#[repr(C)]
+struct TidCache {
+    generation: Cell<u64>,
+    tid: Cell<u32>,
+}
+
+// The cache in static TLS, reached with the initial-exec model (one load from the GOT, one
+// fs-relative address), as the hook engine keeps its thread state (hook/src/dispatch.rs): Rust's
+// thread_local! in a shared library is general-dynamic, a call to __tls_get_addr per access
+// (~20 of the ~45 instructions bpf_get_current_pid_tgid took). Zero-filled for every thread.
+std::arch::global_asm!(
+    ".section .tbss,\"awT\",@nobits",
+    ".p2align 3",
+    // Global but hidden: `tid` is inlined into other crates of the same library, which link to
+    // it; nothing outside the library sees it.
+    ".globl uebpf_maps_tid_cache",
+    ".hidden uebpf_maps_tid_cache",
+    "uebpf_maps_tid_cache:",
+    ".zero 16",
+    ".text",
+);
+
+#[inline(always)]
+fn tid_cache() -> &'static TidCache {
+    const _: () = assert!(std::mem::size_of::<TidCache>() <= 16);
+    let cache: *const TidCache;
+    // SAFETY: the symbol is 16 zeroed bytes of this thread's static TLS, which live as long as
+    // the thread; only this thread uses them.
+    unsafe {
+        std::arch::asm!(
+            "mov {cache}, qword ptr [rip + uebpf_maps_tid_cache@GOTTPOFF]",
+            "add {cache}, qword ptr fs:[0]",
+            cache = out(reg) cache,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+        &*cache
+    }
 }
 
 extern "C" fn after_fork_in_child() {
@@ -30,11 +65,16 @@ fn watch_forks() {
 }
 
 /// The process id (the kernel's tgid). Cached: getpid() is a system call since glibc 2.25.
+#[inline]
 pub fn pid() -> u32 {
-    let cached = PID.load(Ordering::Relaxed);
-    if cached != 0 {
-        return cached;
+    match PID.load(Ordering::Relaxed) {
+        0 => read_pid(),
+        cached => cached,
     }
+}
+
+#[cold]
+fn read_pid() -> u32 {
     watch_forks();
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() } as u32;
@@ -53,19 +93,26 @@ pub fn pid_cell() -> &'static AtomicU32 {
 /// The thread id (the kernel's pid). Cached per thread, re-read after fork. Threads created with
 /// a raw clone(2) that bypasses pthread_atfork would keep a stale value; glibc's fork and
 /// pthread_create do not.
+#[inline]
 pub fn tid() -> u32 {
+    let cache = tid_cache();
+    let tid = cache.tid.get();
+    // FORK_GENERATION moves only once watch_forks has run, which read_tid does before it caches.
+    if tid != 0 && cache.generation.get() == FORK_GENERATION.load(Ordering::Relaxed) {
+        return tid;
+    }
+    read_tid(cache)
+}
+
+#[cold]
+fn read_tid(cache: &TidCache) -> u32 {
     watch_forks();
     let generation = FORK_GENERATION.load(Ordering::Relaxed);
-    TID.with(|cell| {
-        let (seen, tid) = cell.get();
-        if tid != 0 && seen == generation {
-            return tid;
-        }
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() } as u32;
-        cell.set((generation, tid));
-        tid
-    })
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() } as u32;
+    cache.generation.set(generation);
+    cache.tid.set(tid);
+    tid
 }
 
 /// True if no process `pid` exists (`kill(pid, 0)` says ESRCH; a process of another user

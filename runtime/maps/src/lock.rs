@@ -32,8 +32,19 @@ impl SpinLock {
         self.0.compare_exchange(0, current::pid(), Ordering::Acquire, Ordering::Relaxed).is_ok().then_some(SpinGuard(self))
     }
 
+    /// The lock, waiting for it if it is taken. The free case is inlined into its callers (a ring
+    /// buffer's submit takes it once per record); the wait is not.
+    #[inline]
     pub fn lock(&self) -> SpinGuard<'_> {
         let me = current::pid();
+        if self.0.compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+            return SpinGuard(self);
+        }
+        self.lock_contended(me)
+    }
+
+    #[cold]
+    fn lock_contended(&self, me: u32) -> SpinGuard<'_> {
         let mut spins = 0u32;
         loop {
             let owner = self.0.load(Ordering::Relaxed);

@@ -177,8 +177,8 @@ impl PerfBuf {
             self.field(PERF_DATA_HEAD).store(head, Ordering::Release);
             head
         };
-        let unread = head.wrapping_sub(self.field(PERF_DATA_TAIL).load(Ordering::Acquire));
-        control.wakeup.record_written(unread >= self.size / WATERMARK_DIVISOR);
+        let unread = || head.wrapping_sub(self.field(PERF_DATA_TAIL).load(Ordering::Acquire));
+        control.wakeup.record_written(|| unread() >= self.size / WATERMARK_DIVISOR);
         Ok(())
     }
 

@@ -76,6 +76,9 @@ pub const STAGED_MAX: u64 = 512;
 /// Staging slots per ring and process: reservations held at once, by all its threads.
 pub const STAGE_SLOTS: usize = 64;
 const STAGING_BYTES: usize = STAGE_SLOTS * STAGED_MAX as usize;
+/// Cache lines prefetched for the next record (`prefetch_next`): a record of up to 120 bytes
+/// and its header, wherever it starts in a line.
+const PREFETCH_LINES: usize = 3;
 /// Page offset of the data from the control page (control, consumer, producer pages precede it).
 const DATA_PAGE: u64 = 3;
 
@@ -88,9 +91,13 @@ pub struct RingBuf {
     size: u64,
     /// This process's staging slots, right after the double mapping (STAGING_BYTES).
     staging: *mut u8,
-    /// Bit i set: slot i holds a reserved record, of `staged_sizes[i]` bytes.
-    staged_slots: AtomicU64,
-    staged_sizes: Box<[AtomicU64; STAGE_SLOTS]>,
+    /// Slot i's record size plus one while it holds a reserved record, 0 while it is free. One
+    /// word per slot, not a bitmap, so that a submit frees its slot with a plain store: an atomic
+    /// read-modify-write there waits for the record just copied into the ring to leave the store
+    /// buffer (a profile put 17 % of a submit on that wait).
+    staged: Box<[AtomicU64; STAGE_SLOTS]>,
+    /// The consumer's position as this process last read it (`fits`).
+    consumer_seen: AtomicU64,
 }
 
 // SAFETY: every shared field is accessed through atomics or under the ring's lock.
@@ -156,8 +163,8 @@ impl RingBuf {
                 data: base.cast(),
                 size,
                 staging,
-                staged_slots: AtomicU64::new(0),
-                staged_sizes: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
+                staged: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
+                consumer_seen: AtomicU64::new(0),
             })
         }
     }
@@ -207,32 +214,36 @@ impl RingBuf {
         (offset < STAGING_BYTES && offset.is_multiple_of(STAGED_MAX as usize)).then_some(offset / STAGED_MAX as usize)
     }
 
-    /// Takes a free staging slot of this process, if any.
-    fn claim_slot(&self) -> Option<usize> {
-        let mut taken = self.staged_slots.load(Ordering::Relaxed);
-        loop {
-            let slot = (!taken).trailing_zeros() as usize;
-            if slot >= STAGE_SLOTS {
-                return None;
-            }
-            match self.staged_slots.compare_exchange_weak(taken, taken | 1 << slot, Ordering::Acquire, Ordering::Relaxed) {
-                Ok(_) => return Some(slot),
-                Err(now) => taken = now,
-            }
-        }
+    /// Takes a free staging slot of this process for a record of `size` bytes, if any.
+    fn claim_slot(&self, size: u64) -> Option<usize> {
+        (0..STAGE_SLOTS).find(|&slot| {
+            let word = &self.staged[slot];
+            word.load(Ordering::Relaxed) == 0 && word.compare_exchange(0, size + 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        })
     }
 
     fn release_slot(&self, slot: usize) {
-        self.staged_slots.fetch_and(!(1 << slot), Ordering::Release);
+        self.staged[slot].store(0, Ordering::Release);
     }
 
     /// True if `len` more bytes fit after the room held up to `held` beside the unread records
-    /// and the oldest record still being written at `pending`.
+    /// and the oldest record still being written at `pending`. The consumer's position is read
+    /// only when the one this process saw last leaves no room: the consumer writes it at every
+    /// record, so each read takes its cache line from the consumer's CPU, and a position seen
+    /// earlier is never ahead of the real one (the consumer only moves forward), so the room it
+    /// shows is there.
     fn fits(&self, held: u64, pending: u64, len: u64) -> bool {
-        let consumer = self.consumer_pos().load(Ordering::Acquire);
         let mask = self.size - 1;
         let end = held + len;
-        end.wrapping_sub(consumer) <= mask && end.wrapping_sub(pending) <= mask
+        if end.wrapping_sub(pending) > mask {
+            return false;
+        }
+        if end.wrapping_sub(self.consumer_seen.load(Ordering::Relaxed)) <= mask {
+            return true;
+        }
+        let consumer = self.consumer_pos().load(Ordering::Acquire);
+        self.consumer_seen.store(consumer, Ordering::Relaxed);
+        end.wrapping_sub(consumer) <= mask
     }
 
     /// Under the reservation lock: moves `pending_pos` past the records committed since, and
@@ -302,12 +313,11 @@ impl RingBuf {
             return std::ptr::null_mut();
         }
         if size <= STAGED_MAX {
-            if let Some(slot) = self.claim_slot() {
+            if let Some(slot) = self.claim_slot(size) {
                 if !self.hold_staged(len) {
                     self.release_slot(slot);
                     return std::ptr::null_mut();
                 }
-                self.staged_sizes[slot].store(size, Ordering::Relaxed);
                 return self.slot_address(slot);
             }
         }
@@ -339,10 +349,25 @@ impl RingBuf {
         self.staging.wrapping_add(slot * STAGED_MAX as usize)
     }
 
+    /// Asks for the cache lines the next record placed at `producer` is written to, for writing
+    /// (PREFETCHW; a NOP where the CPU lacks it), now rather than when it is copied there. The ring
+    /// is written once per lap, so each line is cold: the copy's stores wait for their lines, and
+    /// the producer's next atomic instruction waits for those stores (a profile put three quarters
+    /// of a reservation on its compare-and-swaps). Prefetched a record ahead, the lines arrive while
+    /// the program runs.
+    #[inline]
+    fn prefetch_next(&self, producer: u64) {
+        let at = self.data.wrapping_add((producer & (self.size - 1)) as usize);
+        for line in 0..PREFETCH_LINES {
+            // SAFETY: a prefetch never faults; the address lies in our double mapping anyway.
+            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(at.wrapping_add(line * 64).cast()) };
+        }
+    }
+
     /// Places staged record `slot` in the ring whole, or discarded (a header the consumer skips,
     /// as the kernel's discarded records are: positions and available bytes stay the kernel's).
     fn place_staged(&self, slot: usize, discard: bool) {
-        let size = self.staged_sizes[slot].load(Ordering::Relaxed);
+        let size = self.staged[slot].load(Ordering::Relaxed) - 1;
         let len = round_record(size as u32);
         {
             let _guard = self.control().lock.lock();
@@ -356,6 +381,15 @@ impl RingBuf {
                 unsafe { std::ptr::copy_nonoverlapping(self.slot_address(slot), payload, size as usize) };
             }
             self.producer_pos().store(producer + len, Ordering::Release);
+            // With no record being written in place before it, the oldest record not committed
+            // moves past this one too: else the next reservation that finds `pending_pos` in its
+            // way walks every header placed since (`advance_pending`), each a cache miss by then
+            // (a profile put 30 % of a reservation there).
+            let control = self.control();
+            if control.pending_pos.load(Ordering::Relaxed) == producer {
+                control.pending_pos.store(producer + len, Ordering::Relaxed);
+            }
+            self.prefetch_next(producer + len);
         }
         self.release_slot(slot);
     }
@@ -366,7 +400,7 @@ impl RingBuf {
     #[allow(clippy::not_unsafe_ptr_arg_deref)]
     pub fn commit(&self, record: *mut u8, flags: u64, discard: bool) {
         if let Some(slot) = self.staged_slot(record) {
-            if self.staged_slots.load(Ordering::Acquire) & 1 << slot == 0 {
+            if self.staged[slot].load(Ordering::Acquire) == 0 {
                 return; // not reserved (or submitted already)
             }
             self.place_staged(slot, discard);
@@ -397,7 +431,7 @@ impl RingBuf {
         if flags & BPF_RB_FORCE_WAKEUP != 0 {
             self.control().wakeup.wake(true);
         } else if flags & BPF_RB_NO_WAKEUP == 0 {
-            self.control().wakeup.record_written(self.unread() >= self.size / WATERMARK_DIVISOR);
+            self.control().wakeup.record_written(|| self.unread() >= self.size / WATERMARK_DIVISOR);
             if let Some(offset) = offset {
                 self.wake_head_waiter(offset);
             }

@@ -91,12 +91,23 @@ pub(crate) fn map_of(handle: u64) -> Option<&'static Map> {
     unsafe { pointer.as_ref() }
 }
 
+/// The ring slot `ring_of` found last: the ring a submit comes to is nearly always the one the
+/// last submit came to, so it is asked first (a hint only: any slot would do, as for the scan).
+static LAST_RING: AtomicUsize = AtomicUsize::new(0);
+
 /// The ring buffer whose mapping holds `record` (a pointer from bpf_ringbuf_reserve).
+#[inline]
 pub(crate) fn ring_of(record: *const u8) -> Option<&'static RingBuf> {
-    let high = RING_HIGH.load(Ordering::Acquire).min(RING_CAPACITY);
-    RINGS[..high].iter().find_map(|slot| {
+    let owner = |slot: &AtomicPtr<Map>| {
         // SAFETY: as in map_of.
         let map = unsafe { slot.load(Ordering::Acquire).as_ref() }?;
         map.ringbuf().filter(|ring| ring.owns(record))
+    };
+    let last = LAST_RING.load(Ordering::Relaxed);
+    owner(&RINGS[last % RING_CAPACITY]).or_else(|| {
+        let high = RING_HIGH.load(Ordering::Acquire).min(RING_CAPACITY);
+        let slot = RINGS[..high].iter().position(|slot| owner(slot).is_some())?;
+        LAST_RING.store(slot, Ordering::Relaxed);
+        owner(&RINGS[slot])
     })
 }
