@@ -130,7 +130,7 @@ def test_unknown_or_baseline_less_methods_are_a_usage_error(tmp_path, methods, m
     [
         ("echo 'functrace: cannot attach uprobe to lib:f: No such process' >&2; exit 1", "cannot attach uprobe"),
         (
-            'printf \'TCFTRACE\\001\\000\\000\\000h\\000\\000\\000\' > "$6"; echo READY; trap \'echo {\\"received\\":0,\\"entry\\":0,\\"exit\\":0,\\"submitted\\":0,'
+            'printf \'TCFTRACE\\002\\000\\000\\000\\140\\000\\040\\000\' > "$6"; echo READY; trap \'echo {\\"received\\":0,\\"entry\\":0,\\"exit\\":0,\\"submitted\\":0,'
             '\\"dropped\\":0,\\"bytes\\":16,\\"peak_rss_kb\\":1}; exit 0\' INT; while :; do sleep 0.05; done',
             "captured no event",
         ),

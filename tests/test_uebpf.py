@@ -76,11 +76,11 @@ class Crosscheck:
         return self.object if self.programs is None else f"{self.object}[{','.join(self.programs)}]"
 
 
-FUNCTRACE_EVENT = Layout(
-    (("ts_ns", "Q"), ("pid", "I"), ("tid", "I"), ("kind", "I"), ("a", "i"), ("b", "Q"), ("ret", "q"), ("s", "64s")),
-    ignore={"ts_ns": "bpf_ktime_get_ns() is read at a different moment on each side"},
-    strings=("s",),
-)
+# functrace.h's two records (the head, then an entry's arguments or an exit's return value).
+FUNCTRACE_HEAD = (("ts_ns", "Q"), ("pid", "I"), ("tid", "I"), ("kind", "I"), ("a", "i"))
+FUNCTRACE_IGNORED = {"ts_ns": "bpf_ktime_get_ns() is read at a different moment on each side"}
+FUNCTRACE_ENTRY = Layout((*FUNCTRACE_HEAD, ("b", "Q"), ("s", "64s")), ignore=FUNCTRACE_IGNORED, strings=("s",))
+FUNCTRACE_EXIT = Layout((*FUNCTRACE_HEAD, ("ret", "q")), ignore=FUNCTRACE_IGNORED)
 OP_RECORD = Layout((("call", "I"), ("op", "I"), ("ret", "q")))
 LANG_RECORD = Layout(
     (
@@ -112,7 +112,7 @@ MICRO_FILL = ("empty_uprobe", "empty_uretprobe", "probe_read", *(f"{m}_update" f
 MICRO_DRAIN = (*(f"{m}_lookup" for m in MICRO_MAPS), *(f"{m}_delete" for m in MICRO_MAPS))
 
 CROSSCHECKS = [
-    Crosscheck("functrace", layouts={"events": [FUNCTRACE_EVENT]}),
+    Crosscheck("functrace", layouts={"events": [FUNCTRACE_ENTRY, FUNCTRACE_EXIT]}),
     Crosscheck("micro", sets={"ops_per_hit": 16}, programs=MICRO_FILL),
     Crosscheck("micro", sets={"ops_per_hit": 16}, programs=MICRO_DRAIN),
     Crosscheck(

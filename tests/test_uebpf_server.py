@@ -98,7 +98,7 @@ def test_functrace_attaches_in_the_table_and_reports_exactly_the_fired_events(tm
         "exit": 5,
         "submitted": 10,
         "dropped": 0,
-        "bytes": 16 + 10 * 104,
+        "bytes": 16 + 5 * 96 + 5 * 32,
         "peak_rss_kb": 0,
     }
     events = read_functrace(output)

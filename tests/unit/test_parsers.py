@@ -3,22 +3,21 @@
 import pytest
 
 from tracecost.errors import TracecostError
-from tracecost.suites.duration.tracers.ebpf import HEADER, RECORD, parse_summary, read_functrace
+from tracecost.suites.duration.tracers.ebpf import ENTRY, EXIT, HEADER, parse_summary, read_functrace
 from tracecost.suites.duration.tracers.lttng import parse_babeltrace
 
 
-def functrace_file(path, records, magic=b"TCFTRACE", version=1, record_size=RECORD.size):
-    path.write_bytes(HEADER.pack(magic, version, record_size) + b"".join(RECORD.pack(*r) for r in records))
+def functrace_file(path, records, magic=b"TCFTRACE", version=2, sizes=(ENTRY.size, EXIT.size)):
+    """records: entry tuples (8 fields) and exit tuples (6 fields), in file order."""
+    body = b"".join((ENTRY if len(r) == 7 else EXIT).pack(*r) for r in records)
+    path.write_bytes(HEADER.pack(magic, version, *sizes) + body)
     return path
 
 
 def test_functrace_file_round_trip(tmp_path):
     path = functrace_file(
         tmp_path / "t.bin",
-        [
-            (10, 7, 8, 1, -1000, 2**64 - 1, 0, b"call-0".ljust(64, b"\0")),
-            (11, 7, 8, 2, 0, 0, -3094, b"\0" * 64),
-        ],
+        [(10, 7, 8, 1, -1000, 2**64 - 1, b"call-0".ljust(64, b"\0")), (11, 7, 8, 2, 0, -3094)],
     )
     entry, exit_ = read_functrace(path)
     assert (entry.kind, entry.ts_ns, entry.tid, entry.a, entry.b, entry.s, entry.c) == (
@@ -30,24 +29,24 @@ def test_functrace_file_round_trip(tmp_path):
         "call-0",
         None,
     )
-    assert (exit_.kind, exit_.ret) == ("exit", -3094)
+    assert (exit_.kind, exit_.ts_ns, exit_.ret) == ("exit", 11, -3094)
 
 
 @pytest.mark.parametrize("damage", ["magic", "version", "size", "truncated", "kind", "short"])
 def test_malformed_functrace_file_is_an_error(tmp_path, damage):
-    record = (1, 1, 1, 1, 0, 0, 0, b"\0" * 64)
+    record = (1, 1, 1, 1, 0, 0, b"\0" * 64)
     path = tmp_path / "t.bin"
     if damage == "magic":
         functrace_file(path, [record], magic=b"NOTTRACE")
     elif damage == "version":
         functrace_file(path, [record], version=9)
     elif damage == "size":
-        functrace_file(path, [record], record_size=99)
+        functrace_file(path, [record], sizes=(99, EXIT.size))
     elif damage == "truncated":
         functrace_file(path, [record])
         path.write_bytes(path.read_bytes()[:-3])
     elif damage == "kind":
-        functrace_file(path, [(1, 1, 1, 7, 0, 0, 0, b"\0" * 64)])
+        functrace_file(path, [(1, 1, 1, 7, 0, 0)])
     else:
         path.write_bytes(b"TCF")
     with pytest.raises(TracecostError):

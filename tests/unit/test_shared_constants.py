@@ -40,19 +40,28 @@ def c_enum(text: str, enum: str) -> dict[str, int]:
     return {name: int(value) for name, value in re.findall(r"(\w+)\s*=\s*(\d+)", body)}
 
 
-def test_functrace_records_are_read_as_the_probe_writes_them(tmp_path):
-    fields = ["ts_ns", "pid", "tid", "kind", "a", "b", "ret", "s"]
-    layout = c_layout(tmp_path, DURATION, "functrace.h", "functrace_event", fields)
-    assert layout["sizeof"] == ebpf.RECORD.size
-    formats = re.findall(r"\d*[a-zA-Z]", ebpf.RECORD.format.lstrip("<"))
+def struct_offsets(record: struct.Struct) -> list[int]:
+    """Each field's offset in a little-endian struct.Struct without padding."""
     offsets, at = [], 0
-    for item in formats:
+    for item in re.findall(r"\d*[a-zA-Z]", record.format.lstrip("<")):
         offsets.append(at)
         at += struct.calcsize("<" + item)
-    assert offsets == [layout[name] for name in fields], (offsets, layout)
+    return offsets
+
+
+def test_functrace_records_are_read_as_the_probe_writes_them(tmp_path):
+    head = ["head.ts_ns", "head.pid", "head.tid", "head.kind", "head.a"]
+    for name, record, fields in [
+        ("functrace_entry", ebpf.ENTRY, [*head, "b", "s"]),
+        ("functrace_exit", ebpf.EXIT, [*head, "ret"]),
+    ]:
+        layout = c_layout(tmp_path, DURATION, "functrace.h", name, fields)
+        assert layout["sizeof"] == record.size, name
+        assert struct_offsets(record) == [layout[field] for field in fields], (name, layout)
+    assert struct_offsets(ebpf.ENTRY)[3] == ebpf.KIND_AT
     header = (DURATION / "functrace.h").read_text()
     assert f"#define FUNCTRACE_FORMAT_VERSION {ebpf.FORMAT_VERSION}" in header
-    assert f"#define FUNCTRACE_STR_LEN {int(formats[-1][:-1])}" in header
+    assert f"#define FUNCTRACE_STR_LEN {ebpf.ENTRY.size - struct_offsets(ebpf.ENTRY)[-1]}" in header
     kinds = c_enum(header, "functrace_kind")
     assert {value: name.removeprefix("FUNCTRACE_").lower() for name, value in kinds.items()} == ebpf.KINDS
     loader = (DURATION / "functrace.c").read_text()

@@ -34,39 +34,36 @@ static __always_inline void count(__u32 stat)
 		*value += 1; /* per-CPU slot: no other writer */
 }
 
-static __always_inline struct functrace_event *reserve(__u32 kind)
+/* The head every record starts with; the record itself was reserved by the caller (its size
+ * differs by kind, and a reservation's size must be a constant). */
+static __always_inline void fill_head(struct functrace_head *head, __u32 kind, int a)
 {
-	struct functrace_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	__u64 pid_tgid;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
 
-	if (!e) {
-		count(FUNCTRACE_STAT_RESERVE_FAILED);
-		return NULL;
-	}
-	pid_tgid = bpf_get_current_pid_tgid();
-	e->ts_ns = bpf_ktime_get_ns();
-	e->pid = pid_tgid >> 32;
-	e->tid = (__u32)pid_tgid;
-	e->kind = kind;
-	return e;
+	head->ts_ns = bpf_ktime_get_ns();
+	head->pid = pid_tgid >> 32;
+	head->tid = (__u32)pid_tgid;
+	head->kind = kind;
+	head->a = a;
 }
 
-static __always_inline void submit(struct functrace_event *e)
+static __always_inline void submit(void *record)
 {
-	bpf_ringbuf_submit(e, submit_flags);
+	bpf_ringbuf_submit(record, submit_flags);
 	count(FUNCTRACE_STAT_SUBMITTED);
 }
 
 SEC("uprobe")
 int BPF_KPROBE(functrace_entry, int a, __u64 b, const char *s)
 {
-	struct functrace_event *e = reserve(FUNCTRACE_ENTRY);
+	struct functrace_entry *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 
-	if (!e)
+	if (!e) {
+		count(FUNCTRACE_STAT_RESERVE_FAILED);
 		return 0;
-	e->a = a;
+	}
+	fill_head(&e->head, FUNCTRACE_ENTRY, a);
 	e->b = b;
-	e->ret = 0;
 	if (bpf_probe_read_user_str(e->s, sizeof(e->s), s) < 0)
 		e->s[0] = '\0';
 	submit(e);
@@ -76,14 +73,14 @@ int BPF_KPROBE(functrace_entry, int a, __u64 b, const char *s)
 SEC("uretprobe")
 int BPF_KRETPROBE(functrace_exit, long long ret)
 {
-	struct functrace_event *e = reserve(FUNCTRACE_EXIT);
+	struct functrace_exit *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 
-	if (!e)
+	if (!e) {
+		count(FUNCTRACE_STAT_RESERVE_FAILED);
 		return 0;
-	e->a = 0;
-	e->b = 0;
+	}
+	fill_head(&e->head, FUNCTRACE_EXIT, 0);
 	e->ret = ret;
-	e->s[0] = '\0';
 	submit(e);
 	return 0;
 }

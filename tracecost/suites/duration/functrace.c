@@ -7,12 +7,15 @@
  * Protocol with the harness (tracecost/suites/duration/tracers/ebpf.py): the line "READY" on
  * stdout once both probes are attached; on SIGINT/SIGTERM it drains the ring
  * buffer, detaches and prints one JSON summary line
- *   {"received":R,"entry":E,"exit":X,"submitted":S,"dropped":D,"bytes":B,"peak_rss_kb":K}
+ *   {"received":R,"entry":E,"exit":X,"submitted":S,"dropped":D,"bytes":B,"peak_rss_kb":K,
+ *    "consumer_cpu_us":C}
  * where submitted and dropped (ring-buffer reserve failures) are counted by
- * the BPF program itself. Errors are one line on stderr and exit status 1 (2 for bad usage).
+ * the BPF program itself, and C is the CPU time (user + system, every thread) from READY to the
+ * end of the final drain: the consumer's, its start and loading left out. Errors are one line on stderr and exit status 1 (2 for bad usage).
  *
- * Output file: the header {char magic[8] = "TCFTRACE"; u32 version; u32
- * record_size} followed by struct functrace_event records in arrival order. */
+ * Output file: the header {char magic[8] = "TCFTRACE"; u32 version; u16 entry_size; u16
+ * exit_size} followed by the records in arrival order, each a struct functrace_entry or
+ * functrace_exit (functrace.h), as its head's kind says. */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -21,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <bpf/bpf.h>
@@ -40,7 +44,8 @@
 struct file_header {
 	char magic[8];
 	uint32_t version;
-	uint32_t record_size;
+	uint16_t entry_size;
+	uint16_t exit_size;
 };
 
 struct consumer {
@@ -52,19 +57,35 @@ struct consumer {
 static int on_event(void *ctx, void *data, size_t size)
 {
 	struct consumer *c = ctx;
-	const struct functrace_event *e = data;
+	const struct functrace_head *head = data;
+	size_t record;
 
-	if (size < sizeof(*e))
+	if (size < sizeof(*head))
 		return 0;
-	if (fwrite(e, sizeof(*e), 1, c->out) != 1)
+	if (head->kind == FUNCTRACE_ENTRY)
+		record = sizeof(struct functrace_entry), c->entries++;
+	else if (head->kind == FUNCTRACE_EXIT)
+		record = sizeof(struct functrace_exit), c->exits++;
+	else
+		return 0;
+	if (size < record)
+		return 0;
+	if (fwrite(data, record, 1, c->out) != 1)
 		c->write_error = errno ? errno : EIO;
 	c->received++;
-	c->bytes += sizeof(*e);
-	if (e->kind == FUNCTRACE_ENTRY)
-		c->entries++;
-	else if (e->kind == FUNCTRACE_EXIT)
-		c->exits++;
+	c->bytes += record;
 	return 0;
+}
+
+/* This process's CPU time so far (user + system, every thread), in microseconds. */
+static unsigned long long cpu_us(void)
+{
+	struct rusage usage;
+
+	if (getrusage(RUSAGE_SELF, &usage))
+		die("cannot read this process's CPU time: %s", strerror(errno));
+	return (unsigned long long)(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000000ull +
+	       (unsigned long long)(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
 }
 
 static __u64 parse_wakeup(const char *text)
@@ -119,11 +140,13 @@ int main(int argc, char **argv)
 	pid_t pid = -1;
 	struct consumer consumer = { 0 };
 	struct file_header header = { .magic = "TCFTRACE", .version = FUNCTRACE_FORMAT_VERSION,
-				      .record_size = sizeof(struct functrace_event) };
+				      .entry_size = sizeof(struct functrace_entry),
+				      .exit_size = sizeof(struct functrace_exit) };
 	struct functrace_bpf *skel;
 	struct ring_buffer *rb;
 	struct bpf_link *entry_link, *exit_link;
 	uint64_t stats[FUNCTRACE_STAT_MAX];
+	unsigned long long ready_cpu_us, consumer_cpu_us;
 	int opt, err;
 
 	while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -175,6 +198,7 @@ int main(int argc, char **argv)
 	exit_link = attach(skel->progs.functrace_exit, pid, binary, symbol, 1);
 	printf("READY\n");
 	fflush(stdout);
+	ready_cpu_us = cpu_us();
 
 	while (!exiting) {
 		err = ring_buffer__poll(rb, (int)poll_ms);
@@ -195,12 +219,13 @@ int main(int argc, char **argv)
 	if (fclose(consumer.out) || consumer.write_error)
 		die("cannot write %s: %s", output, strerror(consumer.write_error ? consumer.write_error : errno));
 
+	consumer_cpu_us = cpu_us() - ready_cpu_us;
 	printf("{\"received\":%llu,\"entry\":%llu,\"exit\":%llu,\"submitted\":%llu,\"dropped\":%llu,\"bytes\":%llu,"
-	       "\"peak_rss_kb\":%lu}\n",
+	       "\"peak_rss_kb\":%lu,\"consumer_cpu_us\":%llu}\n",
 	       (unsigned long long)consumer.received, (unsigned long long)consumer.entries,
 	       (unsigned long long)consumer.exits, (unsigned long long)stats[FUNCTRACE_STAT_SUBMITTED],
 	       (unsigned long long)stats[FUNCTRACE_STAT_RESERVE_FAILED],
-	       (unsigned long long)(consumer.bytes + sizeof(header)), peak_rss_kb());
+	       (unsigned long long)(consumer.bytes + sizeof(header)), peak_rss_kb(), consumer_cpu_us);
 	ring_buffer__free(rb);
 	functrace_bpf__destroy(skel);
 	return 0;

@@ -16,11 +16,15 @@ from tracecost.say import Say
 from tracecost.suites.duration.tracers.base import AppPid, Capture, Event, Method, ProcessCost, TracedRun
 from tracecost.workload import TRACED_SYMBOL, traced_library
 
-# Mirrors functrace.h (FUNCTRACE_FORMAT_VERSION 1).
-HEADER = struct.Struct("<8sII")
-RECORD = struct.Struct("<QIIIiQq64s")
-MAGIC, FORMAT_VERSION = b"TCFTRACE", 1
+# Mirrors functrace.h (FUNCTRACE_FORMAT_VERSION 2): the file header, then records of two sizes, each
+# starting with the same head (ts_ns, pid, tid, kind, a).
+HEADER = struct.Struct("<8sIHH")
+ENTRY = struct.Struct("<QIIIiQ64s")
+EXIT = struct.Struct("<QIIIiq")
+KIND_AT = 16  # the head's kind
+MAGIC, FORMAT_VERSION = b"TCFTRACE", 2
 KINDS = {1: "entry", 2: "exit"}
+RECORDS = {"entry": ENTRY, "exit": EXIT}
 SUMMARY_KEYS = ("received", "entry", "exit", "submitted", "dropped", "bytes", "peak_rss_kb")
 
 DEFAULT_RINGBUF_BYTES = 16 << 20
@@ -51,29 +55,40 @@ def read_functrace(path: Path) -> list[Event]:
     data = path.read_bytes()
     if len(data) < HEADER.size:
         raise TracecostError(f"{path}: truncated functrace file ({len(data)} bytes)")
-    magic, version, record_size = HEADER.unpack_from(data)
-    if magic != MAGIC or version != FORMAT_VERSION or record_size != RECORD.size:
+    magic, version, entry_size, exit_size = HEADER.unpack_from(data)
+    if magic != MAGIC or version != FORMAT_VERSION or (entry_size, exit_size) != (ENTRY.size, EXIT.size):
         raise TracecostError(
             f"{path}: not a functrace v{FORMAT_VERSION} file "
-            f"(magic {magic!r}, version {version}, record size {record_size})"
+            f"(magic {magic!r}, version {version}, record sizes {entry_size} and {exit_size})"
         )
-    body = memoryview(data)[HEADER.size :]
-    if len(body) % RECORD.size:
-        raise TracecostError(f"{path}: {len(body)} bytes of records is not a whole number of records")
-    events = []
-    for ts, _pid, tid, kind, a, b, ret, raw in RECORD.iter_unpack(body):
-        if kind not in KINDS:
-            raise TracecostError(f"{path}: unknown record kind {kind}")
-        if KINDS[kind] == "entry":
+    events, at = [], HEADER.size
+    while at < len(data):
+        kind = KINDS.get(int.from_bytes(data[at + KIND_AT : at + KIND_AT + 4], "little"))
+        if kind is None:
+            raise TracecostError(f"{path}: unknown record kind at byte {at}")
+        record = RECORDS[kind]
+        if at + record.size > len(data):
+            raise TracecostError(f"{path}: truncated {kind} record at byte {at}")
+        if kind == "entry":
+            ts, _pid, tid, _kind, a, b, raw = record.unpack_from(data, at)
             events.append(Event("entry", ts, tid, a=a, b=b, s=raw.split(b"\0", 1)[0].decode(errors="replace")))
         else:
+            ts, _pid, tid, _kind, _a, ret = record.unpack_from(data, at)
             events.append(Event("exit", ts, tid, ret=ret))
+        at += record.size
     return events
 
 
 def parse_summary(text: str) -> dict[str, int]:
     """functrace's last stdout line: {"received","entry","exit","submitted","dropped","bytes","peak_rss_kb"}."""
     return last_json_line(text, "functrace", lambda summary: {key: int(summary[key]) for key in SUMMARY_KEYS})
+
+
+def consumer_cpu_after_ready(text: str) -> float | None:
+    """functrace's CPU time from READY to its final drain (its summary's consumer_cpu_us), in s: the
+    consumer's work, its start and loading left out; None from a functrace that does not say."""
+    micros = last_json_line(text, "functrace", lambda summary: summary.get("consumer_cpu_us"))
+    return None if micros is None else int(micros) / 1e6
 
 
 class Functrace(Method):
@@ -127,7 +142,8 @@ class Functrace(Method):
             traced.injection = self.applied(environments, pid)
             yield traced
             usage = tracer.finished("functrace", timeout_s=DRAIN_TIMEOUT_S)
-            summary = parse_summary(tracer.read_stdout())
+            stdout = tracer.read_stdout()
+            summary = parse_summary(stdout)
         environments.after_exit()
         if summary["received"] != summary["submitted"]:
             raise TracecostError(
@@ -140,7 +156,11 @@ class Functrace(Method):
             dropped=summary["dropped"],
             trace_bytes=output.stat().st_size,
             costs=[ProcessCost("consumer", usage.cpu_s, summary["peak_rss_kb"], usage.voluntary_switches)],
-            details={"entries": summary["entry"], "exits": summary["exit"]},
+            details={
+                "entries": summary["entry"],
+                "exits": summary["exit"],
+                "consumer_cpu_after_ready_s": consumer_cpu_after_ready(stdout),
+            },
         )
 
 
