@@ -9,8 +9,10 @@ own, and runs `tracecost micro` alternately on the two, both with the working tr
 loader and BPF objects: so only the runtime differs, and the two sides share the same moments of
 this machine. Each round runs both sides once, in a seeded random order (`-r 1`: a warm-up run and
 one counted run per cell). The counted runs of every round are gathered per side into
-OUT/A/results.json (REV) and OUT/B/results.json (the working tree), and `tracecost compare A B`
-prints the table (its Markdown in OUT/compare.md): B slower than A is a regression to explain.
+OUT/A/results.json (REV) and OUT/B/results.json (the working tree). First the instructions one
+call executes on each side (counted, not timed: tracecost/instructions.py; the host's speed cannot
+move them), per operation and part; then `tracecost compare A B`, the time (both in Markdown in
+OUT/compare.md). B executing more instructions, or B slower than A, is a regression to explain.
 
 Run it before landing a change to the hook engine, the VM or the maps (DEVELOPERS.md).
 The worktree and the cargo target folders stay in WORKDIR (default: ../tracecost-guard beside
@@ -37,6 +39,11 @@ from tracecost.suites.micro import MicroConfig, MicroSuite  # noqa: E402
 BUILD = REPO / "build"
 TRACECOST = VENV / "bin" / "tracecost"
 DEFAULT_OPS = "uprobe,uretprobe,uprobe_uretprobe"
+# Helper calls per hit: a tenth of the micro command's default. Each side's calls are counted
+# instruction by instruction in every round, a helper operation's hit single-stepped whole (a
+# second for a hundred calls, ten for a thousand); per call, a hundred already put the probe's own
+# cost at a hundredth.
+DEFAULT_OPS_PER_HIT = 100
 # What a revision's runtime build puts in build/ (the Makefile's `runtime` target copies the same).
 RUNTIME_FILES = {
     "bin": ("uebpf",),
@@ -104,8 +111,9 @@ def side_build(workdir: Path, label: str, release: Path) -> Path:
     return build
 
 
-def micro(build: Path, ops: str, seed: int, out: Path) -> dict:
+def micro(build: Path, ops: str, ops_per_hit: int, seed: int, out: Path) -> dict:
     argv = [TRACECOST, "micro", "--ops", ops, "--methods", "untraced,uebpf", "-r", "1", "--seed", seed, "--out", out]
+    argv += ["--ops-per-hit", ops_per_hit]
     run(argv, env={**os.environ, "TRACECOST_BUILD": str(build)})
     return json.loads((out / "results.json").read_text())
 
@@ -129,11 +137,60 @@ def gathered(documents: list[dict]) -> dict:
     return merged
 
 
+def instructions_table(documents: dict[str, dict]) -> str:
+    """Markdown: each operation's instructions per operation on uebpf (and one call's atomic
+    instructions), A vs B, and each part of a call whose count changed."""
+    cells = {
+        side: {a["op"]: a for a in doc["suites"]["micro"]["aggregates"] if a["runtime"] == "uebpf"}
+        for side, doc in documents.items()
+    }
+    rows = [
+        "Instructions per operation on uebpf (counted; atomic: of one call)",
+        "",
+        "| op | A | B | B - A | atomic A | atomic B | parts that changed (A -> B) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for op, a in cells["A"].items():
+        b = cells["B"].get(op)
+        if not b or not a.get("instructions") or not b.get("instructions"):
+            rows.append(f"| {op} | not counted | | | | | |")
+            continue
+        per_op = [cell["per_op_instructions"] for cell in (a, b)]
+        parts = sorted(set(a["instructions"]["parts"]) | set(b["instructions"]["parts"]))
+        moved = [f"{part} {count(a, part)} -> {count(b, part)}" for part in parts if count(a, part) != count(b, part)]
+        rows.append(
+            f"| {op} | {number(per_op[0])} | {number(per_op[1])} | {delta(per_op)} | {a['instructions']['atomics']} "
+            f"| {b['instructions']['atomics']} | {', '.join(moved) or '–'} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def count(cell: dict, part: str) -> int:
+    return cell["instructions"]["parts"].get(part, {}).get("instructions", 0)
+
+
+def number(value) -> str:
+    return "–" if value is None else f"{value:,.1f}".removesuffix(".0")
+
+
+def delta(values: list) -> str:
+    if None in values:
+        return "–"
+    change = values[1] - values[0]
+    return f"{change:+,.1f}".removesuffix(".0")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("rev", help="the git revision to compare the working tree with (A)")
     parser.add_argument("--rounds", type=int, default=7, help="rounds of one counted run per side (default 7)")
     parser.add_argument("--ops", default=DEFAULT_OPS, help=f"micro operations (default {DEFAULT_OPS})")
+    parser.add_argument(
+        "--ops-per-hit",
+        type=int,
+        default=DEFAULT_OPS_PER_HIT,
+        help=f"helper calls per hit of a helper operation (default {DEFAULT_OPS_PER_HIT})",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", type=Path, default=REPO.parent / "tracecost-guard")
     parser.add_argument("--out", type=Path, default=REPO / "results" / "guard")
@@ -150,14 +207,17 @@ def main():
         for side in rng.sample(sorted(sides), 2):
             out = args.out / "rounds" / f"{round_number}-{side}"
             seed = args.seed * 1000 + round_number
-            documents[side].append(micro(sides[side], args.ops, seed, out))
+            documents[side].append(micro(sides[side], args.ops, args.ops_per_hit, seed, out))
         print(f"guard: round {round_number + 1}/{args.rounds} done", file=sys.stderr)
     for side in sides:
         (args.out / side).mkdir(parents=True, exist_ok=True)
         (args.out / side / "results.json").write_text(json.dumps(gathered(documents[side]), indent=1))
     print(f"guard: A = {args.rev} ({commit[:12]}), B = the working tree", file=sys.stderr)
-    compared = run([TRACECOST, "compare", args.out / "A", args.out / "B", "--markdown", args.out / "compare.md"])
+    counted = instructions_table({side: json.loads((args.out / side / "results.json").read_text()) for side in sides})
+    print(counted)
+    compared = run([TRACECOST, "compare", args.out / "A", args.out / "B", "--markdown", args.out / "time.md"])
     print(compared.stdout, end="")
+    (args.out / "compare.md").write_text(f"{counted}\n{(args.out / 'time.md').read_text()}")
 
 
 if __name__ == "__main__":

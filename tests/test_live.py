@@ -102,7 +102,9 @@ def test_a_refused_injection_fails_the_run_with_its_reason(tmp_path):
         result = subprocess.run([*ignoring_segv, *TRACECOST, *args], capture_output=True, text=True, timeout=600)
     assert result.returncode == 1, result.stderr
     suite = results.load(out)["suites"]["duration"]
-    assert {f["method"] for f in suite["failures"]} == {LIVE} and len(suite["failures"]) == 2
+    # The live runs, and the count of a live call after them (Suite.count_instructions): each
+    # injection is refused the same way.
+    assert sorted(f["method"] for f in suite["failures"]) == ["instructions", LIVE, LIVE]
     for failure in suite["failures"]:
         assert "injecting the uebpf agent into process" in failure["error"], failure
         assert "ignores SIGSEGV" in failure["error"], failure

@@ -34,6 +34,8 @@ WARMUP = 600  # min(1000, ITER)
 # Every program name of tracecost/suites/micro/micro.bpf.c, as the kernel keeps it (15 characters).
 PROGRAMS = {name[:15] for op in OPS.values() for name in (*op.programs, op.refill) if name}
 RUNTIMES = ("untraced", "kernel", "uebpf")
+# Helper operations uebpf's JIT compiles into the program: no helper is called (the program part has them).
+INLINED_BY_THE_JIT = {"array_lookup", "percpu_array_lookup"}
 TRACED = ("kernel", "uebpf")
 UEBPF_REGIONS = "uebpf-tracecost-*"  # the regions of tracecost's runs on uebpf (tracecost/uebpf.py)
 
@@ -48,6 +50,11 @@ def micro_run(tmp_path_factory):
     with regions_removed(UEBPF_REGIONS):
         result = run_tracecost("micro", "--iterations", str(ITER), "--runs", "1", "--seed", "5", "--out", str(out))
     return result, out
+
+
+def marked(run: dict) -> int:
+    """The calls a run made after its timed ones, counted instruction by instruction."""
+    return len(run["instructions"]["hits"]) if run.get("instructions") else 0
 
 
 def kernel_runs(suite):
@@ -78,7 +85,9 @@ def test_every_program_ran_once_per_call_of_the_victim(micro_run):
         op = OPS[run["op"]]
         # A probe or tracepoint run in batches goes on for min_run_ms past its calls; the others make exactly them.
         extended = op.batched and op.kind != "helper"
-        assert run["calls"] >= WARMUP + ITER if extended else run["calls"] == WARMUP + ITER, run
+        # A cell's first measured run on uebpf, and untraced, also makes the calls it counts.
+        calls = WARMUP + ITER + marked(run)
+        assert run["calls"] >= calls if extended else run["calls"] == calls, run
         if run["method"] == "untraced":
             assert run["hits"] == {} and run["loader"] is None
             continue
@@ -93,12 +102,11 @@ def test_every_helper_call_is_counted_and_succeeded_or_is_marked_unsupported(mic
         if op.kind != "helper":
             assert run["helper_results"] == {}
             continue
+        made = (WARMUP + ITER + marked(run)) * op.ops_per_hit(OPS_PER_HIT)
         for program, codes in run["helper_results"].items():
-            assert sum(codes.values()) == (WARMUP + ITER) * OPS_PER_HIT, (program, codes)
+            assert sum(codes.values()) == made, (program, codes)
         if op.may_be_unsupported:  # array deletes: the kernel refuses every one, and so does uebpf
-            assert run["unsupported"] == "EINVAL" and run["helper_results"][op.programs[0]] == {
-                "EINVAL": (WARMUP + ITER) * OPS_PER_HIT
-            }
+            assert run["unsupported"] == "EINVAL" and run["helper_results"][op.programs[0]] == {"EINVAL": made}
         else:
             assert run["unsupported"] is None
             assert all(set(codes) == {"ok"} for codes in run["helper_results"].values()), run
@@ -108,9 +116,9 @@ def test_hash_deletes_delete_existing_keys_refilled_between_calls(micro_run):
     suite = results.load(micro_run[1])["suites"]["micro"]
     for name in ("hash_delete", "percpu_hash_delete"):
         for run in (r for r in traced_runs(suite) if r["op"] == name):
-            refill = OPS[name].refill
-            assert run["helper_results"][name] == {"ok": (WARMUP + ITER) * OPS_PER_HIT}, run["method"]
-            assert run["helper_results"][refill] == {"ok": (WARMUP + ITER) * OPS_PER_HIT}, run["method"]
+            refill, made = OPS[name].refill, (WARMUP + ITER + marked(run)) * OPS_PER_HIT
+            assert run["helper_results"][name] == {"ok": made}, run["method"]
+            assert run["helper_results"][refill] == {"ok": made}, run["method"]
 
 
 def test_array_delete_is_reported_as_not_supported_not_as_a_delete(micro_run):
@@ -177,6 +185,57 @@ def test_uebpf_has_a_speedup_for_every_operation_both_runtimes_ran(micro_run):
         speedup = cell[(op, "uebpf")]["speedup_vs_kernel"]["value"]
         # Medians are whole nanoseconds: a cost can be exactly 0, which has no ratio.
         assert speedup == (pytest.approx(kernel / mine) if mine else None), op
+
+
+def test_every_uebpf_operation_has_its_instructions_counted_by_part(micro_run):
+    """Counted in each cell's first measured run (tracecost/instructions.py): the untraced call is
+    the victim's own code alone; on uebpf the hook and the program are there, each helper
+    operation's helper too, and the kernel is not counted."""
+    suite = results.load(micro_run[1])["suites"]["micro"]
+    cell = {(a["op"], a["runtime"]): a for a in suite["aggregates"]}
+    for op in OPS:
+        untraced, kernel, mine = (cell[(op, runtime)] for runtime in RUNTIMES)
+        assert kernel["instructions"] is None, op
+        assert set(untraced["instructions"]["parts"]) == {"function"}, op
+        parts = mine["instructions"]["parts"]
+        assert {"function", "hook", "program"} <= set(parts), (op, parts)
+        assert mine["instructions"]["added"] == sum(
+            p["instructions"] for name, p in parts.items() if name != "function"
+        )
+        assert mine["per_op_instructions"] > 0 or OPS[op].kind == "helper", op
+        if OPS[op].kind == "helper" and not mine["unsupported"] and op not in INLINED_BY_THE_JIT:
+            helpers = [name for name in parts if name.startswith("helper:")]
+            assert helpers, (op, parts)
+            assert sum(parts[name]["calls"] for name in helpers) >= OPS[op].ops_per_hit(OPS_PER_HIT), op
+        counted = [r for r in suite["runs"] if (r["op"], r["method"]) == (op, "uebpf") and r.get("instructions")]
+        assert len(counted) == 1, "one counted run per cell"
+    assert cell[("ktime", "uebpf")]["instructions"]["parts"]["helper:uebpf::helpers::ktime_get_ns"]["calls"] == (
+        OPS_PER_HIT
+    )
+
+
+def test_three_runs_of_one_build_count_the_same_instructions(tmp_path):
+    """The figure that steers the record path is one the host cannot move: three commands count
+    every instruction of every part the same."""
+    ops = "uprobe,uretprobe,uprobe_uretprobe,usdt,ringbuf,pid_tgid,syscall_pid"
+    counts = []
+    for n in range(3):
+        out = tmp_path / f"run{n}"
+        with regions_removed(UEBPF_REGIONS):
+            result = run_tracecost(
+                "micro", "--ops", ops, "--methods", "untraced,uebpf", "--runs", "1", "--iterations", "200",
+                "--ops-per-hit", "10", "--out", str(out),
+            )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        aggregates = results.load(out)["suites"]["micro"]["aggregates"]
+        counts.append(
+            {
+                (a["op"], a["runtime"]): (a["instructions"]["instructions"], a["instructions"]["parts"])
+                for a in aggregates
+            }
+        )
+    assert len(counts[0]) == 2 * len(ops.split(","))
+    assert counts[0] == counts[1] == counts[2]
 
 
 def test_untargeted_syscall_program_saw_at_least_the_victims_calls(micro_run):
@@ -630,7 +689,7 @@ def test_speedup_is_computed_when_a_second_runtime_has_data():
     assert cell[("uprobe", "kernel")]["speedup_vs_kernel"] is None
     suite = {"config": MicroSuite().config_record(config), "aggregates": aggregates, "runs": runs, "failures": []}
     summary = render(suite, {}).tables[0]
-    assert summary.columns[-2:] == ["uebpf (ns/op)", "Speedup (kernel ÷ uebpf)"]
+    assert summary.columns[-3:] == ["uebpf (ns/op)", "uebpf (instructions/op)", "Speedup (kernel ÷ uebpf)"]
     headings_and_ops = ["Probes", "Empty uprobe", "Helper calls and map operations", "Hash map lookup"]
     assert [row[0] for row in summary.rows] == headings_and_ops
     assert re.match(r"10\.00 ±[\d.]+×", summary.rows[1][-1]) and "not measured yet" not in str(summary.rows)

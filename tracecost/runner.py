@@ -50,9 +50,10 @@ def run_suite(
     ]
 
     checked: list[dict] = []  # the suite's cross-check, once it has run
+    counts: list[dict] = []  # the instructions it counted, once it has
 
     def result() -> dict:
-        failures = [run for run in runs + checked if run["status"] != "ok"]
+        failures = [run for run in runs + checked + counts if run["status"] != "ok"]
         return {
             "config": suite.config_record(config),
             "runs": runs,
@@ -61,6 +62,7 @@ def run_suite(
             "unavailable": unavailable,
             "elapsed_s": round(time.monotonic() - started_at, 1),
             **({"cross_check": checked[0]} if checked else {}),
+            **({"instructions": counts[0]} if counts else {}),
         }
 
     try:
@@ -75,18 +77,20 @@ def run_suite(
                         runs.append(_one_run(suite, config, group, method, workspace, repetition, position))
                         interrupts.raise_if_interrupted()  # a Ctrl-C Python dropped during the run
                         advance(f"{group.label} / {method.name}")
-            checked.extend(_cross_check(suite, config, methods, workspace))
+            checked.extend(_one_off(suite.cross_check, "cross-check", config, methods, workspace))
+            counts.extend(_one_off(suite.count_instructions, "instructions", config, methods, workspace))
     except KeyboardInterrupt as interrupt:
         raise Interrupted(result()) from interrupt
     return result()
 
 
-def _cross_check(suite, config, methods, workspace) -> list[dict]:
-    """The suite's one-off check after its runs (Suite.cross_check), as a record: [] if it has none."""
-    record = {"method": "cross-check", "repetition": 0, "warmup": False}
+def _one_off(step, name, config, methods, workspace) -> list[dict]:
+    """A suite's one-off step after its runs (Suite.cross_check, Suite.count_instructions), as a
+    record named `name`: [] if it has none."""
+    record = {"method": name, "repetition": 0, "warmup": False}
     try:
         opened = {method.name: method for method in methods}
-        found = suite.cross_check(config, opened, fresh_dir(workspace, "cross-check"))
+        found = step(config, opened, fresh_dir(workspace, name))
         if found is None:
             return []
         record.update(found, status="ok")

@@ -145,38 +145,41 @@ def test_unavailable_cells_are_listed_with_the_reason_never_run_and_not_failures
     assert len(result["runs"]) == planned_runs(suite, Config(runs=2)) == 3 * (2 * 3 - 1)
 
 
-class CrossChecked(StandIn):
-    """A stand-in whose one-off check after the runs finds something, or fails."""
+# A suite's one-off steps after its runs: the Suite method, and where the result file keeps its record.
+ONE_OFF = [("cross_check", "cross_check", "cross-check"), ("count_instructions", "instructions", "instructions")]
 
-    def __init__(self, outcome):
-        super().__init__()
-        self.outcome = outcome
 
-    def cross_check(self, config, methods, workdir):
+def one_off(step: str, outcome):
+    """A stand-in whose one-off `step` after the runs finds something, or fails."""
+
+    class OneOff(StandIn):
+        pass
+
+    def run_step(self, config, methods, workdir):
         assert workdir.is_dir() and not any(workdir.iterdir())
-        assert len(self.calls) == (config.runs + 1) * 6, "the check runs after every run"
-        if isinstance(self.outcome, Exception):
-            raise self.outcome
-        return self.outcome
+        assert len(self.calls) == (config.runs + 1) * 6, "the step runs after every run"
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    setattr(OneOff, step, run_step)
+    return OneOff()
 
 
-def test_a_suites_cross_check_runs_once_after_the_runs_and_is_recorded(tmp_path):
-    result = run_suite(CrossChecked({"seen": 3}), Config(), tmp_path, print)
-    assert result["cross_check"] == {
-        "method": "cross-check",
-        "repetition": 0,
-        "warmup": False,
-        "seen": 3,
-        "status": "ok",
-    }
+@pytest.mark.parametrize("step,key,name", ONE_OFF)
+def test_a_suites_one_off_step_runs_once_after_the_runs_and_is_recorded(tmp_path, step, key, name):
+    result = run_suite(one_off(step, {"seen": 3}), Config(), tmp_path, print)
+    assert result[key] == {"method": name, "repetition": 0, "warmup": False, "seen": 3, "status": "ok"}
     assert result["failures"] == []
 
 
-def test_a_failed_cross_check_is_listed_with_the_failures(tmp_path):
-    result = run_suite(CrossChecked(TracecostError("counts differ")), Config(), tmp_path, print)
-    assert result["cross_check"]["status"] == "failed" and result["cross_check"]["error"] == "counts differ"
-    assert result["failures"] == [result["cross_check"]]
+@pytest.mark.parametrize("step,key,name", ONE_OFF)
+def test_a_failed_one_off_step_is_listed_with_the_failures(tmp_path, step, key, name):
+    result = run_suite(one_off(step, TracecostError("counts differ")), Config(), tmp_path, print)
+    assert result[key]["status"] == "failed" and result[key]["error"] == "counts differ"
+    assert result["failures"] == [result[key]]
 
 
-def test_a_suite_without_a_cross_check_records_none(tmp_path):
-    assert "cross_check" not in run_suite(CrossChecked(None), Config(), tmp_path, print)
+@pytest.mark.parametrize("step,key,name", ONE_OFF)
+def test_a_suite_without_a_one_off_step_records_none(tmp_path, step, key, name):
+    assert key not in run_suite(one_off(step, None), Config(), tmp_path, print)

@@ -37,6 +37,11 @@ def sections_of(doc: dict) -> list[Section]:
     sections = []
     for name in sorted(doc["suites"], key=list(SUITES).index):
         suite, entry = doc["suites"][name], SUITES[name]
+        if entry.reads_suites:
+            suite = {
+                **suite,
+                "related": {other: doc["suites"][other] for other in entry.reads_suites if other in doc["suites"]},
+            }
         try:
             section = entry.render(suite, doc["environment"])
             section.headline = entry.headline(suite)

@@ -280,6 +280,10 @@ class Suite(ABC):
     # cell's primary metrics, with the direction that is better.
     cell_key: tuple[str, ...]
     comparable: tuple[Metric, ...]
+    # Other suites whose parts of the same results file this suite's report section reads (render
+    # finds them at suite["related"][name] where the file has them): the duration study's breakdown
+    # of a traced call takes its parts' costs from the micro suite.
+    reads_suites: tuple[str, ...] = ()
     # config_record fields that change what a cell's metrics mean (a run's length, a buffer's size):
     # compare warns when A and B differ in one.
     settings: tuple[str, ...] = ()
@@ -348,6 +352,13 @@ class Suite(ABC):
         target at once, compared): its record goes to the results as `cross_check`; None where the
         suite has none, or not for this config. Raise TracecostError (with the reason) if it fails:
         it is then listed with the failed runs."""
+        return None
+
+    def count_instructions(self, config: Any, methods: dict[str, Method], workdir: Path) -> dict | None:
+        """A one-off count after every run, with the methods open: what one call executes under a
+        method, instruction by instruction (tracecost/instructions.py), for a breakdown the report
+        shows. Its record goes to the results as `instructions`; None where the suite has none.
+        Raise TracecostError if it fails: it is then listed with the failed runs."""
         return None
 
     def aggregate(self, runs: list[dict], config: Any) -> list[dict]:

@@ -9,6 +9,7 @@ call right); report.py, the report section; schema.json, this suite's part of th
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from tracecost.report.style import MethodStyle
 from tracecost.suites import base
 from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite, UsageError, UsageProblem
 from tracecost.suites.duration import report
-from tracecost.suites.duration.traced_app import run_sample_app
+from tracecost.suites.duration.traced_app import count_traced_calls, run_sample_app
 from tracecost.suites.duration.tracers import make_method
 from tracecost.suites.duration.tracers.base import Method
 from tracecost.suites.duration.tracers.ebpf import WAKEUPS
@@ -50,6 +51,19 @@ SCENARIOS = (
 # ebpf-timer (the kernel's ring with BPF_RB_NO_WAKEUP and its consumer on a timer) shows what the
 # kernel's adaptive wakeups cost beside ebpf.
 METHODS = ("baseline", "lttng", "ebpf", "ebpf-timer", "uebpf", "uebpf-live")
+# The methods whose traced call is counted instruction by instruction (Suite.count_instructions):
+# the kernel's probes run in the kernel, which single-stepping does not see; LTTng's tracepoint is
+# not a probe the counter knows the parts of.
+COUNTED_METHODS = ("uebpf", "uebpf-live")
+# Calls of the counted run: enough for every lazy first-call path (the PLT, the hook's first hit)
+# to be behind the counted calls, which are the last ones.
+COUNTED_RUN_CALLS = 1000
+# The counted run's ring-buffer wakeups: none. Single-stepped, a call lasts milliseconds, and the
+# consumer, idle in between, is asleep waiting for the first record of each: whether a record then
+# wakes it (a futex system call in the submit) depends on how its sleep was timed, so the counts
+# would differ from call to call, and at 0 us at full speed no call pays one (the study's sleeps
+# per call). Without wakeups the submit skips that check alone (a load and two compares).
+COUNTED_WAKEUP = "none"
 QUICK_DIVISOR = 50  # --quick: a fiftieth of the calls ...
 QUICK_MIN_CALLS = 40  # ... but never fewer than this
 # `tracecost run`: 5 repetitions of a quarter of the calls, about 2.5 minutes on 2 cores (a third
@@ -98,6 +112,7 @@ class DurationSuite(Suite):
     }
     title = "Overhead vs traced-function duration"
     help = "Overhead vs the traced function's duration (0 us to 1 ms)."
+    reads_suites = ("micro",)  # the costs of the parts of a traced call on uebpf (report.breakdown)
     listing_noun = "scenarios"
     default_runs = 10
     cell_key = ("scenario", "method")
@@ -207,6 +222,29 @@ class DurationSuite(Suite):
             "injection": run.traced.injection,
         }
 
+    def count_instructions(self, config: DurationConfig, methods: dict, workdir: Path) -> dict | None:
+        """One call at 0 us under each uebpf method, counted instruction by instruction and part by part
+        (hook, program, each helper): the mechanism behind its ns per call, which the report shows
+        beside it. Every event of the counted run is still checked."""
+        counts = {}
+        for name in COUNTED_METHODS:
+            if name not in methods:
+                continue
+            folder = workdir / name
+            folder.mkdir()
+            # No record of a counted call wakes the consumer (COUNTED_WAKEUP says why).
+            counting = copy.copy(methods[name])
+            counting.wakeup = COUNTED_WAKEUP
+            count, traced = count_traced_calls(counting, folder, COUNTED_RUN_CALLS)
+            capture = traced.capture
+            if capture is None or capture.captured + capture.dropped != 2 * COUNTED_RUN_CALLS or not capture.captured:
+                got = "nothing" if capture is None else f"{capture.captured} events (+{capture.dropped} dropped)"
+                raise TracecostError(f"{name}, its calls counted, captured {got} of {2 * COUNTED_RUN_CALLS}")
+            counts[name] = count
+        return (
+            {"work_us": 0, "calls": COUNTED_RUN_CALLS, "wakeup": COUNTED_WAKEUP, "counts": counts} if counts else None
+        )
+
     def aggregate_cell(self, cell: Cell, config: DurationConfig) -> dict:
         return _aggregate(cell)
 
@@ -257,6 +295,11 @@ def _aggregate(cell: Cell) -> dict:
         "tracer_sleeps_per_call": None
         if cell.method == "baseline"
         else stats.summarize([tracer_total(r, "sleeps") / calls for r in runs]),
+        # functrace's consumer from READY on (its start and loading left out), per call: the
+        # consumer's share of a traced call, in another process (None for the other methods).
+        "consumer_ns_per_call": _consumer_ns_per_call(
+            cell.values("tracer_details", "consumer_cpu_after_ready_s"), calls
+        ),
         "trace_bytes": stats.summarize(cell.values("trace_bytes")),
         # A method attached live: how long the agent's injection borrowed a thread of the app and
         # took in all (uebpf.inject); None for the others.
@@ -270,6 +313,10 @@ def _aggregate(cell: Cell) -> dict:
         "overhead_app_pct": overhead(stats.overhead_percent, "wall_s"),
         "overhead_ns_per_call": overhead(stats.difference, "ns_per_call"),
     }
+
+
+def _consumer_ns_per_call(cpu_s: list[float], calls: int) -> dict | None:
+    return stats.summarize([seconds * 1e9 / calls for seconds in cpu_s]) if cpu_s else None
 
 
 # The run record's figures summarized as they are, in the aggregate's order.

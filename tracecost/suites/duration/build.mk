@@ -4,7 +4,7 @@ DURATION_DIR := tracecost/suites/duration
 LTTNG_SRC := $(DURATION_DIR)/mylib_wrapper.c $(DURATION_DIR)/mylib_tp.c
 SUITE_PRODUCTS += $(BIN)/sample_app $(LIB)/libmylib_lttng.so
 
-$(BIN)/sample_app: $(DURATION_DIR)/sample_app.c workloads/mylib/mylib.h include/peak_rss.h $(LIB)/libmylib.so | $(BIN)
+$(BIN)/sample_app: $(DURATION_DIR)/sample_app.c workloads/mylib/mylib.h include/peak_rss.h include/stepcount_marker.h $(LIB)/libmylib.so | $(BIN)
 	$(CC) $(CFLAGS) -Iworkloads/mylib -o $@ $< -L$(LIB) -lmylib -Wl,-rpath,'$$ORIGIN/../lib'
 
 $(LIB)/libmylib_lttng.so: $(LTTNG_SRC) $(DURATION_DIR)/mylib_tp.h workloads/mylib/mylib.h | $(LIB)

@@ -3,7 +3,7 @@ overhead with CIs, tracer-side CPU, memory and sleeps, and drops."""
 
 from __future__ import annotations
 
-from tracecost import stats
+from tracecost import instructions, stats
 from tracecost.report import figures, fmt, style
 from tracecost.report.figures import CI_NOTE, Plot, by_cell, in_order
 from tracecost.report.model import Headline, Section, TableBlock
@@ -262,8 +262,132 @@ def render(suite: dict, environment: dict) -> Section:
         "whole-application figures from its wall time, start to exit.",
         findings=findings(config, table, tracers, suite["failures"]),
         charts=charts,
-        tables=[TableBlock("Every scenario and method", [c.header for c in columns], rows, note)],
+        tables=[
+            *([parts] if (parts := breakdown(suite, table)) else []),
+            TableBlock("Every scenario and method", [c.header for c in columns], rows, note),
+        ],
     )
+
+
+# The micro suite's operation that measures each part of a traced call on uebpf (its per_op_ns), and
+# what it measures: the duration study's breakdown takes each part's ns from the micro results in the
+# same file. The two ring buffer helpers are one operation there (a reservation and its submit).
+HOOK_OP = ("uprobe_uretprobe", "the hook with an empty program, at entry and return (micro: uprobe_uretprobe)")
+HELPER_OPS = {
+    "bpf_ktime_get_ns": "ktime",
+    "bpf_get_current_pid_tgid": "pid_tgid",
+    "bpf_probe_read_user_str": "read_str",
+    "bpf_map_lookup_elem": "percpu_array_lookup",
+    "bpf_ringbuf_reserve": "ringbuf",
+    "bpf_ringbuf_submit": "ringbuf",
+}
+COUNTED_RUNTIME = "uebpf"  # the micro runtime whose costs the breakdown shows
+RING_PAIRED = "in the other ring buffer helper's row"
+
+
+def _scaled(estimate: dict | None, factor: float) -> dict | None:
+    """An estimate (value and CI bounds) times `factor`."""
+    if not estimate or estimate.get("value") is None:
+        return None
+    return {
+        key: None if estimate.get(key) is None else estimate[key] * factor for key in ("value", "ci95_low", "ci95_high")
+    }
+
+
+def breakdown(suite: dict, table: dict) -> TableBlock | None:
+    """One traced call on uebpf, part by part: instructions (counted, Suite.count_instructions) and
+    ns (each part's own micro operation, where the same results file has the micro suite)."""
+    record = suite.get("instructions")
+    if not record:
+        return None
+    if record.get("status") != "ok":
+        return TableBlock("One traced call on uebpf, part by part", ["Part"], [], f"Not counted: {record.get('error')}")
+    counts = record["counts"]
+    methods = list(counts)
+    micro = {
+        agg["op"]: agg
+        for agg in suite.get("related", {}).get("micro", {}).get("aggregates", [])
+        if agg["runtime"] == COUNTED_RUNTIME
+    }
+    parts = [part for part in dict.fromkeys(name for count in counts.values() for name in count["parts"])]
+    parts = [p for p in parts if p != instructions.FUNCTION]
+    parts.sort(
+        key=lambda part: (
+            part != "hook",
+            part != "program",
+            -counts[methods[0]]["parts"].get(part, {}).get("instructions", 0),
+        )
+    )
+    header = [
+        "Part",
+        *(f"{style.label(m)}: instructions (atomic)" for m in methods),
+        "Calls",
+        "ns per call",
+        "ns measured as",
+    ]
+    rows, ns_total = [], 0.0
+    ring_shown = False
+    for part in parts:
+        label = instructions.part_label(part)
+        first = counts[methods[0]]["parts"].get(part, {})
+        calls = first.get("calls")
+        ns, basis = None, "–"
+        if part == "hook":
+            op, basis = HOOK_OP
+            ns = (micro.get(op) or {}).get("per_op_ns")
+        elif part == "program":
+            basis = "within the hook's figure (an empty program) and the helpers'"
+        elif label in HELPER_OPS and calls:
+            op = HELPER_OPS[label]
+            if op == "ringbuf":
+                # Both helpers: one record costs a reservation and a submit, measured together.
+                basis = RING_PAIRED if ring_shown else f"bpf_ringbuf_reserve + submit, {calls} records (micro: ringbuf)"
+                ns = None if ring_shown else _scaled((micro.get(op) or {}).get("per_op_ns"), calls)
+                ring_shown = True
+            else:
+                basis = f"{calls} calls (micro: {op})"
+                ns = _scaled((micro.get(op) or {}).get("per_op_ns"), calls)
+        if ns and ns.get("value") is not None:
+            ns_total += ns["value"]
+        elif part != "program" and basis != RING_PAIRED and not micro:
+            basis = "no micro results in this file"
+        cells = [
+            f"{fmt.count(counts[m]['parts'].get(part, {}).get('instructions'))} "
+            f"({counts[m]['parts'].get(part, {}).get('atomics', 0)})"
+            for m in methods
+        ]
+        rows.append([label, *cells, fmt.count(calls), fmt.with_ci(ns) if ns else "–", basis])
+    scenarios = suite["config"]["scenarios"]
+    shortest = min(scenarios, key=lambda s: s["work_us"])["index"] if scenarios else None
+    consumer = (table.get((shortest, methods[0])) or {}).get("consumer_ns_per_call")
+    rows.append(
+        [
+            "consumer (functrace, another process)",
+            *(["not counted"] * len(methods)),
+            "–",
+            fmt.with_ci(consumer, key="mean") if consumer else "–",
+            "its CPU from READY to its drain, per call, in the study's runs (not on the traced thread)",
+        ]
+    )
+    measured = (table.get((shortest, methods[0])) or {}).get("overhead_ns_per_call") or {}
+    rows.append(
+        [
+            "total added",
+            *(f"{fmt.count(counts[m]['added'])} ({counts[m]['atomics']})" for m in methods),
+            "–",
+            f"{ns_total:,.1f}" if ns_total else "–",
+            f"the parts' sum; the study measured {fmt.with_ci(measured)} ns per call ({style.label(methods[0])})",
+        ]
+    )
+    note = (
+        f"Instructions: one call of sample_app at 0 us ({record['calls']:,} calls, the last "
+        f"{instructions.HITS} single-stepped), counted by part (tracecost/instructions.py): exact, and the same "
+        "whatever the host's speed. Atomic: instructions that wait for the stores before them (LOCK, XCHG, "
+        "MFENCE). ns: each part's cost on its own, from the micro suite's operation in the same results file "
+        f"({style.label(COUNTED_RUNTIME)}); what the parts' sum leaves out of the measured figure is what they "
+        "cost together (cache lines shared with the consumer, the branch predictor's state) and the call's own."
+    )
+    return TableBlock("One traced call on uebpf, part by part", header, rows, note)
 
 
 QUESTION = "What each tracer adds to a call of the shortest function"

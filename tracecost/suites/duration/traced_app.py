@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracecost import instructions
 from tracecost.errors import TracecostError
 from tracecost.procs import Child, Usage, run_to_completion, started
 from tracecost.suites.duration.tracers.base import Method, TracedRun
@@ -67,3 +68,35 @@ def _attached_live(method: Method, workdir: Path, calls: int, env: dict) -> tupl
             child.send(signal.SIGUSR1)
             usage = child.wait(timeout_s=APP_TIMEOUT_S)
         return dataclasses.replace(usage, wall_s=usage.wall_s - waited), child.read_stdout(), child, traced
+
+
+def count_traced_calls(method: Method, workdir: Path, calls: int) -> tuple[dict, TracedRun]:
+    """sample_app's last instructions.HITS calls (of `calls`, at 0 us of work) counted instruction
+    by instruction under `method` (tracecost/instructions.py): the counter seizes the waiting app,
+    lets it go and steps the marked calls. Returns the count, and the run's capture to check."""
+    argv = [str(sample_app()), "--wait-go", "--mark", str(instructions.HITS), str(calls)]
+    env = {**os.environ, "SIMULATED_WORK_US": "0"}
+    stderr_path = workdir / "sample_app.stderr"
+    if method.attaches_to_running:
+        with started(lambda: Child(argv, stderr_path=stderr_path, env=env)) as child:
+            child.wait_for_line("READY", READY_TIMEOUT_S)
+            with method.attached(method.run(workdir, child.pid)) as traced:
+                count = _counted_app(method, child, workdir)
+    else:
+        run = method.run(workdir, None)
+        with method.attached(run) as traced:
+            with started(lambda: Child(argv, stderr_path=stderr_path, env={**env, **run.environments.target})) as child:
+                child.wait_for_line("READY", READY_TIMEOUT_S)
+                count = _counted_app(method, child, workdir)
+    return count, traced
+
+
+def _counted_app(method: Method, child: Child, workdir: Path) -> dict:
+    with started(lambda: instructions.counter(child.pid, instructions.HITS, workdir)) as counter:
+        usage = child.wait(timeout_s=APP_TIMEOUT_S)
+        if usage.timed_out or usage.exit_code != 0:
+            raise TracecostError(
+                f"sample_app under {method.name}, its calls counted, failed: "
+                f"{child.error_line() or counter.error_line() or f'exit status {usage.exit_code}'}"
+            )
+        return instructions.counted(counter, instructions.HITS)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from tracecost import stats, system
+from tracecost import instructions, stats, system
 from tracecost.errors import TracecostError
 from tracecost.options import CommaList, Known
 from tracecost.report import fmt
@@ -41,6 +41,10 @@ RUN_REPETITIONS = 5
 # says why); helper operations divide the noise by ops per hit and need no more than their calls.
 DEFAULT_MIN_RUN_MS = 200
 RUN_MIN_RUN_MS = 40  # `make run` has 10 minutes for every suite: 100 ms made the micro suite 46 s longer
+# A helper operation's counted hit is single-stepped whole (tracecost/instructions.py): a hundred
+# calls take about a second, a thousand ten; per call, a hundred already make the probe's own
+# cost a hundredth of the figure.
+RUN_OPS_PER_HIT = 100
 
 # Costs compare each run's fast figure (bench.FAST_PERCENTILE of its batch means), so that neither a
 # preemption inside a run (10 ms moves a 100k-call mean by 100 ns) nor the host's slow stretches
@@ -63,6 +67,8 @@ class MicroConfig:
     seed: int = 0
     size: str = "as asked for"
     min_run_ms: int = DEFAULT_MIN_RUN_MS
+    # (op, runtime) -> its runs measured so far in this command (MicroSuite._first_measured_run).
+    runs_seen: dict[tuple[str, str], int] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def warmup(self) -> int:
@@ -143,7 +149,7 @@ class MicroSuite(Suite):
                     "op": op.name,
                     "kind": op.kind,
                     "function": op.function,
-                    "ops_per_hit": config.ops_per_hit if op.kind == HELPER else None,
+                    "ops_per_hit": op.ops_per_hit(config.ops_per_hit) if op.kind == HELPER else None,
                 },
                 label=op.label,
             )
@@ -161,7 +167,25 @@ class MicroSuite(Suite):
     def measure(self, group: Group, method: Runtime, workdir: Path, config: MicroConfig) -> dict:
         op = op_by_name(group.key["op"])
         min_run_ms = 0 if op.kind == HELPER else config.min_run_ms
-        return run_op(op, method, workdir, config.iter, config.warmup, config.ops_per_hit, min_run_ms)
+        counted = method.counts_instructions and self._first_measured_run(config, op.name, method.name)
+        return run_op(
+            op,
+            method,
+            workdir,
+            config.iter,
+            config.warmup,
+            op.ops_per_hit(config.ops_per_hit),
+            min_run_ms,
+            count_hits=(1 if op.kind == HELPER else instructions.HITS) if counted else 0,
+        )
+
+    def _first_measured_run(self, config: MicroConfig, op: str, runtime: str) -> bool:
+        """True for a cell's first run after its warm-up: the one whose calls are counted. A build
+        executes the same instructions in every run, and single-stepping a helper operation's hit
+        (a thousand helper calls) takes seconds, so one run per cell is counted, and one hit of a
+        helper operation (its thousand calls are their own steady state)."""
+        config.runs_seen[(op, runtime)] = seen = config.runs_seen.get((op, runtime), 0) + 1
+        return seen == 1 + self.warmup
 
     def aggregate_cell(self, cell: Cell, config: MicroConfig) -> dict:
         op, runtime, runs = op_by_name(cell.group.key["op"]), cell.method, cell.runs
@@ -183,12 +207,18 @@ class MicroSuite(Suite):
             "refused_call_ns": None,
             "per_op_basis": None,
             "speedup_vs_kernel": None,
+            # Counted, not timed (tracecost/instructions.py): the hit most runs counted, its parts, and
+            # the instructions per operation on PER_OP_BASIS's terms.
+            "instructions": _instructions(cell.values("instructions")),
+            "per_op_instructions": None,
         }
         if runtime != UNTRACED:
             agg["added_ns_per_call"] = stats.difference(_fast(cell, runtime), _fast(cell, UNTRACED))
             agg["per_op_basis"] = PER_OP_BASIS[op.kind]
             # A call the runtime refuses is no operation: its cost is kept apart, never as per_op_ns.
             agg["refused_call_ns" if unsupported else "per_op_ns"] = _per_op(cell, runtime, op, config)
+        if agg["instructions"] and runtime != UNTRACED:
+            agg["per_op_instructions"] = _per_op_instructions(cell, runtime, op, config)
         if runtime not in (UNTRACED, KERNEL) and agg["per_op_ns"] is not None:
             agg["speedup_vs_kernel"] = _speedup(cell, op, config, agg["per_op_ns"])
         return agg
@@ -203,9 +233,11 @@ class MicroSuite(Suite):
             runs=RUN_REPETITIONS,
             seed=seed,
             min_run_ms=RUN_MIN_RUN_MS,
+            ops_per_hit=RUN_OPS_PER_HIT,
             size=f"tracecost run's size (~2 minutes on 2 cores): {RUN_ITER:,} timed calls per run "
             f"instead of the micro command's {DEFAULT_ITER:,}, a probe run at least {RUN_MIN_RUN_MS} ms "
-            f"instead of {DEFAULT_MIN_RUN_MS}, {RUN_REPETITIONS} runs",
+            f"instead of {DEFAULT_MIN_RUN_MS}, {RUN_OPS_PER_HIT} helper calls per hit instead of "
+            f"{DEFAULT_OPS_PER_HIT:,}, {RUN_REPETITIONS} runs",
         )
 
     def config_record(self, config: MicroConfig) -> dict:
@@ -257,8 +289,36 @@ def _per_op(cell: Cell, runtime: str, op, config: MicroConfig) -> dict:
     if op.kind == HELPER:
         # with_baselines measures the empty uprobe whenever a helper operation is measured.
         empty = [r["fast_ns_per_call"] for r in cell.every_run if (r["op"], r["method"]) == (EMPTY_PROBE_OP, runtime)]
-        return stats.difference(_fast(cell, runtime), empty, config.ops_per_hit)
+        return stats.difference(_fast(cell, runtime), empty, op.ops_per_hit(config.ops_per_hit))
     return stats.difference(_fast(cell, runtime), _fast(cell, UNTRACED))
+
+
+def _instructions(counts: list[dict]) -> dict | None:
+    """The runs' counts of one cell: the count most runs share, and whether every run agreed (a
+    build executes the same instructions per hit whatever the host's speed)."""
+    if not counts:
+        return None
+    totals = [count["instructions"] for count in counts]
+    typical = instructions.typical_hit([instructions.HitCount(**_hit_fields(count)) for count in counts])
+    return {**typical.record(), "runs": totals, "identical": len(set(totals)) == 1}
+
+
+def _hit_fields(count: dict) -> dict:
+    return {key: count[key] for key in ("instructions", "atomics", "syscalls", "parts")}
+
+
+def _per_op_instructions(cell: Cell, runtime: str, op, config: MicroConfig) -> float | None:
+    """Instructions per operation, as PER_OP_BASIS says for time: a probe's or tracepoint's added
+    instructions; a helper's beyond the empty uprobe's, per helper call."""
+    added = _instructions(cell.values("instructions", method=runtime))["added"]
+    if op.kind != HELPER:
+        return added
+    empty = _instructions(
+        [r["instructions"] for r in cell.every_run if (r["op"], r["method"]) == (EMPTY_PROBE_OP, runtime)]
+    )
+    if not empty:
+        return None
+    return (added - empty["added"]) / op.ops_per_hit(config.ops_per_hit)
 
 
 def _speedup(cell: Cell, op, config: MicroConfig, per_op_ns: dict) -> dict | None:
@@ -294,4 +354,5 @@ SUMMARY = (
     Column.estimate("fast ns/call", "fast_ns_per_call"),
     Column("per operation", per_op_text),
     Column("helper results", lambda agg: report.return_codes(agg["helper_results"]), name=True),
+    Column("instructions/op", report.instructions_cell),
 )

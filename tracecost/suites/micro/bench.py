@@ -16,6 +16,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracecost import instructions
 from tracecost.errors import TracecostError
 from tracecost.latency import summarize_histogram
 from tracecost.methods import Run
@@ -53,6 +54,7 @@ class VictimResult:
     fast_ns: float  # the same at FAST_PERCENTILE
     timing: str  # "batch" or "call"
     buffer: str
+    marked: int  # calls after the timed ones, marked for the instruction counter
 
 
 def parse_victim_output(text: str) -> VictimResult:
@@ -84,16 +86,27 @@ def parse_victim_output(text: str) -> VictimResult:
             fast_ns=fast_ns,
             timing=timing,
             buffer=str(fields["buffer"]),
+            marked=int(fields.get("marked", 0)),  # a victim given no --mark may not say
         )
 
     return json_fields(text, "microbench", victim_result)
 
 
 def run_op(
-    op: Op, runtime: Runtime, workdir: Path, iterations: int, warmup: int, ops_per_hit: int, min_run_ms: int = 0
+    op: Op,
+    runtime: Runtime,
+    workdir: Path,
+    iterations: int,
+    warmup: int,
+    ops_per_hit: int,
+    min_run_ms: int = 0,
+    count_hits: int = 0,
 ) -> dict:
-    """One run; a batched operation goes on past `iterations` until its batches took `min_run_ms`."""
+    """One run; a batched operation goes on past `iterations` until its batches took `min_run_ms`.
+    `count_hits` more calls follow the timed ones, each counted instruction by instruction
+    (tracecost/instructions.py)."""
     batched = op.batched and min(BATCH_CALLS, iterations) > 1
+    marked = count_hits
     argv = [
         str(victim_binary()),
         "--call",
@@ -104,6 +117,8 @@ def run_op(
         str(warmup),
         *(["--batch", str(min(BATCH_CALLS, iterations))] if batched else []),
         *(["--min-ms", str(min_run_ms)] if batched and min_run_ms else []),
+        "--mark",
+        str(marked),
         "--wait-go",
     ]
     environments = runtime.environments()
@@ -121,9 +136,13 @@ def run_op(
         if attachment is None:
             probed = Probed(op, victim.pid, ops_per_hit)
             attachment = stack.enter_context(runtime.attached(Run(workdir, environments, probed)))
-        victim.send(signal.SIGUSR1)
+        if marked:
+            counter = stack.enter_context(started(lambda: instructions.counter(victim.pid, marked, workdir)))
+        else:
+            victim.send(signal.SIGUSR1)
         usage = victim.wait(timeout_s=VICTIM_TIMEOUT_S)
         stdout = victim.read_stdout()
+        count = instructions.counted(counter, marked) if marked and usage.exit_code == 0 else None
     if usage.timed_out or usage.exit_code != 0:
         reason = (
             f"did not finish within {VICTIM_TIMEOUT_S} s"
@@ -132,7 +151,7 @@ def run_op(
         )
         raise TracecostError(f"microbench under {runtime.name} {reason}")
     result = parse_victim_output(stdout)
-    if (result.function, result.warmup) != (op.function, warmup) or result.iter < iterations:
+    if (result.function, result.warmup, result.marked) != (op.function, warmup, marked) or result.iter < iterations:
         raise TracecostError(
             f"microbench ran {result.function} {result.warmup}+{result.iter} times, "
             f"{op.function} {warmup}+{iterations} (or more) were asked for"
@@ -147,8 +166,9 @@ def run_op(
         "total_ns": result.total_ns,
         "iter": iterations,
         "warmup_calls": warmup,
-        "calls": warmup + iterations,
+        "calls": warmup + iterations + marked,
         "victim_cpu_s": usage.cpu_s,
+        "instructions": count,
     }
     if attachment.counts is None:
         if result.buffer != UNTOUCHED_BUFFER:
@@ -156,7 +176,7 @@ def run_op(
         return {**record, "hits": {}, "helper_results": {}, "unsupported": None, "loader": None}
     return {
         **record,
-        **checked_counts(op, runtime.name, attachment.counts, warmup + iterations, ops_per_hit, result.buffer),
+        **checked_counts(op, runtime.name, attachment.counts, record["calls"], ops_per_hit, result.buffer),
     }
 
 

@@ -4,5 +4,5 @@
 MICROBENCH_SRC := tracecost/suites/micro/microbench.c tracecost/suites/micro/probe_sites.S
 SUITE_PRODUCTS += $(BIN)/microbench
 
-$(BIN)/microbench: $(MICROBENCH_SRC) include/latency_histogram.h | $(BIN)
+$(BIN)/microbench: $(MICROBENCH_SRC) include/latency_histogram.h include/stepcount_marker.h | $(BIN)
 	$(CC) $(CFLAGS) -o $@ $(MICROBENCH_SRC)

@@ -13,6 +13,7 @@
 #include "micro.h"
 
 #define ENOENT 2
+#define ENOSPC 28
 
 /* Set by the loader before load. */
 const volatile __u32 ops_per_hit = 1000;
@@ -120,6 +121,63 @@ int BPF_KPROBE(probe_write, char *buffer)
 
 	__builtin_memset(pattern, MICRO_WRITE_BYTE, sizeof(pattern));
 	OPS_PER_HIT(MICRO_SLOT_probe_write, bpf_probe_write_user(buffer, pattern, sizeof(pattern)));
+	return 0;
+}
+
+/* The helpers of functrace's record path (tracecost/suites/duration/functrace.bpf.c), one by one:
+ * the duration study's breakdown of a traced call takes their costs from here. */
+SEC("uprobe")
+int ktime(void *ctx)
+{
+	OPS_PER_HIT(MICRO_SLOT_ktime, ({ bpf_ktime_get_ns(); 0; }));
+	return 0;
+}
+
+SEC("uprobe")
+int pid_tgid(void *ctx)
+{
+	OPS_PER_HIT(MICRO_SLOT_pid_tgid, ({ bpf_get_current_pid_tgid(); 0; }));
+	return 0;
+}
+
+/* The victim passes a string like functrace's ("call-NNNNN"), not the zeroed buffer. */
+SEC("uprobe")
+int BPF_KPROBE(probe_read_str, const char *string)
+{
+	char copy[64];
+
+	OPS_PER_HIT(MICRO_SLOT_probe_read_str, ({
+		long n = bpf_probe_read_user_str(copy, sizeof(copy), string);
+		n < 0 ? n : 0;
+	}));
+	return 0;
+}
+
+/* A reservation and a submit of a record of functrace's entry size, read by the loader's consumer
+ * (on its timer). BPF_RB_NO_WAKEUP: the figure is the record path's; what wakeups cost is the
+ * transport suite's subject, and a counted call, single-stepped, would find the consumer asleep
+ * at every record and wake it (instructions a call at full speed does not run). The ring holds
+ * every record of a run (MICRO_MAX_RECORDS_PER_HIT). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 << 20);
+} records SEC(".maps");
+
+static __always_inline long record_one(__u32 i)
+{
+	__u64 *record = bpf_ringbuf_reserve(&records, MICRO_RECORD_BYTES, 0);
+
+	if (!record)
+		return -ENOSPC;
+	record[0] = i;
+	bpf_ringbuf_submit(record, BPF_RB_NO_WAKEUP);
+	return 0;
+}
+
+SEC("uprobe")
+int ringbuf_record(void *ctx)
+{
+	OPS_PER_HIT(MICRO_SLOT_ringbuf_record, record_one(i));
 	return 0;
 }
 

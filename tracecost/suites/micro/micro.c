@@ -15,11 +15,14 @@
  * --prefill: put keys 0..K-1 into a hash map before attaching, so that its
  * lookups find, its updates replace and its deletes delete existing keys.
  *
+ * With ringbuf_record attached, the loader consumes its ring buffer (libbpf's ring_buffer__poll)
+ * until it is stopped, as a tracer's consumer would, and reports the records it read.
+ *
  * Protocol with the harness (runtimes.py): "READY" on stdout
  * once every program is attached; on SIGINT/SIGTERM it detaches and prints
  * one JSON line
- *   {"hits":{SLOT:N,...},"results":{SLOT:{RC:N,...},...},"syscalls_seen":N,"peak_rss_kb":K,
- *    "misses":{PROGRAM:N,...}}
+ *   {"hits":{SLOT:N,...},"results":{SLOT:{RC:N,...},...},"syscalls_seen":N,"records":R,
+ *    "peak_rss_kb":K,"misses":{PROGRAM:N,...}}
  * with the hits of every slot of micro.h, for each slot that made
  * helper calls how many returned each return code RC ("0", "-22"...), and
  * each attached program's bpf_prog_info.recursion_misses: the hits it did
@@ -144,8 +147,37 @@ static void read_counts(int map_fd, struct micro_counts totals[MICRO_SLOT_MAX])
 }
 
 /* results: per slot that made helper calls, {return code: calls}, "other" for the last slot. */
+static int count_record(void *ctx, void *data, size_t size)
+{
+	(void)data;
+	(void)size;
+	++*(unsigned long long *)ctx;
+	return 0;
+}
+
+/* Until a stop signal: consume `rb` (if any), else just wait. */
+static void wait_for_stop(const sigset_t *stop, struct ring_buffer *rb)
+{
+	const struct timespec now = { 0 };
+	int sig;
+
+	if (!rb) {
+		if (sigwait(stop, &sig))
+			die("cannot wait for a stop signal");
+		return;
+	}
+	while (sigtimedwait(stop, NULL, &now) < 0) {
+		if (errno != EAGAIN && errno != EINTR)
+			die("cannot wait for a stop signal: %s", strerror(errno));
+		int err = ring_buffer__poll(rb, 50);
+
+		if (err < 0 && err != -EINTR)
+			die("cannot read the ring buffer: %s", strerror(-err));
+	}
+}
+
 static void print_counts(const struct micro_counts counts[MICRO_SLOT_MAX], const struct attachment *attachments,
-			 int nattach)
+			 int nattach, unsigned long long records)
 {
 	const char *slot_sep = "";
 
@@ -171,8 +203,8 @@ static void print_counts(const struct micro_counts counts[MICRO_SLOT_MAX], const
 		if (*sep)
 			printf("}");
 	}
-	printf("},\"syscalls_seen\":%llu,\"peak_rss_kb\":%lu,\"misses\":{", counts[MICRO_SLOT_sys_enter_all].seen,
-	       peak_rss_kb());
+	printf("},\"syscalls_seen\":%llu,\"records\":%llu,\"peak_rss_kb\":%lu,\"misses\":{",
+	       counts[MICRO_SLOT_sys_enter_all].seen, records, peak_rss_kb());
 	for (int i = 0; i < nattach; i++) {
 		struct bpf_prog_info info = {};
 		__u32 len = sizeof(info);
@@ -206,7 +238,9 @@ int main(int argc, char **argv)
 	};
 	struct attachment attachments[MAX_ATTACH];
 	const char *prefills[MAX_PREFILL];
-	int nattach = 0, nprefill = 0, opt, err, sig;
+	int nattach = 0, nprefill = 0, opt, err;
+	unsigned long long records = 0;
+	struct ring_buffer *rb = NULL;
 	const char *binary = NULL;
 	unsigned long ops_per_hit = MICRO_MAX_OPS_PER_HIT;
 	pid_t pid = 0;
@@ -260,6 +294,8 @@ int main(int argc, char **argv)
 			die_usage("no program named '%s' in micro.bpf.c", attachments[i].program);
 		bpf_program__set_autoload(attachments[i].prog, true);
 	}
+	/* The ring is 64 MiB: made only for the operation that writes it. */
+	bpf_map__set_autocreate(skel->maps.records, bpf_program__autoload(skel->progs.ringbuf_record));
 	err = micro_bpf__load(skel);
 	if (err)
 		die("cannot load the BPF programs (%s)%s", strerror(-err),
@@ -268,16 +304,23 @@ int main(int argc, char **argv)
 		prefill(skel, prefills[i], (__u32)ops_per_hit);
 	for (int i = 0; i < nattach; i++)
 		attach(&attachments[i], binary, pid);
+	if (bpf_program__autoload(skel->progs.ringbuf_record)) {
+		rb = ring_buffer__new(bpf_map__fd(skel->maps.records), count_record, &records, NULL);
+		if (!rb)
+			die("cannot consume the ring buffer: %s", strerror(errno));
+	}
 	printf("READY\n");
 	fflush(stdout);
 
-	if (sigwait(&stop, &sig))
-		die("cannot wait for a stop signal");
+	wait_for_stop(&stop, rb);
 	/* Detach before reading, so that no hit lands after the counts are taken. */
 	for (int i = 0; i < nattach; i++)
 		bpf_link__destroy(attachments[i].link);
+	if (rb && ring_buffer__consume(rb) < 0)
+		die("cannot drain the ring buffer");
+	ring_buffer__free(rb);
 	read_counts(bpf_map__fd(skel->maps.counters), counts);
-	print_counts(counts, attachments, nattach);
+	print_counts(counts, attachments, nattach, records);
 	micro_bpf__destroy(skel);
 	return 0;
 }

@@ -12,6 +12,12 @@
 #define MICRO_MAX_OPS_PER_HIT 1000
 /* Bytes bpf_probe_read_user / bpf_probe_write_user copy per operation. */
 #define MICRO_BUFFER_BYTES 32
+/* The bytes of a ringbuf_record record: functrace's entry record (functrace.h), so that the
+ * record path the duration study runs is measured here part by part. */
+#define MICRO_RECORD_BYTES 96
+/* Records per hit of ringbuf_record at most (its --ops-per-hit): every record of a run then fits
+ * in the ring, whether or not the consumer keeps up, so no reservation fails for want of room. */
+#define MICRO_MAX_RECORDS_PER_HIT 10
 /* What bpf_probe_write_user writes into the victim's buffer (0x00 before). */
 #define MICRO_WRITE_BYTE 0xa5
 
@@ -21,7 +27,8 @@
 	X(hash_update) X(hash_lookup) X(hash_delete)                                \
 	X(percpu_array_update) X(percpu_array_lookup) X(percpu_array_delete)        \
 	X(percpu_hash_update) X(percpu_hash_lookup) X(percpu_hash_delete)           \
-	X(hash_refill) X(percpu_hash_refill) X(sys_enter_pid) X(sys_enter_all)
+	X(hash_refill) X(percpu_hash_refill) X(sys_enter_pid) X(sys_enter_all)        \
+	X(ktime) X(pid_tgid) X(probe_read_str) X(ringbuf_record)
 
 #define MICRO_SLOT_ENUM(name) MICRO_SLOT_##name,
 enum micro_slot { MICRO_SLOTS(MICRO_SLOT_ENUM) MICRO_SLOT_MAX };

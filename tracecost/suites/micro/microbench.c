@@ -1,6 +1,6 @@
 /* microbench: the victim of the probe micro-benchmarks (tracecost micro).
  *
- *   microbench [--call NAME]... [--iter N] [--warmup N] [--batch N [--min-ms M]] [--wait-go] [--list]
+ *   microbench [--call NAME]... [--iter N] [--warmup N] [--batch N [--min-ms M]] [--mark K] [--wait-go] [--list]
  *
  * Each __bench_* function below (and in probe_sites.S, the assembly probe
  * sites) is a probe site: a tracer attaches to it by name, and the same
@@ -38,6 +38,12 @@
  * cost for milliseconds at a time (the host's load, outside the guest), so a
  * run must last long enough to see the fast state as well (docs/methodology.md).
  *
+ * --mark K: after the timed calls, K more calls, untimed, each between two markers
+ * (stepcount_marker.h) of an instruction counter that single-steps this process
+ * (runtime/stepcount) and counts what one call executes, probe included ("marked" in the line
+ * printed; __bench_refill runs between two of them, unmarked). Without a tracer attached, the
+ * first marker kills the process (SIGTRAP).
+ *
  * --wait-go: print READY once set up, then wait for SIGUSR1 before the first
  * call (the harness attaches its tracer to this PID in between).
  * Errors: one line on stderr; exit 2 for bad usage, 1 otherwise. */
@@ -57,6 +63,7 @@
 #include <unistd.h>
 
 #include "latency_histogram.h"
+#include "stepcount_marker.h"
 
 #define BUFFER_BYTES 32
 #define MAX_ITER 100000000ull
@@ -87,6 +94,14 @@ BENCH __bench_per_cpu_array_map_delete(char *buf, uint64_t n) BENCH_BODY(14)
 BENCH __bench_per_cpu_hash_map_update(char *buf, uint64_t n) BENCH_BODY(15)
 BENCH __bench_per_cpu_hash_map_lookup(char *buf, uint64_t n) BENCH_BODY(16)
 BENCH __bench_per_cpu_hash_map_delete(char *buf, uint64_t n) BENCH_BODY(17)
+
+/* functrace's record path, helper by helper (micro.bpf.c). __bench_read_str is passed a string
+ * like the duration study's (BENCH_STRING), not the zeroed buffer. */
+BENCH __bench_ktime(char *buf, uint64_t n) BENCH_BODY(19)
+BENCH __bench_pid_tgid(char *buf, uint64_t n) BENCH_BODY(20)
+BENCH __bench_read_str(char *buf, uint64_t n) BENCH_BODY(21)
+BENCH __bench_ringbuf(char *buf, uint64_t n) BENCH_BODY(22)
+static char BENCH_STRING[BUFFER_BYTES] = "call-12345";
 
 /* One cheap system call (getppid is never cached by libc), for syscall tracepoints. */
 BENCH __bench_syscall(char *buf, uint64_t n)
@@ -120,9 +135,10 @@ uint64_t __bench_site_xol(char *buf, uint64_t n);
 struct bench {
 	const char *name;
 	uint64_t (*fn)(char *buf, uint64_t n);
+	char *arg; /* what the calls are passed instead of the buffer (NULL: the buffer) */
 };
 
-#define ENTRY(fn) { #fn, fn }
+#define ENTRY(fn) { #fn, fn, NULL }
 static const struct bench BENCHES[] = {
 	ENTRY(__bench_uprobe), ENTRY(__bench_uretprobe), ENTRY(__bench_uprobe_uretprobe),
 	ENTRY(__bench_read), ENTRY(__bench_write),
@@ -132,6 +148,8 @@ static const struct bench BENCHES[] = {
 	ENTRY(__bench_per_cpu_array_map_delete),
 	ENTRY(__bench_per_cpu_hash_map_update), ENTRY(__bench_per_cpu_hash_map_lookup),
 	ENTRY(__bench_per_cpu_hash_map_delete),
+	ENTRY(__bench_ktime), ENTRY(__bench_pid_tgid), { "__bench_read_str", __bench_read_str, BENCH_STRING },
+	ENTRY(__bench_ringbuf),
 	ENTRY(__bench_syscall), ENTRY(__bench_usdt),
 	ENTRY(__bench_site_nop), ENTRY(__bench_site_push), ENTRY(__bench_site_ret), ENTRY(__bench_site_nop5),
 	ENTRY(__bench_site_xol),
@@ -192,6 +210,20 @@ static uint64_t time_each_call(const struct bench *bench, char *buf, uint64_t it
 		if (i >= warmup)
 			histogram_record(call_ns, now_ns() - start);
 		__bench_refill(buf, i); /* noipa: the call stays although its value is unused */
+	}
+	return checksum;
+}
+
+/* --mark: `marked` calls between int3 markers (see the top of this file), numbered from `first`. */
+static uint64_t mark_calls(const struct bench *bench, char *buf, uint64_t first, uint64_t marked)
+{
+	uint64_t checksum = 0;
+
+	for (uint64_t i = first; i < first + marked; i++) {
+		STEPCOUNT_MARK();
+		checksum += bench->fn(buf, i);
+		STEPCOUNT_MARK();
+		__bench_refill(buf, i);
 	}
 	return checksum;
 }
@@ -267,25 +299,28 @@ static void print_batch_means(const struct batches *batches, uint64_t iter, uint
 	free(means);
 }
 
-static void run(const struct bench *bench, uint64_t iter, uint64_t warmup, uint64_t batch, uint64_t min_ns)
+static void run(const struct bench *bench, uint64_t iter, uint64_t warmup, uint64_t batch, uint64_t min_ns,
+		uint64_t marked)
 {
 	static struct latency_histogram call_ns; /* 15 KiB: not on the stack */
 	struct batches batches = { 0 };
 	uint64_t total_ns = 0, checksum;
 	char buf[BUFFER_BYTES];
+	char *arg = bench->arg ? bench->arg : buf;
 
 	memset(buf, 0, sizeof(buf));
 	memset(&call_ns, 0, sizeof(call_ns));
 	if (batch > 1) {
-		checksum = time_batches(bench, buf, iter, warmup, batch, min_ns, &batches, &iter);
+		checksum = time_batches(bench, arg, iter, warmup, batch, min_ns, &batches, &iter);
 		total_ns = batches.total_ns;
 	} else {
-		checksum = time_each_call(bench, buf, iter, warmup, &call_ns);
+		checksum = time_each_call(bench, arg, iter, warmup, &call_ns);
 		total_ns = call_ns.sum_ns;
 	}
-	printf("{\"function\":\"%s\",\"iter\":%" PRIu64 ",\"warmup\":%" PRIu64 ",\"total_ns\":%" PRIu64
-	       ",\"ns_per_call\":%.3f,\"checksum\":%" PRIu64,
-	       bench->name, iter, warmup, total_ns, (double)total_ns / (double)iter, checksum);
+	checksum += mark_calls(bench, arg, warmup + iter, marked);
+	printf("{\"function\":\"%s\",\"iter\":%" PRIu64 ",\"warmup\":%" PRIu64 ",\"marked\":%" PRIu64
+	       ",\"total_ns\":%" PRIu64 ",\"ns_per_call\":%.3f,\"checksum\":%" PRIu64,
+	       bench->name, iter, warmup, marked, total_ns, (double)total_ns / (double)iter, checksum);
 	if (batch > 1) {
 		print_batch_means(&batches, iter, batch);
 		free(batches.ns);
@@ -302,7 +337,8 @@ static void run(const struct bench *bench, uint64_t iter, uint64_t warmup, uint6
 
 static void usage(const char *prog)
 {
-	fprintf(stderr, "usage: %s [--call NAME]... [--iter N] [--warmup N] [--batch N [--min-ms M]] [--wait-go] [--list]\n",
+	fprintf(stderr,
+		"usage: %s [--call NAME]... [--iter N] [--warmup N] [--batch N [--min-ms M]] [--mark K] [--wait-go] [--list]\n",
 		prog);
 	exit(2);
 }
@@ -315,13 +351,14 @@ int main(int argc, char **argv)
 		{ "warmup", required_argument, NULL, 'w' },
 		{ "batch", required_argument, NULL, 'b' },
 		{ "min-ms", required_argument, NULL, 'm' },
+		{ "mark", required_argument, NULL, 'k' },
 		{ "wait-go", no_argument, NULL, 'g' },
 		{ "list", no_argument, NULL, 'l' },
 		{ 0 },
 	};
 	const struct bench *chosen[NBENCHES * 4];
 	size_t nchosen = 0;
-	uint64_t iter = 100000, warmup = 1000, batch = 1, min_ms = 0;
+	uint64_t iter = 100000, warmup = 1000, batch = 1, min_ms = 0, marked = 0;
 	int opt, wait_go = 0;
 
 	while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -335,6 +372,7 @@ int main(int argc, char **argv)
 		case 'w': warmup = parse_count("--warmup", optarg, 0); break;
 		case 'b': batch = parse_count("--batch", optarg, 1); break;
 		case 'm': min_ms = parse_count("--min-ms", optarg, 0); break;
+		case 'k': marked = parse_count("--mark", optarg, 0); break;
 		case 'g': wait_go = 1; break;
 		case 'l':
 			for (size_t i = 0; i < NBENCHES; i++)
@@ -367,6 +405,6 @@ int main(int argc, char **argv)
 			die(1, "cannot wait for SIGUSR1");
 	}
 	for (size_t i = 0; i < nchosen; i++)
-		run(chosen[i], iter, warmup, batch, min_ms * 1000000);
+		run(chosen[i], iter, warmup, batch, min_ms * 1000000, marked);
 	return 0;
 }

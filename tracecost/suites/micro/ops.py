@@ -20,6 +20,8 @@ from tracecost.errors import TracecostError
 
 PROBE, HELPER, SYSCALL = "probe", "helper", "syscall"
 MAX_OPS_PER_HIT = 1000  # micro.h MICRO_MAX_OPS_PER_HIT
+MAX_RECORDS_PER_HIT = 10  # micro.h MICRO_MAX_RECORDS_PER_HIT
+RECORD_BYTES = 96  # micro.h MICRO_RECORD_BYTES
 REFILL_FUNCTION = "__bench_refill"
 # Helper operations are measured against this operation's time per call.
 EMPTY_PROBE_OP = "uprobe"
@@ -52,6 +54,13 @@ class Op:
     site: str | None = None  # a probe-site operation: the class of its victim's first instruction (SITE_LABELS)
     # A USDT operation: PROVIDER:NAME of the probe in `function`, attached through libbpf's USDT support.
     usdt: str | None = None
+    # At most this many helper calls per hit, whatever --ops-per-hit asks (micro.h
+    # MICRO_MAX_RECORDS_PER_HIT: every record of a run fits in the ring).
+    max_ops_per_hit: int | None = None
+
+    def ops_per_hit(self, asked: int) -> int:
+        """The helper calls one hit makes when `asked` for (--ops-per-hit)."""
+        return min(asked, self.max_ops_per_hit or asked)
 
     @property
     def batched(self) -> bool:
@@ -122,6 +131,18 @@ OPS: dict[str, Op] = {
         *_map_ops("hash", "Hash map", "hash", hashed=True),
         *_map_ops("percpu_array", "Per-CPU array map", "per_cpu_array", hashed=False),
         *_map_ops("percpu_hash", "Per-CPU hash map", "per_cpu_hash", hashed=True),
+        # functrace's record path (the duration study's breakdown of a traced call), helper by helper.
+        Op("ktime", "bpf_ktime_get_ns", HELPER, "__bench_ktime", ("ktime",)),
+        Op("pid_tgid", "bpf_get_current_pid_tgid", HELPER, "__bench_pid_tgid", ("pid_tgid",)),
+        Op("read_str", "bpf_probe_read_user_str (11 B)", HELPER, "__bench_read_str", ("probe_read_str",)),
+        Op(
+            "ringbuf",
+            f"bpf_ringbuf_reserve + submit ({RECORD_BYTES} B, no wakeup)",
+            HELPER,
+            "__bench_ringbuf",
+            ("ringbuf_record",),
+            max_ops_per_hit=MAX_RECORDS_PER_HIT,
+        ),
         Op("syscall_pid", "Syscall tracepoint, own PID", SYSCALL, "__bench_syscall", ("sys_enter_pid",)),
         Op("syscall_all", "Syscall tracepoint, every process", SYSCALL, "__bench_syscall", ("sys_enter_all",)),
     ]

@@ -3,6 +3,7 @@ detail tables."""
 
 from __future__ import annotations
 
+from tracecost import instructions
 from tracecost.report import fmt, style
 from tracecost.report.figures import CI_NOTE, Plot, by_cell, in_order
 from tracecost.report.model import Headline, Section, TableBlock
@@ -275,8 +276,43 @@ def _summary_row(op: str, table: dict, kind: dict, labels: dict, compared: list[
         speedup = other.get("speedup_vs_kernel") or {}
         # No ratio when the runtime's cost is exactly zero (whole-nanosecond figures).
         shown = f"{fmt.with_ci(speedup, digits=2)}×" if speedup.get("value") is not None else "–"
-        row += [per_op_cell(other, unavailable), shown if other else NOT_MEASURED]
+        row += [per_op_cell(other, unavailable), instructions_cell(other), shown if other else NOT_MEASURED]
     return row
+
+
+def instructions_cell(agg: dict) -> str:
+    """Instructions per operation (counted, tracecost/instructions.py), with a mark where the runs
+    did not all count the same."""
+    if not agg or agg.get("per_op_instructions") is None:
+        return "–"
+    text = (
+        fmt.count(agg["per_op_instructions"])
+        if float(agg["per_op_instructions"]).is_integer()
+        else (f"{agg['per_op_instructions']:,.1f}")
+    )
+    return text if agg["instructions"]["identical"] else f"{text} (runs differ: {agg['instructions']['runs']})"
+
+
+def parts_cell(agg: dict) -> str:
+    """Where one call's added instructions go: each part but the victim's own, with its atomics."""
+    count = agg.get("instructions")
+    if not count or agg["runtime"] == UNTRACED:
+        return "–"
+    parts = [
+        f"{instructions.part_label(name)} {fmt.count(part['instructions'])}"
+        + (f" ({part['atomics']} atomic)" if part.get("atomics") else "")
+        for name, part in count["parts"].items()
+        if name != instructions.FUNCTION
+    ]
+    return ", ".join(parts) or "–"
+
+
+INSTRUCTIONS_NOTE = (
+    "Instructions per operation are counted, not timed: the last calls of every uebpf run are single-stepped "
+    "(tracecost/instructions.py), so the host's speed cannot move them; the same basis as the time (a helper's "
+    "beyond the empty uprobe's, per call). The kernel's probes run in the kernel, which single-stepping does not "
+    "see: they are not counted."
+)
 
 
 def render(suite: dict, environment: dict) -> Section:
@@ -345,7 +381,11 @@ def render(suite: dict, environment: dict) -> Section:
     compared = [r for r in runtimes if r not in (UNTRACED, KERNEL)] or list(COMPARED_BY_DEFAULT)
     summary_columns = ["Operation", "Measured as", "Ops per hit", "Kernel (ns/op)"]
     for runtime in compared:
-        summary_columns += [f"{style.label(runtime)} (ns/op)", f"Speedup (kernel ÷ {style.label(runtime)})"]
+        summary_columns += [
+            f"{style.label(runtime)} (ns/op)",
+            f"{style.label(runtime)} (instructions/op)",
+            f"Speedup (kernel ÷ {style.label(runtime)})",
+        ]
     summary_rows = []
     groups = summary_groups(config["ops"])
     for title, members in groups:
@@ -366,6 +406,8 @@ def render(suite: dict, environment: dict) -> Section:
         Column("Per operation (ns)", lambda agg: per_op_cell(agg, unavailable), traced=True),
         Column("Hits per run", lambda agg: f"{fmt.count(agg.get('calls_per_run'))} per program", traced=True),
         Column("Helper return codes", lambda agg: return_codes(agg["helper_results"])),
+        Column("Instructions per operation", instructions_cell, traced=True),
+        Column("Instructions of one call, by part", parts_cell, traced=True),
     ]
     detail_rows = cell_rows(detail_columns, in_order(table, ops, runtimes), baseline=UNTRACED, method="runtime")
     note = (
@@ -399,8 +441,8 @@ def render(suite: dict, environment: dict) -> Section:
                 "Kernel vs userspace eBPF, per operation",
                 summary_columns,
                 summary_rows,
-                "Speedup: kernel cost per operation ÷ the other runtime's, with a 95% CI (delta method)."
-                + (USDT_NOTE if "usdt" in ops else ""),
+                "Speedup: kernel cost per operation ÷ the other runtime's, with a 95% CI (delta method). "
+                f"{INSTRUCTIONS_NOTE}" + (USDT_NOTE if "usdt" in ops else ""),
             ),
             *([sites] if sites else []),
             TableBlock("Every operation and runtime", [c.header for c in detail_columns], detail_rows, note),

@@ -65,6 +65,10 @@ class Attachment:
 class Runtime(methods.Method[Probed, Attachment]):
     """A runtime is the micro suite's method: it attaches an operation's programs to the victim."""
 
+    # Whether its runs count the instructions of a call (tracecost/instructions.py): the kernel's
+    # probes run in the kernel, which single-stepping does not see.
+    counts_instructions = False
+
     def attaches_before_start(self, op: Op) -> bool:
         """True: attached() is entered before the victim starts, with victim_pid None."""
         return False
@@ -78,6 +82,7 @@ class Untraced(methods.Baseline[Probed, Attachment], Runtime):
     """No program: but first prove that none is attached where the victim would run it."""
 
     name = "untraced"
+    counts_instructions = True
 
     def untouched_for(self, target: Probed) -> dict:
         return {"binary": victim_binary(), "syscall_entries": target.op.attach_to_tracepoint}
@@ -142,6 +147,7 @@ class Uebpf(Kernel):
     """The same micro loader and micro.bpf.o on uebpf: no privilege, no kernel BPF."""
 
     name = "uebpf"
+    counts_instructions = True
 
     def attaches_before_start(self, op: Op) -> bool:
         """uprobes before the victim starts (the agent hooks them at start-up); to the running victim
