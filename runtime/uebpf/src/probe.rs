@@ -217,6 +217,49 @@ mod tests {
         }
     }
 
+    /// The fault-safe copy reads eight bytes at a time where it can: every length and alignment,
+    /// the NUL anywhere, and strings that end at a hole, give what the system-call path gives, and
+    /// it writes nothing after the NUL.
+    #[test]
+    fn strings_of_every_length_and_alignment_read_alike_by_word_and_by_byte() {
+        for path in paths() {
+            for len in 0..40usize {
+                for skew in 0..8usize {
+                    let mut text = vec![0u8; skew];
+                    text.extend((0..len).map(|i| b'a' + (i % 26) as u8));
+                    text.push(0);
+                    text.extend_from_slice(b"after");
+                    for size in [len + 1, len, 24, 64] {
+                        let mut buf = [0xaau8; 72];
+                        // SAFETY: buf holds 72 bytes and size is at most 64; text is readable.
+                        let got = unsafe { read_str_via(path, buf.as_mut_ptr(), size, text.as_ptr().add(skew)) };
+                        let copied = (len + 1).min(size);
+                        assert_eq!(got, copied as i64, "{path:?} len {len} skew {skew} size {size}");
+                        if size > 0 {
+                            assert_eq!(&buf[..copied - 1], &text[skew..skew + copied - 1]);
+                            assert_eq!(buf[copied - 1], 0);
+                        }
+                        // The system-call path reads a page's chunk whole into the buffer first.
+                        if matches!(path, Path::NoFault) {
+                            assert!(buf[copied..].iter().all(|&b| b == 0xaa), "written after the NUL: {len} {skew}");
+                        }
+                    }
+                }
+            }
+            for len in [7usize, 8, 15, 16, 31] {
+                let text: Vec<u8> = (0..len).map(|i| b'a' + i as u8).chain([0]).collect();
+                let (base, s) = before_a_hole(&text);
+                let mut buf = [0xaau8; 64];
+                // SAFETY: buf holds 64 bytes; the source ends at the hole.
+                unsafe {
+                    assert_eq!(read_str_via(path, buf.as_mut_ptr(), 64, s), len as i64 + 1, "{path:?} {len}");
+                    assert_eq!(&buf[..=len], &text[..]);
+                    libc::munmap(base.cast(), PAGE);
+                }
+            }
+        }
+    }
+
     #[test]
     fn threads_read_good_and_bad_addresses_concurrently() {
         nofault::install().unwrap();

@@ -23,7 +23,15 @@ from tracecost.suites import base
 from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite, UsageError
 from tracecost.suites.micro import report
 from tracecost.suites.micro.bench import run_op
-from tracecost.suites.micro.ops import EMPTY_PROBE_OP, HELPER, MAX_OPS_PER_HIT, OPS, op_by_name, with_baselines
+from tracecost.suites.micro.ops import (
+    EMPTY_PROBE_OP,
+    HELPER,
+    MAX_OPS_PER_HIT,
+    OPS,
+    RING_RECORDS,
+    op_by_name,
+    with_baselines,
+)
 from tracecost.suites.micro.runtimes import RUNTIMES, Runtime
 
 UNTRACED, KERNEL, UEBPF = "untraced", "kernel", "uebpf"
@@ -162,7 +170,12 @@ class MicroSuite(Suite):
         return [RUNTIMES[name]() for name in config.runtimes]
 
     def unavailable(self, group: Group, method: Runtime, config: MicroConfig) -> str | None:
-        return method.unavailable(op_by_name(group.key["op"]))
+        op = op_by_name(group.key["op"])
+        if op.max_ops_per_hit:  # ringbuf: every record of a run must fit in its ring (micro.h)
+            calls = config.warmup + config.iter + instructions.HITS
+            if calls * op.ops_per_hit(config.ops_per_hit) > RING_RECORDS:
+                return f"a run of {calls:,} calls writes more records than its ring holds ({RING_RECORDS:,})"
+        return method.unavailable(op)
 
     def measure(self, group: Group, method: Runtime, workdir: Path, config: MicroConfig) -> dict:
         op = op_by_name(group.key["op"])

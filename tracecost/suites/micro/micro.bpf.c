@@ -157,10 +157,10 @@ int BPF_KPROBE(probe_read_str, const char *string)
  * (on its timer). BPF_RB_NO_WAKEUP: the figure is the record path's; what wakeups cost is the
  * transport suite's subject, and a counted call, single-stepped, would find the consumer asleep
  * at every record and wake it (instructions a call at full speed does not run). The ring holds
- * every record of a run (MICRO_MAX_RECORDS_PER_HIT). */
+ * every record of a run (MICRO_MAX_RECORDS_PER_HIT, MICRO_RECORDS_RING_BYTES). */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 64 << 20);
+	__uint(max_entries, MICRO_RECORDS_RING_BYTES);
 } records SEC(".maps");
 
 static __always_inline long record_one(__u32 i)

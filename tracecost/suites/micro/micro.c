@@ -294,7 +294,7 @@ int main(int argc, char **argv)
 			die_usage("no program named '%s' in micro.bpf.c", attachments[i].program);
 		bpf_program__set_autoload(attachments[i].prog, true);
 	}
-	/* The ring is 64 MiB: made only for the operation that writes it. */
+	/* The ring is 128 MiB: made only for the operation that writes it. */
 	bpf_map__set_autocreate(skel->maps.records, bpf_program__autoload(skel->progs.ringbuf_record));
 	err = micro_bpf__load(skel);
 	if (err)

@@ -15,9 +15,11 @@
 /* The bytes of a ringbuf_record record: functrace's entry record (functrace.h), so that the
  * record path the duration study runs is measured here part by part. */
 #define MICRO_RECORD_BYTES 96
-/* Records per hit of ringbuf_record at most (its --ops-per-hit): every record of a run then fits
- * in the ring, whether or not the consumer keeps up, so no reservation fails for want of room. */
-#define MICRO_MAX_RECORDS_PER_HIT 10
+/* Records per hit of ringbuf_record at most (its --ops-per-hit), and its ring's size: every
+ * record of a run must fit in the ring, whether or not the consumer keeps up, so that no
+ * reservation fails for want of room (the harness refuses runs of more calls: ops.py). */
+#define MICRO_MAX_RECORDS_PER_HIT 1
+#define MICRO_RECORDS_RING_BYTES (128 << 20)
 /* What bpf_probe_write_user writes into the victim's buffer (0x00 before). */
 #define MICRO_WRITE_BYTE 0xa5
 

@@ -20,8 +20,11 @@ from tracecost.errors import TracecostError
 
 PROBE, HELPER, SYSCALL = "probe", "helper", "syscall"
 MAX_OPS_PER_HIT = 1000  # micro.h MICRO_MAX_OPS_PER_HIT
-MAX_RECORDS_PER_HIT = 10  # micro.h MICRO_MAX_RECORDS_PER_HIT
+MAX_RECORDS_PER_HIT = 1  # micro.h MICRO_MAX_RECORDS_PER_HIT
 RECORD_BYTES = 96  # micro.h MICRO_RECORD_BYTES
+RECORDS_RING_BYTES = 128 << 20  # micro.h MICRO_RECORDS_RING_BYTES
+# The records ringbuf's ring holds: each takes its 8-byte header, rounded to 8 bytes.
+RING_RECORDS = RECORDS_RING_BYTES // (RECORD_BYTES + 8)
 REFILL_FUNCTION = "__bench_refill"
 # Helper operations are measured against this operation's time per call.
 EMPTY_PROBE_OP = "uprobe"
