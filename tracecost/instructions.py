@@ -51,6 +51,16 @@ class HitCount:
         """The instructions the probe added: all but the victim's own."""
         return self.instructions - self.parts.get(FUNCTION, {}).get("instructions", 0)
 
+    @classmethod
+    def from_record(cls, fields: dict) -> HitCount:
+        """A hit from stepcount's JSON or from a results record of one."""
+        return cls(
+            instructions=int(fields["instructions"]),
+            atomics=int(fields["atomics"]),
+            syscalls=int(fields["syscalls"]),
+            parts={name: {key: int(value) for key, value in part.items()} for name, part in fields["parts"].items()},
+        )
+
     def record(self) -> dict:
         return {
             "instructions": self.instructions,
@@ -72,7 +82,9 @@ def counted(child: Child, hits: int) -> dict:
     """The count of a finished counter: the hit most marked calls share (the steady state; a hit
     that differs is kept in `hits`), as a results record."""
     child.finished("the instruction counter (stepcount)", sig=None, timeout_s=COUNT_TIMEOUT_S)
-    counts = last_json_line(child.read_stdout(), "stepcount", _hit_counts)
+    counts = last_json_line(
+        child.read_stdout(), "stepcount", lambda fields: [HitCount.from_record(hit) for hit in fields["hits"]]
+    )
     if len(counts) != hits:
         raise TracecostError(f"stepcount counted {len(counts)} marked calls, not {hits}")
     typical = typical_hit(counts)
@@ -84,18 +96,6 @@ def typical_hit(counts: list[HitCount]) -> HitCount:
     frequency = collections.Counter(count.instructions for count in counts)
     most = max(frequency.values())
     return next(count for count in reversed(counts) if frequency[count.instructions] == most)
-
-
-def _hit_counts(fields: dict) -> list[HitCount]:
-    return [
-        HitCount(
-            instructions=int(hit["instructions"]),
-            atomics=int(hit["atomics"]),
-            syscalls=int(hit["syscalls"]),
-            parts={name: {key: int(value) for key, value in part.items()} for name, part in hit["parts"].items()},
-        )
-        for hit in fields["hits"]
-    ]
 
 
 def part_label(part: str) -> str:

@@ -197,13 +197,7 @@ class DurationSuite(Suite):
         captured = capture.captured if capture else 0
         dropped = capture.dropped if capture else 0
         if capture is not None:
-            if captured == 0:
-                raise TracecostError(f"{method.name} captured no event of the {expected} expected")
-            if captured + dropped != expected:
-                raise TracecostError(
-                    f"{method.name} accounts for {captured} captured + {dropped} dropped events, "
-                    f"but sample_app made {expected}"
-                )
+            _check_capture(method.name, capture, calls)
         return {
             "wall_s": run.usage.wall_s,
             "user_s": run.usage.user_s,
@@ -236,10 +230,9 @@ class DurationSuite(Suite):
             counting = copy.copy(methods[name])
             counting.wakeup = COUNTED_WAKEUP
             count, traced = count_traced_calls(counting, folder, COUNTED_RUN_CALLS)
-            capture = traced.capture
-            if capture is None or capture.captured + capture.dropped != 2 * COUNTED_RUN_CALLS or not capture.captured:
-                got = "nothing" if capture is None else f"{capture.captured} events (+{capture.dropped} dropped)"
-                raise TracecostError(f"{name}, its calls counted, captured {got} of {2 * COUNTED_RUN_CALLS}")
+            if traced.capture is None:
+                raise TracecostError(f"{name}, its calls counted, reported no capture")
+            _check_capture(f"{name}, its calls counted,", traced.capture, COUNTED_RUN_CALLS)
             counts[name] = count
         return (
             {"work_us": 0, "calls": COUNTED_RUN_CALLS, "wakeup": COUNTED_WAKEUP, "counts": counts} if counts else None
@@ -313,6 +306,19 @@ def _aggregate(cell: Cell) -> dict:
         "overhead_app_pct": overhead(stats.overhead_percent, "wall_s"),
         "overhead_ns_per_call": overhead(stats.difference, "ns_per_call"),
     }
+
+
+def _check_capture(who: str, capture, calls: int) -> None:
+    """A tracer's capture of sample_app's `calls` calls (two events each) must account for every
+    event, and hold at least one: else an error naming `who`."""
+    expected = 2 * calls
+    if capture.captured == 0:
+        raise TracecostError(f"{who} captured no event of the {expected} expected")
+    if capture.captured + capture.dropped != expected:
+        raise TracecostError(
+            f"{who} accounts for {capture.captured} captured + {capture.dropped} dropped events, "
+            f"but sample_app made {expected}"
+        )
 
 
 def _consumer_ns_per_call(cpu_s: list[float], calls: int) -> dict | None:

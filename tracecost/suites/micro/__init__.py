@@ -231,7 +231,7 @@ class MicroSuite(Suite):
             # A call the runtime refuses is no operation: its cost is kept apart, never as per_op_ns.
             agg["refused_call_ns" if unsupported else "per_op_ns"] = _per_op(cell, runtime, op, config)
         if agg["instructions"] and runtime != UNTRACED:
-            agg["per_op_instructions"] = _per_op_instructions(cell, runtime, op, config)
+            agg["per_op_instructions"] = _per_op_instructions(cell, runtime, op, config, agg["instructions"]["added"])
         if runtime not in (UNTRACED, KERNEL) and agg["per_op_ns"] is not None:
             agg["speedup_vs_kernel"] = _speedup(cell, op, config, agg["per_op_ns"])
         return agg
@@ -312,18 +312,13 @@ def _instructions(counts: list[dict]) -> dict | None:
     if not counts:
         return None
     totals = [count["instructions"] for count in counts]
-    typical = instructions.typical_hit([instructions.HitCount(**_hit_fields(count)) for count in counts])
+    typical = instructions.typical_hit([instructions.HitCount.from_record(count) for count in counts])
     return {**typical.record(), "runs": totals, "identical": len(set(totals)) == 1}
 
 
-def _hit_fields(count: dict) -> dict:
-    return {key: count[key] for key in ("instructions", "atomics", "syscalls", "parts")}
-
-
-def _per_op_instructions(cell: Cell, runtime: str, op, config: MicroConfig) -> float | None:
-    """Instructions per operation, as PER_OP_BASIS says for time: a probe's or tracepoint's added
+def _per_op_instructions(cell: Cell, runtime: str, op, config: MicroConfig, added: int) -> float | None:
+    """Instructions per operation, as PER_OP_BASIS says for time: a probe's or tracepoint's `added`
     instructions; a helper's beyond the empty uprobe's, per helper call."""
-    added = _instructions(cell.values("instructions", method=runtime))["added"]
     if op.kind != HELPER:
         return added
     empty = _instructions(
