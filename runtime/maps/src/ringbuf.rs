@@ -76,9 +76,6 @@ pub const STAGED_MAX: u64 = 512;
 /// Staging slots per ring and process: reservations held at once, by all its threads.
 pub const STAGE_SLOTS: usize = 64;
 const STAGING_BYTES: usize = STAGE_SLOTS * STAGED_MAX as usize;
-/// Cache lines prefetched for the next record (`prefetch_next`): a record of up to 120 bytes
-/// and its header, wherever it starts in a line.
-const PREFETCH_LINES: usize = 3;
 /// Page offset of the data from the control page (control, consumer, producer pages precede it).
 const DATA_PAGE: u64 = 3;
 
@@ -349,21 +346,6 @@ impl RingBuf {
         self.staging.wrapping_add(slot * STAGED_MAX as usize)
     }
 
-    /// Asks for the cache lines the next record placed at `producer` is written to, for writing
-    /// (PREFETCHW; a NOP where the CPU lacks it), now rather than when it is copied there. The ring
-    /// is written once per lap, so each line is cold: the copy's stores wait for their lines, and
-    /// the producer's next atomic instruction waits for those stores (a profile put three quarters
-    /// of a reservation on its compare-and-swaps). Prefetched a record ahead, the lines arrive while
-    /// the program runs.
-    #[inline]
-    fn prefetch_next(&self, producer: u64) {
-        let at = self.data.wrapping_add((producer & (self.size - 1)) as usize);
-        for line in 0..PREFETCH_LINES {
-            // SAFETY: a prefetch never faults; the address lies in our double mapping anyway.
-            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(at.wrapping_add(line * 64).cast()) };
-        }
-    }
-
     /// Places staged record `slot` in the ring whole, or discarded (a header the consumer skips,
     /// as the kernel's discarded records are: positions and available bytes stay the kernel's).
     fn place_staged(&self, slot: usize, discard: bool) {
@@ -389,7 +371,6 @@ impl RingBuf {
             if control.pending_pos.load(Ordering::Relaxed) == producer {
                 control.pending_pos.store(producer + len, Ordering::Relaxed);
             }
-            self.prefetch_next(producer + len);
         }
         self.release_slot(slot);
     }

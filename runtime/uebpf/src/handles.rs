@@ -106,8 +106,8 @@ pub(crate) fn ring_of(record: *const u8) -> Option<&'static RingBuf> {
     let last = LAST_RING.load(Ordering::Relaxed);
     owner(&RINGS[last % RING_CAPACITY]).or_else(|| {
         let high = RING_HIGH.load(Ordering::Acquire).min(RING_CAPACITY);
-        let slot = RINGS[..high].iter().position(|slot| owner(slot).is_some())?;
+        let (slot, ring) = RINGS[..high].iter().enumerate().find_map(|(slot, ring)| Some((slot, owner(ring)?)))?;
         LAST_RING.store(slot, Ordering::Relaxed);
-        owner(&RINGS[slot])
+        Some(ring)
     })
 }
