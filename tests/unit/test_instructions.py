@@ -86,10 +86,8 @@ def test_the_micro_suite_counts_instructions_per_operation_on_the_same_basis_as_
     assert table[("uprobe", "kernel")]["instructions"] is None, "the kernel's probes are not counted"
     probe = table[("uprobe", "uebpf")]
     assert probe["per_op_instructions"] == probe["instructions"]["added"]
-    assert (
-        probe["instructions"]["identical"]
-        and probe["instructions"]["runs"] == [probe["instructions"]["instructions"]] * 2
-    )
+    # One run of a cell is counted (the first after its warm-up); the others carry no count.
+    assert probe["instructions"]["runs"] == [probe["instructions"]["instructions"]]
     # A helper: beyond the empty uprobe's, per helper call.
     helper = table[("hash_lookup", "uebpf")]
     per_hit = MicroConfig().ops_per_hit

@@ -321,8 +321,13 @@ def _per_op_instructions(cell: Cell, runtime: str, op, config: MicroConfig, adde
     instructions; a helper's beyond the empty uprobe's, per helper call."""
     if op.kind != HELPER:
         return added
+    # Only a cell's first measured run is counted: the others carry no count.
     empty = _instructions(
-        [r["instructions"] for r in cell.every_run if (r["op"], r["method"]) == (EMPTY_PROBE_OP, runtime)]
+        [
+            r["instructions"]
+            for r in cell.every_run
+            if (r["op"], r["method"]) == (EMPTY_PROBE_OP, runtime) and r["instructions"] is not None
+        ]
     )
     if not empty:
         return None

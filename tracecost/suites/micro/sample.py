@@ -40,6 +40,12 @@ def _count(rng: random.Random, runtime: str, kind: str) -> dict | None:
 def sample(rng: random.Random) -> dict:
     config = MicroConfig(ops=["uprobe", "array_delete", "hash_lookup", "syscall_pid"], runs=2, iter=100)
     suite = MicroSuite()
+    seen: dict[tuple[str, str], int] = {}
+
+    def counted(op: str, runtime: str) -> bool:
+        # As MicroSuite.measure: a cell's first run after its warm-up is the one counted.
+        seen[op, runtime] = seen.get((op, runtime), 0) + 1
+        return seen[op, runtime] == 1 + suite.warmup
 
     def record(group, runtime: str) -> dict:
         op = OPS[group.key["op"]]
@@ -54,7 +60,7 @@ def sample(rng: random.Random) -> dict:
             "hits": {} if runtime == "untraced" else {op.programs[0]: config.iter + config.warmup},
             "helper_results": {} if runtime == "untraced" else {op.programs[0]: {refused or "0": 10}},
             "unsupported": refused,
-            "instructions": _count(rng, runtime, op.kind),
+            "instructions": _count(rng, runtime, op.kind) if counted(op.name, runtime) else None,
         }
 
     return sample_results(suite, config, sample_runs(suite, config, record))
