@@ -75,6 +75,23 @@ def test_kernel_uprobes_cost_more_per_call_than_a_userspace_tracepoint(quick_run
     assert cell["ebpf"]["overhead_ns_per_call"]["value"] > cell["lttng"]["overhead_ns_per_call"]["value"] > 0
 
 
+def test_one_traced_call_is_counted_untraced_under_lttng_and_under_uebpf(quick_run):
+    """Instructions, counted exactly whatever the host's speed: every marked call untraced and on
+    uebpf counts the same, and uebpf's traced call adds fewer than LTTng's tracepoint (the
+    report's "by tracer" table). LTTng's calls may differ by an event header: single-stepped, the
+    time between two events can outgrow its compact header's timestamp."""
+    record = results.load(quick_run[1])["suites"]["duration"]["instructions"]
+    assert record["status"] == "ok", record
+    counts = record["counts"]
+    assert set(counts) == {"baseline", "lttng", "uebpf", "uebpf-live"}
+    for name in ("baseline", "uebpf", "uebpf-live"):
+        assert len(set(counts[name]["hits"])) == 1, (name, counts[name]["hits"])
+    assert set(counts["baseline"]["parts"]) == {"function"}
+    untraced = counts["baseline"]["instructions"]
+    assert counts["lttng"]["parts"]["hook"]["instructions"] > 0  # the wrapper and lttng-ust
+    assert 0 < counts["uebpf"]["instructions"] - untraced < counts["lttng"]["instructions"] - untraced
+
+
 def test_lttng_costs_include_its_daemons(quick_run):
     suite = results.load(quick_run[1])["suites"]["duration"]
     lttng_run = next(r for r in suite["runs"] if r["method"] == "lttng")

@@ -71,10 +71,13 @@ class HitCount:
         }
 
 
-def counter(pid: int, hits: int, workdir: Path) -> Child:
+def counter(pid: int, hits: int, workdir: Path, runtime_library: str | None = None) -> Child:
     """stepcount on the waiting victim `pid`: it seizes it, sends the go (SIGUSR1) and counts its
-    `hits` marked calls (for `with started(...)`)."""
+    `hits` marked calls (for `with started(...)`). `runtime_library`: the file name of the library
+    whose code (with everything it calls) is the tracer's "hook" part; uebpf's agent if None."""
     argv = [str(paths.artifact("bin/stepcount")), "--pid", str(pid), "--hits", str(hits), "--go"]
+    if runtime_library:
+        argv += ["--runtime-lib", runtime_library]
     return Child(argv, stderr_path=workdir / "stepcount.stderr")
 
 

@@ -142,3 +142,15 @@ def test_a_failed_count_is_said_in_the_breakdown():
         "error": "stepcount: cannot trace pid 9: operation not permitted",
     }
     assert "operation not permitted" in breakdown_table(doc).note
+
+
+def test_the_duration_report_compares_tracers_by_instructions_beyond_the_untraced_call():
+    section = next(section for section in sections_of(document("duration")) if section.suite == "duration")
+    table = next(table for table in section.tables if table.title.startswith("Instructions one traced call adds"))
+    rows = {row[0]: row for row in table.rows}
+    assert list(rows) == ["LTTng", "uebpf", "uebpf, attached live"]
+    # The sample's counts: LTTng 2,538 in all, the untraced call 78.
+    uebpf = sum([76, 297, 160, 140, 250, 160, 40])
+    assert rows["LTTng"][1:3] == [f"{2538 - 78:,} (4)", "1.00×"]
+    assert rows["uebpf"][1:3] == [f"{uebpf - 78:,} (4)", f"{(uebpf - 78) / (2538 - 78):.2f}×"]
+    assert "the untraced call's 78" in table.note

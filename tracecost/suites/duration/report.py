@@ -263,6 +263,7 @@ def render(suite: dict, environment: dict) -> Section:
         findings=findings(config, table, tracers, suite["failures"]),
         charts=charts,
         tables=[
+            *([compared] if (compared := by_tracer(suite, table)) else []),
             *([parts] if (parts := breakdown(suite, table)) else []),
             TableBlock("Every scenario and method", [c.header for c in columns], rows, note),
         ],
@@ -282,6 +283,10 @@ HELPER_OPS = {
     "bpf_ringbuf_submit": "ringbuf",
 }
 COUNTED_RUNTIME = "uebpf"  # the micro runtime whose costs the breakdown shows
+UNTRACED = "baseline"
+# Counts shown whole, not part by part: the untraced call, and LTTng's tracepoint (its wrapper and
+# all it calls are one part).
+WHOLE_COUNTS = (UNTRACED, "lttng")
 RING_PAIRED = "in the other ring buffer helper's row"
 
 
@@ -294,6 +299,64 @@ def _scaled(estimate: dict | None, factor: float) -> dict | None:
     }
 
 
+def _added_over_untraced(counts: dict, method: str) -> int:
+    """Instructions a traced call executes beyond the untraced call's (counted in the same step);
+    the count's own `added` (beyond the function's part) where the untraced call was not counted."""
+    if UNTRACED in counts:
+        return counts[method]["instructions"] - counts[UNTRACED]["instructions"]
+    return counts[method]["added"]
+
+
+def by_tracer(suite: dict, table: dict) -> TableBlock | None:
+    """What one traced call adds under each counted tracer, in instructions (exact, whatever the
+    host's speed) beside the ns the study measured at the shortest function, each also as a
+    multiple of LTTng's."""
+    record = suite.get("instructions")
+    if not record or record.get("status") != "ok":
+        return None
+    counts = record["counts"]
+    methods = [m for m in counts if m != UNTRACED]
+    if not methods:
+        return None
+    scenarios = suite["config"]["scenarios"]
+    shortest = min(scenarios, key=lambda s: s["work_us"])["index"] if scenarios else None
+
+    def estimate(method: str) -> dict:
+        return (table.get((shortest, method)) or {}).get("overhead_ns_per_call") or {}
+
+    def measured(method: str) -> float | None:
+        return estimate(method).get("value")
+
+    def times(value: float | None, reference: float | None) -> str:
+        return f"{value / reference:.2f}×" if value is not None and reference else "–"
+
+    lttng_added = _added_over_untraced(counts, "lttng") if "lttng" in counts else None
+    rows = [
+        [
+            style.label(m),
+            f"{fmt.count(_added_over_untraced(counts, m))} ({counts[m]['atomics']})",
+            times(_added_over_untraced(counts, m), lttng_added),
+            fmt.with_ci(estimate(m)) if measured(m) is not None else "–",
+            times(measured(m), measured("lttng") if "lttng" in counts else None),
+        ]
+        for m in methods
+    ]
+    untraced = (
+        f"the untraced call's {fmt.count(counts[UNTRACED]['instructions'])}"
+        if UNTRACED in counts
+        else "the function's own part"
+    )
+    note = (
+        f"Instructions: one call of sample_app at 0 us ({record['calls']:,} calls, the last {instructions.HITS} "
+        f"single-stepped), its count minus {untraced}: exact, and the same whatever the host's speed. Atomic: "
+        "instructions that wait for the stores before them (LOCK, XCHG, MFENCE). LTTng's tracepoint is counted "
+        "whole: the LD_PRELOAD wrapper and all it calls (lttng-ust, the clock). ns: the study's own estimate at "
+        "the shortest function, as in the table below."
+    )
+    header = ["Tracer", "Instructions added (atomic)", "× LTTng", "ns added per call (95% CI)", "× LTTng"]
+    return TableBlock("Instructions one traced call adds, by tracer", header, rows, note)
+
+
 def breakdown(suite: dict, table: dict) -> TableBlock | None:
     """One traced call on uebpf, part by part: instructions (counted, Suite.count_instructions) and
     ns (each part's own micro operation, where the same results file has the micro suite)."""
@@ -303,7 +366,9 @@ def breakdown(suite: dict, table: dict) -> TableBlock | None:
     if record.get("status") != "ok":
         return TableBlock("One traced call on uebpf, part by part", ["Part"], [], f"Not counted: {record.get('error')}")
     counts = record["counts"]
-    methods = list(counts)
+    methods = [m for m in counts if m not in WHOLE_COUNTS]
+    if not methods:
+        return None
     micro = {
         agg["op"]: agg
         for agg in suite.get("related", {}).get("micro", {}).get("aggregates", [])

@@ -92,7 +92,9 @@ def count_traced_calls(method: Method, workdir: Path, calls: int) -> tuple[dict,
 
 
 def _counted_app(method: Method, child: Child, workdir: Path) -> dict:
-    with started(lambda: instructions.counter(child.pid, instructions.HITS, workdir)) as counter:
+    with started(
+        lambda: instructions.counter(child.pid, instructions.HITS, workdir, method.counted_library)
+    ) as counter:
         usage = child.wait(timeout_s=APP_TIMEOUT_S)
         if usage.timed_out or usage.exit_code != 0:
             raise TracecostError(

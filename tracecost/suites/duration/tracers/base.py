@@ -75,6 +75,9 @@ class Method(methods.Method[AppPid, TracedRun]):
     # True: the app is started first, paused at its READY (sample_app --wait-go), and
     # attached() gets its pid as the run's target; the app makes its calls once the block is entered.
     attaches_to_running: bool = False
+    # The library stepcount counts as this tracer's "hook" (with all it calls) when the suite counts
+    # a traced call's instructions (Suite.count_instructions); None: uebpf's agent.
+    counted_library: str | None = None
 
     @abstractmethod
     def attached(self, run: methods.Run[AppPid]) -> contextlib.AbstractContextManager[TracedRun]: ...

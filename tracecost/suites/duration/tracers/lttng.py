@@ -248,6 +248,9 @@ class Lttng(Method):
         system.require_tool("lttng-sessiond", "lttng-tools")
         system.require_tool("babeltrace2", "babeltrace2")
         self.wrapper = paths.artifact("lib/libmylib_lttng.so")
+        # Counted, the wrapper's code and all it calls (lttng-ust, the clock, the wrapped function)
+        # are the tracepoint's part.
+        self.counted_library = self.wrapper.name
         self.daemon = stack.enter_context(session_daemon(workspace, say))
 
     def environments(self) -> RunEnvironments:
