@@ -49,6 +49,16 @@ def test_every_engine_times_every_program(vm_results):
     assert "uebpf-jit" in result.stdout
 
 
+def test_programs_load_checked_by_default_and_a_refusal_says_why(vm_results):
+    """The embedding API's default load runs the safety analysis: the benchmark's programs go through
+    it, and one it refuses runs unchecked with the refusal on record and in the report."""
+    out, _ = vm_results
+    loads = results.load(out)["suites"]["vm"]["config"]["program_loads"]
+    assert loads["empty"] == loads["memcpy"] == "checked"
+    assert all(how == "checked" or how.startswith("unchecked: instruction ") for how in loads.values()), loads
+    assert "uebpf loads it checked" in (out / "report.html").read_text()
+
+
 def test_vm_section_draws_in_headless_chromium(vm_results, tmp_path):
     out, _ = vm_results
     with chromium(tmp_path / "profile") as driver:

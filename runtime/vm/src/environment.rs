@@ -94,6 +94,8 @@ pub struct Environment {
     pub(crate) helpers: BTreeMap<u32, HelperFn>,
     pub(crate) maps: Option<Arc<dyn MapResolver>>,
     pub(crate) regions: Vec<MemoryRegion>,
+    /// Bytes of context (r1) the programs `Program::load` checks may use: 0 until set.
+    pub(crate) context_size: u32,
 }
 
 impl Environment {
@@ -116,6 +118,18 @@ impl Environment {
     pub fn allow_memory(&mut self, region: MemoryRegion) -> &mut Self {
         self.regions.push(region);
         self
+    }
+
+    /// Declares the context of the programs `Program::load` checks: `bytes` of memory at r1 that
+    /// they may read and write (every run must then pass at least that many). 0 by default: a
+    /// program that touches its context is refused until its size is declared.
+    pub fn set_context_size(&mut self, bytes: u32) -> &mut Self {
+        self.context_size = bytes;
+        self
+    }
+
+    pub fn context_size(&self) -> u32 {
+        self.context_size
     }
 
     pub fn helper(&self, id: u32) -> Option<HelperFn> {

@@ -154,9 +154,23 @@ impl std::error::Error for LoadError {}
 /// Why the interpreter stopped a program.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RunErrorKind {
-    OutOfBounds { addr: u64, size: u8, write: bool },
-    MisalignedAtomic { addr: u64, size: u8 },
-    BudgetExhausted { budget: u64 },
+    OutOfBounds {
+        addr: u64,
+        size: u8,
+        write: bool,
+    },
+    MisalignedAtomic {
+        addr: u64,
+        size: u8,
+    },
+    BudgetExhausted {
+        budget: u64,
+    },
+    /// The context is shorter than the one the program was checked for (`Program::load`).
+    ContextTooShort {
+        len: usize,
+        needed: usize,
+    },
 }
 
 impl fmt::Display for RunErrorKind {
@@ -173,6 +187,7 @@ impl fmt::Display for RunErrorKind {
             RunErrorKind::BudgetExhausted { budget } => {
                 write!(f, "instruction budget of {budget} exhausted")
             }
+            RunErrorKind::ContextTooShort { len, needed } => f.write_str(&crate::jit::context_too_short(*len, *needed)),
         }
     }
 }

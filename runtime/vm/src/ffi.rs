@@ -77,18 +77,47 @@ pub unsafe extern "C" fn uebpf_vm_allow_memory(vm: *mut UebpfVm, start: *mut c_v
     0
 }
 
-/// Checks `code` and prepares it for `engine` (0 interpreter, 1 JIT). Helpers and memory regions
-/// must be registered before.
+/// Before `uebpf_vm_load`: the programs' context is `bytes` of memory (0 until set).
+///
+/// # Safety
+/// `vm` is null or live.
+#[no_mangle]
+pub unsafe extern "C" fn uebpf_vm_set_context_size(vm: *mut UebpfVm, bytes: u32) -> c_int {
+    let Some(vm) = vm_mut(vm) else { return -1 };
+    vm.env.set_context_size(bytes);
+    0
+}
+
+/// Checks `code` with the safety analysis (`Program::load`) and prepares it for `engine` (0
+/// interpreter, 1 JIT). Helpers, memory regions and the context size must be set before.
 ///
 /// # Safety
 /// `vm` is null or live; `code` is valid for `code_len` bytes.
 #[no_mangle]
 pub unsafe extern "C" fn uebpf_vm_load(vm: *mut UebpfVm, code: *const u8, code_len: usize, engine: c_int) -> c_int {
+    load(vm, code, code_len, engine, Program::load)
+}
+
+/// As `uebpf_vm_load` without the safety analysis (`Program::load_unchecked`): a JIT-compiled
+/// program may then read and write anywhere in the process and never end.
+///
+/// # Safety
+/// `vm` is null or live; `code` is valid for `code_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn uebpf_vm_load_unchecked(vm: *mut UebpfVm, code: *const u8, code_len: usize, engine: c_int) -> c_int {
+    load(vm, code, code_len, engine, Program::load_unchecked)
+}
+
+type Loader = fn(&[u8], &Environment) -> Result<Program, crate::LoadError>;
+
+/// # Safety
+/// As `uebpf_vm_load`.
+unsafe fn load(vm: *mut UebpfVm, code: *const u8, code_len: usize, engine: c_int, loader: Loader) -> c_int {
     let Some(vm) = vm_mut(vm) else { return -1 };
     if code.is_null() {
         return vm.fail("code is NULL");
     }
-    let program = match Program::load(std::slice::from_raw_parts(code, code_len), &vm.env) {
+    let program = match loader(std::slice::from_raw_parts(code, code_len), &vm.env) {
         Ok(program) => program,
         Err(e) => return vm.fail(e.to_string()),
     };
@@ -118,12 +147,21 @@ pub unsafe extern "C" fn uebpf_vm_set_budget(vm: *mut UebpfVm, budget: u64) -> c
 ///
 /// # Safety
 /// `vm` is null or live; `ctx` is valid for `ctx_len` bytes; `result` is valid for writing.
-/// JIT-compiled programs are trusted (no run-time memory checks).
+/// A program loaded checked gets at least the context it was checked for (else -1); one loaded
+/// unchecked and JIT-compiled is trusted (no run-time memory checks).
 #[no_mangle]
 pub unsafe extern "C" fn uebpf_vm_run(vm: *mut UebpfVm, ctx: *mut c_void, ctx_len: usize, result: *mut u64) -> c_int {
     let Some(vm) = vm_mut(vm) else { return -1 };
     if result.is_null() {
         return vm.fail("result pointer is NULL");
+    }
+    let needed = match &vm.loaded {
+        None => return vm.fail("no program loaded"),
+        Some(Loaded::Jit(jit)) => jit.context_needed(),
+        Some(Loaded::Interpreter(program)) => program.context_needed(),
+    };
+    if ctx_len < needed || (ctx.is_null() && needed > 0) {
+        return vm.fail(crate::jit::context_too_short(if ctx.is_null() { 0 } else { ctx_len }, needed));
     }
     let r0 = match &vm.loaded {
         None => return vm.fail("no program loaded"),

@@ -120,6 +120,12 @@ macro_rules! condition {
     };
 }
 
+/// Whether a 32-bit conditional jump (`op`) is taken with these operands: as the interpreter
+/// decides it, for the safety analysis to decide it alike where both values are known.
+pub(crate) fn jump32_taken(op: u8, dst: u32, src: u32) -> bool {
+    condition!(op, dst, src, i32)
+}
+
 /// # Safety
 /// `addr` must be valid for `size` bytes (the caller checked it against the access rules).
 unsafe fn load(addr: u64, size: u8) -> u64 {
@@ -188,6 +194,10 @@ impl Program {
     /// `ctx` must be valid for reads and writes of `ctx_len` bytes, and every region in the
     /// program's environment must be valid memory as declared.
     pub unsafe fn interpret_raw(&self, ctx: *mut u8, ctx_len: usize, budget: Option<u64>) -> Result<u64, RunError> {
+        if ctx_len < self.context_needed() {
+            let kind = RunErrorKind::ContextTooShort { len: ctx_len, needed: self.context_needed() };
+            return Err(RunError { index: 0, insn: self.insns[0], kind });
+        }
         // Frames become readable only after they are zeroed (see call/entry below), so the
         // uninitialised part is never read.
         let mut stack = MaybeUninit::<[u8; STACK_SIZE * MAX_CALL_FRAMES]>::uninit();

@@ -26,14 +26,35 @@ pub struct Program {
     /// analysed program, what the analysis saw reached: safety's `stack_low`).
     pub(crate) stack_reach: Vec<u32>,
     pub(crate) regions: Vec<MemoryRegion>,
+    /// Bytes of context every run must pass: what the safety analysis assumed (`load`'s declared
+    /// context size); 0 for a program loaded unchecked or for a kernel program type (whose
+    /// runner checks its context where it attaches).
+    pub(crate) context_needed: u32,
+    /// The program passed the safety analysis (`load`, `load_checked`).
+    pub(crate) checked: bool,
 }
 
 impl Program {
-    /// Checks `bytecode` against `env` (its encoding and control flow: see verify.rs) and
-    /// prepares it for execution. Memory accesses through pointers other than r10 are not
-    /// bounded at load: the interpreter checks them at run time, the JIT not at all. For programs
-    /// of a kernel program type use `load_checked`.
+    /// Checks `bytecode` against `env` and prepares it for execution: its encoding and control
+    /// flow (verify.rs), then the safety analysis (safety/mod.rs), which refuses it unless every
+    /// path ends and stays within its stack and its context, `env.context_size()` bytes of
+    /// memory at r1 that it may read and write. Its helpers are the embedder's, of unknown
+    /// prototype: they get numbers and context pointers only. Every run must pass at least that
+    /// much context (checked by `interpret` and `JitProgram::run`). The JIT's code then runs
+    /// without checks, safely. For programs of a kernel program type use `load_checked`.
     pub fn load(bytecode: &[u8], env: &Environment) -> Result<Program, LoadError> {
+        let context = ContextSpec::memory(env.context_size());
+        Program::load_with(bytecode, env, Some(context)).map(|(program, _)| program)
+    }
+
+    /// As `load` without the safety analysis: encoding and control flow only. Memory accesses
+    /// through pointers other than r10 are then not bounded at load: the interpreter checks them
+    /// at run time, the JIT not at all, so a JIT-compiled program that reads or writes outside
+    /// what it was given corrupts or crashes the host process, and one that loops forever hangs
+    /// it. For programs the embedder trusts as much as its own code (ubpf's contract), or that
+    /// use what the analysis does not model: addresses computed from allowed regions (`lddw`
+    /// constants, `allow_memory`), helpers that take stack or map pointers.
+    pub fn load_unchecked(bytecode: &[u8], env: &Environment) -> Result<Program, LoadError> {
         Program::load_with(bytecode, env, None).map(|(program, _)| program)
     }
 
@@ -78,9 +99,29 @@ impl Program {
                 .collect(),
             None => layout.stack_reach,
         };
-        let program =
-            Program { insns, helper_at, map_lookups, loop_sites, functions: layout.functions, stack_reach, regions: env.regions.clone() };
+        let context_needed = ctx.filter(|ctx| ctx.memory).map_or(0, |ctx| ctx.end);
+        let program = Program {
+            insns,
+            helper_at,
+            map_lookups,
+            loop_sites,
+            functions: layout.functions,
+            stack_reach,
+            regions: env.regions.clone(),
+            context_needed,
+            checked: ctx.is_some(),
+        };
         Ok((program, analysis))
+    }
+
+    /// Whether the safety analysis checked it (`load`, `load_checked`), or not (`load_unchecked`).
+    pub fn is_checked(&self) -> bool {
+        self.checked
+    }
+
+    /// Bytes of context every run must pass (see `load`); 0 if any will do.
+    pub fn context_needed(&self) -> usize {
+        self.context_needed as usize
     }
 
     /// Number of instruction slots.

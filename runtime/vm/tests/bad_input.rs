@@ -5,7 +5,7 @@ use uebpf_vm::insn::*;
 use uebpf_vm::{Environment, LoadError, LoadErrorKind as K, MemoryRegion, Program, RunErrorKind};
 
 fn load(a: &Asm) -> Result<Program, LoadError> {
-    Program::load(&a.build().expect("test programs assemble"), &Environment::new())
+    Program::load_unchecked(&a.build().expect("test programs assemble"), &Environment::new())
 }
 
 /// Loads `a`, expecting a rejection of `kind` at instruction `index`; returns the message.
@@ -25,10 +25,10 @@ fn raw(opcode: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
 fn truncated_and_empty_bytecode() {
     let mut bytes = Asm::new().mov64(R0, 0).exit().build().unwrap();
     bytes.pop();
-    let err = Program::load(&bytes, &Environment::new()).err().unwrap();
+    let err = Program::load_unchecked(&bytes, &Environment::new()).err().unwrap();
     assert_eq!(err.kind, K::Truncated { len: 15 });
     assert!(err.to_string().contains("15 is not a multiple of 8"), "{err}");
-    assert_eq!(Program::load(&[], &Environment::new()).err().unwrap().kind, K::Empty);
+    assert_eq!(Program::load_unchecked(&[], &Environment::new()).err().unwrap().kind, K::Empty);
 }
 
 #[test]
@@ -74,7 +74,7 @@ fn atomics_cannot_load_into_the_frame_pointer_on_either_engine() {
     for size in [4, 8] {
         for op in [ATOMIC_XCHG, ATOMIC_ADD | ATOMIC_FETCH, ATOMIC_AND | ATOMIC_FETCH, ATOMIC_OR | ATOMIC_FETCH, ATOMIC_XOR | ATOMIC_FETCH] {
             let code = exploit(op, size);
-            let err = Program::load(&code, &Environment::new()).err().expect("refused");
+            let err = Program::load_unchecked(&code, &Environment::new()).err().expect("refused");
             assert_eq!((err.index, &err.kind), (0, &K::WritesFramePointer), "{err}");
             assert!(err.to_string().contains(", r10`): r10 (frame pointer) is read-only"), "{err}");
             for engine in [0, 1] {
@@ -204,7 +204,7 @@ fn read_only_regions_reject_writes() {
     env.allow_memory(MemoryRegion { start: data.as_ptr() as u64, len: 16, writable: false });
     let mut a = Asm::new();
     a.lddw(R2, data.as_ptr() as u64).ldx(8, R0, R2, 8).stx(1, R2, 0, R0).exit();
-    let program = Program::load(&a.build().unwrap(), &env).unwrap();
+    let program = Program::load_unchecked(&a.build().unwrap(), &env).unwrap();
     let err = program.interpret(&mut [], None).unwrap_err();
     assert_eq!(err.index, 3);
     assert!(matches!(err.kind, RunErrorKind::OutOfBounds { size: 1, write: true, .. }), "{err}");

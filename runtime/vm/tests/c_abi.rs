@@ -26,6 +26,7 @@ fn load_and_run_on_both_engines() {
         // SAFETY: vm is live until freed below; pointers are valid for their lengths.
         unsafe {
             assert_eq!(uebpf_vm_register_helper(vm, 3, Some(add_helper)), 0);
+            assert_eq!(uebpf_vm_set_context_size(vm, 8), 0);
             assert_eq!(uebpf_vm_load(vm, code.as_ptr(), code.len(), engine), 0, "{}", last_error(vm));
             assert_eq!(uebpf_vm_jit_function(vm).is_some(), engine == 1);
             assert_eq!(uebpf_vm_run(vm, ctx.as_mut_ptr().cast(), ctx.len(), &mut result), 0, "{}", last_error(vm));
@@ -47,9 +48,20 @@ fn failures_report_the_reason() {
         assert_eq!(last_error(vm), "no program loaded");
         assert_eq!(uebpf_vm_load(vm, code.as_ptr(), code.len() - 1, 0), -1);
         assert!(last_error(vm).contains("not a multiple of 8"));
+        // Checked by default: a read past the declared context (none yet) is refused at load.
+        assert_eq!(uebpf_vm_load(vm, code.as_ptr(), code.len(), 1), -1);
+        assert!(last_error(vm).contains("invalid access to the context, 0 bytes declared"), "{}", last_error(vm));
+        // Declared, it loads; a run with less context than declared is refused on either engine.
+        assert_eq!(uebpf_vm_set_context_size(vm, 24), 0);
         assert_eq!(uebpf_vm_load(vm, code.as_ptr(), code.len(), 7), -1);
         assert!(last_error(vm).contains("unknown engine 7"));
-        assert_eq!(uebpf_vm_load(vm, code.as_ptr(), code.len(), 0), 0);
+        for engine in [0, 1] {
+            assert_eq!(uebpf_vm_load(vm, code.as_ptr(), code.len(), engine), 0, "{}", last_error(vm));
+            assert_eq!(uebpf_vm_run(vm, ctx.as_mut_ptr().cast(), ctx.len(), &mut result), -1);
+            assert!(last_error(vm).contains("context of 8 bytes is shorter than the 24"), "{}", last_error(vm));
+        }
+        // Unchecked, it loads, and only the interpreter stops the read at run time.
+        assert_eq!(uebpf_vm_load_unchecked(vm, code.as_ptr(), code.len(), 0), 0);
         assert_eq!(uebpf_vm_run(vm, ctx.as_mut_ptr().cast(), ctx.len(), &mut result), -1);
         assert!(last_error(vm).starts_with("instruction 0 (`ldxdw r0, [r1+16]`)"), "{}", last_error(vm));
         assert_eq!(uebpf_vm_set_budget(vm, 1), 0);

@@ -39,7 +39,7 @@ fn helpers_get_r1_to_r5_and_keep_r6_to_r9() {
     // JIT's helper may change them): the first result waits on the stack.
     a.stx(8, R10, -16, R0).ldx(8, R1, R10, -8).call_helper(7);
     a.ldx(8, R5, R10, -16).add64(R0, R5).add64(R0, R6).add64(R0, R7).add64(R0, R8).add64(R0, R9).exit();
-    let program = Program::load(&a.build().unwrap(), &env).unwrap();
+    let program = Program::load_unchecked(&a.build().unwrap(), &env).unwrap();
     let ctx = 1_000_000u64.to_le_bytes();
     let (r0, _) = run_both(&program, &ctx);
     assert_eq!(r0, 54321 + 1_000_000 + 6 + 7 + 8 + 9);
@@ -75,7 +75,7 @@ fn lddw_map_references_resolve_through_the_hook() {
     let mut a = Asm::new();
     a.lddw_map_value(R2, 5, 8).st(8, R2, 0, 41).ldx(8, R3, R2, 0).add64(R3, 1).stx(8, R2, 8, R3);
     a.lddw_map_fd(R0, 5).exit();
-    let program = Program::load(&a.build().unwrap(), &env).unwrap();
+    let program = Program::load_unchecked(&a.build().unwrap(), &env).unwrap();
     let (r0, _) = run_both(&program, &[]);
     assert_eq!(r0, MAP_HANDLE);
     assert_eq!(*value.lock().unwrap(), [0, 41, 42, 0]);
@@ -83,13 +83,13 @@ fn lddw_map_references_resolve_through_the_hook() {
     // Past the value: the interpreter stops it at the offending instruction.
     let mut a = Asm::new();
     a.lddw_map_value(R2, 5, 24).ldx(8, R0, R2, 8).exit();
-    let program = Program::load(&a.build().unwrap(), &env).unwrap();
+    let program = Program::load_unchecked(&a.build().unwrap(), &env).unwrap();
     assert_eq!(program.interpret(&mut [], None).unwrap_err().index, 2);
 
     // Unknown fds are rejected at load time with the hook's reason.
     let mut a = Asm::new();
     a.lddw_map_fd(R1, 9).mov64(R0, 0).exit();
-    let err = Program::load(&a.build().unwrap(), &env).err().unwrap();
+    let err = Program::load_unchecked(&a.build().unwrap(), &env).err().unwrap();
     assert!(err.to_string().contains("no map with fd 9"), "{err}");
 }
 
@@ -97,7 +97,7 @@ fn lddw_map_references_resolve_through_the_hook() {
 fn context_and_length_arrive_in_r1_and_r2() {
     let mut a = Asm::new();
     a.ldx(4, R0, R1, 0).add64(R0, R2).st(2, R1, 4, 0x1234).exit();
-    let program = Program::load(&a.build().unwrap(), &Environment::new()).unwrap();
+    let program = Program::load_unchecked(&a.build().unwrap(), &Environment::new()).unwrap();
     let (r0, ctx) = run_both(&program, &[1, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
     assert_eq!(r0, 1 + 10);
     assert_eq!(&ctx[4..6], &[0x34, 0x12]);
@@ -122,7 +122,7 @@ fn a_successful_tail_call_ends_the_run_and_a_failed_one_goes_on() {
         let mut a = Asm::new();
         a.mov64(R6, R1).mov64(R7, 77).lddw(R3, index).call_helper(uebpf_vm::insn::TAIL_CALL_HELPER);
         a.st(1, R6, 0, 1).mov64(R0, R7).exit();
-        let program = Program::load(&a.build().unwrap(), &env).unwrap();
+        let program = Program::load_unchecked(&a.build().unwrap(), &env).unwrap();
         let (r0, ctx) = run_both(&program, &[0u8; 8]);
         assert_eq!((r0, ctx[0]), (expected_r0, expected_mark), "tail call with index {index}");
     }
@@ -134,7 +134,7 @@ fn a_tail_call_in_a_bpf_to_bpf_function_is_refused() {
     env.register_helper(uebpf_vm::insn::TAIL_CALL_HELPER as u32, tail_call_if_even);
     let mut a = Asm::new();
     a.call("f").exit().label("f").call_helper(uebpf_vm::insn::TAIL_CALL_HELPER).exit();
-    let error = Program::load(&a.build().unwrap(), &env).err().expect("refused");
+    let error = Program::load_unchecked(&a.build().unwrap(), &env).err().expect("refused");
     assert!(error.to_string().contains("bpf_tail_call in a bpf-to-bpf function"), "{error}");
 }
 
@@ -216,7 +216,7 @@ fn bpf_loop_nests() {
 #[test]
 fn bpf_loop_needs_the_safety_analysis() {
     let a = sum_loop(3, Flags::Zero, -1);
-    let error = Program::load(&a.build().unwrap(), &Environment::new()).err().expect("refused");
+    let error = Program::load_unchecked(&a.build().unwrap(), &Environment::new()).err().expect("refused");
     assert!(error.to_string().contains("bpf_loop without the safety analysis"), "{error}");
 }
 
@@ -285,7 +285,7 @@ fn jit_code_keeps_callee_saved_registers_and_calls_helpers_aligned() {
             if through_callee {
                 a.label("callee").mov64(R6, 100).call_helper(1).add64(R0, R6).sub64(R0, 100).exit();
             }
-            let program = Program::load(&a.build().unwrap(), &env).unwrap();
+            let program = Program::load_unchecked(&a.build().unwrap(), &env).unwrap();
             let jit = JitProgram::compile(&program).unwrap();
             let (r0, kept) = run_watching_callee_saved(&jit, &mut [0u8; 8]);
             let added: u64 = (1..=used as u64).sum();

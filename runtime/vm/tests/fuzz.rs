@@ -9,54 +9,21 @@
 //! every run, so each becomes a regression test.
 
 mod common;
+mod mutate;
 
 use std::path::{Path, PathBuf};
 
 use common::*;
 use kernel_bpf::load_verdict;
-use uebpf_vm::insn::*;
+use mutate::{mutate, Rng};
 
 const ROUNDS: usize = 6_000;
 const SEED: u64 = 0x005e_ed0f_fa11;
 /// Far more than any accepted mutant runs (their loops are bounded to a few thousand rounds).
 const BUDGET: u64 = 10_000_000;
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*: enough for choosing mutations.
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 /// Immediates and offsets worth trying: boundaries of the objects programs reach.
 const INTERESTING: [i32; 16] = [0, 1, -1, 4, 7, 8, 15, 16, 160, 164, 168, 512, -512, -513, 8184, 8192];
-
-fn mutate(code: &[u8], rng: &mut Rng) -> Vec<u8> {
-    let mut insns = decode_all(code).unwrap();
-    for _ in 0..1 + rng.below(3) {
-        let i = rng.below(insns.len());
-        let donor = insns[rng.below(insns.len())];
-        let insn = &mut insns[i];
-        match rng.below(6) {
-            0 => insn.off = INTERESTING[rng.below(INTERESTING.len())] as i16,
-            1 => insn.imm = if rng.below(2) == 0 { INTERESTING[rng.below(INTERESTING.len())] } else { rng.next() as i32 },
-            2 => insn.dst = rng.below(11) as u8,
-            3 => insn.src = rng.below(11) as u8,
-            4 => insn.opcode = donor.opcode,
-            _ => *insn = donor,
-        }
-    }
-    encode_all(&insns)
-}
 
 /// Why the analysis was wrong to accept `code`, if it was.
 fn judge(prog_type: u32, code: &[u8], kernel: Option<&[(i32, kernel_bpf::KernelMap)]>) -> Option<String> {
@@ -107,7 +74,7 @@ fn mutants_the_analysis_accepts_run_safely_and_the_kernel_accepts_them_too() {
     let mut accepted = 0;
     for _ in 0..ROUNDS {
         let base = &corpus[rng.below(corpus.len())];
-        let code = mutate(&base.code, &mut rng);
+        let code = mutate(&base.code, &mut rng, &INTERESTING);
         accepted += usize::from(load(base.prog_type, &code).is_ok());
         if let Some(why) = judge(base.prog_type, &code, kernel) {
             let path = save(base.prog_type, &code);

@@ -192,7 +192,7 @@ fn inlined_array_lookups_agree_with_the_helper_on_every_key() {
     // A power-of-two stride (shift) and one that is not (multiply).
     for (max_entries, stride) in [(16, 8), (7, 24), (1, 8)] {
         let array = Array::new(max_entries, stride, 1);
-        let program = Program::load(&lookup_program(true), &environment(&array, Offer::Inline)).unwrap();
+        let program = Program::load_unchecked(&lookup_program(true), &environment(&array, Offer::Inline)).unwrap();
         let jit = JitProgram::compile(&program).unwrap();
         for key in keys(max_entries) {
             assert_eq!(check_key(&program, &jit, &array, key), (0, 0), "key {key:#x}: the JIT called a helper");
@@ -204,7 +204,7 @@ fn inlined_array_lookups_agree_with_the_helper_on_every_key() {
 fn inlined_per_cpu_lookups_read_the_cpu_and_leave_unknown_cpus_to_the_helper() {
     for (cpus, stride) in [(2, 8), (3, 24)] {
         let array = Array::new(16, stride, cpus);
-        let program = Program::load(&lookup_program(true), &environment(&array, Offer::Inline)).unwrap();
+        let program = Program::load_unchecked(&lookup_program(true), &environment(&array, Offer::Inline)).unwrap();
         let jit = JitProgram::compile(&program).unwrap();
         // CPUs with a value are looked up inline; the others (rseq's -1 and -2 too) by the helper.
         for (cpu, inline) in [(0, true), (cpus - 1, true), (cpus, false), (u32::MAX - 1, false), (u32::MAX, false)] {
@@ -220,7 +220,7 @@ fn inlined_per_cpu_lookups_read_the_cpu_and_leave_unknown_cpus_to_the_helper() {
 #[test]
 fn direct_lookups_are_called_in_place_of_the_helper() {
     let array = Array::new(16, 8, 1);
-    let program = Program::load(&lookup_program(true), &environment(&array, Offer::Direct)).unwrap();
+    let program = Program::load_unchecked(&lookup_program(true), &environment(&array, Offer::Direct)).unwrap();
     let jit = JitProgram::compile(&program).unwrap();
     for key in keys(16) {
         assert_eq!(check_key(&program, &jit, &array, key), (0, 1), "key {key:#x}");
@@ -231,7 +231,7 @@ fn direct_lookups_are_called_in_place_of_the_helper() {
 fn unproven_or_unoffered_lookups_call_the_helper() {
     for (proven, offer) in [(false, Offer::Inline), (true, Offer::Nothing)] {
         let array = Array::new(16, 8, 1);
-        let program = Program::load(&lookup_program(proven), &environment(&array, offer)).unwrap();
+        let program = Program::load_unchecked(&lookup_program(proven), &environment(&array, offer)).unwrap();
         let jit = JitProgram::compile(&program).unwrap();
         for key in keys(16) {
             assert_eq!(check_key(&program, &jit, &array, key), (1, 0), "key {key:#x}");
@@ -282,7 +282,7 @@ fn code_that_says_it_keeps_the_vectors_keeps_them() {
         (1, 0, Offer::Nothing, false),
     ] {
         let array = Array::new(16, 8, cpus);
-        let program = Program::load(&lookup_program(true), &environment(&array, offer)).unwrap();
+        let program = Program::load_unchecked(&lookup_program(true), &environment(&array, offer)).unwrap();
         let jit = JitProgram::compile(&program).unwrap();
         assert_eq!(jit.keeps_vectors(), keeps, "{cpus} cpus, {offer:?}");
         if keeps {
@@ -299,7 +299,7 @@ fn code_that_says_it_keeps_the_vectors_keeps_them() {
     for below in [8i16, 120, 136, 512] {
         let mut a = Asm::new();
         a.ldx(8, R0, R10, -below).exit();
-        let program = Program::load(&a.build().unwrap(), &Environment::new()).unwrap();
+        let program = Program::load_unchecked(&a.build().unwrap(), &Environment::new()).unwrap();
         let jit = JitProgram::compile(&program).unwrap();
         assert!(jit.keeps_vectors());
         let (r0, kept) = run_watching_vectors(&jit, &mut [0u8; 8]);

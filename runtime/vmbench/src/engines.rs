@@ -87,10 +87,20 @@ impl Drop for CVm {
 }
 
 /// A VM loaded for the JIT through the C API.
-fn c_vm_with_jit(program: &BenchProgram) -> Result<CVm, String> {
+fn c_vm_with_jit(program: &BenchProgram, checked: bool) -> Result<CVm, String> {
     let vm = CVm(ffi::uebpf_vm_new());
-    // SAFETY: vm is live; the bytecode slice is valid for its length.
-    let loaded = unsafe { ffi::uebpf_vm_load(vm.ptr(), program.bytecode.as_ptr(), program.bytecode.len(), 1) };
+    // SAFETY: vm is live; the bytecode slice is valid for its length. Loaded as the Rust side
+    // loaded it (main.rs, `load`): checked, the program's context its packet, where the analysis
+    // accepts it, else unchecked.
+    let loaded = unsafe {
+        ffi::uebpf_vm_set_context_size(vm.ptr(), program.packet.len() as u32);
+        let (code, len) = (program.bytecode.as_ptr(), program.bytecode.len());
+        if checked {
+            ffi::uebpf_vm_load(vm.ptr(), code, len, 1)
+        } else {
+            ffi::uebpf_vm_load_unchecked(vm.ptr(), code, len, 1)
+        }
+    };
     if loaded != 0 {
         // SAFETY: vm is live; last_error is a NUL-terminated string it owns.
         let why = unsafe { CStr::from_ptr(ffi::uebpf_vm_last_error(vm.ptr())) };
@@ -106,8 +116,8 @@ fn time_c_loop(iterations: u64, c_loop: impl FnOnce() -> u64) -> Timed {
     Timed { ns_per_run: start.elapsed().as_nanos() as f64 / iterations as f64, r0 }
 }
 
-fn c_jit_fn<'a>(program: &BenchProgram) -> Result<Runner<'a>, String> {
-    let vm = c_vm_with_jit(program)?;
+fn c_jit_fn<'a>(program: &BenchProgram, checked: bool) -> Result<Runner<'a>, String> {
+    let vm = c_vm_with_jit(program, checked)?;
     // SAFETY: vm is live and was loaded for the JIT.
     let jit = unsafe { ffi::uebpf_vm_jit_function(vm.ptr()) }.ok_or("no JIT function after a JIT load")?;
     Ok(Box::new(move |packet: &mut [u8], iterations| {
@@ -117,8 +127,8 @@ fn c_jit_fn<'a>(program: &BenchProgram) -> Result<Runner<'a>, String> {
     }))
 }
 
-fn c_api_jit<'a>(program: &BenchProgram) -> Result<Runner<'a>, String> {
-    let vm = c_vm_with_jit(program)?;
+fn c_api_jit<'a>(program: &BenchProgram, checked: bool) -> Result<Runner<'a>, String> {
+    let vm = c_vm_with_jit(program, checked)?;
     Ok(Box::new(move |packet: &mut [u8], iterations| {
         let mut failed = 0;
         // SAFETY: vm is live and loaded; packet is valid for its length.
@@ -233,12 +243,16 @@ pub fn prepare<'a>(engine: &str, program: &'a BenchProgram, loaded: &'a Program)
         })),
         "uebpf-jit" => {
             let jit = JitProgram::compile(loaded).map_err(|e| e.to_string())?;
-            // SAFETY: benchmark programs touch only their packet and stack (checked by the kernel
-            // verifier too when the kernel engine runs).
+            if program.packet.len() < jit.context_needed() {
+                return Err(format!("a packet of {} bytes, checked for {}", program.packet.len(), jit.context_needed()));
+            }
+            // SAFETY: loaded checked where the analysis accepts it (main.rs), within its stack and
+            // a packet as long as the analysis assumed (above); the others the kernel verifier
+            // accepts (the kernel engine), and they touch only their packet and stack.
             Ok(Box::new(move |packet: &mut [u8], iterations| Ok(time_loop(iterations, || unsafe { jit.run(packet) }))))
         }
-        "uebpf-c-api-jit" => c_api_jit(program),
-        "uebpf-c-jit-fn" => c_jit_fn(program),
+        "uebpf-c-api-jit" => c_api_jit(program, loaded.is_checked()),
+        "uebpf-c-jit-fn" => c_jit_fn(program, loaded.is_checked()),
         "rbpf-interpreter" => {
             let vm = rbpf_guard("load", || rbpf::EbpfVmRaw::new(Some(&program.bytecode)))?;
             Ok(Box::new(move |packet: &mut [u8], iterations| {

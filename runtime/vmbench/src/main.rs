@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
-use uebpf_vm::{Environment, Program};
+use uebpf_vm::{ContextSpec, Environment, Program};
 
 use engines::{prepare, Runner, ENGINES};
 use programs::BenchProgram;
@@ -28,13 +28,17 @@ struct Options {
     engines: Option<Vec<String>>,
     seed: u64,
     list: bool,
+    /// How the programs are loaded: "auto" (checked where the analysis accepts them), "checked"
+    /// (a refusal is an error) or "unchecked" (what the analysis would say is not asked).
+    load: String,
 }
 
-const USAGE: &str = "usage: uebpf-vmbench [--runs R] [--iterations N] [--programs a,b,...] [--engines x,y,...] [--seed S] | --list";
+const USAGE: &str =
+    "usage: uebpf-vmbench [--runs R] [--iterations N] [--programs a,b,...] [--engines x,y,...] [--seed S] [--load auto|checked|unchecked] | --list";
 
 fn parse_options() -> Result<Options, lexopt::Error> {
     use lexopt::prelude::*;
-    let mut options = Options { runs: 10, iterations: 10_000, programs: None, engines: None, seed: 1, list: false };
+    let mut options = Options { runs: 10, iterations: 10_000, programs: None, engines: None, seed: 1, list: false, load: "auto".into() };
     let list = |value: std::ffi::OsString| -> Result<Vec<String>, lexopt::Error> {
         Ok(value.string()?.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect())
     };
@@ -47,6 +51,7 @@ fn parse_options() -> Result<Options, lexopt::Error> {
             Long("engines") => options.engines = Some(list(parser.value()?)?),
             Long("seed") => options.seed = parser.value()?.parse()?,
             Long("list") => options.list = true,
+            Long("load") => options.load = parser.value()?.string()?,
             Long("help") | Short('h') => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -114,9 +119,35 @@ fn environment_notes() -> Value {
 /// matrix without running anything.
 fn listing() -> Result<Value, String> {
     let entry = |name: &str, description: &str| json!({"name": name, "description": description});
-    let programs: Vec<Value> = programs::all()?.iter().map(|p| entry(p.name, p.description)).collect();
+    let programs: Vec<Value> = programs::all()?
+        .iter()
+        .map(|p| Ok(json!({"name": p.name, "description": p.description, "load": load(p, "auto")?.1})))
+        .collect::<Result<_, String>>()?;
     let engines: Vec<Value> = ENGINES.iter().map(|(name, description)| entry(name, description)).collect();
     Ok(json!({"programs": programs, "engines": engines}))
+}
+
+/// Loads `p` checked, as every embedder's program is by default: a packet program against its
+/// packet (Program::load), an object's uprobe program as the runtime loads it. A program the
+/// analysis refuses (its loops walked to the complexity limit, where the kernel's verifier prunes)
+/// is loaded unchecked. Returns the program and how it was loaded ("checked", or "unchecked: "
+/// and the analysis' reason).
+fn load(p: &BenchProgram, mode: &str) -> Result<(Program, String), String> {
+    let unchecked = || Program::load_unchecked(&p.bytecode, &Environment::new()).map_err(|e| format!("{}: uebpf rejects it: {e}", p.name));
+    match mode {
+        "auto" | "checked" => {}
+        "unchecked" => return Ok((unchecked()?, "unchecked: as asked (--load unchecked)".into())),
+        other => return Err(format!("unknown --load mode '{other}' (auto, checked, unchecked)")),
+    }
+    let checked = match &p.embedded {
+        Some(e) => Program::load_checked(&p.bytecode, e.instance.environment(), ContextSpec::KPROBE).map(|(l, _)| l),
+        None => Program::load(&p.bytecode, Environment::new().set_context_size(p.packet.len() as u32)),
+    };
+    match checked {
+        Ok(program) => Ok((program, "checked".into())),
+        Err(refused) if mode == "checked" => Err(format!("{}: the safety analysis refuses it: {refused}", p.name)),
+        Err(refused) => Ok((unchecked()?, format!("unchecked: {refused}"))),
+    }
 }
 
 fn run(options: &Options) -> Result<Value, String> {
@@ -127,12 +158,13 @@ fn run(options: &Options) -> Result<Value, String> {
     let chosen_engines = select(&engine_names, &options.engines, "engine")?;
 
     let programs: Vec<&BenchProgram> = all_programs.iter().filter(|p| chosen_programs.contains(&p.name)).collect();
-    let env = Environment::new();
+    let mut load_modes = BTreeMap::new();
     let loaded: Vec<Program> = programs
         .iter()
         .map(|p| {
-            let env = p.embedded.as_ref().map_or(&env, |e| e.instance.environment());
-            Program::load(&p.bytecode, env).map_err(|e| format!("{}: uebpf rejects it: {e}", p.name))
+            let (program, mode) = load(p, &options.load)?;
+            load_modes.insert(p.name, mode);
+            Ok::<_, String>(program)
         })
         .collect::<Result<_, _>>()?;
 
@@ -189,6 +221,7 @@ fn run(options: &Options) -> Result<Value, String> {
             "native": "C twins in runtime/vmbench/csrc/native.c compiled by the cc crate with -O2",
             "program_descriptions": descriptions,
             "program_instructions": instructions,
+            "program_loads": load_modes,
             "engine_descriptions": engine_descriptions,
             "environment": environment_notes(),
         },
@@ -223,7 +256,7 @@ mod tests {
     /// kernel (needs root) and the native twins; rbpf may legitimately decline (it is a peer).
     #[test]
     fn every_program_runs_and_agrees_on_our_engines() {
-        let options = Options { runs: 1, iterations: 3, programs: None, engines: None, seed: 7, list: false };
+        let options = Options { runs: 1, iterations: 3, programs: None, engines: None, seed: 7, list: false, load: "auto".into() };
         let document = run(&options).expect("benchmark runs");
         let unsupported = document["unsupported"].as_array().unwrap();
         // rbpf is a peer that may decline; the kernel cannot test-run the uprobe (embed_*) programs.
@@ -250,7 +283,15 @@ mod tests {
 
     #[test]
     fn unknown_names_are_refused() {
-        let options = Options { runs: 1, iterations: 1, programs: Some(vec!["nope".into()]), engines: None, seed: 1, list: false };
+        let options = Options {
+            runs: 1,
+            iterations: 1,
+            programs: Some(vec!["nope".into()]),
+            engines: None,
+            seed: 1,
+            list: false,
+            load: "auto".into(),
+        };
         let err = run(&options).unwrap_err();
         assert!(err.contains("unknown program `nope`"), "{err}");
     }

@@ -35,12 +35,15 @@ def vmbench() -> Path:
 
 @cache
 def catalogue() -> dict:
-    """{"programs": {name: description}, "engines": {name: description}} as vmbench lists them."""
+    """{"programs": {name: description}, "engines": {name: description}, "loads": {program: how}} as
+    vmbench lists them; how: "checked" (the embedding API's default load, the safety analysis
+    first) or "unchecked: " and why the analysis refuses it."""
     result = run_command([str(vmbench()), "--list"], timeout_s=60)
     if result.returncode != 0:
         raise TracecostError(f"uebpf-vmbench --list failed: {result.stderr.strip()[-200:]}")
     listing = json.loads(result.stdout)
-    return {kind: {entry["name"]: entry["description"] for entry in listing[kind]} for kind in ("programs", "engines")}
+    found = {kind: {entry["name"]: entry["description"] for entry in listing[kind]} for kind in ("programs", "engines")}
+    return {**found, "loads": {entry["name"]: entry["load"] for entry in listing["programs"]}}
 
 
 def check_names(kind: str, names: list[str] | None) -> list[str]:
@@ -146,6 +149,10 @@ class VmSuite(Suite):
             group.key["program"],
             "--engines",
             method.name,
+            # As the listing found (the analysis is asked once, there: refusing the sieve takes
+            # it seconds), a checked program's refusal then failing the run.
+            "--load",
+            "checked" if catalogue()["loads"][group.key["program"]] == "checked" else "unchecked",
         ]
         result = run_command(argv, timeout_s=RUN_TIMEOUT_S)
         if result.returncode != 0:
@@ -198,6 +205,7 @@ class VmSuite(Suite):
             "programs": check_names("programs", config.programs),
             "engines": check_names("engines", config.engines),
             "program_descriptions": catalogue()["programs"],
+            "program_loads": catalogue()["loads"],
             "engine_descriptions": catalogue()["engines"],
             "runs": config.runs,
             "iterations": config.iterations,

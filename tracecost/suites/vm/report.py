@@ -101,7 +101,12 @@ def render(suite: dict, environment: dict) -> Section:
         else [agg["program"], style.label(agg["engine"]), "0", f"not supported: {agg['reason']}", *[""] * 5]
         for agg in in_order(table, programs, engines)
     ]
-    described = [["program", name, text] for name, text in config["program_descriptions"].items() if name in programs]
+    loads = config.get("program_loads", {})
+    described = [
+        ["program", name, ". ".join(part for part in (text.rstrip("."), _loaded(loads.get(name))) if part)]
+        for name, text in config["program_descriptions"].items()
+        if name in programs
+    ]
     described += [
         ["engine", style.label(name), text] for name, text in config["engine_descriptions"].items() if name in engines
     ]
@@ -144,3 +149,13 @@ def headline(suite: dict) -> Headline:
     program = max(both, key=lambda p: fmt.central(ns(p, engines[0])))
     runs = {style.label(engine): ns(program, engine) for engine in engines}
     return Headline(f"{question} ({program})", fmt.answers(runs, unit=" ns"), fmt.verdict(runs, "lower", "faster"))
+
+
+def _loaded(how: str | None) -> str:
+    """How uebpf loaded a program, for its description: checked (the embedding API's default) or
+    not, and why."""
+    if not how:
+        return ""
+    if how == "checked":
+        return "uebpf loads it checked (the safety analysis first, the embedding API's default)"
+    return f"uebpf loads it unchecked, the safety analysis refusing it: {how.removeprefix('unchecked: ')}"

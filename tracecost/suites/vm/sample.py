@@ -50,6 +50,7 @@ def sample(rng: random.Random) -> dict:
         "programs": list(programs),
         "engines": list(engines),
         "program_descriptions": programs,
+        "program_loads": {name: "checked" for name in programs},
         "engine_descriptions": engines,
         "runs": 2,
         "iterations": 100,

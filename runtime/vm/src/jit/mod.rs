@@ -31,17 +31,26 @@ impl fmt::Display for JitError {
 
 impl std::error::Error for JitError {}
 
+/// Why a run with a context of `len` bytes is refused to a program checked for `needed`.
+pub(crate) fn context_too_short(len: usize, needed: usize) -> String {
+    format!("a context of {len} bytes is shorter than the {needed} the program was checked for (its declared context size)")
+}
+
 /// A program compiled to native code. It owns its code; helper addresses are embedded in it.
 pub struct JitProgram {
     code: ExecutableCode,
     keeps_vectors: bool,
+    /// The program passed the safety analysis (`Program::load`, `load_checked`).
+    checked: bool,
+    /// Bytes of context every run must pass (`Program::context_needed`).
+    context_needed: usize,
 }
 
 impl JitProgram {
     pub fn compile(program: &Program) -> Result<JitProgram, JitError> {
         let emitted = layout::compile(program).map_err(|e| JitError::Assembler(e.to_string()))?;
         let code = ExecutableCode::new(&emitted.code).map_err(JitError::Memory)?;
-        Ok(JitProgram { code, keeps_vectors: emitted.keeps_vectors })
+        Ok(JitProgram { code, keeps_vectors: emitted.keeps_vectors, checked: program.checked, context_needed: program.context_needed() })
     }
 
     /// Whether the code leaves the vector registers (xmm0-15, ymm0-15) as it found them: it
@@ -58,12 +67,33 @@ impl JitProgram {
         unsafe { std::mem::transmute::<*const u8, JitFunction>(self.code.bytes().as_ptr()) }
     }
 
+    /// Runs a program `Program::load` checked with `ctx` as its context (r1 = address, r2 =
+    /// length): safe, since the analysis proved every access within the stack and the context,
+    /// whose length is checked here. Refused for a program loaded unchecked (use `run`).
+    pub fn run_checked(&self, ctx: &mut [u8]) -> Result<u64, String> {
+        if !self.checked {
+            return Err("the program was loaded without the safety analysis (load_unchecked): run it with `run`".into());
+        }
+        if ctx.len() < self.context_needed {
+            return Err(context_too_short(ctx.len(), self.context_needed));
+        }
+        // SAFETY: checked at load, and the context is as long as the analysis assumed.
+        Ok(unsafe { (self.function())(ctx.as_mut_ptr(), ctx.len() as u64) })
+    }
+
+    /// Bytes of context every run must pass (`Program::context_needed`).
+    pub fn context_needed(&self) -> usize {
+        self.context_needed
+    }
+
     /// Runs the compiled program with `ctx` as its context (r1 = address, r2 = length).
     ///
     /// # Safety
-    /// The JIT does not check memory accesses: it relies on the load-time checks, which bound
-    /// frame-pointer accesses only. The program must be trusted to access nothing but its
-    /// context, its stack and the memory its environment allows (see the runtime README).
+    /// The JIT does not check memory accesses. For a program loaded checked, `ctx` must be at
+    /// least `context_needed` bytes (`run_checked` checks it); for one loaded unchecked, whose
+    /// load-time checks bound frame-pointer accesses only, the program must be trusted to access
+    /// nothing but its context, its stack and the memory its environment allows (see the runtime
+    /// README).
     pub unsafe fn run(&self, ctx: &mut [u8]) -> u64 {
         (self.function())(ctx.as_mut_ptr(), ctx.len() as u64)
     }

@@ -40,6 +40,9 @@ const MAX_VAR_OFF: i64 = 1 << 29;
 /// States per instruction compared one by one with a new one for "covers" (the latest; every
 /// state is kept for exact matches).
 const STATES_PER_INSN: usize = 16;
+/// The reference id of the embedding API's context memory (`ContextSpec::memory`): no reference a
+/// helper hands out has it (`new_id` starts above), so it can never be released.
+const CONTEXT_MEMORY: u32 = 0;
 /// BPF_MAP_TYPE_ARRAY: the only map type with direct value addresses (`lddw` of a map value).
 const MAP_TYPE_ARRAY: u32 = 2;
 
@@ -51,19 +54,32 @@ pub struct ContextSpec {
     /// Readable bytes: [start, end), at offsets multiple of the access size.
     pub start: u32,
     pub end: u32,
+    /// The embedding API's context (`ContextSpec::memory`): plain memory of `end` bytes that the
+    /// program may read, write and walk with pointer arithmetic (r2 holds its length at run time),
+    /// and helpers that are the embedder's own, whose prototypes the analysis does not know.
+    pub memory: bool,
 }
 
 impl ContextSpec {
     /// kprobe / uprobe: `struct pt_regs` (168 bytes on x86-64), read-only.
-    pub const KPROBE: ContextSpec = ContextSpec { name: "kprobe", start: 0, end: 168 };
+    pub const KPROBE: ContextSpec = ContextSpec { name: "kprobe", start: 0, end: 168, memory: false };
     /// tracepoint: the event record past its 8 bytes of common fields, read-only, up to
     /// PERF_MAX_TRACE_SIZE (8192 since Linux 6.7); the record's real size is checked when the
     /// program is attached.
-    pub const TRACEPOINT: ContextSpec = ContextSpec { name: "tracepoint", start: 8, end: 8192 };
+    pub const TRACEPOINT: ContextSpec = ContextSpec { name: "tracepoint", start: 8, end: 8192, memory: false };
     /// raw tracepoint: up to 12 u64 arguments, read-only.
-    pub const RAW_TRACEPOINT: ContextSpec = ContextSpec { name: "raw_tracepoint", start: 0, end: 96 };
+    pub const RAW_TRACEPOINT: ContextSpec = ContextSpec { name: "raw_tracepoint", start: 0, end: 96, memory: false };
     /// socket filter: `struct __sk_buff`'s plain fields, read-only.
-    pub const SOCKET_FILTER: ContextSpec = ContextSpec { name: "socket_filter", start: 0, end: 192 };
+    pub const SOCKET_FILTER: ContextSpec = ContextSpec { name: "socket_filter", start: 0, end: 192, memory: false };
+
+    /// The embedding API's context (`Program::load`, `uebpf_vm_load`): `bytes` of memory at r1,
+    /// readable and writable, its length in r2 (at least `bytes` at every run: checked there).
+    /// Helpers are the embedder's: they get numbers and pointers into this memory, nothing else,
+    /// since a helper writing into the stack or a map value could change what the analysis
+    /// proved about them.
+    pub const fn memory(bytes: u32) -> ContextSpec {
+        ContextSpec { name: "memory", start: 0, end: bytes, memory: true }
+    }
 
     /// The context of kernel program type `prog_type`, if uebpf runs that type.
     pub fn of_program_type(prog_type: u32) -> Option<ContextSpec> {
@@ -387,7 +403,12 @@ pub(crate) fn analyse(insns: &[Insn], env: &Environment, ctx: ContextSpec) -> Re
 impl Verifier<'_> {
     fn run(&mut self) -> Result<(), LoadError> {
         let mut entry = State { frames: vec![Frame::new(0, None)], refs: Vec::new() };
-        entry.set(1, Reg::pointer(Type::Ctx, 0));
+        if self.ctx.memory {
+            entry.set(1, Reg::pointer(Type::Mem { size: self.ctx.end, id: CONTEXT_MEMORY }, 0));
+            entry.set(2, Reg::unknown());
+        } else {
+            entry.set(1, Reg::pointer(Type::Ctx, 0));
+        }
         entry.set(FRAME_POINTER, Reg::pointer(Type::Stack { frame: 0 }, 0));
         self.nodes.push(Node { parent: None, branches: 1 });
         // Paths waiting to be followed: (instruction, state, node of the state they branched from).
@@ -901,7 +922,14 @@ impl Verifier<'_> {
                     .flatten();
                 Ok(constant.map_or_else(|| loaded(size), |value| Reg::scalar(Scalar::constant(value))))
             }
-            Type::Mem { size: mem_size, .. } => {
+            Type::Mem { size: mem_size, id } => {
+                if (lo < 0 || hi > i64::from(mem_size)) && id == CONTEXT_MEMORY {
+                    return Err(format!(
+                        "invalid access to the context, {mem_size} bytes declared (Environment::set_context_size, \
+                         uebpf_vm_set_context_size) off={lo} size={}",
+                        hi - lo
+                    ));
+                }
                 if lo < 0 || hi > i64::from(mem_size) {
                     return Err(format!("invalid access to memory, mem_size={mem_size} off={lo} size={}", hi - lo));
                 }
@@ -1216,6 +1244,13 @@ impl Verifier<'_> {
         if dst.ty.is_pointer() || src.ty.is_pointer() {
             return Ok(both(state));
         }
+        // Two known values compared in 32 bits: one way only, whatever their upper halves (as the
+        // kernel's is_branch_taken on the subregisters, here for constants). Else the corpus program
+        // of 110 such compares (conformance.rs) followed both ways of each, to the complexity limit.
+        if let (false, Some(a), Some(b)) = (wide, dst.var.value(), src.var.value()) {
+            let taken = crate::interp::jump32_taken(op, a as u32, b as u32);
+            return Ok(Next::Continue(if taken { target } else { index + 1 }));
+        }
         // A 32-bit comparison is a 64-bit one when both values fit (signed: in 31 bits).
         let fits = |s: &Scalar| {
             if matches!(op, JMP_JSGT | JMP_JSGE | JMP_JSLT | JMP_JSLE) {
@@ -1319,6 +1354,9 @@ impl Verifier<'_> {
     fn helper_call(&mut self, id: u32, state: &mut State) -> Check<()> {
         if self.env.helper(id).is_none() {
             return Err(format!("call to unknown helper id {id}")); // UnknownHelper (`fail`)
+        }
+        if self.ctx.memory {
+            return embedder_helper_call(id, state);
         }
         let Some(proto) = helpers::proto(id) else {
             return Err(format!("helper #{id} is not modeled by uebpf's safety analysis"));
@@ -1535,6 +1573,31 @@ fn liveness(insns: &[Insn]) -> Vec<u16> {
         }
     }
     live
+}
+
+/// A call of a helper the embedder registered (`ContextSpec::memory`): its prototype is unknown,
+/// so it may get numbers, uninitialised registers (a helper of fewer than five arguments) and
+/// pointers into the context memory, whose contents the analysis does not track; a pointer to the
+/// stack, a map value or anything else is refused, since the helper could write there behind the
+/// analysis' back (a spilled pointer overwritten, then dereferenced). It returns a number.
+fn embedder_helper_call(id: u32, state: &mut State) -> Check<()> {
+    for r in 1..=5u8 {
+        let reg = state.reg(r);
+        match reg.ty {
+            Type::Uninit | Type::Scalar | Type::Mem { id: CONTEXT_MEMORY, .. } => {}
+            other => {
+                return Err(format!(
+                    "R{r} passes a {} pointer to helper #{id}, whose prototype the analysis does not know: \
+                     an embedder's helper gets numbers and context pointers only (load_unchecked for more)",
+                    other.name()
+                ))
+            }
+        }
+    }
+    let frame = state.frame();
+    frame.regs[1..=5].fill(Reg::UNINIT);
+    frame.regs[0] = Reg::unknown();
+    Ok(())
 }
 
 #[cfg(test)]
