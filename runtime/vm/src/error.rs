@@ -187,7 +187,7 @@ impl fmt::Display for RunErrorKind {
             RunErrorKind::BudgetExhausted { budget } => {
                 write!(f, "instruction budget of {budget} exhausted")
             }
-            RunErrorKind::ContextTooShort { len, needed } => f.write_str(&crate::jit::context_too_short(*len, *needed)),
+            RunErrorKind::ContextTooShort { len, needed } => f.write_str(&context_too_short(*len, *needed)),
         }
     }
 }
@@ -207,3 +207,8 @@ impl fmt::Display for RunError {
 }
 
 impl std::error::Error for RunError {}
+
+/// Why a run with a context of `len` bytes is refused to a program checked for `needed`.
+pub(crate) fn context_too_short(len: usize, needed: usize) -> String {
+    format!("a context of {len} bytes is shorter than the {needed} the program was checked for (its declared context size)")
+}

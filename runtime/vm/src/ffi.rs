@@ -161,7 +161,7 @@ pub unsafe extern "C" fn uebpf_vm_run(vm: *mut UebpfVm, ctx: *mut c_void, ctx_le
         Some(Loaded::Interpreter(program)) => program.context_needed(),
     };
     if ctx_len < needed || (ctx.is_null() && needed > 0) {
-        return vm.fail(crate::jit::context_too_short(if ctx.is_null() { 0 } else { ctx_len }, needed));
+        return vm.fail(crate::error::context_too_short(if ctx.is_null() { 0 } else { ctx_len }, needed));
     }
     let r0 = match &vm.loaded {
         None => return vm.fail("no program loaded"),

@@ -231,3 +231,36 @@ pub fn encode_all(insns: &[Insn]) -> Vec<u8> {
 pub(crate) fn lddw_value(insns: &[Insn], index: usize) -> u64 {
     u64::from(insns[index].imm as u32) | (u64::from(insns[index + 1].imm as u32) << 32)
 }
+
+/// How a conditional jump compares its operands, in 64 bits (`$signed` i64) or 32 (i32).
+macro_rules! condition {
+    ($op:expr, $dst:expr, $src:expr, $signed:ty) => {
+        match $op {
+            JMP_JEQ => $dst == $src,
+            JMP_JNE => $dst != $src,
+            JMP_JGT => $dst > $src,
+            JMP_JGE => $dst >= $src,
+            JMP_JLT => $dst < $src,
+            JMP_JLE => $dst <= $src,
+            JMP_JSET => $dst & $src != 0,
+            JMP_JSGT => ($dst as $signed) > ($src as $signed),
+            JMP_JSGE => ($dst as $signed) >= ($src as $signed),
+            JMP_JSLT => ($dst as $signed) < ($src as $signed),
+            JMP_JSLE => ($dst as $signed) <= ($src as $signed),
+            _ => unreachable!("load-time checks admit only known jump operations"),
+        }
+    };
+}
+
+/// Whether a 64-bit conditional jump (`op`, a JMP_* operation) is taken with these operands.
+#[inline]
+pub(crate) fn jump_taken(op: u8, dst: u64, src: u64) -> bool {
+    condition!(op, dst, src, i64)
+}
+
+/// Whether a 32-bit conditional jump is taken: as the interpreter decides it, and the safety
+/// analysis where both values are known.
+#[inline]
+pub(crate) fn jump32_taken(op: u8, dst: u32, src: u32) -> bool {
+    condition!(op, dst, src, i32)
+}

@@ -101,31 +101,6 @@ fn byte_swap(value: u64, width: i32, to_big_endian: bool) -> u64 {
     }
 }
 
-macro_rules! condition {
-    ($op:expr, $dst:expr, $src:expr, $signed:ty) => {
-        match $op {
-            JMP_JEQ => $dst == $src,
-            JMP_JNE => $dst != $src,
-            JMP_JGT => $dst > $src,
-            JMP_JGE => $dst >= $src,
-            JMP_JLT => $dst < $src,
-            JMP_JLE => $dst <= $src,
-            JMP_JSET => $dst & $src != 0,
-            JMP_JSGT => ($dst as $signed) > ($src as $signed),
-            JMP_JSGE => ($dst as $signed) >= ($src as $signed),
-            JMP_JSLT => ($dst as $signed) < ($src as $signed),
-            JMP_JSLE => ($dst as $signed) <= ($src as $signed),
-            _ => unreachable!("load-time checks admit only known jump operations"),
-        }
-    };
-}
-
-/// Whether a 32-bit conditional jump (`op`) is taken with these operands: as the interpreter
-/// decides it, for the safety analysis to decide it alike where both values are known.
-pub(crate) fn jump32_taken(op: u8, dst: u32, src: u32) -> bool {
-    condition!(op, dst, src, i32)
-}
-
 /// # Safety
 /// `addr` must be valid for `size` bytes (the caller checked it against the access rules).
 unsafe fn load(addr: u64, size: u8) -> u64 {
@@ -292,10 +267,10 @@ impl Program {
                     op => {
                         let taken = if insn.class() == CLASS_JMP {
                             let operand = if insn.uses_src_reg() { reg[src] } else { insn.imm as i64 as u64 };
-                            condition!(op, reg[dst], operand, i64)
+                            jump_taken(op, reg[dst], operand)
                         } else {
                             let operand = if insn.uses_src_reg() { reg[src] as u32 } else { insn.imm as u32 };
-                            condition!(op, reg[dst] as u32, operand, i32)
+                            jump32_taken(op, reg[dst] as u32, operand)
                         };
                         if taken {
                             pc = (pc as i64 + i64::from(insn.off)) as usize;

@@ -31,11 +31,6 @@ impl fmt::Display for JitError {
 
 impl std::error::Error for JitError {}
 
-/// Why a run with a context of `len` bytes is refused to a program checked for `needed`.
-pub(crate) fn context_too_short(len: usize, needed: usize) -> String {
-    format!("a context of {len} bytes is shorter than the {needed} the program was checked for (its declared context size)")
-}
-
 /// A program compiled to native code. It owns its code; helper addresses are embedded in it.
 pub struct JitProgram {
     code: ExecutableCode,
@@ -75,7 +70,7 @@ impl JitProgram {
             return Err("the program was loaded without the safety analysis (load_unchecked): run it with `run`".into());
         }
         if ctx.len() < self.context_needed {
-            return Err(context_too_short(ctx.len(), self.context_needed));
+            return Err(crate::error::context_too_short(ctx.len(), self.context_needed));
         }
         // SAFETY: checked at load, and the context is as long as the analysis assumed.
         Ok(unsafe { (self.function())(ctx.as_mut_ptr(), ctx.len() as u64) })

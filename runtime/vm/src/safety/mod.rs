@@ -1248,7 +1248,7 @@ impl Verifier<'_> {
         // kernel's is_branch_taken on the subregisters, here for constants). Else the corpus program
         // of 110 such compares (conformance.rs) followed both ways of each, to the complexity limit.
         if let (false, Some(a), Some(b)) = (wide, dst.var.value(), src.var.value()) {
-            let taken = crate::interp::jump32_taken(op, a as u32, b as u32);
+            let taken = crate::insn::jump32_taken(op, a as u32, b as u32);
             return Ok(Next::Continue(if taken { target } else { index + 1 }));
         }
         // A 32-bit comparison is a 64-bit one when both values fit (signed: in 31 bits).
