@@ -21,7 +21,7 @@ SKEL := $(BUILD)/skel
 SETUP_STAMP := $(VENV)/.setup-stamp
 PLOTLY_JS := $(BUILD)/vendor/plotly-basic.min.js
 
-.PHONY: all setup build run test clean lint lint-python
+.PHONY: all setup build run test test-unit clean lint lint-python
 # BPF objects and skeletons are products too (uebpf loads the .bpf.o files): keep them.
 .SECONDARY:
 all: build
@@ -49,6 +49,11 @@ run: build
 
 test: build lint runtime-test
 	$(VENV)/bin/pytest -q tests
+
+# The unit tests alone, as the README promises them: nothing built (CI runs this first, on a
+# clean clone, before `make test` builds).
+test-unit: setup
+	$(VENV)/bin/pytest -q tests/unit
 
 lint: lint-rust lint-python
 

@@ -6,13 +6,12 @@ from tracecost.errors import TracecostError
 from tracecost.suites.duration.tracers.base import Baseline, Method
 from tracecost.suites.duration.tracers.ebpf import WAKEUPS, Ebpf, EbpfTimer, Functrace, Uebpf, UebpfLive
 from tracecost.suites.duration.tracers.lttng import Lttng
-from tracecost.workload import traced_library
 
 TRACERS = {"lttng": Lttng, "ebpf": Ebpf, "ebpf-timer": EbpfTimer, "uebpf": Uebpf, "uebpf-live": UebpfLive}
 
 
 def baseline() -> Baseline:
-    return Baseline(binary=traced_library())
+    return Baseline()
 
 
 def make_method(name: str, wakeup: str = WAKEUPS[0]) -> Method:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tracecost import methods
+from tracecost.workload import traced_library
 
 __all__ = ["Event", "ProcessCost", "Capture", "TracedRun", "Method", "Baseline"]
 
@@ -85,6 +86,11 @@ class Method(methods.Method[AppPid, TracedRun]):
 
 class Baseline(methods.Baseline[AppPid, TracedRun], Method):
     """No tracer: but first prove that nothing is attached to the traced library."""
+
+    def untouched_for(self, target: AppPid) -> dict:
+        # Found when a run starts, not when the method is made: a suite's methods are also made
+        # where nothing is built (its listing, its sample for the unit tests).
+        return {"binary": traced_library()}
 
     def nothing(self) -> TracedRun:
         return TracedRun()
