@@ -21,7 +21,7 @@ SKEL := $(BUILD)/skel
 SETUP_STAMP := $(VENV)/.setup-stamp
 PLOTLY_JS := $(BUILD)/vendor/plotly-basic.min.js
 
-.PHONY: all setup build run test test-unit clean lint lint-python
+.PHONY: all setup build run test test-unit docs clean lint lint-python
 # BPF objects and skeletons are products too (uebpf loads the .bpf.o files): keep them.
 .SECONDARY:
 all: build
@@ -49,6 +49,10 @@ run: build
 
 test: build lint runtime-test
 	$(VENV)/bin/pytest -q tests
+
+# docs/cli.md from the CLI's own definitions (tests/unit/test_clidoc.py checks it is current).
+docs: setup
+	$(VENV)/bin/python -m tracecost.clidoc > docs/cli.md
 
 # The unit tests alone, as the README promises them: nothing built (CI runs this first, on a
 # clean clone, before `make test` builds).

@@ -256,6 +256,9 @@ class Suite(ABC):
     help: str
     # What --list lists (e.g. "scenarios"), and -r/--runs' default for the suite's own command.
     listing_noun: str = "methods"
+    # Whether --list asks the build (a benchmark binary lists what it has): docs/cli.md then says so
+    # rather than reproduce it (tracecost/clidoc.py).
+    listing_from_build: bool = False
     default_runs: int = 10
     # Whether repetition 0 is a discarded warm-up. Every suite that times something has one; a suite
     # whose result is what the methods print (compat) has nothing to warm up: every run counts.

@@ -91,6 +91,7 @@ class VmSuite(Suite):
     title = "eBPF execution engines"
     help = "eBPF execution engines (the methods): uebpf interpreter and JIT, rbpf, the kernel JIT, native C."
     listing_noun = "programs and engines"
+    listing_from_build = True  # uebpf-vmbench --list
     default_runs = 10
     baseline = None  # every engine is compared with the kernel JIT, but none is required
     cell_key = ("program", "method")  # the method: the engine
