@@ -16,7 +16,14 @@ PROG = "tracecost"
 
 
 def _help(command: click.Command, name: str, parent: click.Context) -> str:
-    context = click.Context(command, info_name=name, parent=parent, terminal_width=WIDTH, max_content_width=WIDTH)
+    context = click.Context(
+        command,
+        info_name=name,
+        parent=parent,
+        terminal_width=WIDTH,
+        max_content_width=WIDTH,
+        **command.context_settings,
+    )
     return command.get_help(context)
 
 
@@ -32,7 +39,7 @@ def markdown() -> str:
     """The whole reference."""
     from tracecost.cli import cli  # the CLI imports everything; this module is imported by tests
 
-    root = click.Context(cli, info_name=PROG, terminal_width=WIDTH, max_content_width=WIDTH)
+    root = click.Context(cli, info_name=PROG, terminal_width=WIDTH, max_content_width=WIDTH, **cli.context_settings)
     parts = [
         "# The tracecost command line\n",
         "Generated from the CLI's own definitions by `make docs` (tracecost/clidoc.py); "
