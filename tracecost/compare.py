@@ -47,6 +47,8 @@ class Row:
     a: dict | None = None  # stats.summarize of A's values
     b: dict | None = None
     change_pct: dict | None = None  # stats.difference, in percent of A's mean
+    # For a change not resolved: the runs a side that would resolve it (runs_to_resolve).
+    settle: str | None = None
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,23 @@ def _row(key: tuple, metric: Metric, runs_a: list[dict], runs_b: list[dict], thr
         verdict = UNCHANGED
     else:
         verdict = FASTER if metric.improved(change["value"]) else SLOWER
-    return Row(key, metric, verdict, a, b, change)
+    settle = runs_to_resolve(change, min(len(old), len(new))) if verdict == UNCHANGED else None
+    return Row(key, metric, verdict, a, b, change, settle)
+
+
+def runs_to_resolve(change: dict, n: int) -> str | None:
+    """ "about n = 14 a side would resolve a 5% change": the runs a side at which the CI of the change,
+    the runs' spread unchanged, would exclude 0 for the change seen, or for 5% where it is smaller
+    (stats.runs_to_separate; Welch's df taken as for equal sizes and spreads, 2n - 2)."""
+    if change["ci95_low"] is None or change["value"] is None:
+        return None
+    seen, floor = abs(change["value"]), 100 * stats.RESOLVABLE_FRACTION
+    what = f"the {seen:.1f}% change seen" if seen >= floor else f"a {floor:g}% change"
+    half = (change["ci95_high"] - change["ci95_low"]) / 2
+    needed = stats.runs_to_separate([half], n, max(seen, floor), df_of=lambda m: 2 * m - 2)
+    if needed is None:
+        return f"more than {stats.MOST_RUNS:,} runs a side to resolve {what}"
+    return f"about n = {needed} a side would resolve {what}"
 
 
 def _change_text(change: dict | None) -> str:
@@ -158,7 +176,7 @@ def _cells_text(row: Row) -> list[str]:
         fmt.with_ci(row.b, key="mean", digits=digits),
         f"{row.a['n']}/{row.b['n']}",
         _change_text(row.change_pct),
-        row.verdict,
+        f"{row.verdict}; {row.settle}" if row.settle else row.verdict,
     ]
 
 
@@ -170,7 +188,9 @@ def note(comparison: Comparison) -> str:
         "(mean B − mean A) / mean A in %, with the 95% CI of the difference of means from Welch's t "
         f"(divided by A's mean). A verdict needs that CI to exclude 0{threshold}; fewer than 2 runs a side: "
         "no CI, no verdict. Each verdict is its own 5% test: among 20 unchanged cells, about 1 may be called "
-        "faster or slower by chance."
+        "faster or slower by chance. Where no change is resolved, the runs a side that would resolve the change "
+        "seen (or 5%, if it is smaller), the runs' spread unchanged (docs/methodology.md, \"Runs that would "
+        'decide").'
     )
 
 

@@ -121,6 +121,36 @@ def difference(treated: Sequence[float], control: Sequence[float], divisor: floa
     }
 
 
+# The difference a verdict that cannot decide names the runs for, where the observed one is smaller:
+# 5% of the larger figure (docs/methodology.md, "Runs that would decide").
+RESOLVABLE_FRACTION = 0.05
+# Beyond this many runs per cell, the estimate is "more than" it.
+MOST_RUNS = 10_000
+
+
+def runs_to_separate(halves: Sequence[float], n: int, difference: float, df_of=lambda m: m - 1) -> int | None:
+    """The fewest runs per cell m >= n at which 95% CIs whose half-widths are `halves` at n runs would
+    total less than `difference`: each half-width scales as t(df_of(m)) / sqrt(m), the spread of
+    the runs staying what it was (for two CIs apart, `halves` holds both; for the CI of a
+    difference, its one half-width and the difference's own df). None beyond MOST_RUNS, or where
+    nothing is to resolve (no difference, no spread, fewer than 2 runs)."""
+    if n < 2 or difference <= 0 or not all(h is not None and math.isfinite(h) for h in halves):
+        return None
+    spread = sum(halves) / _t_quantile(df_of(n)) * math.sqrt(n)  # the half-widths' sum at t = 1, n = 1
+    if spread <= 0:
+        return None
+    low, high = n - 1, MOST_RUNS + 1
+    if _t_quantile(df_of(high)) * spread / math.sqrt(high) >= difference:
+        return None
+    while high - low > 1:  # the width falls as m grows: bisect
+        middle = (low + high) // 2
+        if _t_quantile(df_of(middle)) * spread / math.sqrt(middle) < difference:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
 def excludes_zero(estimate: dict) -> bool:
     """Whether an estimate's 95% CI lies wholly on one side of 0: for a `difference`, Welch's t-test
     rejecting equal means at the 5% level. False when the CI is undefined (fewer than 2 values a side)."""

@@ -388,3 +388,17 @@ def test_export_bad_inputs(tracecost, sample_files, tmp_path):
     assert_one_line_error(tracecost("export", good, "--format", "csv", "-o", "/proc/x"), 2, "-o")
     assert_one_line_error(tracecost("export", str(tmp_path / "none"), "--format", "csv"), 1, "no results file")
     assert not Path("/proc/x").exists()
+
+
+def test_a_change_not_resolved_says_how_many_runs_a_side_would_resolve_it():
+    a, b = (
+        measured("micro", steady(100, n=4, noise=0.2), seed=1),
+        measured("micro", steady(100, n=4, noise=0.2), seed=2),
+    )
+    rows = [row for row in compare.compare(a, b).suites["micro"] if row.verdict == compare.UNCHANGED]
+    assert rows and all(row.settle and "a side would resolve" in row.settle for row in rows)
+    shown = next(cells for _, _, table in compare.tables(compare.compare(a, b)) for cells in table)
+    assert "a side would resolve" in shown[-1]
+    # A change that is resolved needs no such line.
+    c = measured("micro", steady(200, n=4), seed=3)
+    assert all(row.settle is None for row in compare.compare(a, c).suites["micro"] if row.verdict != compare.UNCHANGED)

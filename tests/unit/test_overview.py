@@ -8,6 +8,7 @@ from html.parser import HTMLParser
 
 import pytest
 
+from tracecost import stats
 from tracecost.report import fmt
 from tracecost.report import render as report_render
 from tracecost.report.model import NOT_MEASURED, Headline
@@ -72,6 +73,24 @@ def test_the_answer_gives_each_figure_with_its_ci():
 )
 def test_the_verdict_names_the_best_only_where_the_cis_allow(named, better, verdict):
     assert fmt.verdict(named, better, "cheaper" if better == "lower" else "faster").startswith(verdict)
+
+
+def test_a_verdict_that_cannot_decide_says_how_many_runs_would():
+    a, b = stats.summarize([100, 110, 95, 105]), stats.summarize([104, 112, 100, 111])
+    said = fmt.verdict({"a": a, "b": b}, "lower", "cheaper")
+    assert (
+        said
+        == "no significant difference; not separable at n = 4; about n = 23 per cell would separate a 5% difference"
+    )
+    # Estimates without their runs (a difference, a ratio) take the suite's, where given.
+    wide = {
+        "x": {"value": 11.0, "ci95_low": 5.3, "ci95_high": 16.7},
+        "y": {"value": 6.8, "ci95_low": -2.5, "ci95_high": 16.1},
+    }
+    assert fmt.verdict(wide, "lower", "cheaper") == "no significant difference"
+    assert fmt.verdict(wide, "lower", "cheaper", runs=5).endswith(
+        "about n = 35 per cell would separate the 38% difference seen"
+    )
 
 
 # --- the page ---------------------------------------------------------------------------------------------

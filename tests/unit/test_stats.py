@@ -110,3 +110,29 @@ def test_quantile_ci_covers_the_true_quantile_at_least_95_percent_of_the_time(q)
         e["ci95_low"] <= truth <= e["ci95_high"] for e in (quantile(rng.exponential(size=60), q) for _ in range(trials))
     )
     assert covered / trials >= 0.94  # >= 95% by construction; 1 point of slack for 2000 trials
+
+
+@pytest.mark.parametrize("spread", [1.0, 5.0, 20.0])
+def test_runs_to_separate_is_the_first_run_count_whose_cis_no_longer_overlap(spread):
+    from tracecost.stats import _t_quantile, runs_to_separate
+
+    rng = np.random.default_rng(7)
+    a, b = summarize(rng.normal(100, spread, 4)), summarize(rng.normal(104, spread, 4))
+    halves = [(s["ci95_high"] - s["ci95_low"]) / 2 for s in (a, b)]
+    target = 4.0
+    m = runs_to_separate(halves, 4, target)
+    assert m is not None and m >= 4
+
+    def width(runs: int) -> float:  # the two half-widths at `runs`, the spread of the 4 runs kept
+        return sum(h * math.sqrt(4) / _t_quantile(3) * _t_quantile(runs - 1) / math.sqrt(runs) for h in halves)
+
+    assert width(m) < target and (m == 4 or target <= width(m - 1))
+
+
+def test_runs_to_separate_says_none_where_nothing_can_be_resolved():
+    from tracecost.stats import MOST_RUNS, runs_to_separate
+
+    assert runs_to_separate([1.0, 1.0], 4, 0.0) is None  # no difference to resolve
+    assert runs_to_separate([1.0, 1.0], 1, 1.0) is None  # no spread known from one run
+    assert runs_to_separate([1e6, 1e6], 4, 1.0) is None  # beyond MOST_RUNS
+    assert runs_to_separate([1.0, 1.0], 4, 10.0) == 4 and MOST_RUNS == 10_000  # apart already

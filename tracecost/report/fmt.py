@@ -4,6 +4,7 @@ Markdown tables (compare and export)."""
 
 from __future__ import annotations
 
+from tracecost import stats
 from tracecost.report.model import NOT_MEASURED
 
 
@@ -53,13 +54,14 @@ def times(factor: float) -> str:
     return f"{factor:,.0f}×" if factor >= 10 else f"{factor:.1f}×"
 
 
-def verdict(named: dict[str, dict], better: str, word: str) -> str:
+def verdict(named: dict[str, dict], better: str, word: str, runs: int | None = None) -> str:
     """What the 95% CIs of named estimates or summaries allow one to say, `better` being "lower" or
     "higher": "uebpf 40× cheaper than Kernel eBPF" (word "cheaper") where the best one's CI is clear
     of every other's; "no significant difference" (of two; of more, "none significantly cheaper")
     where it overlaps one; "only uebpf measured" with one defined, NOT_MEASURED with none. Separate
     CIs that do not overlap: a stricter test than the CI of the difference, which a results file does
-    not always hold."""
+    not always hold. Where they overlap, it adds how many runs per cell would separate the best two
+    (runs_to_settle), `runs` being the runs behind each estimate where it does not say (its "n")."""
     measured = {name: estimate for name, estimate in named.items() if central(estimate) is not None}
     if len(measured) < 2:
         return f"only {next(iter(measured))} measured" if measured else NOT_MEASURED
@@ -72,11 +74,40 @@ def verdict(named: dict[str, dict], better: str, word: str) -> str:
         first["ci95_high"] < other["ci95_low"] if lower else first["ci95_low"] > other["ci95_high"]
         for _, other in ranked[1:]
     ):
-        return "no significant difference" if len(ranked) == 2 else f"none significantly {word}"
+        undecided = "no significant difference" if len(ranked) == 2 else f"none significantly {word}"
+        return undecided + runs_to_settle(first, second, runs)
     small, large = sorted((central(first), central(second)))
     # A factor of a figure at or below 0 (a cost within the noise of none) would mean nothing.
     factor = f"{times(large / small)} " if small > 0 else ""
     return f"{best} {factor}{word} than {runner_up}"
+
+
+def fewest_runs(cells: dict) -> int:
+    """The fewest runs behind any cell of a suite's aggregates (by_cell's table): what its verdict's
+    estimates stand on, where they do not say (a difference or a ratio has no "n")."""
+    return min((cell.get("n") or 0 for cell in cells.values()), default=0)
+
+
+def runs_to_settle(first: dict, second: dict, runs: int | None = None) -> str:
+    """ "; not separable at n = 5; about n = 23 per cell would separate the 12% difference seen":
+    the runs per cell at which the two 95% CIs, their spread unchanged, would no longer overlap
+    (stats.runs_to_separate), for the difference observed, or for 5% of the larger figure where the
+    observed one is smaller. "" where it cannot be said (runs unknown, a CI missing)."""
+    n = min((estimate.get("n") or runs or 0) for estimate in (first, second))
+    halves = [(estimate["ci95_high"] - estimate["ci95_low"]) / 2 for estimate in (first, second)]
+    a, b = central(first), central(second)
+    if n < 2 or a is None or b is None:
+        return ""
+    seen, scale = abs(a - b), max(abs(a), abs(b))
+    floor = stats.RESOLVABLE_FRACTION * scale
+    target = max(seen, floor)
+    what = (
+        f"the {seen / scale:.0%} difference seen" if seen >= floor else f"a {stats.RESOLVABLE_FRACTION:.0%} difference"
+    )
+    needed = stats.runs_to_separate(halves, n, target)
+    if needed is None:
+        return f"; not separable at n = {n}, nor at {stats.MOST_RUNS:,} runs per cell for {what}" if target > 0 else ""
+    return f"; not separable at n = {n}; about n = {needed} per cell would separate {what}"
 
 
 def count(value) -> str:

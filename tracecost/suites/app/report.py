@@ -277,4 +277,5 @@ def headline(suite: dict) -> Headline:
     command = shlex.join(suite["config"]["command"])
     cells = by_cell(suite["aggregates"], "command", "method")
     costs = {style.label(m): (cells.get((command, m)) or {}).get("ns_per_hit") or {} for m in TRACED}
-    return Headline(QUESTION, fmt.answers(costs, unit=" ns"), fmt.verdict(costs, "lower", "cheaper"))
+    runs = fmt.fewest_runs(cells)
+    return Headline(QUESTION, fmt.answers(costs, unit=" ns"), fmt.verdict(costs, "lower", "cheaper", runs=runs))

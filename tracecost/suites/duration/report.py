@@ -474,5 +474,5 @@ def headline(suite: dict) -> Headline:
     return Headline(
         f"{QUESTION} ({shortest['name']})",
         fmt.answers(added, digits=0, unit=" ns"),
-        fmt.verdict(added, "lower", "cheaper"),
+        fmt.verdict(added, "lower", "cheaper", runs=fmt.fewest_runs(table)),
     )

@@ -218,4 +218,8 @@ def headline(suite: dict) -> Headline:
         return Headline(question)
     # The speedup is a ratio to FUSE's time, which is exactly 1 of itself: the verdict is the ratio's CI against 1.
     against_fuse = {style.label(CACHED): speedup, style.label(FUSE): {"value": 1.0, "ci95_low": 1.0, "ci95_high": 1.0}}
-    return Headline(question, f"{fmt.with_ci(speedup)}× FUSE's speed", fmt.verdict(against_fuse, "higher", "faster"))
+    return Headline(
+        question,
+        f"{fmt.with_ci(speedup)}× FUSE's speed",
+        fmt.verdict(against_fuse, "higher", "faster", runs=fmt.fewest_runs(table)),
+    )

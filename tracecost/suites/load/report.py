@@ -168,5 +168,5 @@ def headline(suite: dict) -> Headline:
     return Headline(
         f"{question} ({name}, {probes} probe{'s' if probes != 1 else ''}; mean)",
         fmt.answers(first, digits=3, scale=1e-6, unit=" ms"),
-        fmt.verdict(first, "lower", "faster"),
+        fmt.verdict(first, "lower", "faster", runs=fmt.fewest_runs(table)),
     )

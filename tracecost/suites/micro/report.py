@@ -459,5 +459,5 @@ def headline(suite: dict) -> Headline:
     return Headline(
         "What one uprobe hit costs, kernel vs uebpf",
         fmt.answers(costs, digits=0, unit=" ns"),
-        fmt.verdict(costs, "lower", "cheaper"),
+        fmt.verdict(costs, "lower", "cheaper", runs=fmt.fewest_runs(table)),
     )

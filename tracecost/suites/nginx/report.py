@@ -212,5 +212,7 @@ def headline(suite: dict) -> Headline:
     return Headline(
         f"{question} ({fmt.size(size)} file)",
         "; ".join(f"{tool}: {fmt.answers(losses[tool], unit='%')}" for tool in measured),
-        "; ".join(f"{tool}: {fmt.verdict(losses[tool], 'lower', 'cheaper')}" for tool in measured),
+        "; ".join(
+            f"{tool}: {fmt.verdict(losses[tool], 'lower', 'cheaper', runs=fmt.fewest_runs(cells))}" for tool in measured
+        ),
     )

@@ -248,4 +248,5 @@ def headline(suite: dict) -> Headline:
     named = {
         label(m, config): (cells.get((m,)) or {}).get("cost_pct") or {} for m in config["methods"] if m != BASELINE
     }
-    return Headline(QUESTION, fmt.answers(named, unit="%"), fmt.verdict(named, "lower", "cheaper"))
+    runs = fmt.fewest_runs(cells)
+    return Headline(QUESTION, fmt.answers(named, unit="%"), fmt.verdict(named, "lower", "cheaper", runs=runs))

@@ -174,4 +174,6 @@ def headline(suite: dict) -> Headline:
     cells = by_cell(suite["aggregates"], "workload", "pipeline", "method")
     load = ("set", min(config["pipelines"], default=1)) if config.get("pipelines") else None
     named = {style.label(m): (cells.get((*load, m)) or {}).get("ops_per_s") or {} for m in config["methods"] if load}
-    return Headline(QUESTION, fmt.answers(named, digits=0, unit=" SETs/s"), fmt.verdict(named, "higher", "faster"))
+    runs = fmt.fewest_runs(cells)
+    answers = fmt.answers(named, digits=0, unit=" SETs/s")
+    return Headline(QUESTION, answers, fmt.verdict(named, "higher", "faster", runs=runs))

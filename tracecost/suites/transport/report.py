@@ -313,5 +313,5 @@ def headline(suite: dict) -> Headline:
     return Headline(
         f"Events/s received with {most} producers, ring vs perf buffer",
         fmt.answers(received, digits=0, unit=" events/s"),
-        fmt.verdict(received, "higher", "faster"),
+        fmt.verdict(received, "higher", "faster", runs=fmt.fewest_runs(table)),
     )

@@ -148,7 +148,11 @@ def headline(suite: dict) -> Headline:
         return Headline(question)
     program = max(both, key=lambda p: fmt.central(ns(p, engines[0])))
     runs = {style.label(engine): ns(program, engine) for engine in engines}
-    return Headline(f"{question} ({program})", fmt.answers(runs, unit=" ns"), fmt.verdict(runs, "lower", "faster"))
+    return Headline(
+        f"{question} ({program})",
+        fmt.answers(runs, unit=" ns"),
+        fmt.verdict(runs, "lower", "faster", runs=fmt.fewest_runs(table)),
+    )
 
 
 def _loaded(how: str | None) -> str:
