@@ -4,6 +4,8 @@ Markdown tables (compare and export)."""
 
 from __future__ import annotations
 
+import math
+
 from tracecost import stats
 from tracecost.report.model import NOT_MEASURED
 
@@ -96,15 +98,17 @@ def runs_to_settle(first: dict, second: dict, runs: int | None = None) -> str:
     n = min((estimate.get("n") or runs or 0) for estimate in (first, second))
     halves = [(estimate["ci95_high"] - estimate["ci95_low"]) / 2 for estimate in (first, second)]
     a, b = central(first), central(second)
-    if n < 2 or a is None or b is None:
+    seen, scale = (abs(a - b), max(abs(a), abs(b))) if a is not None and b is not None else (0.0, 0.0)
+    if n < 2 or scale == 0 or not all(math.isfinite(x) for x in (seen, scale, *halves)):
         return ""
-    seen, scale = abs(a - b), max(abs(a), abs(b))
     floor = stats.RESOLVABLE_FRACTION * scale
     target = max(seen, floor)
     what = (
         f"the {seen / scale:.0%} difference seen" if seen >= floor else f"a {stats.RESOLVABLE_FRACTION:.0%} difference"
     )
     needed = stats.runs_to_separate(halves, n, target)
+    if needed is not None and needed <= n:
+        return f"; not separable at n = {n}, which would separate {what}: these differ by less"
     if needed is None:
         return f"; not separable at n = {n}, nor at {stats.MOST_RUNS:,} runs per cell for {what}" if target > 0 else ""
     return f"; not separable at n = {n}; about n = {needed} per cell would separate {what}"
