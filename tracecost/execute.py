@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tracecost import environment, results
+from tracecost import environment, results, resultsfile
 from tracecost.machine_lock import exclusive_machine
 from tracecost.report.render import REPORT_NAME, write_report
 from tracecost.runner import Interrupted, planned_runs, run_suite
@@ -21,7 +21,7 @@ from tracecost.suites.base import Suite
 from tracecost.workspace import workspace
 
 # What execute writes into its results folder.
-OUT_FILES = (results.RESULTS_NAME, results.PARTIAL_NAME, REPORT_NAME)
+OUT_FILES = (resultsfile.RESULTS_NAME, resultsfile.PARTIAL_NAME, REPORT_NAME)
 
 
 def default_out_dir(name: str) -> Path:
@@ -60,11 +60,11 @@ def execute(
                 finished[suite.name] = run_suite(suite, config, work, say, advance)
             except Interrupted as interrupted:
                 finished[suite.name] = interrupted.partial
-                path = results.write(results.document(finished, env), out_dir / results.PARTIAL_NAME)
+                path = results.write(results.document(finished, env), out_dir / resultsfile.PARTIAL_NAME)
                 say(f"kept the runs that finished in {path}")
                 raise
     doc = results.document(finished, env)
-    path = results.write(doc, out_dir / results.RESULTS_NAME)
+    path = results.write(doc, out_dir / resultsfile.RESULTS_NAME)
     report = write_report([results.without_nan(doc)], out_dir / REPORT_NAME)
     for suite, _ in entries:
         console.print(suite.summary(finished[suite.name]["aggregates"]))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tracecost import cli, results
+from tracecost import cli, results, resultsfile
 from tracecost.errors import TracecostError
 from tracecost.suites import SUITES as SUITE_TABLE
 
@@ -401,7 +401,7 @@ def test_a_malformed_results_file_is_a_one_line_error(tracecost, results_file, c
 
 
 def test_results_beyond_the_size_limit_are_refused(tracecost, results_file, monkeypatch):
-    monkeypatch.setattr(results, "MAX_RESULTS_BYTES", 1000)
+    monkeypatch.setattr(resultsfile, "MAX_RESULTS_BYTES", 1000)
     assert_one_line_error(tracecost("report", str(results_file(document("vm")))), 1, "larger than")
 
 

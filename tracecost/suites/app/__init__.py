@@ -26,7 +26,7 @@ from tracecost.options import FiniteFloatRange
 from tracecost.procs import Child, descendants, run_command, started
 from tracecost.services import Readiness, wait_ready
 from tracecost.suites import base
-from tracecost.suites.app import classes, report, specs
+from tracecost.suites.app import classes, predict, report, specs
 from tracecost.suites.app.runtimes import METHODS, AppMethod, Gated, Planned, make_method
 from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite, UsageError, UsageProblem
 
@@ -34,7 +34,7 @@ READY_TIMEOUT_S = 30
 SERVICE_READY_TIMEOUT_S = 60
 DEFAULT_TIMEOUT_S = 600.0
 PROGRAMS = ("count", "record")
-# `tracecost run` does not measure this suite; its run_config is what the README's example runs.
+# `tracecost run` does not measure this suite; its run_config is what docs/suites.md's example runs.
 EXAMPLE = ["python3", "-c", "for i in range(200_000): bytearray(64)"]
 
 
@@ -52,8 +52,11 @@ class AppConfig:
     load: list[str] | None = None
     ready_port: int | None = None
     ready_line: str | None = None
-    # Each site's classes (classes.py); None: judged from the files when the config is recorded.
+    # Each site's classes (classes.py); None: judged from the files when first needed.
     site_classes: tuple[classes.SiteClasses, ...] | None = None
+    # The per-hit costs the probes' cost is predicted from (predict.find_costs): the micro suite's,
+    # from a results file; None where no file has them.
+    costs: dict | None = None
 
     @property
     def shown(self) -> str:
@@ -200,6 +203,15 @@ class AppSuite(Suite):
             metavar="PORT|line:REGEX",
         ),
         Option(
+            ("--costs",),
+            "costs_path",
+            "A results file or folder holding the micro suite, whose per-hit costs predict what the probes "
+            "add (each site's hits times its class's cost). Default: the newest results/*/results.json "
+            "that holds them; none: no prediction.",
+            type=click.Path(path_type=Path),
+            metavar="RESULTS",
+        ),
+        Option(
             ("--timeout",),
             "timeout_s",
             "Seconds one run of the command may take (it is killed then, and the run fails).",
@@ -223,10 +235,15 @@ class AppSuite(Suite):
         timeout_s=DEFAULT_TIMEOUT_S,
         load=None,
         ready=None,
+        costs_path=None,
         command=(),
     ) -> AppConfig:
         sites = parse_probes(tuple(probe))  # first: a bad spec is named even without a command
         load_argv = parse_load(load, ready)
+        try:
+            costs = predict.find_costs(costs_path)
+        except TracecostError as error:
+            raise UsageProblem("--costs", str(error)) from None
         return AppConfig(
             command=resolve_command(tuple(command)),
             sites=sites,
@@ -238,6 +255,7 @@ class AppSuite(Suite):
             load=load_argv,
             ready_port=ready.port if ready else None,
             ready_line=ready.line if ready else None,
+            costs=costs,
         )
 
     def listing(self) -> base.TextTable:
@@ -288,6 +306,16 @@ class AppSuite(Suite):
                 method: [v * 1e9 for v in cell.values("wall_s", method=method)] for method in (cell.method, "baseline")
             }
             ns_per_hit = stats.difference(wall_ns[cell.method], wall_ns["baseline"], mean_hits) if mean_hits else None
+        added_wall_s = against_baseline(stats.difference, "wall_s")
+        predicted, unpredicted = None, None
+        if traced and not config.load:
+            # A command's: what its hits should add, and whether the measured difference agrees.
+            site_hits = {
+                spec: sum(counts) / len(counts)
+                for spec in per_site
+                if (counts := [r["hits"][spec] for r in cell.runs if r["hits"]])
+            }
+            predicted, unpredicted = predict.predicted_s(site_records(config), site_hits, cell.method, config.costs)
         return {
             **cell.group.key,
             "method": cell.method,
@@ -300,7 +328,11 @@ class AppSuite(Suite):
             # Every run's count per site: one value where the command does the same each run.
             "hits": per_site if traced else None,
             "hits_per_run": stats.summarize(hits) if traced else None,
-            "added_wall_s": against_baseline(stats.difference, "wall_s"),
+            "added_wall_s": added_wall_s,
+            # What the probes should add to a run (predict.py), why not, and whether added_wall_s agrees.
+            "predicted_added_s": predicted,
+            "unpredicted_because": unpredicted,
+            "prediction_agrees": predict.agrees(added_wall_s, predicted),
             "added_cpu_s": against_baseline(stats.difference, "cpu_s"),
             "ns_per_hit": ns_per_hit if traced else None,
             # The record program's records that found the ring full, every site together, per run.
@@ -314,21 +346,9 @@ class AppSuite(Suite):
         return AppConfig(command=resolve_command(tuple(EXAMPLE)), sites=parse_probes(("libc:malloc",)), seed=seed)
 
     def config_record(self, config: AppConfig) -> dict:
-        judged = config.site_classes if config.site_classes is not None else classes.judge(config.sites)
         return {
             "command": config.command,
-            "sites": [
-                {
-                    "spec": site.spec,
-                    "kind": site.kind,
-                    "binary": str(site.binary) if site.binary else None,
-                    "offset": site.offset,
-                    "syscall": site.syscall,
-                    "usdt": ":".join(site.usdt) if site.usdt else None,
-                    **site_classes.record(),
-                }
-                for site, site_classes in zip(config.sites, judged)
-            ],
+            "sites": site_records(config),
             "methods": config.methods,
             "runs": config.runs,
             "seed": config.seed,
@@ -337,7 +357,26 @@ class AppSuite(Suite):
             "load": config.load,
             "ready_port": config.ready_port,
             "ready_line": config.ready_line,
+            "predicted_from": config.costs,
         }
+
+
+def site_records(config: AppConfig) -> list[dict]:
+    """Each site as results.json records it, with its classes (judged once, then kept)."""
+    if config.site_classes is None:
+        config.site_classes = classes.judge(config.sites)
+    return [
+        {
+            "spec": site.spec,
+            "kind": site.kind,
+            "binary": str(site.binary) if site.binary else None,
+            "offset": site.offset,
+            "syscall": site.syscall,
+            "usdt": ":".join(site.usdt) if site.usdt else None,
+            **site_classes.record(),
+        }
+        for site, site_classes in zip(config.sites, config.site_classes)
+    ]
 
 
 def run_once(method: AppMethod, config: AppConfig, workdir: Path) -> dict:

@@ -47,11 +47,33 @@ FIGURES = [
     Column.estimate("Requests/s", "requests_per_s", digits=0),
     Column.estimate("CPU ns/request", "cpu_ns_per_request", digits=0),
     Column.estimate("+Wall s", "added_wall_s", key="value", digits=4, traced=True),
+    Column.estimate("Predicted +wall s", "predicted_added_s", key="value", digits=4, traced=True),
+    Column("Agrees?", lambda agg: _agreement(agg.get("prediction_agrees")), traced=True),
     Column.estimate("+CPU s", "added_cpu_s", key="value", digits=4, traced=True),
     Column.stat("Hits per run", "hits_per_run", digits=0, traced=True),
     Column.estimate("ns per hit", "ns_per_hit", key="value", traced=True),
 ]
 COLUMNS = [Column("Method", lambda agg: style.label(agg["method"]), name=True), *FIGURES]
+
+
+def _agreement(agrees: bool | None) -> str:
+    """Whether the measured added time agrees with the prediction (their 95% CIs overlap)."""
+    return "–" if agrees is None else "yes" if agrees else "no"
+
+
+def prediction_note(suite: dict) -> str:
+    """Where the prediction's per-hit costs come from, or why there is none."""
+    source = suite["config"].get("predicted_from")
+    if source:
+        return (
+            f"Predicted +wall s: each site's hits per run × what one hit of its class costs on this machine, "
+            f"the micro suite's per-operation cost in {source['file']} ({source.get('date') or 'undated'}), "
+            "with a 95% CI (the costs' CIs in quadrature). The micro suite times empty programs: the prediction "
+            "is the probe mechanism's cost; the count program adds one atomic add a hit, the record program a "
+            "ring record. Agrees?: the measured +wall s and the prediction's 95% CIs overlap."
+        )
+    reasons = {agg.get("unpredicted_because") for agg in suite["aggregates"]} - {None}
+    return f"No prediction: {'; '.join(sorted(reasons)) or 'no results file held the micro suite'}."
 
 
 def _where(site: dict) -> str:
@@ -183,6 +205,7 @@ def findings(config: dict, aggregates: list[dict], failures: list[dict], unavail
             f"{fmt.number(fmt.central(agg['hits_per_run']), 0)} hits a run: "
             f"{fmt.with_ci(agg['added_wall_s'], digits=4)} s added to a run of "
             f"{fmt.with_ci(cells.get((command, 'baseline'), {}).get('wall_s') or {}, key='mean', digits=4)} s."
+            + _predicted_words(agg.get("predicted_added_s"), agg.get("prediction_agrees"))
         )
     out += agreement(config, cells)
     out += records(command, cells) if config.get("program") == "record" else []
@@ -190,6 +213,18 @@ def findings(config: dict, aggregates: list[dict], failures: list[dict], unavail
     if failures:
         out.append(f"{len(failures)} run(s) failed and are left out of every figure (see results.json).")
     return out
+
+
+def _predicted_words(predicted: dict | None, agrees: bool | None) -> str:
+    """The finding's sentence on the prediction ("Predicted from its sites' hits and per-hit costs (the
+    micro suite): 0.0123 ±0.0011 s, which the measured figure agrees with."), or none."""
+    if not predicted or predicted.get("value") is None:
+        return ""
+    verdict = {True: "which the measured figure agrees with", False: "which the measured figure does not agree with"}
+    return (
+        f" Predicted from its sites' hits and per-hit costs (the micro suite): {fmt.with_ci(predicted, digits=4)} s"
+        + (f", {verdict[agrees]}." if agrees is not None else ".")
+    )
 
 
 def records(command: str, cells: dict) -> list[str]:
@@ -256,7 +291,8 @@ def render(suite: dict, environment: dict) -> Section:
         [column.header for column in COLUMNS],
         cell_rows(COLUMNS, in_order(cells, [command], methods)),
         f"{config['runs']} measured runs per method after a discarded warm-up, in a seeded random order (seed "
-        f"{config['seed']}). ± is the 95% CI: t-distribution for means, Welch's t for differences.",
+        f"{config['seed']}). ± is the 95% CI: t-distribution for means, Welch's t for differences. "
+        + ("" if config.get("load") else prediction_note(suite)),
     )
     return Section(
         suite="app",

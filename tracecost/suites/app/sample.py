@@ -27,12 +27,32 @@ CLASSES = (
     SiteClasses("tracepoint"),
     SiteClasses("emulated", "a nop", None, "int3", "no function symbol covers the offset"),
 )
+# A micro suite's per-hit costs (ns) for the classes above: the prediction's source.
+COSTS = {
+    "file": "results/micro-20240101-000000/results.json",
+    "date": "2024-01-01T00:00:00+00:00",
+    "costs": {
+        "kernel": {
+            op: {"value": v, "ci95_low": v * 0.9, "ci95_high": v * 1.1}
+            for op, v in (("uprobe_push", 1000.0), ("uretprobe", 2100.0), ("syscall_pid", 40.0))
+        },
+        "uebpf": {
+            op: {"value": v, "ci95_low": v * 0.9, "ci95_high": v * 1.1}
+            for op, v in (("uprobe", 40.0), ("uretprobe", 60.0), ("syscall_pid", 50.0), ("uprobe_ret", 900.0))
+        },
+    },
+}
 HITS = {"libc:malloc": 200_512, "libc:malloc%return": 200_512, "syscall:write": 3, "usdt:python3:python:gc__start": 12}
 
 
 def sample(rng: random.Random) -> dict:
     config = AppConfig(
-        command=["/usr/bin/python3", "-c", "print(1)"], sites=SITES, runs=2, seed=1, site_classes=CLASSES
+        command=["/usr/bin/python3", "-c", "print(1)"],
+        sites=SITES,
+        runs=2,
+        seed=1,
+        site_classes=CLASSES,
+        costs=COSTS,
     )
     suite = AppSuite()
     per_hit = {"baseline": 0.0, "kernel": rng.uniform(900, 1300), "uebpf": rng.uniform(20, 60)}

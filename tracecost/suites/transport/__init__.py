@@ -129,7 +129,7 @@ class TransportSuite(Suite):
         Option(
             ("--wakeup",),
             "wakeup",
-            "default | sampled:N | none (see README for each mechanism's mapping).",
+            "default | sampled:N | none (docs/suites.md, transport, gives each mechanism's mapping).",
             default="default",
         ),
         Option(
