@@ -1,4 +1,4 @@
-"""Shared fixtures. The tests run as root on the real kernel and the real LTTng (see README)."""
+"""Shared fixtures. The tests run as root on the real kernel and the real LTTng (see README.md)."""
 
 from __future__ import annotations
 
@@ -89,19 +89,19 @@ def uebpf_loader(argv: list, region: str, tmp_path: Path, **env: str):
         yield child
 
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+COMPAT_DOC = Path(__file__).resolve().parent.parent / "docs" / "compat.md"
 
 
-def assert_readme_table(marker: str, table: str, built: str, what: str) -> None:
-    """A table the tests made goes to build/compat/BUILT, and README.md's copy between
+def assert_documented_table(marker: str, table: str, built: str, what: str) -> None:
+    """A table the tests made goes to build/compat/BUILT, and docs/compat.md's copy between
     `<!-- MARKER -->` and `<!-- /MARKER -->` must be the same (it is copied from there): the
-    README never claims what the tests do not."""
+    documentation never claims what the tests do not."""
     (BUILD / "compat").mkdir(parents=True, exist_ok=True)
     (BUILD / "compat" / built).write_text(table + "\n")
     start, end = f"<!-- {marker} -->", f"<!-- /{marker} -->"
-    text = README.read_text()
-    in_readme = text.split(start, 1)[1].split(end, 1)[0].strip() if start in text else ""
-    assert in_readme == table, f"README.md's {what} is stale: copy build/compat/{built} into it"
+    text = COMPAT_DOC.read_text()
+    in_doc = text.split(start, 1)[1].split(end, 1)[0].strip() if start in text else ""
+    assert in_doc == table, f"docs/compat.md's {what} is stale: copy build/compat/{built} into it"
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from conftest import assert_readme_table, regions_removed
+from conftest import assert_documented_table, regions_removed
 from tracecost import system
 from tracecost.suites.compat.corpus import CORPUS, run_program
 
@@ -34,12 +34,12 @@ def kernel_tracing():
     system.ensure_tracefs(say=lambda _msg: None)
 
 
-# What each corpus program did on each side in this run: the README's table (below) is made of it.
+# What each corpus program did on each side in this run: docs/compat.md's table (below) is made of it.
 OUTCOMES: dict[str, dict[str, str]] = {}
 
 
 def compat_table() -> str:
-    """The README's compatibility table, from this run's outcomes."""
+    """docs/compat.md's compatibility table, from this run's outcomes."""
     rows = ["| program | what it uses | kernel | uebpf |", "|---|---|---|---|"]
     for program in CORPUS:
         outcome = OUTCOMES[program.name]
@@ -49,12 +49,12 @@ def compat_table() -> str:
 
 @pytest.fixture(scope="module", autouse=True)
 def readme_table_is_this_runs():
-    """After a run of the whole corpus, the table goes to build/compat/table.md, and the README's
-    must be the same (it is copied from there): the README never claims what the tests do not."""
+    """After a run of the whole corpus, the table goes to build/compat/table.md, and docs/compat.md's
+    must be the same (it is copied from there): the documentation never claims what the tests do not."""
     yield
     if set(OUTCOMES) != set(IDS) or any(len(sides) != 2 for sides in OUTCOMES.values()):
         return  # a partial run (-k): nothing to compare
-    assert_readme_table("compat-table", compat_table(), "table.md", "compatibility table")
+    assert_documented_table("compat-table", compat_table(), "table.md", "compatibility table")
 
 
 @pytest.mark.parametrize("program", CORPUS, ids=IDS)

@@ -2,7 +2,7 @@
 libbpf-tools and bpftrace binaries run against one run of distro_app on the kernel and one on uebpf.
 The kernel's output must be the workload's account where it can be predicted, uebpf's the
 kernel's; a tool that needs what only the kernel has is refused by uebpf in one line naming the
-event. The README's table of these tools is this run's (as the corpus table is).
+event. docs/compat.md's table of these tools is this run's (as the corpus table is).
 
 To add a tool: one DistroTool line in distro.py."""
 
@@ -12,13 +12,13 @@ import os
 
 import pytest
 
-from conftest import assert_readme_table, regions_removed
+from conftest import assert_documented_table, regions_removed
 from tracecost import system
 from tracecost.suites.compat import distro
 
 pytestmark = pytest.mark.kernel
 
-# What each tool did on each side in this run: the README's table is made of it.
+# What each tool did on each side in this run: docs/compat.md's table is made of it.
 OUTCOMES: dict[str, dict[str, str]] = {}
 RUNNABLE = [tool for tool in distro.TOOLS if not tool.refused]
 REFUSED = [tool for tool in distro.TOOLS if tool.refused]
@@ -47,12 +47,12 @@ def distro_table() -> str:
 
 @pytest.fixture(scope="module", autouse=True)
 def readme_table_is_this_runs():
-    """After a run of every tool, the table goes to build/compat/distro.md, and the README's must
-    be the same: the README never claims what the tests do not."""
+    """After a run of every tool, the table goes to build/compat/distro.md, and docs/compat.md's must
+    be the same: the documentation never claims what the tests do not."""
     yield
     if set(OUTCOMES) != set(distro.NAMES) or any(len(sides) != 2 for sides in OUTCOMES.values()):
         return  # a partial run (-k): nothing to compare
-    assert_readme_table("distro-table", distro_table(), "distro.md", "distribution tools table")
+    assert_documented_table("distro-table", distro_table(), "distro.md", "distribution tools table")
 
 
 def record(tool, side: str, outcome: str) -> None:

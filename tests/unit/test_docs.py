@@ -68,3 +68,20 @@ def test_commit_subjects_fit_one_line():
         pytest.skip("not a git checkout with the history since the rule began (a shallow clone?)")
     long = [line for line in subjects if len(line.split(" ", 1)[1]) > SUBJECT_CHARS]
     assert not long, f"subjects over {SUBJECT_CHARS} characters: {long}"
+
+
+README_LINES = 200
+
+
+def test_the_readme_is_a_front_door():
+    """At most 200 lines; every suite in its table; every page it links to there."""
+    from tracecost.suites import SUITES
+
+    text = (REPO / "README.md").read_text()
+    assert text.count("\n") <= README_LINES, "README.md is the front door: the detail belongs in docs/"
+    for name in SUITES:
+        assert f"| `{name}` |" in text, f"README.md's table of suites lacks {name}"
+    links = re.findall(r"\]\(([^)#:]+)\)", text)
+    assert links and all((REPO / link).exists() for link in links), [
+        link for link in links if not (REPO / link).exists()
+    ]

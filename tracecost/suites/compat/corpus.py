@@ -89,7 +89,7 @@ class CorpusProgram:
     output: Callable[[Run], object]  # what is compared
     expected: Callable[[dict], object]  # that output, from the workload's report
     self_traced: bool = False  # the loader traces itself: on uebpf it runs the agent too
-    uses: str = ""  # attach points, map types and helpers, for the README's table and the report
+    uses: str = ""  # attach points, map types and helpers, for docs/compat.md's table and the report
     workload: str = "bin/compat_app"  # the build artifact that runs as the workload
 
 
