@@ -152,7 +152,7 @@ def runs_to_resolve(change: dict, n: int) -> str | None:
     half = (change["ci95_high"] - change["ci95_low"]) / 2
     needed = stats.runs_to_separate([half], n, max(seen, floor), df_of=lambda m: 2 * m - 2)
     if needed is None:
-        return f"more than {stats.MOST_RUNS:,} runs a side to resolve {what}"
+        return f"not even {stats.MOST_RUNS:,} runs a side would resolve {what}"
     return f"about n = {needed} a side would resolve {what}"
 
 

@@ -78,19 +78,14 @@ def test_the_verdict_names_the_best_only_where_the_cis_allow(named, better, verd
 def test_a_verdict_that_cannot_decide_says_how_many_runs_would():
     a, b = stats.summarize([100, 110, 95, 105]), stats.summarize([104, 112, 100, 111])
     said = fmt.verdict({"a": a, "b": b}, "lower", "cheaper")
-    assert (
-        said
-        == "no significant difference; not separable at n = 4; about n = 23 per cell would separate a 5% difference"
-    )
+    assert said == "no significant difference at n = 4; n ≈ 23 would separate 5%"
     # Estimates without their runs (a difference, a ratio) take the suite's, where given.
     wide = {
         "x": {"value": 11.0, "ci95_low": 5.3, "ci95_high": 16.7},
         "y": {"value": 6.8, "ci95_low": -2.5, "ci95_high": 16.1},
     }
     assert fmt.verdict(wide, "lower", "cheaper") == "no significant difference"
-    assert fmt.verdict(wide, "lower", "cheaper", runs=5).endswith(
-        "about n = 35 per cell would separate the 38% difference seen"
-    )
+    assert fmt.verdict(wide, "lower", "cheaper", runs=5).endswith("at n = 5; n ≈ 35 would separate the 38% seen")
 
 
 # --- the page ---------------------------------------------------------------------------------------------

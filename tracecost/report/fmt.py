@@ -91,10 +91,10 @@ def fewest_runs(cells: dict) -> int:
 
 
 def runs_to_settle(first: dict, second: dict, runs: int | None = None) -> str:
-    """ "; not separable at n = 5; about n = 23 per cell would separate the 12% difference seen":
-    the runs per cell at which the two 95% CIs, their spread unchanged, would no longer overlap
-    (stats.runs_to_separate), for the difference observed, or for 5% of the larger figure where the
-    observed one is smaller. "" where it cannot be said (runs unknown, a CI missing)."""
+    """ " at n = 5; n ≈ 19 would separate the 25% seen": the runs per cell at which the two 95% CIs,
+    their spread unchanged, would no longer overlap (stats.runs_to_separate), for the difference
+    observed, or for 5% of the larger figure where the observed one is smaller. "" where it cannot
+    be said (runs unknown, a CI missing). Short: it goes in the overview's verdict column."""
     n = min((estimate.get("n") or runs or 0) for estimate in (first, second))
     halves = [(estimate["ci95_high"] - estimate["ci95_low"]) / 2 for estimate in (first, second)]
     a, b = central(first), central(second)
@@ -102,16 +102,13 @@ def runs_to_settle(first: dict, second: dict, runs: int | None = None) -> str:
     if n < 2 or scale == 0 or not all(math.isfinite(x) for x in (seen, scale, *halves)):
         return ""
     floor = stats.RESOLVABLE_FRACTION * scale
-    target = max(seen, floor)
-    what = (
-        f"the {seen / scale:.0%} difference seen" if seen >= floor else f"a {stats.RESOLVABLE_FRACTION:.0%} difference"
-    )
-    needed = stats.runs_to_separate(halves, n, target)
-    if needed is not None and needed <= n:
-        return f"; not separable at n = {n}, which would separate {what}: these differ by less"
+    what = f"the {seen / scale:.0%} seen" if seen >= floor else f"{stats.RESOLVABLE_FRACTION:.0%}"
+    needed = stats.runs_to_separate(halves, n, max(seen, floor))
     if needed is None:
-        return f"; not separable at n = {n}, nor at {stats.MOST_RUNS:,} runs per cell for {what}" if target > 0 else ""
-    return f"; not separable at n = {n}; about n = {needed} per cell would separate {what}"
+        return f" at n = {n}; not even n = {stats.MOST_RUNS:,} would separate {what}"
+    if needed <= n:
+        return f" at n = {n}, which separates {what}: they differ by less"
+    return f" at n = {n}; n ≈ {needed} would separate {what}"
 
 
 def count(value) -> str:
