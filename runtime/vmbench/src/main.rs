@@ -133,15 +133,20 @@ fn listing() -> Result<Value, String> {
 /// is loaded unchecked. Returns the program and how it was loaded ("checked", or "unchecked: "
 /// and the analysis' reason).
 fn load(p: &BenchProgram, mode: &str) -> Result<(Program, String), String> {
-    let unchecked = || Program::load_unchecked(&p.bytecode, &Environment::new()).map_err(|e| format!("{}: uebpf rejects it: {e}", p.name));
+    // One environment both ways: an object's program needs its instance's helpers and maps even
+    // unchecked (before, an unchecked fallback got an empty one).
+    let mut packet_env = Environment::new();
+    packet_env.set_context_size(p.packet.len() as u32);
+    let env = p.embedded.as_ref().map_or(&packet_env, |e| e.instance.environment());
+    let unchecked = || Program::load_unchecked(&p.bytecode, env).map_err(|e| format!("{}: uebpf rejects it: {e}", p.name));
     match mode {
         "auto" | "checked" => {}
         "unchecked" => return Ok((unchecked()?, "unchecked: as asked (--load unchecked)".into())),
         other => return Err(format!("unknown --load mode '{other}' (auto, checked, unchecked)")),
     }
-    let checked = match &p.embedded {
-        Some(e) => Program::load_checked(&p.bytecode, e.instance.environment(), ContextSpec::KPROBE).map(|(l, _)| l),
-        None => Program::load(&p.bytecode, Environment::new().set_context_size(p.packet.len() as u32)),
+    let checked = match p.embedded {
+        Some(_) => Program::load_checked(&p.bytecode, env, ContextSpec::KPROBE).map(|(l, _)| l),
+        None => Program::load(&p.bytecode, env),
     };
     match checked {
         Ok(program) => Ok((program, "checked".into())),
