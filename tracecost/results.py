@@ -12,7 +12,7 @@ import jsonschema
 from tracecost import resultsfile
 from tracecost.errors import TracecostError
 from tracecost.files import write_atomically
-from tracecost.resultsfile import RESULTS_NAME, SCHEMA_VERSION
+from tracecost.resultsfile import SCHEMA_VERSION
 
 SCHEMA_PATH = Path(__file__).with_name("results.schema.json")
 
@@ -70,6 +70,7 @@ def write(doc: dict, path: Path) -> Path:
 
 def load(path: Path) -> dict:
     """A results file, or a results directory holding results.json, read and checked."""
+    path = resultsfile.file_of(path)
     doc = resultsfile.read(path)
-    check(doc, str(path if not path.is_dir() else path / RESULTS_NAME))
+    check(doc, str(path))
     return doc

@@ -20,11 +20,15 @@ MAX_DEPTH = 32
 MAX_INTEGER = 2**63 - 1
 
 
+def file_of(path: Path) -> Path:
+    """A results file's path: `path`, or the results.json of the directory `path`."""
+    return path / RESULTS_NAME if path.is_dir() else path
+
+
 def read(path: Path) -> dict:
     """A results file, or a results directory holding results.json, parsed and of this schema
     version, not yet checked against the schema (results.load checks it)."""
-    if path.is_dir():
-        path = path / RESULTS_NAME
+    path = file_of(path)
     try:
         with path.open("rb") as handle:
             data = handle.read(MAX_RESULTS_BYTES + 1)

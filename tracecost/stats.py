@@ -139,12 +139,16 @@ def runs_to_separate(halves: Sequence[float], n: int, difference: float, df_of=l
     spread = sum(halves) / _t_quantile(df_of(n)) * math.sqrt(n)  # the half-widths' sum at t = 1, n = 1
     if spread <= 0:
         return None
+
+    def width(m: int) -> float:
+        return _t_quantile(df_of(m)) * spread / math.sqrt(m)
+
     low, high = n - 1, MOST_RUNS + 1
-    if _t_quantile(df_of(high)) * spread / math.sqrt(high) >= difference:
+    if width(high) >= difference:
         return None
     while high - low > 1:  # the width falls as m grows: bisect
         middle = (low + high) // 2
-        if _t_quantile(df_of(middle)) * spread / math.sqrt(middle) < difference:
+        if width(middle) < difference:
             high = middle
         else:
             low = middle

@@ -66,24 +66,24 @@ def find_costs(path: Path | None) -> dict | None:
             doc = resultsfile.read(path)
         except OSError as error:  # a name too long for is_dir(), say
             raise TracecostError(f"cannot read {str(path)[:60]}: {error.strerror}") from None
-        if not costs_of(doc):
+        if not (costs := costs_of(doc)):
             raise TracecostError(f"{path}: no micro suite results to predict the probes' cost from")
-        return _record(path, doc)
+        return _record(path, doc, costs)
     candidates = sorted(RESULTS_ROOT.glob("*/results.json"), key=lambda p: p.stat().st_mtime, reverse=True)
     for candidate in candidates:
         try:
             doc = resultsfile.read(candidate)
         except TracecostError:
             continue  # another version's file, or a broken one: not this prediction's business
-        if costs_of(doc):
-            return _record(candidate, doc)
+        if costs := costs_of(doc):
+            return _record(candidate, doc, costs)
     return None
 
 
-def _record(path: Path, doc: dict) -> dict:
+def _record(path: Path, doc: dict, costs: dict) -> dict:
     environment = doc.get("environment") if isinstance(doc.get("environment"), dict) else {}
     date = environment.get("date")
-    return {"file": str(path), "date": date if isinstance(date, str) else None, "costs": costs_of(doc)}
+    return {"file": str(path), "date": date if isinstance(date, str) else None, "costs": costs}
 
 
 def site_op(site: dict, runtime: str) -> str | None:
@@ -119,9 +119,8 @@ def predicted_s(
             missing.append(f"{site['spec']} ({op or 'no operation for its class'})")
             continue
         count = hits.get(site["spec"], 0.0)
-        total += count * estimate["value"]
-        if estimate.get("ci95_low") is not None and estimate.get("ci95_high") is not None:
-            variance += (count * (estimate["ci95_high"] - estimate["ci95_low"]) / 2) ** 2
+        total += count * estimate["value"]  # costs_of took only costs with both CI bounds
+        variance += (count * (estimate["ci95_high"] - estimate["ci95_low"]) / 2) ** 2
     if missing:
         return None, f"no per-hit cost measured for {', '.join(missing)} in {found['file']}"
     half = math.sqrt(variance)

@@ -299,6 +299,12 @@ def _scaled(estimate: dict | None, factor: float) -> dict | None:
     }
 
 
+def _shortest_index(suite: dict) -> int | None:
+    """The index of the scenario with the shortest function (None: no scenario)."""
+    scenarios = suite["config"]["scenarios"]
+    return min(scenarios, key=lambda s: s["work_us"])["index"] if scenarios else None
+
+
 def _added_over_untraced(counts: dict, method: str) -> int:
     """Instructions a traced call executes beyond the untraced call's (counted in the same step);
     the count's own `added` (beyond the function's part) where the untraced call was not counted."""
@@ -318,8 +324,7 @@ def by_tracer(suite: dict, table: dict) -> TableBlock | None:
     methods = [m for m in counts if m != UNTRACED]
     if not methods:
         return None
-    scenarios = suite["config"]["scenarios"]
-    shortest = min(scenarios, key=lambda s: s["work_us"])["index"] if scenarios else None
+    shortest = _shortest_index(suite)
 
     def estimate(method: str) -> dict:
         return (table.get((shortest, method)) or {}).get("overhead_ns_per_call") or {}
@@ -422,8 +427,7 @@ def breakdown(suite: dict, table: dict) -> TableBlock | None:
             for m in methods
         ]
         rows.append([label, *cells, fmt.count(calls), fmt.with_ci(ns) if ns else "–", basis])
-    scenarios = suite["config"]["scenarios"]
-    shortest = min(scenarios, key=lambda s: s["work_us"])["index"] if scenarios else None
+    shortest = _shortest_index(suite)
     consumer = (table.get((shortest, methods[0])) or {}).get("consumer_ns_per_call")
     rows.append(
         [
