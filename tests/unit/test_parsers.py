@@ -83,7 +83,10 @@ def test_babeltrace_unexpected_fields_are_an_error():
 
 
 def test_loader_summary():
-    text = '{"received":4,"entry":2,"exit":2,"submitted":4,"dropped":0,"bytes":432,"peak_rss_kb":9}\n'
-    assert parse_summary(text)["received"] == 4
+    text = (
+        '{"received":4,"entry":2,"exit":2,"submitted":4,"dropped":0,"bytes":432,"peak_rss_kb":9,'
+        '"consumer_cpu_us":120,"consumer_sleeps":3}\n'
+    )
+    assert parse_summary(text)["received"] == 4 and parse_summary(text)["consumer_sleeps"] == 3
     with pytest.raises(TracecostError):
         parse_summary("READY\n")

@@ -8,10 +8,12 @@
  * stdout once both probes are attached; on SIGINT/SIGTERM it drains the ring
  * buffer, detaches and prints one JSON summary line
  *   {"received":R,"entry":E,"exit":X,"submitted":S,"dropped":D,"bytes":B,"peak_rss_kb":K,
- *    "consumer_cpu_us":C}
+ *    "consumer_cpu_us":C,"consumer_sleeps":Z}
  * where submitted and dropped (ring-buffer reserve failures) are counted by
  * the BPF program itself, and C is the CPU time (user + system, every thread) from READY to the
- * end of the final drain: the consumer's, its start and loading left out. Errors are one line on stderr and exit status 1 (2 for bad usage).
+ * end of the final drain, its start and loading left out, and Z the times it slept (voluntary
+ * context switches) while records flowed: from the poll that brought the first record to the one
+ * that brought the last. Errors are one line on stderr and exit status 1 (2 for bad usage).
  *
  * Output file: the header {char magic[8] = "TCFTRACE"; u32 version; u16 entry_size; u16
  * exit_size} followed by the records in arrival order, each a struct functrace_entry or
@@ -107,15 +109,23 @@ static int on_event(void *ctx, void *data, size_t size)
 	return 0;
 }
 
-/* This process's CPU time so far (user + system, every thread), in microseconds. */
-static unsigned long long cpu_us(void)
+/* This process's CPU time so far (user + system, every thread), in microseconds, and the times
+ * it blocked and was woken again (voluntary context switches). */
+struct usage_so_far {
+	unsigned long long cpu_us, sleeps;
+};
+
+static struct usage_so_far usage_so_far(void)
 {
 	struct rusage usage;
 
 	if (getrusage(RUSAGE_SELF, &usage))
 		die("cannot read this process's CPU time: %s", strerror(errno));
-	return (unsigned long long)(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000000ull +
-	       (unsigned long long)(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+	return (struct usage_so_far){
+		.cpu_us = (unsigned long long)(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000000ull +
+			  (unsigned long long)(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec),
+		.sleeps = (unsigned long long)usage.ru_nvcsw,
+	};
 }
 
 static __u64 parse_wakeup(const char *text)
@@ -176,7 +186,11 @@ int main(int argc, char **argv)
 	struct ring_buffer *rb;
 	struct bpf_link *entry_link, *exit_link;
 	uint64_t stats[FUNCTRACE_STAT_MAX];
-	unsigned long long ready_cpu_us, consumer_cpu_us;
+	/* at READY, at the end; around each poll; from the poll that brought the first record to the
+	 * one that brought the last (the consumer's sleeps there are the traced calls', not those of
+	 * the app's start and exit, which last as long as the host takes) */
+	struct usage_so_far at_ready, at_end, before_poll, after_poll, flow_start = { 0 }, flow_end = { 0 };
+	int flowed = 0;
 	int opt, err;
 
 	while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -226,7 +240,8 @@ int main(int argc, char **argv)
 	exit_link = attach(skel->progs.functrace_exit, pid, binary, symbol, 1);
 	printf("READY\n");
 	fflush(stdout);
-	ready_cpu_us = cpu_us();
+	at_ready = usage_so_far();
+	before_poll = at_ready;
 
 	while (!exiting) {
 		err = ring_buffer__poll(rb, (int)poll_ms);
@@ -236,6 +251,14 @@ int main(int argc, char **argv)
 			err = ring_buffer__consume(rb);
 		if (err < 0 && err != -EINTR)
 			die("ring buffer poll failed: %s", strerror(-err));
+		after_poll = usage_so_far();
+		if (err > 0) { /* records came: the span in which they flow grows to this poll */
+			if (!flowed)
+				flow_start = before_poll;
+			flowed = 1;
+			flow_end = after_poll;
+		}
+		before_poll = after_poll;
 	}
 	/* Detach first so that no record arrives after the final drain. */
 	bpf_link__destroy(entry_link);
@@ -248,13 +271,14 @@ int main(int argc, char **argv)
 	if (close(consumer.fd) || consumer.write_error)
 		die("cannot write %s: %s", output, strerror(consumer.write_error ? consumer.write_error : errno));
 
-	consumer_cpu_us = cpu_us() - ready_cpu_us;
+	at_end = usage_so_far();
 	printf("{\"received\":%llu,\"entry\":%llu,\"exit\":%llu,\"submitted\":%llu,\"dropped\":%llu,\"bytes\":%llu,"
-	       "\"peak_rss_kb\":%lu,\"consumer_cpu_us\":%llu}\n",
+	       "\"peak_rss_kb\":%lu,\"consumer_cpu_us\":%llu,\"consumer_sleeps\":%llu}\n",
 	       (unsigned long long)consumer.received, (unsigned long long)consumer.entries,
 	       (unsigned long long)consumer.exits, (unsigned long long)stats[FUNCTRACE_STAT_SUBMITTED],
 	       (unsigned long long)stats[FUNCTRACE_STAT_RESERVE_FAILED],
-	       (unsigned long long)(consumer.bytes + sizeof(header)), peak_rss_kb(), consumer_cpu_us);
+	       (unsigned long long)(consumer.bytes + sizeof(header)), peak_rss_kb(), at_end.cpu_us - at_ready.cpu_us,
+	       flow_end.sleeps - flow_start.sleeps);
 	ring_buffer__free(rb);
 	functrace_bpf__destroy(skel);
 	return 0;

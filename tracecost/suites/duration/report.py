@@ -207,7 +207,8 @@ SLEEPS_PLOT = Plot(
     ("tracer_sleeps_per_call",),
     "sleeps per call",
     "Times the tracer-side processes blocked and were woken again (voluntary context switches, counted "
-    "by the kernel over the run), per call of the traced function. A ring-buffer consumer that has caught "
+    "by the kernel: for a ring-buffer consumer while records flowed, for LTTng's daemons over the run), per "
+    "call of the traced function. A ring-buffer consumer that has caught "
     "up sleeps, and the next record that finds it asleep wakes it: that wakeup is work done on the traced "
     f"program's record path (see the wakeup policy below). {CI_NOTE}",
     traced=True,

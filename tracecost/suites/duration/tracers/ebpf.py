@@ -25,7 +25,17 @@ KIND_AT = 16  # the head's kind
 MAGIC, FORMAT_VERSION = b"TCFTRACE", 2
 KINDS = {1: "entry", 2: "exit"}
 RECORDS = {"entry": ENTRY, "exit": EXIT}
-SUMMARY_KEYS = ("received", "entry", "exit", "submitted", "dropped", "bytes", "peak_rss_kb")
+SUMMARY_KEYS = (
+    "received",
+    "entry",
+    "exit",
+    "submitted",
+    "dropped",
+    "bytes",
+    "peak_rss_kb",
+    "consumer_cpu_us",
+    "consumer_sleeps",
+)
 
 DEFAULT_RINGBUF_BYTES = 16 << 20
 DEFAULT_POLL_MS = 100  # functrace's own default: how long a poll waits for a wakeup
@@ -80,15 +90,8 @@ def read_functrace(path: Path) -> list[Event]:
 
 
 def parse_summary(text: str) -> dict[str, int]:
-    """functrace's last stdout line: {"received","entry","exit","submitted","dropped","bytes","peak_rss_kb"}."""
+    """functrace's last stdout line, its SUMMARY_KEYS (functrace.c says what each counts)."""
     return last_json_line(text, "functrace", lambda summary: {key: int(summary[key]) for key in SUMMARY_KEYS})
-
-
-def consumer_cpu_after_ready(text: str) -> float | None:
-    """functrace's CPU time from READY to its final drain (its summary's consumer_cpu_us), in s: the
-    consumer's work, its start and loading left out; None from a functrace that does not say."""
-    micros = last_json_line(text, "functrace", lambda summary: summary.get("consumer_cpu_us"))
-    return None if micros is None else int(micros) / 1e6
 
 
 class Functrace(Method):
@@ -155,11 +158,13 @@ class Functrace(Method):
             captured=summary["received"],
             dropped=summary["dropped"],
             trace_bytes=output.stat().st_size,
-            costs=[ProcessCost("consumer", usage.cpu_s, summary["peak_rss_kb"], usage.voluntary_switches)],
+            # Its sleeps while records flowed: those of loading, of the app's start and of its exit
+            # are not the traced calls' (functrace.c).
+            costs=[ProcessCost("consumer", usage.cpu_s, summary["peak_rss_kb"], summary["consumer_sleeps"])],
             details={
                 "entries": summary["entry"],
                 "exits": summary["exit"],
-                "consumer_cpu_after_ready_s": consumer_cpu_after_ready(stdout),
+                "consumer_cpu_after_ready_s": summary["consumer_cpu_us"] / 1e6,
             },
         )
 
