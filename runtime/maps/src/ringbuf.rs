@@ -93,7 +93,7 @@ pub struct RingBuf {
     /// read-modify-write there waits for the record just copied into the ring to leave the store
     /// buffer (a profile put 17 % of a submit on that wait).
     staged: Box<[AtomicU64; STAGE_SLOTS]>,
-    /// The consumer's position as this process last read it (`fits`).
+    /// The consumer's position as this process last read it (`fits`, `unread_reaches`).
     consumer_seen: AtomicU64,
 }
 
@@ -238,9 +238,24 @@ impl RingBuf {
         if end.wrapping_sub(self.consumer_seen.load(Ordering::Relaxed)) <= mask {
             return true;
         }
+        end.wrapping_sub(self.consumer_now()) <= mask
+    }
+
+    /// The consumer's position, read now (its cache line taken from the consumer's CPU) and
+    /// remembered as the one this process saw last.
+    fn consumer_now(&self) -> u64 {
         let consumer = self.consumer_pos().load(Ordering::Acquire);
         self.consumer_seen.store(consumer, Ordering::Relaxed);
-        end.wrapping_sub(consumer) <= mask
+        consumer
+    }
+
+    /// True if the unread bytes reach `bytes` (the watermark). As in `fits`, the consumer's
+    /// position is read only when the one this process saw last says they may: a position seen
+    /// earlier shows at least as many unread bytes as there are, and the consumer's own line,
+    /// which it writes at every record, is taken from its CPU only near the watermark.
+    fn unread_reaches(&self, bytes: u64) -> bool {
+        let producer = self.producer_pos().load(Ordering::Acquire);
+        producer.wrapping_sub(self.consumer_seen.load(Ordering::Relaxed)) >= bytes && producer.wrapping_sub(self.consumer_now()) >= bytes
     }
 
     /// Under the reservation lock: moves `pending_pos` past the records committed since, and
@@ -412,7 +427,7 @@ impl RingBuf {
         if flags & BPF_RB_FORCE_WAKEUP != 0 {
             self.control().wakeup.wake(true);
         } else if flags & BPF_RB_NO_WAKEUP == 0 {
-            self.control().wakeup.record_written(|| self.unread() >= self.size / WATERMARK_DIVISOR);
+            self.control().wakeup.record_written(|| self.unread_reaches(self.size / WATERMARK_DIVISOR));
             if let Some(offset) = offset {
                 self.wake_head_waiter(offset);
             }
