@@ -43,12 +43,22 @@
 //! reservation lock: the consumer never sees it half written. What differs from the kernel: records appear in submit order, not reserve order (a
 //! discarded one too, as a header the consumer skips), and a process killed while a program held
 //! a staged record leaves its room held (the kernel's producer cannot die there; a record written
-//! in place would block the consumer for good). Larger records, and reservations beyond
-//! STAGE_SLOTS at once in one process, go in the ring directly.
+//! in place would block the consumer for good). Larger records, and reservations that find no
+//! staging slot free in their process, go in the ring directly.
+//!
+//! Owned slots: the first OWNED_SLOTS slots each go to one thread for good, the first time it
+//! reserves (`owner`, found by its tid, no thread-local state to clean up when it exits); the
+//! others are taken and given back by compare-and-swap. A thread reserving in its own slot needs
+//! no atomic read-modify-write: only it writes the slot's word, and a program run nested in its
+//! own (from a signal handler) finds the word taken and uses a shared slot. One atomic fewer per
+//! record (of three) took ~20 ns off a call traced by two records in the duration study at 0 us.
+//! A slot stays with its thread after the thread exits; a thread with the same tid may take it
+//! up, and a thread that finds its OWNER_PROBES places taken uses the shared slots.
 
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::current;
 use crate::error::Error;
 use crate::layout::*;
 use crate::shared::Shared;
@@ -75,6 +85,10 @@ const MAX_RECORD: u64 = (u32::MAX / 4) as u64;
 pub const STAGED_MAX: u64 = 512;
 /// Staging slots per ring and process: reservations held at once, by all its threads.
 pub const STAGE_SLOTS: usize = 64;
+/// Slots 0..OWNED_SLOTS belong each to one thread ("Owned slots" above), the others to all.
+const OWNED_SLOTS: usize = 32;
+/// The places a thread looks at for its slot, from its tid's (tid % OWNED_SLOTS) on.
+const OWNER_PROBES: usize = 4;
 const STAGING_BYTES: usize = STAGE_SLOTS * STAGED_MAX as usize;
 /// Page offset of the data from the control page (control, consumer, producer pages precede it).
 const DATA_PAGE: u64 = 3;
@@ -93,6 +107,8 @@ pub struct RingBuf {
     /// read-modify-write there waits for the record just copied into the ring to leave the store
     /// buffer (a profile put 17 % of a submit on that wait).
     staged: Box<[AtomicU64; STAGE_SLOTS]>,
+    /// The tid of the thread owned slot i belongs to (0: nobody yet). Written once per slot.
+    owner: Box<[AtomicU32; OWNED_SLOTS]>,
     /// The consumer's position as this process last read it (`fits`, `unread_reaches`).
     consumer_seen: AtomicU64,
 }
@@ -161,6 +177,7 @@ impl RingBuf {
                 size,
                 staging,
                 staged: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
+                owner: Box::new(std::array::from_fn(|_| AtomicU32::new(0))),
                 consumer_seen: AtomicU64::new(0),
             })
         }
@@ -211,11 +228,34 @@ impl RingBuf {
         (offset < STAGING_BYTES && offset.is_multiple_of(STAGED_MAX as usize)).then_some(offset / STAGED_MAX as usize)
     }
 
-    /// Takes a free staging slot of this process for a record of `size` bytes, if any.
+    /// Takes a staging slot of this process for a record of `size` bytes, if any: the calling
+    /// thread's own if it is free, else a shared one.
     fn claim_slot(&self, size: u64) -> Option<usize> {
-        (0..STAGE_SLOTS).find(|&slot| {
+        if let Some(slot) = self.own_slot() {
+            let word = &self.staged[slot];
+            // Only this thread writes its slot's word; a run nested in its own (a signal
+            // handler's) between this load and store finishes before it, and gives the slot back.
+            if word.load(Ordering::Relaxed) == 0 {
+                word.store(size + 1, Ordering::Relaxed);
+                return Some(slot);
+            }
+        }
+        (OWNED_SLOTS..STAGE_SLOTS).find(|&slot| {
             let word = &self.staged[slot];
             word.load(Ordering::Relaxed) == 0 && word.compare_exchange(0, size + 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        })
+    }
+
+    /// The calling thread's owned slot: the first of its OWNER_PROBES places that names its tid,
+    /// or that names nobody and it takes; None if all are others'.
+    fn own_slot(&self) -> Option<usize> {
+        let tid = current::tid();
+        (0..OWNER_PROBES).map(|probe| (tid as usize + probe) % OWNED_SLOTS).find(|&slot| {
+            let owner = &self.owner[slot];
+            match owner.load(Ordering::Relaxed) {
+                0 => owner.compare_exchange(0, tid, Ordering::Relaxed, Ordering::Relaxed).is_ok(),
+                other => other == tid,
+            }
         })
     }
 

@@ -363,6 +363,29 @@ fn staged_records_hold_their_room_and_appear_whole_at_submit() {
     assert_eq!(ring.consume(|_| {}), 1);
 }
 
+/// A thread reserves in a staging slot of its own (no atomic read-modify-write), given back at
+/// submit and taken again at its next reservation; a reservation nested in one it holds (a
+/// signal handler's program) and another thread's get other slots.
+#[test]
+fn a_thread_stages_in_its_own_slot_and_a_nested_reservation_elsewhere() {
+    let region = anonymous();
+    let map = region.map(region.create_map("rb", &def(BPF_MAP_TYPE_RINGBUF, 0, 0, 4096), None).unwrap()).unwrap();
+    let ring = map.ringbuf().unwrap();
+    let own = ring.reserve(16);
+    let nested = ring.reserve(16);
+    assert!(ring.owns(own) && ring.owns(nested) && own != nested);
+    ring.commit(nested, 0, false);
+    ring.commit(own, 0, false);
+    let again = ring.reserve(16);
+    assert_eq!(again, own, "its own slot again");
+    ring.commit(again, 0, false);
+    // With every slot free, another thread still does not get this one's.
+    let other = std::thread::scope(|scope| scope.spawn(|| ring.reserve(16) as usize).join().unwrap()) as *mut u8;
+    assert!(ring.owns(other) && other != own);
+    ring.commit(other, 0, false);
+    assert_eq!(ring.consume(|_| {}), 4, "every record whole");
+}
+
 /// Staged reservations take their room by compare-and-swap, in-place ones under the lock, while
 /// staged records are placed under the lock and a consumer reads: with producers of both kinds
 /// racing on a small ring, every record is read whole exactly once or counted as dropped, each
