@@ -66,6 +66,21 @@ def test_python_mallocs_counted_the_same_on_the_kernel_and_on_uebpf(tmp_path):
     assert entry["kernel_class"] == ret["kernel_class"]
 
 
+def test_a_forking_command_is_counted_in_its_own_process_alone_by_both(tmp_path):
+    """The kernel's uprobes are on the command's pid; uebpf's agent is in what it forks too, and
+    counted those mallocs as well (7,000 against the kernel's 2,000 for a C program whose child
+    made 5,000): now both count the command's own process alone."""
+    script = (
+        "import os\nfor i in range(2000): bytearray(1000 + i % 50)\npid = os.fork()\n"
+        "if pid == 0:\n    for i in range(20_000): bytearray(1000 + i % 50)\n    os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    part = app(tmp_path, *FROM_THE_START, "--probe", "libc:malloc", "--", PYTHON, "-c", script, env=env)
+    assert_same_counts(part, ["libc:malloc"])
+    assert 2000 < counted(part)["kernel"][0]["libc:malloc"] < 20_000, "the child's are not the command's"
+
+
 def test_sqlite_steps_counted_the_same_on_the_kernel_and_on_uebpf(tmp_path):
     script = tmp_path / "inserts.sql"
     script.write_text("CREATE TABLE t(x);\n" + "".join(f"INSERT INTO t VALUES({i});\n" for i in range(3000)))

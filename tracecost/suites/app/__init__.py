@@ -388,7 +388,7 @@ def run_once(method: AppMethod, config: AppConfig, workdir: Path) -> dict:
     argv = [str(paths.artifact("bin/gate")), str(workdir / "command.stdout"), *preload, *config.command]
     with started(lambda: Child(argv, stderr_path=workdir / "command.stderr", env=dict(os.environ))) as gate:
         gate.wait_for_line("READY", READY_TIMEOUT_S)
-        run = methods.Run(workdir, environments, Gated(gate.pid, config.sites, config.program))
+        run = methods.Run(workdir, environments, Gated(gate.pid, config.sites, config.program, config.load is not None))
         with method.attached(run) as counted:
             started_at = time.perf_counter()
             gate.send(signal.SIGUSR1)
