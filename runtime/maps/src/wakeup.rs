@@ -198,3 +198,25 @@ impl Drop for Waiting<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A consumer armed for the watermark that no longer waits (its timer ended the sleep) is not
+    /// asked about: the question reads the consumer's position, a line its CPU writes at every
+    /// record.
+    #[test]
+    fn the_watermark_is_asked_only_while_a_consumer_waits() {
+        let wakeup = Wakeup { seq: 0.into(), waiters: 0.into(), armed: (Armed::Watermark as u32).into(), armed_at: 0.into() };
+        wakeup.record_written(|| panic!("asked with nobody waiting"));
+        wakeup.waiters.store(1, Ordering::SeqCst);
+        let mut asked = false;
+        wakeup.record_written(|| {
+            asked = true;
+            false
+        });
+        assert!(asked, "asked once a consumer waits");
+        assert_eq!(wakeup.seq(), 0, "below the watermark: nobody woken");
+    }
+}
