@@ -116,8 +116,7 @@ fn sites_of(elf: &object::File, data: &[u8]) -> Vec<SyscallSite> {
                 sites.push((instruction.ip(), nr, before));
             }
         }
-        let falls_out = instructions.last().is_none_or(|last| last.next_ip() != end || continues(last));
-        walked.push((start, end, falls_out));
+        walked.push((start, end, falls_out(instructions.last(), end)));
         inner.extend(dead_padding(&instructions, &targets));
     }
     let mut islands = Islands::between(&code, walked, inner);
@@ -194,8 +193,14 @@ impl Near {
     }
 }
 
-/// Whether control may fall out of the end of the code `bytes` (from `start` to `end`): decoded
-/// without keeping the instructions, as `sites_of` judges a walked extent.
+/// Whether control may fall out of an extent ending at `end` whose last instruction is `last`
+/// (none: an empty one).
+fn falls_out(last: Option<&Instruction>, end: u64) -> bool {
+    last.is_none_or(|last| last.next_ip() != end || continues(last))
+}
+
+/// `falls_out` of the code `bytes` (from `start` to `end`), decoded without keeping the
+/// instructions: only the last one is looked at.
 fn falls_out_of(bytes: &[u8], start: u64, end: u64) -> bool {
     let mut decoder = Decoder::with_ip(64, bytes, start, DecoderOptions::NONE);
     let mut last = Instruction::default();
@@ -204,7 +209,7 @@ fn falls_out_of(bytes: &[u8], start: u64, end: u64) -> bool {
         decoder.decode_out(&mut last);
         any = true;
     }
-    !any || last.next_ip() != end || continues(&last)
+    falls_out(any.then_some(&last), end)
 }
 
 /// Whether the two bytes at `at` lie in one cache line, where one store writes them for every
