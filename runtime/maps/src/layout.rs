@@ -35,8 +35,9 @@ pub const MAGIC: [u8; 8] = *b"UEBPFRGN";
 /// 2: the attach table and `ProgEntry::prog_type`. 3: the agent table. 4: `AgentEntry::slow_hooks`.
 /// 5: hash chains end in a "nulls" marker naming their bucket, `EntryHeader::seq`, and
 /// `RingControl::head_waiter` and `staged`. 6: `RingControl::held_pos` replaces `staged`; perf
-/// event arrays and perf buffers (`PerfControl`).
-pub const VERSION: u32 = 6;
+/// event arrays and perf buffers (`PerfControl`). 7: `RingControl::placed_pos`, and its
+/// consumer-written fields on a line of their own.
+pub const VERSION: u32 = 7;
 /// The region is laid out in 4 KiB pages (x86-64); creation and opening check the system agrees.
 pub const PAGE_SIZE: usize = 4096;
 /// Names of maps and programs (longer than the kernel's 16 bytes: the full names survive).
@@ -278,27 +279,45 @@ pub struct Wakeup {
 }
 
 /// Ring buffer bookkeeping that consumers must not be able to write, so it is not on the
-/// consumer page (which libbpf maps writable).
+/// consumer page (which libbpf maps writable). What producers touch at every record (the lock,
+/// the positions) shares one cache line, which only they write; what a consumer writes (its
+/// sleeps, `head_waiter`) is on the next, so that a consumer going to sleep does not take the
+/// producers' line from their CPU.
 #[repr(C)]
 pub struct RingControl {
     /// Serialises reservations (commits are lock-free, as in the kernel).
     pub lock: SpinLock,
-    pub wakeup: Wakeup,
+    /// `producer_pos` as the lock holders keep it (only changed under `lock`): a producer reads
+    /// it from the line whose lock it has just taken, where reading `producer_pos` itself, a line
+    /// consumers read all the time, missed (a cpu-clock profile put a quarter of a staged
+    /// record's placing on that load).
+    pub placed_pos: AtomicU64,
     /// Oldest record not yet committed (the kernel's `pending_pos`): a reservation never
     /// overtakes it by more than the ring size, whatever a consumer writes to consumer_pos.
     /// Only changed under `lock`.
     pub pending_pos: AtomicU64,
-    /// Reservations refused because the ring was full.
-    pub dropped: AtomicU64,
-    /// Position + 1 of the record a sleeping consumer waits behind (0: none): a consumer that
-    /// found the record at consumer_pos still being written (its producer preempted between
-    /// reserve and submit) can read nothing until it is submitted, so that submit wakes it.
-    pub head_waiter: AtomicU64,
     /// The end of the room reserved so far: producer_pos plus the bytes (headers included) held
     /// for staged records not yet placed in the ring (ringbuf.rs, "Staging"). A staged record's
     /// reservation advances it by compare-and-swap, without `lock`; a record written in place
     /// advances it under `lock`; placing a staged record leaves it (the room moves into the ring).
     pub held_pos: AtomicU64,
+    /// Reservations refused because the ring was full.
+    pub dropped: AtomicU64,
+    pub consumer_side: ConsumerSide,
+}
+
+// The producers' fields on the first line, the consumers' from the second.
+const _: () = assert!(std::mem::offset_of!(RingControl, dropped) + 8 <= 64);
+const _: () = assert!(std::mem::offset_of!(RingControl, consumer_side) == 64);
+
+/// The part of `RingControl` consumers write, on a cache line of its own.
+#[repr(C, align(64))]
+pub struct ConsumerSide {
+    pub wakeup: Wakeup,
+    /// Position + 1 of the record a sleeping consumer waits behind (0: none): a consumer that
+    /// found the record at consumer_pos still being written (its producer preempted between
+    /// reserve and submit) can read nothing until it is submitted, so that submit wakes it.
+    pub head_waiter: AtomicU64,
 }
 
 /// A queue or stack map's positions (queue.rs), before its value slots.

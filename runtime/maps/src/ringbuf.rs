@@ -23,10 +23,10 @@
 //! One more wakeup has no kernel counterpart: a consumer can find the record at its position still
 //! being written (a uebpf producer can be preempted between reserve and submit, for a scheduler
 //! slice; the kernel's cannot) and can then read nothing, however full the ring behind it; it
-//! sleeps until that record's submit, which wakes it (`RingControl::head_waiter`), rather than for
+//! sleeps until that record's submit, which wakes it (`ConsumerSide::head_waiter`), rather than for
 //! its timer while the ring fills and producers drop records (with 4 getpgid producers on 2
 //! CPUs, 57 % of them dropped).
-//! Wakeups go through a futex (`RingControl::wakeup`, wakeup.rs), which works across processes,
+//! Wakeups go through a futex (`ConsumerSide::wakeup`, wakeup.rs), which works across processes,
 //! and only while a consumer is registered as waiting (`Wakeup::waiters`): otherwise a submit
 //! makes no system call.
 //!
@@ -302,7 +302,7 @@ impl RingBuf {
     /// returns it.
     fn advance_pending(&self) -> u64 {
         let control = self.control();
-        let producer = self.producer_pos().load(Ordering::Relaxed);
+        let producer = control.placed_pos.load(Ordering::Relaxed);
         let mut pending = control.pending_pos.load(Ordering::Relaxed);
         while pending < producer {
             let header_len = self.header_at(pending).len.load(Ordering::Acquire);
@@ -379,9 +379,9 @@ impl RingBuf {
         }
         // Under the lock nobody else moves producer_pos, and the room after it up to held_pos
         // (the staged records') stays free until they are placed: this record goes first.
-        let producer = self.producer_pos().load(Ordering::Relaxed);
+        let producer = self.control().placed_pos.load(Ordering::Relaxed);
         let record = self.write_header(producer, size as u32 | RINGBUF_BUSY_BIT);
-        self.producer_pos().store(producer + len, Ordering::Release);
+        self.publish(producer + len);
         record
     }
 
@@ -394,6 +394,13 @@ impl RingBuf {
         // SAFETY: the header is ours until producer_pos is published past it.
         unsafe { (std::ptr::addr_of!(header.pg_off) as *mut u32).write(page) };
         (header as *const RecordHeader as *mut u8).wrapping_add(RINGBUF_HEADER_SIZE as usize)
+    }
+
+    /// Under the reservation lock: moves the producer position to `producer`, for consumers and
+    /// in the lock holders' own copy (`RingControl::placed_pos`).
+    fn publish(&self, producer: u64) {
+        self.control().placed_pos.store(producer, Ordering::Relaxed);
+        self.producer_pos().store(producer, Ordering::Release);
     }
 
     /// Where staging slot `slot` starts.
@@ -409,7 +416,8 @@ impl RingBuf {
         {
             let _guard = self.control().lock.lock();
             // Room was held at reserve: records and staged bytes never exceed the ring.
-            let producer = self.producer_pos().load(Ordering::Relaxed);
+            let control = self.control();
+            let producer = control.placed_pos.load(Ordering::Relaxed);
             let payload = self.write_header(producer, size as u32 | if discard { RINGBUF_DISCARD_BIT } else { 0 });
             if !discard {
                 // SAFETY: the `size` bytes after the header are ours until producer_pos is
@@ -417,12 +425,11 @@ impl RingBuf {
                 // holds `size` bytes.
                 unsafe { std::ptr::copy_nonoverlapping(self.slot_address(slot), payload, size as usize) };
             }
-            self.producer_pos().store(producer + len, Ordering::Release);
+            self.publish(producer + len);
             // With no record being written in place before it, the oldest record not committed
             // moves past this one too: else the next reservation that finds `pending_pos` in its
             // way walks every header placed since (`advance_pending`), each a cache miss by then
             // (a profile put 30 % of a reservation there).
-            let control = self.control();
             if control.pending_pos.load(Ordering::Relaxed) == producer {
                 control.pending_pos.store(producer + len, Ordering::Relaxed);
             }
@@ -465,9 +472,9 @@ impl RingBuf {
     /// record that was written in place).
     fn wake_for(&self, flags: u64, offset: Option<u64>) {
         if flags & BPF_RB_FORCE_WAKEUP != 0 {
-            self.control().wakeup.wake(true);
+            self.control().consumer_side.wakeup.wake(true);
         } else if flags & BPF_RB_NO_WAKEUP == 0 {
-            self.control().wakeup.record_written(|| self.unread_reaches(self.size / WATERMARK_DIVISOR));
+            self.control().consumer_side.wakeup.record_written(|| self.unread_reaches(self.size / WATERMARK_DIVISOR));
             if let Some(offset) = offset {
                 self.wake_head_waiter(offset);
             }
@@ -477,12 +484,12 @@ impl RingBuf {
     /// Wakes a consumer asleep behind the record at `offset` (in the first copy), once.
     fn wake_head_waiter(&self, offset: u64) {
         let control = self.control();
-        let waiter = control.head_waiter.load(Ordering::SeqCst);
+        let waiter = control.consumer_side.head_waiter.load(Ordering::SeqCst);
         if waiter != 0
             && (waiter - 1) & (self.size - 1) == offset
-            && control.head_waiter.compare_exchange(waiter, 0, Ordering::SeqCst, Ordering::Relaxed).is_ok()
+            && control.consumer_side.head_waiter.compare_exchange(waiter, 0, Ordering::SeqCst, Ordering::Relaxed).is_ok()
         {
-            control.wakeup.signal();
+            control.consumer_side.wakeup.signal();
         }
     }
 
@@ -591,16 +598,16 @@ impl RingBuf {
     /// is ready. Any number of processes may wait.
     pub fn wait(&self, timeout: Duration) {
         let _waiting = Waiting::new(self);
-        let seen = self.control().wakeup.seq();
+        let seen = self.control().consumer_side.wakeup.seq();
         if !self.has_record() {
-            self.control().wakeup.wait_for_change(seen, timeout);
+            self.control().consumer_side.wakeup.wait_for_change(seen, timeout);
         }
     }
 }
 
 impl Consumable for RingBuf {
     fn wakeup(&self) -> &Wakeup {
-        &self.control().wakeup
+        &self.control().consumer_side.wakeup
     }
 
     fn has_record(&self) -> bool {
@@ -620,18 +627,18 @@ impl Consumable for RingBuf {
         let busy_head = consumer < self.producer_pos().load(Ordering::Acquire)
             && self.header_at(consumer).len.load(Ordering::Acquire) & RINGBUF_BUSY_BIT != 0;
         if busy_head {
-            control.wakeup.armed.store(Armed::No as u32, Ordering::SeqCst);
-            control.head_waiter.store(consumer + 1, Ordering::SeqCst);
+            control.consumer_side.wakeup.armed.store(Armed::No as u32, Ordering::SeqCst);
+            control.consumer_side.head_waiter.store(consumer + 1, Ordering::SeqCst);
             fence(Ordering::SeqCst);
             Armed::No
         } else {
-            control.head_waiter.store(0, Ordering::SeqCst);
-            control.wakeup.arm(self.unread() == 0, consumer)
+            control.consumer_side.head_waiter.store(0, Ordering::SeqCst);
+            control.consumer_side.wakeup.arm(self.unread() == 0, consumer)
         }
     }
 
     /// Nobody sleeps behind a record any more: its submit need not wake anyone.
     fn last_waiter_left(&self) {
-        self.control().head_waiter.store(0, Ordering::SeqCst);
+        self.control().consumer_side.head_waiter.store(0, Ordering::SeqCst);
     }
 }
