@@ -24,8 +24,10 @@ from tracecost.report.style import MethodStyle
 from tracecost.suites import base
 from tracecost.suites.base import Cell, Column, Group, Metric, Option, Suite, UsageProblem
 from tracecost.suites.vm import report
+from tracecost.suites.vm.report import JIT_ENGINE
 
 REFERENCE_ENGINE = "kernel-jit"
+NATIVE_ENGINE = "native-c"
 RUN_TIMEOUT_S = 600
 
 
@@ -82,6 +84,7 @@ class VmSuite(Suite):
         "native-c": MethodStyle("native C", "#000000"),
         "kernel-jit": MethodStyle("kernel JIT", style.BLUE),
         "uebpf-jit": MethodStyle("uebpf JIT", style.GREEN),
+        "uebpf-opt": MethodStyle("uebpf optimizing JIT", "#00441b"),
         "uebpf-c-jit-fn": MethodStyle("uebpf JIT (C, function pointer)", "#1b7837"),
         "uebpf-c-api-jit": MethodStyle("uebpf JIT (C API)", "#5aae61"),
         "uebpf-interpreter": MethodStyle("uebpf interpreter", "#a6dba0"),
@@ -179,6 +182,8 @@ class VmSuite(Suite):
             "reason": "; ".join(reasons) or None,
             "ns_per_run": stats.summarize(timed(cell.method)),
             "relative_to_kernel_jit": stats.ratio_of_means(timed(cell.method), timed(REFERENCE_ENGINE)),
+            "relative_to_native": stats.ratio_of_means(timed(cell.method), timed(NATIVE_ENGINE)),
+            "relative_to_uebpf_jit": stats.ratio_of_means(timed(cell.method), timed(JIT_ENGINE)),
         }
 
     def summary(self, aggregates: list[dict]) -> base.TextTable:
@@ -193,7 +198,10 @@ class VmSuite(Suite):
             for (engine, reason), programs in unsupported.items()
         )
         table = base.summary_table(
-            "vm: ns per program run (95% CI) and time relative to the kernel JIT", SUMMARY, aggregates, baseline=None
+            "vm: ns per program run (95% CI) and time relative to the kernel JIT and to native C",
+            SUMMARY,
+            aggregates,
+            baseline=None,
         )
         table.caption = caption or None
         return table
@@ -226,4 +234,5 @@ SUMMARY = (
     Column.field("n", "n"),
     Column("ns/run", _supported(lambda agg: fmt.with_ci(agg["ns_per_run"], key="mean"))),
     Column("× kernel JIT", _supported(lambda agg: fmt.number(agg["relative_to_kernel_jit"]["value"], 2))),
+    Column("× native C", _supported(lambda agg: fmt.number(agg["relative_to_native"]["value"], 2))),
 )

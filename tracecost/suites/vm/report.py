@@ -13,6 +13,10 @@ from tracecost.suites.base import Column, cell_rows, spread
 EMPTY_CALL_TARGET_NS = 5.0
 JIT_VS_KERNEL_TARGET = 2.0
 EMBEDDED_ENGINES = ("uebpf-jit", "uebpf-c-jit-fn", "uebpf-c-api-jit")
+# uebpf's two JIT tiers: the one that translates instruction by instruction, and the optimizing
+# one (Cranelift), held to native C and to the first.
+JIT_ENGINE, OPT_ENGINE = "uebpf-jit", "uebpf-opt"
+OPT_VS_NATIVE_TARGET = 1.5
 
 
 def _cell(table, program, engine) -> dict:
@@ -25,6 +29,7 @@ COLUMNS = [
     Column.field("n", "n"),
     *spread("ns_per_run", {"mean": "Mean ns/run", "ci": "±95% CI", "median": "Median", "min": "Min", "max": "Max"}),
     Column.estimate("× kernel JIT", "relative_to_kernel_jit", key="value", digits=2),
+    Column.estimate("× native C", "relative_to_native", key="value", digits=2),
 ]
 
 
@@ -44,8 +49,10 @@ def findings(config: dict, table: dict) -> list[str]:
                 f"{style.label(engine)} takes {geomean:.2f}× the kernel JIT's time (geometric mean over "
                 f"{len(ratios)} programs; slowest relative: {worst[1]} at {worst[0]:.2f}×)."
             )
-    if "uebpf-jit" in engines:
-        ratios = {p: _cell(table, p, "uebpf-jit").get("relative_to_kernel_jit", {}).get("value") for p in programs}
+    if OPT_ENGINE in engines:
+        out += _opt_findings(programs, engines, table)
+    if JIT_ENGINE in engines:
+        ratios = {p: _cell(table, p, JIT_ENGINE).get("relative_to_kernel_jit", {}).get("value") for p in programs}
         measured = {p: r for p, r in ratios.items() if r is not None}
         if measured:
             over = [p for p, r in measured.items() if r > JIT_VS_KERNEL_TARGET]
@@ -65,6 +72,37 @@ def findings(config: dict, table: dict) -> list[str]:
     for agg in table.values():
         if not agg["supported"]:
             out.append(f"{style.label(agg['engine'])} cannot run {agg['program']}: {agg['reason']}")
+    return out
+
+
+def _opt_findings(programs: list[str], engines: list[str], table: dict) -> list[str]:
+    """The optimizing tier against its targets: within OPT_VS_NATIVE_TARGET of native C on every
+    program, and nowhere slower than the first JIT tier beyond the 95% CI of the ratio."""
+    out = []
+
+    def ratio(program: str, field: str) -> dict:
+        return _cell(table, program, OPT_ENGINE).get(field) or {}
+
+    if "native-c" in engines:
+        measured = {p: r["value"] for p in programs if (r := ratio(p, "relative_to_native")).get("value") is not None}
+        if measured:
+            over = [f"{p} ({r:.2f}×)" for p, r in measured.items() if r > OPT_VS_NATIVE_TARGET]
+            out.append(
+                f"Target '{style.label(OPT_ENGINE)} within {OPT_VS_NATIVE_TARGET:g}× of native C on every program': "
+                + ("met" if not over else f"not met on {', '.join(over)}")
+                + f" (slowest: {max(measured, key=measured.get)} at {max(measured.values()):.2f}×)."
+            )
+    if JIT_ENGINE in engines:
+        compared = {p: ratio(p, "relative_to_uebpf_jit") for p in programs}
+        slower = [p for p, r in compared.items() if (r.get("ci95_low") or 0) > 1]
+        faster = [p for p, r in compared.items() if r.get("ci95_high") is not None and r["ci95_high"] < 1]
+        if any(r.get("value") is not None for r in compared.values()):
+            out.append(
+                f"{style.label(OPT_ENGINE)} against {style.label(JIT_ENGINE)}: faster beyond the 95% CI on "
+                f"{len(faster)} of {len(programs)} programs; slower on "
+                + (", ".join(slower) if slower else "none")
+                + "."
+            )
     return out
 
 
@@ -98,7 +136,13 @@ def render(suite: dict, environment: dict) -> Section:
     rows = [
         cell_rows(COLUMNS, [agg])[0]
         if agg["supported"]
-        else [agg["program"], style.label(agg["engine"]), "0", f"not supported: {agg['reason']}", *[""] * 5]
+        else [
+            agg["program"],
+            style.label(agg["engine"]),
+            "0",
+            f"not supported: {agg['reason']}",
+            *[""] * (len(COLUMNS) - 4),
+        ]
         for agg in in_order(table, programs, engines)
     ]
     loads = config.get("program_loads", {})
@@ -137,7 +181,7 @@ def headline(suite: dict) -> Headline:
     reference takes longest on, where the engines' code counts the most and the call around it least."""
     config = suite["config"]
     table = by_cell(suite["aggregates"], "program", "engine")
-    engines = (config["reference_engine"], "uebpf-jit")
+    engines = (config["reference_engine"], JIT_ENGINE)
 
     def ns(program: str, engine: str) -> dict:
         return _cell(table, program, engine).get("ns_per_run") or {}

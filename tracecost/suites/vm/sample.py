@@ -1,6 +1,6 @@
 """A sample of this suite's results, made without measuring (Suite.sample). By hand, not through
 the suite: its catalogue of programs and engines comes from the built uebpf-vmbench, which a
-sample must do without. Two programs on three engines, one engine refusing one program."""
+sample must do without. Two programs on five engines, one engine refusing one program."""
 
 from __future__ import annotations
 
@@ -11,13 +11,19 @@ from tracecost import stats
 
 def sample(rng: random.Random) -> dict:
     programs = {"empty": "returns 0", "sieve": "prime sieve"}
-    engines = {"kernel-jit": "BPF_PROG_TEST_RUN", "uebpf-jit": "uebpf's JIT", "rbpf-jit": "rbpf's JIT"}
+    engines = {
+        "kernel-jit": "BPF_PROG_TEST_RUN",
+        "native-c": "the same algorithm in C",
+        "uebpf-jit": "uebpf's JIT",
+        "uebpf-opt": "uebpf's optimizing JIT",
+        "rbpf-jit": "rbpf's JIT",
+    }
     runs, aggregates = [], []
     for program, description in programs.items():
-        reference = [rng.uniform(10, 20) for _ in range(2)]
+        times = {engine: [rng.uniform(5, 50) for _ in range(2)] for engine in engines}
         for engine in engines:
             supported = engine != "rbpf-jit" or program == "empty"
-            timed = reference if engine == "kernel-jit" else [rng.uniform(5, 50) for _ in range(2)]
+            timed = times[engine]
             for repetition, warmup in ((r, r == 0) for r in range(3)):
                 run = {
                     "program": program,
@@ -43,7 +49,14 @@ def sample(rng: random.Random) -> dict:
                     "supported": supported,
                     "reason": None if supported else "no helper calls",
                     "ns_per_run": stats.summarize(timed if supported else []),
-                    "relative_to_kernel_jit": stats.ratio_of_means(timed if supported else [], reference),
+                    **{
+                        field: stats.ratio_of_means(timed if supported else [], times[other])
+                        for field, other in (
+                            ("relative_to_kernel_jit", "kernel-jit"),
+                            ("relative_to_native", "native-c"),
+                            ("relative_to_uebpf_jit", "uebpf-jit"),
+                        )
+                    },
                 }
             )
     config = {
