@@ -1,0 +1,628 @@
+//! One eBPF function (the entry, a bpf-to-bpf callee or a bpf_loop callback) to one Cranelift
+//! function.
+//!
+//! eBPF registers become Cranelift variables (cranelift-frontend builds the SSA form), so that
+//! Cranelift's register allocator, not a fixed mapping, decides where each value lives, and its
+//! mid-end (GVN, LICM, constant folding, address-mode folding) sees the whole function. Each
+//! function's 512-byte frame is an explicit stack slot, r10 its top; r10-relative accesses fold
+//! into stack-pointer-relative addressing.
+//!
+//! No memory access is checked here, exactly as in the x86 tier: the load-time checks and the
+//! safety analysis proved them (runtime/vm/README.md, "Safety analysis"), or the embedder
+//! trusts the program (`Program::load_unchecked`). Loads and stores are `notrap` (they are
+//! proven not to fault) but never `can_move`: Cranelift keeps them where the program has them,
+//! so a load guarded by a bounds test is never hoisted above it.
+//!
+//! Registers a call leaves undefined (r1-r5 after any call, r0 and r6-r9 on a callee's entry)
+//! read as 0 here. The safety analysis refuses programs that read them, as the kernel's
+//! verifier does ("R1 !read_ok"); defining them as dead constants frees Cranelift from keeping
+//! the caller's values alive across calls.
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::{I16, I32, I64, I8X16};
+use cranelift_codegen::ir::{
+    AbiParam, AtomicRmwOp, Block, ConstantData, ExtFuncData, ExternalName, FuncRef, Function, InstBuilder, MemFlagsData, SigRef, Signature,
+    StackSlotData, StackSlotKind, UserExternalName, UserFuncName, Value,
+};
+use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
+
+use crate::environment::MapLookup;
+use crate::insn::*;
+use crate::program::Program;
+
+/// How the functions of one program call each other: shared by every function it compiles.
+pub(super) struct Conventions {
+    /// The program has inlined per-CPU array lookups, which read the calling thread's CPU number
+    /// at a fixed offset from its thread pointer. Cranelift has no fs-relative load, so the
+    /// entry trampoline (opt/mod.rs) passes the thread pointer (`fs:0`) as one more argument,
+    /// and every function hands it on to its callees.
+    pub thread_pointer: bool,
+    /// The program calls no native function (helper, direct lookup, per-CPU fallback): the
+    /// code must then leave the vector registers alone (`JitProgram::keeps_vectors`), so frames
+    /// are zeroed from a general-purpose register.
+    pub keeps_vectors: bool,
+}
+
+impl Conventions {
+    /// The signature of function `f` of the program: the entry is the `JitFunction`
+    /// (ctx, ctx_len) -> r0, every other function takes r1-r5 (System V: no shuffling at helper
+    /// calls, whose arguments are the same registers); either may take the thread pointer last.
+    pub(super) fn signature(&self, f: usize) -> Signature {
+        let mut sig = Signature::new(CallConv::SystemV);
+        let args = if f == 0 { 2 } else { 5 } + usize::from(self.thread_pointer);
+        sig.params.extend(std::iter::repeat_n(AbiParam::new(I64), args));
+        sig.returns.push(AbiParam::new(I64));
+        sig
+    }
+}
+
+/// A helper's signature: `HelperFn`, five u64 arguments, a u64 result.
+fn helper_signature() -> Signature {
+    let mut sig = Signature::new(CallConv::SystemV);
+    sig.params.extend(std::iter::repeat_n(AbiParam::new(I64), 5));
+    sig.returns.push(AbiParam::new(I64));
+    sig
+}
+
+/// Memory the program accesses: proven not to fault (`notrap`), of any alignment (no `aligned`:
+/// eBPF allows unaligned accesses), little-endian as the host.
+fn memory() -> MemFlagsData {
+    MemFlagsData::new().with_notrap()
+}
+
+/// Builds Cranelift IR for function `f` of `program` into `func`.
+pub(super) fn translate(
+    program: &Program,
+    f: usize,
+    conv: &Conventions,
+    target: TargetFrontendConfig,
+    func: &mut Function,
+    fctx: &mut FunctionBuilderContext,
+) {
+    func.signature = conv.signature(f);
+    func.name = UserFuncName::user(0, f as u32);
+    let start = program.functions[f];
+    let end = program.functions.get(f + 1).copied().unwrap_or(program.insns.len());
+    let mut b = FunctionBuilder::new(func, fctx);
+    let regs: [Variable; 11] = std::array::from_fn(|_| b.declare_var(I64));
+    let mut t = Translator { program, conv, b, regs, blocks: vec![None; end - start], start, frame_top: None, thread_pointer: None };
+    t.entry(f);
+    t.body(start, end);
+    t.b.seal_all_blocks();
+    t.b.finalize(target);
+}
+
+struct Translator<'a, 'p> {
+    program: &'p Program,
+    conv: &'a Conventions,
+    b: FunctionBuilder<'a>,
+    /// eBPF r0-r10.
+    regs: [Variable; 11],
+    /// The block starting at each slot of the function (relative to `start`), where one does.
+    blocks: Vec<Option<Block>>,
+    start: usize,
+    frame_top: Option<Value>,
+    thread_pointer: Option<Value>,
+}
+
+impl Translator<'_, '_> {
+    fn var(&mut self, reg: u8) -> Value {
+        self.b.use_var(self.regs[usize::from(reg)])
+    }
+
+    fn set(&mut self, reg: u8, value: Value) {
+        self.b.def_var(self.regs[usize::from(reg)], value);
+    }
+
+    fn const64(&mut self, value: i64) -> Value {
+        self.b.ins().iconst(I64, value)
+    }
+
+    /// The block at `slot`, made on first use.
+    fn block_at(&mut self, slot: usize) -> Block {
+        let index = slot - self.start;
+        match self.blocks[index] {
+            Some(block) => block,
+            None => {
+                let block = self.b.create_block();
+                self.blocks[index] = Some(block);
+                block
+            }
+        }
+    }
+
+    /// The prologue: arguments into r1-r5, the other registers zero on entry to the program (as
+    /// on the interpreter; undefined in a callee, see the module comment), r10 the top of a fresh
+    /// 512-byte frame, zeroed where the function can read it.
+    fn entry(&mut self, f: usize) {
+        let entry = self.b.create_block();
+        self.b.append_block_params_for_function_params(entry);
+        self.b.switch_to_block(entry);
+        let params = self.b.block_params(entry).to_vec();
+        let zero = self.const64(0);
+        for reg in 0..10 {
+            self.set(reg, zero);
+        }
+        let args = if f == 0 { 2 } else { 5 };
+        for (reg, &value) in (1..).zip(&params[..args]) {
+            self.set(reg, value);
+        }
+        if self.conv.thread_pointer {
+            self.thread_pointer = Some(params[args]);
+        }
+        // 16-byte aligned, as the x86 tier's frames: 8-byte accesses at r10-8k are aligned, as the
+        // atomics want them.
+        let slot = self.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, STACK_SIZE as u32, 4));
+        let top = self.b.ins().stack_addr(I64, slot, STACK_SIZE as i32);
+        self.frame_top = Some(top);
+        self.set(FRAME_POINTER, top);
+        self.zero_frame(top, self.program.stack_reach[f]);
+    }
+
+    /// Zeroes `reach` bytes below `top` (a multiple of 16: verify::stack_reach). The frame is
+    /// native stack that held whatever ran before (return addresses, the stack protector's canary,
+    /// a previous callee's frame): the program must read 0 there, as on the interpreter. With
+    /// 16-byte vector stores where the code calls out anyway (the hook saves the caller's vector
+    /// registers around such code: vm/src/jit/x86.rs, `zero_wide`), else with 8-byte stores of a
+    /// general-purpose register, which leave the vector registers alone.
+    fn zero_frame(&mut self, top: Value, reach: u32) {
+        let reach = reach as i32;
+        if reach == 0 {
+            return;
+        }
+        if self.conv.keeps_vectors {
+            let zero = self.const64(0);
+            for below in (8..=reach).step_by(8) {
+                self.b.ins().store(memory(), zero, top, -below);
+            }
+        } else {
+            let constant = self.b.func.dfg.constants.insert(ConstantData::from(vec![0u8; 16]));
+            let zero = self.b.ins().vconst(I8X16, constant);
+            for below in (16..=reach).step_by(16) {
+                self.b.ins().store(memory(), zero, top, -below);
+            }
+        }
+    }
+
+    fn body(&mut self, start: usize, end: usize) {
+        let insns = &self.program.insns;
+        let entry = self.b.current_block().expect("the entry block");
+        for (index, insn) in insns.iter().enumerate().take(end).skip(start) {
+            if let Some(target) = jump_target(index, insn) {
+                self.block_at(target);
+            }
+        }
+        // The first slot may be a loop head: the entry block (which holds the prologue) jumps to it.
+        let first = self.block_at(start);
+        self.b.ins().jump(first, &[]);
+        let _ = entry;
+        let mut open = false;
+        let mut index = start;
+        while index < end {
+            if let Some(block) = self.blocks[index - start] {
+                if open {
+                    self.b.ins().jump(block, &[]);
+                }
+                self.b.switch_to_block(block);
+                open = true;
+            }
+            let insn = insns[index];
+            let width = if insn.opcode == OP_LDDW { 2 } else { 1 };
+            // Code no path reaches (after an exit or a ja, before the next jump target):
+            // nothing to emit.
+            if open {
+                open = self.instruction(index, &insn);
+            }
+            index += width;
+        }
+        debug_assert!(!open, "the checks end every function with exit or ja");
+    }
+
+    /// Emits slot `index`; false if it ends its block (exit, ja, a conditional jump: its fall
+    /// through starts a new block).
+    fn instruction(&mut self, index: usize, insn: &Insn) -> bool {
+        match insn.class() {
+            CLASS_ALU | CLASS_ALU64 => self.alu(insn),
+            CLASS_JMP | CLASS_JMP32 => return self.jump(index, insn),
+            CLASS_LDX => self.load(insn),
+            CLASS_ST | CLASS_STX if insn.mode() == MODE_ATOMIC => self.atomic(insn),
+            CLASS_ST | CLASS_STX => self.store(insn),
+            _ => {
+                let value = self.const64(lddw_value(&self.program.insns, index) as i64);
+                self.set(insn.dst, value);
+            }
+        }
+        true
+    }
+
+    fn alu(&mut self, insn: &Insn) {
+        let wide = insn.class() == CLASS_ALU64;
+        let op = insn.op();
+        let dst = self.var(insn.dst);
+        if op == ALU_END {
+            let value = self.byte_swap(dst, insn.imm, insn.uses_src_reg());
+            self.set(insn.dst, value);
+            return;
+        }
+        // Immediates are sign-extended to 64 bits (eBPF ISA); 32-bit operations see the low half.
+        let (ty, src) = match (wide, insn.uses_src_reg()) {
+            (true, true) => (I64, self.var(insn.src)),
+            (true, false) => (I64, self.const64(i64::from(insn.imm))),
+            (false, true) => {
+                let src = self.var(insn.src);
+                (I32, self.b.ins().ireduce(I32, src))
+            }
+            (false, false) => (I32, self.b.ins().iconst(I32, i64::from(insn.imm as u32))),
+        };
+        let dst = if wide { dst } else { self.b.ins().ireduce(I32, dst) };
+        let ins = self.b.ins();
+        let result = match op {
+            ALU_ADD => ins.iadd(dst, src),
+            ALU_SUB => ins.isub(dst, src),
+            ALU_MUL => ins.imul(dst, src),
+            ALU_OR => ins.bor(dst, src),
+            ALU_AND => ins.band(dst, src),
+            ALU_XOR => ins.bxor(dst, src),
+            // Cranelift's shifts take the amount modulo the width, as eBPF's (the interpreter
+            // masks to 63 or 31, x86 hardware does the same).
+            ALU_LSH => ins.ishl(dst, src),
+            ALU_RSH => ins.ushr(dst, src),
+            ALU_ARSH => ins.sshr(dst, src),
+            ALU_NEG => ins.ineg(dst),
+            ALU_MOV => src,
+            ALU_DIV | ALU_MOD => self.divide(op, ty, dst, src, insn.uses_src_reg()),
+            _ => unreachable!("load-time checks admit only known ALU operations"),
+        };
+        // ALU32 results are zero-extended (x86's 32-bit operations already do: Cranelift drops the
+        // extension).
+        let result = if wide { result } else { self.b.ins().uextend(I64, result) };
+        self.set(insn.dst, result);
+    }
+
+    /// Unsigned division and modulo with the kernel's zero rules (kernel/bpf/verifier.c,
+    /// do_misc_fixups, patches every division by a register so): x / 0 = 0, x % 0 = x. Cranelift's
+    /// `udiv` traps on zero, so a zero divisor is replaced by 1 and the result chosen after, with
+    /// no branch. An immediate divisor is never zero (the load-time checks).
+    fn divide(&mut self, op: u8, ty: cranelift_codegen::ir::Type, dst: Value, src: Value, by_register: bool) -> Value {
+        let ins = &mut self.b;
+        if !by_register {
+            return if op == ALU_DIV { ins.ins().udiv(dst, src) } else { ins.ins().urem(dst, src) };
+        }
+        let is_zero = ins.ins().icmp_imm_u(IntCC::Equal, src, 0);
+        let one = ins.ins().iconst(ty, 1);
+        let divisor = ins.ins().select(is_zero, one, src);
+        if op == ALU_DIV {
+            let quotient = ins.ins().udiv(dst, divisor);
+            let zero = ins.ins().iconst(ty, 0);
+            ins.ins().select(is_zero, zero, quotient)
+        } else {
+            let remainder = ins.ins().urem(dst, divisor);
+            ins.ins().select(is_zero, dst, remainder)
+        }
+    }
+
+    /// `le`/`be` 16, 32, 64: to the order named, truncated to the width (little-endian host).
+    fn byte_swap(&mut self, value: Value, width: i32, to_big_endian: bool) -> Value {
+        let ins = &mut self.b;
+        match (width, to_big_endian) {
+            (64, false) => value,
+            (64, true) => ins.ins().bswap(value),
+            (16, false) => ins.ins().band_imm_u(value, 0xffff),
+            (32, false) => {
+                let low = ins.ins().ireduce(I32, value);
+                ins.ins().uextend(I64, low)
+            }
+            (16, _) => {
+                let low = ins.ins().ireduce(I16, value);
+                let swapped = ins.ins().bswap(low);
+                ins.ins().uextend(I64, swapped)
+            }
+            _ => {
+                let low = ins.ins().ireduce(I32, value);
+                let swapped = ins.ins().bswap(low);
+                ins.ins().uextend(I64, swapped)
+            }
+        }
+    }
+
+    fn load(&mut self, insn: &Insn) {
+        let base = self.var(insn.src);
+        let off = i32::from(insn.off);
+        let ins = self.b.ins();
+        let value = match insn.access_size() {
+            1 => ins.uload8(I64, memory(), base, off),
+            2 => ins.uload16(I64, memory(), base, off),
+            4 => ins.uload32(memory(), base, off),
+            _ => ins.load(I64, memory(), base, off),
+        };
+        self.set(insn.dst, value);
+    }
+
+    fn store(&mut self, insn: &Insn) {
+        let base = self.var(insn.dst);
+        let off = i32::from(insn.off);
+        // `st`'s immediate is sign-extended to the access (only 8 bytes see the extension).
+        let value = if insn.class() == CLASS_ST { self.const64(i64::from(insn.imm)) } else { self.var(insn.src) };
+        let ins = self.b.ins();
+        match insn.access_size() {
+            1 => ins.istore8(memory(), value, base, off),
+            2 => ins.istore16(memory(), value, base, off),
+            4 => ins.istore32(memory(), value, base, off),
+            _ => ins.store(memory(), value, base, off),
+        };
+    }
+
+    /// The atomics, as kernel/bpf/core.c's interpreter defines them (`STX_ATOMIC_DW/W`): add,
+    /// and, or, xor with or without fetching the old value into the source register; xchg;
+    /// cmpxchg comparing with r0 and loading the old value into r0. 32-bit forms zero-extend
+    /// what they load.
+    fn atomic(&mut self, insn: &Insn) {
+        let wide = insn.access_size() == 8;
+        let ty = if wide { I64 } else { I32 };
+        let base = self.var(insn.dst);
+        let address = self.b.ins().iadd_imm_s(base, i64::from(insn.off));
+        let src = self.var(insn.src);
+        let operand = if wide { src } else { self.b.ins().ireduce(I32, src) };
+        let widen = |t: &mut Self, value: Value| if wide { value } else { t.b.ins().uextend(I64, value) };
+        if insn.imm == ATOMIC_CMPXCHG {
+            let r0 = self.var(0);
+            let expected = if wide { r0 } else { self.b.ins().ireduce(I32, r0) };
+            let old = self.b.ins().atomic_cas(memory(), address, expected, operand);
+            let old = widen(self, old);
+            self.set(0, old);
+            return;
+        }
+        let op = match insn.imm & !ATOMIC_FETCH {
+            ATOMIC_ADD => AtomicRmwOp::Add,
+            ATOMIC_OR => AtomicRmwOp::Or,
+            ATOMIC_AND => AtomicRmwOp::And,
+            ATOMIC_XOR => AtomicRmwOp::Xor,
+            _ => AtomicRmwOp::Xchg,
+        };
+        let old = self.b.ins().atomic_rmw(ty, memory(), op, address, operand);
+        if insn.imm & ATOMIC_FETCH != 0 {
+            let old = widen(self, old);
+            self.set(insn.src, old);
+        }
+    }
+
+    /// Jumps, calls and exit. Returns whether the current block goes on.
+    fn jump(&mut self, index: usize, insn: &Insn) -> bool {
+        let op = insn.op();
+        match op {
+            JMP_EXIT => {
+                let r0 = self.var(0);
+                self.b.ins().return_(&[r0]);
+                return false;
+            }
+            JMP_JA => {
+                let target = self.block_at(jump_target(index, insn).expect("a jump"));
+                self.b.ins().jump(target, &[]);
+                return false;
+            }
+            JMP_CALL => {
+                self.call(index, insn);
+                return true;
+            }
+            _ => {}
+        }
+        let wide = insn.class() == CLASS_JMP;
+        let dst = self.var(insn.dst);
+        let (dst, src) = match (wide, insn.uses_src_reg()) {
+            (true, true) => (dst, self.var(insn.src)),
+            (true, false) => (dst, self.const64(i64::from(insn.imm))),
+            (false, by_register) => {
+                let src = if by_register { self.var(insn.src) } else { self.const64(i64::from(insn.imm)) };
+                (self.b.ins().ireduce(I32, dst), self.b.ins().ireduce(I32, src))
+            }
+        };
+        let taken = match op {
+            JMP_JSET => {
+                let both = self.b.ins().band(dst, src);
+                self.b.ins().icmp_imm_u(IntCC::NotEqual, both, 0)
+            }
+            _ => self.b.ins().icmp(condition(op), dst, src),
+        };
+        let target = self.block_at(jump_target(index, insn).expect("a jump"));
+        let next = self.block_at(index + 1);
+        self.b.ins().brif(taken, target, &[], next, &[]);
+        false
+    }
+
+    /// The calls: helpers (or the lookup the map resolver offers in place of one), tail calls,
+    /// bpf_loop, bpf-to-bpf calls. r0 gets the result; r1-r5 are undefined after.
+    fn call(&mut self, index: usize, insn: &Insn) {
+        let r0 = if insn.src == CALL_LOCAL {
+            let callee = (index as i64 + 1 + i64::from(insn.imm)) as usize;
+            let f = self.program.functions.binary_search(&callee).expect("call targets start functions");
+            let args = self.arguments();
+            self.call_function(f, &args)
+        } else if insn.is_loop_call() {
+            self.bpf_loop(index)
+        } else if let Some(&lookup) = self.program.map_lookups.get(&index) {
+            self.map_lookup(index, lookup)
+        } else {
+            let r0 = self.call_helper(index);
+            if insn.is_tail_call() {
+                self.tail_call(r0);
+            }
+            r0
+        };
+        self.set(0, r0);
+        let zero = self.const64(0);
+        for reg in 1..=5 {
+            self.set(reg, zero);
+        }
+    }
+
+    /// r1-r5.
+    fn arguments(&mut self) -> [Value; 5] {
+        std::array::from_fn(|i| self.var(i as u8 + 1))
+    }
+
+    /// Calls the native function at `address` with the helper ABI: System V, r1-r5 in, r0 out.
+    /// The address is a constant of the code (an indirect call through a register, as the x86
+    /// tier's): helpers and map lookups live anywhere in the address space, out of reach of a
+    /// 32-bit displacement, and a constant needs no relocation.
+    fn call_native(&mut self, address: u64, args: &[Value; 5]) -> Value {
+        let sig: SigRef = self.b.import_signature(helper_signature());
+        let callee = self.const64(address as i64);
+        let call = self.b.ins().call_indirect(sig, callee, args);
+        self.b.inst_results(call)[0]
+    }
+
+    fn call_helper(&mut self, index: usize) -> Value {
+        let helper = self.program.helper_at[index].expect("load-time checks bind every helper call");
+        let args = self.arguments();
+        self.call_native(helper as usize as u64, &args)
+    }
+
+    /// Calls function `f` of the program: a direct call (opt/mod.rs places the functions and
+    /// patches the displacement).
+    fn call_function(&mut self, f: usize, args: &[Value; 5]) -> Value {
+        let callee = self.function_ref(f);
+        let mut args = args.to_vec();
+        args.extend(self.thread_pointer);
+        let call = self.b.ins().call(callee, &args);
+        self.b.inst_results(call)[0]
+    }
+
+    fn function_ref(&mut self, f: usize) -> FuncRef {
+        let signature = self.b.import_signature(self.conv.signature(f));
+        let name = self.b.func.declare_imported_user_function(UserExternalName::new(0, f as u32));
+        // Colocated: one buffer holds the whole program, so a rel32 call reaches every function.
+        self.b.import_function(ExtFuncData { name: ExternalName::user(name), signature, colocated: true, patchable: false })
+    }
+
+    /// `bpf_tail_call`: where the helper chose the next program (0) the run ends at once with
+    /// r0 = 0 and the embedder runs that program (vm/README.md); else the program goes on. The
+    /// load-time checks admit tail calls in the entry function only, whose return this is.
+    fn tail_call(&mut self, r0: Value) {
+        let (done, went_on) = (self.b.create_block(), self.b.create_block());
+        self.b.set_cold_block(done);
+        self.b.ins().brif(r0, went_on, &[], done, &[]);
+        self.b.switch_to_block(done);
+        let zero = self.const64(0);
+        self.b.ins().return_(&[zero]);
+        self.b.switch_to_block(went_on);
+    }
+
+    /// `bpf_loop(r1 = count, r2 = callback, r3 = context, r4 = flags)` inline, as the kernel's
+    /// inline_bpf_loop (kernel/bpf/verifier.c) and the x86 tier: the callback (the safety
+    /// analysis found which) is called with r1 = the index and r2 = the context until it
+    /// returns non-zero or `count` iterations ran; r0 = the iterations run, or the errors
+    /// `LoopSite::check` describes.
+    fn bpf_loop(&mut self, index: usize) -> Value {
+        let site = self.program.loop_sites[&index];
+        let f = self.program.functions.binary_search(&site.callback).expect("callbacks start functions");
+        let [count, _, context, flags, _] = self.arguments();
+        let after = self.b.create_block();
+        let result = self.b.append_block_param(after, I64);
+        let count = if site.inlined {
+            count
+        } else {
+            // The helper checks its flags, and takes a u32 count; the kernel's inlined loop
+            // compares all 64 bits.
+            let invalid_flags = site.check(0, 1).expect_err("the helper checks its flags");
+            let error = self.const64(invalid_flags as i64);
+            let flags_ok = self.b.create_block();
+            self.b.ins().brif(flags, after, &[error.into()], flags_ok, &[]);
+            self.b.switch_to_block(flags_ok);
+            let low = self.b.ins().ireduce(I32, count);
+            self.b.ins().uextend(I64, low)
+        };
+        let too_big = site.check(u64::MAX, 0).expect_err("past MAX_LOOPS");
+        let too_big = self.const64(too_big as i64);
+        let (head, body, start) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
+        let excessive = self.b.ins().icmp_imm_u(IntCC::UnsignedGreaterThan, count, MAX_LOOPS as i64);
+        self.b.ins().brif(excessive, after, &[too_big.into()], start, &[]);
+        self.b.switch_to_block(start);
+        let zero = self.const64(0);
+        self.b.ins().jump(head, &[zero.into()]);
+        self.b.switch_to_block(head);
+        let iteration = self.b.append_block_param(head, I64);
+        let finished = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, iteration, count);
+        self.b.ins().brif(finished, after, &[iteration.into()], body, &[]);
+        self.b.switch_to_block(body);
+        let args = [iteration, context, zero, zero, zero];
+        let stop = self.call_function(f, &args);
+        let next = self.b.ins().iadd_imm_s(iteration, 1);
+        self.b.ins().brif(stop, after, &[next.into()], head, &[next.into()]);
+        self.b.switch_to_block(after);
+        result
+    }
+
+    /// `bpf_map_lookup_elem` of a map known at load time: r2 holds the key's address; the value's
+    /// address or null.
+    fn map_lookup(&mut self, index: usize, lookup: MapLookup) -> Value {
+        let key_address = self.var(2);
+        match lookup {
+            MapLookup::Array { values, max_entries, stride } => {
+                // The kernel's array_map_gen_lookup (kernel/bpf/arraymap.c): a u32 key below
+                // max_entries finds `values + key * stride`, any other nothing. A select: both
+                // sides are cheap and neither touches memory.
+                let key = self.b.ins().uload32(memory(), key_address, 0);
+                let found = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, key, i64::from(max_entries));
+                let offset = self.b.ins().imul_imm_u(key, i64::from(stride));
+                let address = self.b.ins().iadd_imm_s(offset, values as i64);
+                let null = self.const64(0);
+                self.b.ins().select(found, address, null)
+            }
+            MapLookup::PercpuArray { values, max_entries, stride, cpus, cpu_tls_offset } => {
+                // As recent kernels' inlined per-CPU array lookup: the calling CPU's slot, the CPU
+                // number read from the thread's rseq area (`cpu_tls_offset` from the thread
+                // pointer), which the kernel keeps current.
+                let after = self.b.create_block();
+                let result = self.b.append_block_param(after, I64);
+                let (in_range, fast, fallback) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
+                let key = self.b.ins().uload32(memory(), key_address, 0);
+                let null = self.const64(0);
+                let found = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, key, i64::from(max_entries));
+                self.b.ins().brif(found, in_range, &[], after, &[null.into()]);
+                self.b.switch_to_block(in_range);
+                let thread = self.thread_pointer.expect("per-CPU lookups get the thread pointer");
+                let cpu = self.b.ins().uload32(memory(), thread, cpu_tls_offset);
+                // rseq's "not registered" marks are negative: past `cpus` as unsigned.
+                let known = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, cpu, i64::from(cpus));
+                self.b.ins().brif(known, fast, &[], fallback, &[]);
+                self.b.switch_to_block(fast);
+                let slot = self.b.ins().imul_imm_u(key, i64::from(cpus));
+                let slot = self.b.ins().iadd(slot, cpu);
+                let offset = self.b.ins().imul_imm_u(slot, i64::from(stride));
+                let address = self.b.ins().iadd_imm_s(offset, values as i64);
+                self.b.ins().jump(after, &[address.into()]);
+                // Rare (a thread whose rseq area is not registered): the generic helper.
+                self.b.set_cold_block(fallback);
+                self.b.switch_to_block(fallback);
+                let r0 = self.call_helper(index);
+                self.b.ins().jump(after, &[r0.into()]);
+                self.b.switch_to_block(after);
+                result
+            }
+            MapLookup::Direct { lookup, map } => {
+                // The map's own lookup in place of the helper: r1 becomes the map it looks up.
+                let mut args = self.arguments();
+                args[0] = self.const64(map as i64);
+                self.call_native(lookup as usize as u64, &args)
+            }
+        }
+    }
+}
+
+/// The condition of a JMP_* comparison.
+fn condition(op: u8) -> IntCC {
+    match op {
+        JMP_JEQ => IntCC::Equal,
+        JMP_JNE => IntCC::NotEqual,
+        JMP_JGT => IntCC::UnsignedGreaterThan,
+        JMP_JGE => IntCC::UnsignedGreaterThanOrEqual,
+        JMP_JLT => IntCC::UnsignedLessThan,
+        JMP_JLE => IntCC::UnsignedLessThanOrEqual,
+        JMP_JSGT => IntCC::SignedGreaterThan,
+        JMP_JSGE => IntCC::SignedGreaterThanOrEqual,
+        JMP_JSLT => IntCC::SignedLessThan,
+        JMP_JSLE => IntCC::SignedLessThanOrEqual,
+        _ => unreachable!("load-time checks admit only known jump operations"),
+    }
+}
