@@ -4,8 +4,8 @@
 //! same entry point (`JitFunction`), frames, helper ABI and W^X memory (`JitProgram`).
 //!
 //! Each eBPF function becomes one Cranelift function (translate.rs), compiled alone, then all
-//! are laid out in one buffer: the entry function first (at offset 0, or after a trampoline, see
-//! below), each function 32-byte aligned. Calls between them are direct `call rel32`s whose
+//! are laid out in one buffer (the entry point is the entry function, or a trampoline before it,
+//! see below), each at the offset from a 32-byte boundary that best places its loops (`place`). Calls between them are direct `call rel32`s whose
 //! displacements are patched here from Cranelift's relocations (`X86CallPCRel4`): the only kind
 //! this code asks for. Why not indirect calls through a table: a direct call is what the x86 tier
 //! emits for bpf-to-bpf calls and bpf_loop callbacks, and patching one 32-bit displacement per
@@ -28,13 +28,16 @@ use crate::insn::*;
 use crate::program::Program;
 use translate::{translate, Conventions};
 
-/// Function start alignment: as the x86 tier aligns loop heads (layout.rs), so that the layout
-/// of a function's loops relative to 32-byte boundaries is the one Cranelift chose.
-const FUNCTION_ALIGN: usize = 32;
+/// The block size of the decoded-uop cache on the x86 cores this runs on: a small loop that
+/// straddles one of these boundaries ran twice as slow here (layout.rs, where the x86 tier aligns
+/// loop heads to it).
+const UOP_BLOCK: usize = 32;
 
-/// The code of a compiled program, and whether it leaves the vector registers alone.
+/// The code of a compiled program, where it is entered, and whether it leaves the vector
+/// registers alone.
 pub(crate) struct Emitted {
     pub code: Vec<u8>,
+    pub entry: usize,
     pub keeps_vectors: bool,
 }
 
@@ -54,6 +57,8 @@ fn isa() -> Result<OwnedTargetIsa, String> {
     set(&mut flags, "enable_probestack", "false")?;
     // Keep rbp chains, as the x86 tier does, so that profilers can walk through JIT code.
     set(&mut flags, "preserve_frame_pointers", "true")?;
+    // Block offsets and edges, to find the loops in the code (`place`).
+    set(&mut flags, "machine_code_cfg_info", "true")?;
     let builder = cranelift_native::builder().map_err(str::to_string)?;
     builder.finish(settings::Flags::new(flags)).map_err(|e| e.to_string())
 }
@@ -67,11 +72,26 @@ fn calls_out(program: &Program) -> bool {
     })
 }
 
-/// A function compiled alone: its code and the calls in it to patch.
+/// A function compiled alone: its code, the calls in it to patch, and its loops.
 struct Compiled {
     code: Vec<u8>,
     /// (offset of the rel32 in `code`, callee function, addend).
     calls: Vec<(usize, usize, i64)>,
+    /// Each loop's extent in `code`: from the head a backward edge reaches to the end of the
+    /// block the edge leaves.
+    loops: Vec<(usize, usize)>,
+}
+
+/// Where in a 32-byte block a function with these loops should start: Cranelift does not align
+/// loop heads (its blocks are laid out back to back), so the next best is to shift the whole
+/// function so that its loops straddle as few 32-byte boundaries as they can. Each loop counts
+/// once more for every loop around it (inner loops run more often). Returns 0 to 31.
+fn place(loops: &[(usize, usize)]) -> usize {
+    let nesting =
+        |&(head, end): &(usize, usize)| 1 + loops.iter().filter(|&&(h, e)| h <= head && end <= e && (h, e) != (head, end)).count();
+    let blocks = |shift: usize, (head, end): (usize, usize)| (shift + end - 1) / UOP_BLOCK - (shift + head) / UOP_BLOCK + 1;
+    let cost = |shift: usize| loops.iter().map(|l| nesting(l) * blocks(shift, *l)).sum::<usize>();
+    (0..UOP_BLOCK).min_by_key(|&shift| (cost(shift), shift)).unwrap_or(0)
 }
 
 fn compile_function(
@@ -95,7 +115,9 @@ fn compile_function(
         };
         calls.push((reloc.offset as usize, callee, reloc.addend));
     }
-    Ok(Compiled { code, calls })
+    let block_end = |start: u32| compiled.bb_starts.iter().copied().find(|&s| s > start).unwrap_or(code.len() as u32) as usize;
+    let loops = compiled.bb_edges.iter().filter(|&&(from, to)| to <= from).map(|&(from, to)| (to as usize, block_end(from))).collect();
+    Ok(Compiled { code, calls, loops })
 }
 
 /// `mov rdx, fs:[0]; jmp entry`: the thread pointer (the first word of the x86-64 TCB points to
@@ -114,25 +136,26 @@ pub(crate) fn compile(program: &Program) -> Result<Emitted, String> {
         (0..program.functions.len()).map(|f| compile_function(program, f, &conv, &isa, &mut fctx)).collect::<Result<Vec<_>, _>>()?;
 
     let mut code = Vec::new();
-    if thread_pointer {
-        code.extend_from_slice(&TRAMPOLINE);
-    }
     let mut starts = Vec::with_capacity(functions.len());
     for function in &functions {
-        // int3 padding: never executed.
-        code.resize(code.len().next_multiple_of(FUNCTION_ALIGN), 0xcc);
-        starts.push(code.len());
+        // int3 padding: never executed (functions are entered by call, or by the trampoline's jmp).
+        let start = code.len().next_multiple_of(UOP_BLOCK) + place(&function.loops);
+        code.resize(start, 0xcc);
+        starts.push(start);
         code.extend_from_slice(&function.code);
     }
+    let mut entry = starts[0];
     if thread_pointer {
-        patch_rel32(&mut code, TRAMPOLINE.len() - 4, starts[0], -4);
+        entry = code.len();
+        code.extend_from_slice(&TRAMPOLINE);
+        patch_rel32(&mut code, entry + TRAMPOLINE.len() - 4, starts[0], -4);
     }
     for (function, &start) in functions.iter().zip(&starts) {
         for &(offset, callee, addend) in &function.calls {
             patch_rel32(&mut code, start + offset, starts[callee], addend);
         }
     }
-    Ok(Emitted { code, keeps_vectors })
+    Ok(Emitted { code, entry, keeps_vectors })
 }
 
 /// Writes at `at` the PC-relative displacement to `target` (S + A - P, as the ELF x86-64 PC32

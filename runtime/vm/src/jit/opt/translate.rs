@@ -86,10 +86,20 @@ pub(super) fn translate(
     let end = program.functions.get(f + 1).copied().unwrap_or(program.insns.len());
     let mut b = FunctionBuilder::new(func, fctx);
     let regs: [Variable; 11] = std::array::from_fn(|_| b.declare_var(I64));
-    let mut t = Translator { program, conv, b, regs, blocks: vec![None; end - start], start, frame_top: None, thread_pointer: None };
+    let mut t = Translator {
+        program,
+        conv,
+        b,
+        regs,
+        blocks: vec![None; end - start],
+        last_predecessor: vec![0; end - start],
+        unsealed: Vec::new(),
+        start,
+        thread_pointer: None,
+    };
     t.entry(f);
     t.body(start, end);
-    t.b.seal_all_blocks();
+    debug_assert!(t.unsealed.is_empty(), "every block is sealed after its last predecessor");
     t.b.finalize(target);
 }
 
@@ -101,12 +111,25 @@ struct Translator<'a, 'p> {
     regs: [Variable; 11],
     /// The block starting at each slot of the function (relative to `start`), where one does.
     blocks: Vec<Option<Block>>,
+    /// Per slot (relative to `start`): the last slot that may continue there (a jump to it, or
+    /// the slot before), after which its block can be sealed.
+    last_predecessor: Vec<usize>,
+    /// Blocks entered before all their predecessors (loop heads), with the slot after which to
+    /// seal each.
+    unsealed: Vec<(usize, Block)>,
     start: usize,
-    frame_top: Option<Value>,
     thread_pointer: Option<Value>,
 }
 
 impl Translator<'_, '_> {
+    /// Goes on in `block`, whose predecessors are all emitted: sealed at once, so that reading a
+    /// variable there needs no block parameter (cranelift-frontend adds one for every variable
+    /// read in an unsealed block, and Cranelift keeps unused parameters: dead moves in loops).
+    fn enter(&mut self, block: Block) {
+        self.b.switch_to_block(block);
+        self.b.seal_block(block);
+    }
+
     fn var(&mut self, reg: u8) -> Value {
         self.b.use_var(self.regs[usize::from(reg)])
     }
@@ -138,7 +161,7 @@ impl Translator<'_, '_> {
     fn entry(&mut self, f: usize) {
         let entry = self.b.create_block();
         self.b.append_block_params_for_function_params(entry);
-        self.b.switch_to_block(entry);
+        self.enter(entry);
         let params = self.b.block_params(entry).to_vec();
         let zero = self.const64(0);
         for reg in 0..10 {
@@ -151,11 +174,16 @@ impl Translator<'_, '_> {
         if self.conv.thread_pointer {
             self.thread_pointer = Some(params[args]);
         }
+        // A function that never names r10 has no use for its frame (nothing else can reach it):
+        // none is reserved, as the kernel's JIT reserves none for a program without stack.
+        let (start, end) = (self.start, self.program.functions.get(f + 1).copied().unwrap_or(self.program.insns.len()));
+        if !self.program.insns[start..end].iter().any(|insn| insn.dst == FRAME_POINTER || insn.src == FRAME_POINTER) {
+            return;
+        }
         // 16-byte aligned, as the x86 tier's frames: 8-byte accesses at r10-8k are aligned, as the
         // atomics want them.
         let slot = self.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, STACK_SIZE as u32, 4));
         let top = self.b.ins().stack_addr(I64, slot, STACK_SIZE as i32);
-        self.frame_top = Some(top);
         self.set(FRAME_POINTER, top);
         self.zero_frame(top, self.program.stack_reach[f]);
     }
@@ -187,16 +215,19 @@ impl Translator<'_, '_> {
 
     fn body(&mut self, start: usize, end: usize) {
         let insns = &self.program.insns;
-        let entry = self.b.current_block().expect("the entry block");
+        for slot in start..end {
+            self.last_predecessor[slot - start] = slot.saturating_sub(1);
+        }
         for (index, insn) in insns.iter().enumerate().take(end).skip(start) {
             if let Some(target) = jump_target(index, insn) {
                 self.block_at(target);
+                let last = &mut self.last_predecessor[target - start];
+                *last = (*last).max(index);
             }
         }
         // The first slot may be a loop head: the entry block (which holds the prologue) jumps to it.
         let first = self.block_at(start);
         self.b.ins().jump(first, &[]);
-        let _ = entry;
         let mut open = false;
         let mut index = start;
         while index < end {
@@ -205,14 +236,28 @@ impl Translator<'_, '_> {
                     self.b.ins().jump(block, &[]);
                 }
                 self.b.switch_to_block(block);
+                if self.last_predecessor[index - start] < index {
+                    self.b.seal_block(block);
+                } else {
+                    self.unsealed.push((self.last_predecessor[index - start], block));
+                }
                 open = true;
             }
             let insn = insns[index];
-            let width = if insn.opcode == OP_LDDW { 2 } else { 1 };
+            let mut width = if insn.opcode == OP_LDDW { 2 } else { 1 };
             // Code no path reaches (after an exit or a ja, before the next jump target):
             // nothing to emit.
-            if open {
+            if open && self.is_hammock(index, end) {
+                self.select_over(&insn, &insns[index + 1]);
+                width = 2;
+            } else if open {
                 open = self.instruction(index, &insn);
+            }
+            // Loop heads whose last jump back this was.
+            let last = index + width - 1;
+            while let Some(at) = self.unsealed.iter().position(|&(after, _)| after <= last) {
+                let (_, block) = self.unsealed.swap_remove(at);
+                self.b.seal_block(block);
             }
             index += width;
         }
@@ -239,8 +284,8 @@ impl Translator<'_, '_> {
     fn alu(&mut self, insn: &Insn) {
         let wide = insn.class() == CLASS_ALU64;
         let op = insn.op();
-        let dst = self.var(insn.dst);
         if op == ALU_END {
+            let dst = self.var(insn.dst);
             let value = self.byte_swap(dst, insn.imm, insn.uses_src_reg());
             self.set(insn.dst, value);
             return;
@@ -255,6 +300,13 @@ impl Translator<'_, '_> {
             }
             (false, false) => (I32, self.b.ins().iconst(I32, i64::from(insn.imm as u32))),
         };
+        if op == ALU_MOV {
+            // Reads only its source: reading the destination would keep its old value alive.
+            let result = if wide { src } else { self.b.ins().uextend(I64, src) };
+            self.set(insn.dst, result);
+            return;
+        }
+        let dst = self.var(insn.dst);
         let dst = if wide { dst } else { self.b.ins().ireduce(I32, dst) };
         let ins = self.b.ins();
         let result = match op {
@@ -270,7 +322,6 @@ impl Translator<'_, '_> {
             ALU_RSH => ins.ushr(dst, src),
             ALU_ARSH => ins.sshr(dst, src),
             ALU_NEG => ins.ineg(dst),
-            ALU_MOV => src,
             ALU_DIV | ALU_MOD => self.divide(op, ty, dst, src, insn.uses_src_reg()),
             _ => unreachable!("load-time checks admit only known ALU operations"),
         };
@@ -407,6 +458,44 @@ impl Translator<'_, '_> {
             }
             _ => {}
         }
+        let taken = self.taken(insn);
+        let target = self.block_at(jump_target(index, insn).expect("a jump"));
+        let next = self.block_at(index + 1);
+        self.b.ins().brif(taken, target, &[], next, &[]);
+        false
+    }
+
+    /// Whether the conditional jump at `index` skips exactly one cheap ALU instruction that no
+    /// other jump lands on: `if (c) goto +1; x op= y`, what compilers emit for `if (!c) x op= y`
+    /// (eBPF has no conditional move). Such a hammock becomes a select (`select_over`): an
+    /// unpredictable condition (a sieve's `primes += !composite`) then costs no misprediction,
+    /// as in native code built with cmov/adc.
+    fn is_hammock(&self, index: usize, end: usize) -> bool {
+        let insn = self.program.insns[index];
+        let conditional = matches!(insn.class(), CLASS_JMP | CLASS_JMP32) && !matches!(insn.op(), JMP_JA | JMP_CALL | JMP_EXIT);
+        if !conditional || insn.off != 1 || index + 2 >= end {
+            return false;
+        }
+        let skipped = self.program.insns[index + 1];
+        let cheap = matches!(skipped.class(), CLASS_ALU | CLASS_ALU64)
+            && matches!(skipped.op(), ALU_ADD | ALU_SUB | ALU_OR | ALU_AND | ALU_XOR | ALU_MOV | ALU_LSH | ALU_RSH | ALU_ARSH | ALU_NEG);
+        cheap && self.blocks[index + 1 - self.start].is_none()
+    }
+
+    /// The hammock `jump` over `skipped` (`is_hammock`), without a branch: the skipped
+    /// instruction's result where the jump is not taken, its destination's old value where it is.
+    fn select_over(&mut self, jump: &Insn, skipped: &Insn) {
+        let taken = self.taken(jump);
+        let old = self.var(skipped.dst);
+        self.alu(skipped);
+        let new = self.var(skipped.dst);
+        let chosen = self.b.ins().select(taken, old, new);
+        self.set(skipped.dst, chosen);
+    }
+
+    /// Whether the conditional jump `insn` is taken, as an i8 truth value.
+    fn taken(&mut self, insn: &Insn) -> Value {
+        let op = insn.op();
         let wide = insn.class() == CLASS_JMP;
         let dst = self.var(insn.dst);
         let (dst, src) = match (wide, insn.uses_src_reg()) {
@@ -417,17 +506,13 @@ impl Translator<'_, '_> {
                 (self.b.ins().ireduce(I32, dst), self.b.ins().ireduce(I32, src))
             }
         };
-        let taken = match op {
+        match op {
             JMP_JSET => {
                 let both = self.b.ins().band(dst, src);
                 self.b.ins().icmp_imm_u(IntCC::NotEqual, both, 0)
             }
             _ => self.b.ins().icmp(condition(op), dst, src),
-        };
-        let target = self.block_at(jump_target(index, insn).expect("a jump"));
-        let next = self.block_at(index + 1);
-        self.b.ins().brif(taken, target, &[], next, &[]);
-        false
+        }
     }
 
     /// The calls: helpers (or the lookup the map resolver offers in place of one), tail calls,
@@ -502,10 +587,10 @@ impl Translator<'_, '_> {
         let (done, went_on) = (self.b.create_block(), self.b.create_block());
         self.b.set_cold_block(done);
         self.b.ins().brif(r0, went_on, &[], done, &[]);
-        self.b.switch_to_block(done);
+        self.enter(done);
         let zero = self.const64(0);
         self.b.ins().return_(&[zero]);
-        self.b.switch_to_block(went_on);
+        self.enter(went_on);
     }
 
     /// `bpf_loop(r1 = count, r2 = callback, r3 = context, r4 = flags)` inline, as the kernel's
@@ -528,7 +613,7 @@ impl Translator<'_, '_> {
             let error = self.const64(invalid_flags as i64);
             let flags_ok = self.b.create_block();
             self.b.ins().brif(flags, after, &[error.into()], flags_ok, &[]);
-            self.b.switch_to_block(flags_ok);
+            self.enter(flags_ok);
             let low = self.b.ins().ireduce(I32, count);
             self.b.ins().uextend(I64, low)
         };
@@ -537,19 +622,20 @@ impl Translator<'_, '_> {
         let (head, body, start) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
         let excessive = self.b.ins().icmp_imm_u(IntCC::UnsignedGreaterThan, count, MAX_LOOPS as i64);
         self.b.ins().brif(excessive, after, &[too_big.into()], start, &[]);
-        self.b.switch_to_block(start);
+        self.enter(start);
         let zero = self.const64(0);
         self.b.ins().jump(head, &[zero.into()]);
         self.b.switch_to_block(head);
         let iteration = self.b.append_block_param(head, I64);
         let finished = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, iteration, count);
         self.b.ins().brif(finished, after, &[iteration.into()], body, &[]);
-        self.b.switch_to_block(body);
+        self.enter(body);
         let args = [iteration, context, zero, zero, zero];
         let stop = self.call_function(f, &args);
         let next = self.b.ins().iadd_imm_s(iteration, 1);
         self.b.ins().brif(stop, after, &[next.into()], head, &[next.into()]);
-        self.b.switch_to_block(after);
+        self.b.seal_block(head);
+        self.enter(after);
         result
     }
 
@@ -580,13 +666,13 @@ impl Translator<'_, '_> {
                 let null = self.const64(0);
                 let found = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, key, i64::from(max_entries));
                 self.b.ins().brif(found, in_range, &[], after, &[null.into()]);
-                self.b.switch_to_block(in_range);
+                self.enter(in_range);
                 let thread = self.thread_pointer.expect("per-CPU lookups get the thread pointer");
                 let cpu = self.b.ins().uload32(memory(), thread, cpu_tls_offset);
                 // rseq's "not registered" marks are negative: past `cpus` as unsigned.
                 let known = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, cpu, i64::from(cpus));
                 self.b.ins().brif(known, fast, &[], fallback, &[]);
-                self.b.switch_to_block(fast);
+                self.enter(fast);
                 let slot = self.b.ins().imul_imm_u(key, i64::from(cpus));
                 let slot = self.b.ins().iadd(slot, cpu);
                 let offset = self.b.ins().imul_imm_u(slot, i64::from(stride));
@@ -594,10 +680,10 @@ impl Translator<'_, '_> {
                 self.b.ins().jump(after, &[address.into()]);
                 // Rare (a thread whose rseq area is not registered): the generic helper.
                 self.b.set_cold_block(fallback);
-                self.b.switch_to_block(fallback);
+                self.enter(fallback);
                 let r0 = self.call_helper(index);
                 self.b.ins().jump(after, &[r0.into()]);
-                self.b.switch_to_block(after);
+                self.enter(after);
                 result
             }
             MapLookup::Direct { lookup, map } => {
