@@ -163,6 +163,18 @@ fn lookup_program(proven: bool) -> Vec<u8> {
     a.build().unwrap()
 }
 
+/// `lookup_program(true)` as a bpf-to-bpf callee of an entry function that returns its result:
+/// the per-CPU lookup's thread pointer must reach the callee (the optimizing tier passes it).
+fn lookup_in_callee() -> Vec<u8> {
+    let mut a = Asm::new();
+    a.call("lookup").exit();
+    a.label("lookup").ldx(8, R6, R1, 0).stx(8, R10, -8, R6).mov64(R7, R1);
+    a.mov64(R2, R10).add64(R2, -8).lddw_map_fd(R1, FD);
+    a.call_helper(1).stx(8, R7, 8, R0).jeq(R0, 0, "none").ldx(8, R0, R0, 0).exit();
+    a.label("none").mov64(R0, -1).exit();
+    a.build().unwrap()
+}
+
 /// Runs `program` for `key` in both engines; checks they agree with each other and with the
 /// map, and returns how many generic helper and direct calls the JIT run made.
 fn check_key(program: &Program, jit: &JitProgram, array: &Array, key: u64) -> (u64, u64) {
@@ -219,6 +231,22 @@ fn inlined_per_cpu_lookups_read_the_cpu_and_leave_unknown_cpus_to_the_helper() {
                     let helper_calls = u64::from(!inline && (key as u32) < 16);
                     assert_eq!(check_key(&program, &jit, &array, key), (helper_calls, 0), "{tier}, cpu {cpu}, key {key:#x}");
                 }
+            }
+        }
+    }
+}
+
+#[test]
+fn inlined_per_cpu_lookups_in_a_callee_read_the_cpu() {
+    let array = Array::new(16, 8, 3);
+    let program = Program::load_unchecked(&lookup_in_callee(), &environment(&array, Offer::Inline)).unwrap();
+    for (tier, compile) in TIERS {
+        let jit = compile(&program).unwrap();
+        for (cpu, inline) in [(0, true), (2, true), (3, false)] {
+            CPU.with(|c| c.set(cpu));
+            for key in keys(16) {
+                let helper_calls = u64::from(!inline && (key as u32) < 16);
+                assert_eq!(check_key(&program, &jit, &array, key), (helper_calls, 0), "{tier}, cpu {cpu}, key {key:#x}");
             }
         }
     }

@@ -233,11 +233,13 @@ fn embedded_engine<'a>(engine: &str, embedded: &Embedded) -> Result<Runner<'a>, 
     }
 }
 
+/// A JIT tier's compiler.
+type Compile = fn(&Program) -> Result<JitProgram, JitError>;
+
 /// How long each JIT tier takes to compile `loaded`: the fastest of a few compiles, in ns.
 pub fn compile_times(loaded: &Program) -> Result<BTreeMap<&'static str, u64>, String> {
     const TIMES: usize = 5;
-    let tiers: [(&str, fn(&Program) -> Result<JitProgram, JitError>); 2] =
-        [("uebpf-jit", JitProgram::compile), ("uebpf-opt", JitProgram::compile_optimized)];
+    let tiers: [(&str, Compile); 2] = [("uebpf-jit", JitProgram::compile), ("uebpf-opt", JitProgram::compile_optimized)];
     tiers
         .into_iter()
         .map(|(engine, compile)| {
@@ -266,7 +268,7 @@ pub fn prepare<'a>(engine: &str, program: &'a BenchProgram, loaded: &'a Program)
             time_fallible(iterations, || loaded.interpret(packet, None).map_err(|e| e.to_string()))
         })),
         "uebpf-jit" | "uebpf-opt" => {
-            let compile = if engine == "uebpf-opt" { JitProgram::compile_optimized } else { JitProgram::compile };
+            let compile: Compile = if engine == "uebpf-opt" { JitProgram::compile_optimized } else { JitProgram::compile };
             let jit = compile(loaded).map_err(|e| e.to_string())?;
             if program.packet.len() < jit.context_needed() {
                 return Err(format!("a packet of {} bytes, checked for {}", program.packet.len(), jit.context_needed()));
