@@ -100,7 +100,7 @@ fn mutants_the_analysis_accepts_run_safely_and_the_kernel_accepts_them_too() {
 }
 
 /// Mutants of the conformance corpus the differential fuzzer runs.
-const DIFFERENTIAL_ROUNDS: usize = 4_000;
+const DIFFERENTIAL_ROUNDS: usize = 8_000;
 
 /// How a mutant of the conformance corpus fared: refused by the default load, run on the
 /// interpreter only (its outcome depends on addresses: `tiers::interpreted`), or compared on

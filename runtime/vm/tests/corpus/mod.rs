@@ -77,6 +77,45 @@ fn all_conditions(a: &mut Asm) {
     store_results(a, &[R7, R8, R9, R0]);
 }
 
+/// A binary decision tree over r4 in [lo, hi) made of `jump` tests, as a compiler lowers a dense
+/// switch (the optimizing tier turns such trees into jump tables); leaf k jumps to `{prefix}{k}`.
+fn decision_tree(a: &mut Asm, prefix: &str, lo: i32, hi: i32, jump: CondJump) {
+    if hi - lo == 1 {
+        a.ja(&format!("{prefix}{lo}"));
+        return;
+    }
+    let mid = (lo + hi) / 2;
+    let upper = format!("{prefix}_upper_{lo}_{hi}");
+    jump(a, R4, Src::Imm(mid), &upper);
+    decision_tree(a, prefix, lo, mid, jump);
+    a.label(&upper);
+    decision_tree(a, prefix, mid, hi, jump);
+}
+
+/// `reg >= k` as `jgt reg, k - 1` (immediate `k` only).
+fn at_least_by_jgt<'a>(a: &'a mut Asm, reg: Reg, src: Src, label: &str) -> &'a mut Asm {
+    let Src::Imm(k) = src else { unreachable!("trees test immediates") };
+    a.jgt(reg, k - 1, label)
+}
+
+/// For each of the packet's first 40 bytes, a 12-way switch on the byte's low 5 bits (values
+/// past the last case go to it, as the tree's last leaf takes everything above) updates r0;
+/// cases made of jge trees and of jgt trees (`jgt mid - 1`).
+fn switch_trees(a: &mut Asm) {
+    a.mov64(R0, 1).mov64(R2, 0);
+    a.label("loop").mov64(R3, R6).add64(R3, R2).ldx(1, R4, R3, 0).and64(R4, 31);
+    a.jset(R2, 1, "odd");
+    decision_tree(a, "even", 0, 12, Asm::jge);
+    a.label("odd").sub64(R4, 1);
+    decision_tree(a, "odd", 0, 12, at_least_by_jgt);
+    for prefix in ["even", "odd"] {
+        for k in 0..12 {
+            a.label(&format!("{prefix}{k}")).mul64(R0, 3).add64(R0, k + 1).xor64(R0, R4).ja("next");
+        }
+    }
+    a.label("next").add64(R2, 1).jlt(R2, 40, "loop").stx(8, R6, 0, R0).exit();
+}
+
 pub fn corpus() -> Vec<Case> {
     vec![
         case("all_conditions_at_boundaries", all_conditions),
@@ -367,6 +406,7 @@ pub fn corpus() -> Vec<Case> {
         case("return_value_is_low_32_bits", |a| {
             a.lddw(R0, 0xdead_beef_1234_5678).exit();
         }),
+        case("switch_decision_trees", switch_trees),
         case("mul_div_chain_with_packet_operands", |a| {
             a.ldx(4, R1, R6, 0).ldx(4, R2, R6, 4).or64(R2, 1).ldx(8, R3, R6, 8);
             a.mov64(R4, R3).mul64(R4, R1).div64(R4, R2).mov64(R5, R3).mod64(R5, R2);

@@ -21,8 +21,8 @@
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I16, I32, I64, I8X16};
 use cranelift_codegen::ir::{
-    AbiParam, AtomicRmwOp, Block, ConstantData, ExtFuncData, ExternalName, FuncRef, Function, InstBuilder, MemFlagsData, SigRef, Signature,
-    StackSlotData, StackSlotKind, UserExternalName, UserFuncName, Value,
+    AbiParam, AtomicRmwOp, Block, ConstantData, ExtFuncData, ExternalName, FuncRef, Function, InstBuilder, JumpTableData, MemFlagsData,
+    SigRef, Signature, StackSlotData, StackSlotKind, UserExternalName, UserFuncName, Value,
 };
 use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
@@ -94,6 +94,8 @@ pub(super) fn translate(
         blocks: vec![None; end - start],
         last_predecessor: vec![0; end - start],
         unsealed: Vec::new(),
+        entries: vec![0; end - start],
+        in_table: vec![false; end - start],
         start,
         thread_pointer: None,
     };
@@ -117,6 +119,12 @@ struct Translator<'a, 'p> {
     /// Blocks entered before all their predecessors (loop heads), with the slot after which to
     /// seal each.
     unsealed: Vec<(usize, Block)>,
+    /// Per slot (relative to `start`): the ways control reaches it (jumps to it, and the slot
+    /// before where that can fall through).
+    entries: Vec<u32>,
+    /// Per slot (relative to `start`): part of a decision tree emitted as one `br_table`
+    /// (`switch_tree`): nothing to emit there.
+    in_table: Vec<bool>,
     start: usize,
     thread_pointer: Option<Value>,
 }
@@ -218,12 +226,21 @@ impl Translator<'_, '_> {
         for slot in start..end {
             self.last_predecessor[slot - start] = slot.saturating_sub(1);
         }
-        for (index, insn) in insns.iter().enumerate().take(end).skip(start) {
+        let mut index = start;
+        while index < end {
+            let insn = &insns[index];
+            let next = index + if insn.opcode == OP_LDDW { 2 } else { 1 };
             if let Some(target) = jump_target(index, insn) {
                 self.block_at(target);
                 let last = &mut self.last_predecessor[target - start];
                 *last = (*last).max(index);
+                self.entries[target - start] += 1;
             }
+            let falls_through = !matches!(insn.opcode, op if op == CLASS_JMP | JMP_EXIT || op == CLASS_JMP | JMP_JA);
+            if falls_through && next < end {
+                self.entries[next - start] += 1;
+            }
+            index = next;
         }
         // The first slot may be a loop head: the entry block (which holds the prologue) jumps to it.
         let first = self.block_at(start);
@@ -231,7 +248,7 @@ impl Translator<'_, '_> {
         let mut open = false;
         let mut index = start;
         while index < end {
-            if let Some(block) = self.blocks[index - start] {
+            if let Some(block) = self.blocks[index - start].filter(|_| !self.in_table[index - start]) {
                 if open {
                     self.b.ins().jump(block, &[]);
                 }
@@ -247,7 +264,12 @@ impl Translator<'_, '_> {
             let mut width = if insn.opcode == OP_LDDW { 2 } else { 1 };
             // Code no path reaches (after an exit or a ja, before the next jump target):
             // nothing to emit.
-            if open && self.is_hammock(index, end) {
+            if open && self.in_table[index - start] {
+                // Not reached: the table jumps past it.
+            } else if let Some(tree) = open.then(|| self.switch_tree(index, end)).flatten() {
+                self.emit_table(index, &tree);
+                open = false;
+            } else if open && self.is_hammock(index, end) {
                 self.select_over(&insn, &insns[index + 1]);
                 width = 2;
             } else if open {
@@ -463,6 +485,92 @@ impl Translator<'_, '_> {
         let next = self.block_at(index + 1);
         self.b.ins().brif(taken, target, &[], next, &[]);
         false
+    }
+
+    /// A decision tree on one register starting at `root`: unsigned comparisons of the register
+    /// with immediates (jge, jgt, jlt, jle), each leaf a `ja` to a case, as a compiler lowers a
+    /// dense `switch` (eBPF has no indirect jump). Each leaf with the values that reach it, if
+    /// the tree is worth a table (at least 3 leaves, values below 256 telling them apart) and
+    /// nothing but the tree reaches its inner slots.
+    fn switch_tree(&self, root: usize, end: usize) -> Option<Vec<Leaf>> {
+        let insn = self.program.insns[root];
+        if !is_range_test(&insn) {
+            return None;
+        }
+        let mut leaves = Vec::new();
+        self.tree_node(root, insn.dst, 0, u64::MAX, root, end, &mut leaves)?;
+        leaves.sort_by_key(|leaf| leaf.low);
+        let table_end = leaves.last()?.low;
+        (leaves.len() >= 3 && table_end <= 256).then_some(leaves)
+    }
+
+    /// Parses the tree node at `slot`, which values `low..=high` of `reg` reach.
+    #[allow(clippy::too_many_arguments)]
+    fn tree_node(&self, slot: usize, reg: u8, low: u64, high: u64, root: usize, end: usize, leaves: &mut Vec<Leaf>) -> Option<()> {
+        if slot >= end || low > high || (slot != root && self.entries[slot - self.start] != 1) {
+            return None;
+        }
+        let insn = self.program.insns[slot];
+        if insn.opcode == CLASS_JMP | JMP_JA {
+            if slot == root {
+                return None;
+            }
+            leaves.push(Leaf { low, high, target: jump_target(slot, &insn)? });
+            return Some(());
+        }
+        if !is_range_test(&insn) || insn.dst != reg || insn.off < 0 || leaves.len() > 64 {
+            // Trees only branch forward: that also bounds this recursion.
+            return None;
+        }
+        let k = i64::from(insn.imm) as u64;
+        // The values that take the jump, and those that fall through.
+        let (taken, fall) = match insn.op() {
+            JMP_JGE => ((k.max(low), high), (low, k.checked_sub(1)?.min(high))),
+            JMP_JGT => ((k.checked_add(1)?.max(low), high), (low, k.min(high))),
+            JMP_JLT => ((low, k.checked_sub(1)?.min(high)), (k.max(low), high)),
+            _ => ((low, k.min(high)), (k.checked_add(1)?.max(low), high)),
+        };
+        self.tree_node(jump_target(slot, &insn)?, reg, taken.0, taken.1, root, end, leaves)?;
+        self.tree_node(slot + 1, reg, fall.0, fall.1, root, end, leaves)
+    }
+
+    /// The tree at `root` (`switch_tree`) as a `br_table` on its register, clamped to the table:
+    /// one indirect jump where the tree took one conditional jump per level.
+    fn emit_table(&mut self, root: usize, leaves: &[Leaf]) {
+        let reg = self.program.insns[root].dst;
+        let last = leaves.last().expect("a tree has leaves");
+        let size = last.low;
+        let value = self.var(reg);
+        let bound = self.const64(size as i64);
+        let clamped = self.b.ins().umin(value, bound);
+        let index = self.b.ins().ireduce(I32, clamped);
+        let mut targets = Vec::with_capacity(size as usize);
+        for leaf in leaves {
+            let block = self.block_at(leaf.target);
+            let call = self.b.func.dfg.block_call(block, &[]);
+            if leaf.high != u64::MAX {
+                targets.extend(std::iter::repeat_n(call, (leaf.high - leaf.low + 1) as usize));
+            }
+        }
+        let default_block = self.block_at(last.target);
+        let default = self.b.func.dfg.block_call(default_block, &[]);
+        let table = self.b.create_jump_table(JumpTableData::new(default, &targets));
+        self.b.ins().br_table(index, table);
+        // The tree's other slots are not emitted (and their blocks never entered).
+        self.mark_tree(root);
+    }
+
+    /// Marks every slot of the tree at `slot` (`switch_tree` accepted it) as emitted by its table.
+    fn mark_tree(&mut self, slot: usize) {
+        self.in_table[slot - self.start] = true;
+        let insn = self.program.insns[slot];
+        if insn.opcode == CLASS_JMP | JMP_JA {
+            return;
+        }
+        if let Some(target) = jump_target(slot, &insn) {
+            self.mark_tree(target);
+        }
+        self.mark_tree(slot + 1);
     }
 
     /// Whether the conditional jump at `index` skips exactly one cheap ALU instruction that no
@@ -694,6 +802,19 @@ impl Translator<'_, '_> {
             }
         }
     }
+}
+
+/// A leaf of a decision tree (`switch_tree`): the values `low..=high` of its register go to
+/// `target`.
+struct Leaf {
+    low: u64,
+    high: u64,
+    target: usize,
+}
+
+/// An unsigned 64-bit comparison of a register with an immediate: a decision tree's inner node.
+fn is_range_test(insn: &Insn) -> bool {
+    insn.class() == CLASS_JMP && !insn.uses_src_reg() && matches!(insn.op(), JMP_JGE | JMP_JGT | JMP_JLT | JMP_JLE)
 }
 
 /// The condition of a JMP_* comparison.
