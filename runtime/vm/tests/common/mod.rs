@@ -362,6 +362,12 @@ pub fn corpus() -> Vec<Case> {
     let mut a = Asm::new();
     lookup(&mut a, HASH).jeq(R0, 0, "out").stx(8, R10, -16, R0).ldx(8, R1, R10, -16).ldx(8, R0, R1, 0).label("out").exit();
     cases.push(case("a checked value pointer spilled and filled", KPROBE, &a, true));
+    // Atomics must be aligned (the kernel checks them strictly, stack or not).
+    for (size, off, ok) in [(8, -16, true), (8, -12, false), (4, -12, true), (4, -14, false)] {
+        let mut a = Asm::new();
+        a.st(8, R10, -16, 0).mov64(R1, 1).atomic(size, ATOMIC_ADD, R10, off, R1).mov64(R0, 0).exit();
+        cases.push(case(format!("atomic add of {size} bytes at r10{off}"), KPROBE, &a, ok));
+    }
     // Local calls.
     let mut a = Asm::new();
     a.mov64(R1, R10).add64(R1, -8).call("fill").ldx(8, R0, R10, -8).exit();
