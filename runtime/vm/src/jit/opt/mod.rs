@@ -26,7 +26,7 @@ use cranelift_frontend::FunctionBuilderContext;
 use crate::environment::MapLookup;
 use crate::insn::*;
 use crate::program::Program;
-use translate::{translate, Conventions};
+use translate::{bulk_loop, translate, Conventions};
 
 /// The block size of the decoded-uop cache on the x86 cores this runs on: a small loop that
 /// straddles one of these boundaries ran twice as slow here (layout.rs, where the x86 tier aligns
@@ -65,12 +65,13 @@ fn isa() -> Result<OwnedTargetIsa, String> {
 }
 
 /// Whether `program`'s code calls native functions: helpers, map lookups that stay calls, the
-/// per-CPU lookups' fallback.
+/// per-CPU lookups' fallback, the fill and copy loops' memset and memmove (`bulk_loop`).
 fn calls_out(program: &Program) -> bool {
-    program.insns.iter().enumerate().any(|(index, insn)| {
-        let inlined = matches!(program.map_lookups.get(&index), Some(MapLookup::Array { .. }));
-        insn.opcode == CLASS_JMP | JMP_CALL && insn.src == CALL_HELPER && !insn.is_loop_call() && !inlined
-    })
+    (0..program.insns.len()).any(|head| bulk_loop(&program.insns, head).is_some())
+        || program.insns.iter().enumerate().any(|(index, insn)| {
+            let inlined = matches!(program.map_lookups.get(&index), Some(MapLookup::Array { .. }));
+            insn.opcode == CLASS_JMP | JMP_CALL && insn.src == CALL_HELPER && !insn.is_loop_call() && !inlined
+        })
 }
 
 /// A function compiled alone: its code, the calls in it to patch, and its loops.

@@ -27,7 +27,7 @@ use cranelift_codegen::ir::{
 use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 
-use crate::environment::MapLookup;
+use crate::environment::{HelperFn, MapLookup};
 use crate::insn::*;
 use crate::program::Program;
 
@@ -249,6 +249,12 @@ impl Translator<'_, '_> {
         let mut index = start;
         while index < end {
             if let Some(block) = self.blocks[index - start].filter(|_| !self.in_table[index - start]) {
+                if open {
+                    if let Some(bulk) = self.bulk_loop_at(index) {
+                        self.emit_bulk(&bulk, block);
+                        open = false;
+                    }
+                }
                 if open {
                     self.b.ins().jump(block, &[]);
                 }
@@ -485,6 +491,66 @@ impl Translator<'_, '_> {
         let next = self.block_at(index + 1);
         self.b.ins().brif(taken, target, &[], next, &[]);
         false
+    }
+
+    /// The fill or copy loop starting at `head` (`bulk_loop`), if control enters it only by
+    /// falling into its head and by its own jump back.
+    fn bulk_loop_at(&self, head: usize) -> Option<BulkLoop> {
+        let bulk = bulk_loop(&self.program.insns, head)?;
+        let entered_twice = self.entries[head - self.start] == 2;
+        let inner_once = (head + 1..=bulk.jump).all(|slot| slot - self.start < self.entries.len() && self.entries[slot - self.start] == 1);
+        (entered_twice && inner_once).then_some(bulk)
+    }
+
+    /// Ends the block falling into `loop_block` (the loop `bulk`) with a test: where the loop
+    /// would run whole, with no partial last step, and (copies) where its forward copy is a
+    /// memmove, one native call does its stores and the registers get the values the loop would
+    /// leave; anywhere else the loop runs. gcc and LLVM turn such loops into memset and memcpy
+    /// (their loop idiom recognition); eBPF has neither, so clang emits them as loops.
+    fn emit_bulk(&mut self, bulk: &BulkLoop, loop_block: Block) {
+        let size = i64::from(bulk.size);
+        let start = self.var(bulk.index);
+        let bound = self.const64(bulk.bound as i64);
+        let runs = self.b.ins().icmp(IntCC::UnsignedLessThan, start, bound);
+        let len = self.b.ins().isub(bound, start);
+        let partial = self.b.ins().band_imm_u(len, size - 1);
+        let whole = self.b.ins().icmp_imm_u(IntCC::Equal, partial, 0);
+        let mut fast = self.b.ins().band(runs, whole);
+        let distance = i64::from(bulk.store_off) - i64::from(bulk.load_off);
+        if bulk.fill.is_none() && distance > 0 {
+            // A forward copy onto a region that starts inside its source repeats the source's
+            // first words (a smear), which memmove does not.
+            let apart = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThanOrEqual, len, distance);
+            fast = self.b.ins().band(fast, apart);
+        }
+        let (bulk_block, exit) = (self.b.create_block(), self.block_at(bulk.jump + 1));
+        self.b.ins().brif(fast, bulk_block, &[], loop_block, &[]);
+        self.enter(bulk_block);
+        let base = self.var(bulk.base);
+        let first = self.b.ins().iadd(base, start);
+        let dst = self.b.ins().iadd_imm_s(first, i64::from(bulk.store_off));
+        if let Some(byte) = bulk.fill {
+            let byte = self.const64(i64::from(byte));
+            self.call_native(bulk_fill as HelperFn as usize as u64, &[dst, byte, len, len, len]);
+        } else {
+            let src = self.b.ins().iadd_imm_s(first, i64::from(bulk.load_off));
+            // What the last step loads, read before the copy: a copy to a lower address may
+            // overwrite it (after the loop had loaded it).
+            let last_address = self.b.ins().iadd(src, len);
+            let last = match bulk.size {
+                1 => self.b.ins().uload8(I64, memory(), last_address, -1),
+                2 => self.b.ins().uload16(I64, memory(), last_address, -2),
+                4 => self.b.ins().uload32(memory(), last_address, -4),
+                _ => self.b.ins().load(I64, memory(), last_address, -8),
+            };
+            self.call_native(bulk_copy as HelperFn as usize as u64, &[dst, src, len, len, len]);
+            self.set(bulk.temp.expect("a copy loads into a register"), last);
+        }
+        // The registers as the last step leaves them.
+        self.set(bulk.index, bound);
+        let last_step = self.b.ins().iadd_imm_s(base, bulk.bound as i64 - size);
+        self.set(bulk.address, last_step);
+        self.b.ins().jump(exit, &[]);
     }
 
     /// A decision tree on one register starting at `root`: unsigned comparisons of the register
@@ -802,6 +868,98 @@ impl Translator<'_, '_> {
             }
         }
     }
+}
+
+/// A fill or copy loop, as a compiler emits `for (i = i0; i < K; i += n) p[i + b] = c` or
+/// `p[i + b] = p[i + a]` for an n-byte type:
+///
+/// ```text
+/// head: address = base; address += index
+///       [temp = *(uN *)(address + load_off)]
+///       *(uN *)(address + store_off) = temp | imm
+///       index += n
+/// jump: if index < bound goto head
+/// ```
+pub(super) struct BulkLoop {
+    base: u8,
+    address: u8,
+    index: u8,
+    temp: Option<u8>,
+    size: u8,
+    load_off: i16,
+    store_off: i16,
+    /// The byte a fill stores (every byte of its immediate, truncated to n, must be the same).
+    fill: Option<u8>,
+    bound: u64,
+    /// The slot of the jump back.
+    jump: usize,
+}
+
+/// The fill or copy loop whose head is `head`, if the code there has that shape
+/// (`BulkLoop`), whatever jumps there.
+pub(super) fn bulk_loop(insns: &[Insn], head: usize) -> Option<BulkLoop> {
+    let at = |slot: usize| insns.get(slot).copied();
+    let (mov, add) = (at(head)?, at(head + 1)?);
+    if mov.opcode != CLASS_ALU64 | ALU_MOV | SRC_X || add.opcode != CLASS_ALU64 | ALU_ADD | SRC_X || add.dst != mov.dst {
+        return None;
+    }
+    let (address, base, index) = (mov.dst, mov.src, add.src);
+    if address == base || index == address || index == base {
+        return None;
+    }
+    let first = at(head + 2)?;
+    let (temp, load_off, store, next) =
+        if first.class() == CLASS_LDX { (Some(first.dst), first.off, at(head + 3)?, head + 4) } else { (None, 0, first, head + 3) };
+    if let Some(temp) = temp {
+        let copies = first.mode() == MODE_MEM && first.src == address && store.class() == CLASS_STX && store.src == temp;
+        if !copies || [address, base, index].contains(&temp) || store.access_size() != first.access_size() {
+            return None;
+        }
+    } else if store.class() != CLASS_ST {
+        return None;
+    }
+    if store.mode() != MODE_MEM || store.dst != address {
+        return None;
+    }
+    let size = store.access_size();
+    let fill = match temp {
+        Some(_) => None,
+        None => {
+            let bytes = i64::from(store.imm).to_le_bytes();
+            let repeated = bytes[..usize::from(size)].iter().all(|&b| b == bytes[0]);
+            Some(repeated.then_some(bytes[0])?)
+        }
+    };
+    let (step, jump) = (at(next)?, at(next + 1)?);
+    let steps = step.opcode == CLASS_ALU64 | ALU_ADD && step.dst == index && step.imm == i32::from(size);
+    let loops = jump.opcode == CLASS_JMP | JMP_JLT && jump.dst == index && jump.imm > 0 && jump_target(next + 1, &jump) == Some(head);
+    (steps && loops).then_some(BulkLoop {
+        base,
+        address,
+        index,
+        temp,
+        size,
+        load_off,
+        store_off: store.off,
+        fill,
+        bound: jump.imm as u64,
+        jump: next + 1,
+    })
+}
+
+/// A fill loop's stores (`BulkLoop`): the loop's own, proven at load (or trusted) as its are.
+extern "C" fn bulk_fill(dst: u64, byte: u64, len: u64, _: u64, _: u64) -> u64 {
+    // SAFETY: exactly the bytes the loop would store, which the load-time checks allowed it.
+    unsafe { std::ptr::write_bytes(dst as *mut u8, byte as u8, len as usize) };
+    0
+}
+
+/// A copy loop's loads and stores, where they are a memmove (`emit_bulk`).
+extern "C" fn bulk_copy(dst: u64, src: u64, len: u64, _: u64, _: u64) -> u64 {
+    // SAFETY: exactly the bytes the loop would load and store, which the load-time checks
+    // allowed it; std::ptr::copy is memmove (the regions may overlap).
+    unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len as usize) };
+    0
 }
 
 /// A leaf of a decision tree (`switch_tree`): the values `low..=high` of its register go to
