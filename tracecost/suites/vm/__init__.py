@@ -82,7 +82,6 @@ class VmSuite(Suite):
         "native-c": MethodStyle("native C", "#000000"),
         "kernel-jit": MethodStyle("kernel JIT", style.BLUE),
         "uebpf-jit": MethodStyle("uebpf JIT", style.GREEN),
-        "uebpf-opt": MethodStyle("uebpf optimizing JIT (Cranelift)", "#00441b"),
         "uebpf-c-jit-fn": MethodStyle("uebpf JIT (C, function pointer)", "#1b7837"),
         "uebpf-c-api-jit": MethodStyle("uebpf JIT (C API)", "#5aae61"),
         "uebpf-interpreter": MethodStyle("uebpf interpreter", "#a6dba0"),
