@@ -175,7 +175,9 @@ impl Program {
         }
         // Frames become readable only after they are zeroed (see call/entry below), so the
         // uninitialised part is never read.
-        let mut stack = MaybeUninit::<[u8; STACK_SIZE * MAX_CALL_FRAMES]>::uninit();
+        // Words, so that frames are 8-byte aligned as the JITs' (16-byte) are: the safety analysis
+        // checks atomics' alignment relative to r10, and this checks the address.
+        let mut stack = MaybeUninit::<[u64; STACK_SIZE * MAX_CALL_FRAMES / 8]>::uninit();
         let stack_hi = stack.as_mut_ptr() as u64 + (STACK_SIZE * MAX_CALL_FRAMES) as u64;
         let mut rules = AccessRules {
             stack_lo: stack_hi - STACK_SIZE as u64,

@@ -4,18 +4,24 @@
 
 use std::sync::{Arc, Mutex};
 
+mod tiers;
+
+use tiers::TIERS;
 use uebpf_vm::asm::*;
 use uebpf_vm::{Environment, JitProgram, MapResolver, MemoryRegion, Program};
 
-/// Runs `program` on both engines with copies of `ctx`; asserts they agree and returns r0.
+/// Runs `program` on the interpreter and every JIT tier with copies of `ctx`; asserts they agree
+/// and returns r0.
 fn run_both(program: &Program, ctx: &[u8]) -> (u64, Vec<u8>) {
     let mut by_interp = ctx.to_vec();
     let r0 = program.interpret(&mut by_interp, None).expect("interpreter run");
-    let jit = JitProgram::compile(program).expect("JIT compile");
-    let mut by_jit = ctx.to_vec();
-    // SAFETY: the test programs only touch their context, stack and allowed regions.
-    let jit_r0 = unsafe { jit.run(&mut by_jit) };
-    assert_eq!((r0, &by_interp), (jit_r0, &by_jit), "interpreter and JIT disagree");
+    for (tier, compile) in TIERS {
+        let jit = compile(program).expect("JIT compile");
+        let mut by_jit = ctx.to_vec();
+        // SAFETY: the test programs only touch their context, stack and allowed regions.
+        let jit_r0 = unsafe { jit.run(&mut by_jit) };
+        assert_eq!((r0, &by_interp), (jit_r0, &by_jit), "interpreter and {tier} disagree");
+    }
     (r0, by_interp)
 }
 
@@ -286,11 +292,13 @@ fn jit_code_keeps_callee_saved_registers_and_calls_helpers_aligned() {
                 a.label("callee").mov64(R6, 100).call_helper(1).add64(R0, R6).sub64(R0, 100).exit();
             }
             let program = Program::load_unchecked(&a.build().unwrap(), &env).unwrap();
-            let jit = JitProgram::compile(&program).unwrap();
-            let (r0, kept) = run_watching_callee_saved(&jit, &mut [0u8; 8]);
-            let added: u64 = (1..=used as u64).sum();
-            assert_eq!(r0, 8 + added, "{used} of r6-r9 used, through a callee: {through_callee}");
-            assert!(kept, "{used} of r6-r9 used, through a callee: {through_callee}: a callee-saved register changed");
+            for (tier, compile) in TIERS {
+                let jit = compile(&program).unwrap();
+                let (r0, kept) = run_watching_callee_saved(&jit, &mut [0u8; 8]);
+                let added: u64 = (1..=used as u64).sum();
+                assert_eq!(r0, 8 + added, "{tier}: {used} of r6-r9 used, through a callee: {through_callee}");
+                assert!(kept, "{tier}: {used} of r6-r9 used, through a callee: {through_callee}: a callee-saved register changed");
+            }
         }
     }
 }

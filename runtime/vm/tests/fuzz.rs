@@ -4,33 +4,44 @@
 //! swapped for another's). A mutant uebpf accepts then runs in the interpreter, which checks every
 //! access at run time, with an instruction budget: an access outside what the program was given,
 //! or a run past the budget, is a finding (the analysis let through what it must not). Where the
-//! kernel can be asked, a mutant uebpf accepts and the kernel's verifier refuses is a finding too.
-//! Findings are saved in tests/fuzz-findings/ (prog type, then the bytecode) and checked again on
-//! every run, so each becomes a regression test.
+//! kernel can be asked, a mutant uebpf accepts and the kernel's verifier refuses is a finding too,
+//! and so is an accepted mutant on which a JIT tier (tiers/mod.rs) leaves a different r0, context
+//! or map value than the interpreter. Findings are saved in tests/fuzz-findings/ (prog type, then
+//! the bytecode) and checked again on every run, so each becomes a regression test.
+//!
+//! A second, differential fuzzer mutates the conformance corpus (corpus/mod.rs: ALU, jump, memory
+//! and atomic edge cases) and runs each mutant the default load accepts on the interpreter and
+//! every JIT tier: all must agree on r0 and the packet.
 
 mod common;
+mod corpus;
 mod mutate;
+mod tiers;
 
 use std::path::{Path, PathBuf};
 
 use common::*;
 use kernel_bpf::load_verdict;
 use mutate::{mutate, Rng};
+use tiers::{disagreements, interpreted, NONE};
+use uebpf_vm::{Environment, Program};
 
 const ROUNDS: usize = 6_000;
 const SEED: u64 = 0x005e_ed0f_fa11;
-/// Far more than any accepted mutant runs (their loops are bounded to a few thousand rounds).
-const BUDGET: u64 = 10_000_000;
 
 /// Immediates and offsets worth trying: boundaries of the objects programs reach.
 const INTERESTING: [i32; 16] = [0, 1, -1, 4, 7, 8, 15, 16, 160, 164, 168, 512, -512, -513, 8184, 8192];
 
-/// Why the analysis was wrong to accept `code`, if it was.
-fn judge(prog_type: u32, code: &[u8], kernel: Option<&[(i32, kernel_bpf::KernelMap)]>) -> Option<String> {
+/// Why the analysis was wrong to accept `code`, if it was: the interpreter stopped it, the kernel
+/// refuses it, or a JIT tier disagrees with the interpreter (where the outcome does not depend on
+/// addresses: `tiers::interpreted`). `compared` counts the mutants the tiers ran.
+fn judge(prog_type: u32, code: &[u8], kernel: Option<&[(i32, kernel_bpf::KernelMap)]>, compared: &mut usize) -> Option<String> {
     let program = load(prog_type, code).ok()?;
-    let mut ctx = vec![0u8; if prog_type == KPROBE { 168 } else { 8192 }];
-    if let Err(e) = program.interpret(&mut ctx, Some(BUDGET)) {
-        return Some(format!("accepted, then stopped by the interpreter: {e}"));
+    let engines = run_on_every_engine(prog_type, &program);
+    if let Err(why) = &engines {
+        if why.starts_with("accepted, then stopped") {
+            return Some(why.clone());
+        }
     }
     if let Some(maps) = kernel {
         if let Err(e) = load_verdict(prog_type, &for_the_kernel(code, maps)) {
@@ -38,7 +49,8 @@ fn judge(prog_type: u32, code: &[u8], kernel: Option<&[(i32, kernel_bpf::KernelM
             return Some(format!("accepted by uebpf, refused by the kernel: {last}"));
         }
     }
-    None
+    *compared += usize::from(engines == Ok(true));
+    engines.err()
 }
 
 fn findings_dir() -> PathBuf {
@@ -64,24 +76,76 @@ fn mutants_the_analysis_accepts_run_safely_and_the_kernel_accepts_them_too() {
         for entry in entries.flatten() {
             let bytes = std::fs::read(entry.path()).unwrap();
             let prog_type = u32::from_le_bytes(bytes[..4].try_into().unwrap());
-            if let Some(why) = judge(prog_type, &bytes[4..], kernel) {
+            if let Some(why) = judge(prog_type, &bytes[4..], kernel, &mut 0) {
                 problems.push(format!("{}: {why}", entry.path().display()));
             }
         }
     }
     let corpus = corpus();
     let mut rng = Rng(SEED);
-    let mut accepted = 0;
+    let (mut accepted, mut compared) = (0, 0);
     for _ in 0..ROUNDS {
         let base = &corpus[rng.below(corpus.len())];
         let code = mutate(&base.code, &mut rng, &INTERESTING);
         accepted += usize::from(load(base.prog_type, &code).is_ok());
-        if let Some(why) = judge(base.prog_type, &code, kernel) {
+        if let Some(why) = judge(base.prog_type, &code, kernel, &mut compared) {
             let path = save(base.prog_type, &code);
             problems.push(format!("mutant of `{}` ({}): {why}", base.name, path.display()));
         }
     }
-    eprintln!("{ROUNDS} mutants, {accepted} accepted by uebpf{}", if kernel.is_some() { " and checked against the kernel" } else { "" });
+    let checked = if kernel.is_some() { " and checked against the kernel" } else { "" };
+    eprintln!("{ROUNDS} mutants, {accepted} accepted by uebpf{checked}, {compared} compared on every JIT tier (the rest give address-dependent results)");
     assert!(accepted > ROUNDS / 50, "too few mutants accepted ({accepted}) for the run to test anything");
     assert!(problems.is_empty(), "{} finding(s):\n{}", problems.len(), problems.join("\n"));
+}
+
+/// Mutants of the conformance corpus the differential fuzzer runs.
+const DIFFERENTIAL_ROUNDS: usize = 8_000;
+
+/// How a mutant of the conformance corpus fared: refused by the default load, run on the
+/// interpreter only (its outcome depends on addresses: `tiers::interpreted`), or compared on
+/// every engine; and how an engine disagrees with the interpreter, if one does.
+#[derive(PartialEq)]
+enum Fate {
+    Refused,
+    AddressDependent,
+    Compared,
+}
+
+fn differ(code: &[u8], packet: &[u8]) -> (Fate, Option<String>) {
+    let mut env = Environment::new();
+    env.set_context_size(packet.len() as u32);
+    let Ok(program) = Program::load(code, &env) else { return (Fate::Refused, None) };
+    match interpreted(&program, packet, &NONE, BUDGET) {
+        Err(e) => (Fate::Compared, Some(format!("accepted, then stopped by the interpreter: {e}"))),
+        Ok(None) => (Fate::AddressDependent, None),
+        Ok(Some(expected)) => {
+            let differ = disagreements(&expected, &program, packet, &NONE);
+            (Fate::Compared, (!differ.is_empty()).then(|| differ.join("\n")))
+        }
+    }
+}
+
+#[test]
+fn mutants_of_the_conformance_corpus_agree_on_every_engine() {
+    let cases = corpus::corpus();
+    let mut rng = Rng(SEED);
+    let (mut accepted, mut compared, mut problems) = (0, 0, Vec::new());
+    for _ in 0..DIFFERENTIAL_ROUNDS {
+        let case = &cases[rng.below(cases.len())];
+        let code = mutate(&case.asm.build().unwrap(), &mut rng, &INTERESTING);
+        let (fate, why) = differ(&code, &case.packet);
+        accepted += usize::from(fate != Fate::Refused);
+        compared += usize::from(fate == Fate::Compared);
+        if let Some(why) = why {
+            let listing =
+                uebpf_vm::insn::decode_all(&code).unwrap().iter().map(uebpf_vm::disasm::format_insn).collect::<Vec<_>>().join("; ");
+            problems.push(format!("mutant of `{}`: {why}\n {listing}", case.name));
+        }
+    }
+    eprintln!(
+        "{DIFFERENTIAL_ROUNDS} mutants of the conformance corpus, {accepted} accepted, {compared} compared on every engine (the rest give address-dependent results)"
+    );
+    assert!(compared > DIFFERENTIAL_ROUNDS / 10, "too few mutants compared ({compared}) for the run to test anything");
+    assert!(problems.is_empty(), "{} disagreement(s):\n{}", problems.len(), problems.join("\n"));
 }

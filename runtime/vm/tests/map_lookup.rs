@@ -7,6 +7,9 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+mod tiers;
+
+use tiers::TIERS;
 use uebpf_vm::asm::*;
 use uebpf_vm::{Environment, JitProgram, MapLookup, MapResolver, MemoryRegion, Program};
 
@@ -160,6 +163,18 @@ fn lookup_program(proven: bool) -> Vec<u8> {
     a.build().unwrap()
 }
 
+/// `lookup_program(true)` as a bpf-to-bpf callee of an entry function that returns its result:
+/// the per-CPU lookup's thread pointer must reach the callee (the optimizing tier passes it).
+fn lookup_in_callee() -> Vec<u8> {
+    let mut a = Asm::new();
+    a.call("lookup").exit();
+    a.label("lookup").ldx(8, R6, R1, 0).stx(8, R10, -8, R6).mov64(R7, R1);
+    a.mov64(R2, R10).add64(R2, -8).lddw_map_fd(R1, FD);
+    a.call_helper(1).stx(8, R7, 8, R0).jeq(R0, 0, "none").ldx(8, R0, R0, 0).exit();
+    a.label("none").mov64(R0, -1).exit();
+    a.build().unwrap()
+}
+
 /// Runs `program` for `key` in both engines; checks they agree with each other and with the
 /// map, and returns how many generic helper and direct calls the JIT run made.
 fn check_key(program: &Program, jit: &JitProgram, array: &Array, key: u64) -> (u64, u64) {
@@ -193,9 +208,11 @@ fn inlined_array_lookups_agree_with_the_helper_on_every_key() {
     for (max_entries, stride) in [(16, 8), (7, 24), (1, 8)] {
         let array = Array::new(max_entries, stride, 1);
         let program = Program::load_unchecked(&lookup_program(true), &environment(&array, Offer::Inline)).unwrap();
-        let jit = JitProgram::compile(&program).unwrap();
-        for key in keys(max_entries) {
-            assert_eq!(check_key(&program, &jit, &array, key), (0, 0), "key {key:#x}: the JIT called a helper");
+        for (tier, compile) in TIERS {
+            let jit = compile(&program).unwrap();
+            for key in keys(max_entries) {
+                assert_eq!(check_key(&program, &jit, &array, key), (0, 0), "{tier}, key {key:#x}: the JIT called a helper");
+            }
         }
     }
 }
@@ -205,13 +222,31 @@ fn inlined_per_cpu_lookups_read_the_cpu_and_leave_unknown_cpus_to_the_helper() {
     for (cpus, stride) in [(2, 8), (3, 24)] {
         let array = Array::new(16, stride, cpus);
         let program = Program::load_unchecked(&lookup_program(true), &environment(&array, Offer::Inline)).unwrap();
-        let jit = JitProgram::compile(&program).unwrap();
-        // CPUs with a value are looked up inline; the others (rseq's -1 and -2 too) by the helper.
-        for (cpu, inline) in [(0, true), (cpus - 1, true), (cpus, false), (u32::MAX - 1, false), (u32::MAX, false)] {
+        for (tier, compile) in TIERS {
+            let jit = compile(&program).unwrap();
+            // CPUs with a value are looked up inline; the others (rseq's -1 and -2 too) by the helper.
+            for (cpu, inline) in [(0, true), (cpus - 1, true), (cpus, false), (u32::MAX - 1, false), (u32::MAX, false)] {
+                CPU.with(|c| c.set(cpu));
+                for key in keys(16) {
+                    let helper_calls = u64::from(!inline && (key as u32) < 16);
+                    assert_eq!(check_key(&program, &jit, &array, key), (helper_calls, 0), "{tier}, cpu {cpu}, key {key:#x}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn inlined_per_cpu_lookups_in_a_callee_read_the_cpu() {
+    let array = Array::new(16, 8, 3);
+    let program = Program::load_unchecked(&lookup_in_callee(), &environment(&array, Offer::Inline)).unwrap();
+    for (tier, compile) in TIERS {
+        let jit = compile(&program).unwrap();
+        for (cpu, inline) in [(0, true), (2, true), (3, false)] {
             CPU.with(|c| c.set(cpu));
             for key in keys(16) {
                 let helper_calls = u64::from(!inline && (key as u32) < 16);
-                assert_eq!(check_key(&program, &jit, &array, key), (helper_calls, 0), "cpu {cpu}, key {key:#x}");
+                assert_eq!(check_key(&program, &jit, &array, key), (helper_calls, 0), "{tier}, cpu {cpu}, key {key:#x}");
             }
         }
     }
@@ -221,9 +256,11 @@ fn inlined_per_cpu_lookups_read_the_cpu_and_leave_unknown_cpus_to_the_helper() {
 fn direct_lookups_are_called_in_place_of_the_helper() {
     let array = Array::new(16, 8, 1);
     let program = Program::load_unchecked(&lookup_program(true), &environment(&array, Offer::Direct)).unwrap();
-    let jit = JitProgram::compile(&program).unwrap();
-    for key in keys(16) {
-        assert_eq!(check_key(&program, &jit, &array, key), (0, 1), "key {key:#x}");
+    for (tier, compile) in TIERS {
+        let jit = compile(&program).unwrap();
+        for key in keys(16) {
+            assert_eq!(check_key(&program, &jit, &array, key), (0, 1), "{tier}, key {key:#x}");
+        }
     }
 }
 
@@ -232,9 +269,11 @@ fn unproven_or_unoffered_lookups_call_the_helper() {
     for (proven, offer) in [(false, Offer::Inline), (true, Offer::Nothing)] {
         let array = Array::new(16, 8, 1);
         let program = Program::load_unchecked(&lookup_program(proven), &environment(&array, offer)).unwrap();
-        let jit = JitProgram::compile(&program).unwrap();
-        for key in keys(16) {
-            assert_eq!(check_key(&program, &jit, &array, key), (1, 0), "key {key:#x}");
+        for (tier, compile) in TIERS {
+            let jit = compile(&program).unwrap();
+            for key in keys(16) {
+                assert_eq!(check_key(&program, &jit, &array, key), (1, 0), "{tier}, key {key:#x}");
+            }
         }
     }
 }
@@ -269,40 +308,44 @@ fn run_watching_vectors(jit: &JitProgram, ctx: &mut [u8]) -> (u64, bool) {
     (r0, before == after)
 }
 
-/// Code that calls no native function but a per-CPU lookup's fallback keeps the vector
-/// registers (a hook may then skip saving them), the fallback's call included; code with a
-/// native call says it does not.
+/// Code that calls no native function keeps the vector registers (a hook may then skip saving
+/// them); on the x86 tier, so does code whose only native call is a per-CPU lookup's fallback,
+/// which saves them itself (the optimizing tier's fallback is a plain call: it says it does not
+/// keep them). Code with a native call says it does not.
 #[test]
 fn code_that_says_it_keeps_the_vectors_keeps_them() {
-    for (cpus, cpu, offer, keeps) in [
-        (1, 0, Offer::Inline, true),
-        (2, 1, Offer::Inline, true),
-        (2, 2, Offer::Inline, true), // the fallback: the helper clobbers xmm0 and xmm9
-        (1, 0, Offer::Direct, false),
-        (1, 0, Offer::Nothing, false),
-    ] {
-        let array = Array::new(16, 8, cpus);
-        let program = Program::load_unchecked(&lookup_program(true), &environment(&array, offer)).unwrap();
-        let jit = JitProgram::compile(&program).unwrap();
-        assert_eq!(jit.keeps_vectors(), keeps, "{cpus} cpus, {offer:?}");
-        if keeps {
-            CPU.with(|c| c.set(cpu));
-            let (mut by_interp, mut by_jit) = ([0u8; 16], [0u8; 16]);
-            let r0 = program.interpret(&mut by_interp, None).expect("interpreter run");
-            let (jit_r0, kept) = run_watching_vectors(&jit, &mut by_jit);
-            assert_eq!((jit_r0, by_jit), (r0, by_interp), "{cpus} cpus, cpu {cpu}: interpreter and JIT disagree");
-            assert!(kept, "{cpus} cpus, cpu {cpu}: the vector registers changed");
+    for (tier, compile) in TIERS {
+        let per_cpu_keeps = tier == "jit";
+        for (cpus, cpu, offer, keeps) in [
+            (1, 0, Offer::Inline, true),
+            (2, 1, Offer::Inline, per_cpu_keeps),
+            (2, 2, Offer::Inline, per_cpu_keeps), // the fallback: the helper clobbers xmm0 and xmm9
+            (1, 0, Offer::Direct, false),
+            (1, 0, Offer::Nothing, false),
+        ] {
+            let array = Array::new(16, 8, cpus);
+            let program = Program::load_unchecked(&lookup_program(true), &environment(&array, offer)).unwrap();
+            let jit = compile(&program).unwrap();
+            assert_eq!(jit.keeps_vectors(), keeps, "{tier}: {cpus} cpus, {offer:?}");
+            if keeps {
+                CPU.with(|c| c.set(cpu));
+                let (mut by_interp, mut by_jit) = ([0u8; 16], [0u8; 16]);
+                let r0 = program.interpret(&mut by_interp, None).expect("interpreter run");
+                let (jit_r0, kept) = run_watching_vectors(&jit, &mut by_jit);
+                assert_eq!((jit_r0, by_jit), (r0, by_interp), "{tier}: {cpus} cpus, cpu {cpu}: interpreter and JIT disagree");
+                assert!(kept, "{tier}: {cpus} cpus, cpu {cpu}: the vector registers changed");
+            }
         }
-    }
-    // Unwritten stack is zeroed without a vector register, or with xmm0 saved and restored
-    // past the general-purpose stores' reach: it reads 0, and the vectors are as they were.
-    for below in [8i16, 120, 136, 512] {
-        let mut a = Asm::new();
-        a.ldx(8, R0, R10, -below).exit();
-        let program = Program::load_unchecked(&a.build().unwrap(), &Environment::new()).unwrap();
-        let jit = JitProgram::compile(&program).unwrap();
-        assert!(jit.keeps_vectors());
-        let (r0, kept) = run_watching_vectors(&jit, &mut [0u8; 8]);
-        assert_eq!((r0, kept), (0, true), "a read at r10-{below}");
+        // Unwritten stack is zeroed without a vector register, or with xmm0 saved and restored
+        // past the general-purpose stores' reach: it reads 0, and the vectors are as they were.
+        for below in [8i16, 120, 136, 512] {
+            let mut a = Asm::new();
+            a.ldx(8, R0, R10, -below).exit();
+            let program = Program::load_unchecked(&a.build().unwrap(), &Environment::new()).unwrap();
+            let jit = compile(&program).unwrap();
+            assert!(jit.keeps_vectors(), "{tier}");
+            let (r0, kept) = run_watching_vectors(&jit, &mut [0u8; 8]);
+            assert_eq!((r0, kept), (0, true), "{tier}: a read at r10-{below}");
+        }
     }
 }

@@ -4,9 +4,11 @@
 //! agree, and agree with what the case says it tests. Where uebpf is knowingly stricter than the
 //! kernel, the case says why (`stricter`; none at present), and the test checks exactly that (the
 //! kernel loads it, uebpf refuses it). Without root or kernel eBPF the test says so and checks
-//! uebpf's verdicts alone.
+//! uebpf's verdicts alone. Every program both accept then runs on the interpreter and on each JIT
+//! tier (the kernel cannot test-run a kprobe or a tracepoint program): all must agree.
 
 mod common;
+mod tiers;
 
 use common::*;
 use kernel_bpf::load_verdict;
@@ -19,6 +21,11 @@ fn uebpf_agrees_with_the_kernel_verifier() {
     let mut problems = Vec::new();
     for c in &cases {
         let ours = uebpf_verdict(c.prog_type, &c.code);
+        if let Ok(program) = load(c.prog_type, &c.code) {
+            if let Err(why) = run_on_every_engine(c.prog_type, &program) {
+                problems.push(format!("{}: {why}", c.name));
+            }
+        }
         let expected = c.accepted && c.stricter.is_none();
         if ours.is_ok() != expected {
             problems.push(format!("{}: uebpf {} (expected {}): {:?}", c.name, verdict(ours.is_ok()), verdict(expected), ours.err()));

@@ -4,8 +4,11 @@
 //! native stack that held return addresses and the stack protector's canary a moment ago,
 //! zeroes on entry the part of each frame the function can read.
 
+mod tiers;
+
+use tiers::TIERS;
 use uebpf_vm::asm::*;
-use uebpf_vm::{Environment, JitProgram, Program};
+use uebpf_vm::{Environment, Program};
 
 /// Fills the native stack below the caller with a pattern, so that a JIT frame placed there
 /// afterwards would show it if it were not zeroed.
@@ -18,17 +21,20 @@ fn dirty_the_stack(depth: u32) -> u64 {
     junk.iter().fold(below, |a, &b| a ^ b)
 }
 
-/// Runs `a` on both engines, several times with a dirtied stack in between: every result is 0.
+/// Runs `a` on the interpreter and every JIT tier, several times with a dirtied stack in
+/// between: every result is 0.
 fn reads_zero(what: &str, a: &Asm, env: &Environment) {
     let program = Program::load_unchecked(&a.build().unwrap(), env).unwrap_or_else(|e| panic!("{what}: {e}"));
-    let jit = JitProgram::compile(&program).unwrap();
+    let jits: Vec<_> = TIERS.iter().map(|(tier, compile)| (tier, compile(&program).unwrap())).collect();
     for run in 0..4 {
         std::hint::black_box(dirty_the_stack(8));
         let mut ctx = [0u8; 8];
         assert_eq!(program.interpret(&mut ctx, Some(100_000)).unwrap(), 0, "{what}: interpreter, run {run}");
-        std::hint::black_box(dirty_the_stack(8));
-        // SAFETY: the program reads only its own stack (and its helper only what it is given).
-        assert_eq!(unsafe { jit.run(&mut ctx) }, 0, "{what}: JIT, run {run}");
+        for (tier, jit) in &jits {
+            std::hint::black_box(dirty_the_stack(8));
+            // SAFETY: the program reads only its own stack (and its helper only what it is given).
+            assert_eq!(unsafe { jit.run(&mut ctx) }, 0, "{what}: {tier}, run {run}");
+        }
     }
 }
 

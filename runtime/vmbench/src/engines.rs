@@ -2,22 +2,27 @@
 //! runner (run the program N times on a packet, report mean ns per run and the last r0) or the
 //! reason the engine cannot run it.
 
+use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void, CStr};
 use std::hint::black_box;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
 use uebpf::{Engine, LoadedProgram};
-use uebpf_vm::{ffi, JitFunction, JitProgram, Program};
+use uebpf_vm::{ffi, JitError, JitFunction, JitProgram, Program};
 
 use crate::programs::{BenchProgram, Embedded};
 
-pub const ENGINES: [(&str, &str); 8] = [
+pub const ENGINES: [(&str, &str); 9] = [
     (
         "uebpf-interpreter",
         "uebpf interpreter through the Rust API (Program::interpret, every access checked; embed_* programs: uebpf::LoadedProgram::run)",
     ),
     ("uebpf-jit", "uebpf x86-64 JIT through the Rust API (JitProgram::run; embed_* programs: uebpf::LoadedProgram::run)"),
+    (
+        "uebpf-opt",
+        "uebpf optimizing JIT tier, on Cranelift, through the Rust API (JitProgram::compile_optimized, then run; embed_* programs: the object's program as the runtime loads it)",
+    ),
     ("uebpf-c-api-jit", "uebpf JIT called from C through uebpf_vm_run (embed_* programs: uebpf_program_run), the C embedding APIs"),
     (
         "uebpf-c-jit-fn",
@@ -228,6 +233,27 @@ fn embedded_engine<'a>(engine: &str, embedded: &Embedded) -> Result<Runner<'a>, 
     }
 }
 
+/// A JIT tier's compiler.
+type Compile = fn(&Program) -> Result<JitProgram, JitError>;
+
+/// How long each JIT tier takes to compile `loaded`: the fastest of a few compiles, in ns.
+pub fn compile_times(loaded: &Program) -> Result<BTreeMap<&'static str, u64>, String> {
+    const TIMES: usize = 5;
+    let tiers: [(&str, Compile); 2] = [("uebpf-jit", JitProgram::compile), ("uebpf-opt", JitProgram::compile_optimized)];
+    tiers
+        .into_iter()
+        .map(|(engine, compile)| {
+            let mut fastest = u64::MAX;
+            for _ in 0..TIMES {
+                let start = Instant::now();
+                black_box(compile(loaded).map_err(|e| format!("{engine}: {e}"))?);
+                fastest = fastest.min(start.elapsed().as_nanos() as u64);
+            }
+            Ok((engine, fastest))
+        })
+        .collect()
+}
+
 /// Prepares `program` (already loaded into uebpf as `loaded`) for `engine`.
 pub fn prepare<'a>(engine: &str, program: &'a BenchProgram, loaded: &'a Program) -> Result<Runner<'a>, String> {
     if let Some(embedded) = &program.embedded {
@@ -241,8 +267,9 @@ pub fn prepare<'a>(engine: &str, program: &'a BenchProgram, loaded: &'a Program)
         "uebpf-interpreter" => Ok(Box::new(move |packet: &mut [u8], iterations| {
             time_fallible(iterations, || loaded.interpret(packet, None).map_err(|e| e.to_string()))
         })),
-        "uebpf-jit" => {
-            let jit = JitProgram::compile(loaded).map_err(|e| e.to_string())?;
+        "uebpf-jit" | "uebpf-opt" => {
+            let compile: Compile = if engine == "uebpf-opt" { JitProgram::compile_optimized } else { JitProgram::compile };
+            let jit = compile(loaded).map_err(|e| e.to_string())?;
             if program.packet.len() < jit.context_needed() {
                 return Err(format!("a packet of {} bytes, checked for {}", program.packet.len(), jit.context_needed()));
             }

@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use serde_json::{json, Value};
 use uebpf_vm::{ContextSpec, Environment, Program};
 
-use engines::{prepare, Runner, ENGINES};
+use engines::{compile_times, prepare, Runner, ENGINES};
 use programs::BenchProgram;
 
 struct Options {
@@ -205,6 +205,9 @@ fn run(options: &Options) -> Result<Value, String> {
         }
     }
 
+    // What each JIT tier costs at load: decides which tier an embedder (the agent) should use.
+    let compile_ns: BTreeMap<&str, BTreeMap<&str, u64>> =
+        programs.iter().zip(&loaded).map(|(p, l)| Ok((p.name, compile_times(l)?))).collect::<Result<_, String>>()?;
     let samples: Vec<Value> =
         contenders.iter().map(|c| json!({"program": c.program.name, "engine": c.engine, "ns_per_run": c.samples})).collect();
     let descriptions: BTreeMap<&str, &str> = programs.iter().map(|p| (p.name, p.description)).collect();
@@ -215,6 +218,7 @@ fn run(options: &Options) -> Result<Value, String> {
         "engines": chosen_engines,
         "samples": samples,
         "unsupported": unsupported,
+        "compile_ns": compile_ns,
         "config": {
             "runs": options.runs,
             "iterations": options.iterations,
@@ -275,7 +279,7 @@ mod tests {
         assert_eq!(samples.len() + unsupported.len(), programs::all().unwrap().len() * ENGINES.len());
         let ran = |program: &str, engine: &str| samples.iter().any(|s| s["program"] == program && s["engine"] == engine);
         for program in ["embed_empty_uprobe", "embed_array_lookup"] {
-            for engine in ["uebpf-interpreter", "uebpf-jit", "uebpf-c-api-jit", "uebpf-c-jit-fn", "native-c"] {
+            for engine in ["uebpf-interpreter", "uebpf-jit", "uebpf-opt", "uebpf-c-api-jit", "uebpf-c-jit-fn", "native-c"] {
                 assert!(ran(program, engine), "{program} did not run on {engine}");
             }
         }

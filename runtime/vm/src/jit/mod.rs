@@ -1,7 +1,12 @@
-//! The x86-64 JIT: compiles a loaded [`Program`] to native code in W^X memory.
+//! The JITs: compile a loaded [`Program`] to native code in W^X memory. Two tiers share the
+//! entry point, frames, helper ABI and memory: x86.rs, which emits x86-64 directly from each
+//! instruction with iced-x86 (fast to compile: what the agent uses), and, with the `opt`
+//! feature, opt/, which goes through Cranelift's optimizer (slower to compile, faster code).
 
 mod exec_memory;
 mod layout;
+#[cfg(feature = "opt")]
+mod opt;
 mod x86;
 
 use std::fmt;
@@ -18,6 +23,8 @@ pub enum JitError {
     Assembler(String),
     /// Executable memory could not be mapped.
     Memory(std::io::Error),
+    /// Cranelift could not compile the program (the optimizing tier; a JIT bug, as `Assembler`).
+    Optimizer(String),
 }
 
 impl fmt::Display for JitError {
@@ -25,6 +32,7 @@ impl fmt::Display for JitError {
         match self {
             JitError::Assembler(why) => write!(f, "x86-64 code generation failed: {why}"),
             JitError::Memory(why) => write!(f, "cannot map executable memory: {why}"),
+            JitError::Optimizer(why) => write!(f, "Cranelift code generation failed: {why}"),
         }
     }
 }
@@ -34,6 +42,8 @@ impl std::error::Error for JitError {}
 /// A program compiled to native code. It owns its code; helper addresses are embedded in it.
 pub struct JitProgram {
     code: ExecutableCode,
+    /// Offset of the entry point in `code` (the optimizing tier may pad before it).
+    entry: usize,
     keeps_vectors: bool,
     /// The program passed the safety analysis (`Program::load`, `load_checked`).
     checked: bool,
@@ -45,7 +55,28 @@ impl JitProgram {
     pub fn compile(program: &Program) -> Result<JitProgram, JitError> {
         let emitted = layout::compile(program).map_err(|e| JitError::Assembler(e.to_string()))?;
         let code = ExecutableCode::new(&emitted.code).map_err(JitError::Memory)?;
-        Ok(JitProgram { code, keeps_vectors: emitted.keeps_vectors, checked: program.checked, context_needed: program.context_needed() })
+        Ok(JitProgram {
+            code,
+            entry: 0,
+            keeps_vectors: emitted.keeps_vectors,
+            checked: program.checked,
+            context_needed: program.context_needed(),
+        })
+    }
+
+    /// Compiles `program` with the optimizing tier (Cranelift, jit/opt/): the same guarantees
+    /// and entry point as `compile`, code that runs faster, a compile that takes longer.
+    #[cfg(feature = "opt")]
+    pub fn compile_optimized(program: &Program) -> Result<JitProgram, JitError> {
+        let emitted = opt::compile(program).map_err(JitError::Optimizer)?;
+        let code = ExecutableCode::new(&emitted.code).map_err(JitError::Memory)?;
+        Ok(JitProgram {
+            code,
+            entry: emitted.entry,
+            keeps_vectors: emitted.keeps_vectors,
+            checked: program.checked,
+            context_needed: program.context_needed(),
+        })
     }
 
     /// Whether the code leaves the vector registers (xmm0-15, ymm0-15) as it found them: it
@@ -58,8 +89,8 @@ impl JitProgram {
     /// The native entry point, for callers that keep it in their own hot path.
     pub fn function(&self) -> JitFunction {
         // SAFETY: the mapping holds code compiled with the JitFunction calling convention at
-        // offset 0, and it lives as long as self (callers must not outlive it).
-        unsafe { std::mem::transmute::<*const u8, JitFunction>(self.code.bytes().as_ptr()) }
+        // offset `entry`, and it lives as long as self (callers must not outlive it).
+        unsafe { std::mem::transmute::<*const u8, JitFunction>(self.code.bytes()[self.entry..].as_ptr()) }
     }
 
     /// Runs a program `Program::load` checked with `ctx` as its context (r1 = address, r2 =

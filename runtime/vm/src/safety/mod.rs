@@ -888,6 +888,12 @@ impl Verifier<'_> {
                         if access == Access::Read { "read from" } else { "write to" }
                     ));
                 }
+                // The kernel checks stack accesses' alignment strictly, whatever the program type
+                // (kernel/bpf/verifier.c, check_ptr_alignment: its spill tracking relies on it).
+                let variable_low_bits = (reg.var.bits.value | reg.var.bits.mask) & (size - 1);
+                if (reg.off + i64::from(off)).rem_euclid(size as i64) != 0 || variable_low_bits != 0 {
+                    return Err(format!("misaligned stack access off ({}+{}) size {size}", reg.off, off));
+                }
                 self.reaches(state, frame, lo);
                 let stack = &mut state.frames[frame as usize];
                 let slot = stack_slot(lo);
@@ -985,6 +991,20 @@ impl Verifier<'_> {
             return Err(format!("BPF_ATOMIC stores into R{} ctx is not allowed", insn.dst));
         }
         self.access(state, insn.dst, insn.off, insn.access_size(), Access::Update)?;
+        // The kernel checks atomics' alignment strictly, whatever the program type
+        // (kernel/bpf/verifier.c, check_atomic: check_mem_access with strict_alignment_once), and
+        // the interpreter stops a misaligned one: the offset and the known low bits of the
+        // variable part must be multiples of the size (the pointers' bases are: frames, map
+        // values and records are 8-byte aligned).
+        let reg = state.reg(insn.dst);
+        let size = i64::from(insn.access_size());
+        let variable_low_bits = (reg.var.bits.value | reg.var.bits.mask) & (size as u64 - 1);
+        if (reg.off + i64::from(insn.off)).rem_euclid(size) != 0 || variable_low_bits != 0 {
+            return Err(format!(
+                "misaligned access off ({}+{}) size {size} of an atomic operation through R{}",
+                reg.off, insn.off, insn.dst
+            ));
+        }
         let fetched = loaded(u64::from(insn.access_size()));
         if insn.imm == ATOMIC_CMPXCHG {
             state.set(0, fetched);

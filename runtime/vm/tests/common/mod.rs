@@ -4,8 +4,10 @@
 //! the interpreter), and the kernel with real maps of the same shapes.
 #![allow(dead_code)] // each test binary uses part of it
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::tiers::{disagreements, interpreted, Watched};
 use kernel_bpf::KernelMap;
 use uebpf_vm::asm::*;
 use uebpf_vm::insn::*;
@@ -31,15 +33,26 @@ pub fn metas() -> [(i32, MapMeta); 4] {
     ]
 }
 
-/// The values programs may reach directly: `.rodata` (its record size first) and the array's.
+/// The values programs may reach directly: `.rodata` (its record size first) and the array's
+/// (atomics: programs write it behind Rust's back).
 struct Values {
     rodata: Box<[u64; 2]>,
-    array: Box<[u64; 4]>,
+    array: Box<[AtomicU64; 4]>,
 }
 
 fn values() -> &'static Values {
     static VALUES: std::sync::OnceLock<Values> = std::sync::OnceLock::new();
-    VALUES.get_or_init(|| Values { rodata: Box::new([RODATA_SIZE, 0]), array: Box::new([0; 4]) })
+    VALUES.get_or_init(|| Values { rodata: Box::new([RODATA_SIZE, 0]), array: Box::new([0; 4].map(AtomicU64::new)) })
+}
+
+/// The array's values back to 0, so that each engine's run starts from the same map.
+pub fn reset_array() {
+    values().array.iter().for_each(|v| v.store(0, Ordering::SeqCst));
+}
+
+/// The array's values as bytes, to compare what engines left there.
+pub fn array_bytes() -> Vec<u8> {
+    values().array.iter().flat_map(|v| v.load(Ordering::SeqCst).to_ne_bytes()).collect()
 }
 
 pub struct Maps;
@@ -85,6 +98,26 @@ pub fn environment() -> Environment {
 pub fn load(prog_type: u32, code: &[u8]) -> Result<Program, String> {
     let ctx = ContextSpec::of_program_type(prog_type).expect("a type uebpf runs");
     Program::load_checked(code, &environment(), ctx).map(|(program, _)| program).map_err(|e| e.to_string())
+}
+
+/// Far more than any accepted program runs (their loops are bounded to a few thousand rounds).
+pub const BUDGET: u64 = 10_000_000;
+
+/// Runs a program `load` accepted on the interpreter (which checks every access) and on every JIT
+/// tier, on a zeroed context of its type and the array's values zeroed: Ok(true) if all agree,
+/// Ok(false) if the outcome depends on addresses (`tiers::interpreted`: not compared), else what
+/// went wrong.
+pub fn run_on_every_engine(prog_type: u32, program: &Program) -> Result<bool, String> {
+    let ctx = vec![0u8; if prog_type == KPROBE { 168 } else { 8192 }];
+    let watched = Watched { reset: &reset_array, read: &array_bytes };
+    let expected = interpreted(program, &ctx, &watched, BUDGET).map_err(|e| format!("accepted, then stopped by the interpreter: {e}"))?;
+    let Some(expected) = expected else { return Ok(false) };
+    let differ = disagreements(&expected, program, &ctx, &watched);
+    if differ.is_empty() {
+        Ok(true)
+    } else {
+        Err(differ.join("\n"))
+    }
 }
 
 pub fn uebpf_verdict(prog_type: u32, code: &[u8]) -> Result<(), String> {
@@ -329,6 +362,12 @@ pub fn corpus() -> Vec<Case> {
     let mut a = Asm::new();
     lookup(&mut a, HASH).jeq(R0, 0, "out").stx(8, R10, -16, R0).ldx(8, R1, R10, -16).ldx(8, R0, R1, 0).label("out").exit();
     cases.push(case("a checked value pointer spilled and filled", KPROBE, &a, true));
+    // Atomics must be aligned (the kernel checks them strictly, stack or not).
+    for (size, off, ok) in [(8, -16, true), (8, -12, false), (4, -12, true), (4, -14, false)] {
+        let mut a = Asm::new();
+        a.st(8, R10, -16, 0).mov64(R1, 1).atomic(size, ATOMIC_ADD, R10, off, R1).mov64(R0, 0).exit();
+        cases.push(case(format!("atomic add of {size} bytes at r10{off}"), KPROBE, &a, ok));
+    }
     // Local calls.
     let mut a = Asm::new();
     a.mov64(R1, R10).add64(R1, -8).call("fill").ldx(8, R0, R10, -8).exit();

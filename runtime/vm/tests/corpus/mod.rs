@@ -77,6 +77,59 @@ fn all_conditions(a: &mut Asm) {
     store_results(a, &[R7, R8, R9, R0]);
 }
 
+/// A binary decision tree over r4 in [lo, hi) made of `jump` tests, as a compiler lowers a dense
+/// switch (the optimizing tier turns such trees into jump tables); leaf k jumps to `{prefix}{k}`.
+fn decision_tree(a: &mut Asm, prefix: &str, lo: i32, hi: i32, jump: CondJump) {
+    if hi - lo == 1 {
+        a.ja(&format!("{prefix}{lo}"));
+        return;
+    }
+    let mid = (lo + hi) / 2;
+    let upper = format!("{prefix}_upper_{lo}_{hi}");
+    jump(a, R4, Src::Imm(mid), &upper);
+    decision_tree(a, prefix, lo, mid, jump);
+    a.label(&upper);
+    decision_tree(a, prefix, mid, hi, jump);
+}
+
+/// `reg >= k` as `jgt reg, k - 1` (immediate `k` only).
+fn at_least_by_jgt<'a>(a: &'a mut Asm, reg: Reg, src: Src, label: &str) -> &'a mut Asm {
+    let Src::Imm(k) = src else { unreachable!("trees test immediates") };
+    a.jgt(reg, k - 1, label)
+}
+
+/// For each of the packet's first 40 bytes, a 12-way switch on the byte's low 5 bits (values
+/// past the last case go to it, as the tree's last leaf takes everything above) updates r0;
+/// cases made of jge trees and of jgt trees (`jgt mid - 1`).
+fn switch_trees(a: &mut Asm) {
+    a.mov64(R0, 1).mov64(R2, 0);
+    a.label("loop").mov64(R3, R6).add64(R3, R2).ldx(1, R4, R3, 0).and64(R4, 31);
+    a.jset(R2, 1, "odd");
+    decision_tree(a, "even", 0, 12, Asm::jge);
+    a.label("odd").sub64(R4, 1);
+    decision_tree(a, "odd", 0, 12, at_least_by_jgt);
+    for prefix in ["even", "odd"] {
+        for k in 0..12 {
+            a.label(&format!("{prefix}{k}")).mul64(R0, 3).add64(R0, k + 1).xor64(R0, R4).ja("next");
+        }
+    }
+    a.label("next").add64(R2, 1).jlt(R2, 40, "loop").stx(8, R6, 0, R0).exit();
+}
+
+/// `for (i = from; i < to; i += size) p[i + store_off] = imm` (a fill) or `= p[i + load_off]`
+/// (a copy, load_off Some), in the shape compilers emit (the optimizing tier turns those that run
+/// whole into memset and memmove); then r0 = r0 * 31 + i + (address - p) + the loaded value.
+fn bulk_loop(a: &mut Asm, name: &str, size: u8, (from, to): (i32, i32), load_off: Option<i16>, store_off: i16, imm: i32) {
+    a.mov64(R2, from).mov64(R4, 0);
+    a.label(name).mov64(R3, R6).add64(R3, R2);
+    match load_off {
+        Some(off) => a.ldx(size, R4, R3, off).stx(size, R3, store_off, R4),
+        None => a.st(size, R3, store_off, imm),
+    };
+    a.add64(R2, i32::from(size)).jlt(R2, to, name);
+    a.mul64(R0, 31).add64(R0, R2).sub64(R3, R6).add64(R0, R3).add64(R0, R4);
+}
+
 pub fn corpus() -> Vec<Case> {
     vec![
         case("all_conditions_at_boundaries", all_conditions),
@@ -366,6 +419,27 @@ pub fn corpus() -> Vec<Case> {
         }),
         case("return_value_is_low_32_bits", |a| {
             a.lddw(R0, 0xdead_beef_1234_5678).exit();
+        }),
+        case("switch_decision_trees", switch_trees),
+        case("fill_loops", |a| {
+            a.mov64(R0, 0);
+            bulk_loop(a, "bytes", 1, (8, 40), None, 0, 0xab);
+            bulk_loop(a, "words_of_ones", 8, (40, 72), None, 0, -1);
+            bulk_loop(a, "repeated_bytes", 4, (72, 88), None, 0, 0x0101_0101);
+            bulk_loop(a, "not_one_byte", 4, (88, 96), None, 0, 0x0102_0304);
+            bulk_loop(a, "partial_last_step", 8, (97, 112), None, 0, 0x77);
+            bulk_loop(a, "once_from_past_the_end", 1, (124, 120), None, 0, 0x55);
+            bulk_loop(a, "at_an_offset", 2, (0, 6), None, 121, 0);
+            a.exit();
+        }),
+        case("copy_loops", |a| {
+            a.mov64(R0, 0);
+            bulk_loop(a, "disjoint", 8, (0, 32), Some(0), 64, 0);
+            bulk_loop(a, "smear", 1, (0, 16), Some(0), 1, 0);
+            bulk_loop(a, "down_overlapping", 8, (32, 56), Some(3), 0, 0);
+            bulk_loop(a, "up_just_apart", 4, (96, 108), Some(0), 12, 0);
+            bulk_loop(a, "partial", 2, (100, 105), Some(0), 20, 0);
+            a.exit();
         }),
         case("mul_div_chain_with_packet_operands", |a| {
             a.ldx(4, R1, R6, 0).ldx(4, R2, R6, 4).or64(R2, 1).ldx(8, R3, R6, 8);
