@@ -163,13 +163,8 @@ RUNTIME_OUT := runtime/target/release
 # --remove-destination: a new file, not the old one rewritten in place, so that a process still
 # running the old binary or library keeps its own (rewriting a mapped library under it crashes
 # it; rewriting a running binary fails with ETXTBSY).
-# Two builds: uebpf-vmbench turns on uebpf-vm's `opt` feature (the Cranelift tier), and cargo
-# unifies features over everything one build compiles. Built alone first, it leaves the workspace
-# build after it (which writes the libraries copied below) without Cranelift: the agent's .so
-# stays as small as before (runtime/vm/README.md, "The optimizing tier").
 runtime: | $(BIN) $(LIB)
-	cargo build --release --manifest-path runtime/Cargo.toml -p uebpf-vmbench
-	cargo build --release --manifest-path runtime/Cargo.toml --workspace --exclude uebpf-vmbench
+	cargo build --release --manifest-path runtime/Cargo.toml
 	cp --remove-destination $(RUNTIME_OUT)/uebpf-vmbench $(RUNTIME_OUT)/uebpf $(RUNTIME_OUT)/stepcount $(BIN)/
 	cp --remove-destination $(RUNTIME_OUT)/libuebpf_vm.so $(RUNTIME_OUT)/libuebpf_vm.a $(RUNTIME_OUT)/libuebpf.so $(RUNTIME_OUT)/libuebpf.a $(LIB)/
 	cp --remove-destination $(RUNTIME_OUT)/libuebpf_server.so $(RUNTIME_OUT)/libuebpf_agent.so $(RUNTIME_OUT)/libuebpf_hook_testagent.so $(LIB)/

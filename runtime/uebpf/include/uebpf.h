@@ -44,7 +44,7 @@ struct uebpf_map;      /* a map of an instance; valid while the instance lives *
 /* How a program runs (named apart from uebpf_vm.h's engine enum, so both headers can be used). */
 enum uebpf_program_engine {
 	UEBPF_INTERPRETER = 0,
-	UEBPF_JIT = 1,
+	UEBPF_JIT = 1, /* its tier chosen per program (runtime/README.md, "JIT tiers") */
 };
 
 /* Program kinds (from the section name). */

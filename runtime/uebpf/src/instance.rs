@@ -19,8 +19,69 @@ use crate::helpers::{lookup_in_map, register_all};
 pub enum Engine {
     /// Every memory access checked against the context, the stack and the maps' memory.
     Interpreter,
-    /// Native code; checks nothing at run time. Choosing it is trusting the program (runtime README).
+    /// Native code; checks nothing at run time. Choosing it is trusting the program (runtime
+    /// README). Its tier is chosen for the program (`jit_tier`).
     Jit,
+    /// Native code from this tier, whatever the program (to measure one against the other).
+    JitTier(Tier),
+}
+
+impl Engine {
+    /// Whether the program runs as native code (either tier).
+    pub fn is_jit(self) -> bool {
+        matches!(self, Engine::Jit | Engine::JitTier(_))
+    }
+}
+
+/// The vm crate's two JIT tiers (runtime/vm/README.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    /// x86-64 emitted instruction by instruction (`JitProgram::compile`): compiled in a few
+    /// microseconds.
+    Base,
+    /// Cranelift's optimized code (`JitProgram::compile_optimized`, the vm crate's `opt`
+    /// feature): 3 to 5 times the compile time, up to twice as fast where a program loops.
+    Optimizing,
+}
+
+impl Tier {
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Base => "base",
+            Tier::Optimizing => "optimizing",
+        }
+    }
+
+    /// Whether this build has the tier (the optimizing one needs the `opt` feature).
+    pub fn built(self) -> bool {
+        self == Tier::Base || cfg!(feature = "opt")
+    }
+}
+
+/// Overrides `jit_tier` for every program of the process: `base` or `optimizing` (to measure
+/// one tier against the other on the same programs, e.g. a probe's cost in the micro suite).
+pub const JIT_TIER_ENV: &str = "UEBPF_JIT_TIER";
+
+/// The tier `Engine::Jit` compiles `program` with: the optimizing one for a program that loops
+/// (`Program::loops`), where its code runs each run, and the base one for the others, which run
+/// each instruction at most once a run: there the optimizing tier has little to gain (a probe's
+/// cost is its hook and helpers) and costs compile time in every process that runs the program
+/// (the figures: runtime/README.md, "JIT tiers"). Unless JIT_TIER_ENV names a tier, and in a
+/// build without the optimizing tier.
+pub fn jit_tier(program: &Program) -> Result<Tier, Error> {
+    static FORCED: std::sync::OnceLock<Result<Option<Tier>, String>> = std::sync::OnceLock::new();
+    let forced = FORCED.get_or_init(|| match std::env::var(JIT_TIER_ENV).as_deref() {
+        Err(_) | Ok("") => Ok(None),
+        Ok("base") => Ok(Some(Tier::Base)),
+        Ok("optimizing") => Ok(Some(Tier::Optimizing)),
+        Ok(other) => Err(format!("{JIT_TIER_ENV}={other:?}: not a JIT tier (base or optimizing)")),
+    });
+    match forced {
+        Err(why) => Err(Error::new(ErrorKind::Invalid, why.clone())),
+        Ok(Some(tier)) => Ok(*tier),
+        Ok(None) if program.loops() && Tier::Optimizing.built() => Ok(Tier::Optimizing),
+        Ok(None) => Ok(Tier::Base),
+    }
 }
 
 struct Inner {
@@ -201,7 +262,7 @@ impl Instance {
     }
 
     fn load_program(&self, info: ProgramInfo, engine: Engine) -> Result<LoadedProgram, Error> {
-        let (code, mut needs) = self.compile(&info, engine)?;
+        let (code, mut needs, compiled) = self.compile(&info, engine)?;
         // The programs its tail calls may go to: every program of its type in the region now
         // (bpf_prog_map_compatible: a tail call keeps the context), loaded with it, so that a
         // tail call costs no load in the traced program. Their needs are the run's needs.
@@ -212,7 +273,7 @@ impl Instance {
                 let code = if target.id == info.id {
                     None
                 } else {
-                    let (code, target_needs) = self.compile(&target, engine)?;
+                    let (code, target_needs, _) = self.compile(&target, engine)?;
                     needs = needs.with(target_needs);
                     Some(code)
                 };
@@ -223,11 +284,11 @@ impl Instance {
         } else {
             None
         };
-        Ok(LoadedProgram { info, code, budget: None, needs, tail_targets, instance: self.clone() })
+        Ok(LoadedProgram { info, code, compiled, budget: None, needs, tail_targets, instance: self.clone() })
     }
 
     /// Program `info`'s code for `engine`, and what its runner must give it.
-    fn compile(&self, info: &ProgramInfo, engine: Engine) -> Result<(Code, Needs), Error> {
+    fn compile(&self, info: &ProgramInfo, engine: Engine) -> Result<(Code, Needs, Compiled), Error> {
         let name = info.name.as_str();
         let bytecode = self.inner.region.program_bytecode(info.id)?;
         check_program(name, &bytecode)?;
@@ -250,16 +311,47 @@ impl Instance {
             overrides: calls(crate::helpers::OVERRIDE_RETURN),
             max_ctx_offset: analysis.max_ctx_offset,
         };
-        let code = match engine {
-            Engine::Interpreter => Code::Interpreter(program),
-            Engine::Jit => Code::Jit(JitProgram::compile(&program).map_err(|e| {
-                // Executable memory the system would not map; otherwise code the JIT could not encode.
-                let kind = if matches!(e, JitError::Memory(_)) { ErrorKind::System } else { ErrorKind::Invalid };
-                Error::new(kind, format!("program `{name}`: {e}"))
-            })?),
+        let tier = match engine {
+            Engine::Interpreter => None,
+            Engine::Jit => Some(jit_tier(&program)?),
+            Engine::JitTier(tier) => Some(tier),
         };
-        Ok((code, needs))
+        let loops = program.loops();
+        let started = std::time::Instant::now();
+        let code = match tier {
+            None => Code::Interpreter(program),
+            Some(tier) => Code::Jit(jit_compile(name, &program, tier)?),
+        };
+        Ok((code, needs, Compiled { tier, ns: started.elapsed().as_nanos() as u64, loops }))
     }
+}
+
+/// `program`'s native code from `tier`.
+fn jit_compile(name: &str, program: &Program, tier: Tier) -> Result<JitProgram, Error> {
+    let compiled = match tier {
+        Tier::Base => JitProgram::compile(program),
+        #[cfg(feature = "opt")]
+        Tier::Optimizing => JitProgram::compile_optimized(program),
+        #[cfg(not(feature = "opt"))]
+        Tier::Optimizing => {
+            return Err(Error::new(ErrorKind::Invalid, format!("program `{name}`: this build has no optimizing JIT tier (the `opt` feature)")))
+        }
+    };
+    compiled.map_err(|e| {
+        // Executable memory the system would not map; otherwise code the JIT could not encode.
+        let kind = if matches!(e, JitError::Memory(_)) { ErrorKind::System } else { ErrorKind::Invalid };
+        Error::new(kind, format!("program `{name}`: {e}"))
+    })
+}
+
+/// How a program's code was made: its JIT tier (None: for the interpreter), and how long the
+/// compile took (the safety analysis before it not included).
+#[derive(Clone, Copy, Debug)]
+pub struct Compiled {
+    pub tier: Option<Tier>,
+    pub ns: u64,
+    /// The program loops (`Program::loops`): what `jit_tier` chooses by.
+    pub loops: bool,
 }
 
 /// What whoever runs a program must give it beyond its context.
@@ -314,6 +406,8 @@ enum Code {
 pub struct LoadedProgram {
     info: ProgramInfo,
     code: Code,
+    /// Its own code's (not its tail-call targets').
+    compiled: Compiled,
     budget: Option<u64>,
     /// Of the program and the programs its tail calls may go to.
     needs: Needs,
@@ -325,6 +419,11 @@ pub struct LoadedProgram {
 impl LoadedProgram {
     pub fn info(&self) -> &ProgramInfo {
         &self.info
+    }
+
+    /// Its JIT tier and compile time.
+    pub fn compiled(&self) -> Compiled {
+        self.compiled
     }
 
     /// The end of the context bytes the program (or a program it tail-calls) may read (the

@@ -51,7 +51,7 @@ pub use error::{Error, ErrorKind};
 pub use helpers::{
     allow_answer, allow_override, set_attach_cookie, set_func_ip, set_stack_origin, write_stderr, StackOrigin, MAX_OUTPUT_BUFFERS,
 };
-pub use instance::{load_checked, Engine, Instance, LoadedProgram};
+pub use instance::{jit_tier, load_checked, Compiled, Engine, Instance, LoadedProgram, Tier, JIT_TIER_ENV};
 pub use load::{check_btf, Target, VMLINUX_BTF};
 pub use object::{parse_section, MapDesc, Object, ProgramDesc};
 /// The context of uprobe and uretprobe programs: the kernel's x86-64 `struct pt_regs`, field for

@@ -4,12 +4,12 @@
 mod common;
 
 use uebpf::maps::{ProgramKind, ProgramSpec, Region, RegionSpec};
-use uebpf::{Engine, Instance, Object, PtRegs, Target};
+use uebpf::{Engine, Instance, Object, PtRegs, Target, Tier};
 use uebpf_vm::asm::*;
 
 use common::object;
 
-const ENGINES: [Engine; 2] = [Engine::Interpreter, Engine::Jit];
+const ENGINES: [Engine; 4] = [Engine::Interpreter, Engine::Jit, Engine::JitTier(Tier::Base), Engine::JitTier(Tier::Optimizing)];
 
 #[test]
 fn every_project_object_loads_and_every_program_compiles() {
@@ -81,6 +81,26 @@ fn with_program(bytecode: &[u8]) -> Instance {
     let spec = ProgramSpec { name: "test", section: "uprobe", kind: ProgramKind::Uprobe, prog_type: 2, license: "GPL", bytecode };
     region.add_program(&spec).unwrap();
     Instance::new(&region).unwrap()
+}
+
+/// `Engine::Jit` gives a program that loops the optimizing tier and a straight one the base tier
+/// (instance.rs, `jit_tier`); every engine runs each to the same result.
+#[test]
+fn the_jit_tier_follows_loops_and_every_tier_agrees() {
+    let mut straight = Asm::new();
+    straight.mov64(R0, 6).add64(R0, 36).exit();
+    // r0 = 1 + 2 + ... + 10, in a loop.
+    let mut looping = Asm::new();
+    looping.mov64(R0, 0).mov64(R1, 10).label("again").add64(R0, R1).sub64(R1, 1).jne(R1, 0, "again").exit();
+    for (asm, tier, r0) in [(straight, Tier::Base, 42), (looping, Tier::Optimizing, 55)] {
+        let instance = with_program(&asm.build().unwrap());
+        let chosen = instance.program("test", Engine::Jit).unwrap().compiled();
+        assert_eq!((chosen.tier, chosen.loops), (Some(tier), tier == Tier::Optimizing));
+        for engine in ENGINES {
+            let mut regs = PtRegs::default();
+            assert_eq!(instance.program("test", engine).unwrap().run(regs.as_bytes_mut()).unwrap(), r0, "{engine:?}");
+        }
+    }
 }
 
 #[test]

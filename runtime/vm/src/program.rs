@@ -132,6 +132,13 @@ impl Program {
     pub fn is_empty(&self) -> bool {
         self.insns.is_empty()
     }
+
+    /// Whether a run may execute an instruction more than once: a jump back (a loop the checks
+    /// bounded) or a `bpf_loop` call. A program without either runs each instruction at most
+    /// once per run, bpf-to-bpf calls aside (each callee once per call site).
+    pub fn loops(&self) -> bool {
+        self.insns.iter().enumerate().any(|(index, insn)| insn.is_loop_call() || jump_target(index, insn).is_some_and(|target| target <= index))
+    }
 }
 
 /// Asks the map hook for the value of every `lddw` with a map source and stores it as a plain

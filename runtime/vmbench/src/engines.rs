@@ -8,7 +8,7 @@ use std::hint::black_box;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
-use uebpf::{Engine, LoadedProgram};
+use uebpf::{Engine, LoadedProgram, Tier};
 use uebpf_vm::{ffi, JitError, JitFunction, JitProgram, Program};
 
 use crate::programs::{BenchProgram, Embedded};
@@ -18,10 +18,10 @@ pub const ENGINES: [(&str, &str); 9] = [
         "uebpf-interpreter",
         "uebpf interpreter through the Rust API (Program::interpret, every access checked; embed_* programs: uebpf::LoadedProgram::run)",
     ),
-    ("uebpf-jit", "uebpf x86-64 JIT through the Rust API (JitProgram::run; embed_* programs: uebpf::LoadedProgram::run)"),
+    ("uebpf-jit", "uebpf x86-64 JIT through the Rust API (JitProgram::run; embed_* programs: uebpf::LoadedProgram::run, base tier)"),
     (
         "uebpf-opt",
-        "uebpf optimizing JIT tier, on Cranelift, through the Rust API (JitProgram::compile_optimized, then run; embed_* programs: the object's program as the runtime loads it)",
+        "uebpf optimizing JIT tier, on Cranelift, through the Rust API (JitProgram::compile_optimized, then run; embed_* programs: uebpf::LoadedProgram::run, optimizing tier)",
     ),
     ("uebpf-c-api-jit", "uebpf JIT called from C through uebpf_vm_run (embed_* programs: uebpf_program_run), the C embedding APIs"),
     (
@@ -201,8 +201,12 @@ impl Drop for CProgram {
 /// Programs of an object through the uebpf runtime's embedding APIs (Rust and C).
 fn embedded_engine<'a>(engine: &str, embedded: &Embedded) -> Result<Runner<'a>, String> {
     match engine {
-        "uebpf-interpreter" | "uebpf-jit" => {
-            let mode = if engine == "uebpf-jit" { Engine::Jit } else { Engine::Interpreter };
+        "uebpf-interpreter" | "uebpf-jit" | "uebpf-opt" => {
+            let mode = match engine {
+                "uebpf-jit" => Engine::JitTier(Tier::Base),
+                "uebpf-opt" => Engine::JitTier(Tier::Optimizing),
+                _ => Engine::Interpreter,
+            };
             let program = embedded.instance.program(embedded.program, mode).map_err(|e| e.to_string())?;
             Ok(Box::new(move |packet: &mut [u8], iterations| time_fallible(iterations, || program.run(packet).map_err(|e| e.to_string()))))
         }

@@ -100,6 +100,17 @@ supported, PID has no agent on REGION (timeout) or PID exited.
 .bpf.o, as JSON.",
     },
     Command {
+        name: "jit",
+        synopsis: "OBJ [--repeat N] [--set NAME=VALUE]... [--extension PROG]...",
+        summary: "each program's JIT tier and compile time per tier, JSON",
+        options: &["repeat", "set", "extension"],
+        details: "Loads OBJ and compiles each of its programs on every JIT tier this build has (the base tier,
+and the optimizing one with the `opt` feature), N times each (default 5); prints per program the
+tier the JIT chooses for it (`--engine jit`), whether it loops (the choice's reason), and each
+tier's fastest compile in ns, the safety analysis not included (JSON). A program that does not
+load has its error instead.",
+    },
+    Command {
         name: "run",
         synopsis:
             "OBJ PROG [--engine E] [--repeat N] [--budget N] [--regs R=V,...] [--set NAME=VALUE]... [--extension PROG]... [--region NAME]",

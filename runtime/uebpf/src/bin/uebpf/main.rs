@@ -61,7 +61,7 @@ use std::process::ExitCode;
 
 use serde_json::{json, Map as JsonMap, Value};
 use uebpf::maps::{def::map_type_name, AgentStatus, AttachKind, AttachState, Region};
-use uebpf::{Engine, Instance, Object, PtRegs, Target};
+use uebpf::{Engine, Instance, Object, PtRegs, Target, Tier};
 
 mod attach;
 mod guard;
@@ -216,14 +216,14 @@ fn check_options(options: &Options, seen: &[String], command: Option<&help::Comm
         return Err(usage(format!("`{}` takes no option --{option}", command.name)));
     }
     let wanted = match command.name {
-        "info" | "dump" | "attachments" | "fire" | "attach" | "wait-applied" => 1,
+        "info" | "jit" | "dump" | "attachments" | "fire" | "attach" | "wait-applied" => 1,
         "run" | "exec" | "check-hook" => 2,
         _ => 0,
     };
     if options.positional.len() != wanted {
         return Err(usage(format!("`{}` takes {wanted} argument(s), not {}", command.name, options.positional.len())));
     }
-    if options.budget.is_some() && options.engine == Engine::Jit {
+    if options.budget.is_some() && options.engine.is_jit() {
         return Err(usage("--budget needs --engine interpreter (the JIT checks nothing at run time)"));
     }
     match command.name {
@@ -319,6 +319,37 @@ fn info(path: &str) -> Result<Value, String> {
         })
         .collect();
     Ok(json!({"object": path, "programs": programs, "maps": maps}))
+}
+
+/// `uebpf jit OBJ`: each program's tier (the one `Engine::Jit` chooses) and its fastest compile
+/// on each tier this build has, `--repeat` times each (default 5: the first compile of a process
+/// also pays for its first use of the compiler's code and tables).
+fn jit(options: &Options) -> Result<Value, String> {
+    let path = &options.positional[0];
+    let instance = open_object(path, options)?.load(Target::Anonymous).map_err(|e| e.to_string())?;
+    let repeat = if options.repeat > 1 { options.repeat } else { 5 };
+    let tiers: Vec<Tier> = [Tier::Base, Tier::Optimizing].into_iter().filter(|t| t.built()).collect();
+    let programs: Vec<Value> = instance
+        .programs()
+        .iter()
+        .map(|info| {
+            let compile = |engine: Engine| instance.program(&info.name, engine).map(|p| p.compiled());
+            let measured = compile(Engine::Jit).and_then(|chosen| {
+                let mut fastest = JsonMap::new();
+                for &tier in &tiers {
+                    let ns = (0..repeat).map(|_| compile(Engine::JitTier(tier)).map(|c| c.ns)).collect::<Result<Vec<_>, _>>()?;
+                    fastest.insert(tier.name().into(), json!(ns.into_iter().min()));
+                }
+                Ok((chosen, fastest))
+            });
+            match measured {
+                Ok((chosen, fastest)) => json!({"name": info.name, "tier": chosen.tier.map(Tier::name), "loops": chosen.loops,
+                                                "compile_ns": fastest}),
+                Err(e) => json!({"name": info.name, "error": e.to_string()}),
+            }
+        })
+        .collect();
+    Ok(json!({"object": path, "tiers": tiers.iter().map(|t| t.name()).collect::<Vec<_>>(), "programs": programs}))
 }
 
 /// Runs `name` `repeat` times on the registers; returns (last r0, runs).
@@ -514,6 +545,7 @@ fn main() -> ExitCode {
     signals::start();
     let result = match options.command.as_str() {
         "info" => info(&options.positional[0]),
+        "jit" => jit(&options),
         "run" => run(&options),
         "exec" => open_region(&options.positional[0])
             .and_then(|i| signals::interruptible(None, || run_program(&i, &options.positional[1], &options))),
