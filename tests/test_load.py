@@ -95,6 +95,18 @@ def test_instruction_counts_are_the_objects_own(short_run):
     assert by_object["empty"] == 2 and 3500 < by_object["gen4k"] < 4700  # the generator's ~4k
 
 
+def test_uebpf_compiles_each_object_on_both_jit_tiers_and_gives_straight_code_the_base_one(short_run):
+    """The objects here have no loop: the runtime gives their programs the base tier, and both tiers
+    compile them (uebpf jit); the kernel has no such record, its JIT being part of its load."""
+    _, out = short_run
+    for run in load_part(out)["runs"]:
+        if run["method"] == "uebpf":
+            assert run["jit"]["programs_per_tier"] == {"base": 1, "optimizing": 0}, run
+            assert all(ns > 0 for ns in run["jit"]["compile_ns"].values()) and len(run["jit"]["compile_ns"]) == 2
+        else:
+            assert run["jit"] is None
+
+
 def test_the_region_is_measured_on_uebpf_only(short_run):
     _, out = short_run
     for run in load_part(out)["runs"]:

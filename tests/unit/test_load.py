@@ -153,8 +153,13 @@ def test_aggregates_hold_median_and_p99_with_their_order_statistic_cis():
 def test_the_report_has_one_table_row_per_cell_and_says_what_each_phase_includes():
     doc = document("load")
     section = load.LoadSuite().render(doc["suites"]["load"], doc["environment"])
-    table, how = section.tables
+    table, jit, how = section.tables
     assert how.title == "How it was measured"
+    # uebpf's JIT tiers, one row per object its runs measured them for (the kernel has none).
+    assert [row[0] for row in jit.rows] == ["empty", "gen4k"] and jit.columns[1:3] == [
+        "Programs: base",
+        "Programs: optimizing",
+    ]
     assert len(table.rows) == len(doc["suites"]["load"]["aggregates"]) == 6
     assert all(len(row) == len(table.columns) for row in table.rows)
     for words in ("Open + load", "Attach N", "First event", "All N events", "Detach N", "verifier", "agent"):

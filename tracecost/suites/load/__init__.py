@@ -190,6 +190,21 @@ def _aggregate(cell: Cell) -> dict:
             for phase in TIMED
         },
         **{name: stats.summarize(cell.values(name)) for name in SUMMARIZED},
+        "jit": _jit_aggregate([r.get("jit") for r in cell.runs]),
+    }
+
+
+def _jit_aggregate(records: list[dict | None]) -> dict | None:
+    """uebpf's compile time per tier over the runs (summary), and the programs each tier gets (the
+    same every run); None on the kernel, or for results older than the tiers."""
+    records = [r for r in records if r]
+    if not records:
+        return None
+    return {
+        "compile_ns": {
+            tier: stats.summarize([r["compile_ns"][tier] for r in records]) for tier in records[0]["compile_ns"]
+        },
+        "programs_per_tier": records[0]["programs_per_tier"],
     }
 
 

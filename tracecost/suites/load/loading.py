@@ -11,6 +11,7 @@ memory is read while the loader (its owner) still runs, once it has printed MEAS
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from dataclasses import dataclass
 from functools import cache
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from tracecost import methods, paths, system, uebpf
 from tracecost.errors import TracecostError
-from tracecost.procs import Child, last_json_line, started
+from tracecost.procs import Child, last_json_line, run_command, started
 
 MAX_PROBES = 100  # LOADLAT_MAX_PROBES (loadlat.h): the victim's functions
 SYMBOL_PREFIX = "loadlat_fn_"
@@ -28,6 +29,10 @@ STOP_TIMEOUT_S = 30
 # and N attaches take well under a second here; this bounds a hung loader.
 LOAD_ATTACH_ALLOWANCE_S = 120
 LOCKED_DOWN = ("integrity", "confidentiality")
+# `uebpf jit`: compiles per program and tier, the fastest kept (the first compile of a process
+# also pays for its first use of the compiler's code); generous for the 32k-slot object's 35 ms.
+JIT_REPEAT = 3
+JIT_TIMEOUT_S = 120
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,11 @@ def skipped_programs() -> dict[str, dict[str, str]]:
 class KernelRuntime(methods.Method):
     name, label = "kernel", "kernel eBPF"
 
+    def jit(self, timed: TimedObject) -> dict | None:
+        """uebpf's JIT tiers on the object (`jit_compile`); None on the kernel, whose JIT is part
+        of its load."""
+        return None
+
     def open(self, stack: contextlib.ExitStack, workspace: Path, say) -> None:
         system.require_kernel_bpf()
         self._artifacts()
@@ -99,6 +109,9 @@ class UebpfRuntime(KernelRuntime):
 
     def environments(self) -> uebpf.RunEnvironments:
         return self.libraries.run_environments()
+
+    def jit(self, timed: TimedObject) -> dict | None:
+        return jit_compile(timed)
 
 
 RUNTIMES = {runtime.name: runtime for runtime in (KernelRuntime, UebpfRuntime)}
@@ -163,7 +176,33 @@ def run_once(runtime: KernelRuntime, timed: TimedObject, probes: int, deadline_s
         if victim.has_exited():
             raise TracecostError(f"the victim exited while it was traced: {victim.error_line() or 'no message'}")
     environments.after_exit()
-    return record(summary, probes, region)
+    return {**record(summary, probes, region), "jit": runtime.jit(timed)}
+
+
+def jit_compile(timed: TimedObject) -> dict:
+    """uebpf's JIT tiers on the object's programs (`uebpf jit`, outside the timed phases): per tier,
+    the compile time summed over the programs, and how many programs the runtime gives each tier
+    (the agent compiles a program when a probe of its is attached: runtime/README.md, "JIT
+    tiers"). The programs the loader skips are left out."""
+    argv = [
+        str(paths.artifact("bin/uebpf")),
+        "jit",
+        str(paths.artifact(f"bpf/{timed.file}")),
+        "--repeat",
+        str(JIT_REPEAT),
+    ]
+    result = run_command(argv, timeout_s=JIT_TIMEOUT_S)
+    if result.returncode != 0:
+        raise TracecostError(f"uebpf jit {timed.file} failed: {result.stderr.strip()[-200:] or 'no message'}")
+    document = json.loads(result.stdout)
+    skipped = skipped_programs().get(timed.name, {})
+    programs = [p for p in document["programs"] if p["name"] not in skipped]
+    if failed := [p for p in programs if "error" in p]:
+        raise TracecostError(f"uebpf cannot compile {failed[0]['name']} of {timed.file}: {failed[0]['error']}")
+    return {
+        "compile_ns": {tier: sum(p["compile_ns"][tier] for p in programs) for tier in document["tiers"]},
+        "programs_per_tier": {tier: sum(p["tier"] == tier for p in programs) for tier in document["tiers"]},
+    }
 
 
 def region_usage(region_file: Path | None) -> dict | None:

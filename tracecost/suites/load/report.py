@@ -146,8 +146,43 @@ def render(suite: dict, environment: dict) -> Section:
                 "attach returned (median). Region: the bytes of uebpf's region file in use (it is sparse) while the "
                 "loader ran; median.",
             ),
+            *([jit] if (jit := jit_table(suite)) else []),
             how_table(HOW),
         ],
+    )
+
+
+def jit_table(suite: dict) -> TableBlock | None:
+    """uebpf's two JIT tiers on each object: how many programs the runtime gives each, and what
+    compiling all of them takes on each (the median over the uebpf runs of the object)."""
+    by_object: dict[str, dict] = {}
+    for agg in suite["aggregates"]:
+        if agg.get("jit"):
+            by_object.setdefault(agg["object"], agg["jit"])
+    if not by_object:
+        return None
+    tiers = list(next(iter(by_object.values()))["compile_ns"])
+    rows = []
+    for name, jit in by_object.items():
+        median = {tier: jit["compile_ns"][tier]["median"] for tier in tiers}
+        first, last = median[tiers[0]], median[tiers[-1]]
+        rows.append(
+            [
+                name,
+                *(str(jit["programs_per_tier"][tier]) for tier in tiers),
+                *("–" if median[tier] is None else fmt.number(median[tier] / 1e6, 3) for tier in tiers),
+                fmt.number(last / first, 1) if len(tiers) > 1 and first and last is not None else "–",
+            ]
+        )
+    return TableBlock(
+        "uebpf's JIT tiers: programs given each, and the time to compile them all",
+        ["Object", *(f"Programs: {tier}" for tier in tiers), *(f"Compile ms: {tier}" for tier in tiers), "Ratio"],
+        rows,
+        "uebpf's agent compiles a program in the traced process when a probe of it is attached, on the tier "
+        "the runtime chooses: the optimizing one (Cranelift) for a program that loops, the base one for the "
+        'others (runtime/README.md, "JIT tiers"). Each program compiled on every tier by `uebpf jit` '
+        "(fastest of 3 in one process), summed per object; median over the object's uebpf runs. The "
+        "safety analysis, which both tiers share, is not included.",
     )
 
 

@@ -34,6 +34,10 @@ def sample(rng: random.Random) -> dict:
             "peak_rss_kb": 13_000,
         }
         region = {"allocated_bytes": 135_168, "size_bytes": 268_759_040} if method == "uebpf" else None
-        return record(summary, probes, region)
+        jit = {
+            "compile_ns": {"base": rng.randint(10_000, 20_000), "optimizing": rng.randint(50_000, 100_000)},
+            "programs_per_tier": {"base": 1, "optimizing": 0},
+        }
+        return {**record(summary, probes, region), "jit": jit if method == "uebpf" else None}
 
     return sample_results(suite, config, sample_runs(suite, config, run))
