@@ -8,7 +8,7 @@ from tracecost import results
 
 pytestmark = pytest.mark.kernel
 
-ENGINES = ["uebpf-interpreter", "uebpf-jit", "rbpf-jit", "kernel-jit", "native-c"]
+ENGINES = ["uebpf-interpreter", "uebpf-jit", "uebpf-opt", "rbpf-jit", "kernel-jit", "native-c"]
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +41,8 @@ def test_every_engine_times_every_program(vm_results):
     for agg in cells.values():
         assert agg["supported"] and agg["n"] == 2 and agg["ns_per_run"]["mean"] > 0, agg
     assert cells[("memcpy", "kernel-jit")]["relative_to_kernel_jit"]["value"] == pytest.approx(1.0)
+    assert cells[("memcpy", "native-c")]["relative_to_native"]["value"] == pytest.approx(1.0)
+    assert cells[("memcpy", "uebpf-jit")]["relative_to_uebpf_jit"]["value"] == pytest.approx(1.0)
     # The interpreter checks every access: on real work it is slower than the JIT of the same runtime.
     assert (
         cells[("prime_sieve", "uebpf-interpreter")]["ns_per_run"]["mean"]

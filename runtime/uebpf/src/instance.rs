@@ -334,7 +334,10 @@ fn jit_compile(name: &str, program: &Program, tier: Tier) -> Result<JitProgram, 
         Tier::Optimizing => JitProgram::compile_optimized(program),
         #[cfg(not(feature = "opt"))]
         Tier::Optimizing => {
-            return Err(Error::new(ErrorKind::Invalid, format!("program `{name}`: this build has no optimizing JIT tier (the `opt` feature)")))
+            return Err(Error::new(
+                ErrorKind::Invalid,
+                format!("program `{name}`: this build has no optimizing JIT tier (the `opt` feature)"),
+            ))
         }
     };
     compiled.map_err(|e| {

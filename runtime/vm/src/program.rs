@@ -137,7 +137,10 @@ impl Program {
     /// bounded) or a `bpf_loop` call. A program without either runs each instruction at most
     /// once per run, bpf-to-bpf calls aside (each callee once per call site).
     pub fn loops(&self) -> bool {
-        self.insns.iter().enumerate().any(|(index, insn)| insn.is_loop_call() || jump_target(index, insn).is_some_and(|target| target <= index))
+        self.insns
+            .iter()
+            .enumerate()
+            .any(|(index, insn)| insn.is_loop_call() || jump_target(index, insn).is_some_and(|target| target <= index))
     }
 }
 
