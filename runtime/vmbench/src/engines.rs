@@ -262,7 +262,10 @@ pub fn compile_times(loaded: &Program) -> Result<BTreeMap<&'static str, u64>, St
 pub fn prepare<'a>(engine: &str, program: &'a BenchProgram, loaded: &'a Program) -> Result<Runner<'a>, String> {
     if let Some(embedded) = &program.embedded {
         match engine {
-            "uebpf-interpreter" | "uebpf-jit" | "uebpf-c-api-jit" | "uebpf-c-jit-fn" => return embedded_engine(engine, embedded),
+            // Both tiers through LoadedProgram::run, so that they compare with each other here.
+            "uebpf-interpreter" | "uebpf-jit" | "uebpf-opt" | "uebpf-c-api-jit" | "uebpf-c-jit-fn" => {
+                return embedded_engine(engine, embedded)
+            }
             "kernel-jit" => return Err("a uprobe program: the kernel cannot run it with BPF_PROG_TEST_RUN".into()),
             _ => {}
         }

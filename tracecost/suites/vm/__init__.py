@@ -92,7 +92,7 @@ class VmSuite(Suite):
         "rbpf-interpreter": MethodStyle("rbpf interpreter", "#e7b8d3"),
     }
     title = "eBPF execution engines"
-    help = "eBPF execution engines (the methods): uebpf interpreter and JIT, rbpf, the kernel JIT, native C."
+    help = "eBPF execution engines (the methods): uebpf interpreter and JIT tiers, rbpf, the kernel JIT, native C."
     listing_noun = "programs and engines"
     listing_from_build = True  # uebpf-vmbench --list
     default_runs = 10

@@ -17,6 +17,7 @@ EMBEDDED_ENGINES = ("uebpf-jit", "uebpf-c-jit-fn", "uebpf-c-api-jit")
 # one (Cranelift), held to native C and to the first.
 JIT_ENGINE, OPT_ENGINE = "uebpf-jit", "uebpf-opt"
 OPT_VS_NATIVE_TARGET = 1.5
+EMBEDDED_PREFIX = "embed_"  # programs of an object, run through the runtime's embedding APIs
 
 
 def _cell(table, program, engine) -> dict:
@@ -84,11 +85,19 @@ def _opt_findings(programs: list[str], engines: list[str], table: dict) -> list[
         return _cell(table, program, OPT_ENGINE).get(field) or {}
 
     if "native-c" in engines:
-        measured = {p: r["value"] for p in programs if (r := ratio(p, "relative_to_native")).get("value") is not None}
+        # The embed_* programs run through the runtime's API (LoadedProgram::run) on every uebpf
+        # engine: their time is mostly that call's, whatever the tier, so the code's target is
+        # judged on the others.
+        measured = {
+            p: r["value"]
+            for p in programs
+            if not p.startswith(EMBEDDED_PREFIX) and (r := ratio(p, "relative_to_native")).get("value") is not None
+        }
         if measured:
             over = [f"{p} ({r:.2f}×)" for p, r in measured.items() if r > OPT_VS_NATIVE_TARGET]
             out.append(
-                f"Target '{style.label(OPT_ENGINE)} within {OPT_VS_NATIVE_TARGET:g}× of native C on every program': "
+                f"Target '{style.label(OPT_ENGINE)} within {OPT_VS_NATIVE_TARGET:g}× of native C on every program' "
+                f"(but the {EMBEDDED_PREFIX}* ones, which time the runtime's API on every tier): "
                 + ("met" if not over else f"not met on {', '.join(over)}")
                 + f" (slowest: {max(measured, key=measured.get)} at {max(measured.values()):.2f}×)."
             )
