@@ -126,12 +126,23 @@ fn differ(code: &[u8], packet: &[u8]) -> (Fate, Option<String>) {
     }
 }
 
+/// A longer differential run on request: UEBPF_FUZZ_SECONDS=N mutates for N seconds rather than
+/// DIFFERENTIAL_ROUNDS mutants, from the seed UEBPF_FUZZ_SEED (default: SEED); both are printed,
+/// so that a finding reproduces.
+fn differential_budget() -> (Option<std::time::Instant>, u64) {
+    let number = |name: &str| std::env::var(name).ok().map(|v| v.parse::<u64>().unwrap_or_else(|_| panic!("{name}={v}: not a number")));
+    let deadline = number("UEBPF_FUZZ_SECONDS").map(|s| std::time::Instant::now() + std::time::Duration::from_secs(s));
+    (deadline, number("UEBPF_FUZZ_SEED").unwrap_or(SEED))
+}
+
 #[test]
 fn mutants_of_the_conformance_corpus_agree_on_every_engine() {
     let cases = corpus::corpus();
-    let mut rng = Rng(SEED);
-    let (mut accepted, mut compared, mut problems) = (0, 0, Vec::new());
-    for _ in 0..DIFFERENTIAL_ROUNDS {
+    let (deadline, seed) = differential_budget();
+    let mut rng = Rng(seed);
+    let (mut rounds, mut accepted, mut compared, mut problems) = (0, 0, 0, Vec::new());
+    while deadline.map_or(rounds < DIFFERENTIAL_ROUNDS, |end| std::time::Instant::now() < end) {
+        rounds += 1;
         let case = &cases[rng.below(cases.len())];
         let code = mutate(&case.asm.build().unwrap(), &mut rng, &INTERESTING);
         let (fate, why) = differ(&code, &case.packet);
@@ -144,8 +155,8 @@ fn mutants_of_the_conformance_corpus_agree_on_every_engine() {
         }
     }
     eprintln!(
-        "{DIFFERENTIAL_ROUNDS} mutants of the conformance corpus, {accepted} accepted, {compared} compared on every engine (the rest give address-dependent results)"
+        "{rounds} mutants of the conformance corpus (seed {seed:#x}), {accepted} accepted, {compared} compared on every engine (the rest give address-dependent results)"
     );
-    assert!(compared > DIFFERENTIAL_ROUNDS / 10, "too few mutants compared ({compared}) for the run to test anything");
+    assert!(compared > rounds / 10, "too few mutants compared ({compared}) for the run to test anything");
     assert!(problems.is_empty(), "{} disagreement(s):\n{}", problems.len(), problems.join("\n"));
 }
