@@ -311,16 +311,20 @@ impl Instance {
             overrides: calls(crate::helpers::OVERRIDE_RETURN),
             max_ctx_offset: analysis.max_ctx_offset,
         };
-        let tier = match engine {
-            Engine::Interpreter => None,
-            Engine::Jit => Some(jit_tier(&program)?),
-            Engine::JitTier(tier) => Some(tier),
-        };
         let loops = program.loops();
         let started = std::time::Instant::now();
-        let code = match tier {
-            None => Code::Interpreter(program),
-            Some(tier) => Code::Jit(jit_compile(name, &program, tier)?),
+        let (code, tier) = match engine {
+            Engine::Interpreter => (Code::Interpreter(program), None),
+            Engine::JitTier(tier) => (Code::Jit(jit_compile(name, &program, tier)?), Some(tier)),
+            Engine::Jit => match jit_tier(&program)? {
+                // Chosen, not asked for: a program the optimizing tier cannot compile (a Cranelift
+                // error, none known) still runs, on the base tier, rather than failing its attach.
+                Tier::Optimizing => match jit_compile(name, &program, Tier::Optimizing) {
+                    Ok(code) => (Code::Jit(code), Some(Tier::Optimizing)),
+                    Err(_) => (Code::Jit(jit_compile(name, &program, Tier::Base)?), Some(Tier::Base)),
+                },
+                Tier::Base => (Code::Jit(jit_compile(name, &program, Tier::Base)?), Some(Tier::Base)),
+            },
         };
         Ok((code, needs, Compiled { tier, ns: started.elapsed().as_nanos() as u64, loops }))
     }
