@@ -57,6 +57,21 @@ fn info_lists_programs_and_maps() {
     assert!(document["maps"].as_array().unwrap().iter().any(|m| m["name"] == "events" && m["type"] == "ringbuf"));
 }
 
+/// `uebpf jit`: functrace's probes have no loop, so the JIT gives them the base tier; both tiers
+/// compile them, each in a measured time.
+#[test]
+fn jit_names_each_programs_tier_and_times_both() {
+    let path = object("functrace");
+    let document = json(&uebpf(&["jit", path.to_str().unwrap(), "--repeat", "2"]));
+    assert_eq!(document["tiers"], serde_json::json!(["base", "optimizing"]));
+    let programs = document["programs"].as_array().unwrap();
+    assert_eq!(programs.len(), 2);
+    for program in programs {
+        assert_eq!((&program["tier"], &program["loops"]), (&serde_json::json!("base"), &serde_json::json!(false)), "{program}");
+        assert!(["base", "optimizing"].iter().all(|tier| program["compile_ns"][tier].as_u64().unwrap() > 0), "{program}");
+    }
+}
+
 #[test]
 fn bad_input_is_one_line_and_a_nonzero_status() {
     let path = object("functrace");
@@ -492,8 +507,22 @@ fn start_becomes_the_program_with_the_agent_and_the_region() {
 
 #[test]
 fn help_lists_the_commands_and_a_usage_mistake_is_one_line() {
-    let commands =
-        ["load", "start", "inject", "detach", "wait-applied", "info", "run", "exec", "dump", "attachments", "fire", "attach", "check-hook"];
+    let commands = [
+        "load",
+        "start",
+        "inject",
+        "detach",
+        "wait-applied",
+        "info",
+        "jit",
+        "run",
+        "exec",
+        "dump",
+        "attachments",
+        "fire",
+        "attach",
+        "check-hook",
+    ];
     for args in [&["--help"][..], &["help"], &["-h"]] {
         let output = uebpf(args);
         assert_eq!(output.status.code(), Some(0), "{args:?}");
