@@ -316,15 +316,17 @@ impl Instance {
         let (code, tier) = match engine {
             Engine::Interpreter => (Code::Interpreter(program), None),
             Engine::JitTier(tier) => (Code::Jit(jit_compile(name, &program, tier)?), Some(tier)),
-            Engine::Jit => match jit_tier(&program)? {
-                // Chosen, not asked for: a program the optimizing tier cannot compile (a Cranelift
-                // error, none known) still runs, on the base tier, rather than failing its attach.
-                Tier::Optimizing => match jit_compile(name, &program, Tier::Optimizing) {
-                    Ok(code) => (Code::Jit(code), Some(Tier::Optimizing)),
-                    Err(_) => (Code::Jit(jit_compile(name, &program, Tier::Base)?), Some(Tier::Base)),
-                },
-                Tier::Base => (Code::Jit(jit_compile(name, &program, Tier::Base)?), Some(Tier::Base)),
-            },
+            Engine::Jit => {
+                let chosen = jit_tier(&program)?;
+                match jit_compile(name, &program, chosen) {
+                    Ok(code) => (Code::Jit(code), Some(chosen)),
+                    // Chosen, not asked for: a program the optimizing tier cannot compile (a
+                    // Cranelift error, none known) still runs, on the base tier, rather than
+                    // failing its attach.
+                    Err(_) if chosen == Tier::Optimizing => (Code::Jit(jit_compile(name, &program, Tier::Base)?), Some(Tier::Base)),
+                    Err(e) => return Err(e),
+                }
+            }
         };
         Ok((code, needs, Compiled { tier, ns: started.elapsed().as_nanos() as u64, loops }))
     }

@@ -222,15 +222,21 @@ fn inlined_per_cpu_lookups_read_the_cpu_and_leave_unknown_cpus_to_the_helper() {
     for (cpus, stride) in [(2, 8), (3, 24)] {
         let array = Array::new(16, stride, cpus);
         let program = Program::load_unchecked(&lookup_program(true), &environment(&array, Offer::Inline)).unwrap();
-        for (tier, compile) in TIERS {
-            let jit = compile(&program).unwrap();
-            // CPUs with a value are looked up inline; the others (rseq's -1 and -2 too) by the helper.
-            for (cpu, inline) in [(0, true), (cpus - 1, true), (cpus, false), (u32::MAX - 1, false), (u32::MAX, false)] {
-                CPU.with(|c| c.set(cpu));
-                for key in keys(16) {
-                    let helper_calls = u64::from(!inline && (key as u32) < 16);
-                    assert_eq!(check_key(&program, &jit, &array, key), (helper_calls, 0), "{tier}, cpu {cpu}, key {key:#x}");
-                }
+        // CPUs with a value are looked up inline; the others (rseq's -1 and -2 too) by the helper.
+        per_cpu_lookups_agree(&program, &array, &[(0, true), (cpus - 1, true), (cpus, false), (u32::MAX - 1, false), (u32::MAX, false)]);
+    }
+}
+
+/// On every tier, on each CPU `cpus` names (with whether its value is looked up inline), every
+/// key finds what the helper finds, calling the helper only where the lookup is not inline.
+fn per_cpu_lookups_agree(program: &Program, array: &Array, cpus: &[(u32, bool)]) {
+    for (tier, compile) in TIERS {
+        let jit = compile(program).unwrap();
+        for &(cpu, inline) in cpus {
+            CPU.with(|c| c.set(cpu));
+            for key in keys(16) {
+                let helper_calls = u64::from(!inline && (key as u32) < 16);
+                assert_eq!(check_key(program, &jit, array, key), (helper_calls, 0), "{tier}, cpu {cpu}, key {key:#x}");
             }
         }
     }
@@ -240,16 +246,7 @@ fn inlined_per_cpu_lookups_read_the_cpu_and_leave_unknown_cpus_to_the_helper() {
 fn inlined_per_cpu_lookups_in_a_callee_read_the_cpu() {
     let array = Array::new(16, 8, 3);
     let program = Program::load_unchecked(&lookup_in_callee(), &environment(&array, Offer::Inline)).unwrap();
-    for (tier, compile) in TIERS {
-        let jit = compile(&program).unwrap();
-        for (cpu, inline) in [(0, true), (2, true), (3, false)] {
-            CPU.with(|c| c.set(cpu));
-            for key in keys(16) {
-                let helper_calls = u64::from(!inline && (key as u32) < 16);
-                assert_eq!(check_key(&program, &jit, &array, key), (helper_calls, 0), "{tier}, cpu {cpu}, key {key:#x}");
-            }
-        }
-    }
+    per_cpu_lookups_agree(&program, &array, &[(0, true), (2, true), (3, false)]);
 }
 
 #[test]

@@ -11,8 +11,23 @@ mod x86;
 
 use std::fmt;
 
+use crate::environment::MapLookup;
+use crate::insn::{CALL_HELPER, CLASS_JMP, JMP_CALL};
 use crate::program::Program;
 use exec_memory::ExecutableCode;
+
+/// Whether `program` calls a helper the tier emits as a native call: every helper call but
+/// `bpf_loop` (emitted as a loop) and the map lookups the tier inlines (`inlined`). Each tier
+/// says which lookups its inline code covers without a call that may change the vector
+/// registers (`JitProgram::keeps_vectors`).
+fn calls_helpers(program: &Program, inlined: fn(&MapLookup) -> bool) -> bool {
+    program.insns.iter().enumerate().any(|(index, insn)| {
+        insn.opcode == CLASS_JMP | JMP_CALL
+            && insn.src == CALL_HELPER
+            && !insn.is_loop_call()
+            && !program.map_lookups.get(&index).is_some_and(inlined)
+    })
+}
 
 /// Signature of compiled code: System V, r1 = context address, r2 = context length, returns r0.
 pub type JitFunction = unsafe extern "C" fn(ctx: *mut u8, ctx_len: u64) -> u64;

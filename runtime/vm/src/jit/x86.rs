@@ -119,10 +119,7 @@ fn saved_registers(program: &Program) -> Vec<usize> {
 /// Whether `program`'s code calls native functions (helpers, direct map lookups, tail calls)
 /// other than the per-CPU lookups' fallback, which keeps the vectors itself (`map_lookup`).
 fn calls_out(program: &Program) -> bool {
-    program.insns.iter().enumerate().any(|(index, insn)| {
-        let inlined = matches!(program.map_lookups.get(&index), Some(MapLookup::Array { .. } | MapLookup::PercpuArray { .. }));
-        insn.opcode == CLASS_JMP | JMP_CALL && insn.src == CALL_HELPER && !insn.is_loop_call() && !inlined
-    })
+    super::calls_helpers(program, |lookup| matches!(lookup, MapLookup::Array { .. } | MapLookup::PercpuArray { .. }))
 }
 
 /// Zeroes `reach` bytes below rbp with AVX where there is, xmm0/ymm0 as the source (caller-saved,

@@ -24,7 +24,6 @@ use cranelift_codegen::{Context, FinalizedRelocTarget};
 use cranelift_frontend::FunctionBuilderContext;
 
 use crate::environment::MapLookup;
-use crate::insn::*;
 use crate::program::Program;
 use translate::{bulk_loop, translate, Conventions};
 
@@ -68,10 +67,7 @@ fn isa() -> Result<OwnedTargetIsa, String> {
 /// per-CPU lookups' fallback, the fill and copy loops' memset and memmove (`bulk_loop`).
 fn calls_out(program: &Program) -> bool {
     (0..program.insns.len()).any(|head| bulk_loop(&program.insns, head).is_some())
-        || program.insns.iter().enumerate().any(|(index, insn)| {
-            let inlined = matches!(program.map_lookups.get(&index), Some(MapLookup::Array { .. }));
-            insn.opcode == CLASS_JMP | JMP_CALL && insn.src == CALL_HELPER && !insn.is_loop_call() && !inlined
-        })
+        || super::calls_helpers(program, |lookup| matches!(lookup, MapLookup::Array { .. }))
 }
 
 /// A function compiled alone: its code, the calls in it to patch, and its loops.
